@@ -1,0 +1,3 @@
+module github.com/razorbill/flo/examples/quickstart
+
+go 1.26.0

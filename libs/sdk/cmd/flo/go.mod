@@ -1,0 +1,3 @@
+module github.com/razorbill/flo-go/cmd/flo
+
+go 1.26.0

@@ -1,0 +1,3 @@
+module github.com/razorbill/flo/services/gateway
+
+go 1.26.0
