@@ -1,0 +1,43 @@
+// Package config loads service configuration from the environment (FLO_* and
+// the standard OTEL_* variables) and holds the settings services share.
+package config
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sethvargo/go-envconfig"
+)
+
+// Load fills the struct pointed to by cfg from environment variables named in
+// its github.com/sethvargo/go-envconfig tags (`env:"FLO_X, default=..."`),
+// including nested structs such as Postgres and Kafka.
+//
+// Slices are comma-separated by default. Do not write `delimiter=,` in a tag:
+// the comma ends the option, and after `default=` everything up to the end of
+// the tag (", delimiter=," included) becomes part of the default value.
+func Load(ctx context.Context, cfg any) error {
+	if err := envconfig.Process(ctx, cfg); err != nil {
+		return fmt.Errorf("load config: %w", err)
+	}
+	return nil
+}
+
+// Postgres is the shared database setting. An empty URL means "start a
+// private Postgres" in dev.
+type Postgres struct {
+	URL      string `env:"FLO_DATABASE_URL"`
+	MaxConns int32  `env:"FLO_DATABASE_MAX_CONNS, default=16"`
+}
+
+// Kafka is the shared broker setting. No brokers means "run an embedded
+// broker" in dev. FLO_KAFKA_BROKERS is comma-separated.
+type Kafka struct {
+	Brokers    []string `env:"FLO_KAFKA_BROKERS"`
+	Partitions int32    `env:"FLO_KAFKA_PARTITIONS, default=8"`
+}
+
+// Log is the shared logging setting.
+type Log struct {
+	Level string `env:"FLO_LOG_LEVEL, default=info"`
+}

@@ -1,0 +1,243 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// BatchHandler handles the records one poll returned for one partition, in
+// offset order. Returning an error retries the same batch with backoff (it is
+// never skipped), so handlers must be idempotent; they should return promptly
+// once ctx is done. A Consumer may call its handler concurrently for
+// different partitions; calls for one partition never overlap.
+type BatchHandler func(ctx context.Context, records []*kgo.Record) error
+
+const (
+	// maxPollRecords bounds the records handled between two commits.
+	maxPollRecords = 10_000
+	// commitTimeout bounds the final commits made while shutting down.
+	commitTimeout = 10 * time.Second
+	retryMin      = 100 * time.Millisecond
+	retryMax      = 5 * time.Second
+)
+
+// Consumer is a consumer-group member that commits a partition's offsets only
+// after its handler returned nil for the records before them.
+type Consumer struct {
+	cl    *kgo.Client
+	group string
+	h     BatchHandler
+	log   *slog.Logger
+
+	mu sync.Mutex
+	// pending holds handled offsets whose commit failed; they are retried
+	// with the next commit and when partitions are revoked.
+	pending map[string]map[int32]kgo.EpochOffset
+}
+
+// NewConsumer joins group (once Run polls) consuming topics from their start
+// when the group has no committed offsets. Polls are handled partition by
+// partition through h, partitions in parallel; the poll's offsets are
+// committed after every handled partition succeeded, and the group cannot
+// rebalance between a poll and its commit (BlockRebalanceOnPoll), so a
+// partition moves to another member only with its progress committed. opts
+// are passed to NewClient after the group options.
+func NewConsumer(brokers []string, group string, topics []string, h BatchHandler, log *slog.Logger, opts ...kgo.Opt) (*Consumer, error) {
+	if len(topics) == 0 {
+		return nil, fmt.Errorf("new consumer %s: no topics", group)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Consumer{group: group, h: h, log: log.With("group", group), pending: map[string]map[int32]kgo.EpochOffset{}}
+	groupOpts := []kgo.Opt{
+		kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(topics...),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsRevoked(c.revoked),
+		kgo.OnPartitionsLost(c.lost),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	}
+	cl, err := NewClient(brokers, append(groupOpts, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("new consumer %s: %w", group, err)
+	}
+	c.cl = cl
+	return c, nil
+}
+
+// Run polls and handles records until ctx ends, then commits what was handled
+// and closes the client (leaving the group). It returns nil on shutdown.
+func (c *Consumer) Run(ctx context.Context) error {
+	defer c.cl.Close()
+	for {
+		fetches := c.cl.PollRecords(ctx, maxPollRecords)
+		if ctx.Err() != nil || fetches.IsClientClosed() {
+			c.cl.AllowRebalance()
+			return nil
+		}
+		logFetchErrors(ctx, c.log, fetches)
+
+		var (
+			wg   sync.WaitGroup
+			mu   sync.Mutex
+			done = map[string]map[int32]kgo.EpochOffset{}
+		)
+		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+			if len(p.Records) == 0 {
+				return
+			}
+			wg.Go(func() {
+				if !handleWithRetry(ctx, c.log, c.h, p.Records) {
+					return
+				}
+				last := p.Records[len(p.Records)-1]
+				mu.Lock()
+				defer mu.Unlock()
+				if done[p.Topic] == nil {
+					done[p.Topic] = map[int32]kgo.EpochOffset{}
+				}
+				done[p.Topic][p.Partition] = kgo.EpochOffset{Epoch: last.LeaderEpoch, Offset: last.Offset + 1}
+			})
+		})
+		wg.Wait()
+		c.commit(ctx, done)
+		c.cl.AllowRebalance()
+	}
+}
+
+// commit commits the handled offsets plus any whose earlier commit failed. A
+// failed commit is logged and kept for the next try; the records after the
+// last successful commit may be delivered again, which idempotent handlers
+// absorb.
+func (c *Consumer) commit(ctx context.Context, handled map[string]map[int32]kgo.EpochOffset) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for t, ps := range handled {
+		if c.pending[t] == nil {
+			c.pending[t] = map[int32]kgo.EpochOffset{}
+		}
+		for p, o := range ps {
+			c.pending[t][p] = o
+		}
+	}
+	c.commitPendingLocked(ctx, nil)
+}
+
+// commitPendingLocked commits the pending offsets (only of the given
+// partitions when only is non-nil) and forgets those the broker accepted.
+func (c *Consumer) commitPendingLocked(ctx context.Context, only map[string][]int32) {
+	offsets := map[string]map[int32]kgo.EpochOffset{}
+	for t, ps := range c.pending {
+		for p, o := range ps {
+			if only != nil && !containsPartition(only, t, p) {
+				continue
+			}
+			if offsets[t] == nil {
+				offsets[t] = map[int32]kgo.EpochOffset{}
+			}
+			offsets[t][p] = o
+		}
+	}
+	if len(offsets) == 0 {
+		return
+	}
+	// Handled work is committed even while shutting down.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	c.cl.CommitOffsetsSync(cctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			c.log.WarnContext(ctx, "commit offsets failed; records may be redelivered", "error", err)
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if perr := kerr.ErrorForCode(p.ErrorCode); perr != nil {
+					c.log.WarnContext(ctx, "commit offset failed; records may be redelivered", "topic", t.Topic, "partition", p.Partition, "error", perr)
+					continue
+				}
+				if c.pending[t.Topic][p.Partition] == offsets[t.Topic][p.Partition] {
+					delete(c.pending[t.Topic], p.Partition)
+				}
+			}
+		}
+	})
+}
+
+// revoked commits handled offsets of partitions leaving this member, so the
+// next owner starts after them.
+func (c *Consumer) revoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.commitPendingLocked(ctx, revoked)
+	c.forgetLocked(revoked)
+}
+
+// lost forgets the pending offsets of partitions taken away without a chance
+// to commit; the new owner handles those records again.
+func (c *Consumer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.forgetLocked(lost)
+}
+
+func (c *Consumer) forgetLocked(parts map[string][]int32) {
+	for t, ps := range parts {
+		for _, p := range ps {
+			delete(c.pending[t], p)
+		}
+	}
+}
+
+func containsPartition(parts map[string][]int32, topic string, partition int32) bool {
+	for _, p := range parts[topic] {
+		if p == partition {
+			return true
+		}
+	}
+	return false
+}
+
+// handleWithRetry calls h until it succeeds or ctx ends, backing off from
+// 100 ms to 5 s between tries. It reports whether the batch was handled.
+func handleWithRetry(ctx context.Context, log *slog.Logger, h BatchHandler, records []*kgo.Record) bool {
+	delay := retryMin
+	for attempt := 1; ; attempt++ {
+		err := h(ctx, records)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		first, last := records[0], records[len(records)-1]
+		log.WarnContext(ctx, "handle records failed; retrying",
+			"topic", first.Topic, "partition", first.Partition,
+			"first_offset", first.Offset, "last_offset", last.Offset,
+			"attempt", attempt, "retry_in", delay, "error", err)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, retryMax)
+	}
+}
+
+func logFetchErrors(ctx context.Context, log *slog.Logger, fetches kgo.Fetches) {
+	for _, fe := range fetches.Errors() {
+		if errors.Is(fe.Err, context.Canceled) || errors.Is(fe.Err, kgo.ErrClientClosed) {
+			continue
+		}
+		log.WarnContext(ctx, "fetch failed", "topic", fe.Topic, "partition", fe.Partition, "error", fe.Err)
+	}
+}

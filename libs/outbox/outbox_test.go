@@ -1,0 +1,250 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/razorbill/flo/libs/harness"
+	"github.com/razorbill/flo/libs/kafka"
+	"github.com/razorbill/flo/libs/localbroker"
+	"github.com/razorbill/flo/libs/outbox"
+	"github.com/razorbill/flo/libs/pg"
+)
+
+func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
+
+var quiet = slog.New(slog.DiscardHandler)
+
+type env struct {
+	pool     *pgxpool.Pool
+	broker   *localbroker.Broker
+	producer *kgo.Client
+}
+
+func setup(t *testing.T) env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pg.Connect(ctx, harness.NewDatabase(t), "svc", 8, quiet)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	migrations := fstest.MapFS{"0001_outbox.sql": {Data: []byte("-- +goose Up\n" + outbox.Migration)}}
+	require.NoError(t, pg.Migrate(ctx, pool, "svc", migrations))
+	broker := harness.NewBroker(t)
+	producer, err := kafka.NewClient(broker.Addrs())
+	require.NoError(t, err)
+	t.Cleanup(producer.Close)
+	require.NoError(t, kafka.EnsureTopics(ctx, producer, 4, "events", "other"))
+	return env{pool: pool, broker: broker, producer: producer}
+}
+
+// startRelay runs a relay until the test ends.
+func startRelay(t *testing.T, e env) *outbox.Relay {
+	t.Helper()
+	r := outbox.NewRelay(e.pool, e.producer, quiet)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	return r
+}
+
+// reader collects every record of topic from the start.
+type reader struct {
+	mu      sync.Mutex
+	records []*kgo.Record
+}
+
+func read(t *testing.T, e env, topics ...string) *reader {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.broker.Addrs()...), kgo.ConsumeTopics(topics...), kgo.FetchMaxWait(200*time.Millisecond))
+	require.NoError(t, err)
+	rd := &reader{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			fs := cl.PollFetches(ctx)
+			rd.mu.Lock()
+			rd.records = append(rd.records, fs.Records()...)
+			rd.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done; cl.Close() })
+	return rd
+}
+
+func (rd *reader) values() []string {
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	out := make([]string, len(rd.records))
+	for i, r := range rd.records {
+		out[i] = string(r.Value)
+	}
+	return out
+}
+
+func write(t *testing.T, e env, ctx context.Context, records ...outbox.Record) {
+	t.Helper()
+	require.NoError(t, pg.InTx(ctx, e.pool, func(tx pgx.Tx) error { return outbox.Write(ctx, tx, records...) }))
+}
+
+func outboxRows(t *testing.T, e env) int {
+	t.Helper()
+	var n int
+	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox`).Scan(&n))
+	return n
+}
+
+func values(prefix string, from, to int) []outbox.Record {
+	var out []outbox.Record
+	for i := from; i < to; i++ {
+		out = append(out, outbox.Record{Topic: "events", Key: []byte("one-key"), Value: fmt.Appendf(nil, "%s%04d", prefix, i), Headers: map[string]string{}})
+	}
+	return out
+}
+
+func strs(rs []outbox.Record) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = string(r.Value)
+	}
+	return out
+}
+
+func TestRelayPublishesInOrderWithHeaders(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	sc := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID:    trace.TraceID{0xaa, 1},
+		SpanID:     trace.SpanID{0xbb, 2},
+		TraceFlags: trace.FlagsSampled,
+	})
+	ctx := trace.ContextWithSpanContext(context.Background(), sc)
+
+	many := values("m", 0, 20) // COPY path
+	many[1].Headers = nil
+	few := []outbox.Record{ // INSERT path
+		{Topic: "events", Key: []byte("one-key"), Value: []byte("traced")},
+		{Topic: "events", Key: []byte("one-key"), Value: []byte("explicit"), Headers: map[string]string{"b": "2", "a": "1"}},
+		{Topic: "other", Key: nil, Value: nil},
+	}
+	write(t, e, ctx, many...)
+	write(t, e, ctx, few...)
+	require.Equal(t, 23, outboxRows(t, e))
+
+	rd := read(t, e, "events", "other")
+	r := startRelay(t, e)
+	r.Notify()
+	r.Notify() // never blocks
+
+	want := append(strs(many), "traced", "explicit")
+	require.Eventually(t, func() bool { return len(rd.values()) == len(want)+1 }, 20*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return outboxRows(t, e) == 0 }, 10*time.Second, 10*time.Millisecond)
+
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	var got []string
+	byValue := map[string]*kgo.Record{}
+	for _, rec := range rd.records {
+		if rec.Topic == "events" {
+			got = append(got, string(rec.Value))
+			byValue[string(rec.Value)] = rec
+		} else {
+			require.Nil(t, rec.Key)
+			require.Empty(t, rec.Value)
+			require.Equal(t, sc.TraceID(), trace.SpanContextFromContext(kafka.ExtractTrace(context.Background(), rec)).TraceID())
+		}
+	}
+	require.Equal(t, want, got)
+	require.Empty(t, byValue["m0000"].Headers, "explicit empty headers stay empty")
+	copied := kafka.ExtractTrace(context.Background(), byValue["m0001"])
+	require.Equal(t, sc.TraceID(), trace.SpanContextFromContext(copied).TraceID(), "nil headers get the trace (COPY path)")
+	traced := kafka.ExtractTrace(context.Background(), byValue["traced"])
+	require.Equal(t, sc.TraceID(), trace.SpanContextFromContext(traced).TraceID())
+	require.Equal(t, []kgo.RecordHeader{{Key: "a", Value: []byte("1")}, {Key: "b", Value: []byte("2")}}, byValue["explicit"].Headers)
+}
+
+func TestRollbackWritesNothing(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	boom := errors.New("boom")
+	err := pg.InTx(ctx, e.pool, func(tx pgx.Tx) error {
+		if err := outbox.Write(ctx, tx, values("r", 0, 3)...); err != nil {
+			return err
+		}
+		if err := outbox.Write(ctx, tx, values("r", 3, 30)...); err != nil {
+			return err
+		}
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	require.Zero(t, outboxRows(t, e))
+	require.NoError(t, pg.InTx(ctx, e.pool, func(tx pgx.Tx) error { return outbox.Write(ctx, tx) }), "nothing to write is fine")
+	err = pg.InTx(ctx, e.pool, func(tx pgx.Tx) error { return outbox.Write(ctx, tx, outbox.Record{Value: []byte("x")}) })
+	require.ErrorContains(t, err, "no topic")
+}
+
+func TestRelaySurvivesBrokerRestart(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	rd := read(t, e, "events")
+	r := startRelay(t, e)
+
+	first := values("a", 0, 50)
+	write(t, e, ctx, first...)
+	r.Notify()
+	require.Eventually(t, func() bool { return len(rd.values()) == len(first) }, 20*time.Second, 10*time.Millisecond)
+
+	e.broker.Close()
+	second := values("b", 0, 50)
+	for i := range 5 {
+		write(t, e, ctx, second[i*10:(i+1)*10]...)
+		r.Notify()
+	}
+	require.Never(t, func() bool { return outboxRows(t, e) == 0 }, 300*time.Millisecond, 20*time.Millisecond,
+		"nothing is deleted while the broker is down")
+	require.NoError(t, e.broker.Restart())
+
+	want := append(strs(first), strs(second)...)
+	require.Eventually(t, func() bool { return len(rd.values()) >= len(want) }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return outboxRows(t, e) == 0 }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, want, rd.values())
+}
+
+func TestConcurrentRelaysKeepOrder(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	rd := read(t, e, "events")
+	relays := []*outbox.Relay{startRelay(t, e), startRelay(t, e), startRelay(t, e)}
+
+	var want []string
+	for i := range 40 {
+		batch := values("c", i*25, (i+1)*25)
+		write(t, e, ctx, batch...)
+		want = append(want, strs(batch)...)
+		relays[i%len(relays)].Notify()
+	}
+	require.Eventually(t, func() bool { return len(rd.values()) >= len(want) }, 30*time.Second, 10*time.Millisecond)
+	require.Equal(t, want, rd.values())
+}

@@ -1,0 +1,157 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+const (
+	// batchSize bounds the rows published per transaction.
+	batchSize = 5000
+	// pollInterval is the safety poll that catches rows whose Notify was
+	// missed (another replica's writes, a relay that was busy).
+	pollInterval = time.Second
+	// busyRetry is how soon a relay that found another one holding the
+	// schema's lock tries again after a wake-up: the holder may have read
+	// its batch before our rows committed.
+	busyRetry = 100 * time.Millisecond
+	retryMin  = 100 * time.Millisecond
+	retryMax  = 5 * time.Second
+)
+
+// Relay publishes committed outbox rows in id order and deletes them.
+type Relay struct {
+	pool     *pgxpool.Pool
+	producer *kgo.Client
+	log      *slog.Logger
+	wake     chan struct{}
+}
+
+// NewRelay returns a relay for the outbox table of pool's schema (the pool's
+// search_path, as set by pg.Connect) that publishes through producer.
+//
+// Rows are published in batches of up to 5000 per transaction; a batch is
+// produced synchronously, then deleted, then committed. Only one relay per
+// schema works at a time (pg_try_advisory_xact_lock), so rows of one key keep
+// their order across replicas. A produce failure rolls back (the rows stay)
+// and retries with backoff.
+func NewRelay(pool *pgxpool.Pool, producer *kgo.Client, log *slog.Logger) *Relay {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Relay{pool: pool, producer: producer, log: log, wake: make(chan struct{}, 1)}
+}
+
+// Notify wakes the relay; call it after committing a transaction that wrote
+// to the outbox. It never blocks: wake-ups coalesce.
+func (r *Relay) Notify() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run relays until ctx ends and returns nil then.
+func (r *Relay) Run(ctx context.Context) error {
+	poll := time.NewTicker(pollInterval)
+	defer poll.Stop()
+	delay := retryMin
+	for {
+		moved, busy, err := r.relayBatch(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		var wait <-chan time.Time
+		switch {
+		case err != nil:
+			r.log.WarnContext(ctx, "relay outbox failed; retrying", "retry_in", delay, "error", err)
+			wait = time.After(delay)
+			delay = min(delay*2, retryMax)
+		case moved == batchSize:
+			// A full batch: there is probably more right now.
+			delay = retryMin
+			continue
+		case busy:
+			delay = retryMin
+			wait = time.After(busyRetry)
+		default:
+			delay = retryMin
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wait:
+		case <-r.wake:
+		case <-poll.C:
+		}
+	}
+}
+
+// relayBatch publishes and deletes up to batchSize rows in one transaction.
+// busy reports that another relay holds the schema's lock.
+func (r *Relay) relayBatch(ctx context.Context) (moved int, busy bool, err error) {
+	tx, err := r.pool.Begin(ctx)
+	if err != nil {
+		return 0, false, fmt.Errorf("relay outbox: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+
+	var locked bool
+	if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(hashtext(current_schema() || '.outbox'))`).Scan(&locked); err != nil {
+		return 0, false, fmt.Errorf("relay outbox: lock: %w", err)
+	}
+	if !locked {
+		return 0, true, nil
+	}
+	rows, err := tx.Query(ctx, `SELECT id, topic, key, value, headers FROM outbox ORDER BY id LIMIT $1 FOR UPDATE`, batchSize)
+	if err != nil {
+		return 0, false, fmt.Errorf("relay outbox: select: %w", err)
+	}
+	var (
+		ids     []int64
+		records []*kgo.Record
+	)
+	for rows.Next() {
+		var (
+			id      int64
+			rec     = &kgo.Record{}
+			headers map[string]string
+		)
+		if err := rows.Scan(&id, &rec.Topic, &rec.Key, &rec.Value, &headers); err != nil {
+			rows.Close()
+			return 0, false, fmt.Errorf("relay outbox: scan: %w", err)
+		}
+		keys := make([]string, 0, len(headers))
+		for k := range headers {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: k, Value: []byte(headers[k])})
+		}
+		ids = append(ids, id)
+		records = append(records, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return 0, false, fmt.Errorf("relay outbox: select: %w", err)
+	}
+	if len(ids) == 0 {
+		return 0, false, nil
+	}
+	if err := r.producer.ProduceSync(ctx, records...).FirstErr(); err != nil {
+		return 0, false, fmt.Errorf("relay outbox: produce %d records: %w", len(records), err)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM outbox WHERE id = ANY($1)`, ids); err != nil {
+		return 0, false, fmt.Errorf("relay outbox: delete: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, false, fmt.Errorf("relay outbox: commit: %w", err)
+	}
+	return len(ids), false, nil
+}

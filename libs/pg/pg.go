@@ -1,0 +1,169 @@
+// Package pg holds the Postgres plumbing every service shares: a pool bound to
+// the service's schema, embedded goose migrations, one transaction helper and
+// one mapping from driver errors to domain errors.
+package pg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/database"
+	"github.com/pressly/goose/v3/lock"
+)
+
+// ErrNotFound is returned (wrapped) when a row that must exist does not.
+var ErrNotFound = errors.New("not found")
+
+// ErrConflict is returned (wrapped) when a write collides with existing data.
+var ErrConflict = errors.New("conflict")
+
+// Connect opens a pgx pool whose connections use search_path=<schema>, so a
+// service's unqualified table names resolve in its own schema. It retries
+// until the database answers or ctx ends, logging each failed try, because
+// services often start before their database is up.
+func Connect(ctx context.Context, url, schema string, maxConns int32, log *slog.Logger) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	if schema != "" {
+		cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
+	}
+	delay := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err == nil {
+			if err = pool.Ping(ctx); err == nil {
+				return pool, nil
+			}
+			pool.Close()
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("connect to database: %w (last error: %v)", ctx.Err(), err)
+		}
+		if log != nil {
+			log.WarnContext(ctx, "database not reachable yet", "attempt", attempt, "retry_in", delay, "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("connect to database: %w (last error: %v)", ctx.Err(), err)
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 2*time.Second)
+	}
+}
+
+// Migrate creates schema if missing and applies the goose migrations found at
+// the root of migrations (files NNNN_name.sql) with search_path=<schema>, so
+// unqualified names in them land in the schema. The version table is
+// <schema>.goose_db_version. Concurrent callers (replicas starting together)
+// are serialised by a Postgres advisory lock per schema; the ones that come
+// second find nothing left to do.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string, migrations fs.FS) error {
+	cfg := pool.Config().Copy()
+	cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
+	cfg.MinConns = 0
+	cfg.MaxConns = 4
+	mpool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("migrate %s: open pool: %w", schema, err)
+	}
+	defer mpool.Close()
+	db := stdlib.OpenDBFromPool(mpool)
+	defer db.Close()
+
+	// A blocking advisory lock (no polling) serialises whole runs per
+	// schema, including CREATE SCHEMA, which races on pg_namespace when two
+	// sessions run it at once.
+	conn, err := mpool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate %s: %w", schema, err)
+	}
+	defer conn.Release()
+	lockID := lockKey("flo.migrate:" + schema)
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", lockID); err != nil {
+		return fmt.Errorf("migrate %s: lock: %w", schema, err)
+	}
+	defer func() {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", lockID)
+	}()
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		return fmt.Errorf("migrate %s: create schema: %w", schema, err)
+	}
+
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lockKey("flo.goose:" + schema)))
+	if err != nil {
+		return fmt.Errorf("migrate %s: %w", schema, err)
+	}
+	store, err := database.NewStore(database.DialectPostgres, schema+".goose_db_version")
+	if err != nil {
+		return fmt.Errorf("migrate %s: %w", schema, err)
+	}
+	provider, err := goose.NewProvider(goose.DialectCustom, db, migrations,
+		goose.WithStore(store),
+		goose.WithSessionLocker(locker),
+		goose.WithDisableGlobalRegistry(true),
+	)
+	if err != nil {
+		return fmt.Errorf("migrate %s: %w", schema, err)
+	}
+	if _, err := provider.Up(ctx); err != nil {
+		return fmt.Errorf("migrate %s: %w", schema, err)
+	}
+	return nil
+}
+
+// lockKey derives a stable advisory lock key from a name.
+func lockKey(name string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return int64(h.Sum64())
+}
+
+// InTx runs fn in a transaction and commits when fn returns nil; otherwise it
+// rolls back and returns fn's error unchanged, so callers can match domain
+// errors with errors.Is.
+func InTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit transaction: %w", err)
+	}
+	return nil
+}
+
+// MapError maps pgx.ErrNoRows to ErrNotFound and unique or exclusion
+// violations to ErrConflict, keeping the original error wrapped too; other
+// errors (and nil) pass through unchanged.
+func MapError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "23P01") {
+		return fmt.Errorf("%w: %w", ErrConflict, err)
+	}
+	return err
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/razorbill/flo/libs/config"
+	"github.com/razorbill/flo/libs/logging"
+	"github.com/razorbill/flo/libs/telemetry"
+	"github.com/razorbill/flo/services/devstack"
+)
+
+// newDevCmd runs the whole platform in the foreground, for a laptop.
+func newDevCmd() *cobra.Command {
+	var dataDir string
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run the whole platform in the foreground (embedded broker and Postgres unless configured)",
+		Long: `Runs the broker, Postgres and every service in this process.
+
+With no FLO_KAFKA_BROKERS an embedded Kafka-protocol broker listens on :9092; with no
+FLO_DATABASE_URL a private Postgres from the local installation listens on 127.0.0.1:5433.
+Both keep their data under --data-dir (default .flo), so a restart finds everything again.
+Ctrl-C stops everything cleanly.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runDev(ctx, dataDir, cmd.Flags().Changed("data-dir"))
+		},
+	}
+	cmd.Flags().StringVar(&dataDir, "data-dir", ".flo", "where the embedded broker and Postgres keep their data (FLO_DATA_DIR)")
+	return cmd
+}
+
+func runDev(ctx context.Context, dataDir string, dataDirSet bool) error {
+	var cfg devstack.Config
+	if err := config.Load(ctx, &cfg); err != nil {
+		return fmt.Errorf("load configuration: %w", err)
+	}
+	if dataDirSet {
+		cfg.DataDir = dataDir
+	}
+	var logCfg config.Log
+	if err := config.Load(ctx, &logCfg); err != nil {
+		return fmt.Errorf("load configuration: %w", err)
+	}
+	log, err := logging.New(os.Stderr, logCfg.Level, "flo-dev")
+	if err != nil {
+		return fmt.Errorf("logger: %w", err)
+	}
+	tel, err := telemetry.Setup(ctx, "flo-dev")
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	defer func() {
+		if err := tel.Shutdown(context.Background()); err != nil {
+			log.Error("telemetry shutdown", "error", err)
+		}
+	}()
+
+	stack, err := devstack.Start(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stack.Stop()
+	fmt.Printf(`Flo is running.
+  gRPC (clients, workers)  %s
+  REST                     http://%s/v1/...
+  OpenAPI                  http://%s/openapi.json
+  health                   http://%s/readyz
+  Kafka-protocol broker    %v
+  Postgres                 %s
+Press ctrl-C to stop.
+`, stack.GatewayGRPCAddr(), stack.GatewayHTTPAddr(), stack.GatewayHTTPAddr(), stack.GatewayHTTPAddr(),
+		stack.KafkaBrokers(), redactPassword(stack.DatabaseURL()))
+	select {
+	case <-ctx.Done():
+		fmt.Println("stopping...")
+		return nil
+	case <-stack.Done():
+		return fmt.Errorf("a service stopped unexpectedly; see the log above")
+	}
+}
+
+// redactPassword hides a password in a database URL before it is printed.
+func redactPassword(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}

@@ -1,0 +1,125 @@
+// Command flo is the command line of Flo: it manages namespaces and actions, invokes actions
+// and inspects tasks and dead letters through the gateway's gRPC API. What a script would read
+// is printed as indented JSON on stdout; errors go to stderr with a non-zero exit status.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	flo "github.com/razorbill/flo-go"
+	"github.com/spf13/cobra"
+)
+
+const (
+	defaultAddr = "localhost:9000"
+	// maxAwait is the longest wait the server grants one AwaitTask call; longer waits are
+	// made of several calls.
+	maxAwait = 5 * time.Minute
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes the command line args and returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := newRootCmd()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintf(stderr, "flo: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// globals are the flags every command takes.
+type globals struct {
+	addr      string
+	namespace string
+}
+
+// newRootCmd builds the whole command tree; each subcommand group adds itself with one
+// AddCommand call.
+func newRootCmd() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:           "flo",
+		Short:         "Manage and run Flo actions and tasks",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&g.addr, "addr", envOr("FLO_ADDR", defaultAddr), "gateway gRPC address (env FLO_ADDR)")
+	root.PersistentFlags().StringVarP(&g.namespace, "namespace", "n", envOr("FLO_NAMESPACE", flo.DefaultNamespace), "namespace (env FLO_NAMESPACE)")
+
+	root.AddCommand(newNamespaceCmd(g))
+	root.AddCommand(newActionCmd(g))
+	root.AddCommand(newTaskCmd(g))
+	root.AddCommand(newDevCmd())
+	return root
+}
+
+func envOr(key, fallback string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return fallback
+}
+
+// withClient connects a client for the command's flags, runs fn and closes the client.
+func (g *globals) withClient(fn func(*flo.Client) error) error {
+	client := flo.NewClient(g.addr, flo.WithNamespace(g.namespace))
+	if err := client.Connect(); err != nil {
+		return err
+	}
+	defer client.Close()
+	return fn(client)
+}
+
+// printJSON writes v as indented JSON, the output format scripts read.
+func printJSON(cmd *cobra.Command, v any) error {
+	enc := json.NewEncoder(cmd.OutOrStdout())
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("write output: %w", err)
+	}
+	return nil
+}
+
+// awaitTask waits up to timeout for task id to finish, in calls the server accepts, prints the
+// task as it then is, and fails if it has not finished.
+func awaitTask(cmd *cobra.Command, client *flo.Client, id string, timeout time.Duration) error {
+	if timeout <= 0 {
+		return fmt.Errorf("--timeout must be positive, got %s", timeout)
+	}
+	ctx := cmd.Context()
+	deadline := time.Now().Add(timeout)
+	wait := timeout
+	for {
+		task, err := client.AwaitTask(ctx, id, min(wait, maxAwait))
+		if err != nil {
+			return err
+		}
+		wait = time.Until(deadline).Round(time.Millisecond)
+		if task.Status.Final() || wait <= 0 {
+			if err := printJSON(cmd, task); err != nil {
+				return err
+			}
+			if !task.Status.Final() {
+				return fmt.Errorf("task %s is still %s after %s", id, task.Status, timeout)
+			}
+			return nil
+		}
+	}
+}

@@ -1,0 +1,119 @@
+package flo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrAbandon, returned by a handler (or wrapped in its error), hands the task back to the queue
+// at once without counting the attempt: the right answer when the worker cannot run the task
+// now for reasons that have nothing to do with the task.
+var ErrAbandon = errors.New("flo: task abandoned")
+
+// NonRetryableError marks a failure that retrying cannot fix (invalid input, a business rule).
+// The task fails at once: no further attempts, no dead-letter queue.
+type NonRetryableError struct {
+	Err error
+}
+
+// NewNonRetryableError marks err as not worth retrying.
+func NewNonRetryableError(err error) error {
+	return &NonRetryableError{Err: err}
+}
+
+// NewNonRetryableErrorf formats a message (with %w support) and marks it as not worth retrying.
+func NewNonRetryableErrorf(format string, args ...any) error {
+	return &NonRetryableError{Err: fmt.Errorf(format, args...)}
+}
+
+// Error returns the wrapped error's message.
+func (e *NonRetryableError) Error() string { return errorText(e.Err) }
+
+// Unwrap returns the wrapped error.
+func (e *NonRetryableError) Unwrap() error { return e.Err }
+
+// DeadLetterError fails the attempt and sends the task straight to the dead-letter queue, where
+// an operator can inspect and requeue it; it is the explicit fail(retry=false).
+type DeadLetterError struct {
+	Err error
+}
+
+// NewDeadLetterError sends the task to the dead-letter queue with err as its error.
+func NewDeadLetterError(err error) error {
+	return &DeadLetterError{Err: err}
+}
+
+// NewDeadLetterErrorf formats a message (with %w support) and sends the task to the
+// dead-letter queue with it.
+func NewDeadLetterErrorf(format string, args ...any) error {
+	return &DeadLetterError{Err: fmt.Errorf(format, args...)}
+}
+
+// Error returns the wrapped error's message.
+func (e *DeadLetterError) Error() string { return errorText(e.Err) }
+
+// Unwrap returns the wrapped error.
+func (e *DeadLetterError) Unwrap() error { return e.Err }
+
+// NackError returns the task to the queue to run again after Delay. The attempt counts, as a
+// failure would, but the retry happens when the handler chose rather than when the action's
+// backoff policy says: use it for an upstream rate limit or a lock held elsewhere.
+type NackError struct {
+	Delay time.Duration
+	Err   error
+}
+
+// NewNackErrorf formats a reason (with %w support) and asks for the task to run again after
+// delay.
+func NewNackErrorf(delay time.Duration, format string, args ...any) error {
+	return &NackError{Delay: delay, Err: fmt.Errorf(format, args...)}
+}
+
+// Error returns the wrapped error's message.
+func (e *NackError) Error() string { return errorText(e.Err) }
+
+// Unwrap returns the wrapped error.
+func (e *NackError) Unwrap() error { return e.Err }
+
+func errorText(err error) string {
+	if err == nil {
+		return "unknown error"
+	}
+	return err.Error()
+}
+
+// disposition is how a finished attempt is reported to the server.
+type disposition int
+
+const (
+	dispositionRetry        disposition = iota // Failed{retry: true}
+	dispositionNonRetryable                    // Failed{non_retryable: true}
+	dispositionDeadLetter                      // Failed{retry: false}
+	dispositionNack                            // Nack{delay}
+	dispositionAbandon                         // Abandon
+)
+
+// classify decides what a handler's error means for its task. The order matters when one error
+// wraps several markers: handing the task back wins over failing it, and an explicit marker
+// wins over a context error it may wrap.
+func classify(err error) (disposition, time.Duration) {
+	var nack *NackError
+	var nonRetryable *NonRetryableError
+	var deadLetter *DeadLetterError
+	switch {
+	case errors.Is(err, ErrAbandon):
+		return dispositionAbandon, 0
+	case errors.As(err, &nack):
+		return dispositionNack, max(nack.Delay, 0)
+	case errors.As(err, &nonRetryable):
+		return dispositionNonRetryable, 0
+	case errors.As(err, &deadLetter):
+		return dispositionDeadLetter, 0
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return dispositionNonRetryable, 0
+	default:
+		return dispositionRetry, 0
+	}
+}

@@ -1,0 +1,134 @@
+package flo_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	flo "github.com/razorbill/flo-go"
+)
+
+// A client is bound to one namespace; Connect prepares the connection, which is opened on
+// first use.
+func ExampleNewClient() {
+	client := flo.NewClient("localhost:9000", flo.WithNamespace("myapp"))
+	if err := client.Connect(); err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	ctx := context.Background()
+	_, err := client.RegisterAction(ctx, "send-email", flo.ActionOptions{
+		Timeout:     30 * time.Second,
+		MaxAttempts: 5,
+		Backoff: &flo.Backoff{
+			Kind:       flo.BackoffExponential,
+			Initial:    time.Second,
+			Max:        time.Minute,
+			Multiplier: 2,
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// A worker runs handlers until its context ends, then finishes the tasks it holds.
+func ExampleClient_NewActionWorker() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	client := flo.NewClient("localhost:9000", flo.WithNamespace("myapp"))
+	if err := client.Connect(); err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	w, err := client.NewActionWorker(flo.ActionWorkerOptions{Concurrency: 10})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer w.Close()
+
+	w.MustRegisterAction("validate-order", func(actx *flo.ActionContext) (interface{}, error) {
+		var order struct {
+			OrderID string  `json:"orderId"`
+			Amount  float64 `json:"amount"`
+		}
+		if err := actx.Into(&order); err != nil {
+			return nil, flo.NewNonRetryableError(err)
+		}
+		if order.OrderID == "" {
+			return nil, flo.NewNonRetryableErrorf("missing orderId")
+		}
+		if order.Amount >= 500 {
+			return actx.Result("needs_review", map[string]any{"orderId": order.OrderID})
+		}
+		return map[string]any{"valid": true, "orderId": order.OrderID}, nil
+	})
+
+	if err := w.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// Invoke returns the new task's id at once; AwaitTask waits for the task to finish.
+func ExampleClient_Invoke() {
+	client := flo.NewClient("localhost:9000", flo.WithNamespace("myapp"))
+	if err := client.Connect(); err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	ctx := context.Background()
+	id, err := client.Invoke(ctx, "process-order", map[string]any{"order_id": "o-1", "amount": 42},
+		flo.WithIdempotencyKey("order-o-1"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	task, err := client.AwaitTask(ctx, id, 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(task.Status, string(task.Result))
+}
+
+// Tasks print as JSON with their payload and result inline when those hold JSON.
+func ExampleTask_MarshalJSON() {
+	task := flo.Task{
+		ID:          "0b6f3f9e-5f1c-4c1e-9d55-3f6f2f0e8a11",
+		Namespace:   "myapp",
+		Action:      "process-order",
+		Status:      flo.TaskCompleted,
+		Attempt:     1,
+		MaxAttempts: 3,
+		Payload:     []byte(`{"order_id":"o-1"}`),
+		Result:      []byte(`{"status":"done"}`),
+	}
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(task); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// {
+	//   "id": "0b6f3f9e-5f1c-4c1e-9d55-3f6f2f0e8a11",
+	//   "namespace": "myapp",
+	//   "action": "process-order",
+	//   "status": "completed",
+	//   "attempt": 1,
+	//   "max_attempts": 3,
+	//   "priority": 0,
+	//   "payload": {
+	//     "order_id": "o-1"
+	//   },
+	//   "result": {
+	//     "status": "done"
+	//   }
+	// }
+}

@@ -1,0 +1,169 @@
+package flo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+
+	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// tracerName identifies the SDK's spans among the application's.
+const tracerName = "github.com/razorbill/flo-go"
+
+// handlerFunc is the one shape every registered handler is adapted to.
+type handlerFunc func(*ActionContext) (outcome string, body []byte, err error)
+
+// UnsupportedHandlerError is returned when a handler is neither a
+// func(*ActionContext) ([]byte, error) nor a func(*ActionContext) (interface{}, error).
+type UnsupportedHandlerError struct {
+	Action  string
+	Handler any
+}
+
+// Error names the action and the handler's type.
+func (e *UnsupportedHandlerError) Error() string {
+	return fmt.Sprintf("flo: handler for action %s has type %T; want func(*flo.ActionContext) ([]byte, error) or func(*flo.ActionContext) (interface{}, error)", e.Action, e.Handler)
+}
+
+// adaptHandler checks the handler's type once, at registration, so a wrong handler fails
+// there rather than on the first task.
+func adaptHandler(action string, handler any) (handlerFunc, error) {
+	switch fn := handler.(type) {
+	case func(*ActionContext) ([]byte, error):
+		if fn == nil {
+			break
+		}
+		return func(actx *ActionContext) (string, []byte, error) {
+			body, err := fn(actx)
+			return "", body, err
+		}, nil
+	case func(*ActionContext) (interface{}, error):
+		if fn == nil {
+			break
+		}
+		return func(actx *ActionContext) (string, []byte, error) {
+			v, err := fn(actx)
+			if err != nil {
+				return "", nil, err
+			}
+			if named, ok := v.(*namedOutcome); ok {
+				return named.outcome, named.body, nil
+			}
+			body, err := encodeResult(v)
+			if err != nil {
+				// The same value would fail to encode on every attempt.
+				return "", nil, NewNonRetryableErrorf("encode result: %w", err)
+			}
+			return "", body, nil
+		}, nil
+	}
+	return nil, &UnsupportedHandlerError{Action: action, Handler: handler}
+}
+
+// panicError carries a recovered panic as a handler error; it is retried like any other.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+// Error is what the task's error records: the panic value.
+func (e *panicError) Error() string { return fmt.Sprintf("panic: %v", e.value) }
+
+// call runs the handler, turning a panic into an error so one bad task cannot take the
+// worker down.
+func call(h handlerFunc, actx *ActionContext) (outcome string, body []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &panicError{value: r, stack: debug.Stack()}
+		}
+	}()
+	return h(actx)
+}
+
+// report turns the end of one attempt into the message that tells the server.
+func report(task *flov1.TaskAssignment, outcome string, body []byte, err error) *flov1.WorkerMessage {
+	id, attempt := task.GetTaskId(), task.GetAttempt()
+	if err == nil {
+		return resultMessage(&flov1.Result{
+			TaskId:  id,
+			Attempt: attempt,
+			Outcome: &flov1.Result_Completed{Completed: &flov1.Completed{Body: body, Outcome: outcome}},
+		})
+	}
+	kind, delay := classify(err)
+	switch kind {
+	case dispositionAbandon:
+		return &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Abandon{Abandon: &flov1.Abandon{TaskId: id, Attempt: attempt}}}
+	case dispositionNack:
+		return &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Nack{Nack: &flov1.Nack{
+			TaskId: id, Attempt: attempt, DelayMs: delay.Milliseconds(), Reason: err.Error(),
+		}}}
+	}
+	failed := &flov1.Failed{Error: err.Error()}
+	switch kind {
+	case dispositionNonRetryable:
+		failed.NonRetryable = true
+	case dispositionRetry:
+		failed.Retry = true
+	}
+	return resultMessage(&flov1.Result{TaskId: id, Attempt: attempt, Outcome: &flov1.Result_Failed{Failed: failed}})
+}
+
+func resultMessage(r *flov1.Result) *flov1.WorkerMessage {
+	return &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Result{Result: r}}
+}
+
+// execute runs one attempt of task with h inside its trace span and returns the message that
+// reports it. base supplies the values of the context Start was given, without its
+// cancellation: handlers finish even when the worker is stopping.
+func (w *ActionWorker) execute(base context.Context, task *flov1.TaskAssignment, h handlerFunc) *flov1.WorkerMessage {
+	ctx := otel.GetTextMapPropagator().Extract(base, propagation.MapCarrier(task.GetTraceContext()))
+	ctx, span := otel.Tracer(tracerName).Start(ctx, "flo.action "+task.GetAction(),
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String("flo.task.id", task.GetTaskId()),
+			attribute.String("flo.action", task.GetAction()),
+			attribute.Int("flo.task.attempt", int(task.GetAttempt())),
+			attribute.String("flo.namespace", w.client.namespace),
+			attribute.String("flo.worker.id", w.opts.WorkerID),
+		))
+	defer span.End()
+	ctx, cancel := context.WithTimeout(ctx, w.opts.ActionTimeout)
+	defer cancel()
+
+	actx := &ActionContext{
+		Context:     ctx,
+		taskID:      task.GetTaskId(),
+		action:      task.GetAction(),
+		attempt:     int(task.GetAttempt()),
+		maxAttempts: int(task.GetMaxAttempts()),
+		createdAt:   timeFromProto(task.GetCreatedAt()),
+		payload:     task.GetPayload(),
+	}
+	actx.touch = func(ctx context.Context, extendMS int64) error {
+		return w.touch(ctx, task, extendMS)
+	}
+
+	outcome, body, err := call(h, actx)
+	if err != nil {
+		var p *panicError
+		if errors.As(err, &p) {
+			w.log.Error("flo: action handler panicked", "action", task.GetAction(), "task_id", task.GetTaskId(),
+				"attempt", task.GetAttempt(), "panic", fmt.Sprint(p.value), "stack", string(p.stack))
+		}
+		if !errors.Is(err, ErrAbandon) {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+	} else if outcome != "" {
+		span.SetAttributes(attribute.String("flo.outcome", outcome))
+	}
+	return report(task, outcome, body, err)
+}

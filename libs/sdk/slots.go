@@ -1,0 +1,98 @@
+package flo
+
+import "sync"
+
+// slots counts the handler slots in use and the credit the server holds for the worker.
+//
+// Each Ready grants the server credit for count tasks until its block timeout. The server uses
+// grants oldest first as it hands out tasks, and answers each grant that expires with credit
+// left by one empty TaskBatch. The worker sees those messages in the order the server did its
+// bookkeeping, so it keeps the same books here and asks only for slots that are neither
+// running a task nor already promised one: the server then never sends more than the worker
+// can start.
+type slots struct {
+	mu       sync.Mutex
+	size     int
+	inFlight int
+	// grants holds what is left of each Ready's credit, oldest first; credit is their sum.
+	grants []int
+	credit int
+}
+
+// reset forgets the credit of a stream that ended: it died with the stream.
+func (s *slots) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.grants, s.credit = nil, 0
+}
+
+// grant records a Ready for every free slot and returns its count; zero means there is
+// nothing to ask for.
+func (s *slots) grant() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.size - s.inFlight - s.credit
+	if n <= 0 {
+		return 0
+	}
+	s.grants = append(s.grants, n)
+	s.credit += n
+	return n
+}
+
+// consume records that one task arrived.
+func (s *slots) consume() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.consumeLocked()
+}
+
+func (s *slots) consumeLocked() {
+	if len(s.grants) == 0 {
+		return
+	}
+	s.credit--
+	s.grants[0]--
+	if s.grants[0] == 0 {
+		s.grants = s.grants[1:]
+	}
+}
+
+// expire records an empty TaskBatch: the oldest grant ran out of time, and its credit is free
+// to ask for again.
+func (s *slots) expire() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.grants) == 0 {
+		return
+	}
+	s.credit -= s.grants[0]
+	s.grants = s.grants[1:]
+}
+
+// acquire takes a slot for a task that arrived, consuming its credit, and reports false when
+// every slot is busy.
+func (s *slots) acquire() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inFlight >= s.size {
+		return false
+	}
+	s.inFlight++
+	s.consumeLocked()
+	return true
+}
+
+// release frees the slot of a task whose handler returned.
+func (s *slots) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inFlight--
+}
+
+// running returns how many handlers are running.
+func (s *slots) running() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inFlight
+}

@@ -1,0 +1,268 @@
+// Command flo-bench measures the action path on the whole embedded stack:
+// invoke through the gateway, the log and the dispatcher, execute in SDK
+// workers over the worker stream, and complete. It prints tasks/s and
+// invoke-to-start latency, first at full load and then at half that rate.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
+
+	flo "github.com/razorbill/flo-go"
+	"github.com/razorbill/flo/services/devstack"
+)
+
+type options struct {
+	tasks       int
+	invokers    int
+	workers     int
+	concurrency int
+	halfLoadFor time.Duration
+	fsync       bool
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.tasks, "tasks", 30000, "tasks to invoke in the full-load phase")
+	flag.IntVar(&o.invokers, "invokers", 128, "concurrent invoking goroutines")
+	flag.IntVar(&o.workers, "workers", 2, "worker processes (each with its own stream)")
+	flag.IntVar(&o.concurrency, "concurrency", 256, "handler slots per worker")
+	flag.DurationVar(&o.halfLoadFor, "half-load", 10*time.Second, "duration of the half-load latency phase (0 skips it)")
+	flag.BoolVar(&o.fsync, "fsync", true, "run the private Postgres with fsync on, as a deployment would")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "flo-bench:", err)
+		os.Exit(1)
+	}
+}
+
+// latencies collects invoke-to-start samples in microseconds.
+type latencies struct {
+	mu      sync.Mutex
+	samples []int64
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.samples = append(l.samples, d.Microseconds())
+	l.mu.Unlock()
+}
+
+func (l *latencies) reset() {
+	l.mu.Lock()
+	l.samples = l.samples[:0]
+	l.mu.Unlock()
+}
+
+func (l *latencies) percentiles() (p50, p99 time.Duration, n int) {
+	l.mu.Lock()
+	s := slices.Clone(l.samples)
+	l.mu.Unlock()
+	if len(s) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(s)
+	at := func(q float64) time.Duration { return time.Duration(s[int(q*float64(len(s)-1))]) * time.Microsecond }
+	return at(0.50), at(0.99), len(s)
+}
+
+type payload struct {
+	InvokedAt int64 `json:"t"`
+}
+
+func run(ctx context.Context, o options) error {
+	dir, err := os.MkdirTemp("", "flo-bench-")
+	if err != nil {
+		return fmt.Errorf("temp dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	stack, err := devstack.Start(ctx, devstack.Config{
+		DataDir:            dir,
+		Partitions:         8,
+		GatewayGRPCAddr:    "127.0.0.1:0",
+		GatewayHTTPAddr:    "127.0.0.1:0",
+		DispatcherGRPCAddr: "127.0.0.1:0",
+		DispatcherHTTPAddr: "127.0.0.1:0",
+		Namespaces:         []string{"bench"},
+		LeaseCheckInterval: time.Second,
+		MaxPayloadBytes:    1 << 20,
+		PostgresFsync:      o.fsync,
+	}, log)
+	if err != nil {
+		return err
+	}
+	defer stack.Stop()
+
+	client := flo.NewClient(stack.GatewayGRPCAddr(), flo.WithNamespace("bench"))
+	if err := client.Connect(); err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer client.Close()
+	if _, err := client.RegisterAction(ctx, "bench", flo.ActionOptions{Timeout: time.Minute, MaxAttempts: 3}); err != nil {
+		return fmt.Errorf("register action: %w", err)
+	}
+
+	var lat latencies
+	wctx, stopWorkers := context.WithCancel(ctx)
+	var workers errgroup.Group
+	for range o.workers {
+		wc := flo.NewClient(stack.GatewayGRPCAddr(), flo.WithNamespace("bench"))
+		if err := wc.Connect(); err != nil {
+			return fmt.Errorf("connect worker: %w", err)
+		}
+		defer wc.Close()
+		w, err := wc.NewActionWorker(flo.ActionWorkerOptions{Concurrency: o.concurrency})
+		if err != nil {
+			return fmt.Errorf("new worker: %w", err)
+		}
+		w.MustRegisterAction("bench", func(actx *flo.ActionContext) ([]byte, error) {
+			var p payload
+			if err := actx.Into(&p); err != nil {
+				return nil, flo.NewNonRetryableErrorf("bad payload: %v", err)
+			}
+			lat.add(time.Since(time.Unix(0, p.InvokedAt)))
+			return nil, nil
+		})
+		workers.Go(func() error { return w.Start(wctx) })
+	}
+	defer func() {
+		stopWorkers()
+		if err := workers.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+		}
+	}()
+
+	db, err := pgx.Connect(ctx, stack.DatabaseURL())
+	if err != nil {
+		return fmt.Errorf("connect to postgres: %w", err)
+	}
+	defer db.Close(ctx)
+
+	fmt.Printf("full load: %d tasks, %d invokers, %d workers x %d slots, fsync=%v\n",
+		o.tasks, o.invokers, o.workers, o.concurrency, o.fsync)
+	start := time.Now()
+	var next atomic.Int64
+	var g errgroup.Group
+	for range o.invokers {
+		g.Go(func() error {
+			for next.Add(1) <= int64(o.tasks) {
+				if err := invoke(ctx, client); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	invoked := time.Since(start)
+	if err := waitCompleted(ctx, db, o.tasks, start); err != nil {
+		return err
+	}
+	elapsed := time.Since(start)
+	rate := float64(o.tasks) / elapsed.Seconds()
+	p50, p99, _ := lat.percentiles()
+	fmt.Printf("  invoked in %v (%.0f invokes/s); all completed in %v\n", invoked.Round(time.Millisecond),
+		float64(o.tasks)/invoked.Seconds(), elapsed.Round(time.Millisecond))
+	fmt.Printf("  throughput %.0f tasks/s; invoke-to-start p50 %v p99 %v\n", rate, p50, p99)
+
+	if o.halfLoadFor <= 0 {
+		return nil
+	}
+	half := rate / 2
+	fmt.Printf("half load: %.0f tasks/s for %v\n", half, o.halfLoadFor)
+	lat.reset()
+	n, err := paced(ctx, client, half, o.halfLoadFor, o.invokers)
+	if err != nil {
+		return err
+	}
+	if err := waitCompleted(ctx, db, o.tasks+n, start); err != nil {
+		return err
+	}
+	p50, p99, got := lat.percentiles()
+	fmt.Printf("  %d tasks; invoke-to-start p50 %v p99 %v\n", got, p50, p99)
+	return nil
+}
+
+func invoke(ctx context.Context, client *flo.Client) error {
+	body, err := json.Marshal(payload{InvokedAt: time.Now().UnixNano()})
+	if err != nil {
+		return fmt.Errorf("encode payload: %w", err)
+	}
+	if _, err := client.Invoke(ctx, "bench", body); err != nil {
+		return fmt.Errorf("invoke: %w", err)
+	}
+	return nil
+}
+
+// paced invokes at a fixed rate for d, spreading the ticks over workers so a
+// slow invoke does not delay the next one.
+func paced(ctx context.Context, client *flo.Client, rate float64, d time.Duration, invokers int) (int, error) {
+	interval := time.Duration(float64(time.Second) / rate)
+	ticks := make(chan struct{}, invokers)
+	var g errgroup.Group
+	for range invokers {
+		g.Go(func() error {
+			for range ticks {
+				if err := invoke(ctx, client); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	n := 0
+	deadline := time.Now().Add(d)
+	next := time.Now()
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(time.Until(next))
+		ticks <- struct{}{}
+		n++
+		next = next.Add(interval)
+	}
+	close(ticks)
+	return n, g.Wait()
+}
+
+// waitCompleted polls the task table until want tasks are completed: a
+// measurement loop in a benchmark tool, not part of the platform.
+func waitCompleted(ctx context.Context, db *pgx.Conn, want int, start time.Time) error {
+	last := time.Now()
+	for {
+		var done int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM dispatcher.tasks WHERE state = 'completed'`).Scan(&done); err != nil {
+			return fmt.Errorf("count completed tasks: %w", err)
+		}
+		if done >= want {
+			return nil
+		}
+		if time.Since(last) > 2*time.Second {
+			fmt.Printf("  ... %d/%d completed after %v\n", done, want, time.Since(start).Round(time.Second))
+			last = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

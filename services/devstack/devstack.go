@@ -1,0 +1,272 @@
+// Package devstack runs the whole Flo platform in one process: an embedded
+// Kafka-protocol broker and a private Postgres when none are configured, then
+// every service. `flo dev`, the end-to-end tests and `make bench` use it, so all
+// three exercise the same services a deployment runs, wired the same way.
+package devstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/razorbill/flo/libs/config"
+	"github.com/razorbill/flo/libs/localbroker"
+	"github.com/razorbill/flo/libs/localpg"
+	dispatcher "github.com/razorbill/flo/services/dispatcher/service"
+	gateway "github.com/razorbill/flo/services/gateway/service"
+)
+
+// Config says where the stack keeps its data and listens. Zero values work on a
+// laptop: data under .flo/, the ports of the design.
+type Config struct {
+	// DataDir holds the embedded broker's and Postgres's data.
+	DataDir string `env:"FLO_DATA_DIR, default=.flo"`
+	// DatabaseURL is an existing Postgres; empty starts a private one.
+	DatabaseURL string `env:"FLO_DATABASE_URL"`
+	// PostgresPort is where the private Postgres listens.
+	PostgresPort int `env:"FLO_DEV_POSTGRES_PORT, default=5433"`
+	// KafkaBrokers is an existing Kafka-protocol cluster; empty starts the embedded broker.
+	KafkaBrokers []string `env:"FLO_KAFKA_BROKERS"`
+	// BrokerPort is where the embedded broker listens.
+	BrokerPort int `env:"FLO_DEV_BROKER_PORT, default=9092"`
+	// Partitions is the partition count of the topics the services create.
+	Partitions int32 `env:"FLO_KAFKA_PARTITIONS, default=8"`
+
+	GatewayGRPCAddr    string `env:"FLO_GATEWAY_GRPC_ADDR, default=:9000"`
+	GatewayHTTPAddr    string `env:"FLO_GATEWAY_HTTP_ADDR, default=:8080"`
+	DispatcherGRPCAddr string `env:"FLO_DISPATCHER_GRPC_ADDR, default=127.0.0.1:9101"`
+	DispatcherHTTPAddr string `env:"FLO_DISPATCHER_HTTP_ADDR, default=127.0.0.1:9111"`
+
+	// Namespaces are created at start.
+	Namespaces []string `env:"FLO_BOOTSTRAP_NAMESPACES, default=default,myapp"`
+	// LeaseCheckInterval is how often expired leases are looked for.
+	LeaseCheckInterval time.Duration `env:"FLO_LEASE_CHECK_INTERVAL, default=1s"`
+	// MaxPayloadBytes bounds an invocation's payload.
+	MaxPayloadBytes int `env:"FLO_MAX_PAYLOAD_BYTES, default=1048576"`
+	// PostgresFsync keeps the private Postgres crash-safe; tests turn it off.
+	PostgresFsync bool `env:"FLO_DEV_POSTGRES_FSYNC, default=true"`
+}
+
+// Stack is a running platform.
+type Stack struct {
+	cfg Config
+	log *slog.Logger
+
+	pg     *localpg.Server
+	broker *localbroker.Broker
+	dbURL  string
+	kafka  []string
+
+	mu       sync.Mutex
+	services map[string]*running
+	gateway  *gateway.Service
+
+	failed   chan struct{}
+	failOnce sync.Once
+}
+
+// running is one service's Run, stoppable on its own.
+type running struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// Start brings up the infrastructure and every service and returns once the
+// gateway is ready. Stop ends them all.
+func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Stack, error) {
+	s := &Stack{
+		cfg: cfg, log: log, services: map[string]*running{}, failed: make(chan struct{}),
+		dbURL: cfg.DatabaseURL, kafka: cfg.KafkaBrokers,
+	}
+	if err := s.startInfra(ctx); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	if err := s.StartDispatcher(ctx); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	if err := s.startGateway(ctx); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Stack) startInfra(ctx context.Context) error {
+	if s.dbURL == "" {
+		dir, err := filepath.Abs(filepath.Join(s.cfg.DataDir, "postgres"))
+		if err != nil {
+			return fmt.Errorf("postgres data dir: %w", err)
+		}
+		s.log.Info("starting private postgres", "data_dir", dir, "port", s.cfg.PostgresPort)
+		pg, err := localpg.Start(ctx, dir, s.cfg.PostgresPort, localpg.Options{Fsync: s.cfg.PostgresFsync})
+		if err != nil {
+			return fmt.Errorf("start postgres: %w", err)
+		}
+		s.pg = pg
+		if err := pg.CreateDatabase(ctx, "flo"); err != nil {
+			return fmt.Errorf("create database: %w", err)
+		}
+		s.dbURL = pg.URL("flo")
+	}
+	if len(s.kafka) == 0 {
+		dir, err := filepath.Abs(filepath.Join(s.cfg.DataDir, "kafka"))
+		if err != nil {
+			return fmt.Errorf("broker data dir: %w", err)
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("broker data dir: %w", err)
+		}
+		s.log.Info("starting embedded broker", "data_dir", dir, "port", s.cfg.BrokerPort)
+		b, err := localbroker.Start(s.cfg.BrokerPort, dir, s.cfg.Partitions)
+		if err != nil {
+			return fmt.Errorf("start broker: %w", err)
+		}
+		s.broker = b
+		s.kafka = b.Addrs()
+	}
+	return nil
+}
+
+// StartDispatcher starts a dispatcher replica (again, after StopDispatcher).
+func (s *Stack) StartDispatcher(ctx context.Context) error {
+	svc, err := dispatcher.New(ctx, dispatcher.Config{
+		GRPCAddr:            s.cfg.DispatcherGRPCAddr,
+		HTTPAddr:            s.cfg.DispatcherHTTPAddr,
+		BootstrapNamespaces: s.cfg.Namespaces,
+		LeaseCheckInterval:  s.cfg.LeaseCheckInterval,
+		Postgres:            config.Postgres{URL: s.dbURL, MaxConns: 16},
+		Kafka:               config.Kafka{Brokers: s.kafka, Partitions: s.cfg.Partitions},
+	}, s.log.With("service", "dispatcher"))
+	if err != nil {
+		return fmt.Errorf("start dispatcher: %w", err)
+	}
+	// The gateway dials the dispatcher's address, so a replacement must bind
+	// the same one: remember what the first bind picked.
+	s.cfg.DispatcherGRPCAddr = svc.GRPCAddr()
+	s.cfg.DispatcherHTTPAddr = svc.HTTPAddr()
+	s.run("dispatcher", svc.Run)
+	return nil
+}
+
+// StopDispatcher stops the dispatcher and waits for it to end.
+func (s *Stack) StopDispatcher() error { return s.stop("dispatcher") }
+
+func (s *Stack) startGateway(ctx context.Context) error {
+	svc, err := gateway.New(ctx, gateway.Config{
+		GRPCAddr:        s.cfg.GatewayGRPCAddr,
+		HTTPAddr:        s.cfg.GatewayHTTPAddr,
+		DispatcherAddr:  s.cfg.DispatcherGRPCAddr,
+		MaxPayloadBytes: s.cfg.MaxPayloadBytes,
+		Kafka:           config.Kafka{Brokers: s.kafka, Partitions: s.cfg.Partitions},
+	}, s.log.With("service", "gateway"))
+	if err != nil {
+		return fmt.Errorf("start gateway: %w", err)
+	}
+	s.gateway = svc
+	s.run("gateway", svc.Run)
+	return nil
+}
+
+func (s *Stack) run(name string, fn func(context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cancel: cancel, done: make(chan error, 1)}
+	s.mu.Lock()
+	s.services[name] = r
+	s.mu.Unlock()
+	go func() {
+		err := fn(ctx)
+		if ctx.Err() == nil {
+			s.log.Error("service stopped on its own", "service", name, "error", err)
+			s.failOnce.Do(func() { close(s.failed) })
+		}
+		r.done <- err
+	}()
+}
+
+func (s *Stack) stop(name string) error {
+	s.mu.Lock()
+	r := s.services[name]
+	delete(s.services, name)
+	s.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	r.cancel()
+	if err := <-r.done; err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("stop %s: %w", name, err)
+	}
+	return nil
+}
+
+// waitReady polls the gateway's /readyz: start-up is a one-off, not a hot path.
+func (s *Stack) waitReady(ctx context.Context) error {
+	url := "http://" + s.gateway.HTTPAddr() + "/readyz"
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return fmt.Errorf("readiness request: %w", err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for gateway readiness: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Done is closed when a service stops without being asked to.
+func (s *Stack) Done() <-chan struct{} { return s.failed }
+
+// GatewayGRPCAddr is where clients and workers connect.
+func (s *Stack) GatewayGRPCAddr() string { return s.gateway.GRPCAddr() }
+
+// GatewayHTTPAddr is where the REST facade listens.
+func (s *Stack) GatewayHTTPAddr() string { return s.gateway.HTTPAddr() }
+
+// DatabaseURL is the Postgres the services use.
+func (s *Stack) DatabaseURL() string { return s.dbURL }
+
+// KafkaBrokers are the brokers the services use.
+func (s *Stack) KafkaBrokers() []string { return s.kafka }
+
+// Broker is the embedded broker, nil when an external one is configured.
+func (s *Stack) Broker() *localbroker.Broker { return s.broker }
+
+// Stop stops the services (gateway first, so no new work enters), then the
+// broker and Postgres it started.
+func (s *Stack) Stop() {
+	for _, name := range []string{"gateway", "dispatcher"} {
+		if err := s.stop(name); err != nil {
+			s.log.Error("stop service", "service", name, "error", err)
+		}
+	}
+	if s.broker != nil {
+		s.broker.Close()
+	}
+	if s.pg != nil {
+		if err := s.pg.Stop(); err != nil {
+			s.log.Error("stop postgres", "error", err)
+		}
+	}
+}

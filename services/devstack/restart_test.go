@@ -1,0 +1,258 @@
+package devstack_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	flo "github.com/razorbill/flo-go"
+	"github.com/razorbill/flo/libs/config"
+	"github.com/razorbill/flo/libs/harness"
+	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
+	gateway "github.com/razorbill/flo/services/gateway/service"
+)
+
+// load invokes n tasks of action with idempotency keys, retrying each until
+// the gateway accepts it, as a careful client does across an outage. fault
+// runs once, after a third of the tasks are in.
+func load(t *testing.T, client *flo.Client, action string, n int, fault func()) []string {
+	t.Helper()
+	ctx := context.Background()
+	ids := make([]string, n)
+	var next atomic.Int64
+	var faulted sync.Once
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if i == n/3 {
+					faulted.Do(fault)
+				}
+				deadline := time.Now().Add(60 * time.Second)
+				for {
+					id, err := client.Invoke(ctx, action, map[string]int{"i": i}, flo.WithIdempotencyKey(fmt.Sprintf("load-%d", i)))
+					if err == nil {
+						ids[i] = id
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Errorf("invoke %d never accepted: %v", i, err)
+						return
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return ids
+}
+
+// requireEachCompletedOnce waits until every id is completed in Postgres and
+// then checks the task events: exactly one distinct completion per task.
+func requireEachCompletedOnce(t *testing.T, e *env, brokers []string, ids []string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var done int
+		err := e.db.QueryRow(context.Background(),
+			`SELECT count(*) FROM dispatcher.tasks WHERE id = ANY($1) AND state = 'completed'`, ids).Scan(&done)
+		require.NoError(t, err)
+		return done == len(ids)
+	}, 90*time.Second, 100*time.Millisecond)
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("flo.tasks.events"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	require.NoError(t, err)
+	defer cl.Close()
+	completions := map[string]map[string]bool{} // task id -> completion event ids
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for len(completions) < len(ids) {
+		fetches := cl.PollFetches(ctx)
+		require.NoError(t, ctx.Err(), "saw completions for %d of %d tasks", len(completions), len(ids))
+		fetches.EachRecord(func(r *kgo.Record) {
+			var ev eventsv1.TaskEvent
+			require.NoError(t, proto.Unmarshal(r.Value, &ev))
+			if ev.GetType() != eventsv1.TaskEventType_TASK_EVENT_TYPE_COMPLETED || !want[ev.GetTaskId()] {
+				return
+			}
+			if completions[ev.GetTaskId()] == nil {
+				completions[ev.GetTaskId()] = map[string]bool{}
+			}
+			completions[ev.GetTaskId()][ev.GetEventId()] = true
+		})
+	}
+	for id, evs := range completions {
+		require.Len(t, evs, 1, "task %s completed more than once", id)
+	}
+}
+
+func TestBrokerRestartUnderLoadLosesNothing(t *testing.T) {
+	e := newEnv(t)
+	client := e.client(t, "default")
+	ctx := context.Background()
+	_, err := client.RegisterAction(ctx, "work", flo.ActionOptions{Timeout: 3 * time.Second, MaxAttempts: 20})
+	require.NoError(t, err)
+	e.worker(t, "default", flo.ActionWorkerOptions{Concurrency: 32}, func(w *flo.ActionWorker) {
+		w.MustRegisterAction("work", func(actx *flo.ActionContext) ([]byte, error) { return actx.Bytes("ok") })
+	})
+
+	ids := load(t, client, "work", 1500, func() {
+		require.NoError(t, e.broker.Restart())
+	})
+	requireEachCompletedOnce(t, e, e.broker.Addrs(), ids)
+}
+
+var (
+	dispatcherBinOnce sync.Once
+	dispatcherBin     string
+	dispatcherBinErr  error
+)
+
+// buildDispatcher builds the dispatcher's real binary once per test run, so
+// the test can kill it with SIGKILL like an orchestrator would.
+func buildDispatcher(t *testing.T) string {
+	dispatcherBinOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "flo-dispatcher-bin-")
+		if err != nil {
+			dispatcherBinErr = err
+			return
+		}
+		dispatcherBin = filepath.Join(dir, "dispatcher")
+		out, err := exec.Command("go", "build", "-o", dispatcherBin, "github.com/razorbill/flo/services/dispatcher/cmd/dispatcher").CombinedOutput()
+		if err != nil {
+			dispatcherBinErr = fmt.Errorf("go build dispatcher: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, dispatcherBinErr)
+	return dispatcherBin
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// dispatcherProcess is the dispatcher running as its own OS process.
+type dispatcherProcess struct {
+	cmd      *exec.Cmd
+	env      []string
+	bin      string
+	httpAddr string
+}
+
+func startDispatcherProcess(t *testing.T, p *dispatcherProcess) {
+	t.Helper()
+	p.cmd = exec.Command(p.bin)
+	p.cmd.Env = append(os.Environ(), p.env...)
+	if testing.Verbose() {
+		p.cmd.Stderr = os.Stderr
+	}
+	require.NoError(t, p.cmd.Start())
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + p.httpAddr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 20*time.Millisecond, "dispatcher process never became ready")
+}
+
+func (p *dispatcherProcess) kill() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	_ = p.cmd.Wait()
+}
+
+func TestDispatcherKilledUnderLoadLosesNothing(t *testing.T) {
+	broker := harness.NewBroker(t)
+	dbURL := harness.NewDatabase(t)
+	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	proc := &dispatcherProcess{
+		bin:      buildDispatcher(t),
+		httpAddr: httpAddr,
+		env: []string{
+			"FLO_DATABASE_URL=" + dbURL,
+			"FLO_KAFKA_BROKERS=" + strings.Join(broker.Addrs(), ","),
+			"FLO_KAFKA_PARTITIONS=4",
+			"FLO_DISPATCHER_GRPC_ADDR=" + grpcAddr,
+			"FLO_DISPATCHER_HTTP_ADDR=" + httpAddr,
+			"FLO_BOOTSTRAP_NAMESPACES=default",
+			"FLO_LEASE_CHECK_INTERVAL=100ms",
+			"FLO_LOG_LEVEL=warn",
+		},
+	}
+	startDispatcherProcess(t, proc)
+	t.Cleanup(proc.kill)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	gw, err := gateway.New(ctx, gateway.Config{
+		GRPCAddr:        "127.0.0.1:0",
+		HTTPAddr:        "127.0.0.1:0",
+		DispatcherAddr:  grpcAddr,
+		MaxPayloadBytes: 64 << 10,
+		Kafka:           config.Kafka{Brokers: broker.Addrs(), Partitions: 4},
+	}, testLogger(t))
+	require.NoError(t, err)
+	gwDone := make(chan error, 1)
+	go func() { gwDone <- gw.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-gwDone
+	})
+
+	e := &env{db: openPool(t, dbURL)}
+	client := flo.NewClient(gw.GRPCAddr())
+	require.NoError(t, client.Connect())
+	t.Cleanup(func() { client.Close() })
+	require.Eventually(t, func() bool {
+		_, err := client.RegisterAction(ctx, "work", flo.ActionOptions{Timeout: 3 * time.Second, MaxAttempts: 20})
+		return err == nil
+	}, 30*time.Second, 50*time.Millisecond)
+
+	wc := flo.NewClient(gw.GRPCAddr())
+	require.NoError(t, wc.Connect())
+	t.Cleanup(func() { wc.Close() })
+	w, err := wc.NewActionWorker(flo.ActionWorkerOptions{Concurrency: 32})
+	require.NoError(t, err)
+	w.MustRegisterAction("work", func(actx *flo.ActionContext) ([]byte, error) { return actx.Bytes("ok") })
+	wctx, stopWorker := context.WithCancel(context.Background())
+	workerDone := make(chan error, 1)
+	go func() { workerDone <- w.Start(wctx) }()
+	t.Cleanup(func() {
+		stopWorker()
+		<-workerDone
+	})
+
+	ids := load(t, client, "work", 1500, func() {
+		proc.kill()
+		startDispatcherProcess(t, proc)
+	})
+	requireEachCompletedOnce(t, e, broker.Addrs(), ids)
+}

@@ -1,0 +1,134 @@
+package devstack_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	flo "github.com/razorbill/flo-go"
+	"github.com/razorbill/flo/libs/harness"
+	"github.com/razorbill/flo/libs/localbroker"
+	"github.com/razorbill/flo/services/devstack"
+)
+
+func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
+
+// env is one test's platform: its own database and broker, every service.
+type env struct {
+	stack  *devstack.Stack
+	broker *localbroker.Broker
+	db     *pgxpool.Pool
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+func newEnv(t *testing.T, namespaces ...string) *env {
+	t.Helper()
+	if len(namespaces) == 0 {
+		namespaces = []string{"default", "myapp"}
+	}
+	broker := harness.NewBroker(t)
+	dbURL := harness.NewDatabase(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	stack, err := devstack.Start(ctx, devstack.Config{
+		DatabaseURL:        dbURL,
+		KafkaBrokers:       broker.Addrs(),
+		Partitions:         4,
+		GatewayGRPCAddr:    "127.0.0.1:0",
+		GatewayHTTPAddr:    "127.0.0.1:0",
+		DispatcherGRPCAddr: "127.0.0.1:0",
+		DispatcherHTTPAddr: "127.0.0.1:0",
+		Namespaces:         namespaces,
+		LeaseCheckInterval: 100 * time.Millisecond,
+		MaxPayloadBytes:    64 << 10,
+	}, testLogger(t))
+	require.NoError(t, err)
+	t.Cleanup(stack.Stop)
+	return &env{stack: stack, broker: broker, db: openPool(t, dbURL)}
+}
+
+// openPool connects the test itself to the database, to check what the
+// services stored.
+func openPool(t *testing.T, url string) *pgxpool.Pool {
+	t.Helper()
+	db, err := pgxpool.New(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	return db
+}
+
+// client connects an SDK client to the gateway.
+func (e *env) client(t *testing.T, ns string) *flo.Client {
+	t.Helper()
+	c := flo.NewClient(e.stack.GatewayGRPCAddr(), flo.WithNamespace(ns))
+	require.NoError(t, c.Connect())
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// worker starts an ActionWorker with the given handlers; it stops at cleanup
+// or when the returned cancel is called.
+func (e *env) worker(t *testing.T, ns string, opts flo.ActionWorkerOptions, register func(w *flo.ActionWorker)) (stop func()) {
+	t.Helper()
+	c := e.client(t, ns)
+	w, err := c.NewActionWorker(opts)
+	require.NoError(t, err)
+	register(w)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Start(ctx) }()
+	var stopped bool
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Errorf("worker did not stop")
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// taskState reads a task's state and attempt straight from the dispatcher's table.
+func (e *env) taskState(t *testing.T, id string) (state string, attempt int) {
+	t.Helper()
+	err := e.db.QueryRow(context.Background(),
+		`SELECT state, attempt FROM dispatcher.tasks WHERE id = $1`, id).Scan(&state, &attempt)
+	require.NoError(t, err)
+	return state, attempt
+}
+
+// countByState counts tasks per state in a namespace.
+func (e *env) countByState(t *testing.T, ns string) map[string]int {
+	t.Helper()
+	rows, err := e.db.Query(context.Background(),
+		`SELECT state, count(*) FROM dispatcher.tasks WHERE namespace = $1 GROUP BY state`, ns)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var s string
+		var n int
+		require.NoError(t, rows.Scan(&s, &n))
+		out[s] = n
+	}
+	require.NoError(t, rows.Err())
+	return out
+}

@@ -1,0 +1,218 @@
+// Package claim leases queued tasks to workers. Concurrent claims are
+// coalesced: one goroutine takes every pending claim and runs them as one
+// batch of UPDATE ... FOR UPDATE SKIP LOCKED statements in a single
+// transaction, with their STARTED events. A claim that finds nothing waits on
+// the wake hub for its queues, up to its wait time, and then tries again.
+package claim
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/razorbill/flo/libs/outbox"
+	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
+	"github.com/razorbill/flo/services/dispatcher/internal/coalesce"
+	"github.com/razorbill/flo/services/dispatcher/internal/fault"
+	"github.com/razorbill/flo/services/dispatcher/internal/store"
+	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
+	"github.com/razorbill/flo/services/dispatcher/internal/wake"
+)
+
+// Limits on one claim.
+const (
+	MaxCount = 1000
+	MaxWait  = 5 * time.Minute
+	MaxLease = 24 * time.Hour
+)
+
+// Batching limits: claims queued beyond queueSize make callers wait, and one
+// transaction serves at most batchSize claims.
+const (
+	queueSize = 1024
+	batchSize = 256
+)
+
+// Notifier is told that the outbox has new rows.
+type Notifier interface{ Notify() }
+
+// Request asks for up to Count tasks of Actions for worker WorkerID.
+type Request struct {
+	Namespace string
+	WorkerID  string
+	Actions   []string
+	Count     int
+	// Wait is how long to wait for work when none is ready.
+	Wait time.Duration
+	// Lease is the lease length; zero means each task's timeout.
+	Lease time.Duration
+}
+
+// Claimer hands out tasks.
+type Claimer struct {
+	pool    *pgxpool.Pool
+	catalog *catalog.Catalog
+	hub     *wake.Hub
+	relay   Notifier
+	log     *slog.Logger
+	batch   *coalesce.Batcher[store.ClaimParams, []store.Claimed]
+	claimed metric.Int64Counter
+
+	closeOnce sync.Once
+	closing   chan struct{}
+}
+
+// New returns a Claimer; Run must be running for claims to be served.
+func New(pool *pgxpool.Pool, cat *catalog.Catalog, hub *wake.Hub, relay Notifier, log *slog.Logger, meter metric.Meter) (*Claimer, error) {
+	claimed, err := meter.Int64Counter("flo.dispatcher.tasks.claimed", metric.WithDescription("Tasks leased to workers."))
+	if err != nil {
+		return nil, fmt.Errorf("create metric: %w", err)
+	}
+	c := &Claimer{pool: pool, catalog: cat, hub: hub, relay: relay, log: log, claimed: claimed, closing: make(chan struct{})}
+	c.batch = coalesce.New(queueSize, batchSize, c.exec)
+	return c, nil
+}
+
+// Run executes coalesced claims until ctx ends.
+func (c *Claimer) Run(ctx context.Context) error { return c.batch.Run(ctx) }
+
+// Close makes waiting claims return what they have (nothing) at once, so a
+// graceful stop does not wait out their wait times.
+func (c *Claimer) Close() { c.closeOnce.Do(func() { close(c.closing) }) }
+
+// Claim leases up to req.Count tasks, waiting up to req.Wait for some to
+// become ready. It returns no tasks and no error when the wait ran out.
+func (c *Claimer) Claim(ctx context.Context, req Request) ([]store.Claimed, error) {
+	req, err := c.validate(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(req.Actions))
+	for i, a := range req.Actions {
+		keys[i] = store.Key(req.Namespace, a)
+	}
+	w := c.hub.Subscribe(keys)
+	defer c.hub.Unsubscribe(w)
+	var deadline <-chan time.Time
+	if req.Wait > 0 {
+		t := time.NewTimer(req.Wait)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for {
+		tasks, err := c.claimOnce(ctx, req)
+		if err != nil || len(tasks) > 0 || deadline == nil {
+			return tasks, err
+		}
+		select {
+		case <-w.C():
+		case <-deadline:
+			return nil, nil
+		case <-c.closing:
+			return nil, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (c *Claimer) claimOnce(ctx context.Context, req Request) ([]store.Claimed, error) {
+	// Re-read each time: an action enabled while we waited becomes claimable.
+	actions, err := c.catalog.Claimable(ctx, req.Namespace, req.Actions)
+	if err != nil || len(actions) == 0 {
+		return nil, err
+	}
+	return c.batch.Do(ctx, store.ClaimParams{
+		Namespace: req.Namespace, Actions: actions, WorkerID: req.WorkerID,
+		Limit: int32(req.Count), Lease: req.Lease,
+	})
+}
+
+func (c *Claimer) validate(ctx context.Context, req Request) (Request, error) {
+	if err := c.catalog.CheckNamespace(ctx, req.Namespace); err != nil {
+		return req, err
+	}
+	if req.WorkerID == "" {
+		return req, fault.Invalidf("worker_id is required")
+	}
+	if len(req.Actions) == 0 {
+		return req, fault.Invalidf("actions must name at least one action")
+	}
+	for _, a := range req.Actions {
+		if err := catalog.ValidateName("actions", a); err != nil {
+			return req, err
+		}
+	}
+	switch {
+	case req.Count < 0:
+		return req, fault.Invalidf("count must not be negative, got %d", req.Count)
+	case req.Count == 0:
+		req.Count = 1
+	case req.Count > MaxCount:
+		req.Count = MaxCount
+	}
+	if req.Wait < 0 {
+		return req, fault.Invalidf("wait_ms must not be negative")
+	}
+	req.Wait = min(req.Wait, MaxWait)
+	if req.Lease < 0 {
+		return req, fault.Invalidf("lease_ms must not be negative")
+	}
+	req.Lease = min(req.Lease, MaxLease)
+	return req, nil
+}
+
+// exec runs one coalesced set of claims in one transaction.
+func (c *Claimer) exec(ctx context.Context, calls []*coalesce.Call[store.ClaimParams, []store.Claimed]) error {
+	params := make([]store.ClaimParams, len(calls))
+	for i, call := range calls {
+		params[i] = call.Req
+	}
+	var (
+		results [][]store.Claimed
+		total   int
+	)
+	err := pg.InTx(ctx, c.pool, func(tx pgx.Tx) error {
+		var err error
+		if results, err = store.ClaimTasks(ctx, tx, params); err != nil {
+			return err
+		}
+		events := taskevent.NewBuilder(time.Now())
+		total = 0
+		for _, got := range results {
+			for _, t := range got {
+				events.Add(taskevent.Started, t.Change)
+			}
+			total += len(got)
+		}
+		if total == 0 {
+			return nil
+		}
+		records, err := events.Records()
+		if err != nil {
+			return err
+		}
+		if err := outbox.Write(ctx, tx, records...); err != nil {
+			return fmt.Errorf("write started events: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("claim for %d requests: %w", len(calls), err)
+	}
+	for i, call := range calls {
+		call.Resp = results[i]
+	}
+	if total > 0 {
+		c.claimed.Add(ctx, int64(total))
+		c.relay.Notify()
+	}
+	return nil
+}

@@ -1,0 +1,132 @@
+// Package coalesce gathers concurrent requests and executes them together, so
+// many callers share one database transaction instead of each paying for its
+// own. One goroutine executes; requests that arrive while it is busy form the
+// next batch, so batches grow with load and latency stays one round trip when
+// idle.
+package coalesce
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrStopped is returned to calls made after the Batcher stopped.
+var ErrStopped = errors.New("coalescer stopped")
+
+// execTimeout bounds one batch execution; it runs detached from the Run
+// context so a batch in flight at shutdown still commits.
+const execTimeout = 30 * time.Second
+
+// Call is one request in a batch; the executor sets Resp or Err.
+type Call[Q, R any] struct {
+	Ctx  context.Context
+	Req  Q
+	Resp R
+	Err  error
+	done chan struct{}
+}
+
+// Batcher coalesces calls of request type Q and response type R.
+type Batcher[Q, R any] struct {
+	in       chan *Call[Q, R]
+	maxBatch int
+	exec     func(ctx context.Context, calls []*Call[Q, R]) error
+	stopped  chan struct{}
+}
+
+// New returns a Batcher whose queue holds up to queue waiting calls (callers
+// block beyond that: back-pressure) and whose batches hold up to maxBatch
+// calls. exec runs one batch; an error it returns becomes every call's error.
+func New[Q, R any](queue, maxBatch int, exec func(ctx context.Context, calls []*Call[Q, R]) error) *Batcher[Q, R] {
+	return &Batcher[Q, R]{in: make(chan *Call[Q, R], queue), maxBatch: maxBatch, exec: exec, stopped: make(chan struct{})}
+}
+
+// Do submits req and waits for its batch to run.
+func (b *Batcher[Q, R]) Do(ctx context.Context, req Q) (R, error) {
+	var zero R
+	c := &Call[Q, R]{Ctx: ctx, Req: req, done: make(chan struct{})}
+	select {
+	case b.in <- c:
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	case <-b.stopped:
+		return zero, ErrStopped
+	}
+	select {
+	case <-c.done:
+		return c.Resp, c.Err
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	case <-b.stopped:
+		// The call may have slipped into the queue after the final drain.
+		select {
+		case <-c.done:
+			return c.Resp, c.Err
+		default:
+			return zero, ErrStopped
+		}
+	}
+}
+
+// Run executes batches until ctx ends, then fails calls still queued.
+func (b *Batcher[Q, R]) Run(ctx context.Context) error {
+	defer b.stop()
+	batch := make([]*Call[Q, R], 0, b.maxBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case <-ctx.Done():
+			return nil
+		case c := <-b.in:
+			batch = append(batch, c)
+		}
+	drain:
+		for len(batch) < b.maxBatch {
+			select {
+			case c := <-b.in:
+				batch = append(batch, c)
+			default:
+				break drain
+			}
+		}
+		b.run(ctx, batch)
+	}
+}
+
+func (b *Batcher[Q, R]) run(ctx context.Context, batch []*Call[Q, R]) {
+	live := batch[:0:0]
+	for _, c := range batch {
+		if err := c.Ctx.Err(); err != nil {
+			c.Err = err
+			close(c.done)
+			continue
+		}
+		live = append(live, c)
+	}
+	if len(live) == 0 {
+		return
+	}
+	execCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), execTimeout)
+	err := b.exec(execCtx, live)
+	cancel()
+	for _, c := range live {
+		if err != nil {
+			c.Err = err
+		}
+		close(c.done)
+	}
+}
+
+func (b *Batcher[Q, R]) stop() {
+	close(b.stopped)
+	for {
+		select {
+		case c := <-b.in:
+			c.Err = ErrStopped
+			close(c.done)
+		default:
+			return
+		}
+	}
+}

@@ -1,0 +1,164 @@
+// Package intake turns invocations arriving on flo.actions.commands into
+// queued tasks: one transaction per polled batch inserts every new task with
+// one statement, writes their CREATED events to the outbox and notifies other
+// replicas, and only then is the batch's offset committed.
+package intake
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/razorbill/flo/libs/outbox"
+	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
+	"github.com/razorbill/flo/services/dispatcher/internal/store"
+	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
+	"github.com/razorbill/flo/services/dispatcher/internal/wake"
+)
+
+// Notifier is told that the outbox has new rows.
+type Notifier interface{ Notify() }
+
+// Intake enqueues invocations.
+type Intake struct {
+	pool    *pgxpool.Pool
+	catalog *catalog.Catalog
+	hub     *wake.Hub
+	relay   Notifier
+	log     *slog.Logger
+	created metric.Int64Counter
+	dropped metric.Int64Counter
+}
+
+// New returns an Intake; meter may be a no-op meter.
+func New(pool *pgxpool.Pool, cat *catalog.Catalog, hub *wake.Hub, relay Notifier, log *slog.Logger, meter metric.Meter) (*Intake, error) {
+	created, err := meter.Int64Counter("flo.dispatcher.tasks.created", metric.WithDescription("Tasks created from invocations."))
+	if err != nil {
+		return nil, fmt.Errorf("create metric: %w", err)
+	}
+	dropped, err := meter.Int64Counter("flo.dispatcher.invocations.dropped", metric.WithDescription("Invocations dropped as undecodable or for an unknown action."))
+	if err != nil {
+		return nil, fmt.Errorf("create metric: %w", err)
+	}
+	return &Intake{pool: pool, catalog: cat, hub: hub, relay: relay, log: log, created: created, dropped: dropped}, nil
+}
+
+// Invocation is one request to run an action.
+type Invocation struct {
+	TaskID         uuid.UUID
+	Namespace      string
+	Action         string
+	Payload        []byte
+	IdempotencyKey string
+	Priority       int32
+	TraceContext   map[string]string
+	InvokedAt      time.Time
+	// RunAt zero means at once.
+	RunAt time.Time
+}
+
+// Enqueue inserts tasks for the invocations in one transaction. Invocations
+// whose task already exists change nothing; those naming an action that does
+// not exist are logged and dropped, because retrying them cannot succeed and
+// must not hold up the partition.
+func (in *Intake) Enqueue(ctx context.Context, invs []Invocation) error {
+	if len(invs) == 0 {
+		return nil
+	}
+	refs := make([]catalog.Ref, len(invs))
+	for i, inv := range invs {
+		refs[i] = catalog.Ref{Namespace: inv.Namespace, Action: inv.Action}
+	}
+	now := time.Now()
+	// Delayed tasks wake their queue by timer; the rest at once. A run_at
+	// already past counts as "now" in the database's clock.
+	delayed := map[uuid.UUID]time.Time{}
+	var (
+		changes []store.Change
+		dropped int
+	)
+	err := pg.InTx(ctx, in.pool, func(tx pgx.Tx) error {
+		actions, err := in.catalog.Lookup(ctx, tx, refs)
+		if err != nil {
+			return err
+		}
+		tasks := make([]store.NewTask, 0, len(invs))
+		dropped = 0
+		for _, inv := range invs {
+			a, ok := actions[store.Key(inv.Namespace, inv.Action)]
+			if !ok {
+				dropped++
+				in.log.WarnContext(ctx, "dropping invocation of unknown action", "namespace", inv.Namespace, "action", inv.Action, "task_id", inv.TaskID.String())
+				continue
+			}
+			runAt := inv.RunAt
+			if runAt.After(now) {
+				delayed[inv.TaskID] = runAt
+			} else {
+				runAt = time.Time{}
+			}
+			tasks = append(tasks, store.NewTask{
+				ID: inv.TaskID, Namespace: inv.Namespace, Action: inv.Action, Payload: inv.Payload,
+				IdempotencyKey: inv.IdempotencyKey, Priority: inv.Priority, Settings: a.Settings,
+				TraceContext: inv.TraceContext, CreatedAt: inv.InvokedAt, RunAt: runAt,
+			})
+		}
+		if len(tasks) == 0 {
+			changes = nil
+			return nil
+		}
+		if changes, err = store.InsertTasks(ctx, tx, tasks); err != nil {
+			return err
+		}
+		events := taskevent.NewBuilder(now)
+		for _, c := range changes {
+			events.Add(taskevent.Created, c)
+		}
+		records, err := events.Records()
+		if err != nil {
+			return err
+		}
+		if err := outbox.Write(ctx, tx, records...); err != nil {
+			return fmt.Errorf("write created events: %w", err)
+		}
+		return store.Notify(ctx, tx, store.TasksChannel, dueKeys(changes, delayed))
+	})
+	if err != nil {
+		return fmt.Errorf("enqueue %d invocations: %w", len(invs), err)
+	}
+	in.dropped.Add(ctx, int64(dropped))
+	if len(changes) == 0 {
+		return nil
+	}
+	in.created.Add(ctx, int64(len(changes)))
+	in.relay.Notify()
+	in.hub.Wake(dueKeys(changes, delayed)...)
+	for _, c := range changes {
+		if at, ok := delayed[c.ID]; ok {
+			in.hub.WakeAt(c.Key(), at)
+		}
+	}
+	return nil
+}
+
+// dueKeys lists, once each, the queues of changes that are not delayed.
+func dueKeys(changes []store.Change, delayed map[uuid.UUID]time.Time) []string {
+	var keys []string
+	seen := map[string]bool{}
+	for _, c := range changes {
+		k := c.Key()
+		if _, later := delayed[c.ID]; later || seen[k] {
+			continue
+		}
+		seen[k] = true
+		keys = append(keys, k)
+	}
+	return keys
+}

@@ -1,0 +1,151 @@
+// Package lease extends and expires task leases. A lease that runs out means
+// its worker went silent: the reaper puts the task back in the queue with the
+// attempt counted, or dead-letters it when that was the last attempt.
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/razorbill/flo/libs/outbox"
+	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/services/dispatcher/internal/fault"
+	"github.com/razorbill/flo/services/dispatcher/internal/store"
+	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
+	"github.com/razorbill/flo/services/dispatcher/internal/wake"
+)
+
+// reapBatch is how many expired leases one transaction handles.
+const reapBatch = 1000
+
+// MaxExtend bounds one lease extension.
+const MaxExtend = 24 * time.Hour
+
+// Notifier is told that the outbox has new rows.
+type Notifier interface{ Notify() }
+
+// Leases extends and expires leases.
+type Leases struct {
+	pool    *pgxpool.Pool
+	hub     *wake.Hub
+	relay   Notifier
+	log     *slog.Logger
+	expired metric.Int64Counter
+}
+
+// New returns Leases.
+func New(pool *pgxpool.Pool, hub *wake.Hub, relay Notifier, log *slog.Logger, meter metric.Meter) (*Leases, error) {
+	expired, err := meter.Int64Counter("flo.dispatcher.leases.expired", metric.WithDescription("Leases that ran out."))
+	if err != nil {
+		return nil, fmt.Errorf("create metric: %w", err)
+	}
+	return &Leases{pool: pool, hub: hub, relay: relay, log: log, expired: expired}, nil
+}
+
+// ErrNotRunning is wrapped by Touch when the attempt is not running any more.
+var ErrNotRunning = errors.New("attempt is not running")
+
+// Touch extends a running attempt's lease to now+extend (zero: the task's
+// timeout) and returns the new deadline. It fails with ErrNotRunning when the
+// attempt is not running, for example because its lease already expired and
+// the task went back to the queue.
+func (l *Leases) Touch(ctx context.Context, namespace, taskID string, attempt int32, extend time.Duration) (time.Time, error) {
+	id, err := uuid.Parse(taskID)
+	if err != nil {
+		return time.Time{}, fault.Invalidf("task_id %q is not a UUID", taskID)
+	}
+	if extend < 0 {
+		return time.Time{}, fault.Invalidf("extend_ms must not be negative")
+	}
+	until, err := store.ExtendLease(ctx, l.pool, namespace, id, attempt, min(extend, MaxExtend))
+	if errors.Is(err, pg.ErrNotFound) {
+		return time.Time{}, fmt.Errorf("touch task %s attempt %d: %w", taskID, attempt, ErrNotRunning)
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("touch task %s: %w", taskID, err)
+	}
+	return until, nil
+}
+
+// Run expires leases every interval until ctx ends. Several replicas may run
+// it at once: each transaction skips rows another holds.
+func (l *Leases) Run(ctx context.Context, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if _, err := l.ExpireDue(ctx); err != nil && ctx.Err() == nil {
+			l.log.ErrorContext(ctx, "expire leases", "error", err)
+		}
+	}
+}
+
+// ExpireDue handles every lease that has run out, in batches, and returns how
+// many it handled.
+func (l *Leases) ExpireDue(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		n, err := l.expireBatch(ctx)
+		total += n
+		if err != nil || n < reapBatch {
+			return total, err
+		}
+	}
+}
+
+func (l *Leases) expireBatch(ctx context.Context) (int, error) {
+	var changes []store.Change
+	err := pg.InTx(ctx, l.pool, func(tx pgx.Tx) error {
+		var err error
+		if changes, err = store.ExpireLeases(ctx, tx, reapBatch); err != nil || len(changes) == 0 {
+			return err
+		}
+		events := taskevent.NewBuilder(time.Now())
+		var due []string
+		seen := map[string]bool{}
+		for _, c := range changes {
+			events.Add(taskevent.LeaseExpired, c)
+			if c.Status == store.DeadLettered {
+				events.Add(taskevent.DeadLettered, c)
+			} else if !seen[c.Key()] {
+				seen[c.Key()] = true
+				due = append(due, c.Key())
+			}
+		}
+		records, err := events.Records()
+		if err != nil {
+			return err
+		}
+		if err := outbox.Write(ctx, tx, records...); err != nil {
+			return fmt.Errorf("write lease events: %w", err)
+		}
+		return store.Notify(ctx, tx, store.TasksChannel, due)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("expire leases: %w", err)
+	}
+	if len(changes) == 0 {
+		return 0, nil
+	}
+	l.expired.Add(ctx, int64(len(changes)))
+	l.relay.Notify()
+	for _, c := range changes {
+		if c.Status == store.Queued {
+			l.hub.Wake(c.Key())
+		}
+	}
+	l.log.InfoContext(ctx, "expired leases", "count", len(changes))
+	return len(changes), nil
+}

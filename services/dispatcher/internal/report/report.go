@@ -1,0 +1,349 @@
+// Package report records how attempts ended. Reports from concurrent calls
+// are coalesced into one transaction: completions are applied with a single
+// UPDATE ... FROM unnest, the rarer failures, nacks and abandons with one
+// locking read and one UPDATE, and every change writes its task event to the
+// outbox in the same transaction.
+package report
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/razorbill/flo/libs/outbox"
+	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/services/dispatcher/internal/coalesce"
+	"github.com/razorbill/flo/services/dispatcher/internal/store"
+	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
+	"github.com/razorbill/flo/services/dispatcher/internal/wake"
+)
+
+// Batching limits, as for claims.
+const (
+	queueSize = 1024
+	batchSize = 256
+)
+
+// MaxNackDelay bounds a nack's delay.
+const MaxNackDelay = 7 * 24 * time.Hour
+
+// Kind is how an attempt ended.
+type Kind int
+
+// Report kinds.
+const (
+	// Complete: the handler succeeded.
+	Complete Kind = iota + 1
+	// Fail: the handler failed; Retry and NonRetryable say what happens next.
+	Fail
+	// Nack: the worker hands the task back to run again after Delay, counting the attempt.
+	Nack
+	// Abandon: the worker hands the task back at once without counting the attempt.
+	Abandon
+)
+
+// Report is one worker's account of one attempt.
+type Report struct {
+	TaskID  string
+	Attempt int32
+	Kind    Kind
+	// Result and Outcome of a completed attempt.
+	Result  []byte
+	Outcome string
+	// Error of a failed attempt, or the reason of a nack.
+	Error string
+	// Retry, for Fail: false dead-letters the task at once.
+	Retry bool
+	// NonRetryable, for Fail: fail the task at once, without dead-lettering.
+	NonRetryable bool
+	// Delay, for Nack.
+	Delay time.Duration
+}
+
+// Request is one call's reports.
+type Request struct {
+	Namespace string
+	WorkerID  string
+	Reports   []Report
+}
+
+// Notifier is told that the outbox has new rows.
+type Notifier interface{ Notify() }
+
+// Reporter applies reports.
+type Reporter struct {
+	pool    *pgxpool.Pool
+	hub     *wake.Hub
+	relay   Notifier
+	log     *slog.Logger
+	batch   *coalesce.Batcher[Request, []string]
+	results metric.Int64Counter
+}
+
+// New returns a Reporter; Run must be running for reports to be applied.
+func New(pool *pgxpool.Pool, hub *wake.Hub, relay Notifier, log *slog.Logger, meter metric.Meter) (*Reporter, error) {
+	results, err := meter.Int64Counter("flo.dispatcher.reports", metric.WithDescription("Attempt reports by what they led to."))
+	if err != nil {
+		return nil, fmt.Errorf("create metric: %w", err)
+	}
+	r := &Reporter{pool: pool, hub: hub, relay: relay, log: log, results: results}
+	r.batch = coalesce.New(queueSize, batchSize, r.exec)
+	return r, nil
+}
+
+// Run applies coalesced reports until ctx ends.
+func (r *Reporter) Run(ctx context.Context) error { return r.batch.Run(ctx) }
+
+// Report applies req's reports and returns the task ids of those that matched
+// no running attempt (a lease that expired, a task already final, an unknown
+// or malformed id); those change nothing.
+func (r *Reporter) Report(ctx context.Context, req Request) ([]string, error) {
+	if len(req.Reports) == 0 {
+		return nil, nil
+	}
+	return r.batch.Do(ctx, req)
+}
+
+// entry is one report inside a coalesced set.
+type entry struct {
+	call     int
+	report   Report
+	id       uuid.UUID
+	accepted bool
+}
+
+// plan is what a failure-type report does to its task.
+type plan struct {
+	disposition store.Disposition
+	events      []taskevent.Type
+}
+
+// decide maps a non-completion report on a running task to its next state.
+func decide(rep Report, t store.RunningTask) plan {
+	retry := func(delay time.Duration, msg string) plan {
+		if t.Attempt < t.MaxAttempts {
+			return plan{store.Disposition{ID: t.ID, Status: store.Queued, Delay: delay, Error: msg}, []taskevent.Type{taskevent.RetryScheduled}}
+		}
+		return plan{store.Disposition{ID: t.ID, Status: store.DeadLettered, Error: msg}, []taskevent.Type{taskevent.DeadLettered}}
+	}
+	switch rep.Kind {
+	case Abandon:
+		return plan{store.Disposition{ID: t.ID, Status: store.Queued, Uncount: true, KeepError: true}, []taskevent.Type{taskevent.Abandoned}}
+	case Nack:
+		msg := rep.Error
+		if msg == "" {
+			msg = "nacked"
+		}
+		return retry(min(max(rep.Delay, 0), MaxNackDelay), msg)
+	default:
+		switch {
+		case rep.NonRetryable:
+			return plan{store.Disposition{ID: t.ID, Status: store.Failed, Error: rep.Error}, []taskevent.Type{taskevent.Failed}}
+		case !rep.Retry:
+			return plan{store.Disposition{ID: t.ID, Status: store.DeadLettered, Error: rep.Error}, []taskevent.Type{taskevent.DeadLettered}}
+		default:
+			return retry(t.Backoff.Delay(int(t.Attempt)), rep.Error)
+		}
+	}
+}
+
+// exec applies one coalesced set of calls in one transaction.
+func (r *Reporter) exec(ctx context.Context, calls []*coalesce.Call[Request, []string]) error {
+	var entries []entry
+	for i, call := range calls {
+		for _, rep := range call.Req.Reports {
+			id, err := uuid.Parse(rep.TaskID)
+			if err != nil || rep.Kind < Complete || rep.Kind > Abandon {
+				// A malformed id or a report of no kind can match nothing.
+				calls[i].Resp = append(calls[i].Resp, rep.TaskID)
+				continue
+			}
+			entries = append(entries, entry{call: i, report: rep, id: id})
+		}
+	}
+	var queued []store.Change
+	counts := map[string]int64{}
+	err := pg.InTx(ctx, r.pool, func(tx pgx.Tx) error {
+		queued = queued[:0]
+		clear(counts)
+		for i := range entries {
+			entries[i].accepted = false
+		}
+		events := taskevent.NewBuilder(time.Now())
+		if err := r.complete(ctx, tx, calls, entries, events); err != nil {
+			return err
+		}
+		var err error
+		if queued, err = r.dispose(ctx, tx, calls, entries, events); err != nil {
+			return err
+		}
+		records, err := events.Records()
+		if err != nil {
+			return err
+		}
+		if len(records) > 0 {
+			if err := outbox.Write(ctx, tx, records...); err != nil {
+				return fmt.Errorf("write report events: %w", err)
+			}
+		}
+		now := time.Now()
+		var due []string
+		for _, c := range queued {
+			if !c.RunAt.After(now) {
+				due = append(due, c.Key())
+			}
+		}
+		return store.Notify(ctx, tx, store.TasksChannel, unique(due))
+	})
+	if err != nil {
+		return fmt.Errorf("apply %d reports: %w", len(entries), err)
+	}
+	for _, e := range entries {
+		if !e.accepted {
+			calls[e.call].Resp = append(calls[e.call].Resp, e.report.TaskID)
+			counts["rejected"]++
+			continue
+		}
+		counts[resultName(e.report)]++
+	}
+	for name, n := range counts {
+		r.results.Add(ctx, n, metric.WithAttributes(attribute.String("result", name)))
+	}
+	r.relay.Notify()
+	now := time.Now()
+	for _, c := range queued {
+		if c.RunAt.After(now) {
+			r.hub.WakeAt(c.Key(), c.RunAt)
+		} else {
+			r.hub.Wake(c.Key())
+		}
+	}
+	return nil
+}
+
+// complete applies the completions among entries with one statement.
+func (r *Reporter) complete(ctx context.Context, tx pgx.Tx, calls []*coalesce.Call[Request, []string], entries []entry, events *taskevent.Builder) error {
+	var cs []store.Completion
+	for _, e := range entries {
+		if e.report.Kind == Complete {
+			cs = append(cs, store.Completion{
+				ID: e.id, Namespace: calls[e.call].Req.Namespace, Attempt: e.report.Attempt,
+				Result: e.report.Result, Outcome: e.report.Outcome,
+			})
+		}
+	}
+	if len(cs) == 0 {
+		return nil
+	}
+	changes, err := store.CompleteTasks(ctx, tx, cs)
+	if err != nil {
+		return err
+	}
+	type attemptKey struct {
+		id      uuid.UUID
+		attempt int32
+	}
+	done := make(map[attemptKey]bool, len(changes))
+	for _, c := range changes {
+		done[attemptKey{c.ID, c.Attempt}] = true
+		events.Add(taskevent.Completed, c)
+	}
+	for i, e := range entries {
+		if e.report.Kind == Complete && done[attemptKey{e.id, e.report.Attempt}] {
+			entries[i].accepted = true
+		}
+	}
+	return nil
+}
+
+// dispose applies the failures, nacks and abandons among entries and returns
+// the tasks that went back to the queue.
+func (r *Reporter) dispose(ctx context.Context, tx pgx.Tx, calls []*coalesce.Call[Request, []string], entries []entry, events *taskevent.Builder) ([]store.Change, error) {
+	var ids []uuid.UUID
+	for _, e := range entries {
+		if e.report.Kind != Complete {
+			ids = append(ids, e.id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	running, err := store.LockRunning(ctx, tx, ids)
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[uuid.UUID]store.RunningTask, len(running))
+	for _, t := range running {
+		byID[t.ID] = t
+	}
+	var (
+		ds    []store.Disposition
+		plans = map[uuid.UUID]plan{}
+	)
+	for i, e := range entries {
+		if e.report.Kind == Complete {
+			continue
+		}
+		t, ok := byID[e.id]
+		if _, taken := plans[e.id]; !ok || taken || t.Namespace != calls[e.call].Req.Namespace || t.Attempt != e.report.Attempt {
+			continue
+		}
+		p := decide(e.report, t)
+		plans[e.id] = p
+		ds = append(ds, p.disposition)
+		entries[i].accepted = true
+	}
+	if len(ds) == 0 {
+		return nil, nil
+	}
+	changes, err := store.DisposeTasks(ctx, tx, ds)
+	if err != nil {
+		return nil, err
+	}
+	var queued []store.Change
+	for _, c := range changes {
+		for _, typ := range plans[c.ID].events {
+			events.Add(typ, c)
+		}
+		if c.Status == store.Queued {
+			queued = append(queued, c)
+		}
+	}
+	return queued, nil
+}
+
+func resultName(rep Report) string {
+	switch {
+	case rep.Kind == Complete:
+		return "completed"
+	case rep.Kind == Abandon:
+		return "abandoned"
+	case rep.Kind == Nack:
+		return "nacked"
+	case rep.NonRetryable:
+		return "failed"
+	case !rep.Retry:
+		return "dead_lettered"
+	default:
+		return "retried"
+	}
+}
+
+func unique(keys []string) []string {
+	seen := make(map[string]bool, len(keys))
+	out := keys[:0:0]
+	for _, k := range keys {
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	return out
+}

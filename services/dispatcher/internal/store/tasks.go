@@ -1,0 +1,398 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/services/dispatcher/internal/backoff"
+)
+
+// NewTask is one task to insert, with the settings of its action copied in.
+type NewTask struct {
+	ID             uuid.UUID
+	Namespace      string
+	Action         string
+	Payload        []byte
+	IdempotencyKey string
+	Priority       int32
+	Settings       Settings
+	TraceContext   map[string]string
+	CreatedAt      time.Time
+	// RunAt is when the task becomes claimable; zero means now (the database's clock).
+	RunAt time.Time
+}
+
+// InsertTasks inserts tasks in one statement, skipping ids that already exist,
+// and returns the tasks it created.
+func InsertTasks(ctx context.Context, db DB, tasks []NewTask) ([]Change, error) {
+	n := len(tasks)
+	var (
+		ids        = make([]uuid.UUID, n)
+		namespaces = make([]string, n)
+		actions    = make([]string, n)
+		payloads   = make([][]byte, n)
+		keys       = make([]string, n)
+		priorities = make([]int32, n)
+		maxAtt     = make([]int32, n)
+		timeouts   = make([]int64, n)
+		kinds      = make([]string, n)
+		initials   = make([]int64, n)
+		maxDelays  = make([]int64, n)
+		mults      = make([]float64, n)
+		traces     = make([]string, n)
+		created    = make([]time.Time, n)
+		runAts     = make([]pgtype.Timestamptz, n)
+	)
+	for i, t := range tasks {
+		trace, err := json.Marshal(t.TraceContext)
+		if err != nil {
+			return nil, fmt.Errorf("encode trace context of task %s: %w", t.ID, err)
+		}
+		ids[i], namespaces[i], actions[i], payloads[i], keys[i], priorities[i] = t.ID, t.Namespace, t.Action, t.Payload, t.IdempotencyKey, t.Priority
+		if payloads[i] == nil {
+			payloads[i] = []byte{}
+		}
+		s := t.Settings
+		maxAtt[i], timeouts[i] = s.MaxAttempts, ms(s.Timeout)
+		kinds[i], initials[i], maxDelays[i], mults[i] = string(s.Backoff.Kind), ms(s.Backoff.Initial), ms(s.Backoff.Max), s.Backoff.Multiplier
+		traces[i], created[i] = string(trace), t.CreatedAt
+		runAts[i] = pgtype.Timestamptz{Time: t.RunAt, Valid: !t.RunAt.IsZero()}
+	}
+	rows, err := db.Query(ctx, `
+INSERT INTO tasks AS t (id, namespace, action, state, payload, idempotency_key, priority, max_attempts, timeout_ms,
+	backoff_kind, backoff_initial_ms, backoff_max_ms, backoff_multiplier, trace_context, created_at, run_at)
+SELECT r.id, r.namespace, r.action, 'queued', r.payload, r.idempotency_key, r.priority, r.max_attempts, r.timeout_ms,
+	r.backoff_kind, r.backoff_initial_ms, r.backoff_max_ms, r.backoff_multiplier, r.trace_context::jsonb, r.created_at,
+	COALESCE(r.run_at, now())
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::int[], $7::int[], $8::bigint[],
+	$9::text[], $10::bigint[], $11::bigint[], $12::float8[], $13::text[], $14::timestamptz[], $15::timestamptz[])
+	AS r(id, namespace, action, payload, idempotency_key, priority, max_attempts, timeout_ms,
+	backoff_kind, backoff_initial_ms, backoff_max_ms, backoff_multiplier, trace_context, created_at, run_at)
+ON CONFLICT (id) DO NOTHING
+RETURNING `+changeColumns,
+		ids, namespaces, actions, payloads, keys, priorities, maxAtt, timeouts, kinds, initials, maxDelays, mults, traces, created, runAts)
+	if err != nil {
+		return nil, fmt.Errorf("insert tasks: %w", err)
+	}
+	out, err := collectChanges(rows)
+	if err != nil {
+		return nil, fmt.Errorf("insert tasks: %w", err)
+	}
+	return out, nil
+}
+
+// ClaimParams asks for up to Limit queued tasks of the given actions.
+type ClaimParams struct {
+	Namespace string
+	Actions   []string
+	WorkerID  string
+	Limit     int32
+	// Lease is the lease length; zero means each task's own timeout.
+	Lease time.Duration
+}
+
+// Claimed is a task a claim moved to running.
+type Claimed struct {
+	Change
+	Payload     []byte
+	MaxAttempts int32
+	LeaseUntil  time.Time
+}
+
+const claimSQL = `
+WITH picked AS (
+	SELECT id FROM tasks
+	WHERE namespace = $1 AND action = ANY($2::text[]) AND state = 'queued' AND run_at <= now()
+	ORDER BY priority DESC, run_at, created_at
+	LIMIT $3
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE tasks t SET
+	state = 'running',
+	attempt = t.attempt + 1,
+	worker_id = $4,
+	lease_until = now() + (CASE WHEN $5::bigint > 0 THEN $5::bigint ELSE t.timeout_ms END) * interval '1 millisecond',
+	started_at = now(),
+	updated_at = now()
+FROM picked WHERE t.id = picked.id
+RETURNING ` + changeColumns + `, t.payload, t.max_attempts, t.lease_until`
+
+// ClaimTasks runs one claim statement per request in a single batch (one
+// round trip) and returns the tasks each got, in request order. Requests run
+// in order inside the caller's transaction, so no two get the same task.
+func ClaimTasks(ctx context.Context, db DB, reqs []ClaimParams) ([][]Claimed, error) {
+	b := &pgx.Batch{}
+	for _, r := range reqs {
+		b.Queue(claimSQL, r.Namespace, r.Actions, r.Limit, r.WorkerID, ms(r.Lease))
+	}
+	br := db.SendBatch(ctx, b)
+	out := make([][]Claimed, len(reqs))
+	for i := range reqs {
+		rows, err := br.Query()
+		if err != nil {
+			_ = br.Close()
+			return nil, fmt.Errorf("claim tasks: %w", err)
+		}
+		for rows.Next() {
+			var c Claimed
+			if err := rows.Scan(append(changeDest(&c.Change), &c.Payload, &c.MaxAttempts, &c.LeaseUntil)...); err != nil {
+				rows.Close()
+				_ = br.Close()
+				return nil, fmt.Errorf("scan claimed task: %w", err)
+			}
+			out[i] = append(out[i], c)
+		}
+		if err := rows.Err(); err != nil {
+			_ = br.Close()
+			return nil, fmt.Errorf("claim tasks: %w", err)
+		}
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("claim tasks: %w", err)
+	}
+	return out, nil
+}
+
+// Completion finishes one running attempt successfully.
+type Completion struct {
+	ID        uuid.UUID
+	Namespace string
+	Attempt   int32
+	Result    []byte
+	Outcome   string
+}
+
+// CompleteTasks marks the matching running attempts completed in one
+// statement and returns the tasks it changed; completions that match no
+// running attempt change nothing.
+func CompleteTasks(ctx context.Context, db DB, cs []Completion) ([]Change, error) {
+	n := len(cs)
+	ids, namespaces, attempts, results, outcomes := make([]uuid.UUID, n), make([]string, n), make([]int32, n), make([][]byte, n), make([]string, n)
+	for i, c := range cs {
+		ids[i], namespaces[i], attempts[i], results[i], outcomes[i] = c.ID, c.Namespace, c.Attempt, c.Result, c.Outcome
+		if results[i] == nil {
+			results[i] = []byte{}
+		}
+	}
+	rows, err := db.Query(ctx, `
+UPDATE tasks t SET state = 'completed', result = r.result, outcome = r.outcome, error = '',
+	lease_until = NULL, finished_at = now(), updated_at = now()
+FROM unnest($1::uuid[], $2::text[], $3::int[], $4::bytea[], $5::text[]) AS r(id, namespace, attempt, result, outcome)
+WHERE t.id = r.id AND t.namespace = r.namespace AND t.attempt = r.attempt AND t.state = 'running'
+RETURNING `+changeColumns, ids, namespaces, attempts, results, outcomes)
+	if err != nil {
+		return nil, fmt.Errorf("complete tasks: %w", err)
+	}
+	out, err := collectChanges(rows)
+	if err != nil {
+		return nil, fmt.Errorf("complete tasks: %w", err)
+	}
+	return out, nil
+}
+
+// RunningTask is what deciding a failed attempt's fate needs.
+type RunningTask struct {
+	ID          uuid.UUID
+	Namespace   string
+	Attempt     int32
+	MaxAttempts int32
+	Backoff     backoff.Policy
+}
+
+// LockRunning locks the running tasks among ids for the rest of the
+// transaction and returns them.
+func LockRunning(ctx context.Context, db DB, ids []uuid.UUID) ([]RunningTask, error) {
+	rows, err := db.Query(ctx, `
+SELECT id, namespace, attempt, max_attempts, backoff_kind, backoff_initial_ms, backoff_max_ms, backoff_multiplier
+FROM tasks WHERE id = ANY($1::uuid[]) AND state = 'running'
+FOR UPDATE`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("lock running tasks: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RunningTask, error) {
+		var (
+			t                 RunningTask
+			kind              string
+			initial, maxDelay int64
+		)
+		err := r.Scan(&t.ID, &t.Namespace, &t.Attempt, &t.MaxAttempts, &kind, &initial, &maxDelay, &t.Backoff.Multiplier)
+		t.Backoff.Kind, t.Backoff.Initial, t.Backoff.Max = backoff.Kind(kind), fromMS(initial), fromMS(maxDelay)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lock running tasks: %w", err)
+	}
+	return out, nil
+}
+
+// Disposition moves a running task that did not complete to its next state.
+type Disposition struct {
+	ID uuid.UUID
+	// Status is Queued, Failed or DeadLettered.
+	Status Status
+	// Delay is how long a queued task waits before it can be claimed again.
+	Delay time.Duration
+	// Uncount takes the attempt back (abandon).
+	Uncount bool
+	// Error replaces the task's error unless KeepError is set.
+	Error     string
+	KeepError bool
+}
+
+// DisposeTasks applies dispositions to tasks the caller locked with
+// LockRunning, in one statement.
+func DisposeTasks(ctx context.Context, db DB, ds []Disposition) ([]Change, error) {
+	n := len(ds)
+	ids, states, uncount, errs, delays := make([]uuid.UUID, n), make([]string, n), make([]int32, n), make([]pgtype.Text, n), make([]int64, n)
+	for i, d := range ds {
+		ids[i], states[i], delays[i] = d.ID, string(d.Status), ms(d.Delay)
+		if d.Uncount {
+			uncount[i] = 1
+		}
+		errs[i] = pgtype.Text{String: d.Error, Valid: !d.KeepError}
+	}
+	rows, err := db.Query(ctx, `
+UPDATE tasks t SET
+	state = u.state,
+	attempt = t.attempt - u.uncount,
+	error = COALESCE(u.error, t.error),
+	run_at = CASE WHEN u.state = 'queued' THEN now() + u.delay_ms * interval '1 millisecond' ELSE t.run_at END,
+	finished_at = CASE WHEN u.state = 'queued' THEN NULL ELSE now() END,
+	lease_until = NULL,
+	updated_at = now()
+FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::bigint[]) AS u(id, state, uncount, error, delay_ms)
+WHERE t.id = u.id AND t.state = 'running'
+RETURNING `+changeColumns, ids, states, uncount, errs, delays)
+	if err != nil {
+		return nil, fmt.Errorf("dispose tasks: %w", err)
+	}
+	out, err := collectChanges(rows)
+	if err != nil {
+		return nil, fmt.Errorf("dispose tasks: %w", err)
+	}
+	return out, nil
+}
+
+// ExpireLeases requeues (or dead-letters, when no attempt is left) up to
+// limit running tasks whose lease has passed. SKIP LOCKED lets every replica
+// run it at once without taking the same rows.
+func ExpireLeases(ctx context.Context, db DB, limit int) ([]Change, error) {
+	rows, err := db.Query(ctx, `
+WITH expired AS (
+	SELECT id FROM tasks
+	WHERE state = 'running' AND lease_until < now()
+	ORDER BY lease_until
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE tasks t SET
+	state = CASE WHEN t.attempt >= t.max_attempts THEN 'dead_lettered' ELSE 'queued' END,
+	run_at = CASE WHEN t.attempt >= t.max_attempts THEN t.run_at ELSE now() END,
+	finished_at = CASE WHEN t.attempt >= t.max_attempts THEN now() END,
+	error = 'lease expired',
+	lease_until = NULL,
+	updated_at = now()
+FROM expired WHERE t.id = expired.id
+RETURNING `+changeColumns, limit)
+	if err != nil {
+		return nil, fmt.Errorf("expire leases: %w", err)
+	}
+	out, err := collectChanges(rows)
+	if err != nil {
+		return nil, fmt.Errorf("expire leases: %w", err)
+	}
+	return out, nil
+}
+
+// ExtendLease moves a running attempt's lease to now+extend (zero: the task's
+// timeout) and returns the new deadline; pg.ErrNotFound when the attempt is not running.
+func ExtendLease(ctx context.Context, db DB, namespace string, id uuid.UUID, attempt int32, extend time.Duration) (time.Time, error) {
+	var until time.Time
+	err := db.QueryRow(ctx, `
+UPDATE tasks SET
+	lease_until = now() + (CASE WHEN $4::bigint > 0 THEN $4::bigint ELSE timeout_ms END) * interval '1 millisecond',
+	updated_at = now()
+WHERE id = $1 AND namespace = $2 AND attempt = $3 AND state = 'running'
+RETURNING lease_until`, id, namespace, attempt, ms(extend)).Scan(&until)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("extend lease of task %s: %w", id, pg.MapError(err))
+	}
+	return until, nil
+}
+
+const taskColumns = `id, namespace, action, state, priority, payload, result, outcome, error, idempotency_key, attempt, max_attempts,
+	worker_id, created_at, run_at, started_at, finished_at, lease_until, updated_at`
+
+func scanTask(r pgx.Row) (Task, error) {
+	var (
+		t                           Task
+		started, finished, leaseEnd *time.Time
+	)
+	err := r.Scan(&t.ID, &t.Namespace, &t.Action, &t.Status, &t.Priority, &t.Payload, &t.Result, &t.Outcome, &t.Error,
+		&t.IdempotencyKey, &t.Attempt, &t.MaxAttempts, &t.WorkerID, &t.CreatedAt, &t.RunAt, &started, &finished, &leaseEnd, &t.UpdatedAt)
+	t.StartedAt, t.FinishedAt, t.LeaseUntil = timeOrZero(started), timeOrZero(finished), timeOrZero(leaseEnd)
+	return t, err
+}
+
+// GetTask reads one task of a namespace; pg.ErrNotFound when there is none.
+func GetTask(ctx context.Context, db DB, namespace string, id uuid.UUID) (Task, error) {
+	t, err := scanTask(db.QueryRow(ctx, `SELECT `+taskColumns+` FROM tasks WHERE id = $1 AND namespace = $2`, id, namespace))
+	if err != nil {
+		return Task{}, fmt.Errorf("select task %s: %w", id, pg.MapError(err))
+	}
+	return t, nil
+}
+
+// ListDeadLetters returns a namespace's dead letters, newest first, of one
+// action or of all when action is empty.
+func ListDeadLetters(ctx context.Context, db DB, namespace, action string, limit int) ([]Task, error) {
+	// Two statements rather than "($2 = '' OR action = $2)" so each gets a
+	// plan that uses the dead-letter index.
+	var (
+		rows pgx.Rows
+		err  error
+	)
+	if action == "" {
+		rows, err = db.Query(ctx, `
+SELECT `+taskColumns+` FROM tasks
+WHERE namespace = $1 AND state = 'dead_lettered'
+ORDER BY updated_at DESC, id
+LIMIT $2`, namespace, limit)
+	} else {
+		rows, err = db.Query(ctx, `
+SELECT `+taskColumns+` FROM tasks
+WHERE namespace = $1 AND action = $2 AND state = 'dead_lettered'
+ORDER BY updated_at DESC, id
+LIMIT $3`, namespace, action, limit)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("select dead letters of %s: %w", namespace, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Task, error) { return scanTask(r) })
+	if err != nil {
+		return nil, fmt.Errorf("scan dead letters of %s: %w", namespace, err)
+	}
+	return out, nil
+}
+
+// RequeueDeadLetter queues a dead-lettered task again from attempt zero with
+// its error cleared; pg.ErrNotFound when the task is not dead-lettered.
+func RequeueDeadLetter(ctx context.Context, db DB, namespace string, id uuid.UUID) (Change, error) {
+	var c Change
+	err := db.QueryRow(ctx, `
+UPDATE tasks t SET state = 'queued', attempt = 0, error = '', run_at = now(), finished_at = NULL,
+	lease_until = NULL, updated_at = now()
+WHERE t.id = $1 AND t.namespace = $2 AND t.state = 'dead_lettered'
+RETURNING `+changeColumns, id, namespace).Scan(changeDest(&c)...)
+	if err != nil {
+		return Change{}, fmt.Errorf("requeue task %s: %w", id, pg.MapError(err))
+	}
+	return c, nil
+}

@@ -1,0 +1,122 @@
+// Package taskevent turns task state changes into TaskEvent records for the
+// outbox. Each record carries the task's own trace context in its headers, so
+// consumers of flo.tasks.events continue the invoker's trace.
+package taskevent
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/razorbill/flo/libs/outbox"
+	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
+	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
+	"github.com/razorbill/flo/services/dispatcher/internal/store"
+)
+
+// Topic is where task events go.
+const Topic = "flo.tasks.events"
+
+// Type is what happened to a task.
+type Type int
+
+// Event types, one per kind of state change.
+const (
+	Created Type = iota + 1
+	Started
+	Completed
+	Failed
+	RetryScheduled
+	DeadLettered
+	Requeued
+	Abandoned
+	LeaseExpired
+)
+
+var protoTypes = map[Type]eventsv1.TaskEventType{
+	Created:        eventsv1.TaskEventType_TASK_EVENT_TYPE_CREATED,
+	Started:        eventsv1.TaskEventType_TASK_EVENT_TYPE_STARTED,
+	Completed:      eventsv1.TaskEventType_TASK_EVENT_TYPE_COMPLETED,
+	Failed:         eventsv1.TaskEventType_TASK_EVENT_TYPE_FAILED,
+	RetryScheduled: eventsv1.TaskEventType_TASK_EVENT_TYPE_RETRY_SCHEDULED,
+	DeadLettered:   eventsv1.TaskEventType_TASK_EVENT_TYPE_DEAD_LETTERED,
+	Requeued:       eventsv1.TaskEventType_TASK_EVENT_TYPE_REQUEUED,
+	Abandoned:      eventsv1.TaskEventType_TASK_EVENT_TYPE_ABANDONED,
+	LeaseExpired:   eventsv1.TaskEventType_TASK_EVENT_TYPE_LEASE_EXPIRED,
+}
+
+// Status maps a task state to its API status.
+func Status(s store.Status) flov1.TaskStatus {
+	switch s {
+	case store.Queued:
+		return flov1.TaskStatus_TASK_STATUS_QUEUED
+	case store.Running:
+		return flov1.TaskStatus_TASK_STATUS_RUNNING
+	case store.Completed:
+		return flov1.TaskStatus_TASK_STATUS_COMPLETED
+	case store.Failed:
+		return flov1.TaskStatus_TASK_STATUS_FAILED
+	case store.DeadLettered:
+		return flov1.TaskStatus_TASK_STATUS_DEAD_LETTERED
+	default:
+		return flov1.TaskStatus_TASK_STATUS_UNSPECIFIED
+	}
+}
+
+// Record encodes one event about c, which happened at at.
+func Record(typ Type, c store.Change, at time.Time) (outbox.Record, error) {
+	ev := &eventsv1.TaskEvent{
+		EventId:    uuid.NewString(),
+		Type:       protoTypes[typ],
+		TaskId:     c.ID.String(),
+		Namespace:  c.Namespace,
+		Action:     c.Action,
+		Status:     Status(c.Status),
+		Attempt:    c.Attempt,
+		WorkerId:   c.WorkerID,
+		Outcome:    c.Outcome,
+		Error:      c.Error,
+		OccurredAt: timestamppb.New(at),
+		CreatedAt:  timestamppb.New(c.CreatedAt),
+	}
+	value, err := proto.Marshal(ev)
+	if err != nil {
+		return outbox.Record{}, fmt.Errorf("encode %s event of task %s: %w", ev.Type, c.ID, err)
+	}
+	headers := c.TraceContext
+	if headers == nil {
+		// Non-nil so the outbox does not substitute the context of whoever
+		// wrote the event: the task's own trace is what consumers follow.
+		headers = map[string]string{}
+	}
+	return outbox.Record{Topic: Topic, Key: []byte(ev.TaskId), Value: value, Headers: headers}, nil
+}
+
+// Builder collects the events of one transaction.
+type Builder struct {
+	at      time.Time
+	records []outbox.Record
+	err     error
+}
+
+// NewBuilder returns a Builder stamping events with at.
+func NewBuilder(at time.Time) *Builder { return &Builder{at: at} }
+
+// Add appends an event about c; the first encoding error is kept for Records.
+func (b *Builder) Add(typ Type, c store.Change) {
+	if b.err != nil {
+		return
+	}
+	r, err := Record(typ, c, b.at)
+	if err != nil {
+		b.err = err
+		return
+	}
+	b.records = append(b.records, r)
+}
+
+// Records returns the collected records.
+func (b *Builder) Records() ([]outbox.Record, error) { return b.records, b.err }

@@ -1,0 +1,171 @@
+// Package wake tells waiting claims that work may have arrived, so no claim
+// polls the database in a loop. Wake-ups come from this replica's own commits,
+// from Postgres NOTIFY (other replicas), from timers set for tasks scheduled
+// in the future, and from a slow safety tick that catches anything missed.
+package wake
+
+import (
+	"container/heap"
+	"context"
+	"sync"
+	"time"
+)
+
+// maxTimers bounds the scheduled wake-ups held in memory; beyond it new ones
+// are dropped and the safety tick picks those tasks up.
+const maxTimers = 100_000
+
+// Hub routes wake-ups to waiters by queue key (namespace/action).
+type Hub struct {
+	mu      sync.Mutex
+	waiters map[string]map[*Waiter]struct{}
+	timers  timerHeap
+	rearm   chan struct{}
+}
+
+// Waiter is one waiting claim. Its channel holds at most one pending signal,
+// so a wake-up that arrives while the claim is busy is not lost.
+type Waiter struct {
+	keys []string
+	c    chan struct{}
+}
+
+// C is signalled when any of the waiter's keys may have work.
+func (w *Waiter) C() <-chan struct{} { return w.c }
+
+func (w *Waiter) signal() {
+	select {
+	case w.c <- struct{}{}:
+	default:
+	}
+}
+
+// NewHub returns an empty Hub.
+func NewHub() *Hub {
+	return &Hub{waiters: map[string]map[*Waiter]struct{}{}, rearm: make(chan struct{}, 1)}
+}
+
+// Subscribe registers a waiter for keys. Subscribe before looking for work:
+// whatever is woken between the look and the wait is then still signalled.
+func (h *Hub) Subscribe(keys []string) *Waiter {
+	w := &Waiter{keys: keys, c: make(chan struct{}, 1)}
+	h.mu.Lock()
+	for _, k := range keys {
+		set := h.waiters[k]
+		if set == nil {
+			set = map[*Waiter]struct{}{}
+			h.waiters[k] = set
+		}
+		set[w] = struct{}{}
+	}
+	h.mu.Unlock()
+	return w
+}
+
+// Unsubscribe removes a waiter.
+func (h *Hub) Unsubscribe(w *Waiter) {
+	h.mu.Lock()
+	for _, k := range w.keys {
+		if set := h.waiters[k]; set != nil {
+			delete(set, w)
+			if len(set) == 0 {
+				delete(h.waiters, k)
+			}
+		}
+	}
+	h.mu.Unlock()
+}
+
+// Wake signals every waiter of the given keys.
+func (h *Hub) Wake(keys ...string) {
+	h.mu.Lock()
+	for _, k := range keys {
+		for w := range h.waiters[k] {
+			w.signal()
+		}
+	}
+	h.mu.Unlock()
+}
+
+// WakeAll signals every waiter.
+func (h *Hub) WakeAll() {
+	h.mu.Lock()
+	for _, set := range h.waiters {
+		for w := range set {
+			w.signal()
+		}
+	}
+	h.mu.Unlock()
+}
+
+// WakeAt schedules a wake-up of key at t, for a task that becomes claimable then.
+func (h *Hub) WakeAt(key string, t time.Time) {
+	h.mu.Lock()
+	if len(h.timers) >= maxTimers {
+		h.mu.Unlock()
+		return
+	}
+	heap.Push(&h.timers, timer{at: t, key: key})
+	earliest := h.timers[0].key == key && h.timers[0].at.Equal(t)
+	h.mu.Unlock()
+	if earliest {
+		select {
+		case h.rearm <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Run fires scheduled wake-ups and the safety tick until ctx ends.
+func (h *Hub) Run(ctx context.Context, safetyTick time.Duration) error {
+	tick := time.NewTicker(safetyTick)
+	defer tick.Stop()
+	next := time.NewTimer(time.Hour)
+	defer next.Stop()
+	for {
+		next.Reset(h.fireDue(time.Now()))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			h.WakeAll()
+		case <-next.C:
+		case <-h.rearm:
+		}
+	}
+}
+
+// fireDue wakes the keys of every timer due at now and returns how long until
+// the next one.
+func (h *Hub) fireDue(now time.Time) time.Duration {
+	var due []string
+	h.mu.Lock()
+	for len(h.timers) > 0 && !h.timers[0].at.After(now) {
+		due = append(due, heap.Pop(&h.timers).(timer).key)
+	}
+	wait := time.Hour
+	if len(h.timers) > 0 {
+		wait = h.timers[0].at.Sub(now)
+	}
+	h.mu.Unlock()
+	h.Wake(due...)
+	return wait
+}
+
+type timer struct {
+	at  time.Time
+	key string
+}
+
+type timerHeap []timer
+
+func (t timerHeap) Len() int           { return len(t) }
+func (t timerHeap) Less(i, j int) bool { return t[i].at.Before(t[j].at) }
+func (t timerHeap) Swap(i, j int)      { t[i], t[j] = t[j], t[i] }
+func (t *timerHeap) Push(x any)        { *t = append(*t, x.(timer)) }
+func (t *timerHeap) Pop() any {
+	old := *t
+	x := old[len(old)-1]
+	*t = old[:len(old)-1]
+	return x
+}

@@ -1,0 +1,358 @@
+// Package service wires the dispatcher: Postgres pool and migrations, the
+// commands consumer, the outbox relay, claims, reports, leases, wake-ups, and
+// the gRPC and HTTP servers, with an orderly graceful stop.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel"
+	"google.golang.org/grpc"
+
+	"github.com/razorbill/flo/libs/config"
+	"github.com/razorbill/flo/libs/kafka"
+	"github.com/razorbill/flo/libs/outbox"
+	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
+	"github.com/razorbill/flo/services/dispatcher/internal/claim"
+	"github.com/razorbill/flo/services/dispatcher/internal/grpcapi"
+	"github.com/razorbill/flo/services/dispatcher/internal/intake"
+	"github.com/razorbill/flo/services/dispatcher/internal/lease"
+	"github.com/razorbill/flo/services/dispatcher/internal/queue"
+	"github.com/razorbill/flo/services/dispatcher/internal/report"
+	"github.com/razorbill/flo/services/dispatcher/internal/store"
+	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
+	"github.com/razorbill/flo/services/dispatcher/internal/wake"
+	"github.com/razorbill/flo/services/dispatcher/migrations"
+)
+
+// Schema is the dispatcher's Postgres schema.
+const Schema = "dispatcher"
+
+// Shutdown bounds.
+const (
+	grpcStopTimeout  = 10 * time.Second
+	relayFlushWait   = 5 * time.Second
+	httpStopTimeout  = 5 * time.Second
+	safetyTick       = time.Second
+	readyPingTimeout = time.Second
+)
+
+// Config is the dispatcher's configuration, read from FLO_* variables.
+type Config struct {
+	GRPCAddr            string        `env:"FLO_DISPATCHER_GRPC_ADDR, default=:9101"`
+	HTTPAddr            string        `env:"FLO_DISPATCHER_HTTP_ADDR, default=:9111"`
+	BootstrapNamespaces []string      `env:"FLO_BOOTSTRAP_NAMESPACES, default=default, delimiter=,"`
+	LeaseCheckInterval  time.Duration `env:"FLO_LEASE_CHECK_INTERVAL, default=1s"`
+	Postgres            config.Postgres
+	Kafka               config.Kafka
+}
+
+// Option adjusts a Service.
+type Option func(*options)
+
+type options struct {
+	metrics http.Handler
+}
+
+// WithMetricsHandler serves h at /metrics, typically the handler of the
+// process's telemetry.Setup. Without it /metrics is not served.
+func WithMetricsHandler(h http.Handler) Option {
+	return func(o *options) { o.metrics = h }
+}
+
+// Service is a running dispatcher.
+type Service struct {
+	cfg Config
+	log *slog.Logger
+
+	pool     *pgxpool.Pool
+	producer *kgo.Client
+	consumer *kafka.Consumer
+	relay    *outbox.Relay
+	hub      *wake.Hub
+	listener *wake.Listener
+	claimer  *claim.Claimer
+	reporter *report.Reporter
+	leases   *lease.Leases
+
+	grpcServer *grpc.Server
+	grpcLis    net.Listener
+	httpServer *http.Server
+	httpLis    net.Listener
+
+	consuming atomic.Bool
+	stopping  atomic.Bool
+}
+
+// New connects to Postgres (applying migrations and creating the bootstrap
+// namespaces) and the broker, and opens both listeners, so GRPCAddr and
+// HTTPAddr are known before Run.
+func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *Service, err error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if cfg.Postgres.URL == "" {
+		return nil, errors.New("dispatcher: FLO_DATABASE_URL is required")
+	}
+	if len(cfg.Kafka.Brokers) == 0 {
+		return nil, errors.New("dispatcher: FLO_KAFKA_BROKERS is required")
+	}
+	if cfg.LeaseCheckInterval <= 0 {
+		return nil, fmt.Errorf("dispatcher: FLO_LEASE_CHECK_INTERVAL must be positive, got %s", cfg.LeaseCheckInterval)
+	}
+	s := &Service{cfg: cfg, log: log}
+	defer func() {
+		if err != nil {
+			for _, l := range []net.Listener{s.grpcLis, s.httpLis} {
+				if l != nil {
+					_ = l.Close()
+				}
+			}
+			s.closeResources()
+		}
+	}()
+
+	if s.pool, err = pg.Connect(ctx, cfg.Postgres.URL, Schema, cfg.Postgres.MaxConns, log); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	if err = pg.Migrate(ctx, s.pool, Schema, migrations.FS); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	cat := catalog.New(s.pool)
+	if err = cat.Bootstrap(ctx, trimNames(cfg.BootstrapNamespaces)); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+
+	if s.producer, err = kafka.NewClient(cfg.Kafka.Brokers); err != nil {
+		return nil, fmt.Errorf("dispatcher: producer: %w", err)
+	}
+	if err = kafka.EnsureTopics(ctx, s.producer, cfg.Kafka.Partitions, intake.CommandsTopic, taskevent.Topic); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	s.relay = outbox.NewRelay(s.pool, s.producer, log)
+	s.hub = wake.NewHub()
+
+	meter := otel.Meter("github.com/razorbill/flo/services/dispatcher")
+	in, err := intake.New(s.pool, cat, s.hub, s.relay, log, meter)
+	if err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	if s.claimer, err = claim.New(s.pool, cat, s.hub, s.relay, log, meter); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	if s.reporter, err = report.New(s.pool, s.hub, s.relay, log, meter); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	if s.leases, err = lease.New(s.pool, s.hub, s.relay, log, meter); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	s.listener = wake.NewListener(s.listenConn, map[string]func(string){
+		store.TasksChannel:   func(key string) { s.hub.Wake(key) },
+		store.ActionsChannel: cat.Invalidate,
+	}, func() {
+		cat.Forget()
+		s.hub.WakeAll()
+	}, log)
+
+	s.grpcServer = grpcapi.NewGRPCServer(grpcapi.Deps{
+		Catalog: cat, Claimer: s.claimer, Reporter: s.reporter, Leases: s.leases,
+		Queue: queue.New(s.pool, cat, s.hub, s.relay), Log: log,
+	})
+	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("dispatcher: listen grpc: %w", err)
+	}
+	if s.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("dispatcher: listen http: %w", err)
+	}
+	s.httpServer = &http.Server{Handler: s.httpHandler(o.metrics), ReadHeaderTimeout: 10 * time.Second}
+	// Last, because a consumer's client is only released by its Run.
+	if s.consumer, err = kafka.NewConsumer(cfg.Kafka.Brokers, intake.ConsumerGroup, []string{intake.CommandsTopic}, in.HandleRecords, log); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	return s, nil
+}
+
+// GRPCAddr is the address the gRPC server listens on.
+func (s *Service) GRPCAddr() string { return s.grpcLis.Addr().String() }
+
+// HTTPAddr is the address of /healthz, /readyz and /metrics.
+func (s *Service) HTTPAddr() string { return s.httpLis.Addr().String() }
+
+// Run serves until ctx ends or a component fails, then stops in order:
+// readiness off, waiting claims released, gRPC drained, the consumer stopped
+// (committing what it handled), background work stopped, the outbox flushed,
+// HTTP stopped and connections closed. Every state change is committed with
+// its outbox rows, so stopping at any point loses nothing.
+func (s *Service) Run(ctx context.Context) error {
+	base := context.WithoutCancel(ctx)
+	workCtx, stopWork := context.WithCancel(base)
+	consumerCtx, stopConsumer := context.WithCancel(base)
+	relayCtx, stopRelay := context.WithCancel(base)
+	defer stopWork()
+	defer stopConsumer()
+	defer stopRelay()
+
+	errc := make(chan error, 16)
+	var work, consumer, relay, servers sync.WaitGroup
+	start := func(wg *sync.WaitGroup, name string, fn func() error) {
+		wg.Go(func() {
+			if err := fn(); err != nil {
+				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		})
+	}
+	start(&relay, "outbox relay", func() error { return s.relay.Run(relayCtx) })
+	start(&work, "claimer", func() error { return s.claimer.Run(workCtx) })
+	start(&work, "reporter", func() error { return s.reporter.Run(workCtx) })
+	start(&work, "wake hub", func() error { return s.hub.Run(workCtx, safetyTick) })
+	start(&work, "listener", func() error { return s.listener.Run(workCtx) })
+	start(&work, "lease reaper", func() error { return s.leases.Run(workCtx, s.cfg.LeaseCheckInterval) })
+	s.consuming.Store(true)
+	start(&consumer, "commands consumer", func() error {
+		defer s.consuming.Store(false)
+		return s.consumer.Run(consumerCtx)
+	})
+	start(&servers, "grpc server", func() error { return s.grpcServer.Serve(s.grpcLis) })
+	start(&servers, "http server", func() error {
+		if err := s.httpServer.Serve(s.httpLis); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+		s.log.Error("dispatcher component failed; stopping", "error", runErr)
+	}
+
+	s.stopping.Store(true)
+	s.claimer.Close()
+	s.stopGRPC()
+	stopConsumer()
+	consumer.Wait()
+	stopWork()
+	work.Wait()
+	s.flushOutbox(base)
+	stopRelay()
+	relay.Wait()
+	httpCtx, cancel := context.WithTimeout(base, httpStopTimeout)
+	if err := s.httpServer.Shutdown(httpCtx); err != nil {
+		s.log.Warn("stop http server", "error", err)
+	}
+	cancel()
+	servers.Wait()
+	s.closeResources()
+	return runErr
+}
+
+// stopGRPC lets in-flight calls finish, up to grpcStopTimeout.
+func (s *Service) stopGRPC() {
+	done := make(chan struct{})
+	go func() {
+		s.grpcServer.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(grpcStopTimeout):
+		s.log.Warn("grpc calls still running after the stop timeout; cancelling them")
+		s.grpcServer.Stop()
+		<-done
+	}
+}
+
+// flushOutbox gives the relay a bounded chance to publish what is left;
+// anything it misses stays in the outbox for the next start.
+func (s *Service) flushOutbox(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, relayFlushWait)
+	defer cancel()
+	for {
+		s.relay.Notify()
+		var pending bool
+		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM outbox)`).Scan(&pending); err != nil || !pending {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			s.log.Warn("outbox not empty at stop; the next start publishes the rest")
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Service) closeResources() {
+	if s.producer != nil {
+		s.producer.Close()
+	}
+	if s.pool != nil {
+		s.pool.Close()
+	}
+}
+
+// listenConn opens the listener's own connection with the pool's settings;
+// it is kept out of the pool because it sits in LISTEN for good.
+func (s *Service) listenConn(ctx context.Context) (*pgx.Conn, error) {
+	return pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+}
+
+func (s *Service) httpHandler(metrics http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := s.ready(r.Context()); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	if metrics != nil {
+		mux.Handle("GET /metrics", metrics)
+	}
+	return mux
+}
+
+// ready reports whether the dispatcher can do its work: not stopping, the
+// database answering and the commands consumer running.
+func (s *Service) ready(ctx context.Context) error {
+	if s.stopping.Load() {
+		return errors.New("stopping")
+	}
+	if !s.consuming.Load() {
+		return errors.New("commands consumer not running")
+	}
+	ctx, cancel := context.WithTimeout(ctx, readyPingTimeout)
+	defer cancel()
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	return nil
+}
+
+func trimNames(names []string) []string {
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		if n = strings.TrimSpace(n); n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}

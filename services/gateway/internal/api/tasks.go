@@ -1,0 +1,235 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/razorbill/flo/services/gateway/internal/action"
+	"github.com/razorbill/flo/services/gateway/internal/invoke"
+	"github.com/razorbill/flo/services/gateway/internal/namespace"
+	"github.com/razorbill/flo/services/gateway/internal/taskwait"
+
+	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
+	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
+)
+
+const (
+	// DefaultAwait is how long AwaitTask waits when the request names no timeout.
+	DefaultAwait = 30 * time.Second
+	// MaxAwait caps AwaitTask's timeout; longer requests wait this long.
+	MaxAwait = 5 * time.Minute
+)
+
+// Invoker puts invocations on the log.
+type Invoker interface {
+	Invoke(ctx context.Context, cmd invoke.Command) (taskID string, err error)
+}
+
+// TaskServer implements flov1.TaskServiceServer.
+type TaskServer struct {
+	flov1.UnimplementedTaskServiceServer
+
+	dispatcher      dispatcherv1.DispatcherClient
+	namespaces      *namespace.Cache
+	actions         *action.Cache
+	invoker         Invoker
+	waiters         *taskwait.Registry
+	maxPayloadBytes int
+	log             *slog.Logger
+}
+
+// TaskServerDeps is what a TaskServer works with.
+type TaskServerDeps struct {
+	Dispatcher      dispatcherv1.DispatcherClient
+	Namespaces      *namespace.Cache
+	Actions         *action.Cache
+	Invoker         Invoker
+	Waiters         *taskwait.Registry
+	MaxPayloadBytes int
+	Log             *slog.Logger
+}
+
+// NewTaskServer returns a TaskServer.
+func NewTaskServer(deps TaskServerDeps) *TaskServer {
+	return &TaskServer{
+		dispatcher:      deps.Dispatcher,
+		namespaces:      deps.Namespaces,
+		actions:         deps.Actions,
+		invoker:         deps.Invoker,
+		waiters:         deps.Waiters,
+		maxPayloadBytes: deps.MaxPayloadBytes,
+		log:             deps.Log,
+	}
+}
+
+// InvokeTask validates an invocation and puts it on the log, answering with
+// the task id once the broker holds the command. Nothing is written when any
+// check fails.
+func (s *TaskServer) InvokeTask(ctx context.Context, req *flov1.InvokeTaskRequest) (*flov1.InvokeTaskResponse, error) {
+	if req.GetAction() == "" {
+		return nil, status.Error(codes.InvalidArgument, "action is required")
+	}
+	if req.GetDelayMs() < 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "delay_ms must not be negative, got %d", req.GetDelayMs())
+	}
+	payload := req.GetPayload()
+	if len(payload) == 0 && req.GetInput() != nil {
+		var err error
+		if payload, err = encodeJSON(req.GetInput()); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "encode input as JSON: %v", err)
+		}
+	}
+	if len(payload) > s.maxPayloadBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "payload is %d bytes, limit is %d", len(payload), s.maxPayloadBytes)
+	}
+	if err := CheckNamespace(ctx, s.log, s.namespaces, req.GetNamespace()); err != nil {
+		return nil, err
+	}
+	if err := s.actions.CheckInvocable(ctx, req.GetNamespace(), req.GetAction()); err != nil {
+		switch {
+		case errors.Is(err, action.ErrNotFound):
+			return nil, status.Errorf(codes.NotFound, "action %q not found in namespace %q", req.GetAction(), req.GetNamespace())
+		case errors.Is(err, action.ErrDisabled):
+			return nil, status.Errorf(codes.FailedPrecondition, "action %q in namespace %q is disabled", req.GetAction(), req.GetNamespace())
+		default:
+			return nil, upstream(ctx, s.log, "check action", err)
+		}
+	}
+	taskID, err := s.invoker.Invoke(ctx, invoke.Command{
+		Namespace:      req.GetNamespace(),
+		Action:         req.GetAction(),
+		Payload:        payload,
+		IdempotencyKey: req.GetIdempotencyKey(),
+		Priority:       req.GetPriority(),
+		Delay:          time.Duration(req.GetDelayMs()) * time.Millisecond,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		s.log.ErrorContext(ctx, "invoke task failed", slog.String("namespace", req.GetNamespace()),
+			slog.String("action", req.GetAction()), slog.Any("error", err))
+		return nil, status.Error(codes.Unavailable, "the task could not be queued; it was not created, retry later")
+	}
+	return &flov1.InvokeTaskResponse{TaskId: taskID}, nil
+}
+
+// encodeJSON renders a JSON value the way a JSON client wrote it, without
+// protojson's deliberately unstable spacing or HTML escaping.
+func encodeJSON(v *structpb.Value) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v.AsInterface()); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// GetTask reads a task.
+func (s *TaskServer) GetTask(ctx context.Context, req *flov1.GetTaskRequest) (*flov1.Task, error) {
+	if err := s.checkTask(ctx, req.GetNamespace(), req.GetTaskId()); err != nil {
+		return nil, err
+	}
+	t, err := s.dispatcher.GetTask(ctx, req)
+	if err != nil {
+		return nil, upstream(ctx, s.log, "get task", err)
+	}
+	return t, nil
+}
+
+// AwaitTask returns the task once it is final or the timeout passed. It
+// registers its waiter before reading the task, so an event finishing the
+// task after that read always wakes it; an unknown task id is waited for too,
+// since its invoke command may not have been applied yet.
+func (s *TaskServer) AwaitTask(ctx context.Context, req *flov1.AwaitTaskRequest) (*flov1.Task, error) {
+	if err := s.checkTask(ctx, req.GetNamespace(), req.GetTaskId()); err != nil {
+		return nil, err
+	}
+	timeout, err := awaitTimeout(req.GetTimeoutMs())
+	if err != nil {
+		return nil, err
+	}
+	get := &flov1.GetTaskRequest{Namespace: req.GetNamespace(), TaskId: req.GetTaskId()}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		done, release, err := s.waiters.Register(req.GetTaskId())
+		if err != nil {
+			return nil, status.Errorf(codes.ResourceExhausted, "await task: %v", err)
+		}
+		t, err := s.dispatcher.GetTask(ctx, get)
+		switch {
+		case err == nil && taskwait.Final(t.GetStatus()):
+			release()
+			return t, nil
+		case err != nil && status.Code(err) != codes.NotFound:
+			release()
+			return nil, upstream(ctx, s.log, "get task", err)
+		}
+		select {
+		case <-done:
+			release()
+		case <-timer.C:
+			release()
+			return s.GetTask(ctx, get)
+		case <-ctx.Done():
+			release()
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+}
+
+func awaitTimeout(ms int64) (time.Duration, error) {
+	switch {
+	case ms < 0:
+		return 0, status.Errorf(codes.InvalidArgument, "timeout_ms must not be negative, got %d", ms)
+	case ms == 0:
+		return DefaultAwait, nil
+	case ms > MaxAwait.Milliseconds():
+		return MaxAwait, nil
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// ListDeadLetters lists a namespace's dead-lettered tasks.
+func (s *TaskServer) ListDeadLetters(ctx context.Context, req *flov1.ListDeadLettersRequest) (*flov1.ListDeadLettersResponse, error) {
+	if err := CheckNamespace(ctx, s.log, s.namespaces, req.GetNamespace()); err != nil {
+		return nil, err
+	}
+	if req.GetLimit() < 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "limit must not be negative, got %d", req.GetLimit())
+	}
+	resp, err := s.dispatcher.ListDeadLetters(ctx, req)
+	if err != nil {
+		return nil, upstream(ctx, s.log, "list dead letters", err)
+	}
+	return resp, nil
+}
+
+// RequeueDeadLetter puts a dead-lettered task back in its queue.
+func (s *TaskServer) RequeueDeadLetter(ctx context.Context, req *flov1.GetTaskRequest) (*flov1.Task, error) {
+	if err := s.checkTask(ctx, req.GetNamespace(), req.GetTaskId()); err != nil {
+		return nil, err
+	}
+	t, err := s.dispatcher.RequeueDeadLetter(ctx, req)
+	if err != nil {
+		return nil, upstream(ctx, s.log, "requeue dead letter", err)
+	}
+	return t, nil
+}
+
+func (s *TaskServer) checkTask(ctx context.Context, ns, taskID string) error {
+	if err := checkTaskID(taskID); err != nil {
+		return err
+	}
+	return CheckNamespace(ctx, s.log, s.namespaces, ns)
+}

@@ -1,0 +1,95 @@
+// Package invoke turns an invocation into an InvokeTask command on the log.
+// The gateway answers the caller only after the broker has acknowledged the
+// record, so a task id a client holds always refers to a command that will be
+// applied; concurrent invocations share produce batches in the client.
+package invoke
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/razorbill/flo/libs/kafka"
+	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
+)
+
+// Topic is where InvokeTask commands go, keyed by task id.
+const Topic = "flo.actions.commands"
+
+// idempotencySpace is the UUID namespace of task ids derived from idempotency
+// keys. It is itself derived from a fixed name so anyone can recompute it.
+var idempotencySpace = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.com/razorbill/flo/idempotency-key"))
+
+// Command is one validated invocation.
+type Command struct {
+	Namespace      string
+	Action         string
+	Payload        []byte
+	IdempotencyKey string
+	Priority       int32
+	Delay          time.Duration
+}
+
+// Producer writes commands to the log.
+type Producer struct {
+	client *kgo.Client
+	now    func() time.Time
+}
+
+// NewProducer returns a Producer writing through client.
+func NewProducer(client *kgo.Client) *Producer {
+	return &Producer{client: client, now: time.Now}
+}
+
+// Invoke produces the command and waits for the broker's acknowledgement. It
+// returns the task id: a new UUIDv7, or the id derived from the idempotency
+// key so that the same key always names the same task.
+func (p *Producer) Invoke(ctx context.Context, cmd Command) (string, error) {
+	taskID, err := NewTaskID(cmd.Namespace, cmd.Action, cmd.IdempotencyKey)
+	if err != nil {
+		return "", err
+	}
+	eventID, err := uuid.NewV7()
+	if err != nil {
+		return "", fmt.Errorf("new event id: %w", err)
+	}
+	now := p.now()
+	value, err := proto.Marshal(&eventsv1.InvokeTask{
+		EventId:        eventID.String(),
+		TaskId:         taskID,
+		Namespace:      cmd.Namespace,
+		Action:         cmd.Action,
+		Payload:        cmd.Payload,
+		IdempotencyKey: cmd.IdempotencyKey,
+		Priority:       cmd.Priority,
+		InvokedAt:      timestamppb.New(now),
+		RunAt:          timestamppb.New(now.Add(cmd.Delay)),
+	})
+	if err != nil {
+		return "", fmt.Errorf("encode invoke command: %w", err)
+	}
+	rec := &kgo.Record{Topic: Topic, Key: []byte(taskID), Value: value}
+	kafka.InjectTrace(ctx, rec)
+	if err := p.client.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		return "", fmt.Errorf("produce invoke command for task %s: %w", taskID, err)
+	}
+	return taskID, nil
+}
+
+// NewTaskID returns the id of a new task: derived from the idempotency key
+// when there is one, a time-ordered UUIDv7 otherwise.
+func NewTaskID(namespace, action, idempotencyKey string) (string, error) {
+	if idempotencyKey != "" {
+		return uuid.NewSHA1(idempotencySpace, []byte(namespace+"\x00"+action+"\x00"+idempotencyKey)).String(), nil
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return "", fmt.Errorf("new task id: %w", err)
+	}
+	return id.String(), nil
+}

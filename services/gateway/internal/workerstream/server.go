@@ -1,0 +1,220 @@
+// Package workerstream serves WorkerService.Stream, the one bidirectional
+// stream each worker process keeps open. After a Hello the worker sends Ready
+// messages that grant credit for tasks of some actions; per distinct action
+// set a claim loop turns that credit into dispatcher Claim calls and sends the
+// claimed tasks down as TaskBatches. Results, nacks, abandons and touches go
+// to the dispatcher as they arrive, a bounded number at a time. One writer
+// goroutine owns Send and drains a bounded queue, so a slow worker slows its
+// own session down instead of growing memory.
+package workerstream
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
+	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
+)
+
+const (
+	// sendQueue is how many outgoing messages a session buffers before the
+	// claim loops and acknowledgements wait for the writer.
+	sendQueue = 256
+	// maxClaim caps the tasks asked for in one Claim call.
+	maxClaim = 256
+	// defaultBlock is how long a Ready is held open when it names no block_ms.
+	defaultBlock = 30 * time.Second
+	// maxBlock caps block_ms.
+	maxBlock = 5 * time.Minute
+	// maxClaimWait caps how long one Claim call waits for work.
+	maxClaimWait = 30 * time.Second
+	// claimSlack is how much longer than its wait a Claim call may take.
+	claimSlack = 10 * time.Second
+	// helloTimeout is how long a new stream may take to send its Hello.
+	helloTimeout = 30 * time.Second
+	// maxInFlight caps concurrent dispatcher calls (reports, touches) per
+	// stream; past it the reader stops reading and gRPC flow control pushes
+	// back on the worker.
+	maxInFlight = 64
+	// maxPools caps the distinct (actions, lease) combinations one stream's
+	// Ready messages may name; each gets its own claim loop.
+	maxPools = 16
+	// maxCredit caps the outstanding Ready credit of one combination.
+	maxCredit = 4096
+	// maxHeld caps the tasks a stream holds unreported.
+	maxHeld = 4096
+	// callTimeout bounds a report or abandon, retries included.
+	callTimeout = 30 * time.Second
+	// touchTimeout bounds a touch, retries included; a lease extension that
+	// arrives late is worth little.
+	touchTimeout = 10 * time.Second
+	// batchOverhead is the room a TaskBatch leaves above the payload limit for
+	// the fields around one maximal payload.
+	batchOverhead = 64 << 10
+)
+
+// Dispatcher is the part of the dispatcher's API a worker session uses.
+type Dispatcher interface {
+	EnsureActions(ctx context.Context, in *dispatcherv1.EnsureActionsRequest, opts ...grpc.CallOption) (*dispatcherv1.EnsureActionsResponse, error)
+	Claim(ctx context.Context, in *dispatcherv1.ClaimRequest, opts ...grpc.CallOption) (*dispatcherv1.ClaimResponse, error)
+	Report(ctx context.Context, in *dispatcherv1.ReportRequest, opts ...grpc.CallOption) (*dispatcherv1.ReportResponse, error)
+	Touch(ctx context.Context, in *dispatcherv1.TouchRequest, opts ...grpc.CallOption) (*flov1.TouchAck, error)
+}
+
+// Options configure a Server.
+type Options struct {
+	// AuthToken, when set, must equal every Hello's token.
+	AuthToken string
+	// MaxPayloadBytes is the largest payload or result body accepted; it also
+	// sizes TaskBatches so each stays a little above it.
+	MaxPayloadBytes int
+	// DrainTimeout is how long a session waits on shutdown for its worker to
+	// report the tasks it holds before the stream ends.
+	DrainTimeout time.Duration
+	// CheckNamespace returns a gRPC status error when the namespace is empty
+	// or unknown.
+	CheckNamespace func(ctx context.Context, name string) error
+	// Log receives session events.
+	Log *slog.Logger
+}
+
+// Server implements flov1.WorkerServiceServer.
+type Server struct {
+	flov1.UnimplementedWorkerServiceServer
+
+	dispatcher Dispatcher
+	opts       Options
+
+	shutdownOnce sync.Once
+	shutdown     chan struct{}
+}
+
+// NewServer returns a Server that claims and reports through d.
+func NewServer(d Dispatcher, opts Options) *Server {
+	return &Server{dispatcher: d, opts: opts, shutdown: make(chan struct{})}
+}
+
+// Shutdown makes new streams fail with Unavailable and tells open sessions to
+// stop claiming, wait up to DrainTimeout for their workers to report what they
+// hold, and end with Unavailable so the workers reconnect elsewhere.
+func (s *Server) Shutdown() {
+	s.shutdownOnce.Do(func() { close(s.shutdown) })
+}
+
+func (s *Server) stopping() bool {
+	select {
+	case <-s.shutdown:
+		return true
+	default:
+		return false
+	}
+}
+
+var errShuttingDown = status.Error(codes.Unavailable, "gateway is shutting down; reconnect")
+
+// Stream serves one worker's session: Hello first, then the message loop.
+func (s *Server) Stream(stream flov1.WorkerService_StreamServer) error {
+	if s.stopping() {
+		return errShuttingDown
+	}
+	ctx := stream.Context()
+	hello, err := s.receiveHello(stream)
+	if err != nil {
+		return err
+	}
+	if s.opts.AuthToken != "" && subtle.ConstantTimeCompare([]byte(hello.GetToken()), []byte(s.opts.AuthToken)) != 1 {
+		return status.Error(codes.Unauthenticated, "the worker token is missing or wrong")
+	}
+	if err := s.opts.CheckNamespace(ctx, hello.GetNamespace()); err != nil {
+		return err
+	}
+	actions, err := helloActions(hello.GetActions())
+	if err != nil {
+		return err
+	}
+	workerID := hello.GetWorkerId()
+	if workerID == "" {
+		workerID = "worker-" + uuid.NewString()
+	}
+	if len(actions) > 0 {
+		ectx, cancel := context.WithTimeout(ctx, callTimeout)
+		err := retry(ectx, func(ctx context.Context) error {
+			_, err := s.dispatcher.EnsureActions(ctx, &dispatcherv1.EnsureActionsRequest{Namespace: hello.GetNamespace(), Names: actions})
+			return err
+		})
+		cancel()
+		if err != nil {
+			return status.Convert(err).Err()
+		}
+	}
+	ack := &flov1.ServerMessage{Msg: &flov1.ServerMessage_HelloAck{HelloAck: &flov1.HelloAck{
+		WorkerId: workerID, Namespace: hello.GetNamespace(),
+	}}}
+	if err := stream.Send(ack); err != nil {
+		return err
+	}
+	log := s.opts.Log.With(slog.String("namespace", hello.GetNamespace()), slog.String("worker_id", workerID))
+	log.InfoContext(ctx, "worker stream opened", slog.String("machine_id", hello.GetMachineId()), slog.Any("actions", actions))
+	err = newSession(s, stream, hello.GetNamespace(), workerID, actions, log).run()
+	log.InfoContext(ctx, "worker stream closed", slog.Any("reason", err))
+	return err
+}
+
+// receiveHello reads the first message, which must be a Hello, within
+// helloTimeout.
+func (s *Server) receiveHello(stream flov1.WorkerService_StreamServer) (*flov1.Hello, error) {
+	type received struct {
+		msg *flov1.WorkerMessage
+		err error
+	}
+	ch := make(chan received, 1)
+	go func() {
+		msg, err := stream.Recv()
+		ch <- received{msg, err}
+	}()
+	timer := time.NewTimer(helloTimeout)
+	defer timer.Stop()
+	select {
+	case r := <-ch:
+		if errors.Is(r.err, io.EOF) {
+			return nil, status.Error(codes.InvalidArgument, "the stream closed before its Hello")
+		}
+		if r.err != nil {
+			return nil, r.err
+		}
+		hello := r.msg.GetHello()
+		if hello == nil {
+			return nil, status.Error(codes.InvalidArgument, "the first message on a worker stream must be Hello")
+		}
+		return hello, nil
+	case <-timer.C:
+		return nil, status.Errorf(codes.DeadlineExceeded, "no Hello within %s", helloTimeout)
+	case <-s.shutdown:
+		return nil, errShuttingDown
+	}
+}
+
+// helloActions returns the Hello's action names sorted and without
+// duplicates, rejecting empty names.
+func helloActions(names []string) ([]string, error) {
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		if n == "" {
+			return nil, status.Error(codes.InvalidArgument, "Hello names an empty action")
+		}
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}

@@ -1,0 +1,441 @@
+package workerstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
+	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
+)
+
+// outgoing is one message for the writer. tasks lists the claimed tasks it
+// carries, so they can be abandoned when the message is never sent.
+type outgoing struct {
+	msg   *flov1.ServerMessage
+	tasks []*flov1.TaskAssignment
+}
+
+// group runs goroutines the session must wait for before it ends. Once
+// closed it refuses new ones, so nothing starts after the session waited.
+type group struct {
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+func (g *group) Go(fn func()) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.wg.Go(fn)
+	return true
+}
+
+func (g *group) closeAndWait() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+	g.wg.Wait()
+}
+
+// session is one worker stream after its Hello.
+type session struct {
+	srv       *Server
+	stream    flov1.WorkerService_StreamServer
+	namespace string
+	workerID  string
+	actions   []string
+	log       *slog.Logger
+
+	// ctx ends with the session; claimCtx ends when it stops claiming, which
+	// on shutdown is earlier; calls outlives the stream so that results a
+	// worker sent are recorded even when it disconnects right after.
+	ctx          context.Context
+	cancel       context.CancelFunc
+	claimCtx     context.Context
+	stopClaiming context.CancelFunc
+	calls        context.Context
+
+	out        chan outgoing
+	writerDone chan struct{}
+
+	failOnce sync.Once
+	failed   chan struct{}
+	failErr  error
+
+	slots    chan struct{}
+	ops      group
+	claimers group
+
+	poolsMu sync.Mutex
+	pools   map[string]*pool
+
+	held *held
+}
+
+func newSession(srv *Server, stream flov1.WorkerService_StreamServer, namespace, workerID string, actions []string, log *slog.Logger) *session {
+	ctx, cancel := context.WithCancel(stream.Context())
+	claimCtx, stopClaiming := context.WithCancel(ctx)
+	return &session{
+		srv:          srv,
+		stream:       stream,
+		namespace:    namespace,
+		workerID:     workerID,
+		actions:      actions,
+		log:          log,
+		ctx:          ctx,
+		cancel:       cancel,
+		claimCtx:     claimCtx,
+		stopClaiming: stopClaiming,
+		calls:        context.WithoutCancel(stream.Context()),
+		out:          make(chan outgoing, sendQueue),
+		writerDone:   make(chan struct{}),
+		failed:       make(chan struct{}),
+		slots:        make(chan struct{}, maxInFlight),
+		pools:        make(map[string]*pool),
+		held:         newHeld(maxHeld),
+	}
+}
+
+// run serves the session until the worker closes its side, the stream
+// breaks, a permanent error occurs or the gateway shuts down; then it stops
+// claiming, waits for in-flight calls, lets the writer finish and returns the
+// status the stream ends with.
+func (s *session) run() error {
+	go s.write()
+	readDone := make(chan error, 1)
+	go func() { readDone <- s.read() }()
+
+	var err error
+	select {
+	case err = <-readDone:
+	case <-s.failed:
+		err = s.failErr
+	case <-s.srv.shutdown:
+		err = s.drain(readDone)
+	}
+	s.stopClaiming()
+	s.cancel()
+	s.claimers.closeAndWait()
+	s.ops.closeAndWait()
+	close(s.out)
+	<-s.writerDone
+	return err
+}
+
+// drain stops claiming and waits, up to the drain timeout, for the worker to
+// report every task it holds.
+func (s *session) drain(readDone <-chan error) error {
+	s.stopClaiming()
+	timer := time.NewTimer(s.srv.opts.DrainTimeout)
+	defer timer.Stop()
+	for s.held.len() > 0 {
+		select {
+		case err := <-readDone:
+			return err
+		case <-s.failed:
+			return s.failErr
+		case <-s.held.empty:
+		case <-timer.C:
+			return errShuttingDown
+		}
+	}
+	return errShuttingDown
+}
+
+// fail ends the session with err; the first failure wins.
+func (s *session) fail(err error) {
+	s.failOnce.Do(func() {
+		s.failErr = err
+		close(s.failed)
+	})
+}
+
+// write is the only caller of Send. Once a send fails, or once the session
+// ended, task batches still queued are abandoned instead of sent.
+func (s *session) write() {
+	defer close(s.writerDone)
+	broken := false
+	for item := range s.out {
+		if broken || (len(item.tasks) > 0 && s.ctx.Err() != nil) {
+			if len(item.tasks) > 0 {
+				s.abandon(item.tasks)
+			}
+			continue
+		}
+		if err := s.stream.Send(item.msg); err != nil {
+			broken = true
+			s.fail(err)
+			if len(item.tasks) > 0 {
+				s.abandon(item.tasks)
+			}
+		}
+	}
+}
+
+// enqueue hands a message to the writer, waiting while its queue is full;
+// it reports false when the session ended first.
+func (s *session) enqueue(item outgoing) bool {
+	select {
+	case s.out <- item:
+		return true
+	case <-s.ctx.Done():
+		return false
+	}
+}
+
+// read handles incoming messages until the worker closes its side or the
+// stream breaks.
+func (s *session) read() error {
+	for {
+		msg, err := s.stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := s.handle(msg); err != nil {
+			return err
+		}
+	}
+}
+
+func (s *session) handle(msg *flov1.WorkerMessage) error {
+	switch m := msg.GetMsg().(type) {
+	case *flov1.WorkerMessage_Hello:
+		return status.Error(codes.InvalidArgument, "Hello may be sent only once per stream")
+	case *flov1.WorkerMessage_Ready:
+		return s.ready(m.Ready)
+	case *flov1.WorkerMessage_Result:
+		s.spawn(func() { s.reportResults([]*flov1.Result{m.Result}) })
+	case *flov1.WorkerMessage_ResultBatch:
+		s.spawn(func() { s.reportResults(m.ResultBatch.GetResults()) })
+	case *flov1.WorkerMessage_Nack:
+		n := m.Nack
+		s.spawn(func() {
+			s.reportAndAck([]*dispatcherv1.Report{{
+				TaskId: n.GetTaskId(), Attempt: n.GetAttempt(), Kind: &dispatcherv1.Report_Nack{Nack: n},
+			}}, nil)
+		})
+	case *flov1.WorkerMessage_Abandon:
+		a := m.Abandon
+		s.spawn(func() {
+			s.reportAndAck([]*dispatcherv1.Report{{
+				TaskId: a.GetTaskId(), Attempt: a.GetAttempt(), Kind: &dispatcherv1.Report_Abandon{Abandon: a},
+			}}, nil)
+		})
+	case *flov1.WorkerMessage_Touch:
+		t := m.Touch
+		s.spawn(func() { s.touch(t) })
+	default:
+		return status.Error(codes.InvalidArgument, "empty worker message")
+	}
+	return nil
+}
+
+// spawn runs fn as one of at most maxInFlight concurrent calls, waiting for a
+// slot; while it waits the reader reads nothing, which is the back-pressure
+// on a worker sending faster than the dispatcher records.
+func (s *session) spawn(fn func()) {
+	select {
+	case s.slots <- struct{}{}:
+	case <-s.ctx.Done():
+		return
+	}
+	if !s.ops.Go(func() {
+		defer func() { <-s.slots }()
+		fn()
+	}) {
+		<-s.slots
+	}
+}
+
+// ready adds a Ready's credit to the pool of its actions and lease length,
+// starting that pool's claim loop on first use.
+func (s *session) ready(r *flov1.Ready) error {
+	actions := r.GetActions()
+	if len(actions) == 0 {
+		actions = s.actions
+	} else {
+		actions = slices.Compact(slices.Sorted(slices.Values(actions)))
+	}
+	if len(actions) == 0 {
+		return status.Error(codes.InvalidArgument, "Ready names no actions and the Hello named none")
+	}
+	if slices.Contains(actions, "") {
+		return status.Error(codes.InvalidArgument, "Ready names an empty action")
+	}
+	if r.GetLeaseMs() < 0 || r.GetBlockMs() < 0 {
+		return status.Error(codes.InvalidArgument, "Ready's lease_ms and block_ms must not be negative")
+	}
+	block := defaultBlock
+	if r.GetBlockMs() > 0 {
+		block = min(time.Duration(r.GetBlockMs())*time.Millisecond, maxBlock)
+	}
+	p, err := s.pool(actions, r.GetLeaseMs())
+	if err != nil {
+		return err
+	}
+	p.add(max(int(r.GetCount()), 1), time.Now().Add(block))
+	return nil
+}
+
+func (s *session) pool(actions []string, leaseMS int64) (*pool, error) {
+	key := poolKey(actions, leaseMS)
+	s.poolsMu.Lock()
+	defer s.poolsMu.Unlock()
+	if p, ok := s.pools[key]; ok {
+		return p, nil
+	}
+	if len(s.pools) >= maxPools {
+		return nil, status.Errorf(codes.InvalidArgument, "a stream's Ready messages may name at most %d different action sets and lease lengths", maxPools)
+	}
+	p := newPool(actions, leaseMS)
+	s.pools[key] = p
+	s.claimers.Go(func() { s.claimLoop(p) })
+	return p, nil
+}
+
+// wakePools lets claim loops waiting for room look again.
+func (s *session) wakePools() {
+	s.poolsMu.Lock()
+	defer s.poolsMu.Unlock()
+	for _, p := range s.pools {
+		p.signal()
+	}
+}
+
+// reportResults sends one Result or ResultBatch to the dispatcher as one
+// Report call. A result body over the payload limit is recorded as a
+// failure that dead-letters the task, so the user sees why instead of a
+// lease expiring over and over.
+func (s *session) reportResults(results []*flov1.Result) {
+	reports := make([]*dispatcherv1.Report, 0, len(results))
+	var invalid []string
+	for _, r := range results {
+		rep := &dispatcherv1.Report{TaskId: r.GetTaskId(), Attempt: r.GetAttempt()}
+		switch o := r.GetOutcome().(type) {
+		case *flov1.Result_Completed:
+			if n := len(o.Completed.GetBody()); n > s.srv.opts.MaxPayloadBytes {
+				rep.Kind = &dispatcherv1.Report_Failed{Failed: &flov1.Failed{
+					Error: fmt.Sprintf("result is %d bytes, limit is %d", n, s.srv.opts.MaxPayloadBytes),
+				}}
+			} else {
+				rep.Kind = &dispatcherv1.Report_Completed{Completed: o.Completed}
+			}
+		case *flov1.Result_Failed:
+			rep.Kind = &dispatcherv1.Report_Failed{Failed: o.Failed}
+		default:
+			invalid = append(invalid, r.GetTaskId())
+			continue
+		}
+		reports = append(reports, rep)
+	}
+	s.reportAndAck(reports, invalid)
+}
+
+// reportAndAck records reports and sends a ResultAck when anything was
+// refused: invalid lists ids the gateway itself refused.
+func (s *session) reportAndAck(reports []*dispatcherv1.Report, invalid []string) {
+	rejected, why := s.report(reports)
+	if len(invalid) > 0 {
+		rejected = append(rejected, invalid...)
+		why = joinReasons(why, "a Result must carry completed or failed")
+	}
+	if len(rejected) == 0 {
+		return
+	}
+	s.enqueue(outgoing{msg: &flov1.ServerMessage{Msg: &flov1.ServerMessage_ResultAck{ResultAck: &flov1.ResultAck{
+		RejectedTaskIds: rejected, Error: why,
+	}}}})
+}
+
+func joinReasons(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+// report makes one Report call, retried while the dispatcher is unavailable,
+// and returns the task ids it refused with the reason.
+func (s *session) report(reports []*dispatcherv1.Report) (rejected []string, why string) {
+	if len(reports) == 0 {
+		return nil, ""
+	}
+	ids := make([]string, len(reports))
+	for i, r := range reports {
+		ids[i] = r.GetTaskId()
+	}
+	ctx, cancel := context.WithTimeout(s.calls, callTimeout)
+	defer cancel()
+	var resp *dispatcherv1.ReportResponse
+	err := retry(ctx, func(ctx context.Context) error {
+		var err error
+		resp, err = s.srv.dispatcher.Report(ctx, &dispatcherv1.ReportRequest{
+			Namespace: s.namespace, WorkerId: s.workerID, Reports: reports,
+		})
+		return err
+	})
+	if s.held.remove(ids) {
+		s.wakePools()
+	}
+	if err != nil {
+		s.log.WarnContext(ctx, "report results failed", slog.Int("reports", len(reports)), slog.Any("error", err))
+		return ids, "recording the results failed: " + status.Convert(err).Message()
+	}
+	if len(resp.GetRejectedTaskIds()) > 0 {
+		return resp.GetRejectedTaskIds(), "no running attempt matched: the lease expired or the task is already final"
+	}
+	return nil, ""
+}
+
+// abandon hands tasks the worker never received back to the queue without
+// counting an attempt.
+func (s *session) abandon(tasks []*flov1.TaskAssignment) {
+	reports := make([]*dispatcherv1.Report, len(tasks))
+	for i, t := range tasks {
+		reports[i] = &dispatcherv1.Report{
+			TaskId: t.GetTaskId(), Attempt: t.GetAttempt(),
+			Kind: &dispatcherv1.Report_Abandon{Abandon: &flov1.Abandon{TaskId: t.GetTaskId(), Attempt: t.GetAttempt()}},
+		}
+	}
+	if rejected, why := s.report(reports); len(rejected) > 0 {
+		s.log.WarnContext(s.calls, "abandon unsent tasks failed; they return to the queue when their lease expires",
+			slog.Int("tasks", len(rejected)), slog.String("reason", why))
+	}
+}
+
+// touch extends a lease and answers with a TouchAck either way.
+func (s *session) touch(t *flov1.Touch) {
+	ctx, cancel := context.WithTimeout(s.calls, touchTimeout)
+	defer cancel()
+	var ack *flov1.TouchAck
+	err := retry(ctx, func(ctx context.Context) error {
+		var err error
+		ack, err = s.srv.dispatcher.Touch(ctx, &dispatcherv1.TouchRequest{
+			Namespace: s.namespace, WorkerId: s.workerID,
+			TaskId: t.GetTaskId(), Attempt: t.GetAttempt(), ExtendMs: t.GetExtendMs(),
+		})
+		return err
+	})
+	if err != nil {
+		ack = &flov1.TouchAck{TaskId: t.GetTaskId(), Error: status.Convert(err).Message()}
+	}
+	if ack.GetOk() && ack.GetLeaseUntil() != nil {
+		s.held.extend(t.GetTaskId(), ack.GetLeaseUntil().AsTime())
+	}
+	s.enqueue(outgoing{msg: &flov1.ServerMessage{Msg: &flov1.ServerMessage_TouchAck{TouchAck: ack}}})
+}

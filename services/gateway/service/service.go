@@ -1,0 +1,380 @@
+// Package service wires the gateway: the public gRPC API and worker streams,
+// the REST facade with health, readiness, OpenAPI and metrics, the producer
+// of invoke commands, the task-events tail that wakes waiting requests, and
+// the connection to the dispatcher. cmd/gateway and the dev stack run it.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+
+	"github.com/razorbill/flo/libs/config"
+	"github.com/razorbill/flo/libs/kafka"
+	"github.com/razorbill/flo/libs/telemetry"
+	floproto "github.com/razorbill/flo/proto"
+	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
+	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
+
+	"github.com/razorbill/flo/services/gateway/internal/action"
+	"github.com/razorbill/flo/services/gateway/internal/api"
+	"github.com/razorbill/flo/services/gateway/internal/httpapi"
+	"github.com/razorbill/flo/services/gateway/internal/invoke"
+	"github.com/razorbill/flo/services/gateway/internal/namespace"
+	"github.com/razorbill/flo/services/gateway/internal/recovery"
+	"github.com/razorbill/flo/services/gateway/internal/taskwait"
+	"github.com/razorbill/flo/services/gateway/internal/workerstream"
+)
+
+// Config is the gateway's configuration, read from FLO_* variables.
+type Config struct {
+	GRPCAddr        string `env:"FLO_GATEWAY_GRPC_ADDR, default=:9000"`
+	HTTPAddr        string `env:"FLO_GATEWAY_HTTP_ADDR, default=:8080"`
+	DispatcherAddr  string `env:"FLO_DISPATCHER_ADDR, default=localhost:9101"`
+	MaxPayloadBytes int    `env:"FLO_MAX_PAYLOAD_BYTES, default=1048576"`
+	// AuthToken, when set, is the token every worker's Hello must carry.
+	AuthToken string `env:"FLO_AUTH_TOKEN"`
+	Kafka     config.Kafka
+}
+
+const (
+	// actionTTL is how long the answer "this action exists and is enabled"
+	// is reused by invocations.
+	actionTTL = time.Second
+	// maxWaiters caps concurrent AwaitTask calls per process.
+	maxWaiters = 100_000
+	// bodySlack is how much a REST body may exceed the payload limit, for the
+	// JSON around the payload.
+	bodySlack = 64 << 10
+	// minRecvMsgBytes keeps gRPC's usual 4 MiB receive limit when the payload
+	// limit is smaller, so a ResultBatch of several results still fits.
+	minRecvMsgBytes = 4 << 20
+	// shutdownTimeout bounds the graceful part of Run's shutdown; drainTimeout,
+	// within it, is how long worker streams wait for held tasks.
+	shutdownTimeout = 20 * time.Second
+	drainTimeout    = 10 * time.Second
+	// setupTimeout bounds creating topics in New.
+	setupTimeout = 30 * time.Second
+)
+
+// Option adjusts a Service.
+type Option func(*options)
+
+type options struct {
+	metrics http.Handler
+}
+
+// WithMetricsHandler serves h at /metrics, typically the handler of the
+// process's telemetry. Without it the Service sets telemetry up itself
+// (libs/telemetry shares one setup per process) and releases it when Run
+// returns.
+func WithMetricsHandler(h http.Handler) Option {
+	return func(o *options) { o.metrics = h }
+}
+
+// Service is a running gateway.
+type Service struct {
+	cfg Config
+	log *slog.Logger
+
+	grpcLis    net.Listener
+	httpLis    net.Listener
+	grpcServer *grpc.Server
+	httpServer *http.Server
+
+	conn       *grpc.ClientConn
+	dispatcher dispatcherv1.DispatcherClient
+	producer   *kgo.Client
+	tail       *kafka.Tail
+	waiters    *taskwait.Registry
+	streams    *workerstream.Server
+	telemetry  *telemetry.Telemetry
+
+	answered atomic.Bool
+	stopping atomic.Bool
+}
+
+// New connects to the dispatcher and the broker, makes sure the topics exist
+// and listens on both addresses, so GRPCAddr and HTTPAddr are known before
+// Run. Nothing is served until Run.
+func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *Service, err error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if cfg.MaxPayloadBytes <= 0 {
+		return nil, fmt.Errorf("gateway config: FLO_MAX_PAYLOAD_BYTES must be positive, got %d", cfg.MaxPayloadBytes)
+	}
+	if cfg.DispatcherAddr == "" {
+		return nil, errors.New("gateway config: FLO_DISPATCHER_ADDR is required")
+	}
+	if cfg.Kafka.Partitions <= 0 {
+		cfg.Kafka.Partitions = 8
+	}
+	s := &Service{cfg: cfg, log: log}
+	defer func() {
+		if err != nil {
+			s.closeResources(context.Background())
+		}
+	}()
+
+	if o.metrics == nil {
+		if s.telemetry, err = telemetry.Setup(ctx, "gateway"); err != nil {
+			return nil, fmt.Errorf("set up telemetry: %w", err)
+		}
+		o.metrics = s.telemetry.MetricsHandler()
+	}
+
+	// A claim can return up to 256 maximal payloads at once.
+	claimRecv := 256*(cfg.MaxPayloadBytes+4<<10) + 1<<20
+	s.conn, err = grpc.NewClient(cfg.DispatcherAddr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(claimRecv)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("dial dispatcher %s: %w", cfg.DispatcherAddr, err)
+	}
+	s.dispatcher = dispatcherv1.NewDispatcherClient(s.conn)
+
+	s.producer, err = kafka.NewClient(cfg.Kafka.Brokers,
+		kgo.ProducerBatchMaxBytes(int32(max(1<<20, cfg.MaxPayloadBytes+bodySlack))),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("connect to kafka: %w", err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	err = kafka.EnsureTopics(tctx, s.producer, cfg.Kafka.Partitions, invoke.Topic, taskwait.Topic)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("ensure topics: %w", err)
+	}
+
+	s.waiters = taskwait.NewRegistry(maxWaiters)
+	s.tail, err = kafka.NewTail(cfg.Kafka.Brokers, []string{taskwait.Topic}, s.waiters.Handler(log), log)
+	if err != nil {
+		return nil, fmt.Errorf("tail task events: %w", err)
+	}
+
+	namespaces := namespace.NewCache(api.NamespaceLookup(s.dispatcher))
+	actions := action.NewCache(api.ActionLookup(s.dispatcher), actionTTL)
+	nsServer := api.NewNamespaceServer(s.dispatcher, namespaces, log)
+	actionServer := api.NewActionServer(s.dispatcher, namespaces, actions, log)
+	taskServer := api.NewTaskServer(api.TaskServerDeps{
+		Dispatcher:      s.dispatcher,
+		Namespaces:      namespaces,
+		Actions:         actions,
+		Invoker:         invoke.NewProducer(s.producer),
+		Waiters:         s.waiters,
+		MaxPayloadBytes: cfg.MaxPayloadBytes,
+		Log:             log,
+	})
+	s.streams = workerstream.NewServer(s.dispatcher, workerstream.Options{
+		AuthToken:       cfg.AuthToken,
+		MaxPayloadBytes: cfg.MaxPayloadBytes,
+		DrainTimeout:    drainTimeout,
+		CheckNamespace: func(ctx context.Context, name string) error {
+			return api.CheckNamespace(ctx, log, namespaces, name)
+		},
+		Log: log,
+	})
+
+	s.grpcServer = grpc.NewServer(
+		grpc.StatsHandler(otelgrpc.NewServerHandler()),
+		grpc.ChainUnaryInterceptor(recovery.UnaryInterceptor(log)),
+		grpc.ChainStreamInterceptor(recovery.StreamInterceptor(log)),
+		grpc.MaxRecvMsgSize(max(minRecvMsgBytes, cfg.MaxPayloadBytes+bodySlack)),
+		// Dead worker connections are noticed within a minute; workers may
+		// ping every 10 s, idle or not.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	)
+	flov1.RegisterNamespaceServiceServer(s.grpcServer, nsServer)
+	flov1.RegisterActionServiceServer(s.grpcServer, actionServer)
+	flov1.RegisterTaskServiceServer(s.grpcServer, taskServer)
+	flov1.RegisterWorkerServiceServer(s.grpcServer, s.streams)
+
+	handler, err := httpapi.NewHandler(ctx, httpapi.Services{
+		Namespaces: nsServer, Actions: actionServer, Tasks: taskServer,
+	}, httpapi.Options{
+		MaxBodyBytes: int64(cfg.MaxPayloadBytes + bodySlack),
+		Ready:        s.Ready,
+		Metrics:      o.metrics,
+		OpenAPI:      floproto.OpenAPI,
+		Log:          log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.httpServer = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+
+	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("listen for gRPC on %s: %w", cfg.GRPCAddr, err)
+	}
+	if s.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("listen for HTTP on %s: %w", cfg.HTTPAddr, err)
+	}
+	return s, nil
+}
+
+// GRPCAddr is the address the gRPC server listens on.
+func (s *Service) GRPCAddr() string { return s.grpcLis.Addr().String() }
+
+// HTTPAddr is the address the REST facade listens on.
+func (s *Service) HTTPAddr() string { return s.httpLis.Addr().String() }
+
+// Ready reports whether the gateway can serve: the dispatcher has answered
+// and its connection is not failing, the task-events tail knows where it
+// starts, and shutdown has not begun.
+func (s *Service) Ready() bool {
+	if s.stopping.Load() || !s.answered.Load() {
+		return false
+	}
+	select {
+	case <-s.tail.Ready():
+	default:
+		return false
+	}
+	return s.conn.GetState() != connectivity.TransientFailure
+}
+
+// Run serves until ctx ends or a component fails, then shuts down: readiness
+// off, worker streams drained and closed, servers stopped gracefully within a
+// timeout, then the tail, the producer and the dispatcher connection closed.
+func (s *Service) Run(ctx context.Context) error {
+	// The tail outlives the servers so that requests still waiting during
+	// shutdown are woken; it stops once they have stopped.
+	tailCtx, stopTail := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopTail()
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := s.grpcServer.Serve(s.grpcLis); err != nil {
+			return fmt.Errorf("serve gRPC: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		if err := s.httpServer.Serve(s.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve HTTP: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		err := s.tail.Run(tailCtx)
+		if tailCtx.Err() != nil {
+			return nil
+		}
+		if err == nil {
+			err = errors.New("stopped unexpectedly")
+		}
+		return fmt.Errorf("task-events tail: %w", err)
+	})
+	g.Go(func() error {
+		s.probeDispatcher(gctx)
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		s.shutdown(ctx)
+		stopTail()
+		return nil
+	})
+	err := g.Wait()
+	s.closeResources(context.WithoutCancel(ctx))
+	return err
+}
+
+// shutdown stops serving in order; it returns once both servers stopped.
+func (s *Service) shutdown(ctx context.Context) {
+	s.stopping.Store(true)
+	s.log.InfoContext(ctx, "gateway shutting down")
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	s.streams.Shutdown()
+	s.waiters.Close()
+
+	stopped := make(chan struct{})
+	go func() {
+		s.grpcServer.GracefulStop()
+		close(stopped)
+	}()
+	if err := s.httpServer.Shutdown(sctx); err != nil {
+		s.log.WarnContext(ctx, "HTTP server did not stop gracefully", slog.Any("error", err))
+		_ = s.httpServer.Close()
+	}
+	select {
+	case <-stopped:
+	case <-sctx.Done():
+		s.log.WarnContext(ctx, "gRPC server did not stop gracefully; closing connections")
+		s.grpcServer.Stop()
+		<-stopped
+	}
+}
+
+// closeResources releases what New opened; it tolerates a partial New.
+func (s *Service) closeResources(ctx context.Context) {
+	if s.producer != nil {
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := s.producer.Flush(fctx); err != nil {
+			s.log.WarnContext(ctx, "flush producer", slog.Any("error", err))
+		}
+		cancel()
+		s.producer.Close()
+	}
+	if s.conn != nil {
+		_ = s.conn.Close()
+	}
+	for _, l := range []net.Listener{s.grpcLis, s.httpLis} {
+		if l != nil {
+			_ = l.Close()
+		}
+	}
+	if s.telemetry != nil {
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := s.telemetry.Shutdown(tctx); err != nil {
+			s.log.WarnContext(ctx, "shut down telemetry", slog.Any("error", err))
+		}
+		cancel()
+	}
+}
+
+// probeDispatcher calls the dispatcher until it answers once; from then on
+// readiness follows the connection's state.
+func (s *Service) probeDispatcher(ctx context.Context) {
+	delay := 100 * time.Millisecond
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := s.dispatcher.ListNamespaces(pctx, &flov1.ListNamespacesRequest{})
+		cancel()
+		switch status.Code(err) {
+		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		default:
+			s.answered.Store(true)
+			s.log.InfoContext(ctx, "dispatcher answered", slog.String("addr", s.cfg.DispatcherAddr))
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}

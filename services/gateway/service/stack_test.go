@@ -1,0 +1,199 @@
+package service_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/razorbill/flo/libs/config"
+	"github.com/razorbill/flo/libs/harness"
+	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
+	dispatcher "github.com/razorbill/flo/services/dispatcher/service"
+
+	"github.com/razorbill/flo/services/gateway/service"
+)
+
+func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
+
+// testToken is the worker token the test stacks require.
+const testToken = "s3cret"
+
+// testMaxPayload keeps the payload limit small so oversized requests are
+// cheap to build.
+const testMaxPayload = 4096
+
+// wait bounds every wait in these tests; it only keeps a broken test from
+// hanging, nothing asserts how long anything took.
+const wait = 60 * time.Second
+
+// stack is a dispatcher and a gateway on loopback over a fresh database and
+// broker.
+type stack struct {
+	gateway *service.Service
+	brokers []string
+	conn    *grpc.ClientConn
+	base    string
+
+	namespaces flov1.NamespaceServiceClient
+	actions    flov1.ActionServiceClient
+	tasks      flov1.TaskServiceClient
+	workers    flov1.WorkerServiceClient
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test", t.Name())
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+func startStack(t *testing.T) *stack {
+	t.Helper()
+	broker := harness.NewBroker(t)
+	dbURL := harness.NewDatabase(t)
+	log := testLogger(t)
+	ctx, cancel := context.WithCancel(context.Background())
+
+	kafkaCfg := config.Kafka{Brokers: broker.Addrs(), Partitions: 2}
+	disp, err := dispatcher.New(ctx, dispatcher.Config{
+		GRPCAddr:            "127.0.0.1:0",
+		HTTPAddr:            "127.0.0.1:0",
+		BootstrapNamespaces: []string{"default"},
+		LeaseCheckInterval:  100 * time.Millisecond,
+		Postgres:            config.Postgres{URL: dbURL, MaxConns: 8},
+		Kafka:               kafkaCfg,
+	}, log.With("service", "dispatcher"))
+	require.NoError(t, err)
+	dispDone := make(chan error, 1)
+	go func() { dispDone <- disp.Run(ctx) }()
+
+	gw, err := service.New(ctx, service.Config{
+		GRPCAddr:        "127.0.0.1:0",
+		HTTPAddr:        "127.0.0.1:0",
+		DispatcherAddr:  disp.GRPCAddr(),
+		MaxPayloadBytes: testMaxPayload,
+		AuthToken:       testToken,
+		Kafka:           kafkaCfg,
+	}, log.With("service", "gateway"))
+	require.NoError(t, err)
+	gwDone := make(chan error, 1)
+	go func() { gwDone <- gw.Run(ctx) }()
+
+	conn, err := grpc.NewClient(gw.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = conn.Close()
+		cancel()
+		require.NoError(t, <-gwDone)
+		require.NoError(t, <-dispDone)
+	})
+	require.Eventually(t, gw.Ready, wait, 10*time.Millisecond, "gateway never became ready")
+	return &stack{
+		gateway:    gw,
+		brokers:    broker.Addrs(),
+		conn:       conn,
+		base:       "http://" + gw.HTTPAddr(),
+		namespaces: flov1.NewNamespaceServiceClient(conn),
+		actions:    flov1.NewActionServiceClient(conn),
+		tasks:      flov1.NewTaskServiceClient(conn),
+		workers:    flov1.NewWorkerServiceClient(conn),
+	}
+}
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// restResponse is an HTTP answer with its JSON body decoded.
+type restResponse struct {
+	status int
+	body   map[string]any
+	raw    []byte
+}
+
+func (s *stack) rest(t *testing.T, method, path string, body any) restResponse {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		rd = bytes.NewReader(b)
+	case string:
+		rd = bytes.NewReader([]byte(b))
+	default:
+		data, err := json.Marshal(b)
+		require.NoError(t, err)
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(testContext(t), method, s.base+path, rd)
+	require.NoError(t, err)
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	out := restResponse{status: resp.StatusCode, raw: raw}
+	if len(raw) > 0 && raw[0] == '{' {
+		require.NoError(t, json.Unmarshal(raw, &out.body), "body: %s", raw)
+	}
+	return out
+}
+
+// commandKeys returns the keys (task ids) of every command on
+// flo.actions.commands: it reads from the start up to the end offsets listed
+// when it is called, which cover every produce acknowledged before.
+func commandKeys(t *testing.T, brokers []string) []string {
+	t.Helper()
+	ctx := testContext(t)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	require.NoError(t, err)
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, "flo.actions.commands")
+	require.NoError(t, err)
+	require.NoError(t, ends.Error())
+	start := map[string]map[int32]kgo.Offset{"flo.actions.commands": {}}
+	remaining := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			start[o.Topic][o.Partition] = kgo.NewOffset().AtStart()
+			remaining[o.Partition] = o.Offset
+		}
+	})
+	keys := []string{}
+	if len(remaining) == 0 {
+		return keys
+	}
+	cl.AddConsumePartitions(start)
+	for len(remaining) > 0 {
+		fetches := cl.PollFetches(ctx)
+		require.NoError(t, ctx.Err(), "did not reach the end offsets")
+		fetches.EachRecord(func(r *kgo.Record) {
+			end, ok := remaining[r.Partition]
+			if !ok || r.Offset >= end {
+				return
+			}
+			keys = append(keys, string(r.Key))
+			if r.Offset == end-1 {
+				delete(remaining, r.Partition)
+			}
+		})
+	}
+	return keys
+}
