@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -19,9 +20,9 @@ import (
 
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/harness"
-	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
+	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	"github.com/razorbill/flo/services/dispatcher/service"
 )
 
@@ -46,41 +47,64 @@ type env struct {
 func startEnv(t *testing.T) *env {
 	t.Helper()
 	broker := harness.NewBroker(t)
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("flo_test_metric 1\n")) })
+	r := startReplica(t, harness.NewDatabase(t), broker.Addrs(), service.WithMetricsHandler(metrics))
+	t.Cleanup(r.stop)
+	e := &env{svc: r.svc, client: r.client, producer: newProducer(t, broker.Addrs()), events: newEventLog()}
+	e.events.start(t, broker.Addrs())
+	return e
+}
+
+// replica is one running dispatcher and a client of it.
+type replica struct {
+	svc    *service.Service
+	client dispatcherv1.DispatcherClient
+	stop   func()
+}
+
+// startReplica runs a dispatcher on the given database and broker; stop
+// shuts it down gracefully and checks that Run returned nil.
+func startReplica(t testing.TB, dbURL string, brokers []string, opts ...service.Option) *replica {
+	t.Helper()
 	cfg := service.Config{
 		GRPCAddr:            "127.0.0.1:0",
 		HTTPAddr:            "127.0.0.1:0",
 		BootstrapNamespaces: []string{"default", " spaced "},
 		LeaseCheckInterval:  50 * time.Millisecond,
-		Postgres:            config.Postgres{URL: harness.NewDatabase(t), MaxConns: 8},
-		Kafka:               config.Kafka{Brokers: broker.Addrs(), Partitions: 4},
+		Postgres:            config.Postgres{URL: dbURL, MaxConns: 8},
+		Kafka:               config.Kafka{Brokers: brokers, Partitions: 4},
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := service.New(ctx, cfg, log)
+	svc, err := service.New(ctx, cfg, log, opts...)
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(time.Minute):
-			t.Error("dispatcher did not stop")
-		}
-	})
-
 	conn, err := grpc.NewClient(svc.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			_ = conn.Close()
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(time.Minute):
+				t.Error("dispatcher did not stop")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return &replica{svc: svc, client: dispatcherv1.NewDispatcherClient(conn), stop: stop}
+}
 
-	producer, err := kgo.NewClient(kgo.SeedBrokers(broker.Addrs()...), kgo.ProducerLinger(0))
+func newProducer(t testing.TB, brokers []string) *kgo.Client {
+	t.Helper()
+	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(0))
 	require.NoError(t, err)
 	t.Cleanup(producer.Close)
-
-	e := &env{svc: svc, client: dispatcherv1.NewDispatcherClient(conn), producer: producer, events: newEventLog()}
-	e.events.start(t, broker.Addrs())
-	return e
+	return producer
 }
 
 // namespace creates a fresh namespace for one test.

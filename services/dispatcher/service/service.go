@@ -54,7 +54,7 @@ const (
 type Config struct {
 	GRPCAddr            string        `env:"FLO_DISPATCHER_GRPC_ADDR, default=:9101"`
 	HTTPAddr            string        `env:"FLO_DISPATCHER_HTTP_ADDR, default=:9111"`
-	BootstrapNamespaces []string      `env:"FLO_BOOTSTRAP_NAMESPACES, default=default, delimiter=,"`
+	BootstrapNamespaces []string      `env:"FLO_BOOTSTRAP_NAMESPACES, default=default"`
 	LeaseCheckInterval  time.Duration `env:"FLO_LEASE_CHECK_INTERVAL, default=1s"`
 	Postgres            config.Postgres
 	Kafka               config.Kafka
@@ -105,6 +105,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	if cfg.Postgres.URL == "" {
 		return nil, errors.New("dispatcher: FLO_DATABASE_URL is required")
 	}
@@ -151,10 +154,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
-	if s.claimer, err = claim.New(s.pool, cat, s.hub, s.relay, log, meter); err != nil {
+	if s.claimer, err = claim.New(s.pool, cat, s.hub, s.relay, meter); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
-	if s.reporter, err = report.New(s.pool, s.hub, s.relay, log, meter); err != nil {
+	if s.reporter, err = report.New(s.pool, s.hub, s.relay, meter); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	if s.leases, err = lease.New(s.pool, s.hub, s.relay, log, meter); err != nil {

@@ -8,7 +8,8 @@ package claim
 import (
 	"context"
 	"fmt"
-	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,8 +62,7 @@ type Claimer struct {
 	catalog *catalog.Catalog
 	hub     *wake.Hub
 	relay   Notifier
-	log     *slog.Logger
-	batch   *coalesce.Batcher[store.ClaimParams, []store.Claimed]
+	batch   *coalesce.Batcher[Request, []store.Claimed]
 	claimed metric.Int64Counter
 
 	closeOnce sync.Once
@@ -70,12 +70,12 @@ type Claimer struct {
 }
 
 // New returns a Claimer; Run must be running for claims to be served.
-func New(pool *pgxpool.Pool, cat *catalog.Catalog, hub *wake.Hub, relay Notifier, log *slog.Logger, meter metric.Meter) (*Claimer, error) {
+func New(pool *pgxpool.Pool, cat *catalog.Catalog, hub *wake.Hub, relay Notifier, meter metric.Meter) (*Claimer, error) {
 	claimed, err := meter.Int64Counter("flo.dispatcher.tasks.claimed", metric.WithDescription("Tasks leased to workers."))
 	if err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
-	c := &Claimer{pool: pool, catalog: cat, hub: hub, relay: relay, log: log, claimed: claimed, closing: make(chan struct{})}
+	c := &Claimer{pool: pool, catalog: cat, hub: hub, relay: relay, claimed: claimed, closing: make(chan struct{})}
 	c.batch = coalesce.New(queueSize, batchSize, c.exec)
 	return c, nil
 }
@@ -129,10 +129,8 @@ func (c *Claimer) claimOnce(ctx context.Context, req Request) ([]store.Claimed, 
 	if err != nil || len(actions) == 0 {
 		return nil, err
 	}
-	return c.batch.Do(ctx, store.ClaimParams{
-		Namespace: req.Namespace, Actions: actions, WorkerID: req.WorkerID,
-		Limit: int32(req.Count), Lease: req.Lease,
-	})
+	req.Actions = actions
+	return c.batch.Do(ctx, req)
 }
 
 func (c *Claimer) validate(ctx context.Context, req Request) (Request, error) {
@@ -169,11 +167,31 @@ func (c *Claimer) validate(ctx context.Context, req Request) (Request, error) {
 	return req, nil
 }
 
-// exec runs one coalesced set of claims in one transaction.
-func (c *Claimer) exec(ctx context.Context, calls []*coalesce.Call[store.ClaimParams, []store.Claimed]) error {
-	params := make([]store.ClaimParams, len(calls))
+// exec runs one coalesced set of claims in one transaction. Claims for the
+// same namespace and actions share one statement, each contributing Count
+// slots, so many workers of one queue cost a single index scan.
+func (c *Claimer) exec(ctx context.Context, calls []*coalesce.Call[Request, []store.Claimed]) error {
+	var (
+		groups []store.ClaimGroup
+		owners [][]int // owners[g][slot] is the call the slot belongs to
+		index  = map[string]int{}
+	)
 	for i, call := range calls {
-		params[i] = call.Req
+		r := call.Req
+		actions := slices.Clone(r.Actions)
+		slices.Sort(actions)
+		key := r.Namespace + "\x00" + strings.Join(actions, "\x00")
+		g, ok := index[key]
+		if !ok {
+			g = len(groups)
+			index[key] = g
+			groups = append(groups, store.ClaimGroup{Namespace: r.Namespace, Actions: actions})
+			owners = append(owners, nil)
+		}
+		for range r.Count {
+			groups[g].Slots = append(groups[g].Slots, store.ClaimSlot{WorkerID: r.WorkerID, Lease: r.Lease})
+			owners[g] = append(owners[g], i)
+		}
 	}
 	var (
 		results [][]store.Claimed
@@ -181,7 +199,7 @@ func (c *Claimer) exec(ctx context.Context, calls []*coalesce.Call[store.ClaimPa
 	)
 	err := pg.InTx(ctx, c.pool, func(tx pgx.Tx) error {
 		var err error
-		if results, err = store.ClaimTasks(ctx, tx, params); err != nil {
+		if results, err = store.ClaimTasks(ctx, tx, groups); err != nil {
 			return err
 		}
 		events := taskevent.NewBuilder(time.Now())
@@ -207,8 +225,11 @@ func (c *Claimer) exec(ctx context.Context, calls []*coalesce.Call[store.ClaimPa
 	if err != nil {
 		return fmt.Errorf("claim for %d requests: %w", len(calls), err)
 	}
-	for i, call := range calls {
-		call.Resp = results[i]
+	for g, got := range results {
+		for _, t := range got {
+			call := calls[owners[g][t.Slot]]
+			call.Resp = append(call.Resp, t)
+		}
 	}
 	if total > 0 {
 		c.claimed.Add(ctx, int64(total))

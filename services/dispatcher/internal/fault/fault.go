@@ -19,8 +19,6 @@ const (
 	Invalid
 	// Precondition: the entity exists but is not in a state that allows the call.
 	Precondition
-	// Unavailable: the service is stopping and takes no new work.
-	Unavailable
 )
 
 // Error is a domain error with a caller-facing message.
@@ -44,11 +42,6 @@ func Invalidf(format string, args ...any) error {
 // Preconditionf returns a Precondition error.
 func Preconditionf(format string, args ...any) error {
 	return &Error{Kind: Precondition, Message: fmt.Sprintf(format, args...)}
-}
-
-// Unavailablef returns an Unavailable error.
-func Unavailablef(format string, args ...any) error {
-	return &Error{Kind: Unavailable, Message: fmt.Sprintf(format, args...)}
 }
 
 // KindOf returns the kind of the first domain error in err's chain and its

@@ -30,8 +30,6 @@ func toStatus(ctx context.Context, log *slog.Logger, method string, err error) e
 			return status.Error(codes.InvalidArgument, msg)
 		case fault.Precondition:
 			return status.Error(codes.FailedPrecondition, msg)
-		case fault.Unavailable:
-			return status.Error(codes.Unavailable, msg)
 		}
 	}
 	switch {

@@ -190,7 +190,7 @@ func (s *Server) Report(ctx context.Context, req *dispatcherv1.ReportRequest) (*
 	for i, r := range req.GetReports() {
 		reports[i] = reportDomain(r)
 	}
-	rejected, err := s.d.Reporter.Report(ctx, report.Request{Namespace: req.GetNamespace(), WorkerID: req.GetWorkerId(), Reports: reports})
+	rejected, err := s.d.Reporter.Report(ctx, report.Request{Namespace: req.GetNamespace(), Reports: reports})
 	if err != nil {
 		return nil, err
 	}

@@ -90,8 +90,12 @@ func (in *Intake) Enqueue(ctx context.Context, invs []Invocation) error {
 			return err
 		}
 		tasks := make([]store.NewTask, 0, len(invs))
-		dropped = 0
+		seen := make(map[uuid.UUID]bool, len(invs))
 		for _, inv := range invs {
+			if seen[inv.TaskID] {
+				continue // a re-sent command in the same batch; the first wins
+			}
+			seen[inv.TaskID] = true
 			a, ok := actions[store.Key(inv.Namespace, inv.Action)]
 			if !ok {
 				dropped++
@@ -111,7 +115,6 @@ func (in *Intake) Enqueue(ctx context.Context, invs []Invocation) error {
 			})
 		}
 		if len(tasks) == 0 {
-			changes = nil
 			return nil
 		}
 		if changes, err = store.InsertTasks(ctx, tx, tasks); err != nil {

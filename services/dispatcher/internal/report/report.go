@@ -8,7 +8,6 @@ package report
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
@@ -67,10 +66,9 @@ type Report struct {
 	Delay time.Duration
 }
 
-// Request is one call's reports.
+// Request is one call's reports, all about tasks of Namespace.
 type Request struct {
 	Namespace string
-	WorkerID  string
 	Reports   []Report
 }
 
@@ -82,18 +80,17 @@ type Reporter struct {
 	pool    *pgxpool.Pool
 	hub     *wake.Hub
 	relay   Notifier
-	log     *slog.Logger
 	batch   *coalesce.Batcher[Request, []string]
 	results metric.Int64Counter
 }
 
 // New returns a Reporter; Run must be running for reports to be applied.
-func New(pool *pgxpool.Pool, hub *wake.Hub, relay Notifier, log *slog.Logger, meter metric.Meter) (*Reporter, error) {
+func New(pool *pgxpool.Pool, hub *wake.Hub, relay Notifier, meter metric.Meter) (*Reporter, error) {
 	results, err := meter.Int64Counter("flo.dispatcher.reports", metric.WithDescription("Attempt reports by what they led to."))
 	if err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
-	r := &Reporter{pool: pool, hub: hub, relay: relay, log: log, results: results}
+	r := &Reporter{pool: pool, hub: hub, relay: relay, results: results}
 	r.batch = coalesce.New(queueSize, batchSize, r.exec)
 	return r, nil
 }
@@ -168,14 +165,8 @@ func (r *Reporter) exec(ctx context.Context, calls []*coalesce.Call[Request, []s
 			entries = append(entries, entry{call: i, report: rep, id: id})
 		}
 	}
-	var queued []store.Change
-	counts := map[string]int64{}
+	var queued []requeued
 	err := pg.InTx(ctx, r.pool, func(tx pgx.Tx) error {
-		queued = queued[:0]
-		clear(counts)
-		for i := range entries {
-			entries[i].accepted = false
-		}
 		events := taskevent.NewBuilder(time.Now())
 		if err := r.complete(ctx, tx, calls, entries, events); err != nil {
 			return err
@@ -188,23 +179,15 @@ func (r *Reporter) exec(ctx context.Context, calls []*coalesce.Call[Request, []s
 		if err != nil {
 			return err
 		}
-		if len(records) > 0 {
-			if err := outbox.Write(ctx, tx, records...); err != nil {
-				return fmt.Errorf("write report events: %w", err)
-			}
+		if err := outbox.Write(ctx, tx, records...); err != nil {
+			return fmt.Errorf("write report events: %w", err)
 		}
-		now := time.Now()
-		var due []string
-		for _, c := range queued {
-			if !c.RunAt.After(now) {
-				due = append(due, c.Key())
-			}
-		}
-		return store.Notify(ctx, tx, store.TasksChannel, unique(due))
+		return store.Notify(ctx, tx, store.TasksChannel, dueKeys(queued))
 	})
 	if err != nil {
 		return fmt.Errorf("apply %d reports: %w", len(entries), err)
 	}
+	counts := map[string]int64{}
 	for _, e := range entries {
 		if !e.accepted {
 			calls[e.call].Resp = append(calls[e.call].Resp, e.report.TaskID)
@@ -217,15 +200,32 @@ func (r *Reporter) exec(ctx context.Context, calls []*coalesce.Call[Request, []s
 		r.results.Add(ctx, n, metric.WithAttributes(attribute.String("result", name)))
 	}
 	r.relay.Notify()
-	now := time.Now()
-	for _, c := range queued {
-		if c.RunAt.After(now) {
-			r.hub.WakeAt(c.Key(), c.RunAt)
-		} else {
-			r.hub.Wake(c.Key())
+	r.hub.Wake(dueKeys(queued)...)
+	for _, q := range queued {
+		if q.delayed {
+			r.hub.WakeAt(q.change.Key(), q.change.RunAt)
 		}
 	}
 	return nil
+}
+
+// requeued is a task a report sent back to the queue.
+type requeued struct {
+	change  store.Change
+	delayed bool
+}
+
+// dueKeys lists, once each, the queues that got a task claimable at once.
+func dueKeys(queued []requeued) []string {
+	var keys []string
+	seen := map[string]bool{}
+	for _, q := range queued {
+		if k := q.change.Key(); !q.delayed && !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
 
 // complete applies the completions among entries with one statement.
@@ -265,7 +265,7 @@ func (r *Reporter) complete(ctx context.Context, tx pgx.Tx, calls []*coalesce.Ca
 
 // dispose applies the failures, nacks and abandons among entries and returns
 // the tasks that went back to the queue.
-func (r *Reporter) dispose(ctx context.Context, tx pgx.Tx, calls []*coalesce.Call[Request, []string], entries []entry, events *taskevent.Builder) ([]store.Change, error) {
+func (r *Reporter) dispose(ctx context.Context, tx pgx.Tx, calls []*coalesce.Call[Request, []string], entries []entry, events *taskevent.Builder) ([]requeued, error) {
 	var ids []uuid.UUID
 	for _, e := range entries {
 		if e.report.Kind != Complete {
@@ -307,13 +307,14 @@ func (r *Reporter) dispose(ctx context.Context, tx pgx.Tx, calls []*coalesce.Cal
 	if err != nil {
 		return nil, err
 	}
-	var queued []store.Change
+	var queued []requeued
 	for _, c := range changes {
-		for _, typ := range plans[c.ID].events {
+		p := plans[c.ID]
+		for _, typ := range p.events {
 			events.Add(typ, c)
 		}
 		if c.Status == store.Queued {
-			queued = append(queued, c)
+			queued = append(queued, requeued{change: c, delayed: p.disposition.Delay > 0})
 		}
 	}
 	return queued, nil
@@ -334,16 +335,4 @@ func resultName(rep Report) string {
 	default:
 		return "retried"
 	}
-}
-
-func unique(keys []string) []string {
-	seen := make(map[string]bool, len(keys))
-	out := keys[:0:0]
-	for _, k := range keys {
-		if !seen[k] {
-			seen[k] = true
-			out = append(out, k)
-		}
-	}
-	return out
 }

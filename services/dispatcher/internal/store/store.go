@@ -89,7 +89,6 @@ type Task struct {
 	RunAt          time.Time
 	StartedAt      time.Time
 	FinishedAt     time.Time
-	LeaseUntil     time.Time
 	UpdatedAt      time.Time
 }
 

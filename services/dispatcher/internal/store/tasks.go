@@ -88,65 +88,95 @@ RETURNING `+changeColumns,
 	return out, nil
 }
 
-// ClaimParams asks for up to Limit queued tasks of the given actions.
-type ClaimParams struct {
+// ClaimGroup asks for queued tasks of one namespace and set of actions on
+// behalf of several claimers: each slot is room for one task, and the task
+// placed in a slot is leased to that slot's worker.
+type ClaimGroup struct {
 	Namespace string
 	Actions   []string
-	WorkerID  string
-	Limit     int32
-	// Lease is the lease length; zero means each task's own timeout.
+	Slots     []ClaimSlot
+}
+
+// ClaimSlot is room for one task.
+type ClaimSlot struct {
+	WorkerID string
+	// Lease is the lease length; zero means the task's own timeout.
 	Lease time.Duration
 }
 
 // Claimed is a task a claim moved to running.
 type Claimed struct {
 	Change
+	// Slot is the index of the ClaimSlot the task was placed in.
+	Slot        int
 	Payload     []byte
 	MaxAttempts int32
 	LeaseUntil  time.Time
 }
 
+// claimSQL takes the best queued tasks of a set of actions. Each action is
+// read through its own ordered index scan (the LATERAL), so a claim costs
+// what it takes, not the length of the backlog; slots are filled in hand-out
+// order (priority, then run_at, then creation).
 const claimSQL = `
-WITH picked AS (
-	SELECT id FROM tasks
-	WHERE namespace = $1 AND action = ANY($2::text[]) AND state = 'queued' AND run_at <= now()
+WITH locked AS (
+	SELECT c.id, c.priority, c.run_at, c.created_at
+	FROM unnest($2::text[]) AS a(action)
+	CROSS JOIN LATERAL (
+		SELECT id, priority, run_at, created_at FROM tasks
+		WHERE namespace = $1 AND action = a.action AND state = 'queued' AND run_at <= now()
+		ORDER BY priority DESC, run_at, created_at
+		LIMIT $3
+		FOR UPDATE SKIP LOCKED
+	) c
+), picked AS (
+	SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, created_at) AS slot
+	FROM locked
 	ORDER BY priority DESC, run_at, created_at
 	LIMIT $3
-	FOR UPDATE SKIP LOCKED
 )
 UPDATE tasks t SET
 	state = 'running',
 	attempt = t.attempt + 1,
-	worker_id = $4,
-	lease_until = now() + (CASE WHEN $5::bigint > 0 THEN $5::bigint ELSE t.timeout_ms END) * interval '1 millisecond',
+	worker_id = ($4::text[])[p.slot],
+	lease_until = now() + (CASE WHEN ($5::bigint[])[p.slot] > 0 THEN ($5::bigint[])[p.slot] ELSE t.timeout_ms END) * interval '1 millisecond',
 	started_at = now(),
 	updated_at = now()
-FROM picked WHERE t.id = picked.id
-RETURNING ` + changeColumns + `, t.payload, t.max_attempts, t.lease_until`
+FROM picked p WHERE t.id = p.id
+RETURNING p.slot, ` + changeColumns + `, t.payload, t.max_attempts, t.lease_until`
 
-// ClaimTasks runs one claim statement per request in a single batch (one
-// round trip) and returns the tasks each got, in request order. Requests run
-// in order inside the caller's transaction, so no two get the same task.
-func ClaimTasks(ctx context.Context, db DB, reqs []ClaimParams) ([][]Claimed, error) {
+// ClaimTasks runs one claim statement per group in a single batch (one round
+// trip) and returns the tasks each group got, in group order. Statements run
+// in order inside the caller's transaction, so no two slots get the same task.
+func ClaimTasks(ctx context.Context, db DB, groups []ClaimGroup) ([][]Claimed, error) {
 	b := &pgx.Batch{}
-	for _, r := range reqs {
-		b.Queue(claimSQL, r.Namespace, r.Actions, r.Limit, r.WorkerID, ms(r.Lease))
+	for _, g := range groups {
+		workers := make([]string, len(g.Slots))
+		leases := make([]int64, len(g.Slots))
+		for i, s := range g.Slots {
+			workers[i], leases[i] = s.WorkerID, ms(s.Lease)
+		}
+		b.Queue(claimSQL, g.Namespace, g.Actions, len(g.Slots), workers, leases)
 	}
 	br := db.SendBatch(ctx, b)
-	out := make([][]Claimed, len(reqs))
-	for i := range reqs {
+	out := make([][]Claimed, len(groups))
+	for i := range groups {
 		rows, err := br.Query()
 		if err != nil {
 			_ = br.Close()
 			return nil, fmt.Errorf("claim tasks: %w", err)
 		}
 		for rows.Next() {
-			var c Claimed
-			if err := rows.Scan(append(changeDest(&c.Change), &c.Payload, &c.MaxAttempts, &c.LeaseUntil)...); err != nil {
+			var (
+				c    Claimed
+				slot int64
+			)
+			if err := rows.Scan(append([]any{&slot}, append(changeDest(&c.Change), &c.Payload, &c.MaxAttempts, &c.LeaseUntil)...)...); err != nil {
 				rows.Close()
 				_ = br.Close()
 				return nil, fmt.Errorf("scan claimed task: %w", err)
 			}
+			c.Slot = int(slot - 1)
 			out[i] = append(out[i], c)
 		}
 		if err := rows.Err(); err != nil {
@@ -328,16 +358,16 @@ RETURNING lease_until`, id, namespace, attempt, ms(extend)).Scan(&until)
 }
 
 const taskColumns = `id, namespace, action, state, priority, payload, result, outcome, error, idempotency_key, attempt, max_attempts,
-	worker_id, created_at, run_at, started_at, finished_at, lease_until, updated_at`
+	worker_id, created_at, run_at, started_at, finished_at, updated_at`
 
 func scanTask(r pgx.Row) (Task, error) {
 	var (
-		t                           Task
-		started, finished, leaseEnd *time.Time
+		t                 Task
+		started, finished *time.Time
 	)
 	err := r.Scan(&t.ID, &t.Namespace, &t.Action, &t.Status, &t.Priority, &t.Payload, &t.Result, &t.Outcome, &t.Error,
-		&t.IdempotencyKey, &t.Attempt, &t.MaxAttempts, &t.WorkerID, &t.CreatedAt, &t.RunAt, &started, &finished, &leaseEnd, &t.UpdatedAt)
-	t.StartedAt, t.FinishedAt, t.LeaseUntil = timeOrZero(started), timeOrZero(finished), timeOrZero(leaseEnd)
+		&t.IdempotencyKey, &t.Attempt, &t.MaxAttempts, &t.WorkerID, &t.CreatedAt, &t.RunAt, &started, &finished, &t.UpdatedAt)
+	t.StartedAt, t.FinishedAt = timeOrZero(started), timeOrZero(finished)
 	return t, err
 }
 

@@ -1,0 +1,111 @@
+package coalesce
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+const (
+	waitFor = 10 * time.Second
+	tick    = time.Millisecond
+)
+
+func TestBatcherCoalescesConcurrentCalls(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var (
+		mu      sync.Mutex
+		batches []int
+	)
+	b := New(100, 50, func(_ context.Context, calls []*Call[int, int]) error {
+		mu.Lock()
+		first := len(batches) == 0
+		batches = append(batches, len(calls))
+		mu.Unlock()
+		if first {
+			<-release // hold the first batch so the others pile up
+		}
+		for _, c := range calls {
+			c.Resp = c.Req * 2
+		}
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = b.Run(ctx) }()
+
+	firstDone := make(chan int)
+	go func() {
+		v, _ := b.Do(ctx, 0)
+		firstDone <- v
+	}()
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(batches) == 1 }, waitFor, tick)
+
+	var wg sync.WaitGroup
+	results := make([]int, 20)
+	for i := range results {
+		wg.Go(func() {
+			v, err := b.Do(ctx, i+1)
+			require.NoError(t, err)
+			results[i] = v
+		})
+	}
+	// All 20 wait in the queue behind the held batch.
+	require.Eventually(t, func() bool { return len(b.in) == 20 }, waitFor, tick)
+	close(release)
+	wg.Wait()
+	require.Equal(t, 0, <-firstDone)
+	for i, v := range results {
+		require.Equal(t, 2*(i+1), v)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int{1, 20}, batches, "the calls that waited ran as one batch")
+}
+
+func TestBatcherErrorReachesEveryCall(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	b := New(10, 10, func(context.Context, []*Call[int, int]) error { return boom })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = b.Run(ctx) }()
+	_, err := b.Do(ctx, 1)
+	require.ErrorIs(t, err, boom)
+}
+
+func TestBatcherStopped(t *testing.T) {
+	t.Parallel()
+	b := New(10, 10, func(context.Context, []*Call[int, int]) error { return nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = b.Run(ctx); close(done) }()
+	cancel()
+	<-done
+	_, err := b.Do(context.Background(), 1)
+	require.ErrorIs(t, err, ErrStopped)
+}
+
+func TestBatcherSkipsCancelledCalls(t *testing.T) {
+	t.Parallel()
+	var seen int
+	b := New(10, 10, func(_ context.Context, calls []*Call[int, int]) error {
+		seen += len(calls)
+		return nil
+	})
+	callCtx, cancelCall := context.WithCancel(context.Background())
+	cancelCall()
+	_, err := b.Do(callCtx, 1)
+	require.ErrorIs(t, err, context.Canceled)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = b.Run(ctx) }()
+	_, err = b.Do(ctx, 2)
+	require.NoError(t, err)
+	require.Equal(t, 1, seen)
+}

@@ -1,0 +1,80 @@
+package wake_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/razorbill/flo/services/dispatcher/internal/wake"
+)
+
+const waitFor = 10 * time.Second
+
+func signalled(w *wake.Waiter) bool {
+	select {
+	case <-w.C():
+		return true
+	default:
+		return false
+	}
+}
+
+func TestHubWakesOnlyMatchingWaiters(t *testing.T) {
+	t.Parallel()
+	h := wake.NewHub()
+	a := h.Subscribe([]string{"ns/a"})
+	ab := h.Subscribe([]string{"ns/a", "ns/b"})
+	c := h.Subscribe([]string{"ns/c"})
+	h.Wake("ns/b")
+	require.False(t, signalled(a))
+	require.True(t, signalled(ab))
+	require.False(t, signalled(c))
+
+	// A wake-up while nobody reads is kept (once), not lost.
+	h.Wake("ns/a")
+	h.Wake("ns/a")
+	require.True(t, signalled(a))
+	require.False(t, signalled(a))
+
+	h.Unsubscribe(a)
+	h.Wake("ns/a")
+	require.False(t, signalled(a))
+	require.True(t, signalled(ab))
+
+	h.WakeAll()
+	require.True(t, signalled(ab))
+	require.True(t, signalled(c))
+}
+
+func TestHubTimersAndSafetyTick(t *testing.T) {
+	t.Parallel()
+	h := wake.NewHub()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx, time.Hour) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+
+	w := h.Subscribe([]string{"ns/delayed"})
+	other := h.Subscribe([]string{"ns/other"})
+	h.WakeAt("ns/delayed", time.Now().Add(time.Hour))
+	h.WakeAt("ns/delayed", time.Now().Add(20*time.Millisecond))
+	select {
+	case <-w.C():
+	case <-time.After(waitFor):
+		t.Fatal("timer never fired")
+	}
+	require.False(t, signalled(other))
+
+	ticking := wake.NewHub()
+	tctx, tcancel := context.WithCancel(context.Background())
+	defer tcancel()
+	go func() { _ = ticking.Run(tctx, 10*time.Millisecond) }()
+	idle := ticking.Subscribe([]string{"ns/idle"})
+	select {
+	case <-idle.C():
+	case <-time.After(waitFor):
+		t.Fatal("safety tick never woke the waiter")
+	}
+}

@@ -1,0 +1,45 @@
+package service_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/razorbill/flo/libs/config"
+	"github.com/razorbill/flo/services/dispatcher/service"
+)
+
+func TestConfigFromEnvironment(t *testing.T) {
+	t.Setenv("FLO_DATABASE_URL", "postgres://db/flo")
+	t.Setenv("FLO_KAFKA_BROKERS", "k1:9092,k2:9092")
+	t.Setenv("FLO_BOOTSTRAP_NAMESPACES", "default,payments")
+	t.Setenv("FLO_LEASE_CHECK_INTERVAL", "250ms")
+	var cfg service.Config
+	require.NoError(t, config.Load(t.Context(), &cfg))
+	require.Equal(t, service.Config{
+		GRPCAddr:            ":9101",
+		HTTPAddr:            ":9111",
+		BootstrapNamespaces: []string{"default", "payments"},
+		LeaseCheckInterval:  250 * time.Millisecond,
+		Postgres:            config.Postgres{URL: "postgres://db/flo", MaxConns: 16},
+		Kafka:               config.Kafka{Brokers: []string{"k1:9092", "k2:9092"}, Partitions: 8},
+	}, cfg)
+}
+
+func TestNewRejectsMissingSettings(t *testing.T) {
+	t.Parallel()
+	_, err := service.New(t.Context(), service.Config{LeaseCheckInterval: time.Second, Kafka: config.Kafka{Brokers: []string{"x"}}}, nil)
+	require.ErrorContains(t, err, "FLO_DATABASE_URL")
+	_, err = service.New(t.Context(), service.Config{LeaseCheckInterval: time.Second, Postgres: config.Postgres{URL: "postgres://x"}}, nil)
+	require.ErrorContains(t, err, "FLO_KAFKA_BROKERS")
+}
+
+func TestConfigDefaults(t *testing.T) {
+	t.Setenv("FLO_DATABASE_URL", "postgres://db/flo")
+	t.Setenv("FLO_KAFKA_BROKERS", "k1:9092")
+	var cfg service.Config
+	require.NoError(t, config.Load(t.Context(), &cfg))
+	require.Equal(t, []string{"default"}, cfg.BootstrapNamespaces)
+	require.Equal(t, time.Second, cfg.LeaseCheckInterval)
+}
