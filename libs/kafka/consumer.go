@@ -66,6 +66,11 @@ func NewConsumer(brokers []string, group string, topics []string, h BatchHandler
 		kgo.OnPartitionsRevoked(c.revoked),
 		kgo.OnPartitionsLost(c.lost),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// A member that dies without leaving holds its partitions until its
+		// session times out; Kafka's 45 s default would stall a restarted
+		// replica's partitions that long.
+		kgo.SessionTimeout(10 * time.Second),
+		kgo.HeartbeatInterval(time.Second),
 	}
 	cl, err := NewClient(brokers, append(groupOpts, opts...)...)
 	if err != nil {

@@ -98,7 +98,7 @@ func TestQuickStartWorkerCompletesTasksFromRESTAndSDK(t *testing.T) {
 	// The result is readable through the SDK and over REST.
 	task, err := client.GetTask(ctx, ids[0])
 	require.NoError(t, err)
-	require.Equal(t, "completed", task.Status)
+	require.Equal(t, flo.TaskCompleted, task.Status)
 	require.JSONEq(t, `{"status":"done"}`, string(task.Result))
 
 	resp, err := http.Get(fmt.Sprintf("http://%s/v1/namespaces/myapp/tasks/%s", e.stack.GatewayHTTPAddr(), ids[1]))
@@ -162,7 +162,7 @@ func TestFailingHandlerRetriesWithBackoffThenDeadLettersAndRequeues(t *testing.T
 
 	task, err := client.GetTask(ctx, id)
 	require.NoError(t, err)
-	require.Equal(t, "dead_lettered", task.Status)
+	require.Equal(t, flo.TaskDeadLettered, task.Status)
 	require.Equal(t, 3, task.Attempt)
 	require.Contains(t, task.Error, "upstream unavailable")
 
@@ -176,7 +176,7 @@ func TestFailingHandlerRetriesWithBackoffThenDeadLettersAndRequeues(t *testing.T
 	require.NoError(t, err)
 	task, err = client.AwaitTask(ctx, id, 20*time.Second)
 	require.NoError(t, err)
-	require.Equal(t, "completed", task.Status)
+	require.Equal(t, flo.TaskCompleted, task.Status)
 	require.Equal(t, 1, task.Attempt)
 	require.JSONEq(t, `{"ok":true}`, string(task.Result))
 
@@ -212,13 +212,13 @@ func TestNonRetryableFailsOnceAndDeadLetterErrorDeadLetters(t *testing.T) {
 
 	task, err := client.AwaitTask(ctx, validate, 20*time.Second)
 	require.NoError(t, err)
-	require.Equal(t, "failed", task.Status)
+	require.Equal(t, flo.TaskFailed, task.Status)
 	require.Equal(t, 1, task.Attempt)
 	require.Contains(t, task.Error, "missing orderId")
 
 	task, err = client.AwaitTask(ctx, charge, 20*time.Second)
 	require.NoError(t, err)
-	require.Equal(t, "dead_lettered", task.Status)
+	require.Equal(t, flo.TaskDeadLettered, task.Status)
 	require.Equal(t, 1, task.Attempt)
 	require.Contains(t, task.Error, "card 4242 declined")
 
@@ -268,7 +268,7 @@ func TestKilledWorkerTaskIsRedeliveredAfterLeaseExpiry(t *testing.T) {
 	})
 	task, err := client.AwaitTask(ctx, id, 30*time.Second)
 	require.NoError(t, err)
-	require.Equal(t, "completed", task.Status)
+	require.Equal(t, flo.TaskCompleted, task.Status)
 	require.Equal(t, 2, task.Attempt, "the expired lease counts an attempt")
 	require.EqualValues(t, 2, rescuedAttempt.Load())
 	require.JSONEq(t, `"rescued"`, string(task.Result))
@@ -320,13 +320,13 @@ func TestTouchKeepsLeaseAndAbandonDoesNotCountAnAttempt(t *testing.T) {
 
 	task, err := client.AwaitTask(ctx, long, 30*time.Second)
 	require.NoError(t, err)
-	require.Equal(t, "completed", task.Status)
+	require.Equal(t, flo.TaskCompleted, task.Status)
 	require.Equal(t, 1, task.Attempt)
 	require.EqualValues(t, 1, longRuns.Load(), "the touched lease never expired")
 
 	task, err = client.AwaitTask(ctx, handoff, 30*time.Second)
 	require.NoError(t, err)
-	require.Equal(t, "completed", task.Status)
+	require.Equal(t, flo.TaskCompleted, task.Status)
 	require.Equal(t, 1, task.Attempt, "abandon returned the task without counting an attempt")
 	mu.Lock()
 	require.Equal(t, []int{1, 1}, handoffAttempts)

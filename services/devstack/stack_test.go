@@ -2,12 +2,14 @@ package devstack_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -106,11 +108,15 @@ func (e *env) worker(t *testing.T, ns string, opts flo.ActionWorkerOptions, regi
 	return stop
 }
 
-// taskState reads a task's state and attempt straight from the dispatcher's table.
+// taskState reads a task's state and attempt straight from the dispatcher's
+// table; an empty state means the invocation has not reached it yet.
 func (e *env) taskState(t *testing.T, id string) (state string, attempt int) {
 	t.Helper()
 	err := e.db.QueryRow(context.Background(),
 		`SELECT state, attempt FROM dispatcher.tasks WHERE id = $1`, id).Scan(&state, &attempt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", 0
+	}
 	require.NoError(t, err)
 	return state, attempt
 }

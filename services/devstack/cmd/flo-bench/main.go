@@ -123,6 +123,12 @@ func run(ctx context.Context, o options) error {
 	var lat latencies
 	wctx, stopWorkers := context.WithCancel(ctx)
 	var workers errgroup.Group
+	defer func() {
+		stopWorkers()
+		if err := workers.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+		}
+	}()
 	for range o.workers {
 		wc := flo.NewClient(stack.GatewayGRPCAddr(), flo.WithNamespace("bench"))
 		if err := wc.Connect(); err != nil {
@@ -143,12 +149,6 @@ func run(ctx context.Context, o options) error {
 		})
 		workers.Go(func() error { return w.Start(wctx) })
 	}
-	defer func() {
-		stopWorkers()
-		if err := workers.Wait(); err != nil && !errors.Is(err, context.Canceled) {
-			fmt.Fprintln(os.Stderr, "worker:", err)
-		}
-	}()
 
 	db, err := pgx.Connect(ctx, stack.DatabaseURL())
 	if err != nil {
