@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,7 @@ type options struct {
 	concurrency int
 	halfLoadFor time.Duration
 	fsync       bool
+	cpuProfile  string
 }
 
 func main() {
@@ -43,6 +45,7 @@ func main() {
 	flag.IntVar(&o.concurrency, "concurrency", 256, "handler slots per worker")
 	flag.DurationVar(&o.halfLoadFor, "half-load", 10*time.Second, "duration of the half-load latency phase (0 skips it)")
 	flag.BoolVar(&o.fsync, "fsync", true, "run the private Postgres with fsync on, as a deployment would")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the full-load phase (every service runs in this process) to this file")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -93,6 +96,11 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("temp dir: %w", err)
 	}
 	defer os.RemoveAll(dir)
+	// The private Postgres runs as an unprivileged user when we are root; it
+	// must be able to enter the directory.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return fmt.Errorf("temp dir: %w", err)
+	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	stack, err := devstack.Start(ctx, devstack.Config{
 		DataDir:            dir,
@@ -158,6 +166,17 @@ func run(ctx context.Context, o options) error {
 
 	fmt.Printf("full load: %d tasks, %d invokers, %d workers x %d slots, fsync=%v\n",
 		o.tasks, o.invokers, o.workers, o.concurrency, o.fsync)
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	start := time.Now()
 	var next atomic.Int64
 	var g errgroup.Group
