@@ -1,6 +1,8 @@
 package service_test
 
 import (
+	"bytes"
+	"encoding/base64"
 	"net/http"
 	"strings"
 	"testing"
@@ -104,7 +106,13 @@ func TestBadInputOverREST(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, list.GetActions(), 1)
 	require.Equal(t, "known", list.GetActions()[0].GetName())
-	good := invoke(t, s, "known", `{}`)
+
+	// A payload of exactly the limit, base64 in "payload", is accepted.
+	atLimit := s.rest(t, http.MethodPost, "/v1/namespaces/default/actions/known/invoke", map[string]any{
+		"payload": base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0xff}, testMaxPayload)),
+	})
+	require.Equal(t, http.StatusOK, atLimit.status, "%s", atLimit.raw)
+	good, _ := atLimit.body["taskId"].(string)
 	require.Equal(t, []string{good}, commandKeys(t, s.brokers))
 }
 

@@ -58,8 +58,8 @@ const (
 	actionTTL = time.Second
 	// maxWaiters caps concurrent AwaitTask calls per process.
 	maxWaiters = 100_000
-	// bodySlack is how much a REST body may exceed the payload limit, for the
-	// JSON around the payload.
+	// bodySlack is room above the payload limit for the fields around a
+	// payload: in a REST body, in a gRPC message, in a produced record.
 	bodySlack = 64 << 10
 	// minRecvMsgBytes keeps gRPC's usual 4 MiB receive limit when the payload
 	// limit is smaller, so a ResultBatch of several results still fits.
@@ -109,9 +109,9 @@ type Service struct {
 	stopping atomic.Bool
 }
 
-// New connects to the dispatcher and the broker, makes sure the topics exist
-// and listens on both addresses, so GRPCAddr and HTTPAddr are known before
-// Run. Nothing is served until Run.
+// New listens on both addresses (so GRPCAddr and HTTPAddr are known before
+// Run), connects to the dispatcher and the broker and makes sure the topics
+// exist. Nothing is served until Run.
 func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *Service, err error) {
 	var o options
 	for _, opt := range opts {
@@ -132,6 +132,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 			s.closeResources(context.Background())
 		}
 	}()
+
+	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("listen for gRPC on %s: %w", cfg.GRPCAddr, err)
+	}
+	if s.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("listen for HTTP on %s: %w", cfg.HTTPAddr, err)
+	}
 
 	if o.metrics == nil {
 		if s.telemetry, err = telemetry.Setup(ctx, "gateway"); err != nil {
@@ -167,10 +174,6 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	}
 
 	s.waiters = taskwait.NewRegistry(maxWaiters)
-	s.tail, err = kafka.NewTail(cfg.Kafka.Brokers, []string{taskwait.Topic}, s.waiters.Handler(log), log)
-	if err != nil {
-		return nil, fmt.Errorf("tail task events: %w", err)
-	}
 
 	namespaces := namespace.NewCache(api.NamespaceLookup(s.dispatcher))
 	actions := action.NewCache(api.ActionLookup(s.dispatcher), actionTTL)
@@ -213,7 +216,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	handler, err := httpapi.NewHandler(ctx, httpapi.Services{
 		Namespaces: nsServer, Actions: actionServer, Tasks: taskServer,
 	}, httpapi.Options{
-		MaxBodyBytes: int64(cfg.MaxPayloadBytes + bodySlack),
+		MaxBodyBytes: maxBodyBytes(cfg.MaxPayloadBytes),
 		Ready:        s.Ready,
 		Metrics:      o.metrics,
 		OpenAPI:      floproto.OpenAPI,
@@ -222,15 +225,26 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	if err != nil {
 		return nil, err
 	}
-	s.httpServer = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	s.httpServer = &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       time.Minute,
+		IdleTimeout:       2 * time.Minute,
+	}
 
-	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
-		return nil, fmt.Errorf("listen for gRPC on %s: %w", cfg.GRPCAddr, err)
+	// Last, because only Run releases the tail's client.
+	s.tail, err = kafka.NewTail(cfg.Kafka.Brokers, []string{taskwait.Topic}, s.waiters.Handler(log), log)
+	if err != nil {
+		return nil, fmt.Errorf("tail task events: %w", err)
 	}
-	if s.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-		return nil, fmt.Errorf("listen for HTTP on %s: %w", cfg.HTTPAddr, err)
-	}
+
 	return s, nil
+}
+
+// maxBodyBytes is the largest REST body read: room for a payload at the
+// limit sent base64-encoded in "payload" (4 bytes per 3), plus bodySlack.
+func maxBodyBytes(maxPayload int) int64 {
+	return int64((maxPayload+2)/3*4 + bodySlack)
 }
 
 // GRPCAddr is the address the gRPC server listens on.

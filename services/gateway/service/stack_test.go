@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/harness"
+	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	dispatcher "github.com/razorbill/flo/services/dispatcher/service"
 
@@ -41,10 +43,16 @@ const wait = 60 * time.Second
 // stack is a dispatcher and a gateway on loopback over a fresh database and
 // broker.
 type stack struct {
-	gateway *service.Service
-	brokers []string
-	conn    *grpc.ClientConn
-	base    string
+	gateway      *service.Service
+	stopGateway  func() error
+	dispatcher   dispatcherv1.DispatcherClient
+	dispatchAddr string
+	stopDispatch func() error
+	dbURL        string
+	brokers      []string
+	conn         *grpc.ClientConn
+	base         string
+	log          *slog.Logger
 
 	namespaces flov1.NamespaceServiceClient
 	actions    flov1.ActionServiceClient
@@ -59,57 +67,77 @@ func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
+// run starts a component's Run and returns a function that stops it and
+// returns Run's error; the test's cleanup stops it too if the test did not.
+func run(t *testing.T, r func(context.Context) error) (stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r(ctx) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			err = <-done
+		})
+		return err
+	}
+	t.Cleanup(func() { require.NoError(t, stop()) })
+	return stop
+}
+
 func startStack(t *testing.T) *stack {
 	t.Helper()
 	broker := harness.NewBroker(t)
-	dbURL := harness.NewDatabase(t)
-	log := testLogger(t)
-	ctx, cancel := context.WithCancel(context.Background())
+	s := &stack{dbURL: harness.NewDatabase(t), brokers: broker.Addrs(), log: testLogger(t), dispatchAddr: "127.0.0.1:0"}
+	s.startDispatcher(t)
 
-	kafkaCfg := config.Kafka{Brokers: broker.Addrs(), Partitions: 2}
-	disp, err := dispatcher.New(ctx, dispatcher.Config{
-		GRPCAddr:            "127.0.0.1:0",
+	gw, err := service.New(context.Background(), service.Config{
+		GRPCAddr:        "127.0.0.1:0",
+		HTTPAddr:        "127.0.0.1:0",
+		DispatcherAddr:  s.dispatchAddr,
+		MaxPayloadBytes: testMaxPayload,
+		AuthToken:       testToken,
+		Kafka:           s.kafka(),
+	}, s.log.With("service", "gateway"))
+	require.NoError(t, err)
+	s.gateway = gw
+	s.stopGateway = run(t, gw.Run)
+
+	s.conn, err = grpc.NewClient(gw.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.conn.Close() })
+	dconn, err := grpc.NewClient(s.dispatchAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = dconn.Close() })
+	require.Eventually(t, gw.Ready, wait, 10*time.Millisecond, "gateway never became ready")
+
+	s.base = "http://" + gw.HTTPAddr()
+	s.dispatcher = dispatcherv1.NewDispatcherClient(dconn)
+	s.namespaces = flov1.NewNamespaceServiceClient(s.conn)
+	s.actions = flov1.NewActionServiceClient(s.conn)
+	s.tasks = flov1.NewTaskServiceClient(s.conn)
+	s.workers = flov1.NewWorkerServiceClient(s.conn)
+	return s
+}
+
+func (s *stack) kafka() config.Kafka { return config.Kafka{Brokers: s.brokers, Partitions: 2} }
+
+// startDispatcher starts a dispatcher on s.dispatchAddr; after the first
+// start that address is fixed, so a restarted dispatcher is found again.
+func (s *stack) startDispatcher(t *testing.T) {
+	t.Helper()
+	disp, err := dispatcher.New(context.Background(), dispatcher.Config{
+		GRPCAddr:            s.dispatchAddr,
 		HTTPAddr:            "127.0.0.1:0",
 		BootstrapNamespaces: []string{"default"},
 		LeaseCheckInterval:  100 * time.Millisecond,
-		Postgres:            config.Postgres{URL: dbURL, MaxConns: 8},
-		Kafka:               kafkaCfg,
-	}, log.With("service", "dispatcher"))
+		Postgres:            config.Postgres{URL: s.dbURL, MaxConns: 8},
+		Kafka:               s.kafka(),
+	}, s.log.With("service", "dispatcher"))
 	require.NoError(t, err)
-	dispDone := make(chan error, 1)
-	go func() { dispDone <- disp.Run(ctx) }()
-
-	gw, err := service.New(ctx, service.Config{
-		GRPCAddr:        "127.0.0.1:0",
-		HTTPAddr:        "127.0.0.1:0",
-		DispatcherAddr:  disp.GRPCAddr(),
-		MaxPayloadBytes: testMaxPayload,
-		AuthToken:       testToken,
-		Kafka:           kafkaCfg,
-	}, log.With("service", "gateway"))
-	require.NoError(t, err)
-	gwDone := make(chan error, 1)
-	go func() { gwDone <- gw.Run(ctx) }()
-
-	conn, err := grpc.NewClient(gw.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = conn.Close()
-		cancel()
-		require.NoError(t, <-gwDone)
-		require.NoError(t, <-dispDone)
-	})
-	require.Eventually(t, gw.Ready, wait, 10*time.Millisecond, "gateway never became ready")
-	return &stack{
-		gateway:    gw,
-		brokers:    broker.Addrs(),
-		conn:       conn,
-		base:       "http://" + gw.HTTPAddr(),
-		namespaces: flov1.NewNamespaceServiceClient(conn),
-		actions:    flov1.NewActionServiceClient(conn),
-		tasks:      flov1.NewTaskServiceClient(conn),
-		workers:    flov1.NewWorkerServiceClient(conn),
-	}
+	s.dispatchAddr = disp.GRPCAddr()
+	s.stopDispatch = run(t, disp.Run)
 }
 
 func testContext(t *testing.T) context.Context {

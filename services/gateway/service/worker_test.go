@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,7 +66,9 @@ func (w *rawWorker) next(t *testing.T) *flov1.ServerMessage {
 	t.Helper()
 	select {
 	case m, ok := <-w.msgs:
-		require.True(t, ok, "stream ended: %v", <-w.done)
+		if !ok {
+			require.FailNow(t, "stream ended", "%v", <-w.done)
+		}
 		return m
 	case <-time.After(wait):
 		require.FailNow(t, "no server message")
@@ -134,7 +137,7 @@ func TestWorkerStreamSession(t *testing.T) {
 
 	t.Run("touch extends the lease", func(t *testing.T) {
 		w.send(t, &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Touch{Touch: &flov1.Touch{
-			TaskId: got[0].GetTaskId(), Attempt: 1, ExtendMs: 60_000,
+			TaskId: got[0].GetTaskId(), Attempt: 1, ExtendMs: 600_000,
 		}}})
 		ack := w.next(t).GetTouchAck()
 		require.NotNil(t, ack)
@@ -194,6 +197,17 @@ func TestWorkerStreamSession(t *testing.T) {
 		w.send(t, &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Result{Result: completed(id, 2, `"done"`)}})
 		awaitStatus(t, s, id, flov1.TaskStatus_TASK_STATUS_COMPLETED)
 	})
+}
+
+func TestOversizedResultDeadLettersTheTask(t *testing.T) {
+	s := startStack(t)
+	w := openWorker(t, s, &flov1.Hello{Token: testToken, Namespace: "default", Actions: []string{"big"}})
+	id := invoke(t, s, "big", `{}`)
+	w.ready(t, 1, 20_000)
+	task := w.tasks(t, 1)[0]
+	w.send(t, &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Result{Result: completed(id, task.GetAttempt(), strings.Repeat("x", testMaxPayload+1))}})
+	got := awaitStatus(t, s, id, flov1.TaskStatus_TASK_STATUS_DEAD_LETTERED)
+	require.Contains(t, got.GetError(), "result is 4097 bytes, limit is 4096")
 }
 
 func TestWorkerStreamRefusals(t *testing.T) {

@@ -1,7 +1,10 @@
 // Package action decides whether an action may be invoked. Every invocation
 // needs that answer, so it is cached for a short time: a burst of invocations
 // costs one dispatcher round trip per action per TTL, and a change made through
-// another gateway replica (disable, enable) is seen within that TTL.
+// another gateway replica (disable, enable) is seen within that TTL. When the
+// dispatcher cannot answer (it is restarting), an expired answer is used
+// rather than failing: invocations travel on the log and do not need the
+// dispatcher to be up.
 package action
 
 import (
@@ -29,7 +32,8 @@ type LookupFunc func(ctx context.Context, namespace, name string) (enabled bool,
 const lookupTimeout = 10 * time.Second
 
 // sweepAt is the number of entries above which expired entries are dropped
-// on insert, keeping the map bounded by the actions in active use.
+// on insert, keeping the map bounded by the actions in active use; below it
+// expired entries stay as the fallback for a dispatcher that cannot answer.
 const sweepAt = 4096
 
 type entry struct {
@@ -83,6 +87,9 @@ func (c *Cache) enabled(ctx context.Context, key, namespace, name string) (bool,
 		defer cancel()
 		enabled, err := c.lookup(lctx, namespace, name)
 		if err != nil {
+			if ok && !errors.Is(err, ErrNotFound) {
+				return e.enabled, nil
+			}
 			return false, fmt.Errorf("look up action %q: %w", name, err)
 		}
 		c.store(key, enabled)

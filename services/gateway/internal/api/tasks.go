@@ -163,7 +163,10 @@ func (s *TaskServer) AwaitTask(ctx context.Context, req *flov1.AwaitTaskRequest)
 	defer timer.Stop()
 	for {
 		done, release, err := s.waiters.Register(req.GetTaskId())
-		if err != nil {
+		switch {
+		case errors.Is(err, taskwait.ErrClosed):
+			return s.GetTask(ctx, get)
+		case err != nil:
 			return nil, status.Errorf(codes.ResourceExhausted, "await task: %v", err)
 		}
 		t, err := s.dispatcher.GetTask(ctx, get)

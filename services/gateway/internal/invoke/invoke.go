@@ -35,6 +35,14 @@ type Command struct {
 	Delay          time.Duration
 }
 
+// produceTimeout bounds the wait for the broker's acknowledgement. franz-go
+// fails a record on timeout only while that is safe (it was not sent), so a
+// timed-out invocation was not queued and may be retried. The caller's own
+// cancellation is not passed on: franz-go fails every buffered record of a
+// partition when the first one's context ends, which would fail other
+// callers' invocations because one client went away.
+const produceTimeout = 30 * time.Second
+
 // Producer writes commands to the log.
 type Producer struct {
 	client *kgo.Client
@@ -75,7 +83,9 @@ func (p *Producer) Invoke(ctx context.Context, cmd Command) (string, error) {
 	}
 	rec := &kgo.Record{Topic: Topic, Key: []byte(taskID), Value: value}
 	kafka.InjectTrace(ctx, rec)
-	if err := p.client.ProduceSync(ctx, rec).FirstErr(); err != nil {
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), produceTimeout)
+	defer cancel()
+	if err := p.client.ProduceSync(pctx, rec).FirstErr(); err != nil {
 		return "", fmt.Errorf("produce invoke command for task %s: %w", taskID, err)
 	}
 	return taskID, nil

@@ -25,6 +25,10 @@ const Topic = "flo.tasks.events"
 // number of waiting requests.
 var ErrTooManyWaiters = errors.New("too many concurrent waits")
 
+// ErrClosed reports a registry that was closed: the process is shutting down
+// and waits end at once.
+var ErrClosed = errors.New("task waits are closed")
+
 // Registry holds the waiters, keyed by task id.
 type Registry struct {
 	max int
@@ -42,14 +46,14 @@ func NewRegistry(max int) *Registry {
 
 // Register adds a waiter for taskID. The returned channel is closed when an
 // event finishing the task arrives or the registry closes; release removes the
-// waiter and must be called once the caller stops waiting.
+// waiter and must be called once the caller stops waiting. After Close it
+// returns ErrClosed.
 func (r *Registry) Register(taskID string) (done <-chan struct{}, release func(), err error) {
 	ch := make(chan struct{})
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		close(ch)
-		return ch, func() {}, nil
+		return nil, nil, ErrClosed
 	}
 	if r.count >= r.max {
 		return nil, nil, ErrTooManyWaiters
@@ -98,7 +102,7 @@ func (r *Registry) waited(taskID string) bool {
 }
 
 // Close wakes every waiter, so waits end at once on shutdown, and makes later
-// registrations return an already-closed channel.
+// registrations fail with ErrClosed.
 func (r *Registry) Close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -1,0 +1,85 @@
+package workerstream
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
+)
+
+func TestPoolUsesOldestGrantsFirst(t *testing.T) {
+	now := time.Unix(1000, 0)
+	p := newPool([]string{"a"}, 0)
+	p.add(2, now.Add(time.Second))
+	p.add(3, now.Add(3*time.Second))
+	p.add(1, now.Add(2*time.Second))
+
+	p.consume(3) // all of the first grant, one of the second
+	expired, credit, next := p.expire(now)
+	require.Zero(t, expired)
+	require.Equal(t, 3, credit)
+	require.Equal(t, now.Add(2*time.Second), next)
+
+	// The second grant (2 left) expires after the third (1 left).
+	expired, credit, next = p.expire(now.Add(2 * time.Second))
+	require.Equal(t, 1, expired)
+	require.Equal(t, 2, credit)
+	require.Equal(t, now.Add(3*time.Second), next)
+
+	expired, credit, next = p.expire(now.Add(time.Hour))
+	require.Equal(t, 1, expired)
+	require.Zero(t, credit)
+	require.True(t, next.IsZero())
+}
+
+func TestPoolFullyUsedGrantsDoNotExpire(t *testing.T) {
+	now := time.Unix(1000, 0)
+	p := newPool([]string{"a"}, 0)
+	p.add(1, now.Add(time.Second))
+	p.add(1, now.Add(time.Second))
+	p.consume(2)
+	expired, credit, _ := p.expire(now.Add(time.Hour))
+	require.Zero(t, expired, "a grant that got its tasks gets no empty batch")
+	require.Zero(t, credit)
+}
+
+func TestPoolCreditIsCapped(t *testing.T) {
+	p := newPool([]string{"a"}, 0)
+	deadline := time.Now().Add(time.Hour)
+	p.add(maxCredit-1, deadline)
+	p.add(10, deadline)
+	p.add(10, deadline)
+	_, credit, _ := p.expire(time.Now())
+	require.Equal(t, maxCredit, credit)
+	require.Len(t, p.grants, 2, "a Ready that adds nothing leaves no grant")
+}
+
+func TestPoolKeySeparatesActionsAndLease(t *testing.T) {
+	require.NotEqual(t, poolKey([]string{"a", "b"}, 0), poolKey([]string{"ab"}, 0))
+	require.NotEqual(t, poolKey([]string{"a"}, 0), poolKey([]string{"a"}, 1))
+	require.Equal(t, poolKey([]string{"a", "b"}, 5), poolKey([]string{"a", "b"}, 5))
+}
+
+func TestHeldBoundsAndForgetsLongExpiredLeases(t *testing.T) {
+	now := time.Unix(1000, 0)
+	h := newHeld(2)
+	h.add([]*flov1.TaskAssignment{
+		{TaskId: "old", LeaseUntil: timestamppb.New(now.Add(-2 * leaseGrace))},
+		{TaskId: "live", LeaseUntil: timestamppb.New(now.Add(time.Minute))},
+	}, now)
+	require.Equal(t, 1, h.room(now), "the long-expired lease no longer takes room")
+	require.Equal(t, 1, h.len())
+
+	h.add([]*flov1.TaskAssignment{{TaskId: "new"}}, now)
+	require.Zero(t, h.room(now))
+	require.True(t, h.remove([]string{"live"}), "it was full")
+	require.False(t, h.remove([]string{"new"}))
+	select {
+	case <-h.empty:
+	default:
+		require.Fail(t, "emptying the set signals")
+	}
+}
