@@ -889,6 +889,103 @@ func (x *InvokeTaskResponse) GetTaskId() string {
 	return ""
 }
 
+type InvokeTasksRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Each item's namespace must be empty or equal to the request's.
+	Tasks         []*InvokeTaskRequest `protobuf:"bytes,2,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InvokeTasksRequest) Reset() {
+	*x = InvokeTasksRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InvokeTasksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InvokeTasksRequest) ProtoMessage() {}
+
+func (x *InvokeTasksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InvokeTasksRequest.ProtoReflect.Descriptor instead.
+func (*InvokeTasksRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *InvokeTasksRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *InvokeTasksRequest) GetTasks() []*InvokeTaskRequest {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+type InvokeTasksResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskIds       []string               `protobuf:"bytes,1,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InvokeTasksResponse) Reset() {
+	*x = InvokeTasksResponse{}
+	mi := &file_flo_v1_api_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InvokeTasksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InvokeTasksResponse) ProtoMessage() {}
+
+func (x *InvokeTasksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InvokeTasksResponse.ProtoReflect.Descriptor instead.
+func (*InvokeTasksResponse) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *InvokeTasksResponse) GetTaskIds() []string {
+	if x != nil {
+		return x.TaskIds
+	}
+	return nil
+}
+
 type Task struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -917,7 +1014,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_flo_v1_api_proto_msgTypes[13]
+	mi := &file_flo_v1_api_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -929,7 +1026,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[13]
+	mi := &file_flo_v1_api_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -942,7 +1039,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{13}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Task) GetId() string {
@@ -1088,7 +1185,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[14]
+	mi := &file_flo_v1_api_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1100,7 +1197,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[14]
+	mi := &file_flo_v1_api_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1113,7 +1210,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{14}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetTaskRequest) GetNamespace() string {
@@ -1142,7 +1239,7 @@ type AwaitTaskRequest struct {
 
 func (x *AwaitTaskRequest) Reset() {
 	*x = AwaitTaskRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[15]
+	mi := &file_flo_v1_api_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1154,7 +1251,7 @@ func (x *AwaitTaskRequest) String() string {
 func (*AwaitTaskRequest) ProtoMessage() {}
 
 func (x *AwaitTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[15]
+	mi := &file_flo_v1_api_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1167,7 +1264,7 @@ func (x *AwaitTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AwaitTaskRequest.ProtoReflect.Descriptor instead.
 func (*AwaitTaskRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{15}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AwaitTaskRequest) GetNamespace() string {
@@ -1203,7 +1300,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[16]
+	mi := &file_flo_v1_api_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1215,7 +1312,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[16]
+	mi := &file_flo_v1_api_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1228,7 +1325,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{16}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListDeadLettersRequest) GetNamespace() string {
@@ -1261,7 +1358,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[17]
+	mi := &file_flo_v1_api_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1273,7 +1370,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[17]
+	mi := &file_flo_v1_api_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1286,7 +1383,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{17}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListDeadLettersResponse) GetTasks() []*Task {
@@ -1315,7 +1412,7 @@ type WorkerMessage struct {
 
 func (x *WorkerMessage) Reset() {
 	*x = WorkerMessage{}
-	mi := &file_flo_v1_api_proto_msgTypes[18]
+	mi := &file_flo_v1_api_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1327,7 +1424,7 @@ func (x *WorkerMessage) String() string {
 func (*WorkerMessage) ProtoMessage() {}
 
 func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[18]
+	mi := &file_flo_v1_api_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1340,7 +1437,7 @@ func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerMessage.ProtoReflect.Descriptor instead.
 func (*WorkerMessage) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{18}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WorkerMessage) GetMsg() isWorkerMessage_Msg {
@@ -1475,7 +1572,7 @@ type ServerMessage struct {
 
 func (x *ServerMessage) Reset() {
 	*x = ServerMessage{}
-	mi := &file_flo_v1_api_proto_msgTypes[19]
+	mi := &file_flo_v1_api_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1487,7 +1584,7 @@ func (x *ServerMessage) String() string {
 func (*ServerMessage) ProtoMessage() {}
 
 func (x *ServerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[19]
+	mi := &file_flo_v1_api_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1500,7 +1597,7 @@ func (x *ServerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerMessage.ProtoReflect.Descriptor instead.
 func (*ServerMessage) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{19}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ServerMessage) GetMsg() isServerMessage_Msg {
@@ -1590,7 +1687,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_flo_v1_api_proto_msgTypes[20]
+	mi := &file_flo_v1_api_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1602,7 +1699,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[20]
+	mi := &file_flo_v1_api_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1615,7 +1712,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{20}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Hello) GetToken() string {
@@ -1670,7 +1767,7 @@ type HelloAck struct {
 
 func (x *HelloAck) Reset() {
 	*x = HelloAck{}
-	mi := &file_flo_v1_api_proto_msgTypes[21]
+	mi := &file_flo_v1_api_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1682,7 +1779,7 @@ func (x *HelloAck) String() string {
 func (*HelloAck) ProtoMessage() {}
 
 func (x *HelloAck) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[21]
+	mi := &file_flo_v1_api_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1695,7 +1792,7 @@ func (x *HelloAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloAck.ProtoReflect.Descriptor instead.
 func (*HelloAck) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{21}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *HelloAck) GetWorkerId() string {
@@ -1727,7 +1824,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_flo_v1_api_proto_msgTypes[22]
+	mi := &file_flo_v1_api_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1739,7 +1836,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[22]
+	mi := &file_flo_v1_api_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1752,7 +1849,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{22}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Ready) GetActions() []string {
@@ -1801,7 +1898,7 @@ type TaskAssignment struct {
 
 func (x *TaskAssignment) Reset() {
 	*x = TaskAssignment{}
-	mi := &file_flo_v1_api_proto_msgTypes[23]
+	mi := &file_flo_v1_api_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1813,7 +1910,7 @@ func (x *TaskAssignment) String() string {
 func (*TaskAssignment) ProtoMessage() {}
 
 func (x *TaskAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[23]
+	mi := &file_flo_v1_api_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1826,7 +1923,7 @@ func (x *TaskAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskAssignment.ProtoReflect.Descriptor instead.
 func (*TaskAssignment) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{23}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *TaskAssignment) GetTaskId() string {
@@ -1896,7 +1993,7 @@ type TaskBatch struct {
 
 func (x *TaskBatch) Reset() {
 	*x = TaskBatch{}
-	mi := &file_flo_v1_api_proto_msgTypes[24]
+	mi := &file_flo_v1_api_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1908,7 +2005,7 @@ func (x *TaskBatch) String() string {
 func (*TaskBatch) ProtoMessage() {}
 
 func (x *TaskBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[24]
+	mi := &file_flo_v1_api_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1921,7 +2018,7 @@ func (x *TaskBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskBatch.ProtoReflect.Descriptor instead.
 func (*TaskBatch) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{24}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TaskBatch) GetTasks() []*TaskAssignment {
@@ -1947,7 +2044,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_flo_v1_api_proto_msgTypes[25]
+	mi := &file_flo_v1_api_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1959,7 +2056,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[25]
+	mi := &file_flo_v1_api_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1972,7 +2069,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{25}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Result) GetTaskId() string {
@@ -2041,7 +2138,7 @@ type Completed struct {
 
 func (x *Completed) Reset() {
 	*x = Completed{}
-	mi := &file_flo_v1_api_proto_msgTypes[26]
+	mi := &file_flo_v1_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2053,7 +2150,7 @@ func (x *Completed) String() string {
 func (*Completed) ProtoMessage() {}
 
 func (x *Completed) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[26]
+	mi := &file_flo_v1_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2066,7 +2163,7 @@ func (x *Completed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Completed.ProtoReflect.Descriptor instead.
 func (*Completed) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{26}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Completed) GetBody() []byte {
@@ -2096,7 +2193,7 @@ type Failed struct {
 
 func (x *Failed) Reset() {
 	*x = Failed{}
-	mi := &file_flo_v1_api_proto_msgTypes[27]
+	mi := &file_flo_v1_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2108,7 +2205,7 @@ func (x *Failed) String() string {
 func (*Failed) ProtoMessage() {}
 
 func (x *Failed) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[27]
+	mi := &file_flo_v1_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2121,7 +2218,7 @@ func (x *Failed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failed.ProtoReflect.Descriptor instead.
 func (*Failed) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{27}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Failed) GetError() string {
@@ -2154,7 +2251,7 @@ type ResultBatch struct {
 
 func (x *ResultBatch) Reset() {
 	*x = ResultBatch{}
-	mi := &file_flo_v1_api_proto_msgTypes[28]
+	mi := &file_flo_v1_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2166,7 +2263,7 @@ func (x *ResultBatch) String() string {
 func (*ResultBatch) ProtoMessage() {}
 
 func (x *ResultBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[28]
+	mi := &file_flo_v1_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2179,7 +2276,7 @@ func (x *ResultBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultBatch.ProtoReflect.Descriptor instead.
 func (*ResultBatch) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{28}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ResultBatch) GetResults() []*Result {
@@ -2202,7 +2299,7 @@ type Nack struct {
 
 func (x *Nack) Reset() {
 	*x = Nack{}
-	mi := &file_flo_v1_api_proto_msgTypes[29]
+	mi := &file_flo_v1_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2214,7 +2311,7 @@ func (x *Nack) String() string {
 func (*Nack) ProtoMessage() {}
 
 func (x *Nack) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[29]
+	mi := &file_flo_v1_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2227,7 +2324,7 @@ func (x *Nack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Nack.ProtoReflect.Descriptor instead.
 func (*Nack) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{29}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Nack) GetTaskId() string {
@@ -2269,7 +2366,7 @@ type Abandon struct {
 
 func (x *Abandon) Reset() {
 	*x = Abandon{}
-	mi := &file_flo_v1_api_proto_msgTypes[30]
+	mi := &file_flo_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2281,7 +2378,7 @@ func (x *Abandon) String() string {
 func (*Abandon) ProtoMessage() {}
 
 func (x *Abandon) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[30]
+	mi := &file_flo_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2294,7 +2391,7 @@ func (x *Abandon) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Abandon.ProtoReflect.Descriptor instead.
 func (*Abandon) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{30}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Abandon) GetTaskId() string {
@@ -2323,7 +2420,7 @@ type Touch struct {
 
 func (x *Touch) Reset() {
 	*x = Touch{}
-	mi := &file_flo_v1_api_proto_msgTypes[31]
+	mi := &file_flo_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2335,7 +2432,7 @@ func (x *Touch) String() string {
 func (*Touch) ProtoMessage() {}
 
 func (x *Touch) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[31]
+	mi := &file_flo_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2348,7 +2445,7 @@ func (x *Touch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Touch.ProtoReflect.Descriptor instead.
 func (*Touch) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{31}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Touch) GetTaskId() string {
@@ -2384,7 +2481,7 @@ type TouchAck struct {
 
 func (x *TouchAck) Reset() {
 	*x = TouchAck{}
-	mi := &file_flo_v1_api_proto_msgTypes[32]
+	mi := &file_flo_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2396,7 +2493,7 @@ func (x *TouchAck) String() string {
 func (*TouchAck) ProtoMessage() {}
 
 func (x *TouchAck) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[32]
+	mi := &file_flo_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2409,7 +2506,7 @@ func (x *TouchAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TouchAck.ProtoReflect.Descriptor instead.
 func (*TouchAck) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{32}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TouchAck) GetTaskId() string {
@@ -2452,7 +2549,7 @@ type ResultAck struct {
 
 func (x *ResultAck) Reset() {
 	*x = ResultAck{}
-	mi := &file_flo_v1_api_proto_msgTypes[33]
+	mi := &file_flo_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2464,7 +2561,7 @@ func (x *ResultAck) String() string {
 func (*ResultAck) ProtoMessage() {}
 
 func (x *ResultAck) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[33]
+	mi := &file_flo_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2477,7 +2574,7 @@ func (x *ResultAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultAck.ProtoReflect.Descriptor instead.
 func (*ResultAck) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{33}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ResultAck) GetRejectedTaskIds() []string {
@@ -2555,7 +2652,12 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\bpriority\x18\x06 \x01(\x05R\bpriority\x12\x19\n" +
 	"\bdelay_ms\x18\a \x01(\x03R\adelayMs\"-\n" +
 	"\x12InvokeTaskResponse\x12\x17\n" +
-	"\atask_id\x18\x01 \x01(\tR\x06taskId\"\xca\x05\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\"c\n" +
+	"\x12InvokeTasksRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12/\n" +
+	"\x05tasks\x18\x02 \x03(\v2\x19.flo.v1.InvokeTaskRequestR\x05tasks\"0\n" +
+	"\x13InvokeTasksResponse\x12\x19\n" +
+	"\btask_ids\x18\x01 \x03(\tR\ataskIds\"\xca\x05\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x16\n" +
@@ -2704,10 +2806,11 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\tGetAction\x12\x18.flo.v1.GetActionRequest\x1a\x0e.flo.v1.Action\x12F\n" +
 	"\vListActions\x12\x1a.flo.v1.ListActionsRequest\x1a\x1b.flo.v1.ListActionsResponse\x128\n" +
 	"\fEnableAction\x12\x18.flo.v1.GetActionRequest\x1a\x0e.flo.v1.Action\x129\n" +
-	"\rDisableAction\x12\x18.flo.v1.GetActionRequest\x1a\x0e.flo.v1.Action2\xc7\x02\n" +
+	"\rDisableAction\x12\x18.flo.v1.GetActionRequest\x1a\x0e.flo.v1.Action2\x8f\x03\n" +
 	"\vTaskService\x12C\n" +
 	"\n" +
-	"InvokeTask\x12\x19.flo.v1.InvokeTaskRequest\x1a\x1a.flo.v1.InvokeTaskResponse\x12/\n" +
+	"InvokeTask\x12\x19.flo.v1.InvokeTaskRequest\x1a\x1a.flo.v1.InvokeTaskResponse\x12F\n" +
+	"\vInvokeTasks\x12\x1a.flo.v1.InvokeTasksRequest\x1a\x1b.flo.v1.InvokeTasksResponse\x12/\n" +
 	"\aGetTask\x12\x16.flo.v1.GetTaskRequest\x1a\f.flo.v1.Task\x123\n" +
 	"\tAwaitTask\x12\x18.flo.v1.AwaitTaskRequest\x1a\f.flo.v1.Task\x12R\n" +
 	"\x0fListDeadLetters\x12\x1e.flo.v1.ListDeadLettersRequest\x1a\x1f.flo.v1.ListDeadLettersResponse\x129\n" +
@@ -2728,7 +2831,7 @@ func file_flo_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_flo_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_flo_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_flo_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_flo_v1_api_proto_goTypes = []any{
 	(BackoffKind)(0),                // 0: flo.v1.BackoffKind
 	(TaskStatus)(0),                 // 1: flo.v1.TaskStatus
@@ -2745,101 +2848,106 @@ var file_flo_v1_api_proto_goTypes = []any{
 	(*ListActionsResponse)(nil),     // 12: flo.v1.ListActionsResponse
 	(*InvokeTaskRequest)(nil),       // 13: flo.v1.InvokeTaskRequest
 	(*InvokeTaskResponse)(nil),      // 14: flo.v1.InvokeTaskResponse
-	(*Task)(nil),                    // 15: flo.v1.Task
-	(*GetTaskRequest)(nil),          // 16: flo.v1.GetTaskRequest
-	(*AwaitTaskRequest)(nil),        // 17: flo.v1.AwaitTaskRequest
-	(*ListDeadLettersRequest)(nil),  // 18: flo.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil), // 19: flo.v1.ListDeadLettersResponse
-	(*WorkerMessage)(nil),           // 20: flo.v1.WorkerMessage
-	(*ServerMessage)(nil),           // 21: flo.v1.ServerMessage
-	(*Hello)(nil),                   // 22: flo.v1.Hello
-	(*HelloAck)(nil),                // 23: flo.v1.HelloAck
-	(*Ready)(nil),                   // 24: flo.v1.Ready
-	(*TaskAssignment)(nil),          // 25: flo.v1.TaskAssignment
-	(*TaskBatch)(nil),               // 26: flo.v1.TaskBatch
-	(*Result)(nil),                  // 27: flo.v1.Result
-	(*Completed)(nil),               // 28: flo.v1.Completed
-	(*Failed)(nil),                  // 29: flo.v1.Failed
-	(*ResultBatch)(nil),             // 30: flo.v1.ResultBatch
-	(*Nack)(nil),                    // 31: flo.v1.Nack
-	(*Abandon)(nil),                 // 32: flo.v1.Abandon
-	(*Touch)(nil),                   // 33: flo.v1.Touch
-	(*TouchAck)(nil),                // 34: flo.v1.TouchAck
-	(*ResultAck)(nil),               // 35: flo.v1.ResultAck
-	nil,                             // 36: flo.v1.TaskAssignment.TraceContextEntry
-	(*timestamppb.Timestamp)(nil),   // 37: google.protobuf.Timestamp
-	(*structpb.Value)(nil),          // 38: google.protobuf.Value
+	(*InvokeTasksRequest)(nil),      // 15: flo.v1.InvokeTasksRequest
+	(*InvokeTasksResponse)(nil),     // 16: flo.v1.InvokeTasksResponse
+	(*Task)(nil),                    // 17: flo.v1.Task
+	(*GetTaskRequest)(nil),          // 18: flo.v1.GetTaskRequest
+	(*AwaitTaskRequest)(nil),        // 19: flo.v1.AwaitTaskRequest
+	(*ListDeadLettersRequest)(nil),  // 20: flo.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil), // 21: flo.v1.ListDeadLettersResponse
+	(*WorkerMessage)(nil),           // 22: flo.v1.WorkerMessage
+	(*ServerMessage)(nil),           // 23: flo.v1.ServerMessage
+	(*Hello)(nil),                   // 24: flo.v1.Hello
+	(*HelloAck)(nil),                // 25: flo.v1.HelloAck
+	(*Ready)(nil),                   // 26: flo.v1.Ready
+	(*TaskAssignment)(nil),          // 27: flo.v1.TaskAssignment
+	(*TaskBatch)(nil),               // 28: flo.v1.TaskBatch
+	(*Result)(nil),                  // 29: flo.v1.Result
+	(*Completed)(nil),               // 30: flo.v1.Completed
+	(*Failed)(nil),                  // 31: flo.v1.Failed
+	(*ResultBatch)(nil),             // 32: flo.v1.ResultBatch
+	(*Nack)(nil),                    // 33: flo.v1.Nack
+	(*Abandon)(nil),                 // 34: flo.v1.Abandon
+	(*Touch)(nil),                   // 35: flo.v1.Touch
+	(*TouchAck)(nil),                // 36: flo.v1.TouchAck
+	(*ResultAck)(nil),               // 37: flo.v1.ResultAck
+	nil,                             // 38: flo.v1.TaskAssignment.TraceContextEntry
+	(*timestamppb.Timestamp)(nil),   // 39: google.protobuf.Timestamp
+	(*structpb.Value)(nil),          // 40: google.protobuf.Value
 }
 var file_flo_v1_api_proto_depIdxs = []int32{
-	37, // 0: flo.v1.Namespace.created_at:type_name -> google.protobuf.Timestamp
+	39, // 0: flo.v1.Namespace.created_at:type_name -> google.protobuf.Timestamp
 	2,  // 1: flo.v1.ListNamespacesResponse.namespaces:type_name -> flo.v1.Namespace
 	0,  // 2: flo.v1.Backoff.kind:type_name -> flo.v1.BackoffKind
 	7,  // 3: flo.v1.Action.backoff:type_name -> flo.v1.Backoff
-	37, // 4: flo.v1.Action.created_at:type_name -> google.protobuf.Timestamp
-	37, // 5: flo.v1.Action.updated_at:type_name -> google.protobuf.Timestamp
+	39, // 4: flo.v1.Action.created_at:type_name -> google.protobuf.Timestamp
+	39, // 5: flo.v1.Action.updated_at:type_name -> google.protobuf.Timestamp
 	7,  // 6: flo.v1.RegisterActionRequest.backoff:type_name -> flo.v1.Backoff
 	8,  // 7: flo.v1.ListActionsResponse.actions:type_name -> flo.v1.Action
-	38, // 8: flo.v1.InvokeTaskRequest.input:type_name -> google.protobuf.Value
-	1,  // 9: flo.v1.Task.status:type_name -> flo.v1.TaskStatus
-	38, // 10: flo.v1.Task.output:type_name -> google.protobuf.Value
-	37, // 11: flo.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	37, // 12: flo.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	37, // 13: flo.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	37, // 14: flo.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	37, // 15: flo.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	15, // 16: flo.v1.ListDeadLettersResponse.tasks:type_name -> flo.v1.Task
-	22, // 17: flo.v1.WorkerMessage.hello:type_name -> flo.v1.Hello
-	24, // 18: flo.v1.WorkerMessage.ready:type_name -> flo.v1.Ready
-	27, // 19: flo.v1.WorkerMessage.result:type_name -> flo.v1.Result
-	30, // 20: flo.v1.WorkerMessage.result_batch:type_name -> flo.v1.ResultBatch
-	31, // 21: flo.v1.WorkerMessage.nack:type_name -> flo.v1.Nack
-	32, // 22: flo.v1.WorkerMessage.abandon:type_name -> flo.v1.Abandon
-	33, // 23: flo.v1.WorkerMessage.touch:type_name -> flo.v1.Touch
-	23, // 24: flo.v1.ServerMessage.hello_ack:type_name -> flo.v1.HelloAck
-	26, // 25: flo.v1.ServerMessage.task_batch:type_name -> flo.v1.TaskBatch
-	34, // 26: flo.v1.ServerMessage.touch_ack:type_name -> flo.v1.TouchAck
-	35, // 27: flo.v1.ServerMessage.result_ack:type_name -> flo.v1.ResultAck
-	37, // 28: flo.v1.TaskAssignment.created_at:type_name -> google.protobuf.Timestamp
-	37, // 29: flo.v1.TaskAssignment.lease_until:type_name -> google.protobuf.Timestamp
-	36, // 30: flo.v1.TaskAssignment.trace_context:type_name -> flo.v1.TaskAssignment.TraceContextEntry
-	25, // 31: flo.v1.TaskBatch.tasks:type_name -> flo.v1.TaskAssignment
-	28, // 32: flo.v1.Result.completed:type_name -> flo.v1.Completed
-	29, // 33: flo.v1.Result.failed:type_name -> flo.v1.Failed
-	27, // 34: flo.v1.ResultBatch.results:type_name -> flo.v1.Result
-	37, // 35: flo.v1.TouchAck.lease_until:type_name -> google.protobuf.Timestamp
-	3,  // 36: flo.v1.NamespaceService.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
-	4,  // 37: flo.v1.NamespaceService.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
-	5,  // 38: flo.v1.NamespaceService.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
-	9,  // 39: flo.v1.ActionService.RegisterAction:input_type -> flo.v1.RegisterActionRequest
-	10, // 40: flo.v1.ActionService.GetAction:input_type -> flo.v1.GetActionRequest
-	11, // 41: flo.v1.ActionService.ListActions:input_type -> flo.v1.ListActionsRequest
-	10, // 42: flo.v1.ActionService.EnableAction:input_type -> flo.v1.GetActionRequest
-	10, // 43: flo.v1.ActionService.DisableAction:input_type -> flo.v1.GetActionRequest
-	13, // 44: flo.v1.TaskService.InvokeTask:input_type -> flo.v1.InvokeTaskRequest
-	16, // 45: flo.v1.TaskService.GetTask:input_type -> flo.v1.GetTaskRequest
-	17, // 46: flo.v1.TaskService.AwaitTask:input_type -> flo.v1.AwaitTaskRequest
-	18, // 47: flo.v1.TaskService.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
-	16, // 48: flo.v1.TaskService.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
-	20, // 49: flo.v1.WorkerService.Stream:input_type -> flo.v1.WorkerMessage
-	2,  // 50: flo.v1.NamespaceService.CreateNamespace:output_type -> flo.v1.Namespace
-	2,  // 51: flo.v1.NamespaceService.GetNamespace:output_type -> flo.v1.Namespace
-	6,  // 52: flo.v1.NamespaceService.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
-	8,  // 53: flo.v1.ActionService.RegisterAction:output_type -> flo.v1.Action
-	8,  // 54: flo.v1.ActionService.GetAction:output_type -> flo.v1.Action
-	12, // 55: flo.v1.ActionService.ListActions:output_type -> flo.v1.ListActionsResponse
-	8,  // 56: flo.v1.ActionService.EnableAction:output_type -> flo.v1.Action
-	8,  // 57: flo.v1.ActionService.DisableAction:output_type -> flo.v1.Action
-	14, // 58: flo.v1.TaskService.InvokeTask:output_type -> flo.v1.InvokeTaskResponse
-	15, // 59: flo.v1.TaskService.GetTask:output_type -> flo.v1.Task
-	15, // 60: flo.v1.TaskService.AwaitTask:output_type -> flo.v1.Task
-	19, // 61: flo.v1.TaskService.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
-	15, // 62: flo.v1.TaskService.RequeueDeadLetter:output_type -> flo.v1.Task
-	21, // 63: flo.v1.WorkerService.Stream:output_type -> flo.v1.ServerMessage
-	50, // [50:64] is the sub-list for method output_type
-	36, // [36:50] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	40, // 8: flo.v1.InvokeTaskRequest.input:type_name -> google.protobuf.Value
+	13, // 9: flo.v1.InvokeTasksRequest.tasks:type_name -> flo.v1.InvokeTaskRequest
+	1,  // 10: flo.v1.Task.status:type_name -> flo.v1.TaskStatus
+	40, // 11: flo.v1.Task.output:type_name -> google.protobuf.Value
+	39, // 12: flo.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	39, // 13: flo.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	39, // 14: flo.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	39, // 15: flo.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	39, // 16: flo.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	17, // 17: flo.v1.ListDeadLettersResponse.tasks:type_name -> flo.v1.Task
+	24, // 18: flo.v1.WorkerMessage.hello:type_name -> flo.v1.Hello
+	26, // 19: flo.v1.WorkerMessage.ready:type_name -> flo.v1.Ready
+	29, // 20: flo.v1.WorkerMessage.result:type_name -> flo.v1.Result
+	32, // 21: flo.v1.WorkerMessage.result_batch:type_name -> flo.v1.ResultBatch
+	33, // 22: flo.v1.WorkerMessage.nack:type_name -> flo.v1.Nack
+	34, // 23: flo.v1.WorkerMessage.abandon:type_name -> flo.v1.Abandon
+	35, // 24: flo.v1.WorkerMessage.touch:type_name -> flo.v1.Touch
+	25, // 25: flo.v1.ServerMessage.hello_ack:type_name -> flo.v1.HelloAck
+	28, // 26: flo.v1.ServerMessage.task_batch:type_name -> flo.v1.TaskBatch
+	36, // 27: flo.v1.ServerMessage.touch_ack:type_name -> flo.v1.TouchAck
+	37, // 28: flo.v1.ServerMessage.result_ack:type_name -> flo.v1.ResultAck
+	39, // 29: flo.v1.TaskAssignment.created_at:type_name -> google.protobuf.Timestamp
+	39, // 30: flo.v1.TaskAssignment.lease_until:type_name -> google.protobuf.Timestamp
+	38, // 31: flo.v1.TaskAssignment.trace_context:type_name -> flo.v1.TaskAssignment.TraceContextEntry
+	27, // 32: flo.v1.TaskBatch.tasks:type_name -> flo.v1.TaskAssignment
+	30, // 33: flo.v1.Result.completed:type_name -> flo.v1.Completed
+	31, // 34: flo.v1.Result.failed:type_name -> flo.v1.Failed
+	29, // 35: flo.v1.ResultBatch.results:type_name -> flo.v1.Result
+	39, // 36: flo.v1.TouchAck.lease_until:type_name -> google.protobuf.Timestamp
+	3,  // 37: flo.v1.NamespaceService.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
+	4,  // 38: flo.v1.NamespaceService.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
+	5,  // 39: flo.v1.NamespaceService.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
+	9,  // 40: flo.v1.ActionService.RegisterAction:input_type -> flo.v1.RegisterActionRequest
+	10, // 41: flo.v1.ActionService.GetAction:input_type -> flo.v1.GetActionRequest
+	11, // 42: flo.v1.ActionService.ListActions:input_type -> flo.v1.ListActionsRequest
+	10, // 43: flo.v1.ActionService.EnableAction:input_type -> flo.v1.GetActionRequest
+	10, // 44: flo.v1.ActionService.DisableAction:input_type -> flo.v1.GetActionRequest
+	13, // 45: flo.v1.TaskService.InvokeTask:input_type -> flo.v1.InvokeTaskRequest
+	15, // 46: flo.v1.TaskService.InvokeTasks:input_type -> flo.v1.InvokeTasksRequest
+	18, // 47: flo.v1.TaskService.GetTask:input_type -> flo.v1.GetTaskRequest
+	19, // 48: flo.v1.TaskService.AwaitTask:input_type -> flo.v1.AwaitTaskRequest
+	20, // 49: flo.v1.TaskService.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
+	18, // 50: flo.v1.TaskService.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
+	22, // 51: flo.v1.WorkerService.Stream:input_type -> flo.v1.WorkerMessage
+	2,  // 52: flo.v1.NamespaceService.CreateNamespace:output_type -> flo.v1.Namespace
+	2,  // 53: flo.v1.NamespaceService.GetNamespace:output_type -> flo.v1.Namespace
+	6,  // 54: flo.v1.NamespaceService.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
+	8,  // 55: flo.v1.ActionService.RegisterAction:output_type -> flo.v1.Action
+	8,  // 56: flo.v1.ActionService.GetAction:output_type -> flo.v1.Action
+	12, // 57: flo.v1.ActionService.ListActions:output_type -> flo.v1.ListActionsResponse
+	8,  // 58: flo.v1.ActionService.EnableAction:output_type -> flo.v1.Action
+	8,  // 59: flo.v1.ActionService.DisableAction:output_type -> flo.v1.Action
+	14, // 60: flo.v1.TaskService.InvokeTask:output_type -> flo.v1.InvokeTaskResponse
+	16, // 61: flo.v1.TaskService.InvokeTasks:output_type -> flo.v1.InvokeTasksResponse
+	17, // 62: flo.v1.TaskService.GetTask:output_type -> flo.v1.Task
+	17, // 63: flo.v1.TaskService.AwaitTask:output_type -> flo.v1.Task
+	21, // 64: flo.v1.TaskService.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
+	17, // 65: flo.v1.TaskService.RequeueDeadLetter:output_type -> flo.v1.Task
+	23, // 66: flo.v1.WorkerService.Stream:output_type -> flo.v1.ServerMessage
+	52, // [52:67] is the sub-list for method output_type
+	37, // [37:52] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_flo_v1_api_proto_init() }
@@ -2847,7 +2955,7 @@ func file_flo_v1_api_proto_init() {
 	if File_flo_v1_api_proto != nil {
 		return
 	}
-	file_flo_v1_api_proto_msgTypes[18].OneofWrappers = []any{
+	file_flo_v1_api_proto_msgTypes[20].OneofWrappers = []any{
 		(*WorkerMessage_Hello)(nil),
 		(*WorkerMessage_Ready)(nil),
 		(*WorkerMessage_Result)(nil),
@@ -2856,13 +2964,13 @@ func file_flo_v1_api_proto_init() {
 		(*WorkerMessage_Abandon)(nil),
 		(*WorkerMessage_Touch)(nil),
 	}
-	file_flo_v1_api_proto_msgTypes[19].OneofWrappers = []any{
+	file_flo_v1_api_proto_msgTypes[21].OneofWrappers = []any{
 		(*ServerMessage_HelloAck)(nil),
 		(*ServerMessage_TaskBatch)(nil),
 		(*ServerMessage_TouchAck)(nil),
 		(*ServerMessage_ResultAck)(nil),
 	}
-	file_flo_v1_api_proto_msgTypes[25].OneofWrappers = []any{
+	file_flo_v1_api_proto_msgTypes[27].OneofWrappers = []any{
 		(*Result_Completed)(nil),
 		(*Result_Failed)(nil),
 	}
@@ -2872,7 +2980,7 @@ func file_flo_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flo_v1_api_proto_rawDesc), len(file_flo_v1_api_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   35,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

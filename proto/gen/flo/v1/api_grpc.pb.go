@@ -462,6 +462,7 @@ var ActionService_ServiceDesc = grpc.ServiceDesc{
 
 const (
 	TaskService_InvokeTask_FullMethodName        = "/flo.v1.TaskService/InvokeTask"
+	TaskService_InvokeTasks_FullMethodName       = "/flo.v1.TaskService/InvokeTasks"
 	TaskService_GetTask_FullMethodName           = "/flo.v1.TaskService/GetTask"
 	TaskService_AwaitTask_FullMethodName         = "/flo.v1.TaskService/AwaitTask"
 	TaskService_ListDeadLetters_FullMethodName   = "/flo.v1.TaskService/ListDeadLetters"
@@ -475,6 +476,9 @@ const (
 // TaskService invokes actions and reads the tasks they create.
 type TaskServiceClient interface {
 	InvokeTask(ctx context.Context, in *InvokeTaskRequest, opts ...grpc.CallOption) (*InvokeTaskResponse, error)
+	// InvokeTasks invokes many tasks in one call; it succeeds or fails as a
+	// whole, and ids come back in request order.
+	InvokeTasks(ctx context.Context, in *InvokeTasksRequest, opts ...grpc.CallOption) (*InvokeTasksResponse, error)
 	GetTask(ctx context.Context, in *GetTaskRequest, opts ...grpc.CallOption) (*Task, error)
 	// AwaitTask waits until the task reaches a final state or the timeout passes,
 	// then returns the task as it is.
@@ -495,6 +499,16 @@ func (c *taskServiceClient) InvokeTask(ctx context.Context, in *InvokeTaskReques
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(InvokeTaskResponse)
 	err := c.cc.Invoke(ctx, TaskService_InvokeTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *taskServiceClient) InvokeTasks(ctx context.Context, in *InvokeTasksRequest, opts ...grpc.CallOption) (*InvokeTasksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(InvokeTasksResponse)
+	err := c.cc.Invoke(ctx, TaskService_InvokeTasks_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -548,6 +562,9 @@ func (c *taskServiceClient) RequeueDeadLetter(ctx context.Context, in *GetTaskRe
 // TaskService invokes actions and reads the tasks they create.
 type TaskServiceServer interface {
 	InvokeTask(context.Context, *InvokeTaskRequest) (*InvokeTaskResponse, error)
+	// InvokeTasks invokes many tasks in one call; it succeeds or fails as a
+	// whole, and ids come back in request order.
+	InvokeTasks(context.Context, *InvokeTasksRequest) (*InvokeTasksResponse, error)
 	GetTask(context.Context, *GetTaskRequest) (*Task, error)
 	// AwaitTask waits until the task reaches a final state or the timeout passes,
 	// then returns the task as it is.
@@ -566,6 +583,9 @@ type UnimplementedTaskServiceServer struct{}
 
 func (UnimplementedTaskServiceServer) InvokeTask(context.Context, *InvokeTaskRequest) (*InvokeTaskResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method InvokeTask not implemented")
+}
+func (UnimplementedTaskServiceServer) InvokeTasks(context.Context, *InvokeTasksRequest) (*InvokeTasksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method InvokeTasks not implemented")
 }
 func (UnimplementedTaskServiceServer) GetTask(context.Context, *GetTaskRequest) (*Task, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetTask not implemented")
@@ -614,6 +634,24 @@ func _TaskService_InvokeTask_Handler(srv interface{}, ctx context.Context, dec f
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(TaskServiceServer).InvokeTask(ctx, req.(*InvokeTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TaskService_InvokeTasks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(InvokeTasksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskServiceServer).InvokeTasks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskService_InvokeTasks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskServiceServer).InvokeTasks(ctx, req.(*InvokeTasksRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -700,6 +738,10 @@ var TaskService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "InvokeTask",
 			Handler:    _TaskService_InvokeTask_Handler,
+		},
+		{
+			MethodName: "InvokeTasks",
+			Handler:    _TaskService_InvokeTasks_Handler,
 		},
 		{
 			MethodName: "GetTask",
