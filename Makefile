@@ -16,7 +16,9 @@ GRPC_GATEWAY_VERSION := v2.32.0
 .PHONY: dev test test-short bench proto proto-check lint build tools
 
 dev: ## run the whole platform in the foreground (ctrl-C stops it)
-	$(GO) run ./libs/sdk/cmd/flo dev
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/flo ./libs/sdk/cmd/flo
+	$(BIN)/flo dev
 
 test: ## every test, against real Postgres and a real Kafka-protocol broker
 	$(GO) test -count=1 -timeout 14m $(PKGS)

@@ -148,7 +148,7 @@ func (s *Stack) StartDispatcher(ctx context.Context) error {
 		LeaseCheckInterval:  s.cfg.LeaseCheckInterval,
 		Postgres:            config.Postgres{URL: s.dbURL, MaxConns: 16},
 		Kafka:               config.Kafka{Brokers: s.kafka, Partitions: s.cfg.Partitions},
-	}, s.log.With("service", "dispatcher"))
+	}, s.log.With("component", "dispatcher"))
 	if err != nil {
 		return fmt.Errorf("start dispatcher: %w", err)
 	}
@@ -170,7 +170,7 @@ func (s *Stack) startGateway(ctx context.Context) error {
 		DispatcherAddr:  s.cfg.DispatcherGRPCAddr,
 		MaxPayloadBytes: s.cfg.MaxPayloadBytes,
 		Kafka:           config.Kafka{Brokers: s.kafka, Partitions: s.cfg.Partitions},
-	}, s.log.With("service", "gateway"))
+	}, s.log.With("component", "gateway"))
 	if err != nil {
 		return fmt.Errorf("start gateway: %w", err)
 	}
