@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 
 	flo "github.com/razorbill/flo-go"
 )
@@ -331,4 +332,37 @@ func TestTouchKeepsLeaseAndAbandonDoesNotCountAnAttempt(t *testing.T) {
 	mu.Lock()
 	require.Equal(t, []int{1, 1}, handoffAttempts)
 	mu.Unlock()
+}
+
+func TestHandlerContinuesTheInvokersTrace(t *testing.T) {
+	e := newEnv(t)
+	client := e.client(t, "default")
+	ctx := context.Background()
+	_, err := client.RegisterAction(ctx, "traced", flo.ActionOptions{})
+	require.NoError(t, err)
+	seen := make(chan trace.SpanContext, 1)
+	e.worker(t, "default", flo.ActionWorkerOptions{}, func(w *flo.ActionWorker) {
+		w.MustRegisterAction("traced", func(actx *flo.ActionContext) ([]byte, error) {
+			seen <- trace.SpanContextFromContext(actx)
+			return nil, nil
+		})
+	})
+
+	// The invoker's span, as an instrumented caller would have it.
+	traceID := trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36}
+	parent := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID:    traceID,
+		SpanID:     trace.SpanID{0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7},
+		TraceFlags: trace.FlagsSampled,
+	})
+	_, err = client.Invoke(trace.ContextWithSpanContext(ctx, parent), "traced", nil)
+	require.NoError(t, err)
+
+	select {
+	case sc := <-seen:
+		require.Equal(t, traceID, sc.TraceID(), "the handler runs in the invoker's trace")
+		require.NotEqual(t, parent.SpanID(), sc.SpanID(), "the handler has a span of its own")
+	case <-time.After(20 * time.Second):
+		t.Fatal("handler never ran")
+	}
 }
