@@ -25,6 +25,159 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type WorkerType int32
+
+const (
+	WorkerType_WORKER_TYPE_UNSPECIFIED WorkerType = 0
+	WorkerType_WORKER_TYPE_ACTION      WorkerType = 1
+	WorkerType_WORKER_TYPE_STREAM      WorkerType = 2
+)
+
+// Enum value maps for WorkerType.
+var (
+	WorkerType_name = map[int32]string{
+		0: "WORKER_TYPE_UNSPECIFIED",
+		1: "WORKER_TYPE_ACTION",
+		2: "WORKER_TYPE_STREAM",
+	}
+	WorkerType_value = map[string]int32{
+		"WORKER_TYPE_UNSPECIFIED": 0,
+		"WORKER_TYPE_ACTION":      1,
+		"WORKER_TYPE_STREAM":      2,
+	}
+)
+
+func (x WorkerType) Enum() *WorkerType {
+	p := new(WorkerType)
+	*p = x
+	return p
+}
+
+func (x WorkerType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WorkerType) Descriptor() protoreflect.EnumDescriptor {
+	return file_flo_v1_api_proto_enumTypes[0].Descriptor()
+}
+
+func (WorkerType) Type() protoreflect.EnumType {
+	return &file_flo_v1_api_proto_enumTypes[0]
+}
+
+func (x WorkerType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WorkerType.Descriptor instead.
+func (WorkerType) EnumDescriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{0}
+}
+
+type WorkerStatus int32
+
+const (
+	WorkerStatus_WORKER_STATUS_UNSPECIFIED WorkerStatus = 0
+	WorkerStatus_WORKER_STATUS_ACTIVE      WorkerStatus = 1
+	WorkerStatus_WORKER_STATUS_IDLE        WorkerStatus = 2
+	WorkerStatus_WORKER_STATUS_DRAINING    WorkerStatus = 3
+	WorkerStatus_WORKER_STATUS_UNHEALTHY   WorkerStatus = 4
+)
+
+// Enum value maps for WorkerStatus.
+var (
+	WorkerStatus_name = map[int32]string{
+		0: "WORKER_STATUS_UNSPECIFIED",
+		1: "WORKER_STATUS_ACTIVE",
+		2: "WORKER_STATUS_IDLE",
+		3: "WORKER_STATUS_DRAINING",
+		4: "WORKER_STATUS_UNHEALTHY",
+	}
+	WorkerStatus_value = map[string]int32{
+		"WORKER_STATUS_UNSPECIFIED": 0,
+		"WORKER_STATUS_ACTIVE":      1,
+		"WORKER_STATUS_IDLE":        2,
+		"WORKER_STATUS_DRAINING":    3,
+		"WORKER_STATUS_UNHEALTHY":   4,
+	}
+)
+
+func (x WorkerStatus) Enum() *WorkerStatus {
+	p := new(WorkerStatus)
+	*p = x
+	return p
+}
+
+func (x WorkerStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WorkerStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_flo_v1_api_proto_enumTypes[1].Descriptor()
+}
+
+func (WorkerStatus) Type() protoreflect.EnumType {
+	return &file_flo_v1_api_proto_enumTypes[1]
+}
+
+func (x WorkerStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WorkerStatus.Descriptor instead.
+func (WorkerStatus) EnumDescriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{1}
+}
+
+type ProcessKind int32
+
+const (
+	ProcessKind_PROCESS_KIND_UNSPECIFIED     ProcessKind = 0
+	ProcessKind_PROCESS_KIND_ACTION          ProcessKind = 1
+	ProcessKind_PROCESS_KIND_STREAM_CONSUMER ProcessKind = 2
+)
+
+// Enum value maps for ProcessKind.
+var (
+	ProcessKind_name = map[int32]string{
+		0: "PROCESS_KIND_UNSPECIFIED",
+		1: "PROCESS_KIND_ACTION",
+		2: "PROCESS_KIND_STREAM_CONSUMER",
+	}
+	ProcessKind_value = map[string]int32{
+		"PROCESS_KIND_UNSPECIFIED":     0,
+		"PROCESS_KIND_ACTION":          1,
+		"PROCESS_KIND_STREAM_CONSUMER": 2,
+	}
+)
+
+func (x ProcessKind) Enum() *ProcessKind {
+	p := new(ProcessKind)
+	*p = x
+	return p
+}
+
+func (x ProcessKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ProcessKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_flo_v1_api_proto_enumTypes[2].Descriptor()
+}
+
+func (ProcessKind) Type() protoreflect.EnumType {
+	return &file_flo_v1_api_proto_enumTypes[2]
+}
+
+func (x ProcessKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ProcessKind.Descriptor instead.
+func (ProcessKind) EnumDescriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{2}
+}
+
 // BackoffKind names a retry delay policy.
 type BackoffKind int32
 
@@ -69,11 +222,11 @@ func (x BackoffKind) String() string {
 }
 
 func (BackoffKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_flo_v1_api_proto_enumTypes[0].Descriptor()
+	return file_flo_v1_api_proto_enumTypes[3].Descriptor()
 }
 
 func (BackoffKind) Type() protoreflect.EnumType {
-	return &file_flo_v1_api_proto_enumTypes[0]
+	return &file_flo_v1_api_proto_enumTypes[3]
 }
 
 func (x BackoffKind) Number() protoreflect.EnumNumber {
@@ -82,7 +235,7 @@ func (x BackoffKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BackoffKind.Descriptor instead.
 func (BackoffKind) EnumDescriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{0}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{3}
 }
 
 type TaskStatus int32
@@ -127,11 +280,11 @@ func (x TaskStatus) String() string {
 }
 
 func (TaskStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_flo_v1_api_proto_enumTypes[1].Descriptor()
+	return file_flo_v1_api_proto_enumTypes[4].Descriptor()
 }
 
 func (TaskStatus) Type() protoreflect.EnumType {
-	return &file_flo_v1_api_proto_enumTypes[1]
+	return &file_flo_v1_api_proto_enumTypes[4]
 }
 
 func (x TaskStatus) Number() protoreflect.EnumNumber {
@@ -140,7 +293,7 @@ func (x TaskStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TaskStatus.Descriptor instead.
 func (TaskStatus) EnumDescriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{1}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{4}
 }
 
 type Namespace struct {
@@ -363,6 +516,633 @@ func (x *ListNamespacesResponse) GetNamespaces() []*Namespace {
 	return nil
 }
 
+// WorkerProcess is one action or stream/group a worker handles, with its counts.
+type WorkerProcess struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// An action name, or "stream/group" for a stream consumer.
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Kind          ProcessKind            `protobuf:"varint,2,opt,name=kind,proto3,enum=flo.v1.ProcessKind" json:"kind,omitempty"`
+	RunCount      int64                  `protobuf:"varint,3,opt,name=run_count,json=runCount,proto3" json:"run_count,omitempty"`
+	FailCount     int64                  `protobuf:"varint,4,opt,name=fail_count,json=failCount,proto3" json:"fail_count,omitempty"`
+	LastRunAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_run_at,json=lastRunAt,proto3" json:"last_run_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerProcess) Reset() {
+	*x = WorkerProcess{}
+	mi := &file_flo_v1_api_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerProcess) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerProcess) ProtoMessage() {}
+
+func (x *WorkerProcess) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerProcess.ProtoReflect.Descriptor instead.
+func (*WorkerProcess) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *WorkerProcess) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WorkerProcess) GetKind() ProcessKind {
+	if x != nil {
+		return x.Kind
+	}
+	return ProcessKind_PROCESS_KIND_UNSPECIFIED
+}
+
+func (x *WorkerProcess) GetRunCount() int64 {
+	if x != nil {
+		return x.RunCount
+	}
+	return 0
+}
+
+func (x *WorkerProcess) GetFailCount() int64 {
+	if x != nil {
+		return x.FailCount
+	}
+	return 0
+}
+
+func (x *WorkerProcess) GetLastRunAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastRunAt
+	}
+	return nil
+}
+
+type Worker struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Namespace      string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	WorkerId       string                 `protobuf:"bytes,2,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	WorkerType     WorkerType             `protobuf:"varint,3,opt,name=worker_type,json=workerType,proto3,enum=flo.v1.WorkerType" json:"worker_type,omitempty"`
+	Status         WorkerStatus           `protobuf:"varint,4,opt,name=status,proto3,enum=flo.v1.WorkerStatus" json:"status,omitempty"`
+	MaxConcurrency int32                  `protobuf:"varint,5,opt,name=max_concurrency,json=maxConcurrency,proto3" json:"max_concurrency,omitempty"`
+	CurrentLoad    int32                  `protobuf:"varint,6,opt,name=current_load,json=currentLoad,proto3" json:"current_load,omitempty"`
+	CpuLoad        float64                `protobuf:"fixed64,7,opt,name=cpu_load,json=cpuLoad,proto3" json:"cpu_load,omitempty"`
+	MemoryLoad     float64                `protobuf:"fixed64,8,opt,name=memory_load,json=memoryLoad,proto3" json:"memory_load,omitempty"`
+	MachineId      string                 `protobuf:"bytes,9,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
+	// A JSON object.
+	Metadata       string                 `protobuf:"bytes,10,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	TasksCompleted int64                  `protobuf:"varint,11,opt,name=tasks_completed,json=tasksCompleted,proto3" json:"tasks_completed,omitempty"`
+	TasksFailed    int64                  `protobuf:"varint,12,opt,name=tasks_failed,json=tasksFailed,proto3" json:"tasks_failed,omitempty"`
+	Processes      []*WorkerProcess       `protobuf:"bytes,13,rep,name=processes,proto3" json:"processes,omitempty"`
+	RegisteredAt   *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=registered_at,json=registeredAt,proto3" json:"registered_at,omitempty"`
+	LastHeartbeat  *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=last_heartbeat,json=lastHeartbeat,proto3" json:"last_heartbeat,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Worker) Reset() {
+	*x = Worker{}
+	mi := &file_flo_v1_api_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Worker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Worker) ProtoMessage() {}
+
+func (x *Worker) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Worker.ProtoReflect.Descriptor instead.
+func (*Worker) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Worker) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *Worker) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *Worker) GetWorkerType() WorkerType {
+	if x != nil {
+		return x.WorkerType
+	}
+	return WorkerType_WORKER_TYPE_UNSPECIFIED
+}
+
+func (x *Worker) GetStatus() WorkerStatus {
+	if x != nil {
+		return x.Status
+	}
+	return WorkerStatus_WORKER_STATUS_UNSPECIFIED
+}
+
+func (x *Worker) GetMaxConcurrency() int32 {
+	if x != nil {
+		return x.MaxConcurrency
+	}
+	return 0
+}
+
+func (x *Worker) GetCurrentLoad() int32 {
+	if x != nil {
+		return x.CurrentLoad
+	}
+	return 0
+}
+
+func (x *Worker) GetCpuLoad() float64 {
+	if x != nil {
+		return x.CpuLoad
+	}
+	return 0
+}
+
+func (x *Worker) GetMemoryLoad() float64 {
+	if x != nil {
+		return x.MemoryLoad
+	}
+	return 0
+}
+
+func (x *Worker) GetMachineId() string {
+	if x != nil {
+		return x.MachineId
+	}
+	return ""
+}
+
+func (x *Worker) GetMetadata() string {
+	if x != nil {
+		return x.Metadata
+	}
+	return ""
+}
+
+func (x *Worker) GetTasksCompleted() int64 {
+	if x != nil {
+		return x.TasksCompleted
+	}
+	return 0
+}
+
+func (x *Worker) GetTasksFailed() int64 {
+	if x != nil {
+		return x.TasksFailed
+	}
+	return 0
+}
+
+func (x *Worker) GetProcesses() []*WorkerProcess {
+	if x != nil {
+		return x.Processes
+	}
+	return nil
+}
+
+func (x *Worker) GetRegisteredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RegisteredAt
+	}
+	return nil
+}
+
+func (x *Worker) GetLastHeartbeat() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastHeartbeat
+	}
+	return nil
+}
+
+type RegisterWorkerRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Empty means one is made up from the host name and random hex.
+	WorkerId   string     `protobuf:"bytes,2,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	WorkerType WorkerType `protobuf:"varint,3,opt,name=worker_type,json=workerType,proto3,enum=flo.v1.WorkerType" json:"worker_type,omitempty"`
+	// Zero means 10.
+	MaxConcurrency int32 `protobuf:"varint,4,opt,name=max_concurrency,json=maxConcurrency,proto3" json:"max_concurrency,omitempty"`
+	// Names only; counts start at zero.
+	Processes []*WorkerProcess `protobuf:"bytes,5,rep,name=processes,proto3" json:"processes,omitempty"`
+	// A JSON object, at most 16 KiB.
+	Metadata      string `protobuf:"bytes,6,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	MachineId     string `protobuf:"bytes,7,opt,name=machine_id,json=machineId,proto3" json:"machine_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterWorkerRequest) Reset() {
+	*x = RegisterWorkerRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterWorkerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterWorkerRequest) ProtoMessage() {}
+
+func (x *RegisterWorkerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterWorkerRequest.ProtoReflect.Descriptor instead.
+func (*RegisterWorkerRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RegisterWorkerRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *RegisterWorkerRequest) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *RegisterWorkerRequest) GetWorkerType() WorkerType {
+	if x != nil {
+		return x.WorkerType
+	}
+	return WorkerType_WORKER_TYPE_UNSPECIFIED
+}
+
+func (x *RegisterWorkerRequest) GetMaxConcurrency() int32 {
+	if x != nil {
+		return x.MaxConcurrency
+	}
+	return 0
+}
+
+func (x *RegisterWorkerRequest) GetProcesses() []*WorkerProcess {
+	if x != nil {
+		return x.Processes
+	}
+	return nil
+}
+
+func (x *RegisterWorkerRequest) GetMetadata() string {
+	if x != nil {
+		return x.Metadata
+	}
+	return ""
+}
+
+func (x *RegisterWorkerRequest) GetMachineId() string {
+	if x != nil {
+		return x.MachineId
+	}
+	return ""
+}
+
+type HeartbeatRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	WorkerId      string                 `protobuf:"bytes,2,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	CurrentLoad   int32                  `protobuf:"varint,3,opt,name=current_load,json=currentLoad,proto3" json:"current_load,omitempty"`
+	CpuLoad       float64                `protobuf:"fixed64,4,opt,name=cpu_load,json=cpuLoad,proto3" json:"cpu_load,omitempty"`
+	MemoryLoad    float64                `protobuf:"fixed64,5,opt,name=memory_load,json=memoryLoad,proto3" json:"memory_load,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatRequest) Reset() {
+	*x = HeartbeatRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatRequest) ProtoMessage() {}
+
+func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
+func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *HeartbeatRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *HeartbeatRequest) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *HeartbeatRequest) GetCurrentLoad() int32 {
+	if x != nil {
+		return x.CurrentLoad
+	}
+	return 0
+}
+
+func (x *HeartbeatRequest) GetCpuLoad() float64 {
+	if x != nil {
+		return x.CpuLoad
+	}
+	return 0
+}
+
+func (x *HeartbeatRequest) GetMemoryLoad() float64 {
+	if x != nil {
+		return x.MemoryLoad
+	}
+	return 0
+}
+
+type HeartbeatResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        WorkerStatus           `protobuf:"varint,1,opt,name=status,proto3,enum=flo.v1.WorkerStatus" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatResponse) Reset() {
+	*x = HeartbeatResponse{}
+	mi := &file_flo_v1_api_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatResponse) ProtoMessage() {}
+
+func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
+func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *HeartbeatResponse) GetStatus() WorkerStatus {
+	if x != nil {
+		return x.Status
+	}
+	return WorkerStatus_WORKER_STATUS_UNSPECIFIED
+}
+
+type GetWorkerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	WorkerId      string                 `protobuf:"bytes,2,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetWorkerRequest) Reset() {
+	*x = GetWorkerRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetWorkerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetWorkerRequest) ProtoMessage() {}
+
+func (x *GetWorkerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetWorkerRequest.ProtoReflect.Descriptor instead.
+func (*GetWorkerRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *GetWorkerRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GetWorkerRequest) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+type ListWorkersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWorkersRequest) Reset() {
+	*x = ListWorkersRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWorkersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWorkersRequest) ProtoMessage() {}
+
+func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
+func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ListWorkersRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+type ListWorkersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Workers       []*Worker              `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWorkersResponse) Reset() {
+	*x = ListWorkersResponse{}
+	mi := &file_flo_v1_api_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWorkersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWorkersResponse) ProtoMessage() {}
+
+func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
+func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ListWorkersResponse) GetWorkers() []*Worker {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+type DeregisterWorkerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeregisterWorkerResponse) Reset() {
+	*x = DeregisterWorkerResponse{}
+	mi := &file_flo_v1_api_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeregisterWorkerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeregisterWorkerResponse) ProtoMessage() {}
+
+func (x *DeregisterWorkerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeregisterWorkerResponse.ProtoReflect.Descriptor instead.
+func (*DeregisterWorkerResponse) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{13}
+}
+
 // Backoff is how long to wait before the next attempt of a failed task.
 type Backoff struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -376,7 +1156,7 @@ type Backoff struct {
 
 func (x *Backoff) Reset() {
 	*x = Backoff{}
-	mi := &file_flo_v1_api_proto_msgTypes[5]
+	mi := &file_flo_v1_api_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -388,7 +1168,7 @@ func (x *Backoff) String() string {
 func (*Backoff) ProtoMessage() {}
 
 func (x *Backoff) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[5]
+	mi := &file_flo_v1_api_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -401,7 +1181,7 @@ func (x *Backoff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backoff.ProtoReflect.Descriptor instead.
 func (*Backoff) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{5}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Backoff) GetKind() BackoffKind {
@@ -448,7 +1228,7 @@ type Action struct {
 
 func (x *Action) Reset() {
 	*x = Action{}
-	mi := &file_flo_v1_api_proto_msgTypes[6]
+	mi := &file_flo_v1_api_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -460,7 +1240,7 @@ func (x *Action) String() string {
 func (*Action) ProtoMessage() {}
 
 func (x *Action) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[6]
+	mi := &file_flo_v1_api_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -473,7 +1253,7 @@ func (x *Action) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Action.ProtoReflect.Descriptor instead.
 func (*Action) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{6}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Action) GetNamespace() string {
@@ -548,7 +1328,7 @@ type RegisterActionRequest struct {
 
 func (x *RegisterActionRequest) Reset() {
 	*x = RegisterActionRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[7]
+	mi := &file_flo_v1_api_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -560,7 +1340,7 @@ func (x *RegisterActionRequest) String() string {
 func (*RegisterActionRequest) ProtoMessage() {}
 
 func (x *RegisterActionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[7]
+	mi := &file_flo_v1_api_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -573,7 +1353,7 @@ func (x *RegisterActionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActionRequest.ProtoReflect.Descriptor instead.
 func (*RegisterActionRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{7}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RegisterActionRequest) GetNamespace() string {
@@ -621,7 +1401,7 @@ type GetActionRequest struct {
 
 func (x *GetActionRequest) Reset() {
 	*x = GetActionRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[8]
+	mi := &file_flo_v1_api_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -633,7 +1413,7 @@ func (x *GetActionRequest) String() string {
 func (*GetActionRequest) ProtoMessage() {}
 
 func (x *GetActionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[8]
+	mi := &file_flo_v1_api_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -646,7 +1426,7 @@ func (x *GetActionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActionRequest.ProtoReflect.Descriptor instead.
 func (*GetActionRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{8}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetActionRequest) GetNamespace() string {
@@ -672,7 +1452,7 @@ type ListActionsRequest struct {
 
 func (x *ListActionsRequest) Reset() {
 	*x = ListActionsRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[9]
+	mi := &file_flo_v1_api_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -684,7 +1464,7 @@ func (x *ListActionsRequest) String() string {
 func (*ListActionsRequest) ProtoMessage() {}
 
 func (x *ListActionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[9]
+	mi := &file_flo_v1_api_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -697,7 +1477,7 @@ func (x *ListActionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActionsRequest.ProtoReflect.Descriptor instead.
 func (*ListActionsRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{9}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListActionsRequest) GetNamespace() string {
@@ -716,7 +1496,7 @@ type ListActionsResponse struct {
 
 func (x *ListActionsResponse) Reset() {
 	*x = ListActionsResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[10]
+	mi := &file_flo_v1_api_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -728,7 +1508,7 @@ func (x *ListActionsResponse) String() string {
 func (*ListActionsResponse) ProtoMessage() {}
 
 func (x *ListActionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[10]
+	mi := &file_flo_v1_api_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -741,7 +1521,7 @@ func (x *ListActionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActionsResponse.ProtoReflect.Descriptor instead.
 func (*ListActionsResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{10}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListActionsResponse) GetActions() []*Action {
@@ -768,7 +1548,7 @@ type InvokeTaskRequest struct {
 
 func (x *InvokeTaskRequest) Reset() {
 	*x = InvokeTaskRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[11]
+	mi := &file_flo_v1_api_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -780,7 +1560,7 @@ func (x *InvokeTaskRequest) String() string {
 func (*InvokeTaskRequest) ProtoMessage() {}
 
 func (x *InvokeTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[11]
+	mi := &file_flo_v1_api_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -793,7 +1573,7 @@ func (x *InvokeTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvokeTaskRequest.ProtoReflect.Descriptor instead.
 func (*InvokeTaskRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{11}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *InvokeTaskRequest) GetNamespace() string {
@@ -854,7 +1634,7 @@ type InvokeTaskResponse struct {
 
 func (x *InvokeTaskResponse) Reset() {
 	*x = InvokeTaskResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[12]
+	mi := &file_flo_v1_api_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -866,7 +1646,7 @@ func (x *InvokeTaskResponse) String() string {
 func (*InvokeTaskResponse) ProtoMessage() {}
 
 func (x *InvokeTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[12]
+	mi := &file_flo_v1_api_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -879,7 +1659,7 @@ func (x *InvokeTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvokeTaskResponse.ProtoReflect.Descriptor instead.
 func (*InvokeTaskResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{12}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *InvokeTaskResponse) GetTaskId() string {
@@ -900,7 +1680,7 @@ type InvokeTasksRequest struct {
 
 func (x *InvokeTasksRequest) Reset() {
 	*x = InvokeTasksRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[13]
+	mi := &file_flo_v1_api_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -912,7 +1692,7 @@ func (x *InvokeTasksRequest) String() string {
 func (*InvokeTasksRequest) ProtoMessage() {}
 
 func (x *InvokeTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[13]
+	mi := &file_flo_v1_api_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -925,7 +1705,7 @@ func (x *InvokeTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvokeTasksRequest.ProtoReflect.Descriptor instead.
 func (*InvokeTasksRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{13}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *InvokeTasksRequest) GetNamespace() string {
@@ -951,7 +1731,7 @@ type InvokeTasksResponse struct {
 
 func (x *InvokeTasksResponse) Reset() {
 	*x = InvokeTasksResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[14]
+	mi := &file_flo_v1_api_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -963,7 +1743,7 @@ func (x *InvokeTasksResponse) String() string {
 func (*InvokeTasksResponse) ProtoMessage() {}
 
 func (x *InvokeTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[14]
+	mi := &file_flo_v1_api_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -976,7 +1756,7 @@ func (x *InvokeTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvokeTasksResponse.ProtoReflect.Descriptor instead.
 func (*InvokeTasksResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{14}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *InvokeTasksResponse) GetTaskIds() []string {
@@ -1014,7 +1794,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_flo_v1_api_proto_msgTypes[15]
+	mi := &file_flo_v1_api_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1026,7 +1806,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[15]
+	mi := &file_flo_v1_api_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1039,7 +1819,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{15}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Task) GetId() string {
@@ -1185,7 +1965,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[16]
+	mi := &file_flo_v1_api_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1197,7 +1977,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[16]
+	mi := &file_flo_v1_api_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1210,7 +1990,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{16}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetTaskRequest) GetNamespace() string {
@@ -1239,7 +2019,7 @@ type AwaitTaskRequest struct {
 
 func (x *AwaitTaskRequest) Reset() {
 	*x = AwaitTaskRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[17]
+	mi := &file_flo_v1_api_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1251,7 +2031,7 @@ func (x *AwaitTaskRequest) String() string {
 func (*AwaitTaskRequest) ProtoMessage() {}
 
 func (x *AwaitTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[17]
+	mi := &file_flo_v1_api_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1264,7 +2044,7 @@ func (x *AwaitTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AwaitTaskRequest.ProtoReflect.Descriptor instead.
 func (*AwaitTaskRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{17}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AwaitTaskRequest) GetNamespace() string {
@@ -1300,7 +2080,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[18]
+	mi := &file_flo_v1_api_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1312,7 +2092,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[18]
+	mi := &file_flo_v1_api_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1325,7 +2105,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{18}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListDeadLettersRequest) GetNamespace() string {
@@ -1358,7 +2138,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[19]
+	mi := &file_flo_v1_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +2150,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[19]
+	mi := &file_flo_v1_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +2163,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{19}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListDeadLettersResponse) GetTasks() []*Task {
@@ -1412,7 +2192,7 @@ type WorkerMessage struct {
 
 func (x *WorkerMessage) Reset() {
 	*x = WorkerMessage{}
-	mi := &file_flo_v1_api_proto_msgTypes[20]
+	mi := &file_flo_v1_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1424,7 +2204,7 @@ func (x *WorkerMessage) String() string {
 func (*WorkerMessage) ProtoMessage() {}
 
 func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[20]
+	mi := &file_flo_v1_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1437,7 +2217,7 @@ func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerMessage.ProtoReflect.Descriptor instead.
 func (*WorkerMessage) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{20}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WorkerMessage) GetMsg() isWorkerMessage_Msg {
@@ -1565,6 +2345,7 @@ type ServerMessage struct {
 	//	*ServerMessage_TaskBatch
 	//	*ServerMessage_TouchAck
 	//	*ServerMessage_ResultAck
+	//	*ServerMessage_Drain
 	Msg           isServerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1572,7 +2353,7 @@ type ServerMessage struct {
 
 func (x *ServerMessage) Reset() {
 	*x = ServerMessage{}
-	mi := &file_flo_v1_api_proto_msgTypes[21]
+	mi := &file_flo_v1_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1584,7 +2365,7 @@ func (x *ServerMessage) String() string {
 func (*ServerMessage) ProtoMessage() {}
 
 func (x *ServerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[21]
+	mi := &file_flo_v1_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1597,7 +2378,7 @@ func (x *ServerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerMessage.ProtoReflect.Descriptor instead.
 func (*ServerMessage) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{21}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ServerMessage) GetMsg() isServerMessage_Msg {
@@ -1643,6 +2424,15 @@ func (x *ServerMessage) GetResultAck() *ResultAck {
 	return nil
 }
 
+func (x *ServerMessage) GetDrain() *Drain {
+	if x != nil {
+		if x, ok := x.Msg.(*ServerMessage_Drain); ok {
+			return x.Drain
+		}
+	}
+	return nil
+}
+
 type isServerMessage_Msg interface {
 	isServerMessage_Msg()
 }
@@ -1663,6 +2453,10 @@ type ServerMessage_ResultAck struct {
 	ResultAck *ResultAck `protobuf:"bytes,4,opt,name=result_ack,json=resultAck,proto3,oneof"`
 }
 
+type ServerMessage_Drain struct {
+	Drain *Drain `protobuf:"bytes,5,opt,name=drain,proto3,oneof"`
+}
+
 func (*ServerMessage_HelloAck) isServerMessage_Msg() {}
 
 func (*ServerMessage_TaskBatch) isServerMessage_Msg() {}
@@ -1670,6 +2464,46 @@ func (*ServerMessage_TaskBatch) isServerMessage_Msg() {}
 func (*ServerMessage_TouchAck) isServerMessage_Msg() {}
 
 func (*ServerMessage_ResultAck) isServerMessage_Msg() {}
+
+func (*ServerMessage_Drain) isServerMessage_Msg() {}
+
+// Drain tells a worker it is draining: it gets no new tasks and should stop
+// asking, finish what it holds and deregister.
+type Drain struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Drain) Reset() {
+	*x = Drain{}
+	mi := &file_flo_v1_api_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Drain) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Drain) ProtoMessage() {}
+
+func (x *Drain) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Drain.ProtoReflect.Descriptor instead.
+func (*Drain) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{31}
+}
 
 // Hello opens a worker stream; it is sent once, first.
 type Hello struct {
@@ -1687,7 +2521,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_flo_v1_api_proto_msgTypes[22]
+	mi := &file_flo_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1699,7 +2533,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[22]
+	mi := &file_flo_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1712,7 +2546,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{22}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Hello) GetToken() string {
@@ -1767,7 +2601,7 @@ type HelloAck struct {
 
 func (x *HelloAck) Reset() {
 	*x = HelloAck{}
-	mi := &file_flo_v1_api_proto_msgTypes[23]
+	mi := &file_flo_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1779,7 +2613,7 @@ func (x *HelloAck) String() string {
 func (*HelloAck) ProtoMessage() {}
 
 func (x *HelloAck) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[23]
+	mi := &file_flo_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1792,7 +2626,7 @@ func (x *HelloAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloAck.ProtoReflect.Descriptor instead.
 func (*HelloAck) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{23}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *HelloAck) GetWorkerId() string {
@@ -1824,7 +2658,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_flo_v1_api_proto_msgTypes[24]
+	mi := &file_flo_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1836,7 +2670,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[24]
+	mi := &file_flo_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1849,7 +2683,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{24}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Ready) GetActions() []string {
@@ -1898,7 +2732,7 @@ type TaskAssignment struct {
 
 func (x *TaskAssignment) Reset() {
 	*x = TaskAssignment{}
-	mi := &file_flo_v1_api_proto_msgTypes[25]
+	mi := &file_flo_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1910,7 +2744,7 @@ func (x *TaskAssignment) String() string {
 func (*TaskAssignment) ProtoMessage() {}
 
 func (x *TaskAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[25]
+	mi := &file_flo_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1923,7 +2757,7 @@ func (x *TaskAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskAssignment.ProtoReflect.Descriptor instead.
 func (*TaskAssignment) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{25}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TaskAssignment) GetTaskId() string {
@@ -1993,7 +2827,7 @@ type TaskBatch struct {
 
 func (x *TaskBatch) Reset() {
 	*x = TaskBatch{}
-	mi := &file_flo_v1_api_proto_msgTypes[26]
+	mi := &file_flo_v1_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2005,7 +2839,7 @@ func (x *TaskBatch) String() string {
 func (*TaskBatch) ProtoMessage() {}
 
 func (x *TaskBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[26]
+	mi := &file_flo_v1_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2018,7 +2852,7 @@ func (x *TaskBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskBatch.ProtoReflect.Descriptor instead.
 func (*TaskBatch) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{26}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TaskBatch) GetTasks() []*TaskAssignment {
@@ -2044,7 +2878,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_flo_v1_api_proto_msgTypes[27]
+	mi := &file_flo_v1_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2056,7 +2890,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[27]
+	mi := &file_flo_v1_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2069,7 +2903,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{27}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Result) GetTaskId() string {
@@ -2138,7 +2972,7 @@ type Completed struct {
 
 func (x *Completed) Reset() {
 	*x = Completed{}
-	mi := &file_flo_v1_api_proto_msgTypes[28]
+	mi := &file_flo_v1_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2150,7 +2984,7 @@ func (x *Completed) String() string {
 func (*Completed) ProtoMessage() {}
 
 func (x *Completed) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[28]
+	mi := &file_flo_v1_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2163,7 +2997,7 @@ func (x *Completed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Completed.ProtoReflect.Descriptor instead.
 func (*Completed) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{28}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Completed) GetBody() []byte {
@@ -2193,7 +3027,7 @@ type Failed struct {
 
 func (x *Failed) Reset() {
 	*x = Failed{}
-	mi := &file_flo_v1_api_proto_msgTypes[29]
+	mi := &file_flo_v1_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2205,7 +3039,7 @@ func (x *Failed) String() string {
 func (*Failed) ProtoMessage() {}
 
 func (x *Failed) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[29]
+	mi := &file_flo_v1_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2218,7 +3052,7 @@ func (x *Failed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failed.ProtoReflect.Descriptor instead.
 func (*Failed) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{29}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Failed) GetError() string {
@@ -2251,7 +3085,7 @@ type ResultBatch struct {
 
 func (x *ResultBatch) Reset() {
 	*x = ResultBatch{}
-	mi := &file_flo_v1_api_proto_msgTypes[30]
+	mi := &file_flo_v1_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2263,7 +3097,7 @@ func (x *ResultBatch) String() string {
 func (*ResultBatch) ProtoMessage() {}
 
 func (x *ResultBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[30]
+	mi := &file_flo_v1_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2276,7 +3110,7 @@ func (x *ResultBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultBatch.ProtoReflect.Descriptor instead.
 func (*ResultBatch) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{30}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ResultBatch) GetResults() []*Result {
@@ -2299,7 +3133,7 @@ type Nack struct {
 
 func (x *Nack) Reset() {
 	*x = Nack{}
-	mi := &file_flo_v1_api_proto_msgTypes[31]
+	mi := &file_flo_v1_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2311,7 +3145,7 @@ func (x *Nack) String() string {
 func (*Nack) ProtoMessage() {}
 
 func (x *Nack) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[31]
+	mi := &file_flo_v1_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2324,7 +3158,7 @@ func (x *Nack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Nack.ProtoReflect.Descriptor instead.
 func (*Nack) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{31}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Nack) GetTaskId() string {
@@ -2366,7 +3200,7 @@ type Abandon struct {
 
 func (x *Abandon) Reset() {
 	*x = Abandon{}
-	mi := &file_flo_v1_api_proto_msgTypes[32]
+	mi := &file_flo_v1_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2378,7 +3212,7 @@ func (x *Abandon) String() string {
 func (*Abandon) ProtoMessage() {}
 
 func (x *Abandon) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[32]
+	mi := &file_flo_v1_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2391,7 +3225,7 @@ func (x *Abandon) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Abandon.ProtoReflect.Descriptor instead.
 func (*Abandon) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{32}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Abandon) GetTaskId() string {
@@ -2420,7 +3254,7 @@ type Touch struct {
 
 func (x *Touch) Reset() {
 	*x = Touch{}
-	mi := &file_flo_v1_api_proto_msgTypes[33]
+	mi := &file_flo_v1_api_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2432,7 +3266,7 @@ func (x *Touch) String() string {
 func (*Touch) ProtoMessage() {}
 
 func (x *Touch) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[33]
+	mi := &file_flo_v1_api_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2445,7 +3279,7 @@ func (x *Touch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Touch.ProtoReflect.Descriptor instead.
 func (*Touch) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{33}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Touch) GetTaskId() string {
@@ -2481,7 +3315,7 @@ type TouchAck struct {
 
 func (x *TouchAck) Reset() {
 	*x = TouchAck{}
-	mi := &file_flo_v1_api_proto_msgTypes[34]
+	mi := &file_flo_v1_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2493,7 +3327,7 @@ func (x *TouchAck) String() string {
 func (*TouchAck) ProtoMessage() {}
 
 func (x *TouchAck) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[34]
+	mi := &file_flo_v1_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2506,7 +3340,7 @@ func (x *TouchAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TouchAck.ProtoReflect.Descriptor instead.
 func (*TouchAck) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{34}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TouchAck) GetTaskId() string {
@@ -2549,7 +3383,7 @@ type ResultAck struct {
 
 func (x *ResultAck) Reset() {
 	*x = ResultAck{}
-	mi := &file_flo_v1_api_proto_msgTypes[35]
+	mi := &file_flo_v1_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2561,7 +3395,7 @@ func (x *ResultAck) String() string {
 func (*ResultAck) ProtoMessage() {}
 
 func (x *ResultAck) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[35]
+	mi := &file_flo_v1_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2574,7 +3408,7 @@ func (x *ResultAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultAck.ProtoReflect.Descriptor instead.
 func (*ResultAck) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{35}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ResultAck) GetRejectedTaskIds() []string {
@@ -2608,7 +3442,61 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\x16ListNamespacesResponse\x121\n" +
 	"\n" +
 	"namespaces\x18\x01 \x03(\v2\x11.flo.v1.NamespaceR\n" +
-	"namespaces\"\x9e\x01\n" +
+	"namespaces\"\xc4\x01\n" +
+	"\rWorkerProcess\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x13.flo.v1.ProcessKindR\x04kind\x12\x1b\n" +
+	"\trun_count\x18\x03 \x01(\x03R\brunCount\x12\x1d\n" +
+	"\n" +
+	"fail_count\x18\x04 \x01(\x03R\tfailCount\x12:\n" +
+	"\vlast_run_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tlastRunAt\"\xee\x04\n" +
+	"\x06Worker\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
+	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x123\n" +
+	"\vworker_type\x18\x03 \x01(\x0e2\x12.flo.v1.WorkerTypeR\n" +
+	"workerType\x12,\n" +
+	"\x06status\x18\x04 \x01(\x0e2\x14.flo.v1.WorkerStatusR\x06status\x12'\n" +
+	"\x0fmax_concurrency\x18\x05 \x01(\x05R\x0emaxConcurrency\x12!\n" +
+	"\fcurrent_load\x18\x06 \x01(\x05R\vcurrentLoad\x12\x19\n" +
+	"\bcpu_load\x18\a \x01(\x01R\acpuLoad\x12\x1f\n" +
+	"\vmemory_load\x18\b \x01(\x01R\n" +
+	"memoryLoad\x12\x1d\n" +
+	"\n" +
+	"machine_id\x18\t \x01(\tR\tmachineId\x12\x1a\n" +
+	"\bmetadata\x18\n" +
+	" \x01(\tR\bmetadata\x12'\n" +
+	"\x0ftasks_completed\x18\v \x01(\x03R\x0etasksCompleted\x12!\n" +
+	"\ftasks_failed\x18\f \x01(\x03R\vtasksFailed\x123\n" +
+	"\tprocesses\x18\r \x03(\v2\x15.flo.v1.WorkerProcessR\tprocesses\x12?\n" +
+	"\rregistered_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\fregisteredAt\x12A\n" +
+	"\x0elast_heartbeat\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\rlastHeartbeat\"\xa0\x02\n" +
+	"\x15RegisterWorkerRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
+	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x123\n" +
+	"\vworker_type\x18\x03 \x01(\x0e2\x12.flo.v1.WorkerTypeR\n" +
+	"workerType\x12'\n" +
+	"\x0fmax_concurrency\x18\x04 \x01(\x05R\x0emaxConcurrency\x123\n" +
+	"\tprocesses\x18\x05 \x03(\v2\x15.flo.v1.WorkerProcessR\tprocesses\x12\x1a\n" +
+	"\bmetadata\x18\x06 \x01(\tR\bmetadata\x12\x1d\n" +
+	"\n" +
+	"machine_id\x18\a \x01(\tR\tmachineId\"\xac\x01\n" +
+	"\x10HeartbeatRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
+	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12!\n" +
+	"\fcurrent_load\x18\x03 \x01(\x05R\vcurrentLoad\x12\x19\n" +
+	"\bcpu_load\x18\x04 \x01(\x01R\acpuLoad\x12\x1f\n" +
+	"\vmemory_load\x18\x05 \x01(\x01R\n" +
+	"memoryLoad\"A\n" +
+	"\x11HeartbeatResponse\x12,\n" +
+	"\x06status\x18\x01 \x01(\x0e2\x14.flo.v1.WorkerStatusR\x06status\"M\n" +
+	"\x10GetWorkerRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
+	"\tworker_id\x18\x02 \x01(\tR\bworkerId\"2\n" +
+	"\x12ListWorkersRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"?\n" +
+	"\x13ListWorkersResponse\x12(\n" +
+	"\aworkers\x18\x01 \x03(\v2\x0e.flo.v1.WorkerR\aworkers\"\x1a\n" +
+	"\x18DeregisterWorkerResponse\"\x9e\x01\n" +
 	"\aBackoff\x12'\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x13.flo.v1.BackoffKindR\x04kind\x12(\n" +
 	"\x10initial_delay_ms\x18\x02 \x01(\x03R\x0einitialDelayMs\x12 \n" +
@@ -2705,15 +3593,17 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\x04nack\x18\x05 \x01(\v2\f.flo.v1.NackH\x00R\x04nack\x12+\n" +
 	"\aabandon\x18\x06 \x01(\v2\x0f.flo.v1.AbandonH\x00R\aabandon\x12%\n" +
 	"\x05touch\x18\a \x01(\v2\r.flo.v1.TouchH\x00R\x05touchB\x05\n" +
-	"\x03msg\"\xe0\x01\n" +
+	"\x03msg\"\x87\x02\n" +
 	"\rServerMessage\x12/\n" +
 	"\thello_ack\x18\x01 \x01(\v2\x10.flo.v1.HelloAckH\x00R\bhelloAck\x122\n" +
 	"\n" +
 	"task_batch\x18\x02 \x01(\v2\x11.flo.v1.TaskBatchH\x00R\ttaskBatch\x12/\n" +
 	"\ttouch_ack\x18\x03 \x01(\v2\x10.flo.v1.TouchAckH\x00R\btouchAck\x122\n" +
 	"\n" +
-	"result_ack\x18\x04 \x01(\v2\x11.flo.v1.ResultAckH\x00R\tresultAckB\x05\n" +
-	"\x03msg\"\xba\x01\n" +
+	"result_ack\x18\x04 \x01(\v2\x11.flo.v1.ResultAckH\x00R\tresultAck\x12%\n" +
+	"\x05drain\x18\x05 \x01(\v2\r.flo.v1.DrainH\x00R\x05drainB\x05\n" +
+	"\x03msg\"\a\n" +
+	"\x05Drain\"\xba\x01\n" +
 	"\x05Hello\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x1c\n" +
@@ -2781,7 +3671,22 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"leaseUntil\"M\n" +
 	"\tResultAck\x12*\n" +
 	"\x11rejected_task_ids\x18\x01 \x03(\tR\x0frejectedTaskIds\x12\x14\n" +
-	"\x05error\x18\x02 \x01(\tR\x05error*\xbb\x01\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error*Y\n" +
+	"\n" +
+	"WorkerType\x12\x1b\n" +
+	"\x17WORKER_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12WORKER_TYPE_ACTION\x10\x01\x12\x16\n" +
+	"\x12WORKER_TYPE_STREAM\x10\x02*\x98\x01\n" +
+	"\fWorkerStatus\x12\x1d\n" +
+	"\x19WORKER_STATUS_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14WORKER_STATUS_ACTIVE\x10\x01\x12\x16\n" +
+	"\x12WORKER_STATUS_IDLE\x10\x02\x12\x1a\n" +
+	"\x16WORKER_STATUS_DRAINING\x10\x03\x12\x1b\n" +
+	"\x17WORKER_STATUS_UNHEALTHY\x10\x04*f\n" +
+	"\vProcessKind\x12\x1c\n" +
+	"\x18PROCESS_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13PROCESS_KIND_ACTION\x10\x01\x12 \n" +
+	"\x1cPROCESS_KIND_STREAM_CONSUMER\x10\x02*\xbb\x01\n" +
 	"\vBackoffKind\x12\x1c\n" +
 	"\x18BACKOFF_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15BACKOFF_KIND_CONSTANT\x10\x01\x12\x17\n" +
@@ -2814,7 +3719,14 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\aGetTask\x12\x16.flo.v1.GetTaskRequest\x1a\f.flo.v1.Task\x123\n" +
 	"\tAwaitTask\x12\x18.flo.v1.AwaitTaskRequest\x1a\f.flo.v1.Task\x12R\n" +
 	"\x0fListDeadLetters\x12\x1e.flo.v1.ListDeadLettersRequest\x1a\x1f.flo.v1.ListDeadLettersResponse\x129\n" +
-	"\x11RequeueDeadLetter\x12\x16.flo.v1.GetTaskRequest\x1a\f.flo.v1.Task2K\n" +
+	"\x11RequeueDeadLetter\x12\x16.flo.v1.GetTaskRequest\x1a\f.flo.v1.Task2\xa2\x03\n" +
+	"\x15WorkerRegistryService\x12?\n" +
+	"\x0eRegisterWorker\x12\x1d.flo.v1.RegisterWorkerRequest\x1a\x0e.flo.v1.Worker\x12@\n" +
+	"\tHeartbeat\x12\x18.flo.v1.HeartbeatRequest\x1a\x19.flo.v1.HeartbeatResponse\x125\n" +
+	"\tGetWorker\x12\x18.flo.v1.GetWorkerRequest\x1a\x0e.flo.v1.Worker\x12F\n" +
+	"\vListWorkers\x12\x1a.flo.v1.ListWorkersRequest\x1a\x1b.flo.v1.ListWorkersResponse\x127\n" +
+	"\vDrainWorker\x12\x18.flo.v1.GetWorkerRequest\x1a\x0e.flo.v1.Worker\x12N\n" +
+	"\x10DeregisterWorker\x12\x18.flo.v1.GetWorkerRequest\x1a .flo.v1.DeregisterWorkerResponse2K\n" +
 	"\rWorkerService\x12:\n" +
 	"\x06Stream\x12\x15.flo.v1.WorkerMessage\x1a\x15.flo.v1.ServerMessage(\x010\x01B1Z/github.com/razorbill/flo/proto/gen/flo/v1;flov1b\x06proto3"
 
@@ -2830,124 +3742,161 @@ func file_flo_v1_api_proto_rawDescGZIP() []byte {
 	return file_flo_v1_api_proto_rawDescData
 }
 
-var file_flo_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_flo_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_flo_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_flo_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_flo_v1_api_proto_goTypes = []any{
-	(BackoffKind)(0),                // 0: flo.v1.BackoffKind
-	(TaskStatus)(0),                 // 1: flo.v1.TaskStatus
-	(*Namespace)(nil),               // 2: flo.v1.Namespace
-	(*CreateNamespaceRequest)(nil),  // 3: flo.v1.CreateNamespaceRequest
-	(*GetNamespaceRequest)(nil),     // 4: flo.v1.GetNamespaceRequest
-	(*ListNamespacesRequest)(nil),   // 5: flo.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil),  // 6: flo.v1.ListNamespacesResponse
-	(*Backoff)(nil),                 // 7: flo.v1.Backoff
-	(*Action)(nil),                  // 8: flo.v1.Action
-	(*RegisterActionRequest)(nil),   // 9: flo.v1.RegisterActionRequest
-	(*GetActionRequest)(nil),        // 10: flo.v1.GetActionRequest
-	(*ListActionsRequest)(nil),      // 11: flo.v1.ListActionsRequest
-	(*ListActionsResponse)(nil),     // 12: flo.v1.ListActionsResponse
-	(*InvokeTaskRequest)(nil),       // 13: flo.v1.InvokeTaskRequest
-	(*InvokeTaskResponse)(nil),      // 14: flo.v1.InvokeTaskResponse
-	(*InvokeTasksRequest)(nil),      // 15: flo.v1.InvokeTasksRequest
-	(*InvokeTasksResponse)(nil),     // 16: flo.v1.InvokeTasksResponse
-	(*Task)(nil),                    // 17: flo.v1.Task
-	(*GetTaskRequest)(nil),          // 18: flo.v1.GetTaskRequest
-	(*AwaitTaskRequest)(nil),        // 19: flo.v1.AwaitTaskRequest
-	(*ListDeadLettersRequest)(nil),  // 20: flo.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil), // 21: flo.v1.ListDeadLettersResponse
-	(*WorkerMessage)(nil),           // 22: flo.v1.WorkerMessage
-	(*ServerMessage)(nil),           // 23: flo.v1.ServerMessage
-	(*Hello)(nil),                   // 24: flo.v1.Hello
-	(*HelloAck)(nil),                // 25: flo.v1.HelloAck
-	(*Ready)(nil),                   // 26: flo.v1.Ready
-	(*TaskAssignment)(nil),          // 27: flo.v1.TaskAssignment
-	(*TaskBatch)(nil),               // 28: flo.v1.TaskBatch
-	(*Result)(nil),                  // 29: flo.v1.Result
-	(*Completed)(nil),               // 30: flo.v1.Completed
-	(*Failed)(nil),                  // 31: flo.v1.Failed
-	(*ResultBatch)(nil),             // 32: flo.v1.ResultBatch
-	(*Nack)(nil),                    // 33: flo.v1.Nack
-	(*Abandon)(nil),                 // 34: flo.v1.Abandon
-	(*Touch)(nil),                   // 35: flo.v1.Touch
-	(*TouchAck)(nil),                // 36: flo.v1.TouchAck
-	(*ResultAck)(nil),               // 37: flo.v1.ResultAck
-	nil,                             // 38: flo.v1.TaskAssignment.TraceContextEntry
-	(*timestamppb.Timestamp)(nil),   // 39: google.protobuf.Timestamp
-	(*structpb.Value)(nil),          // 40: google.protobuf.Value
+	(WorkerType)(0),                  // 0: flo.v1.WorkerType
+	(WorkerStatus)(0),                // 1: flo.v1.WorkerStatus
+	(ProcessKind)(0),                 // 2: flo.v1.ProcessKind
+	(BackoffKind)(0),                 // 3: flo.v1.BackoffKind
+	(TaskStatus)(0),                  // 4: flo.v1.TaskStatus
+	(*Namespace)(nil),                // 5: flo.v1.Namespace
+	(*CreateNamespaceRequest)(nil),   // 6: flo.v1.CreateNamespaceRequest
+	(*GetNamespaceRequest)(nil),      // 7: flo.v1.GetNamespaceRequest
+	(*ListNamespacesRequest)(nil),    // 8: flo.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),   // 9: flo.v1.ListNamespacesResponse
+	(*WorkerProcess)(nil),            // 10: flo.v1.WorkerProcess
+	(*Worker)(nil),                   // 11: flo.v1.Worker
+	(*RegisterWorkerRequest)(nil),    // 12: flo.v1.RegisterWorkerRequest
+	(*HeartbeatRequest)(nil),         // 13: flo.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),        // 14: flo.v1.HeartbeatResponse
+	(*GetWorkerRequest)(nil),         // 15: flo.v1.GetWorkerRequest
+	(*ListWorkersRequest)(nil),       // 16: flo.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),      // 17: flo.v1.ListWorkersResponse
+	(*DeregisterWorkerResponse)(nil), // 18: flo.v1.DeregisterWorkerResponse
+	(*Backoff)(nil),                  // 19: flo.v1.Backoff
+	(*Action)(nil),                   // 20: flo.v1.Action
+	(*RegisterActionRequest)(nil),    // 21: flo.v1.RegisterActionRequest
+	(*GetActionRequest)(nil),         // 22: flo.v1.GetActionRequest
+	(*ListActionsRequest)(nil),       // 23: flo.v1.ListActionsRequest
+	(*ListActionsResponse)(nil),      // 24: flo.v1.ListActionsResponse
+	(*InvokeTaskRequest)(nil),        // 25: flo.v1.InvokeTaskRequest
+	(*InvokeTaskResponse)(nil),       // 26: flo.v1.InvokeTaskResponse
+	(*InvokeTasksRequest)(nil),       // 27: flo.v1.InvokeTasksRequest
+	(*InvokeTasksResponse)(nil),      // 28: flo.v1.InvokeTasksResponse
+	(*Task)(nil),                     // 29: flo.v1.Task
+	(*GetTaskRequest)(nil),           // 30: flo.v1.GetTaskRequest
+	(*AwaitTaskRequest)(nil),         // 31: flo.v1.AwaitTaskRequest
+	(*ListDeadLettersRequest)(nil),   // 32: flo.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),  // 33: flo.v1.ListDeadLettersResponse
+	(*WorkerMessage)(nil),            // 34: flo.v1.WorkerMessage
+	(*ServerMessage)(nil),            // 35: flo.v1.ServerMessage
+	(*Drain)(nil),                    // 36: flo.v1.Drain
+	(*Hello)(nil),                    // 37: flo.v1.Hello
+	(*HelloAck)(nil),                 // 38: flo.v1.HelloAck
+	(*Ready)(nil),                    // 39: flo.v1.Ready
+	(*TaskAssignment)(nil),           // 40: flo.v1.TaskAssignment
+	(*TaskBatch)(nil),                // 41: flo.v1.TaskBatch
+	(*Result)(nil),                   // 42: flo.v1.Result
+	(*Completed)(nil),                // 43: flo.v1.Completed
+	(*Failed)(nil),                   // 44: flo.v1.Failed
+	(*ResultBatch)(nil),              // 45: flo.v1.ResultBatch
+	(*Nack)(nil),                     // 46: flo.v1.Nack
+	(*Abandon)(nil),                  // 47: flo.v1.Abandon
+	(*Touch)(nil),                    // 48: flo.v1.Touch
+	(*TouchAck)(nil),                 // 49: flo.v1.TouchAck
+	(*ResultAck)(nil),                // 50: flo.v1.ResultAck
+	nil,                              // 51: flo.v1.TaskAssignment.TraceContextEntry
+	(*timestamppb.Timestamp)(nil),    // 52: google.protobuf.Timestamp
+	(*structpb.Value)(nil),           // 53: google.protobuf.Value
 }
 var file_flo_v1_api_proto_depIdxs = []int32{
-	39, // 0: flo.v1.Namespace.created_at:type_name -> google.protobuf.Timestamp
-	2,  // 1: flo.v1.ListNamespacesResponse.namespaces:type_name -> flo.v1.Namespace
-	0,  // 2: flo.v1.Backoff.kind:type_name -> flo.v1.BackoffKind
-	7,  // 3: flo.v1.Action.backoff:type_name -> flo.v1.Backoff
-	39, // 4: flo.v1.Action.created_at:type_name -> google.protobuf.Timestamp
-	39, // 5: flo.v1.Action.updated_at:type_name -> google.protobuf.Timestamp
-	7,  // 6: flo.v1.RegisterActionRequest.backoff:type_name -> flo.v1.Backoff
-	8,  // 7: flo.v1.ListActionsResponse.actions:type_name -> flo.v1.Action
-	40, // 8: flo.v1.InvokeTaskRequest.input:type_name -> google.protobuf.Value
-	13, // 9: flo.v1.InvokeTasksRequest.tasks:type_name -> flo.v1.InvokeTaskRequest
-	1,  // 10: flo.v1.Task.status:type_name -> flo.v1.TaskStatus
-	40, // 11: flo.v1.Task.output:type_name -> google.protobuf.Value
-	39, // 12: flo.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	39, // 13: flo.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	39, // 14: flo.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	39, // 15: flo.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	39, // 16: flo.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	17, // 17: flo.v1.ListDeadLettersResponse.tasks:type_name -> flo.v1.Task
-	24, // 18: flo.v1.WorkerMessage.hello:type_name -> flo.v1.Hello
-	26, // 19: flo.v1.WorkerMessage.ready:type_name -> flo.v1.Ready
-	29, // 20: flo.v1.WorkerMessage.result:type_name -> flo.v1.Result
-	32, // 21: flo.v1.WorkerMessage.result_batch:type_name -> flo.v1.ResultBatch
-	33, // 22: flo.v1.WorkerMessage.nack:type_name -> flo.v1.Nack
-	34, // 23: flo.v1.WorkerMessage.abandon:type_name -> flo.v1.Abandon
-	35, // 24: flo.v1.WorkerMessage.touch:type_name -> flo.v1.Touch
-	25, // 25: flo.v1.ServerMessage.hello_ack:type_name -> flo.v1.HelloAck
-	28, // 26: flo.v1.ServerMessage.task_batch:type_name -> flo.v1.TaskBatch
-	36, // 27: flo.v1.ServerMessage.touch_ack:type_name -> flo.v1.TouchAck
-	37, // 28: flo.v1.ServerMessage.result_ack:type_name -> flo.v1.ResultAck
-	39, // 29: flo.v1.TaskAssignment.created_at:type_name -> google.protobuf.Timestamp
-	39, // 30: flo.v1.TaskAssignment.lease_until:type_name -> google.protobuf.Timestamp
-	38, // 31: flo.v1.TaskAssignment.trace_context:type_name -> flo.v1.TaskAssignment.TraceContextEntry
-	27, // 32: flo.v1.TaskBatch.tasks:type_name -> flo.v1.TaskAssignment
-	30, // 33: flo.v1.Result.completed:type_name -> flo.v1.Completed
-	31, // 34: flo.v1.Result.failed:type_name -> flo.v1.Failed
-	29, // 35: flo.v1.ResultBatch.results:type_name -> flo.v1.Result
-	39, // 36: flo.v1.TouchAck.lease_until:type_name -> google.protobuf.Timestamp
-	3,  // 37: flo.v1.NamespaceService.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
-	4,  // 38: flo.v1.NamespaceService.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
-	5,  // 39: flo.v1.NamespaceService.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
-	9,  // 40: flo.v1.ActionService.RegisterAction:input_type -> flo.v1.RegisterActionRequest
-	10, // 41: flo.v1.ActionService.GetAction:input_type -> flo.v1.GetActionRequest
-	11, // 42: flo.v1.ActionService.ListActions:input_type -> flo.v1.ListActionsRequest
-	10, // 43: flo.v1.ActionService.EnableAction:input_type -> flo.v1.GetActionRequest
-	10, // 44: flo.v1.ActionService.DisableAction:input_type -> flo.v1.GetActionRequest
-	13, // 45: flo.v1.TaskService.InvokeTask:input_type -> flo.v1.InvokeTaskRequest
-	15, // 46: flo.v1.TaskService.InvokeTasks:input_type -> flo.v1.InvokeTasksRequest
-	18, // 47: flo.v1.TaskService.GetTask:input_type -> flo.v1.GetTaskRequest
-	19, // 48: flo.v1.TaskService.AwaitTask:input_type -> flo.v1.AwaitTaskRequest
-	20, // 49: flo.v1.TaskService.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
-	18, // 50: flo.v1.TaskService.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
-	22, // 51: flo.v1.WorkerService.Stream:input_type -> flo.v1.WorkerMessage
-	2,  // 52: flo.v1.NamespaceService.CreateNamespace:output_type -> flo.v1.Namespace
-	2,  // 53: flo.v1.NamespaceService.GetNamespace:output_type -> flo.v1.Namespace
-	6,  // 54: flo.v1.NamespaceService.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
-	8,  // 55: flo.v1.ActionService.RegisterAction:output_type -> flo.v1.Action
-	8,  // 56: flo.v1.ActionService.GetAction:output_type -> flo.v1.Action
-	12, // 57: flo.v1.ActionService.ListActions:output_type -> flo.v1.ListActionsResponse
-	8,  // 58: flo.v1.ActionService.EnableAction:output_type -> flo.v1.Action
-	8,  // 59: flo.v1.ActionService.DisableAction:output_type -> flo.v1.Action
-	14, // 60: flo.v1.TaskService.InvokeTask:output_type -> flo.v1.InvokeTaskResponse
-	16, // 61: flo.v1.TaskService.InvokeTasks:output_type -> flo.v1.InvokeTasksResponse
-	17, // 62: flo.v1.TaskService.GetTask:output_type -> flo.v1.Task
-	17, // 63: flo.v1.TaskService.AwaitTask:output_type -> flo.v1.Task
-	21, // 64: flo.v1.TaskService.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
-	17, // 65: flo.v1.TaskService.RequeueDeadLetter:output_type -> flo.v1.Task
-	23, // 66: flo.v1.WorkerService.Stream:output_type -> flo.v1.ServerMessage
-	52, // [52:67] is the sub-list for method output_type
-	37, // [37:52] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	52, // 0: flo.v1.Namespace.created_at:type_name -> google.protobuf.Timestamp
+	5,  // 1: flo.v1.ListNamespacesResponse.namespaces:type_name -> flo.v1.Namespace
+	2,  // 2: flo.v1.WorkerProcess.kind:type_name -> flo.v1.ProcessKind
+	52, // 3: flo.v1.WorkerProcess.last_run_at:type_name -> google.protobuf.Timestamp
+	0,  // 4: flo.v1.Worker.worker_type:type_name -> flo.v1.WorkerType
+	1,  // 5: flo.v1.Worker.status:type_name -> flo.v1.WorkerStatus
+	10, // 6: flo.v1.Worker.processes:type_name -> flo.v1.WorkerProcess
+	52, // 7: flo.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
+	52, // 8: flo.v1.Worker.last_heartbeat:type_name -> google.protobuf.Timestamp
+	0,  // 9: flo.v1.RegisterWorkerRequest.worker_type:type_name -> flo.v1.WorkerType
+	10, // 10: flo.v1.RegisterWorkerRequest.processes:type_name -> flo.v1.WorkerProcess
+	1,  // 11: flo.v1.HeartbeatResponse.status:type_name -> flo.v1.WorkerStatus
+	11, // 12: flo.v1.ListWorkersResponse.workers:type_name -> flo.v1.Worker
+	3,  // 13: flo.v1.Backoff.kind:type_name -> flo.v1.BackoffKind
+	19, // 14: flo.v1.Action.backoff:type_name -> flo.v1.Backoff
+	52, // 15: flo.v1.Action.created_at:type_name -> google.protobuf.Timestamp
+	52, // 16: flo.v1.Action.updated_at:type_name -> google.protobuf.Timestamp
+	19, // 17: flo.v1.RegisterActionRequest.backoff:type_name -> flo.v1.Backoff
+	20, // 18: flo.v1.ListActionsResponse.actions:type_name -> flo.v1.Action
+	53, // 19: flo.v1.InvokeTaskRequest.input:type_name -> google.protobuf.Value
+	25, // 20: flo.v1.InvokeTasksRequest.tasks:type_name -> flo.v1.InvokeTaskRequest
+	4,  // 21: flo.v1.Task.status:type_name -> flo.v1.TaskStatus
+	53, // 22: flo.v1.Task.output:type_name -> google.protobuf.Value
+	52, // 23: flo.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	52, // 24: flo.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	52, // 25: flo.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	52, // 26: flo.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	52, // 27: flo.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	29, // 28: flo.v1.ListDeadLettersResponse.tasks:type_name -> flo.v1.Task
+	37, // 29: flo.v1.WorkerMessage.hello:type_name -> flo.v1.Hello
+	39, // 30: flo.v1.WorkerMessage.ready:type_name -> flo.v1.Ready
+	42, // 31: flo.v1.WorkerMessage.result:type_name -> flo.v1.Result
+	45, // 32: flo.v1.WorkerMessage.result_batch:type_name -> flo.v1.ResultBatch
+	46, // 33: flo.v1.WorkerMessage.nack:type_name -> flo.v1.Nack
+	47, // 34: flo.v1.WorkerMessage.abandon:type_name -> flo.v1.Abandon
+	48, // 35: flo.v1.WorkerMessage.touch:type_name -> flo.v1.Touch
+	38, // 36: flo.v1.ServerMessage.hello_ack:type_name -> flo.v1.HelloAck
+	41, // 37: flo.v1.ServerMessage.task_batch:type_name -> flo.v1.TaskBatch
+	49, // 38: flo.v1.ServerMessage.touch_ack:type_name -> flo.v1.TouchAck
+	50, // 39: flo.v1.ServerMessage.result_ack:type_name -> flo.v1.ResultAck
+	36, // 40: flo.v1.ServerMessage.drain:type_name -> flo.v1.Drain
+	52, // 41: flo.v1.TaskAssignment.created_at:type_name -> google.protobuf.Timestamp
+	52, // 42: flo.v1.TaskAssignment.lease_until:type_name -> google.protobuf.Timestamp
+	51, // 43: flo.v1.TaskAssignment.trace_context:type_name -> flo.v1.TaskAssignment.TraceContextEntry
+	40, // 44: flo.v1.TaskBatch.tasks:type_name -> flo.v1.TaskAssignment
+	43, // 45: flo.v1.Result.completed:type_name -> flo.v1.Completed
+	44, // 46: flo.v1.Result.failed:type_name -> flo.v1.Failed
+	42, // 47: flo.v1.ResultBatch.results:type_name -> flo.v1.Result
+	52, // 48: flo.v1.TouchAck.lease_until:type_name -> google.protobuf.Timestamp
+	6,  // 49: flo.v1.NamespaceService.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
+	7,  // 50: flo.v1.NamespaceService.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
+	8,  // 51: flo.v1.NamespaceService.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
+	21, // 52: flo.v1.ActionService.RegisterAction:input_type -> flo.v1.RegisterActionRequest
+	22, // 53: flo.v1.ActionService.GetAction:input_type -> flo.v1.GetActionRequest
+	23, // 54: flo.v1.ActionService.ListActions:input_type -> flo.v1.ListActionsRequest
+	22, // 55: flo.v1.ActionService.EnableAction:input_type -> flo.v1.GetActionRequest
+	22, // 56: flo.v1.ActionService.DisableAction:input_type -> flo.v1.GetActionRequest
+	25, // 57: flo.v1.TaskService.InvokeTask:input_type -> flo.v1.InvokeTaskRequest
+	27, // 58: flo.v1.TaskService.InvokeTasks:input_type -> flo.v1.InvokeTasksRequest
+	30, // 59: flo.v1.TaskService.GetTask:input_type -> flo.v1.GetTaskRequest
+	31, // 60: flo.v1.TaskService.AwaitTask:input_type -> flo.v1.AwaitTaskRequest
+	32, // 61: flo.v1.TaskService.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
+	30, // 62: flo.v1.TaskService.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
+	12, // 63: flo.v1.WorkerRegistryService.RegisterWorker:input_type -> flo.v1.RegisterWorkerRequest
+	13, // 64: flo.v1.WorkerRegistryService.Heartbeat:input_type -> flo.v1.HeartbeatRequest
+	15, // 65: flo.v1.WorkerRegistryService.GetWorker:input_type -> flo.v1.GetWorkerRequest
+	16, // 66: flo.v1.WorkerRegistryService.ListWorkers:input_type -> flo.v1.ListWorkersRequest
+	15, // 67: flo.v1.WorkerRegistryService.DrainWorker:input_type -> flo.v1.GetWorkerRequest
+	15, // 68: flo.v1.WorkerRegistryService.DeregisterWorker:input_type -> flo.v1.GetWorkerRequest
+	34, // 69: flo.v1.WorkerService.Stream:input_type -> flo.v1.WorkerMessage
+	5,  // 70: flo.v1.NamespaceService.CreateNamespace:output_type -> flo.v1.Namespace
+	5,  // 71: flo.v1.NamespaceService.GetNamespace:output_type -> flo.v1.Namespace
+	9,  // 72: flo.v1.NamespaceService.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
+	20, // 73: flo.v1.ActionService.RegisterAction:output_type -> flo.v1.Action
+	20, // 74: flo.v1.ActionService.GetAction:output_type -> flo.v1.Action
+	24, // 75: flo.v1.ActionService.ListActions:output_type -> flo.v1.ListActionsResponse
+	20, // 76: flo.v1.ActionService.EnableAction:output_type -> flo.v1.Action
+	20, // 77: flo.v1.ActionService.DisableAction:output_type -> flo.v1.Action
+	26, // 78: flo.v1.TaskService.InvokeTask:output_type -> flo.v1.InvokeTaskResponse
+	28, // 79: flo.v1.TaskService.InvokeTasks:output_type -> flo.v1.InvokeTasksResponse
+	29, // 80: flo.v1.TaskService.GetTask:output_type -> flo.v1.Task
+	29, // 81: flo.v1.TaskService.AwaitTask:output_type -> flo.v1.Task
+	33, // 82: flo.v1.TaskService.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
+	29, // 83: flo.v1.TaskService.RequeueDeadLetter:output_type -> flo.v1.Task
+	11, // 84: flo.v1.WorkerRegistryService.RegisterWorker:output_type -> flo.v1.Worker
+	14, // 85: flo.v1.WorkerRegistryService.Heartbeat:output_type -> flo.v1.HeartbeatResponse
+	11, // 86: flo.v1.WorkerRegistryService.GetWorker:output_type -> flo.v1.Worker
+	17, // 87: flo.v1.WorkerRegistryService.ListWorkers:output_type -> flo.v1.ListWorkersResponse
+	11, // 88: flo.v1.WorkerRegistryService.DrainWorker:output_type -> flo.v1.Worker
+	18, // 89: flo.v1.WorkerRegistryService.DeregisterWorker:output_type -> flo.v1.DeregisterWorkerResponse
+	35, // 90: flo.v1.WorkerService.Stream:output_type -> flo.v1.ServerMessage
+	70, // [70:91] is the sub-list for method output_type
+	49, // [49:70] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_flo_v1_api_proto_init() }
@@ -2955,7 +3904,7 @@ func file_flo_v1_api_proto_init() {
 	if File_flo_v1_api_proto != nil {
 		return
 	}
-	file_flo_v1_api_proto_msgTypes[20].OneofWrappers = []any{
+	file_flo_v1_api_proto_msgTypes[29].OneofWrappers = []any{
 		(*WorkerMessage_Hello)(nil),
 		(*WorkerMessage_Ready)(nil),
 		(*WorkerMessage_Result)(nil),
@@ -2964,13 +3913,14 @@ func file_flo_v1_api_proto_init() {
 		(*WorkerMessage_Abandon)(nil),
 		(*WorkerMessage_Touch)(nil),
 	}
-	file_flo_v1_api_proto_msgTypes[21].OneofWrappers = []any{
+	file_flo_v1_api_proto_msgTypes[30].OneofWrappers = []any{
 		(*ServerMessage_HelloAck)(nil),
 		(*ServerMessage_TaskBatch)(nil),
 		(*ServerMessage_TouchAck)(nil),
 		(*ServerMessage_ResultAck)(nil),
+		(*ServerMessage_Drain)(nil),
 	}
-	file_flo_v1_api_proto_msgTypes[27].OneofWrappers = []any{
+	file_flo_v1_api_proto_msgTypes[37].OneofWrappers = []any{
 		(*Result_Completed)(nil),
 		(*Result_Failed)(nil),
 	}
@@ -2979,10 +3929,10 @@ func file_flo_v1_api_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flo_v1_api_proto_rawDesc), len(file_flo_v1_api_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   37,
+			NumEnums:      5,
+			NumMessages:   47,
 			NumExtensions: 0,
-			NumServices:   4,
+			NumServices:   5,
 		},
 		GoTypes:           file_flo_v1_api_proto_goTypes,
 		DependencyIndexes: file_flo_v1_api_proto_depIdxs,

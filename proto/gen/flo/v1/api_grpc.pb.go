@@ -765,6 +765,314 @@ var TaskService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
+	WorkerRegistryService_RegisterWorker_FullMethodName   = "/flo.v1.WorkerRegistryService/RegisterWorker"
+	WorkerRegistryService_Heartbeat_FullMethodName        = "/flo.v1.WorkerRegistryService/Heartbeat"
+	WorkerRegistryService_GetWorker_FullMethodName        = "/flo.v1.WorkerRegistryService/GetWorker"
+	WorkerRegistryService_ListWorkers_FullMethodName      = "/flo.v1.WorkerRegistryService/ListWorkers"
+	WorkerRegistryService_DrainWorker_FullMethodName      = "/flo.v1.WorkerRegistryService/DrainWorker"
+	WorkerRegistryService_DeregisterWorker_FullMethodName = "/flo.v1.WorkerRegistryService/DeregisterWorker"
+)
+
+// WorkerRegistryServiceClient is the client API for WorkerRegistryService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// WorkerRegistryService tracks every worker: registration, heartbeats, drain
+// and health.
+type WorkerRegistryServiceClient interface {
+	// RegisterWorker creates or replaces the record of worker_id.
+	RegisterWorker(ctx context.Context, in *RegisterWorkerRequest, opts ...grpc.CallOption) (*Worker, error)
+	// Heartbeat reports the worker's load; the reply carries its status, which
+	// says draining once a drain was asked for.
+	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
+	GetWorker(ctx context.Context, in *GetWorkerRequest, opts ...grpc.CallOption) (*Worker, error)
+	ListWorkers(ctx context.Context, in *ListWorkersRequest, opts ...grpc.CallOption) (*ListWorkersResponse, error)
+	// DrainWorker marks a worker draining: it gets no new tasks, finishes what
+	// it holds, then deregisters. Draining is sticky.
+	DrainWorker(ctx context.Context, in *GetWorkerRequest, opts ...grpc.CallOption) (*Worker, error)
+	DeregisterWorker(ctx context.Context, in *GetWorkerRequest, opts ...grpc.CallOption) (*DeregisterWorkerResponse, error)
+}
+
+type workerRegistryServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewWorkerRegistryServiceClient(cc grpc.ClientConnInterface) WorkerRegistryServiceClient {
+	return &workerRegistryServiceClient{cc}
+}
+
+func (c *workerRegistryServiceClient) RegisterWorker(ctx context.Context, in *RegisterWorkerRequest, opts ...grpc.CallOption) (*Worker, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Worker)
+	err := c.cc.Invoke(ctx, WorkerRegistryService_RegisterWorker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *workerRegistryServiceClient) Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HeartbeatResponse)
+	err := c.cc.Invoke(ctx, WorkerRegistryService_Heartbeat_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *workerRegistryServiceClient) GetWorker(ctx context.Context, in *GetWorkerRequest, opts ...grpc.CallOption) (*Worker, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Worker)
+	err := c.cc.Invoke(ctx, WorkerRegistryService_GetWorker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *workerRegistryServiceClient) ListWorkers(ctx context.Context, in *ListWorkersRequest, opts ...grpc.CallOption) (*ListWorkersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListWorkersResponse)
+	err := c.cc.Invoke(ctx, WorkerRegistryService_ListWorkers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *workerRegistryServiceClient) DrainWorker(ctx context.Context, in *GetWorkerRequest, opts ...grpc.CallOption) (*Worker, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Worker)
+	err := c.cc.Invoke(ctx, WorkerRegistryService_DrainWorker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *workerRegistryServiceClient) DeregisterWorker(ctx context.Context, in *GetWorkerRequest, opts ...grpc.CallOption) (*DeregisterWorkerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeregisterWorkerResponse)
+	err := c.cc.Invoke(ctx, WorkerRegistryService_DeregisterWorker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// WorkerRegistryServiceServer is the server API for WorkerRegistryService service.
+// All implementations must embed UnimplementedWorkerRegistryServiceServer
+// for forward compatibility.
+//
+// WorkerRegistryService tracks every worker: registration, heartbeats, drain
+// and health.
+type WorkerRegistryServiceServer interface {
+	// RegisterWorker creates or replaces the record of worker_id.
+	RegisterWorker(context.Context, *RegisterWorkerRequest) (*Worker, error)
+	// Heartbeat reports the worker's load; the reply carries its status, which
+	// says draining once a drain was asked for.
+	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
+	GetWorker(context.Context, *GetWorkerRequest) (*Worker, error)
+	ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error)
+	// DrainWorker marks a worker draining: it gets no new tasks, finishes what
+	// it holds, then deregisters. Draining is sticky.
+	DrainWorker(context.Context, *GetWorkerRequest) (*Worker, error)
+	DeregisterWorker(context.Context, *GetWorkerRequest) (*DeregisterWorkerResponse, error)
+	mustEmbedUnimplementedWorkerRegistryServiceServer()
+}
+
+// UnimplementedWorkerRegistryServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedWorkerRegistryServiceServer struct{}
+
+func (UnimplementedWorkerRegistryServiceServer) RegisterWorker(context.Context, *RegisterWorkerRequest) (*Worker, error) {
+	return nil, status.Error(codes.Unimplemented, "method RegisterWorker not implemented")
+}
+func (UnimplementedWorkerRegistryServiceServer) Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Heartbeat not implemented")
+}
+func (UnimplementedWorkerRegistryServiceServer) GetWorker(context.Context, *GetWorkerRequest) (*Worker, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetWorker not implemented")
+}
+func (UnimplementedWorkerRegistryServiceServer) ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListWorkers not implemented")
+}
+func (UnimplementedWorkerRegistryServiceServer) DrainWorker(context.Context, *GetWorkerRequest) (*Worker, error) {
+	return nil, status.Error(codes.Unimplemented, "method DrainWorker not implemented")
+}
+func (UnimplementedWorkerRegistryServiceServer) DeregisterWorker(context.Context, *GetWorkerRequest) (*DeregisterWorkerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeregisterWorker not implemented")
+}
+func (UnimplementedWorkerRegistryServiceServer) mustEmbedUnimplementedWorkerRegistryServiceServer() {}
+func (UnimplementedWorkerRegistryServiceServer) testEmbeddedByValue()                               {}
+
+// UnsafeWorkerRegistryServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to WorkerRegistryServiceServer will
+// result in compilation errors.
+type UnsafeWorkerRegistryServiceServer interface {
+	mustEmbedUnimplementedWorkerRegistryServiceServer()
+}
+
+func RegisterWorkerRegistryServiceServer(s grpc.ServiceRegistrar, srv WorkerRegistryServiceServer) {
+	// If the following call panics, it indicates UnimplementedWorkerRegistryServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&WorkerRegistryService_ServiceDesc, srv)
+}
+
+func _WorkerRegistryService_RegisterWorker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RegisterWorkerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkerRegistryServiceServer).RegisterWorker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkerRegistryService_RegisterWorker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkerRegistryServiceServer).RegisterWorker(ctx, req.(*RegisterWorkerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _WorkerRegistryService_Heartbeat_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HeartbeatRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkerRegistryServiceServer).Heartbeat(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkerRegistryService_Heartbeat_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkerRegistryServiceServer).Heartbeat(ctx, req.(*HeartbeatRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _WorkerRegistryService_GetWorker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetWorkerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkerRegistryServiceServer).GetWorker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkerRegistryService_GetWorker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkerRegistryServiceServer).GetWorker(ctx, req.(*GetWorkerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _WorkerRegistryService_ListWorkers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListWorkersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkerRegistryServiceServer).ListWorkers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkerRegistryService_ListWorkers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkerRegistryServiceServer).ListWorkers(ctx, req.(*ListWorkersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _WorkerRegistryService_DrainWorker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetWorkerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkerRegistryServiceServer).DrainWorker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkerRegistryService_DrainWorker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkerRegistryServiceServer).DrainWorker(ctx, req.(*GetWorkerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _WorkerRegistryService_DeregisterWorker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetWorkerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkerRegistryServiceServer).DeregisterWorker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkerRegistryService_DeregisterWorker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkerRegistryServiceServer).DeregisterWorker(ctx, req.(*GetWorkerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// WorkerRegistryService_ServiceDesc is the grpc.ServiceDesc for WorkerRegistryService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var WorkerRegistryService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "flo.v1.WorkerRegistryService",
+	HandlerType: (*WorkerRegistryServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "RegisterWorker",
+			Handler:    _WorkerRegistryService_RegisterWorker_Handler,
+		},
+		{
+			MethodName: "Heartbeat",
+			Handler:    _WorkerRegistryService_Heartbeat_Handler,
+		},
+		{
+			MethodName: "GetWorker",
+			Handler:    _WorkerRegistryService_GetWorker_Handler,
+		},
+		{
+			MethodName: "ListWorkers",
+			Handler:    _WorkerRegistryService_ListWorkers_Handler,
+		},
+		{
+			MethodName: "DrainWorker",
+			Handler:    _WorkerRegistryService_DrainWorker_Handler,
+		},
+		{
+			MethodName: "DeregisterWorker",
+			Handler:    _WorkerRegistryService_DeregisterWorker_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "flo/v1/api.proto",
+}
+
+const (
 	WorkerService_Stream_FullMethodName = "/flo.v1.WorkerService/Stream"
 )
 

@@ -95,6 +95,58 @@ func (TaskEventType) EnumDescriptor() ([]byte, []int) {
 	return file_flo_events_v1_events_proto_rawDescGZIP(), []int{0}
 }
 
+type WorkerEventType int32
+
+const (
+	WorkerEventType_WORKER_EVENT_TYPE_UNSPECIFIED    WorkerEventType = 0
+	WorkerEventType_WORKER_EVENT_TYPE_REGISTERED     WorkerEventType = 1
+	WorkerEventType_WORKER_EVENT_TYPE_STATUS_CHANGED WorkerEventType = 2
+	WorkerEventType_WORKER_EVENT_TYPE_DEREGISTERED   WorkerEventType = 3
+)
+
+// Enum value maps for WorkerEventType.
+var (
+	WorkerEventType_name = map[int32]string{
+		0: "WORKER_EVENT_TYPE_UNSPECIFIED",
+		1: "WORKER_EVENT_TYPE_REGISTERED",
+		2: "WORKER_EVENT_TYPE_STATUS_CHANGED",
+		3: "WORKER_EVENT_TYPE_DEREGISTERED",
+	}
+	WorkerEventType_value = map[string]int32{
+		"WORKER_EVENT_TYPE_UNSPECIFIED":    0,
+		"WORKER_EVENT_TYPE_REGISTERED":     1,
+		"WORKER_EVENT_TYPE_STATUS_CHANGED": 2,
+		"WORKER_EVENT_TYPE_DEREGISTERED":   3,
+	}
+)
+
+func (x WorkerEventType) Enum() *WorkerEventType {
+	p := new(WorkerEventType)
+	*p = x
+	return p
+}
+
+func (x WorkerEventType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WorkerEventType) Descriptor() protoreflect.EnumDescriptor {
+	return file_flo_events_v1_events_proto_enumTypes[1].Descriptor()
+}
+
+func (WorkerEventType) Type() protoreflect.EnumType {
+	return &file_flo_events_v1_events_proto_enumTypes[1]
+}
+
+func (x WorkerEventType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WorkerEventType.Descriptor instead.
+func (WorkerEventType) EnumDescriptor() ([]byte, []int) {
+	return file_flo_events_v1_events_proto_rawDescGZIP(), []int{1}
+}
+
 // InvokeTask is a command on flo.actions.commands, keyed by task id.
 type InvokeTask struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -337,6 +389,100 @@ func (x *TaskEvent) GetCreatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// WorkerEvent is a worker registry change on flo.workers.events, keyed by
+// namespace + "/" + worker id. The gateway acts on DRAINING at once.
+type WorkerEvent struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	EventId        string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	Type           WorkerEventType        `protobuf:"varint,2,opt,name=type,proto3,enum=flo.events.v1.WorkerEventType" json:"type,omitempty"`
+	Namespace      string                 `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	WorkerId       string                 `protobuf:"bytes,4,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Status         v1.WorkerStatus        `protobuf:"varint,5,opt,name=status,proto3,enum=flo.v1.WorkerStatus" json:"status,omitempty"`
+	PreviousStatus v1.WorkerStatus        `protobuf:"varint,6,opt,name=previous_status,json=previousStatus,proto3,enum=flo.v1.WorkerStatus" json:"previous_status,omitempty"`
+	OccurredAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=occurred_at,json=occurredAt,proto3" json:"occurred_at,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *WorkerEvent) Reset() {
+	*x = WorkerEvent{}
+	mi := &file_flo_events_v1_events_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerEvent) ProtoMessage() {}
+
+func (x *WorkerEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_events_v1_events_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerEvent.ProtoReflect.Descriptor instead.
+func (*WorkerEvent) Descriptor() ([]byte, []int) {
+	return file_flo_events_v1_events_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *WorkerEvent) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *WorkerEvent) GetType() WorkerEventType {
+	if x != nil {
+		return x.Type
+	}
+	return WorkerEventType_WORKER_EVENT_TYPE_UNSPECIFIED
+}
+
+func (x *WorkerEvent) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *WorkerEvent) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *WorkerEvent) GetStatus() v1.WorkerStatus {
+	if x != nil {
+		return x.Status
+	}
+	return v1.WorkerStatus(0)
+}
+
+func (x *WorkerEvent) GetPreviousStatus() v1.WorkerStatus {
+	if x != nil {
+		return x.PreviousStatus
+	}
+	return v1.WorkerStatus(0)
+}
+
+func (x *WorkerEvent) GetOccurredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OccurredAt
+	}
+	return nil
+}
+
 var File_flo_events_v1_events_proto protoreflect.FileDescriptor
 
 const file_flo_events_v1_events_proto_rawDesc = "" +
@@ -369,7 +515,16 @@ const file_flo_events_v1_events_proto_rawDesc = "" +
 	"\voccurred_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"occurredAt\x129\n" +
 	"\n" +
-	"created_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt*\xcd\x02\n" +
+	"created_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xc1\x02\n" +
+	"\vWorkerEvent\x12\x19\n" +
+	"\bevent_id\x18\x01 \x01(\tR\aeventId\x122\n" +
+	"\x04type\x18\x02 \x01(\x0e2\x1e.flo.events.v1.WorkerEventTypeR\x04type\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12\x1b\n" +
+	"\tworker_id\x18\x04 \x01(\tR\bworkerId\x12,\n" +
+	"\x06status\x18\x05 \x01(\x0e2\x14.flo.v1.WorkerStatusR\x06status\x12=\n" +
+	"\x0fprevious_status\x18\x06 \x01(\x0e2\x14.flo.v1.WorkerStatusR\x0epreviousStatus\x12;\n" +
+	"\voccurred_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"occurredAt*\xcd\x02\n" +
 	"\rTaskEventType\x12\x1f\n" +
 	"\x1bTASK_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17TASK_EVENT_TYPE_CREATED\x10\x01\x12\x1b\n" +
@@ -380,7 +535,12 @@ const file_flo_events_v1_events_proto_rawDesc = "" +
 	"\x1dTASK_EVENT_TYPE_DEAD_LETTERED\x10\x06\x12\x1c\n" +
 	"\x18TASK_EVENT_TYPE_REQUEUED\x10\a\x12\x1d\n" +
 	"\x19TASK_EVENT_TYPE_ABANDONED\x10\b\x12!\n" +
-	"\x1dTASK_EVENT_TYPE_LEASE_EXPIRED\x10\tB;Z9github.com/razorbill/flo/proto/gen/flo/events/v1;eventsv1b\x06proto3"
+	"\x1dTASK_EVENT_TYPE_LEASE_EXPIRED\x10\t*\xa0\x01\n" +
+	"\x0fWorkerEventType\x12!\n" +
+	"\x1dWORKER_EVENT_TYPE_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cWORKER_EVENT_TYPE_REGISTERED\x10\x01\x12$\n" +
+	" WORKER_EVENT_TYPE_STATUS_CHANGED\x10\x02\x12\"\n" +
+	"\x1eWORKER_EVENT_TYPE_DEREGISTERED\x10\x03B;Z9github.com/razorbill/flo/proto/gen/flo/events/v1;eventsv1b\x06proto3"
 
 var (
 	file_flo_events_v1_events_proto_rawDescOnce sync.Once
@@ -394,27 +554,34 @@ func file_flo_events_v1_events_proto_rawDescGZIP() []byte {
 	return file_flo_events_v1_events_proto_rawDescData
 }
 
-var file_flo_events_v1_events_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_flo_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_flo_events_v1_events_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_flo_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_flo_events_v1_events_proto_goTypes = []any{
 	(TaskEventType)(0),            // 0: flo.events.v1.TaskEventType
-	(*InvokeTask)(nil),            // 1: flo.events.v1.InvokeTask
-	(*TaskEvent)(nil),             // 2: flo.events.v1.TaskEvent
-	(*timestamppb.Timestamp)(nil), // 3: google.protobuf.Timestamp
-	(v1.TaskStatus)(0),            // 4: flo.v1.TaskStatus
+	(WorkerEventType)(0),          // 1: flo.events.v1.WorkerEventType
+	(*InvokeTask)(nil),            // 2: flo.events.v1.InvokeTask
+	(*TaskEvent)(nil),             // 3: flo.events.v1.TaskEvent
+	(*WorkerEvent)(nil),           // 4: flo.events.v1.WorkerEvent
+	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
+	(v1.TaskStatus)(0),            // 6: flo.v1.TaskStatus
+	(v1.WorkerStatus)(0),          // 7: flo.v1.WorkerStatus
 }
 var file_flo_events_v1_events_proto_depIdxs = []int32{
-	3, // 0: flo.events.v1.InvokeTask.invoked_at:type_name -> google.protobuf.Timestamp
-	3, // 1: flo.events.v1.InvokeTask.run_at:type_name -> google.protobuf.Timestamp
-	0, // 2: flo.events.v1.TaskEvent.type:type_name -> flo.events.v1.TaskEventType
-	4, // 3: flo.events.v1.TaskEvent.status:type_name -> flo.v1.TaskStatus
-	3, // 4: flo.events.v1.TaskEvent.occurred_at:type_name -> google.protobuf.Timestamp
-	3, // 5: flo.events.v1.TaskEvent.created_at:type_name -> google.protobuf.Timestamp
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	5,  // 0: flo.events.v1.InvokeTask.invoked_at:type_name -> google.protobuf.Timestamp
+	5,  // 1: flo.events.v1.InvokeTask.run_at:type_name -> google.protobuf.Timestamp
+	0,  // 2: flo.events.v1.TaskEvent.type:type_name -> flo.events.v1.TaskEventType
+	6,  // 3: flo.events.v1.TaskEvent.status:type_name -> flo.v1.TaskStatus
+	5,  // 4: flo.events.v1.TaskEvent.occurred_at:type_name -> google.protobuf.Timestamp
+	5,  // 5: flo.events.v1.TaskEvent.created_at:type_name -> google.protobuf.Timestamp
+	1,  // 6: flo.events.v1.WorkerEvent.type:type_name -> flo.events.v1.WorkerEventType
+	7,  // 7: flo.events.v1.WorkerEvent.status:type_name -> flo.v1.WorkerStatus
+	7,  // 8: flo.events.v1.WorkerEvent.previous_status:type_name -> flo.v1.WorkerStatus
+	5,  // 9: flo.events.v1.WorkerEvent.occurred_at:type_name -> google.protobuf.Timestamp
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_flo_events_v1_events_proto_init() }
@@ -427,8 +594,8 @@ func file_flo_events_v1_events_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flo_events_v1_events_proto_rawDesc), len(file_flo_events_v1_events_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   2,
+			NumEnums:      2,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
