@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -58,6 +59,9 @@ func newClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
 	return cl, nil
 }
 
+// MaxRecordBytes is the largest record the topics we create accept.
+const MaxRecordBytes = 8 << 20
+
 // EnsureTopics creates the topics that do not exist yet with the given number
 // of partitions and the broker's default replication; existing topics are
 // left as they are.
@@ -65,7 +69,11 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, partitions int32, topics 
 	if len(topics) == 0 {
 		return nil
 	}
-	resps, err := kadm.NewClient(cl).CreateTopics(ctx, partitions, -1, nil, topics...)
+	// Records carry user payloads up to a few MiB (payload limit plus
+	// envelope); brokers default to about 1 MiB per message.
+	maxMessage := strconv.Itoa(MaxRecordBytes)
+	configs := map[string]*string{"max.message.bytes": &maxMessage}
+	resps, err := kadm.NewClient(cl).CreateTopics(ctx, partitions, -1, configs, topics...)
 	if err != nil {
 		return fmt.Errorf("create topics %v: %w", topics, err)
 	}
