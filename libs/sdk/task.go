@@ -168,6 +168,44 @@ func (c *Client) Invoke(ctx context.Context, action string, payload any, opts ..
 	return resp.GetTaskId(), nil
 }
 
+// MaxInvokeBatch is the most payloads one InvokeMany call may carry.
+const MaxInvokeBatch = 1000
+
+// InvokeMany creates one task of action per payload in a single call and returns their ids in
+// payload order. Payloads are encoded as Invoke encodes its payload, and opts apply to every
+// task. The gateway validates everything before queuing anything: a bad item fails the whole
+// call and creates no task. At most MaxInvokeBatch payloads, and a few MiB of them in total, fit
+// in one call. An idempotency key would make every task of the call the same task, so it is
+// refused when there is more than one payload.
+func (c *Client) InvokeMany(ctx context.Context, action string, payloads []any, opts ...InvokeOption) ([]string, error) {
+	if len(payloads) == 0 {
+		return nil, nil
+	}
+	svc, err := c.taskService()
+	if err != nil {
+		return nil, err
+	}
+	tasks := make([]*flov1.InvokeTaskRequest, len(payloads))
+	for i, p := range payloads {
+		body, err := encodePayload(p)
+		if err != nil {
+			return nil, fmt.Errorf("invoke %s: payload %d: %w", action, i, err)
+		}
+		tasks[i] = &flov1.InvokeTaskRequest{Action: action, Payload: body}
+		for _, opt := range opts {
+			opt(tasks[i])
+		}
+		if tasks[i].GetIdempotencyKey() != "" && len(payloads) > 1 {
+			return nil, fmt.Errorf("invoke %s: an idempotency key names one task, but %d payloads were given", action, len(payloads))
+		}
+	}
+	resp, err := svc.InvokeTasks(ctx, &flov1.InvokeTasksRequest{Namespace: c.namespace, Tasks: tasks})
+	if err != nil {
+		return nil, fmt.Errorf("invoke %d tasks of %s: %w", len(payloads), action, err)
+	}
+	return resp.GetTaskIds(), nil
+}
+
 func encodePayload(payload any) ([]byte, error) {
 	switch p := payload.(type) {
 	case nil:

@@ -86,6 +86,7 @@ type Service struct {
 	listener *wake.Listener
 	claimer  *claim.Claimer
 	reporter *report.Reporter
+	intake   *intake.Intake
 	leases   *lease.Leases
 
 	grpcServer *grpc.Server
@@ -154,6 +155,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	if err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
+	s.intake = in
 	if s.claimer, err = claim.New(s.pool, cat, s.hub, s.relay, meter); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
@@ -221,6 +223,7 @@ func (s *Service) Run(ctx context.Context) error {
 	start(&relay, "outbox relay", func() error { return s.relay.Run(relayCtx) })
 	start(&work, "claimer", func() error { return s.claimer.Run(workCtx) })
 	start(&work, "reporter", func() error { return s.reporter.Run(workCtx) })
+	start(&work, "intake", func() error { return s.intake.Run(workCtx) })
 	start(&work, "wake hub", func() error { return s.hub.Run(workCtx, safetyTick) })
 	start(&work, "listener", func() error { return s.listener.Run(workCtx) })
 	start(&work, "lease reaper", func() error { return s.leases.Run(workCtx, s.cfg.LeaseCheckInterval) })

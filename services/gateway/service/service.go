@@ -64,6 +64,9 @@ const (
 	// minRecvMsgBytes keeps gRPC's usual 4 MiB receive limit when the payload
 	// limit is smaller, so a ResultBatch of several results still fits.
 	minRecvMsgBytes = 4 << 20
+	// batchSlack is room above an InvokeTasks batch's payload bytes for the
+	// fields around up to api.MaxInvokeBatch items.
+	batchSlack = 1 << 20
 	// shutdownTimeout bounds the graceful part of Run's shutdown; drainTimeout,
 	// within it, is how long worker streams wait for held tasks.
 	shutdownTimeout = 20 * time.Second
@@ -202,7 +205,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.ChainUnaryInterceptor(recovery.UnaryInterceptor(log)),
 		grpc.ChainStreamInterceptor(recovery.StreamInterceptor(log)),
-		grpc.MaxRecvMsgSize(max(minRecvMsgBytes, cfg.MaxPayloadBytes+bodySlack)),
+		// Room for a ResultBatch, a maximal payload, or a maximal
+		// InvokeTasks batch (api.DefaultMaxBatchBytes of payloads).
+		grpc.MaxRecvMsgSize(max(minRecvMsgBytes, cfg.MaxPayloadBytes+bodySlack, api.DefaultMaxBatchBytes+batchSlack)),
 		// Dead worker connections are noticed within a minute; workers may
 		// ping every 10 s, idle or not.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),

@@ -35,6 +35,7 @@ type options struct {
 	halfLoadFor time.Duration
 	fsync       bool
 	cpuProfile  string
+	batch       int
 }
 
 func main() {
@@ -46,6 +47,7 @@ func main() {
 	flag.DurationVar(&o.halfLoadFor, "half-load", 10*time.Second, "duration of the half-load latency phase (0 skips it)")
 	flag.BoolVar(&o.fsync, "fsync", true, "run the private Postgres with fsync on, as a deployment would")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the full-load phase (every service runs in this process) to this file")
+	flag.IntVar(&o.batch, "batch", 0, "invoke through InvokeMany with this many tasks per call (0: one unary Invoke per task)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -164,8 +166,12 @@ func run(ctx context.Context, o options) error {
 	}
 	defer db.Close(ctx)
 
-	fmt.Printf("full load: %d tasks, %d invokers, %d workers x %d slots, fsync=%v\n",
-		o.tasks, o.invokers, o.workers, o.concurrency, o.fsync)
+	mode := "unary Invoke"
+	if o.batch > 0 {
+		mode = fmt.Sprintf("InvokeMany of %d", o.batch)
+	}
+	fmt.Printf("full load: %d tasks, %d invokers (%s), %d workers x %d slots, fsync=%v\n",
+		o.tasks, o.invokers, mode, o.workers, o.concurrency, o.fsync)
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
 		if err != nil {
@@ -182,12 +188,18 @@ func run(ctx context.Context, o options) error {
 	var g errgroup.Group
 	for range o.invokers {
 		g.Go(func() error {
-			for next.Add(1) <= int64(o.tasks) {
-				if err := invoke(ctx, client); err != nil {
+			// Each round takes the next chunk of task numbers.
+			n := int64(max(o.batch, 1))
+			for {
+				hi := next.Add(n)
+				lo := hi - n
+				if lo >= int64(o.tasks) {
+					return nil
+				}
+				if err := invoke(ctx, client, o.batch, int(min(hi, int64(o.tasks))-lo)); err != nil {
 					return err
 				}
 			}
-			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
@@ -210,7 +222,7 @@ func run(ctx context.Context, o options) error {
 	half := rate / 2
 	fmt.Printf("half load: %.0f tasks/s for %v\n", half, o.halfLoadFor)
 	lat.reset()
-	n, err := paced(ctx, client, half, o.halfLoadFor, o.invokers)
+	n, err := paced(ctx, client, half, o.halfLoadFor, o.invokers, o.batch)
 	if err != nil {
 		return err
 	}
@@ -222,27 +234,41 @@ func run(ctx context.Context, o options) error {
 	return nil
 }
 
-func invoke(ctx context.Context, client *flo.Client) error {
-	body, err := json.Marshal(payload{InvokedAt: time.Now().UnixNano()})
-	if err != nil {
-		return fmt.Errorf("encode payload: %w", err)
+// invoke creates n tasks stamped with the time now: one unary Invoke when
+// batch is 0, else one InvokeMany call.
+func invoke(ctx context.Context, client *flo.Client, batch, n int) error {
+	if batch == 0 {
+		body, err := json.Marshal(payload{InvokedAt: time.Now().UnixNano()})
+		if err != nil {
+			return fmt.Errorf("encode payload: %w", err)
+		}
+		if _, err := client.Invoke(ctx, "bench", body); err != nil {
+			return fmt.Errorf("invoke: %w", err)
+		}
+		return nil
 	}
-	if _, err := client.Invoke(ctx, "bench", body); err != nil {
-		return fmt.Errorf("invoke: %w", err)
+	payloads := make([]any, n)
+	for i := range payloads {
+		payloads[i] = payload{InvokedAt: time.Now().UnixNano()}
+	}
+	if _, err := client.InvokeMany(ctx, "bench", payloads); err != nil {
+		return fmt.Errorf("invoke many: %w", err)
 	}
 	return nil
 }
 
 // paced invokes at a fixed rate for d, spreading the ticks over workers so a
-// slow invoke does not delay the next one.
-func paced(ctx context.Context, client *flo.Client, rate float64, d time.Duration, invokers int) (int, error) {
-	interval := time.Duration(float64(time.Second) / rate)
+// slow invoke does not delay the next one. With batch > 0 each tick invokes
+// a batch, and ticks come batch times less often.
+func paced(ctx context.Context, client *flo.Client, rate float64, d time.Duration, invokers, batch int) (int, error) {
+	per := max(batch, 1)
+	interval := time.Duration(float64(time.Second) * float64(per) / rate)
 	ticks := make(chan struct{}, invokers)
 	var g errgroup.Group
 	for range invokers {
 		g.Go(func() error {
 			for range ticks {
-				if err := invoke(ctx, client); err != nil {
+				if err := invoke(ctx, client, batch, per); err != nil {
 					return err
 				}
 			}
@@ -255,7 +281,7 @@ func paced(ctx context.Context, client *flo.Client, rate float64, d time.Duratio
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(time.Until(next))
 		ticks <- struct{}{}
-		n++
+		n += per
 		next = next.Add(interval)
 	}
 	close(ticks)

@@ -1,7 +1,10 @@
 // Package intake turns invocations arriving on flo.actions.commands into
-// queued tasks: one transaction per polled batch inserts every new task with
-// one statement, writes their CREATED events to the outbox and notifies other
-// replicas, and only then is the batch's offset committed.
+// queued tasks: one transaction per poll inserts every new task with one
+// statement, writes their CREATED events to the outbox and notifies other
+// replicas, and only then are the poll's offsets committed. The consumer
+// hands each partition of a poll to the handler concurrently; those calls are
+// coalesced into that one transaction, so a poll costs one commit however
+// many partitions it spans.
 package intake
 
 import (
@@ -18,6 +21,7 @@ import (
 	"github.com/razorbill/flo/libs/outbox"
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
+	"github.com/razorbill/flo/services/dispatcher/internal/coalesce"
 	"github.com/razorbill/flo/services/dispatcher/internal/store"
 	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
 	"github.com/razorbill/flo/services/dispatcher/internal/wake"
@@ -35,7 +39,15 @@ type Intake struct {
 	log     *slog.Logger
 	created metric.Int64Counter
 	dropped metric.Int64Counter
+	batch   *coalesce.Batcher[[]Invocation, struct{}]
 }
+
+// Batching limits: a poll has at most one call per partition, so these only
+// bound a pathological partition count.
+const (
+	queueSize = 256
+	batchSize = 64
+)
 
 // New returns an Intake; meter may be a no-op meter.
 func New(pool *pgxpool.Pool, cat *catalog.Catalog, hub *wake.Hub, relay Notifier, log *slog.Logger, meter metric.Meter) (*Intake, error) {
@@ -47,8 +59,14 @@ func New(pool *pgxpool.Pool, cat *catalog.Catalog, hub *wake.Hub, relay Notifier
 	if err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
-	return &Intake{pool: pool, catalog: cat, hub: hub, relay: relay, log: log, created: created, dropped: dropped}, nil
+	in := &Intake{pool: pool, catalog: cat, hub: hub, relay: relay, log: log, created: created, dropped: dropped}
+	in.batch = coalesce.New(queueSize, batchSize, in.exec)
+	return in, nil
 }
+
+// Run applies coalesced Enqueue calls until ctx ends; stop the consumer
+// first, since its calls fail once Run has returned.
+func (in *Intake) Run(ctx context.Context) error { return in.batch.Run(ctx) }
 
 // Invocation is one request to run an action.
 type Invocation struct {
@@ -64,14 +82,32 @@ type Invocation struct {
 	RunAt time.Time
 }
 
-// Enqueue inserts tasks for the invocations in one transaction. Invocations
-// whose task already exists change nothing; those naming an action that does
-// not exist are logged and dropped, because retrying them cannot succeed and
-// must not hold up the partition.
+// Enqueue inserts tasks for the invocations, in one transaction with those
+// of concurrent calls. Invocations whose task already exists change nothing;
+// those naming an action that does not exist are logged and dropped, because
+// retrying them cannot succeed and must not hold up the partition. An error
+// means none of the call's invocations was applied.
 func (in *Intake) Enqueue(ctx context.Context, invs []Invocation) error {
 	if len(invs) == 0 {
 		return nil
 	}
+	_, err := in.batch.Do(ctx, invs)
+	return err
+}
+
+// exec applies the invocations of coalesced calls in one transaction. Their
+// task ids differ (each partition holds its own keys) except for re-sent
+// commands, which enqueue deduplicates.
+func (in *Intake) exec(ctx context.Context, calls []*coalesce.Call[[]Invocation, struct{}]) error {
+	var invs []Invocation
+	for _, c := range calls {
+		invs = append(invs, c.Req...)
+	}
+	return in.enqueue(ctx, invs)
+}
+
+// enqueue inserts tasks for invs in one transaction.
+func (in *Intake) enqueue(ctx context.Context, invs []Invocation) error {
 	refs := make([]catalog.Ref, len(invs))
 	for i, inv := range invs {
 		refs[i] = catalog.Ref{Namespace: inv.Namespace, Action: inv.Action}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,7 +31,9 @@ const (
 
 // Invoker puts invocations on the log.
 type Invoker interface {
-	Invoke(ctx context.Context, cmd invoke.Command) (taskID string, err error)
+	// InvokeMany queues every command and returns their task ids in order,
+	// or an error when any of them could not be queued.
+	InvokeMany(ctx context.Context, cmds []invoke.Command) (taskIDs []string, err error)
 }
 
 // TaskServer implements flov1.TaskServiceServer.
@@ -43,6 +46,7 @@ type TaskServer struct {
 	invoker         Invoker
 	waiters         *taskwait.Registry
 	maxPayloadBytes int
+	maxBatchBytes   int
 	log             *slog.Logger
 }
 
@@ -54,7 +58,11 @@ type TaskServerDeps struct {
 	Invoker         Invoker
 	Waiters         *taskwait.Registry
 	MaxPayloadBytes int
-	Log             *slog.Logger
+	// MaxBatchBytes bounds the payloads of one InvokeTasks call together;
+	// zero means DefaultMaxBatchBytes. It is raised to MaxPayloadBytes if
+	// lower, so that one item at the payload limit always fits.
+	MaxBatchBytes int
+	Log           *slog.Logger
 }
 
 // NewTaskServer returns a TaskServer.
@@ -66,60 +74,149 @@ func NewTaskServer(deps TaskServerDeps) *TaskServer {
 		invoker:         deps.Invoker,
 		waiters:         deps.Waiters,
 		maxPayloadBytes: deps.MaxPayloadBytes,
+		maxBatchBytes:   max(cmp.Or(deps.MaxBatchBytes, DefaultMaxBatchBytes), deps.MaxPayloadBytes),
 		log:             deps.Log,
 	}
 }
+
+// Batch limits of InvokeTasks: items per call, and the default bound on the
+// payload bytes of all items together (gRPC's usual 4 MiB message).
+const (
+	MaxInvokeBatch       = 1000
+	DefaultMaxBatchBytes = 4 << 20
+)
 
 // InvokeTask validates an invocation and puts it on the log, answering with
 // the task id once the broker holds the command. Nothing is written when any
 // check fails.
 func (s *TaskServer) InvokeTask(ctx context.Context, req *flov1.InvokeTaskRequest) (*flov1.InvokeTaskResponse, error) {
+	cmd, err := s.parse(req.GetNamespace(), req)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckNamespace(ctx, s.log, s.namespaces, cmd.Namespace); err != nil {
+		return nil, err
+	}
+	if err := s.checkAction(ctx, cmd); err != nil {
+		return nil, err
+	}
+	ids, err := s.invoke(ctx, []invoke.Command{cmd})
+	if err != nil {
+		return nil, err
+	}
+	return &flov1.InvokeTaskResponse{TaskId: ids[0]}, nil
+}
+
+// InvokeTasks validates every invocation of the batch and puts them all on
+// the log in one go, answering with the task ids in request order once the
+// broker holds every command. Nothing is written when any item fails a
+// check; an item's error names its index.
+func (s *TaskServer) InvokeTasks(ctx context.Context, req *flov1.InvokeTasksRequest) (*flov1.InvokeTasksResponse, error) {
+	items := req.GetTasks()
+	switch {
+	case len(items) == 0:
+		return nil, status.Error(codes.InvalidArgument, "tasks must hold at least one invocation")
+	case len(items) > MaxInvokeBatch:
+		return nil, status.Errorf(codes.InvalidArgument, "tasks holds %d invocations, limit is %d", len(items), MaxInvokeBatch)
+	}
+	ns := req.GetNamespace()
+	cmds := make([]invoke.Command, len(items))
+	total := 0
+	for i, item := range items {
+		if item.GetNamespace() != "" && item.GetNamespace() != ns {
+			return nil, status.Errorf(codes.InvalidArgument, "tasks[%d]: namespace %q differs from the request's %q", i, item.GetNamespace(), ns)
+		}
+		cmd, err := s.parse(ns, item)
+		if err != nil {
+			return nil, itemError(i, err)
+		}
+		if total += len(cmd.Payload); total > s.maxBatchBytes {
+			return nil, status.Errorf(codes.InvalidArgument, "the payloads of tasks[0..%d] add up to more than the batch limit of %d bytes", i, s.maxBatchBytes)
+		}
+		cmds[i] = cmd
+	}
+	if err := CheckNamespace(ctx, s.log, s.namespaces, ns); err != nil {
+		return nil, err
+	}
+	for i, cmd := range cmds {
+		// The action cache answers repeats without a round trip.
+		if err := s.checkAction(ctx, cmd); err != nil {
+			return nil, itemError(i, err)
+		}
+	}
+	ids, err := s.invoke(ctx, cmds)
+	if err != nil {
+		return nil, err
+	}
+	return &flov1.InvokeTasksResponse{TaskIds: ids}, nil
+}
+
+// parse checks what one invocation of namespace ns says on its own and
+// returns its command; the namespace and action are checked separately.
+func (s *TaskServer) parse(ns string, req *flov1.InvokeTaskRequest) (invoke.Command, error) {
 	if req.GetAction() == "" {
-		return nil, status.Error(codes.InvalidArgument, "action is required")
+		return invoke.Command{}, status.Error(codes.InvalidArgument, "action is required")
 	}
 	if req.GetDelayMs() < 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "delay_ms must not be negative, got %d", req.GetDelayMs())
+		return invoke.Command{}, status.Errorf(codes.InvalidArgument, "delay_ms must not be negative, got %d", req.GetDelayMs())
 	}
 	payload := req.GetPayload()
 	if len(payload) == 0 && req.GetInput() != nil {
 		var err error
 		if payload, err = encodeJSON(req.GetInput()); err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "encode input as JSON: %v", err)
+			return invoke.Command{}, status.Errorf(codes.InvalidArgument, "encode input as JSON: %v", err)
 		}
 	}
 	if len(payload) > s.maxPayloadBytes {
-		return nil, status.Errorf(codes.InvalidArgument, "payload is %d bytes, limit is %d", len(payload), s.maxPayloadBytes)
+		return invoke.Command{}, status.Errorf(codes.InvalidArgument, "payload is %d bytes, limit is %d", len(payload), s.maxPayloadBytes)
 	}
-	if err := CheckNamespace(ctx, s.log, s.namespaces, req.GetNamespace()); err != nil {
-		return nil, err
-	}
-	if err := s.actions.CheckInvocable(ctx, req.GetNamespace(), req.GetAction()); err != nil {
-		switch {
-		case errors.Is(err, action.ErrNotFound):
-			return nil, status.Errorf(codes.NotFound, "action %q not found in namespace %q", req.GetAction(), req.GetNamespace())
-		case errors.Is(err, action.ErrDisabled):
-			return nil, status.Errorf(codes.FailedPrecondition, "action %q in namespace %q is disabled", req.GetAction(), req.GetNamespace())
-		default:
-			return nil, upstream(ctx, s.log, "check action", err)
-		}
-	}
-	taskID, err := s.invoker.Invoke(ctx, invoke.Command{
-		Namespace:      req.GetNamespace(),
+	return invoke.Command{
+		Namespace:      ns,
 		Action:         req.GetAction(),
 		Payload:        payload,
 		IdempotencyKey: req.GetIdempotencyKey(),
 		Priority:       req.GetPriority(),
 		Delay:          time.Duration(req.GetDelayMs()) * time.Millisecond,
-	})
+	}, nil
+}
+
+// checkAction checks that cmd's action exists and is enabled.
+func (s *TaskServer) checkAction(ctx context.Context, cmd invoke.Command) error {
+	err := s.actions.CheckInvocable(ctx, cmd.Namespace, cmd.Action)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, action.ErrNotFound):
+		return status.Errorf(codes.NotFound, "action %q not found in namespace %q", cmd.Action, cmd.Namespace)
+	case errors.Is(err, action.ErrDisabled):
+		return status.Errorf(codes.FailedPrecondition, "action %q in namespace %q is disabled", cmd.Action, cmd.Namespace)
+	default:
+		return upstream(ctx, s.log, "check action", err)
+	}
+}
+
+// itemError prefixes the message of a batch item's error with its index,
+// keeping its code.
+func itemError(i int, err error) error {
+	st := status.Convert(err)
+	return status.Errorf(st.Code(), "tasks[%d]: %s", i, st.Message())
+}
+
+// invoke puts validated commands on the log and returns their task ids.
+func (s *TaskServer) invoke(ctx context.Context, cmds []invoke.Command) ([]string, error) {
+	ids, err := s.invoker.InvokeMany(ctx, cmds)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
-		s.log.ErrorContext(ctx, "invoke task failed", slog.String("namespace", req.GetNamespace()),
-			slog.String("action", req.GetAction()), slog.Any("error", err))
-		return nil, status.Error(codes.Unavailable, "the task could not be queued; it was not created, retry later")
+		s.log.ErrorContext(ctx, "invoke tasks failed", slog.String("namespace", cmds[0].Namespace),
+			slog.Int("tasks", len(cmds)), slog.Any("error", err))
+		if len(cmds) == 1 {
+			return nil, status.Error(codes.Unavailable, "the task could not be queued; it was not created, retry later")
+		}
+		return nil, status.Error(codes.Unavailable, "the tasks could not all be queued; some may have been created, retry later (with idempotency keys to avoid duplicates)")
 	}
-	return &flov1.InvokeTaskResponse{TaskId: taskID}, nil
+	return ids, nil
 }
 
 // encodeJSON renders a JSON value the way a JSON client wrote it, without

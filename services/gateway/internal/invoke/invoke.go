@@ -58,15 +58,51 @@ func NewProducer(client *kgo.Client) *Producer {
 // returns the task id: a new UUIDv7, or the id derived from the idempotency
 // key so that the same key always names the same task.
 func (p *Producer) Invoke(ctx context.Context, cmd Command) (string, error) {
-	taskID, err := NewTaskID(cmd.Namespace, cmd.Action, cmd.IdempotencyKey)
+	ids, err := p.InvokeMany(ctx, []Command{cmd})
 	if err != nil {
 		return "", err
 	}
+	return ids[0], nil
+}
+
+// InvokeMany produces every command at once, so they share produce batches,
+// and waits for all acknowledgements. It returns the task ids in command
+// order, or the first error. On error some commands may still have been
+// queued: the records of other partitions are not taken back, so a caller
+// retrying a failed batch should use idempotency keys.
+func (p *Producer) InvokeMany(ctx context.Context, cmds []Command) ([]string, error) {
+	ids := make([]string, len(cmds))
+	records := make([]*kgo.Record, len(cmds))
+	now := p.now()
+	for i, cmd := range cmds {
+		rec, taskID, err := newRecord(ctx, cmd, now)
+		if err != nil {
+			return nil, err
+		}
+		ids[i], records[i] = taskID, rec
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), produceTimeout)
+	defer cancel()
+	if err := p.client.ProduceSync(pctx, records...).FirstErr(); err != nil {
+		if len(cmds) == 1 {
+			return nil, fmt.Errorf("produce invoke command for task %s: %w", ids[0], err)
+		}
+		return nil, fmt.Errorf("produce %d invoke commands: %w", len(cmds), err)
+	}
+	return ids, nil
+}
+
+// newRecord encodes one command as its log record and returns it with the
+// task id.
+func newRecord(ctx context.Context, cmd Command, now time.Time) (*kgo.Record, string, error) {
+	taskID, err := NewTaskID(cmd.Namespace, cmd.Action, cmd.IdempotencyKey)
+	if err != nil {
+		return nil, "", err
+	}
 	eventID, err := uuid.NewV7()
 	if err != nil {
-		return "", fmt.Errorf("new event id: %w", err)
+		return nil, "", fmt.Errorf("new event id: %w", err)
 	}
-	now := p.now()
 	value, err := proto.Marshal(&eventsv1.InvokeTask{
 		EventId:        eventID.String(),
 		TaskId:         taskID,
@@ -79,16 +115,11 @@ func (p *Producer) Invoke(ctx context.Context, cmd Command) (string, error) {
 		RunAt:          timestamppb.New(now.Add(cmd.Delay)),
 	})
 	if err != nil {
-		return "", fmt.Errorf("encode invoke command: %w", err)
+		return nil, "", fmt.Errorf("encode invoke command: %w", err)
 	}
 	rec := &kgo.Record{Topic: Topic, Key: []byte(taskID), Value: value}
 	kafka.InjectTrace(ctx, rec)
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), produceTimeout)
-	defer cancel()
-	if err := p.client.ProduceSync(pctx, rec).FirstErr(); err != nil {
-		return "", fmt.Errorf("produce invoke command for task %s: %w", taskID, err)
-	}
-	return taskID, nil
+	return rec, taskID, nil
 }
 
 // NewTaskID returns the id of a new task: derived from the idempotency key

@@ -43,7 +43,7 @@ const (
 	claimSlack = 10 * time.Second
 	// helloTimeout is how long a new stream may take to send its Hello.
 	helloTimeout = 30 * time.Second
-	// maxInFlight caps concurrent dispatcher calls (reports, touches) per
+	// maxInFlight caps concurrent dispatcher calls (nacks, abandons, touches) per
 	// stream; past it the reader stops reading and gRPC flow control pushes
 	// back on the worker.
 	maxInFlight = 64
@@ -52,6 +52,10 @@ const (
 	maxPools = 16
 	// maxCredit caps the outstanding Ready credit of one combination.
 	maxCredit = 4096
+	// maxReportResults and maxReportBytes bound the results one Report call
+	// gathers from a stream's queue; one queued message may go over them.
+	maxReportResults = 4096
+	maxReportBytes   = 8 << 20
 	// maxHeld caps the tasks a stream holds unreported.
 	maxHeld = 4096
 	// callTimeout bounds a report or abandon, retries included.

@@ -74,7 +74,10 @@ type session struct {
 	failed   chan struct{}
 	failErr  error
 
-	slots    chan struct{}
+	slots chan struct{}
+	// results carries the reader's Result and ResultBatch messages to
+	// reportLoop, which records everything queued with one Report call.
+	results  chan []*flov1.Result
 	ops      group
 	claimers group
 
@@ -103,6 +106,7 @@ func newSession(srv *Server, stream flov1.WorkerService_StreamServer, namespace,
 		writerDone:   make(chan struct{}),
 		failed:       make(chan struct{}),
 		slots:        make(chan struct{}, maxInFlight),
+		results:      make(chan []*flov1.Result, sendQueue),
 		pools:        make(map[string]*pool),
 		held:         newHeld(maxHeld),
 	}
@@ -114,6 +118,7 @@ func newSession(srv *Server, stream flov1.WorkerService_StreamServer, namespace,
 // status the stream ends with.
 func (s *session) run() error {
 	go s.write()
+	s.ops.Go(s.reportLoop)
 	readDone := make(chan error, 1)
 	go func() { readDone <- s.read() }()
 
@@ -219,9 +224,9 @@ func (s *session) handle(msg *flov1.WorkerMessage) error {
 	case *flov1.WorkerMessage_Ready:
 		return s.ready(m.Ready)
 	case *flov1.WorkerMessage_Result:
-		s.spawn(func() { s.reportResults([]*flov1.Result{m.Result}) })
+		s.queueResults([]*flov1.Result{m.Result})
 	case *flov1.WorkerMessage_ResultBatch:
-		s.spawn(func() { s.reportResults(m.ResultBatch.GetResults()) })
+		s.queueResults(m.ResultBatch.GetResults())
 	case *flov1.WorkerMessage_Nack:
 		n := m.Nack
 		s.spawn(func() {
@@ -260,6 +265,63 @@ func (s *session) spawn(fn func()) {
 	}) {
 		<-s.slots
 	}
+}
+
+// queueResults hands results to reportLoop, waiting while its queue is full;
+// while it waits the reader reads nothing (back-pressure, as in spawn).
+func (s *session) queueResults(results []*flov1.Result) {
+	if len(results) == 0 {
+		return
+	}
+	select {
+	case s.results <- results:
+	case <-s.ctx.Done():
+	}
+}
+
+// reportLoop records results as they come, everything queued at once: while
+// one Report call is in flight the next batch gathers, so a busy stream
+// makes a few large calls instead of one per ResultBatch (each call costs
+// far more than its reports). When the session ends it records what is
+// still queued and returns.
+func (s *session) reportLoop() {
+	for {
+		var first []*flov1.Result
+		select {
+		case first = <-s.results:
+		case <-s.ctx.Done():
+			for {
+				select {
+				case rs := <-s.results:
+					s.reportResults(s.gather(rs))
+				default:
+					return
+				}
+			}
+		}
+		s.reportResults(s.gather(first))
+	}
+}
+
+// gather appends the queued results to batch, up to maxReportResults
+// results or maxReportBytes of bodies.
+func (s *session) gather(batch []*flov1.Result) []*flov1.Result {
+	size := 0
+	for _, r := range batch {
+		size += len(r.GetCompleted().GetBody())
+	}
+	for len(batch) < maxReportResults && size < maxReportBytes {
+		select {
+		case rs := <-s.results:
+			batch = append(batch, rs...)
+			for _, r := range rs {
+				size += len(r.GetCompleted().GetBody())
+			}
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 // ready adds a Ready's credit to the pool of its actions and lease length,
