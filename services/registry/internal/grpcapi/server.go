@@ -1,0 +1,102 @@
+// Package grpcapi is the registry's gRPC transport: it decodes requests,
+// calls the roster and encodes its answers. Domain errors become status codes
+// in one place, toStatus.
+package grpcapi
+
+import (
+	"context"
+	"log/slog"
+
+	"google.golang.org/grpc"
+
+	registryv1 "github.com/razorbill/flo/proto/gen/flo/registry/v1"
+	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
+	"github.com/razorbill/flo/services/registry/internal/roster"
+	"github.com/razorbill/flo/services/registry/internal/store"
+)
+
+// Server implements registryv1.RegistryServer.
+type Server struct {
+	registryv1.UnimplementedRegistryServer
+	roster *roster.Roster
+}
+
+// NewGRPCServer returns a gRPC server with the Registry service registered
+// and the tracing, recovery and error-mapping interceptors installed.
+func NewGRPCServer(r *roster.Roster, log *slog.Logger) *grpc.Server {
+	s := grpc.NewServer(grpc.ChainUnaryInterceptor(traceInterceptor(), errorInterceptor(log)))
+	registryv1.RegisterRegistryServer(s, &Server{roster: r})
+	return s
+}
+
+// RegisterWorker creates or replaces a worker's record.
+func (s *Server) RegisterWorker(ctx context.Context, req *flov1.RegisterWorkerRequest) (*flov1.Worker, error) {
+	reg := store.Registration{
+		Namespace:      req.GetNamespace(),
+		ID:             req.GetWorkerId(),
+		Type:           workerTypeName(req.GetWorkerType()),
+		MaxConcurrency: req.GetMaxConcurrency(),
+		MachineID:      req.GetMachineId(),
+		Metadata:       req.GetMetadata(),
+		Processes:      make([]store.Process, len(req.GetProcesses())),
+	}
+	for i, p := range req.GetProcesses() {
+		reg.Processes[i] = store.Process{Name: p.GetName(), Kind: processKindName(p.GetKind())}
+	}
+	w, err := s.roster.Register(ctx, reg)
+	if err != nil {
+		return nil, err
+	}
+	return workerProto(w), nil
+}
+
+// Heartbeat records a worker's load and answers with its status.
+func (s *Server) Heartbeat(ctx context.Context, req *flov1.HeartbeatRequest) (*flov1.HeartbeatResponse, error) {
+	st, err := s.roster.Heartbeat(ctx, store.Beat{
+		Namespace: req.GetNamespace(), ID: req.GetWorkerId(),
+		CurrentLoad: req.GetCurrentLoad(), CPULoad: req.GetCpuLoad(), MemoryLoad: req.GetMemoryLoad(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &flov1.HeartbeatResponse{Status: statusProto(st)}, nil
+}
+
+// GetWorker reads one worker.
+func (s *Server) GetWorker(ctx context.Context, req *flov1.GetWorkerRequest) (*flov1.Worker, error) {
+	w, err := s.roster.Get(ctx, req.GetNamespace(), req.GetWorkerId())
+	if err != nil {
+		return nil, err
+	}
+	return workerProto(w), nil
+}
+
+// ListWorkers lists a namespace's workers by id.
+func (s *Server) ListWorkers(ctx context.Context, req *flov1.ListWorkersRequest) (*flov1.ListWorkersResponse, error) {
+	ws, err := s.roster.List(ctx, req.GetNamespace())
+	if err != nil {
+		return nil, err
+	}
+	out := &flov1.ListWorkersResponse{Workers: make([]*flov1.Worker, len(ws))}
+	for i, w := range ws {
+		out.Workers[i] = workerProto(w)
+	}
+	return out, nil
+}
+
+// DrainWorker marks a worker draining.
+func (s *Server) DrainWorker(ctx context.Context, req *flov1.GetWorkerRequest) (*flov1.Worker, error) {
+	w, err := s.roster.Drain(ctx, req.GetNamespace(), req.GetWorkerId())
+	if err != nil {
+		return nil, err
+	}
+	return workerProto(w), nil
+}
+
+// DeregisterWorker removes a worker; removing an unknown one succeeds.
+func (s *Server) DeregisterWorker(ctx context.Context, req *flov1.GetWorkerRequest) (*flov1.DeregisterWorkerResponse, error) {
+	if err := s.roster.Deregister(ctx, req.GetNamespace(), req.GetWorkerId()); err != nil {
+		return nil, err
+	}
+	return &flov1.DeregisterWorkerResponse{}, nil
+}

@@ -1,0 +1,250 @@
+// Package tally counts what workers did from the task events on
+// flo.tasks.events: completions and failures per worker and per process. One
+// transaction per polled batch claims the event ids (libs/inbox) and applies
+// only the fresh ones, aggregated into one statement for workers and one for
+// processes, so a redelivered batch changes nothing.
+package tally
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/razorbill/flo/libs/inbox"
+	"github.com/razorbill/flo/libs/pg"
+	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
+	"github.com/razorbill/flo/services/registry/internal/store"
+)
+
+// Topic is the log of task events.
+const Topic = "flo.tasks.events"
+
+// ConsumerGroup is the registry's consumer group on Topic.
+const ConsumerGroup = "flo-registry"
+
+// Inbox pruning: event ids are kept long enough to absorb any redelivery
+// (which only reaches back to the last committed offset), then dropped so the
+// table does not grow with every task ever run.
+const (
+	keepProcessed  = 24 * time.Hour
+	pruneInterval  = 10 * time.Minute
+	pruneBatchSize = 10_000
+)
+
+// Outcome is what a task event says about the worker that ran the attempt.
+type Outcome int
+
+// Outcomes.
+const (
+	// Ignored: the event says nothing about how an attempt ended.
+	Ignored Outcome = iota
+	// Succeeded: the attempt completed.
+	Succeeded
+	// Failed: the attempt failed, whether it will be retried or not.
+	Failed
+)
+
+// OutcomeOf classifies an event type. A scheduled retry is a failed attempt;
+// dead-lettering ends one too. Abandons and requeues are not the worker's
+// doing. A lease expiry on its own is not counted either: when it used the
+// last attempt the dispatcher also emits DEAD_LETTERED, which is.
+func OutcomeOf(t eventsv1.TaskEventType) Outcome {
+	switch t {
+	case eventsv1.TaskEventType_TASK_EVENT_TYPE_COMPLETED:
+		return Succeeded
+	case eventsv1.TaskEventType_TASK_EVENT_TYPE_FAILED,
+		eventsv1.TaskEventType_TASK_EVENT_TYPE_RETRY_SCHEDULED,
+		eventsv1.TaskEventType_TASK_EVENT_TYPE_DEAD_LETTERED:
+		return Failed
+	default:
+		return Ignored
+	}
+}
+
+// Event is the part of a task event the tally uses.
+type Event struct {
+	ID         string
+	Outcome    Outcome
+	Namespace  string
+	WorkerID   string
+	Action     string
+	OccurredAt time.Time
+}
+
+// Tally applies task events to worker and process counters.
+type Tally struct {
+	pool    *pgxpool.Pool
+	log     *slog.Logger
+	applied metric.Int64Counter
+	dropped metric.Int64Counter
+}
+
+// New returns a Tally.
+func New(pool *pgxpool.Pool, log *slog.Logger, meter metric.Meter) (*Tally, error) {
+	applied, err := meter.Int64Counter("flo.registry.task_events.applied", metric.WithDescription("Task events counted for a worker."))
+	if err != nil {
+		return nil, fmt.Errorf("create metric: %w", err)
+	}
+	dropped, err := meter.Int64Counter("flo.registry.task_events.undecodable", metric.WithDescription("Task event records that could not be decoded."))
+	if err != nil {
+		return nil, fmt.Errorf("create metric: %w", err)
+	}
+	return &Tally{pool: pool, log: log, applied: applied, dropped: dropped}, nil
+}
+
+// HandleRecords is the kafka.BatchHandler for Topic. Records that cannot be
+// decoded are logged and skipped: retrying them cannot succeed and must not
+// hold up the partition.
+func (t *Tally) HandleRecords(ctx context.Context, records []*kgo.Record) error {
+	events := make([]Event, 0, len(records))
+	for _, r := range records {
+		var ev eventsv1.TaskEvent
+		if err := proto.Unmarshal(r.Value, &ev); err != nil {
+			t.dropped.Add(ctx, 1)
+			t.log.WarnContext(ctx, "skipping undecodable task event", "partition", r.Partition, "offset", r.Offset, "error", err)
+			continue
+		}
+		e := Event{
+			ID: ev.GetEventId(), Outcome: OutcomeOf(ev.GetType()), Namespace: ev.GetNamespace(),
+			WorkerID: ev.GetWorkerId(), Action: ev.GetAction(), OccurredAt: ev.GetOccurredAt().AsTime(),
+		}
+		if ev.GetOccurredAt() == nil {
+			e.OccurredAt = r.Timestamp
+		}
+		events = append(events, e)
+	}
+	return t.Apply(ctx, events)
+}
+
+// Apply counts the events that are about a worker's attempt and were not
+// applied before, in one transaction.
+func (t *Tally) Apply(ctx context.Context, events []Event) error {
+	relevant := events[:0:0]
+	for _, e := range events {
+		// Without an id a redelivery could not be recognised; without a
+		// worker there is no one to count for.
+		if e.Outcome != Ignored && e.ID != "" && e.WorkerID != "" && e.Namespace != "" {
+			relevant = append(relevant, e)
+		}
+	}
+	if len(relevant) == 0 {
+		return nil
+	}
+	ids := make([]string, len(relevant))
+	for i, e := range relevant {
+		ids[i] = e.ID
+	}
+	var applied int
+	err := pg.InTx(ctx, t.pool, func(tx pgx.Tx) error {
+		fresh, err := inbox.Claim(ctx, tx, ids)
+		if err != nil {
+			return err
+		}
+		var todo []Event
+		for _, e := range relevant {
+			if fresh[e.ID] {
+				todo = append(todo, e)
+				delete(fresh, e.ID) // the same event twice in one batch counts once
+			}
+		}
+		applied = len(todo)
+		workers, processes := Aggregate(todo)
+		if err := store.AddWorkerCounts(ctx, tx, workers); err != nil {
+			return err
+		}
+		return store.AddProcessCounts(ctx, tx, processes)
+	})
+	if err != nil {
+		return fmt.Errorf("count %d task events: %w", len(relevant), err)
+	}
+	t.applied.Add(ctx, int64(applied))
+	return nil
+}
+
+// Aggregate sums events per worker and per worker process, sorted by key.
+func Aggregate(events []Event) ([]store.WorkerCount, []store.ProcessCount) {
+	type workerKey struct{ ns, id string }
+	type processKey struct{ ns, id, name string }
+	workers := map[workerKey]*store.WorkerCount{}
+	processes := map[processKey]*store.ProcessCount{}
+	for _, e := range events {
+		wk := workerKey{e.Namespace, e.WorkerID}
+		w := workers[wk]
+		if w == nil {
+			w = &store.WorkerCount{Namespace: e.Namespace, WorkerID: e.WorkerID}
+			workers[wk] = w
+		}
+		var p *store.ProcessCount
+		if e.Action != "" {
+			pk := processKey{e.Namespace, e.WorkerID, e.Action}
+			if p = processes[pk]; p == nil {
+				p = &store.ProcessCount{Namespace: e.Namespace, WorkerID: e.WorkerID, Name: e.Action}
+				processes[pk] = p
+			}
+			if e.OccurredAt.After(p.LastRunAt) {
+				p.LastRunAt = e.OccurredAt
+			}
+		}
+		switch e.Outcome {
+		case Succeeded:
+			w.Completed++
+			if p != nil {
+				p.Runs++
+			}
+		case Failed:
+			w.Failed++
+			if p != nil {
+				p.Fails++
+			}
+		}
+	}
+	ws := make([]store.WorkerCount, 0, len(workers))
+	for _, w := range workers {
+		ws = append(ws, *w)
+	}
+	slices.SortFunc(ws, func(a, b store.WorkerCount) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.WorkerID, b.WorkerID))
+	})
+	ps := make([]store.ProcessCount, 0, len(processes))
+	for _, p := range processes {
+		ps = append(ps, *p)
+	}
+	slices.SortFunc(ps, func(a, b store.ProcessCount) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.WorkerID, b.WorkerID), cmp.Compare(a.Name, b.Name))
+	})
+	return ws, ps
+}
+
+// RunPruning drops old processed-event ids until ctx ends.
+func (t *Tally) RunPruning(ctx context.Context) error {
+	tick := time.NewTicker(pruneInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		for {
+			n, err := store.PruneProcessed(ctx, t.pool, time.Now().Add(-keepProcessed), pruneBatchSize)
+			if err != nil {
+				if ctx.Err() == nil {
+					t.log.ErrorContext(ctx, "prune processed task events", "error", err)
+				}
+				break
+			}
+			if n < pruneBatchSize {
+				break
+			}
+		}
+	}
+}

@@ -1,0 +1,326 @@
+// Package service wires the registry: Postgres pool and migrations, the
+// task-event consumer, the health check, the outbox relay, and the gRPC and
+// HTTP servers, with an orderly graceful stop.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel"
+	"google.golang.org/grpc"
+
+	"github.com/razorbill/flo/libs/config"
+	"github.com/razorbill/flo/libs/kafka"
+	"github.com/razorbill/flo/libs/outbox"
+	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/services/registry/internal/grpcapi"
+	"github.com/razorbill/flo/services/registry/internal/health"
+	"github.com/razorbill/flo/services/registry/internal/roster"
+	"github.com/razorbill/flo/services/registry/internal/tally"
+	"github.com/razorbill/flo/services/registry/internal/workerevent"
+	"github.com/razorbill/flo/services/registry/migrations"
+)
+
+// Schema is the registry's Postgres schema.
+const Schema = "registry"
+
+// Shutdown bounds.
+const (
+	grpcStopTimeout  = 10 * time.Second
+	relayFlushWait   = 5 * time.Second
+	httpStopTimeout  = 5 * time.Second
+	readyPingTimeout = time.Second
+)
+
+// Config is the registry's configuration, read from FLO_* variables.
+type Config struct {
+	GRPCAddr string `env:"FLO_REGISTRY_GRPC_ADDR, default=:9102"`
+	HTTPAddr string `env:"FLO_REGISTRY_HTTP_ADDR, default=:9112"`
+	// HeartbeatTimeout is how long a worker may stay silent before it is
+	// marked unhealthy.
+	HeartbeatTimeout time.Duration `env:"FLO_WORKER_HEARTBEAT_TIMEOUT, default=90s"`
+	// HealthCheckInterval is how often each replica looks for silent workers.
+	HealthCheckInterval time.Duration `env:"FLO_WORKER_HEALTH_CHECK_INTERVAL, default=5s"`
+	// MaxWorkersPerNamespace refuses registrations past this many workers.
+	MaxWorkersPerNamespace int `env:"FLO_MAX_WORKERS_PER_NAMESPACE, default=10000"`
+	Postgres               config.Postgres
+	Kafka                  config.Kafka
+}
+
+// Option adjusts a Service.
+type Option func(*options)
+
+type options struct {
+	metrics http.Handler
+}
+
+// WithMetricsHandler serves h at /metrics, typically the handler of the
+// process's telemetry.Setup. Without it /metrics is not served.
+func WithMetricsHandler(h http.Handler) Option {
+	return func(o *options) { o.metrics = h }
+}
+
+// Service is a running registry.
+type Service struct {
+	cfg Config
+	log *slog.Logger
+
+	pool     *pgxpool.Pool
+	producer *kgo.Client
+	consumer *kafka.Consumer
+	relay    *outbox.Relay
+	checker  *health.Checker
+	tally    *tally.Tally
+
+	grpcServer *grpc.Server
+	grpcLis    net.Listener
+	httpServer *http.Server
+	httpLis    net.Listener
+
+	consuming atomic.Bool
+	stopping  atomic.Bool
+}
+
+// New connects to Postgres (applying migrations) and the broker (creating
+// the topics it uses), and opens both listeners, so GRPCAddr and HTTPAddr are
+// known before Run.
+func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *Service, err error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := validate(cfg); err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg, log: log}
+	defer func() {
+		if err != nil {
+			for _, l := range []net.Listener{s.grpcLis, s.httpLis} {
+				if l != nil {
+					_ = l.Close()
+				}
+			}
+			s.closeResources()
+		}
+	}()
+
+	if s.pool, err = pg.Connect(ctx, cfg.Postgres.URL, Schema, cfg.Postgres.MaxConns, log); err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	if err = pg.Migrate(ctx, s.pool, Schema, migrations.FS); err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	if s.producer, err = kafka.NewClient(cfg.Kafka.Brokers); err != nil {
+		return nil, fmt.Errorf("registry: producer: %w", err)
+	}
+	if err = kafka.EnsureTopics(ctx, s.producer, cfg.Kafka.Partitions, workerevent.Topic, tally.Topic); err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	s.relay = outbox.NewRelay(s.pool, s.producer, log)
+
+	meter := otel.Meter("github.com/razorbill/flo/services/registry")
+	r, err := roster.New(s.pool, s.relay, cfg.MaxWorkersPerNamespace, meter)
+	if err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	if s.checker, err = health.New(s.pool, s.relay, cfg.HeartbeatTimeout, log, meter); err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	if s.tally, err = tally.New(s.pool, log, meter); err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+
+	s.grpcServer = grpcapi.NewGRPCServer(r, log)
+	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("registry: listen grpc: %w", err)
+	}
+	if s.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("registry: listen http: %w", err)
+	}
+	s.httpServer = &http.Server{Handler: s.httpHandler(o.metrics), ReadHeaderTimeout: 10 * time.Second}
+	// Last, because a consumer's client is only released by its Run.
+	if s.consumer, err = kafka.NewConsumer(cfg.Kafka.Brokers, tally.ConsumerGroup, []string{tally.Topic}, s.tally.HandleRecords, log); err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	return s, nil
+}
+
+func validate(cfg Config) error {
+	switch {
+	case cfg.Postgres.URL == "":
+		return errors.New("registry: FLO_DATABASE_URL is required")
+	case len(cfg.Kafka.Brokers) == 0:
+		return errors.New("registry: FLO_KAFKA_BROKERS is required")
+	case cfg.HeartbeatTimeout <= 0:
+		return fmt.Errorf("registry: FLO_WORKER_HEARTBEAT_TIMEOUT must be positive, got %s", cfg.HeartbeatTimeout)
+	case cfg.HealthCheckInterval <= 0:
+		return fmt.Errorf("registry: FLO_WORKER_HEALTH_CHECK_INTERVAL must be positive, got %s", cfg.HealthCheckInterval)
+	case cfg.MaxWorkersPerNamespace <= 0:
+		return fmt.Errorf("registry: FLO_MAX_WORKERS_PER_NAMESPACE must be positive, got %d", cfg.MaxWorkersPerNamespace)
+	}
+	return nil
+}
+
+// GRPCAddr is the address the gRPC server listens on.
+func (s *Service) GRPCAddr() string { return s.grpcLis.Addr().String() }
+
+// HTTPAddr is the address of /healthz, /readyz and /metrics.
+func (s *Service) HTTPAddr() string { return s.httpLis.Addr().String() }
+
+// Run serves until ctx ends or a component fails, then stops in order:
+// readiness off, gRPC drained, the consumer stopped (committing what it
+// handled), the health check stopped, the outbox flushed, HTTP stopped and
+// connections closed. Every change is committed with its outbox rows, so
+// stopping at any point loses nothing.
+func (s *Service) Run(ctx context.Context) error {
+	base := context.WithoutCancel(ctx)
+	workCtx, stopWork := context.WithCancel(base)
+	consumerCtx, stopConsumer := context.WithCancel(base)
+	relayCtx, stopRelay := context.WithCancel(base)
+	defer stopWork()
+	defer stopConsumer()
+	defer stopRelay()
+
+	errc := make(chan error, 8)
+	var work, consumer, relay, servers sync.WaitGroup
+	start := func(wg *sync.WaitGroup, name string, fn func() error) {
+		wg.Go(func() {
+			if err := fn(); err != nil {
+				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		})
+	}
+	start(&relay, "outbox relay", func() error { return s.relay.Run(relayCtx) })
+	start(&work, "health check", func() error { return s.checker.Run(workCtx, s.cfg.HealthCheckInterval) })
+	start(&work, "inbox pruning", func() error { return s.tally.RunPruning(workCtx) })
+	s.consuming.Store(true)
+	start(&consumer, "task events consumer", func() error {
+		defer s.consuming.Store(false)
+		return s.consumer.Run(consumerCtx)
+	})
+	start(&servers, "grpc server", func() error { return s.grpcServer.Serve(s.grpcLis) })
+	start(&servers, "http server", func() error {
+		if err := s.httpServer.Serve(s.httpLis); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+		s.log.Error("registry component failed; stopping", "error", runErr)
+	}
+
+	s.stopping.Store(true)
+	s.stopGRPC()
+	stopConsumer()
+	consumer.Wait()
+	stopWork()
+	work.Wait()
+	s.flushOutbox(base)
+	stopRelay()
+	relay.Wait()
+	httpCtx, cancel := context.WithTimeout(base, httpStopTimeout)
+	if err := s.httpServer.Shutdown(httpCtx); err != nil {
+		s.log.Warn("stop http server", "error", err)
+	}
+	cancel()
+	servers.Wait()
+	s.closeResources()
+	return runErr
+}
+
+// stopGRPC lets in-flight calls finish, up to grpcStopTimeout.
+func (s *Service) stopGRPC() {
+	done := make(chan struct{})
+	go func() {
+		s.grpcServer.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(grpcStopTimeout):
+		s.log.Warn("grpc calls still running after the stop timeout; cancelling them")
+		s.grpcServer.Stop()
+		<-done
+	}
+}
+
+// flushOutbox gives the relay a bounded chance to publish what is left;
+// anything it misses stays in the outbox for the next start.
+func (s *Service) flushOutbox(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, relayFlushWait)
+	defer cancel()
+	for {
+		s.relay.Notify()
+		var pending bool
+		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM outbox)`).Scan(&pending); err != nil || !pending {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			s.log.Warn("outbox not empty at stop; the next start publishes the rest")
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Service) closeResources() {
+	if s.producer != nil {
+		s.producer.Close()
+	}
+	if s.pool != nil {
+		s.pool.Close()
+	}
+}
+
+func (s *Service) httpHandler(metrics http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := s.ready(r.Context()); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	if metrics != nil {
+		mux.Handle("GET /metrics", metrics)
+	}
+	return mux
+}
+
+// ready reports whether the registry can do its work: not stopping, the
+// database answering and the task-events consumer running.
+func (s *Service) ready(ctx context.Context) error {
+	if s.stopping.Load() {
+		return errors.New("stopping")
+	}
+	if !s.consuming.Load() {
+		return errors.New("task events consumer not running")
+	}
+	ctx, cancel := context.WithTimeout(ctx, readyPingTimeout)
+	defer cancel()
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	return nil
+}
