@@ -31,7 +31,7 @@ bench: ## full cycle (invoke -> worker -> complete) on the embedded stack
 
 build: ## the service binaries and the CLI into ./bin
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./services/gateway/cmd/gateway ./services/dispatcher/cmd/dispatcher ./libs/sdk/cmd/flo
+	$(GO) build -o $(BIN)/ ./services/gateway/cmd/gateway ./services/dispatcher/cmd/dispatcher ./services/registry/cmd/registry ./libs/sdk/cmd/flo
 
 lint: tools ## vet every module and lint the protos
 	$(GO) vet $(PKGS)

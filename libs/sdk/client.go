@@ -140,6 +140,14 @@ func (c *Client) taskService() (flov1.TaskServiceClient, error) {
 	return flov1.NewTaskServiceClient(conn), nil
 }
 
+func (c *Client) registryService() (flov1.WorkerRegistryServiceClient, error) {
+	conn, err := c.connection()
+	if err != nil {
+		return nil, err
+	}
+	return flov1.NewWorkerRegistryServiceClient(conn), nil
+}
+
 func (c *Client) workerService() (flov1.WorkerServiceClient, error) {
 	conn, err := c.connection()
 	if err != nil {

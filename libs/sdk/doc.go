@@ -24,6 +24,12 @@
 // the task at once, [NewDeadLetterErrorf] sends it to the dead-letter queue, [ErrAbandon] hands it
 // back without counting the attempt and [NewNackErrorf] retries it after a chosen delay.
 //
+// A worker registers itself in the worker registry when it starts (its id, concurrency, actions,
+// [ActionWorkerOptions.Metadata] and machine), sends a heartbeat with its load every
+// [ActionWorkerOptions.HeartbeatInterval], and deregisters when Start returns. Draining it
+// ([Client.DrainWorker], `flo worker drain`) makes it finish the tasks it holds, take no new
+// ones, deregister and return from Start.
+//
 // Each handler execution runs in an OpenTelemetry span that continues the trace of the
 // invocation, using the global tracer provider and propagator.
 package flo

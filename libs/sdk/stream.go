@@ -97,7 +97,7 @@ func (w *ActionWorker) session(ctx context.Context) (connected bool, err error) 
 var errReaderDone = errors.New("flo: worker stream reader ended")
 
 // readLoop receives what the server sends: tasks, which it starts as slots allow, touch
-// answers and refused results.
+// answers, refused results and the news that the worker is draining.
 func (w *ActionWorker) readLoop(ctx context.Context, stream workerStream) error {
 	for {
 		msg, err := stream.Recv()
@@ -120,6 +120,8 @@ func (w *ActionWorker) readLoop(ctx context.Context, stream workerStream) error 
 			}
 		case *flov1.ServerMessage_TouchAck:
 			w.deliverTouchAck(m.TouchAck)
+		case *flov1.ServerMessage_Drain:
+			w.drain("the server sent Drain")
 		case *flov1.ServerMessage_ResultAck:
 			if ids := m.ResultAck.GetRejectedTaskIds(); len(ids) > 0 {
 				w.log.Warn("flo: server refused results", "task_ids", ids, "error", m.ResultAck.GetError())

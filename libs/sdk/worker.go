@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,9 +21,10 @@ import (
 
 // Defaults of [ActionWorkerOptions].
 const (
-	DefaultConcurrency   = 10
-	DefaultActionTimeout = 5 * time.Minute
-	DefaultBlockMS       = 30_000
+	DefaultConcurrency       = 10
+	DefaultActionTimeout     = 5 * time.Minute
+	DefaultBlockMS           = 30_000
+	DefaultHeartbeatInterval = 30 * time.Second
 )
 
 const (
@@ -65,6 +67,12 @@ type ActionWorkerOptions struct {
 	// LeaseMS is how long a claimed task stays this worker's before the server may hand it to
 	// another; zero means the action's timeout.
 	LeaseMS int64
+	// HeartbeatInterval is how often the worker tells the registry it is alive and how many
+	// tasks it is running (default 30 s). The registry marks a worker silent for 90 s unhealthy.
+	HeartbeatInterval time.Duration
+	// Metadata is recorded with the worker in the registry as a JSON object: labels, version,
+	// environment. It must encode as JSON.
+	Metadata map[string]any
 	// Logger receives connection changes and handler panics; the default is slog.Default().
 	Logger *slog.Logger
 }
@@ -75,6 +83,8 @@ type ActionWorker struct {
 	client *Client
 	opts   ActionWorkerOptions
 	log    *slog.Logger
+	// metadata is opts.Metadata encoded once, as the registry takes it.
+	metadata string
 
 	mu       sync.Mutex
 	handlers map[string]handlerFunc
@@ -98,8 +108,13 @@ type ActionWorker struct {
 	slots     slots
 
 	stopping      atomic.Bool
+	stopOnce      sync.Once
 	stopCh        chan struct{}
 	drainDeadline time.Time
+	// registered says the worker may have a record in the registry that it must remove when it
+	// stops; it is set before the first registration is sent, since one that seemed to fail
+	// may still have been stored.
+	registered atomic.Bool
 	// quit is closed when Start returns, releasing handlers that still wait to report.
 	quit chan struct{}
 
@@ -110,8 +125,16 @@ type ActionWorker struct {
 // NewActionWorker returns a worker that takes tasks through this client's connection and
 // namespace. Call it after [Client.Connect].
 func (c *Client) NewActionWorker(opts ActionWorkerOptions) (*ActionWorker, error) {
-	if opts.Concurrency < 0 || opts.ActionTimeout < 0 || opts.BlockMS < 0 || opts.LeaseMS < 0 {
+	if opts.Concurrency < 0 || opts.ActionTimeout < 0 || opts.BlockMS < 0 || opts.LeaseMS < 0 || opts.HeartbeatInterval < 0 {
 		return nil, errors.New("flo: worker options must not be negative")
+	}
+	var metadata string
+	if len(opts.Metadata) > 0 {
+		b, err := json.Marshal(opts.Metadata)
+		if err != nil {
+			return nil, fmt.Errorf("flo: worker metadata: %w", err)
+		}
+		metadata = string(b)
 	}
 	host, err := os.Hostname()
 	if err != nil || host == "" {
@@ -134,6 +157,9 @@ func (c *Client) NewActionWorker(opts ActionWorkerOptions) (*ActionWorker, error
 	if opts.BlockMS == 0 {
 		opts.BlockMS = DefaultBlockMS
 	}
+	if opts.HeartbeatInterval == 0 {
+		opts.HeartbeatInterval = DefaultHeartbeatInterval
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -141,6 +167,7 @@ func (c *Client) NewActionWorker(opts ActionWorkerOptions) (*ActionWorker, error
 		client:    c,
 		opts:      opts,
 		log:       opts.Logger.With("worker_id", opts.WorkerID, "namespace", c.namespace),
+		metadata:  metadata,
 		handlers:  map[string]handlerFunc{},
 		out:       make(chan *flov1.WorkerMessage, outboundBuffer),
 		wake:      make(chan struct{}, 1),
@@ -154,6 +181,10 @@ func (c *Client) NewActionWorker(opts ActionWorkerOptions) (*ActionWorker, error
 
 // Options returns the worker's options with defaults filled in.
 func (w *ActionWorker) Options() ActionWorkerOptions { return w.opts }
+
+// ID returns the worker's id, the one it registers and is listed, drained and deregistered
+// under.
+func (w *ActionWorker) ID() string { return w.opts.WorkerID }
 
 // RegisterAction sets the handler for action. The handler is a
 // func(*ActionContext) ([]byte, error), whose bytes become the result as they are, or a
@@ -190,12 +221,17 @@ func (w *ActionWorker) MustRegisterAction(action string, handler any) {
 	}
 }
 
-// Start connects to the server and runs tasks until ctx ends or Close is called. It then stops
-// asking for tasks, lets the running handlers finish (waiting at most ActionTimeout), reports
-// their results, closes the stream and returns nil. A broken stream is reopened with backoff
-// while handlers keep running; their results go out on the new stream. Start returns an error
-// only when it cannot run at all: no handlers, a closed worker or client, or a server that
-// refuses the worker (bad token, unknown namespace).
+// Start registers the worker in the worker registry, connects to the server and runs tasks
+// until ctx ends, Close is called or the worker is drained (from the CLI, the API, or by the
+// registry's answer to a heartbeat). It then stops asking for tasks, lets the running handlers
+// finish (waiting at most ActionTimeout), reports their results, closes the stream, removes the
+// worker from the registry and returns nil. While it runs it sends the registry a heartbeat
+// with its load every HeartbeatInterval, registering again if the registry lost its record.
+// A broken stream is reopened with backoff while handlers keep running; their results go out on
+// the new stream. The registry is not on the task path: while it is unreachable the worker runs
+// and keeps trying. Start returns an error only when it cannot run at all: no handlers, a
+// closed worker or client, a registration the registry refuses (bad metadata, too many
+// workers), or a server that refuses the worker (bad token, unknown namespace).
 func (w *ActionWorker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	if w.started || w.closed {
@@ -220,8 +256,27 @@ func (w *ActionWorker) Start(ctx context.Context) error {
 	defer cancel()
 	go func() {
 		<-runCtx.Done()
-		w.beginStop()
+		w.stop()
 	}()
+
+	beats, stopBeats := context.WithCancel(w.base)
+	var beating sync.WaitGroup
+	defer func() {
+		stopBeats()
+		beating.Wait()
+		w.deregister()
+	}()
+	if err := w.register(runCtx); err != nil {
+		switch {
+		case runCtx.Err() != nil:
+			return nil
+		case registryUnreachable(err):
+			w.log.Warn("flo: worker registry unreachable; running and registering again once it answers", "error", err)
+		default:
+			return fmt.Errorf("flo: worker %s: %w", w.opts.WorkerID, err)
+		}
+	}
+	beating.Go(func() { w.heartbeatLoop(beats) })
 
 	delay := reconnectMin
 	for {
@@ -251,7 +306,8 @@ func (w *ActionWorker) Start(ctx context.Context) error {
 }
 
 // Close stops a running worker the way the end of Start's context does and waits for Start to
-// return. Closing a worker that never started, or closing twice, does nothing more.
+// return, which removes the worker from the registry. Closing a worker that never started, or
+// closing twice, does nothing more.
 func (w *ActionWorker) Close() error {
 	w.mu.Lock()
 	w.closed = true
@@ -262,6 +318,25 @@ func (w *ActionWorker) Close() error {
 		<-done
 	}
 	return nil
+}
+
+// stop switches the worker to draining, once, whatever asked first: the end of Start's
+// context, Close, a Drain message or a heartbeat answered "draining".
+func (w *ActionWorker) stop() { w.stopOnce.Do(w.beginStop) }
+
+// drain stops the worker at once, before the writer can send another Ready, and ends Start's
+// run context.
+func (w *ActionWorker) drain(reason string) {
+	if !w.stopping.Load() {
+		w.log.Info("flo: worker draining: finishing running tasks, taking no new ones", "reason", reason)
+	}
+	w.stop()
+	w.mu.Lock()
+	cancel := w.cancel
+	w.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
 }
 
 // beginStop switches the worker to draining: no more Ready, newly arriving tasks abandoned.

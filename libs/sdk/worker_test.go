@@ -29,10 +29,12 @@ import (
 
 const waitFor = 5 * time.Second
 
-// peer is the server side of worker streams, driven by the test.
+// peer is the server side of worker streams, driven by the test, with the worker registry
+// beside it.
 type peer struct {
 	flov1.UnimplementedWorkerServiceServer
-	streams chan *peerStream
+	streams  chan *peerStream
+	registry *registryPeer
 }
 
 // peerStream is one worker stream as the peer sees it.
@@ -46,6 +48,7 @@ type peerStream struct {
 }
 
 func (p *peer) Stream(srv grpc.BidiStreamingServer[flov1.WorkerMessage, flov1.ServerMessage]) error {
+	p.registry.record("stream")
 	ps := &peerStream{
 		srv:    srv,
 		recv:   make(chan *flov1.WorkerMessage, 1024),
@@ -84,9 +87,10 @@ func startPeer(t *testing.T) (*peer, *flo.Client) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	p := &peer{streams: make(chan *peerStream, 4)}
+	p := &peer{streams: make(chan *peerStream, 4), registry: newRegistryPeer()}
 	srv := grpc.NewServer()
 	flov1.RegisterWorkerServiceServer(srv, p)
+	flov1.RegisterWorkerRegistryServiceServer(srv, p.registry)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 
@@ -591,6 +595,8 @@ func TestWorkerRegistrationRules(t *testing.T) {
 	require.Equal(t, 5*time.Minute, opts.ActionTimeout)
 	require.Equal(t, int64(30000), opts.BlockMS)
 	require.Zero(t, opts.LeaseMS)
+	require.Equal(t, 30*time.Second, opts.HeartbeatInterval)
+	require.Equal(t, opts.WorkerID, w.ID())
 	require.Regexp(t, `^.+-[0-9a-f]{8}$`, opts.WorkerID)
 	require.NotEmpty(t, opts.MachineID)
 
@@ -605,4 +611,8 @@ func TestWorkerRegistrationRules(t *testing.T) {
 
 	_, err = client.NewActionWorker(flo.ActionWorkerOptions{Concurrency: -1})
 	require.Error(t, err)
+	_, err = client.NewActionWorker(flo.ActionWorkerOptions{HeartbeatInterval: -time.Second})
+	require.Error(t, err)
+	_, err = client.NewActionWorker(flo.ActionWorkerOptions{Metadata: map[string]any{"callback": func() {}}})
+	require.ErrorContains(t, err, "worker metadata")
 }

@@ -18,8 +18,10 @@ import (
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/localbroker"
 	"github.com/razorbill/flo/libs/localpg"
+	"github.com/razorbill/flo/libs/telemetry"
 	dispatcher "github.com/razorbill/flo/services/dispatcher/service"
 	gateway "github.com/razorbill/flo/services/gateway/service"
+	registry "github.com/razorbill/flo/services/registry/service"
 )
 
 // Config says where the stack keeps its data and listens. Zero values work on a
@@ -42,11 +44,17 @@ type Config struct {
 	GatewayHTTPAddr    string `env:"FLO_GATEWAY_HTTP_ADDR, default=:8080"`
 	DispatcherGRPCAddr string `env:"FLO_DISPATCHER_GRPC_ADDR, default=127.0.0.1:9101"`
 	DispatcherHTTPAddr string `env:"FLO_DISPATCHER_HTTP_ADDR, default=127.0.0.1:9111"`
+	RegistryGRPCAddr   string `env:"FLO_REGISTRY_GRPC_ADDR, default=127.0.0.1:9102"`
+	RegistryHTTPAddr   string `env:"FLO_REGISTRY_HTTP_ADDR, default=127.0.0.1:9112"`
 
 	// Namespaces are created at start.
 	Namespaces []string `env:"FLO_BOOTSTRAP_NAMESPACES, default=default,myapp"`
 	// LeaseCheckInterval is how often expired leases are looked for.
 	LeaseCheckInterval time.Duration `env:"FLO_LEASE_CHECK_INTERVAL, default=1s"`
+	// HeartbeatTimeout is how long a silent worker stays healthy.
+	HeartbeatTimeout time.Duration `env:"FLO_WORKER_HEARTBEAT_TIMEOUT, default=90s"`
+	// HealthCheckInterval is how often silent workers are looked for.
+	HealthCheckInterval time.Duration `env:"FLO_WORKER_HEALTH_CHECK_INTERVAL, default=5s"`
 	// MaxPayloadBytes bounds an invocation's payload.
 	MaxPayloadBytes int `env:"FLO_MAX_PAYLOAD_BYTES, default=1048576"`
 	// PostgresFsync keeps the private Postgres crash-safe; tests turn it off.
@@ -58,10 +66,11 @@ type Stack struct {
 	cfg Config
 	log *slog.Logger
 
-	pg     *localpg.Server
-	broker *localbroker.Broker
-	dbURL  string
-	kafka  []string
+	pg        *localpg.Server
+	broker    *localbroker.Broker
+	telemetry *telemetry.Telemetry
+	dbURL     string
+	kafka     []string
 
 	mu       sync.Mutex
 	services map[string]*running
@@ -84,11 +93,20 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Stack, error) {
 		cfg: cfg, log: log, services: map[string]*running{}, failed: make(chan struct{}),
 		dbURL: cfg.DatabaseURL, kafka: cfg.KafkaBrokers,
 	}
+	tel, err := telemetry.Setup(ctx, "flo")
+	if err != nil {
+		return nil, fmt.Errorf("set up telemetry: %w", err)
+	}
+	s.telemetry = tel
 	if err := s.startInfra(ctx); err != nil {
 		s.Stop()
 		return nil, err
 	}
 	if err := s.StartDispatcher(ctx); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	if err := s.StartRegistry(ctx); err != nil {
 		s.Stop()
 		return nil, err
 	}
@@ -148,7 +166,7 @@ func (s *Stack) StartDispatcher(ctx context.Context) error {
 		LeaseCheckInterval:  s.cfg.LeaseCheckInterval,
 		Postgres:            config.Postgres{URL: s.dbURL, MaxConns: 16},
 		Kafka:               config.Kafka{Brokers: s.kafka, Partitions: s.cfg.Partitions},
-	}, s.log.With("component", "dispatcher"))
+	}, s.log.With("component", "dispatcher"), dispatcher.WithMetricsHandler(s.telemetry.MetricsHandler()))
 	if err != nil {
 		return fmt.Errorf("start dispatcher: %w", err)
 	}
@@ -163,14 +181,38 @@ func (s *Stack) StartDispatcher(ctx context.Context) error {
 // StopDispatcher stops the dispatcher and waits for it to end.
 func (s *Stack) StopDispatcher() error { return s.stop("dispatcher") }
 
+// StartRegistry starts a registry replica (again, after StopRegistry).
+func (s *Stack) StartRegistry(ctx context.Context) error {
+	svc, err := registry.New(ctx, registry.Config{
+		GRPCAddr:               s.cfg.RegistryGRPCAddr,
+		HTTPAddr:               s.cfg.RegistryHTTPAddr,
+		HeartbeatTimeout:       s.cfg.HeartbeatTimeout,
+		HealthCheckInterval:    s.cfg.HealthCheckInterval,
+		MaxWorkersPerNamespace: 10000,
+		Postgres:               config.Postgres{URL: s.dbURL, MaxConns: 8},
+		Kafka:                  config.Kafka{Brokers: s.kafka, Partitions: s.cfg.Partitions},
+	}, s.log.With("component", "registry"), registry.WithMetricsHandler(s.telemetry.MetricsHandler()))
+	if err != nil {
+		return fmt.Errorf("start registry: %w", err)
+	}
+	s.cfg.RegistryGRPCAddr = svc.GRPCAddr()
+	s.cfg.RegistryHTTPAddr = svc.HTTPAddr()
+	s.run("registry", svc.Run)
+	return nil
+}
+
+// StopRegistry stops the registry and waits for it to end.
+func (s *Stack) StopRegistry() error { return s.stop("registry") }
+
 func (s *Stack) startGateway(ctx context.Context) error {
 	svc, err := gateway.New(ctx, gateway.Config{
 		GRPCAddr:        s.cfg.GatewayGRPCAddr,
 		HTTPAddr:        s.cfg.GatewayHTTPAddr,
 		DispatcherAddr:  s.cfg.DispatcherGRPCAddr,
+		RegistryAddr:    s.cfg.RegistryGRPCAddr,
 		MaxPayloadBytes: s.cfg.MaxPayloadBytes,
 		Kafka:           config.Kafka{Brokers: s.kafka, Partitions: s.cfg.Partitions},
-	}, s.log.With("component", "gateway"))
+	}, s.log.With("component", "gateway"), gateway.WithMetricsHandler(s.telemetry.MetricsHandler()))
 	if err != nil {
 		return fmt.Errorf("start gateway: %w", err)
 	}
@@ -256,7 +298,7 @@ func (s *Stack) Broker() *localbroker.Broker { return s.broker }
 // Stop stops the services (gateway first, so no new work enters), then the
 // broker and Postgres it started.
 func (s *Stack) Stop() {
-	for _, name := range []string{"gateway", "dispatcher"} {
+	for _, name := range []string{"gateway", "registry", "dispatcher"} {
 		if err := s.stop(name); err != nil {
 			s.log.Error("stop service", "service", name, "error", err)
 		}
@@ -268,5 +310,8 @@ func (s *Stack) Stop() {
 		if err := s.pg.Stop(); err != nil {
 			s.log.Error("stop postgres", "error", err)
 		}
+	}
+	if err := s.telemetry.Shutdown(context.Background()); err != nil {
+		s.log.Error("telemetry shutdown", "error", err)
 	}
 }

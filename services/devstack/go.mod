@@ -38,6 +38,7 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/otlptranslator v1.0.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/razorbill/flo/services/registry v0.0.0-00010101000000-000000000000
 	github.com/sethvargo/go-envconfig v1.3.0 // indirect
 	github.com/sethvargo/go-retry v0.5.0 // indirect
 	github.com/twmb/franz-go/pkg/kadm v1.18.0 // indirect
@@ -63,7 +64,7 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20261012220534-4341edf3f941 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261005182115-fad411399dd8 // indirect
-	google.golang.org/grpc v1.85.0 // indirect
+	google.golang.org/grpc v1.85.0
 )
 
 replace (
@@ -73,3 +74,5 @@ replace (
 	github.com/razorbill/flo/services/dispatcher => ../dispatcher
 	github.com/razorbill/flo/services/gateway => ../gateway
 )
+
+replace github.com/razorbill/flo/services/registry => ../registry

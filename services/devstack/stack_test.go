@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	flo "github.com/razorbill/flo-go"
 	"github.com/razorbill/flo/libs/harness"
@@ -35,30 +37,48 @@ func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-func newEnv(t *testing.T, namespaces ...string) *env {
+func newEnv(t *testing.T) *env { return newEnvWith(t, nil) }
+
+// newEnvWith starts a platform with test-friendly settings that adjust may
+// change.
+func newEnvWith(t *testing.T, adjust func(cfg *devstack.Config)) *env {
 	t.Helper()
-	if len(namespaces) == 0 {
-		namespaces = []string{"default", "myapp"}
-	}
 	broker := harness.NewBroker(t)
 	dbURL := harness.NewDatabase(t)
+	cfg := devstack.Config{
+		DatabaseURL:         dbURL,
+		KafkaBrokers:        broker.Addrs(),
+		Partitions:          4,
+		GatewayGRPCAddr:     "127.0.0.1:0",
+		GatewayHTTPAddr:     "127.0.0.1:0",
+		DispatcherGRPCAddr:  "127.0.0.1:0",
+		DispatcherHTTPAddr:  "127.0.0.1:0",
+		RegistryGRPCAddr:    "127.0.0.1:0",
+		RegistryHTTPAddr:    "127.0.0.1:0",
+		Namespaces:          []string{"default", "myapp"},
+		LeaseCheckInterval:  100 * time.Millisecond,
+		HeartbeatTimeout:    90 * time.Second,
+		HealthCheckInterval: time.Second,
+		MaxPayloadBytes:     64 << 10,
+	}
+	if adjust != nil {
+		adjust(&cfg)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	stack, err := devstack.Start(ctx, devstack.Config{
-		DatabaseURL:        dbURL,
-		KafkaBrokers:       broker.Addrs(),
-		Partitions:         4,
-		GatewayGRPCAddr:    "127.0.0.1:0",
-		GatewayHTTPAddr:    "127.0.0.1:0",
-		DispatcherGRPCAddr: "127.0.0.1:0",
-		DispatcherHTTPAddr: "127.0.0.1:0",
-		Namespaces:         namespaces,
-		LeaseCheckInterval: 100 * time.Millisecond,
-		MaxPayloadBytes:    64 << 10,
-	}, testLogger(t))
+	stack, err := devstack.Start(ctx, cfg, testLogger(t))
 	require.NoError(t, err)
 	t.Cleanup(stack.Stop)
 	return &env{stack: stack, broker: broker, db: openPool(t, dbURL)}
+}
+
+// dial opens a raw gRPC connection, for calls the SDK does not make.
+func dial(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }
 
 // openPool connects the test itself to the database, to check what the

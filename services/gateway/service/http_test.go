@@ -59,7 +59,7 @@ func TestNotReadyWithoutDispatcher(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	gw, err := service.New(ctx, service.Config{
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DispatcherAddr: deadAddr,
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DispatcherAddr: deadAddr, RegistryAddr: deadAddr,
 		MaxPayloadBytes: testMaxPayload, Kafka: config.Kafka{Brokers: broker.Addrs(), Partitions: 1},
 	}, testLogger(t))
 	require.NoError(t, err)

@@ -1,7 +1,8 @@
 // Package service wires the gateway: the public gRPC API and worker streams,
 // the REST facade with health, readiness, OpenAPI and metrics, the producer
-// of invoke commands, the task-events tail that wakes waiting requests, and
-// the connection to the dispatcher. cmd/gateway and the dev stack run it.
+// of invoke commands, the task-events tail that wakes waiting requests, the
+// worker-events tail that drains worker streams, and the connections to the
+// dispatcher and the registry. cmd/gateway and the dev stack run it.
 package service
 
 import (
@@ -18,6 +19,7 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
@@ -29,6 +31,7 @@ import (
 	"github.com/razorbill/flo/libs/telemetry"
 	floproto "github.com/razorbill/flo/proto"
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
+	registryv1 "github.com/razorbill/flo/proto/gen/flo/registry/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 
 	"github.com/razorbill/flo/services/gateway/internal/action"
@@ -43,9 +46,14 @@ import (
 
 // Config is the gateway's configuration, read from FLO_* variables.
 type Config struct {
-	GRPCAddr        string `env:"FLO_GATEWAY_GRPC_ADDR, default=:9000"`
-	HTTPAddr        string `env:"FLO_GATEWAY_HTTP_ADDR, default=:8080"`
-	DispatcherAddr  string `env:"FLO_DISPATCHER_ADDR, default=localhost:9101"`
+	GRPCAddr       string `env:"FLO_GATEWAY_GRPC_ADDR, default=:9000"`
+	HTTPAddr       string `env:"FLO_GATEWAY_HTTP_ADDR, default=:8080"`
+	DispatcherAddr string `env:"FLO_DISPATCHER_ADDR, default=localhost:9101"`
+	// RegistryAddr is the registry's internal gRPC API. The task path does
+	// not depend on it: while it is down, worker-registry calls fail with
+	// Unavailable and worker streams carry on. Empty means there is no
+	// registry, which looks the same to callers.
+	RegistryAddr    string `env:"FLO_REGISTRY_ADDR, default=localhost:9102"`
 	MaxPayloadBytes int    `env:"FLO_MAX_PAYLOAD_BYTES, default=1048576"`
 	// AuthToken, when set, is the token every worker's Hello must carry.
 	AuthToken string `env:"FLO_AUTH_TOKEN"`
@@ -73,6 +81,10 @@ const (
 	drainTimeout    = 10 * time.Second
 	// setupTimeout bounds creating topics in New.
 	setupTimeout = 30 * time.Second
+	// registryRedialMax caps the wait between attempts to reach a registry
+	// that is down, so workers' heartbeats get through soon after it is back
+	// (gRPC's own cap is two minutes).
+	registryRedialMax = time.Second
 )
 
 // Option adjusts a Service.
@@ -100,10 +112,14 @@ type Service struct {
 	grpcServer *grpc.Server
 	httpServer *http.Server
 
-	conn       *grpc.ClientConn
-	dispatcher dispatcherv1.DispatcherClient
-	producer   *kgo.Client
-	tail       *kafka.Tail
+	conn         *grpc.ClientConn
+	dispatcher   dispatcherv1.DispatcherClient
+	registryConn *grpc.ClientConn
+	producer     *kgo.Client
+	tail         *kafka.Tail
+	// workerTail follows worker events to drain the streams of draining
+	// workers.
+	workerTail *kafka.Tail
 	waiters    *taskwait.Registry
 	streams    *workerstream.Server
 	telemetry  *telemetry.Telemetry
@@ -163,6 +179,24 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	}
 	s.dispatcher = dispatcherv1.NewDispatcherClient(s.conn)
 
+	registry := api.NoRegistry
+	if cfg.RegistryAddr != "" {
+		// The connection is made lazily and remade whenever it breaks, so a
+		// registry that is down now costs nothing here.
+		s.registryConn, err = grpc.NewClient(cfg.RegistryAddr,
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
+			grpc.WithConnectParams(grpc.ConnectParams{
+				Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: registryRedialMax},
+				MinConnectTimeout: 5 * time.Second,
+			}),
+		)
+		if err != nil {
+			return nil, fmt.Errorf("dial registry %s: %w", cfg.RegistryAddr, err)
+		}
+		registry = registryv1.NewRegistryClient(s.registryConn)
+	}
+
 	s.producer, err = kafka.NewClient(cfg.Kafka.Brokers,
 		kgo.ProducerBatchMaxBytes(int32(max(1<<20, cfg.MaxPayloadBytes+bodySlack))),
 	)
@@ -170,7 +204,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		return nil, fmt.Errorf("connect to kafka: %w", err)
 	}
 	tctx, cancel := context.WithTimeout(ctx, setupTimeout)
-	err = kafka.EnsureTopics(tctx, s.producer, cfg.Kafka.Partitions, invoke.Topic, taskwait.Topic)
+	err = kafka.EnsureTopics(tctx, s.producer, cfg.Kafka.Partitions, invoke.Topic, taskwait.Topic, workerstream.WorkerEventsTopic)
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("ensure topics: %w", err)
@@ -198,8 +232,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		CheckNamespace: func(ctx context.Context, name string) error {
 			return api.CheckNamespace(ctx, log, namespaces, name)
 		},
-		Log: log,
+		Registry: registry,
+		Log:      log,
 	})
+	workerServer := api.NewWorkerServer(registry, namespaces, s.streams.DrainWorker, log)
 
 	s.grpcServer = grpc.NewServer(
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
@@ -217,9 +253,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	flov1.RegisterActionServiceServer(s.grpcServer, actionServer)
 	flov1.RegisterTaskServiceServer(s.grpcServer, taskServer)
 	flov1.RegisterWorkerServiceServer(s.grpcServer, s.streams)
+	flov1.RegisterWorkerRegistryServiceServer(s.grpcServer, workerServer)
 
 	handler, err := httpapi.NewHandler(ctx, httpapi.Services{
-		Namespaces: nsServer, Actions: actionServer, Tasks: taskServer,
+		Namespaces: nsServer, Actions: actionServer, Tasks: taskServer, Workers: workerServer,
 	}, httpapi.Options{
 		MaxBodyBytes: maxBodyBytes(cfg.MaxPayloadBytes),
 		Ready:        s.Ready,
@@ -237,10 +274,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		IdleTimeout:       2 * time.Minute,
 	}
 
-	// Last, because only Run releases the tail's client.
+	// Last, because only Run releases the tails' clients.
 	s.tail, err = kafka.NewTail(cfg.Kafka.Brokers, []string{taskwait.Topic}, s.waiters.Handler(log), log)
 	if err != nil {
 		return nil, fmt.Errorf("tail task events: %w", err)
+	}
+	s.workerTail, err = kafka.NewTail(cfg.Kafka.Brokers, []string{workerstream.WorkerEventsTopic}, s.streams.WorkerEventsHandler(log), log)
+	if err != nil {
+		return nil, fmt.Errorf("tail worker events: %w", err)
 	}
 
 	return s, nil
@@ -259,23 +300,27 @@ func (s *Service) GRPCAddr() string { return s.grpcLis.Addr().String() }
 func (s *Service) HTTPAddr() string { return s.httpLis.Addr().String() }
 
 // Ready reports whether the gateway can serve: the dispatcher has answered
-// and its connection is not failing, the task-events tail knows where it
-// starts, and shutdown has not begun.
+// and its connection is not failing, both tails know where they start, and
+// shutdown has not begun. The registry is deliberately not asked: it is not
+// on the task path, and worker streams run without it. (The worker-events
+// tail needs only the broker, like the task-events tail.)
 func (s *Service) Ready() bool {
 	if s.stopping.Load() || !s.answered.Load() {
 		return false
 	}
-	select {
-	case <-s.tail.Ready():
-	default:
-		return false
+	for _, t := range []*kafka.Tail{s.tail, s.workerTail} {
+		select {
+		case <-t.Ready():
+		default:
+			return false
+		}
 	}
 	return s.conn.GetState() != connectivity.TransientFailure
 }
 
 // Run serves until ctx ends or a component fails, then shuts down: readiness
 // off, worker streams drained and closed, servers stopped gracefully within a
-// timeout, then the tail, the producer and the dispatcher connection closed.
+// timeout, then the tails, the producer and the connections closed.
 func (s *Service) Run(ctx context.Context) error {
 	// The tail outlives the servers so that requests still waiting during
 	// shutdown are woken; it stops once they have stopped.
@@ -304,6 +349,16 @@ func (s *Service) Run(ctx context.Context) error {
 			err = errors.New("stopped unexpectedly")
 		}
 		return fmt.Errorf("task-events tail: %w", err)
+	})
+	g.Go(func() error {
+		err := s.workerTail.Run(tailCtx)
+		if tailCtx.Err() != nil {
+			return nil
+		}
+		if err == nil {
+			err = errors.New("stopped unexpectedly")
+		}
+		return fmt.Errorf("worker-events tail: %w", err)
 	})
 	g.Go(func() error {
 		s.probeDispatcher(gctx)
@@ -357,8 +412,10 @@ func (s *Service) closeResources(ctx context.Context) {
 		cancel()
 		s.producer.Close()
 	}
-	if s.conn != nil {
-		_ = s.conn.Close()
+	for _, c := range []*grpc.ClientConn{s.conn, s.registryConn} {
+		if c != nil {
+			_ = c.Close()
+		}
 	}
 	for _, l := range []net.Listener{s.grpcLis, s.httpLis} {
 		if l != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	dispatcher "github.com/razorbill/flo/services/dispatcher/service"
+	registry "github.com/razorbill/flo/services/registry/service"
 
 	"github.com/razorbill/flo/services/gateway/service"
 )
@@ -40,14 +42,20 @@ const testMaxPayload = 4096
 // hanging, nothing asserts how long anything took.
 const wait = 60 * time.Second
 
-// stack is a dispatcher and a gateway on loopback over a fresh database and
-// broker.
+// testMaxWorkers is the registry's per-namespace worker limit in the test
+// stacks, small so the limit is cheap to reach.
+const testMaxWorkers = 5
+
+// stack is a dispatcher, a gateway and, when asked for, a registry on
+// loopback over a fresh database and broker.
 type stack struct {
 	gateway      *service.Service
 	stopGateway  func() error
 	dispatcher   dispatcherv1.DispatcherClient
 	dispatchAddr string
 	stopDispatch func() error
+	registryAddr string
+	stopRegistry func() error
 	dbURL        string
 	brokers      []string
 	conn         *grpc.ClientConn
@@ -58,6 +66,7 @@ type stack struct {
 	actions    flov1.ActionServiceClient
 	tasks      flov1.TaskServiceClient
 	workers    flov1.WorkerServiceClient
+	registry   flov1.WorkerRegistryServiceClient
 }
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -86,16 +95,35 @@ func run(t *testing.T, r func(context.Context) error) (stop func() error) {
 	return stop
 }
 
+// startStack starts a dispatcher and a gateway whose registry address has
+// nothing listening: the registry is down, as it may be in production.
 func startStack(t *testing.T) *stack {
+	t.Helper()
+	return newStack(t, false)
+}
+
+// startRegistryStack starts a dispatcher, a registry and a gateway.
+func startRegistryStack(t *testing.T) *stack {
+	t.Helper()
+	return newStack(t, true)
+}
+
+func newStack(t *testing.T, withRegistry bool) *stack {
 	t.Helper()
 	broker := harness.NewBroker(t)
 	s := &stack{dbURL: harness.NewDatabase(t), brokers: broker.Addrs(), log: testLogger(t), dispatchAddr: "127.0.0.1:0"}
 	s.startDispatcher(t)
+	if withRegistry {
+		s.startRegistry(t)
+	} else {
+		s.registryAddr = unusedAddr(t)
+	}
 
 	gw, err := service.New(context.Background(), service.Config{
 		GRPCAddr:        "127.0.0.1:0",
 		HTTPAddr:        "127.0.0.1:0",
 		DispatcherAddr:  s.dispatchAddr,
+		RegistryAddr:    s.registryAddr,
 		MaxPayloadBytes: testMaxPayload,
 		AuthToken:       testToken,
 		Kafka:           s.kafka(),
@@ -118,7 +146,35 @@ func startStack(t *testing.T) *stack {
 	s.actions = flov1.NewActionServiceClient(s.conn)
 	s.tasks = flov1.NewTaskServiceClient(s.conn)
 	s.workers = flov1.NewWorkerServiceClient(s.conn)
+	s.registry = flov1.NewWorkerRegistryServiceClient(s.conn)
 	return s
+}
+
+// unusedAddr returns a loopback address nothing listens on.
+func unusedAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := lis.Addr().String()
+	require.NoError(t, lis.Close())
+	return addr
+}
+
+// startRegistry starts a registry over the stack's database and broker.
+func (s *stack) startRegistry(t *testing.T) {
+	t.Helper()
+	reg, err := registry.New(context.Background(), registry.Config{
+		GRPCAddr:               "127.0.0.1:0",
+		HTTPAddr:               "127.0.0.1:0",
+		HeartbeatTimeout:       90 * time.Second,
+		HealthCheckInterval:    time.Second,
+		MaxWorkersPerNamespace: testMaxWorkers,
+		Postgres:               config.Postgres{URL: s.dbURL, MaxConns: 8},
+		Kafka:                  s.kafka(),
+	}, s.log.With("service", "registry"))
+	require.NoError(t, err)
+	s.registryAddr = reg.GRPCAddr()
+	s.stopRegistry = run(t, reg.Run)
 }
 
 func (s *stack) kafka() config.Kafka { return config.Kafka{Brokers: s.brokers, Partitions: 2} }

@@ -241,6 +241,11 @@ func TestWorkerStreamRefusals(t *testing.T) {
 			code:  codes.NotFound,
 		},
 		{
+			name:  "negative max_concurrency",
+			first: &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Hello{Hello: &flov1.Hello{Token: testToken, Namespace: "default", Actions: []string{"x"}, MaxConcurrency: -1}}},
+			code:  codes.InvalidArgument,
+		},
+		{
 			name:  "empty namespace",
 			first: &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Hello{Hello: &flov1.Hello{Token: testToken, Actions: []string{"x"}}}},
 			code:  codes.InvalidArgument,

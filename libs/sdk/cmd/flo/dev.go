@@ -12,7 +12,6 @@ import (
 
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/logging"
-	"github.com/razorbill/flo/libs/telemetry"
 	"github.com/razorbill/flo/services/devstack"
 )
 
@@ -55,16 +54,6 @@ func runDev(ctx context.Context, dataDir string, dataDirSet bool) error {
 	if err != nil {
 		return fmt.Errorf("logger: %w", err)
 	}
-	tel, err := telemetry.Setup(ctx, "flo-dev")
-	if err != nil {
-		return fmt.Errorf("telemetry: %w", err)
-	}
-	defer func() {
-		if err := tel.Shutdown(context.Background()); err != nil {
-			log.Error("telemetry shutdown", "error", err)
-		}
-	}()
-
 	stack, err := devstack.Start(ctx, cfg, log)
 	if err != nil {
 		return err

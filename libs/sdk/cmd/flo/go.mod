@@ -38,6 +38,7 @@ require (
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/razorbill/flo/services/dispatcher v0.0.0-00010101000000-000000000000 // indirect
 	github.com/razorbill/flo/services/gateway v0.0.0-00010101000000-000000000000 // indirect
+	github.com/razorbill/flo/services/registry v0.0.0-00010101000000-000000000000 // indirect
 	github.com/sethvargo/go-envconfig v1.3.0 // indirect
 	github.com/sethvargo/go-retry v0.5.0 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
@@ -78,3 +79,5 @@ replace (
 	github.com/razorbill/flo/services/dispatcher => ../../../../services/dispatcher
 	github.com/razorbill/flo/services/gateway => ../../../../services/gateway
 )
+
+replace github.com/razorbill/flo/services/registry => ../../../../services/registry

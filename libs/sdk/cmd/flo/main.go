@@ -1,6 +1,7 @@
-// Command flo is the command line of Flo: it manages namespaces and actions, invokes actions
-// and inspects tasks and dead letters through the gateway's gRPC API. What a script would read
-// is printed as indented JSON on stdout; errors go to stderr with a non-zero exit status.
+// Command flo is the command line of Flo: it manages namespaces and actions, invokes actions,
+// inspects tasks and dead letters, and lists, drains and deregisters workers through the
+// gateway's gRPC API. What a script would read is printed as indented JSON on stdout; errors go
+// to stderr with a non-zero exit status.
 package main
 
 import (
@@ -66,6 +67,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newNamespaceCmd(g))
 	root.AddCommand(newActionCmd(g))
 	root.AddCommand(newTaskCmd(g))
+	root.AddCommand(newWorkerCmd(g))
 	root.AddCommand(newDevCmd())
 	return root
 }

@@ -49,6 +49,11 @@ func TestArgumentValidation(t *testing.T) {
 		{name: "dlq negative limit", args: []string{"task", "dlq", "list", "--limit", "-5"}, wantErr: "--limit must not be negative"},
 		{name: "dlq requeue without id", args: []string{"task", "dlq", "requeue"}, wantErr: "accepts 1 arg(s), received 0"},
 		{name: "namespace create without name", args: []string{"namespace", "create"}, wantErr: "accepts 1 arg(s), received 0"},
+		{name: "worker list with argument", args: []string{"worker", "list", "w-1"}, wantErr: `unknown command "w-1"`},
+		{name: "worker get without id", args: []string{"worker", "get"}, wantErr: "accepts 1 arg(s), received 0"},
+		{name: "worker get with two ids", args: []string{"worker", "get", "w-1", "w-2"}, wantErr: "accepts 1 arg(s), received 2"},
+		{name: "worker drain without id", args: []string{"worker", "drain"}, wantErr: "accepts 1 arg(s), received 0"},
+		{name: "worker deregister without id", args: []string{"worker", "deregister"}, wantErr: "accepts 1 arg(s), received 0"},
 		{name: "unknown command", args: []string{"actoin", "list"}, wantErr: `unknown command "actoin"`},
 	}
 	for _, tt := range tests {
@@ -158,4 +163,99 @@ func TestServerErrorsGoToStderr(t *testing.T) {
 	require.Contains(t, stderr, "flo: get action nope:")
 	require.Contains(t, stderr, "NotFound")
 	require.Contains(t, stderr, "action nope not found in namespace default")
+}
+
+// recordingWorkers answers the worker-registry calls the CLI makes and keeps the requests.
+type recordingWorkers struct {
+	flov1.UnimplementedWorkerRegistryServiceServer
+	mu       sync.Mutex
+	requests []string
+}
+
+func (r *recordingWorkers) note(call, namespace, id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.requests = append(r.requests, call+" "+namespace+"/"+id)
+}
+
+func sampleWorker(namespace, id string, st flov1.WorkerStatus) *flov1.Worker {
+	return &flov1.Worker{
+		Namespace: namespace, WorkerId: id, WorkerType: flov1.WorkerType_WORKER_TYPE_ACTION, Status: st,
+		MaxConcurrency: 10, CurrentLoad: 3, MachineId: "laptop", Metadata: `{"v":1}`, TasksCompleted: 4,
+		Processes: []*flov1.WorkerProcess{{Name: "process-order", Kind: flov1.ProcessKind_PROCESS_KIND_ACTION, RunCount: 4}},
+	}
+}
+
+func (r *recordingWorkers) ListWorkers(_ context.Context, req *flov1.ListWorkersRequest) (*flov1.ListWorkersResponse, error) {
+	r.note("list", req.GetNamespace(), "")
+	return &flov1.ListWorkersResponse{Workers: []*flov1.Worker{
+		sampleWorker(req.GetNamespace(), "w-1", flov1.WorkerStatus_WORKER_STATUS_ACTIVE),
+		sampleWorker(req.GetNamespace(), "w-2", flov1.WorkerStatus_WORKER_STATUS_UNHEALTHY),
+	}}, nil
+}
+
+func (r *recordingWorkers) GetWorker(_ context.Context, req *flov1.GetWorkerRequest) (*flov1.Worker, error) {
+	r.note("get", req.GetNamespace(), req.GetWorkerId())
+	if req.GetWorkerId() != "w-1" {
+		return nil, status.Errorf(codes.NotFound, "worker %s not found", req.GetWorkerId())
+	}
+	return sampleWorker(req.GetNamespace(), "w-1", flov1.WorkerStatus_WORKER_STATUS_IDLE), nil
+}
+
+func (r *recordingWorkers) DrainWorker(_ context.Context, req *flov1.GetWorkerRequest) (*flov1.Worker, error) {
+	r.note("drain", req.GetNamespace(), req.GetWorkerId())
+	return sampleWorker(req.GetNamespace(), req.GetWorkerId(), flov1.WorkerStatus_WORKER_STATUS_DRAINING), nil
+}
+
+func (r *recordingWorkers) DeregisterWorker(_ context.Context, req *flov1.GetWorkerRequest) (*flov1.DeregisterWorkerResponse, error) {
+	r.note("deregister", req.GetNamespace(), req.GetWorkerId())
+	return &flov1.DeregisterWorkerResponse{}, nil
+}
+
+func TestWorkerCommands(t *testing.T) {
+	r := &recordingWorkers{}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer()
+	flov1.RegisterWorkerRegistryServiceServer(srv, r)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	addr := lis.Addr().String()
+
+	code, stdout, stderr := runCLI(t, "--addr", addr, "-n", "myapp", "worker", "list")
+	require.Equal(t, 0, code, stderr)
+	var list []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(stdout), &list), stdout)
+	require.Len(t, list, 2)
+	require.Equal(t, "w-1", list[0]["worker_id"])
+	require.Equal(t, "action", list[0]["worker_type"])
+	require.Equal(t, "active", list[0]["status"])
+	require.Equal(t, "unhealthy", list[1]["status"])
+	require.InDelta(t, 10, list[0]["max_concurrency"], 0)
+	require.InDelta(t, 3, list[0]["current_load"], 0)
+	require.Equal(t, map[string]any{"v": float64(1)}, list[0]["metadata"])
+	require.Equal(t, "process-order", list[0]["processes"].([]any)[0].(map[string]any)["name"])
+
+	code, stdout, stderr = runCLI(t, "--addr", addr, "-n", "myapp", "worker", "get", "w-1")
+	require.Equal(t, 0, code, stderr)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal([]byte(stdout), &got), stdout)
+	require.Equal(t, "idle", got["status"])
+
+	code, stdout, stderr = runCLI(t, "--addr", addr, "-n", "myapp", "worker", "drain", "w-1")
+	require.Equal(t, 0, code, stderr)
+	require.NoError(t, json.Unmarshal([]byte(stdout), &got), stdout)
+	require.Equal(t, "draining", got["status"])
+
+	code, stdout, stderr = runCLI(t, "--addr", addr, "-n", "myapp", "worker", "deregister", "w-1")
+	require.Equal(t, 0, code, stderr)
+	require.JSONEq(t, `{"worker_id":"w-1","status":"deregistered"}`, stdout)
+
+	code, stdout, stderr = runCLI(t, "--addr", addr, "-n", "myapp", "worker", "get", "ghost")
+	require.Equal(t, 1, code)
+	require.Empty(t, stdout)
+	require.Contains(t, stderr, "flo: get worker ghost:")
+	require.Contains(t, stderr, "NotFound")
+
+	require.Equal(t, []string{"list myapp/", "get myapp/w-1", "drain myapp/w-1", "deregister myapp/w-1", "get myapp/ghost"}, r.requests)
 }

@@ -1,8 +1,9 @@
 // Package api implements the public gRPC services NamespaceService,
-// ActionService and TaskService. Handlers are thin: they validate what the
-// gateway can judge alone (names, sizes, the namespace existing), then either
-// pass the call to the dispatcher, whose status codes reach the caller
-// unchanged, or put an invocation on the log. The REST facade serves the same
+// ActionService, TaskService and WorkerRegistryService. Handlers are thin:
+// they validate what the gateway can judge alone (names, sizes, the namespace
+// existing), then either pass the call to the dispatcher or the registry,
+// whose status codes reach the caller unchanged, or put an invocation on the
+// log. The REST facade serves the same
 // handlers in process through grpc-gateway.
 package api
 
@@ -76,7 +77,8 @@ func checkTaskID(id string) error {
 	return nil
 }
 
-// upstream returns the gRPC status an error from the dispatcher or the log
+// upstream returns the gRPC status an error from the dispatcher, the registry
+// or the log
 // carries, so callers see the dispatcher's codes and messages unchanged. An
 // error without a status is logged with what was being done and becomes
 // Internal (or Canceled/DeadlineExceeded when the caller's context ended).

@@ -44,6 +44,7 @@ type Services struct {
 	Namespaces flov1.NamespaceServiceServer
 	Actions    flov1.ActionServiceServer
 	Tasks      flov1.TaskServiceServer
+	Workers    flov1.WorkerRegistryServiceServer
 }
 
 // NewHandler returns the gateway's HTTP handler.
@@ -68,6 +69,9 @@ func NewHandler(ctx context.Context, svc Services, opts Options) (http.Handler, 
 	}
 	if err := flov1.RegisterTaskServiceHandlerServer(ctx, gw, svc.Tasks); err != nil {
 		return nil, fmt.Errorf("register task REST handlers: %w", err)
+	}
+	if err := flov1.RegisterWorkerRegistryServiceHandlerServer(ctx, gw, svc.Workers); err != nil {
+		return nil, fmt.Errorf("register worker registry REST handlers: %w", err)
 	}
 
 	mux := http.NewServeMux()

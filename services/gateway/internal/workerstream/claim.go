@@ -87,6 +87,13 @@ func (p *pool) expire(now time.Time) (expired, credit int, next time.Time) {
 	return expired, p.credit, next
 }
 
+// clear drops every grant, for a worker that gets nothing more.
+func (p *pool) clear() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.grants, p.credit = nil, 0
+}
+
 // consume uses n credit, oldest grants first.
 func (p *pool) consume(n int) {
 	p.mu.Lock()
@@ -108,8 +115,9 @@ func (p *pool) consume(n int) {
 }
 
 // claimLoop turns one pool's credit into claimed tasks until the session
-// stops claiming. A dispatcher that is down or restarting is retried with
-// backoff; the worker's stream stays open meanwhile.
+// stops claiming or the worker drains. A dispatcher that is down or
+// restarting is retried with backoff; the worker's stream stays open
+// meanwhile.
 func (s *session) claimLoop(p *pool) {
 	var b backoff
 	for {
@@ -136,6 +144,12 @@ func (s *session) claimLoop(p *pool) {
 		if len(tasks) == 0 {
 			continue
 		}
+		if s.workerDraining.Load() {
+			// The claim was in flight when the drain began: give its tasks
+			// back rather than hand them to a worker told it gets no more.
+			s.abandon(tasks)
+			return
+		}
 		p.consume(len(tasks))
 		s.held.add(tasks, time.Now())
 		s.sendTasks(tasks)
@@ -145,9 +159,15 @@ func (s *session) claimLoop(p *pool) {
 // awaitCredit waits until the pool has credit and the session has room,
 // answering expired grants with empty batches meanwhile. It returns how many
 // tasks to claim and how long the claim may wait: until the earliest grant
-// expires, at most maxClaimWait.
+// expires, at most maxClaimWait. The room is what the stream may still hold
+// (its worker's max_concurrency, or maxHeld), so credit beyond it waits for
+// tasks to be reported. It reports false once the session stops claiming or
+// the worker drains.
 func (s *session) awaitCredit(p *pool) (count int, wait time.Duration, ok bool) {
 	for {
+		if s.workerDraining.Load() {
+			return 0, 0, false
+		}
 		now := time.Now()
 		expired, credit, next := p.expire(now)
 		for range expired {

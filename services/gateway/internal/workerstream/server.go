@@ -6,6 +6,14 @@
 // to the dispatcher as they arrive, a bounded number at a time. One writer
 // goroutine owns Send and drains a bounded queue, so a slow worker slows its
 // own session down instead of growing memory.
+//
+// A stream never holds more unreported tasks than its Hello's
+// max_concurrency. When the registry says the worker is draining (a worker
+// event on the log, a drain or heartbeat answered through this gateway, or
+// the registry's answer when the stream opens) the session stops claiming,
+// drops its credit, abandons whatever a claim still returns and sends the
+// worker a Drain message; its reports keep flowing until it closes the
+// stream.
 package workerstream
 
 import (
@@ -66,6 +74,10 @@ const (
 	// batchOverhead is the room a TaskBatch leaves above the payload limit for
 	// the fields around one maximal payload.
 	batchOverhead = 64 << 10
+	// registryCheckTimeout bounds the question a new stream asks the registry
+	// (is this worker draining already?); without an answer in time the
+	// stream carries on, since the registry is not on the task path.
+	registryCheckTimeout = 2 * time.Second
 )
 
 // Dispatcher is the part of the dispatcher's API a worker session uses.
@@ -74,6 +86,11 @@ type Dispatcher interface {
 	Claim(ctx context.Context, in *dispatcherv1.ClaimRequest, opts ...grpc.CallOption) (*dispatcherv1.ClaimResponse, error)
 	Report(ctx context.Context, in *dispatcherv1.ReportRequest, opts ...grpc.CallOption) (*dispatcherv1.ReportResponse, error)
 	Touch(ctx context.Context, in *dispatcherv1.TouchRequest, opts ...grpc.CallOption) (*flov1.TouchAck, error)
+}
+
+// Registry is the part of the registry's API a worker session uses.
+type Registry interface {
+	GetWorker(ctx context.Context, in *flov1.GetWorkerRequest, opts ...grpc.CallOption) (*flov1.Worker, error)
 }
 
 // Options configure a Server.
@@ -89,6 +106,9 @@ type Options struct {
 	// CheckNamespace returns a gRPC status error when the namespace is empty
 	// or unknown.
 	CheckNamespace func(ctx context.Context, name string) error
+	// Registry, when set, is asked whether a worker opening a stream is
+	// draining already.
+	Registry Registry
 	// Log receives session events.
 	Log *slog.Logger
 }
@@ -102,11 +122,17 @@ type Server struct {
 
 	shutdownOnce sync.Once
 	shutdown     chan struct{}
+
+	// sessions indexes the open sessions by namespace/worker id, so a drain
+	// finds the streams of its worker; one worker may briefly have two
+	// while it reconnects.
+	sessionsMu sync.Mutex
+	sessions   map[string]map[*session]struct{}
 }
 
 // NewServer returns a Server that claims and reports through d.
 func NewServer(d Dispatcher, opts Options) *Server {
-	return &Server{dispatcher: d, opts: opts, shutdown: make(chan struct{})}
+	return &Server{dispatcher: d, opts: opts, shutdown: make(chan struct{}), sessions: make(map[string]map[*session]struct{})}
 }
 
 // Shutdown makes new streams fail with Unavailable and tells open sessions to
@@ -147,6 +173,9 @@ func (s *Server) Stream(stream flov1.WorkerService_StreamServer) error {
 	if err != nil {
 		return err
 	}
+	if hello.GetMaxConcurrency() < 0 {
+		return status.Errorf(codes.InvalidArgument, "Hello's max_concurrency %d must not be negative", hello.GetMaxConcurrency())
+	}
 	workerID := hello.GetWorkerId()
 	if workerID == "" {
 		workerID = "worker-" + uuid.NewString()
@@ -170,7 +199,10 @@ func (s *Server) Stream(stream flov1.WorkerService_StreamServer) error {
 	}
 	log := s.opts.Log.With(slog.String("namespace", hello.GetNamespace()), slog.String("worker_id", workerID))
 	log.InfoContext(ctx, "worker stream opened", slog.String("machine_id", hello.GetMachineId()), slog.Any("actions", actions))
-	err = newSession(s, stream, hello.GetNamespace(), workerID, actions, log).run()
+	sess := newSession(s, stream, hello.GetNamespace(), workerID, actions, int(hello.GetMaxConcurrency()), log)
+	s.track(sess)
+	err = sess.run()
+	s.untrack(sess)
 	log.InfoContext(ctx, "worker stream closed", slog.Any("reason", err))
 	return err
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -85,9 +86,21 @@ type session struct {
 	pools   map[string]*pool
 
 	held *held
+
+	// workerDraining is set once the worker is draining: nothing more is
+	// claimed or sent to it, while its reports keep flowing.
+	workerDraining atomic.Bool
+	drainOnce      sync.Once
 }
 
-func newSession(srv *Server, stream flov1.WorkerService_StreamServer, namespace, workerID string, actions []string, log *slog.Logger) *session {
+// newSession returns the session of one stream. maxConcurrency, when
+// positive, caps the tasks the stream holds at once, whatever credit its
+// Ready messages grant.
+func newSession(srv *Server, stream flov1.WorkerService_StreamServer, namespace, workerID string, actions []string, maxConcurrency int, log *slog.Logger) *session {
+	limit := maxHeld
+	if maxConcurrency > 0 {
+		limit = min(maxConcurrency, maxHeld)
+	}
 	ctx, cancel := context.WithCancel(stream.Context())
 	claimCtx, stopClaiming := context.WithCancel(ctx)
 	return &session{
@@ -108,7 +121,7 @@ func newSession(srv *Server, stream flov1.WorkerService_StreamServer, namespace,
 		slots:        make(chan struct{}, maxInFlight),
 		results:      make(chan []*flov1.Result, sendQueue),
 		pools:        make(map[string]*pool),
-		held:         newHeld(maxHeld),
+		held:         newHeld(limit),
 	}
 }
 
@@ -119,6 +132,7 @@ func newSession(srv *Server, stream flov1.WorkerService_StreamServer, namespace,
 func (s *session) run() error {
 	go s.write()
 	s.ops.Go(s.reportLoop)
+	s.ops.Go(s.checkRegistry)
 	readDone := make(chan error, 1)
 	go func() { readDone <- s.read() }()
 
@@ -167,13 +181,14 @@ func (s *session) fail(err error) {
 	})
 }
 
-// write is the only caller of Send. Once a send fails, or once the session
-// ended, task batches still queued are abandoned instead of sent.
+// write is the only caller of Send. Once a send fails, once the session
+// ended, or once the worker is draining, task batches still queued are
+// abandoned instead of sent.
 func (s *session) write() {
 	defer close(s.writerDone)
 	broken := false
 	for item := range s.out {
-		if broken || (len(item.tasks) > 0 && s.ctx.Err() != nil) {
+		if broken || (len(item.tasks) > 0 && (s.ctx.Err() != nil || s.workerDraining.Load())) {
 			if len(item.tasks) > 0 {
 				s.abandon(item.tasks)
 			}
@@ -345,6 +360,11 @@ func (s *session) ready(r *flov1.Ready) error {
 	block := defaultBlock
 	if r.GetBlockMs() > 0 {
 		block = min(time.Duration(r.GetBlockMs())*time.Millisecond, maxBlock)
+	}
+	if s.workerDraining.Load() {
+		// A draining worker gets nothing new; its Ready is answered by
+		// nothing, as the Drain message told it to expect.
+		return nil
 	}
 	p, err := s.pool(actions, r.GetLeaseMs())
 	if err != nil {

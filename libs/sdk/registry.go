@@ -1,0 +1,301 @@
+package flo
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// registryCallTimeout bounds each call a worker makes to the registry: registering,
+// heartbeating and deregistering must not hold up the work itself.
+const registryCallTimeout = 10 * time.Second
+
+// WorkerType says what kind of work a worker does.
+type WorkerType string
+
+// The worker types.
+const (
+	WorkerTypeAction WorkerType = "action"
+	WorkerTypeStream WorkerType = "stream"
+)
+
+// WorkerStatus is a worker's health and drain state as the registry sees it.
+type WorkerStatus string
+
+// The worker statuses. Draining is sticky: it ends only when the worker deregisters.
+const (
+	// WorkerActive is a healthy worker running tasks.
+	WorkerActive WorkerStatus = "active"
+	// WorkerIdle is a healthy worker with nothing to do.
+	WorkerIdle WorkerStatus = "idle"
+	// WorkerDraining is a worker finishing what it holds and taking nothing new.
+	WorkerDraining WorkerStatus = "draining"
+	// WorkerUnhealthy is a worker whose heartbeats stopped; its next heartbeat makes it active
+	// again.
+	WorkerUnhealthy WorkerStatus = "unhealthy"
+)
+
+// ProcessKind says what a worker process consumes.
+type ProcessKind string
+
+// The process kinds.
+const (
+	ProcessAction         ProcessKind = "action"
+	ProcessStreamConsumer ProcessKind = "stream_consumer"
+)
+
+var (
+	workerTypes = map[flov1.WorkerType]WorkerType{
+		flov1.WorkerType_WORKER_TYPE_ACTION: WorkerTypeAction,
+		flov1.WorkerType_WORKER_TYPE_STREAM: WorkerTypeStream,
+	}
+	workerStatuses = map[flov1.WorkerStatus]WorkerStatus{
+		flov1.WorkerStatus_WORKER_STATUS_ACTIVE:    WorkerActive,
+		flov1.WorkerStatus_WORKER_STATUS_IDLE:      WorkerIdle,
+		flov1.WorkerStatus_WORKER_STATUS_DRAINING:  WorkerDraining,
+		flov1.WorkerStatus_WORKER_STATUS_UNHEALTHY: WorkerUnhealthy,
+	}
+	processKinds = map[flov1.ProcessKind]ProcessKind{
+		flov1.ProcessKind_PROCESS_KIND_ACTION:          ProcessAction,
+		flov1.ProcessKind_PROCESS_KIND_STREAM_CONSUMER: ProcessStreamConsumer,
+	}
+)
+
+// Worker is a worker's record in the registry.
+type Worker struct {
+	WorkerID   string       `json:"worker_id"`
+	Namespace  string       `json:"namespace"`
+	WorkerType WorkerType   `json:"worker_type"`
+	Status     WorkerStatus `json:"status"`
+	// MaxConcurrency is how many tasks the worker runs at once at most.
+	MaxConcurrency int `json:"max_concurrency"`
+	// CurrentLoad is how many tasks it was running at its last heartbeat.
+	CurrentLoad int     `json:"current_load"`
+	CPULoad     float64 `json:"cpu_load,omitempty"`
+	MemoryLoad  float64 `json:"memory_load,omitempty"`
+	MachineID   string  `json:"machine_id,omitempty"`
+	// Metadata is the JSON object the worker registered with, as it is.
+	Metadata       json.RawMessage `json:"metadata,omitempty"`
+	TasksCompleted int64           `json:"tasks_completed"`
+	TasksFailed    int64           `json:"tasks_failed"`
+	// Processes are the actions (or stream/group pairs) the worker handles, with their counts.
+	Processes     []WorkerProcess `json:"processes"`
+	RegisteredAt  time.Time       `json:"registered_at,omitzero"`
+	LastHeartbeat time.Time       `json:"last_heartbeat,omitzero"`
+}
+
+// WorkerProcess is one action or stream/group a worker handles and how it went there.
+type WorkerProcess struct {
+	Name string      `json:"name"`
+	Kind ProcessKind `json:"kind"`
+	// RunCount counts the executions that succeeded, FailCount those that failed.
+	RunCount  int64     `json:"run_count"`
+	FailCount int64     `json:"fail_count"`
+	LastRunAt time.Time `json:"last_run_at,omitzero"`
+}
+
+func workerFromProto(w *flov1.Worker) *Worker {
+	out := &Worker{
+		WorkerID:       w.GetWorkerId(),
+		Namespace:      w.GetNamespace(),
+		WorkerType:     workerTypes[w.GetWorkerType()],
+		Status:         workerStatuses[w.GetStatus()],
+		MaxConcurrency: int(w.GetMaxConcurrency()),
+		CurrentLoad:    int(w.GetCurrentLoad()),
+		CPULoad:        w.GetCpuLoad(),
+		MemoryLoad:     w.GetMemoryLoad(),
+		MachineID:      w.GetMachineId(),
+		TasksCompleted: w.GetTasksCompleted(),
+		TasksFailed:    w.GetTasksFailed(),
+		Processes:      make([]WorkerProcess, 0, len(w.GetProcesses())),
+		RegisteredAt:   timeFromProto(w.GetRegisteredAt()),
+		LastHeartbeat:  timeFromProto(w.GetLastHeartbeat()),
+	}
+	// The registry stores only JSON objects; the check keeps a record that somehow is not from
+	// breaking the encoding of the whole Worker.
+	if md := w.GetMetadata(); md != "" && json.Valid([]byte(md)) {
+		out.Metadata = json.RawMessage(md)
+	}
+	for _, p := range w.GetProcesses() {
+		out.Processes = append(out.Processes, WorkerProcess{
+			Name:      p.GetName(),
+			Kind:      processKinds[p.GetKind()],
+			RunCount:  p.GetRunCount(),
+			FailCount: p.GetFailCount(),
+			LastRunAt: timeFromProto(p.GetLastRunAt()),
+		})
+	}
+	return out
+}
+
+// ListWorkers returns the namespace's workers, ordered by id.
+func (c *Client) ListWorkers(ctx context.Context) ([]*Worker, error) {
+	svc, err := c.registryService()
+	if err != nil {
+		return nil, err
+	}
+	resp, err := svc.ListWorkers(ctx, &flov1.ListWorkersRequest{Namespace: c.namespace})
+	if err != nil {
+		return nil, fmt.Errorf("list workers: %w", err)
+	}
+	out := make([]*Worker, 0, len(resp.GetWorkers()))
+	for _, w := range resp.GetWorkers() {
+		out = append(out, workerFromProto(w))
+	}
+	return out, nil
+}
+
+// GetWorker returns the worker id's record.
+func (c *Client) GetWorker(ctx context.Context, id string) (*Worker, error) {
+	svc, err := c.registryService()
+	if err != nil {
+		return nil, err
+	}
+	w, err := svc.GetWorker(ctx, &flov1.GetWorkerRequest{Namespace: c.namespace, WorkerId: id})
+	if err != nil {
+		return nil, fmt.Errorf("get worker %s: %w", id, err)
+	}
+	return workerFromProto(w), nil
+}
+
+// DrainWorker drains the worker id: it is handed no new task, finishes the ones it holds, then
+// deregisters, and its Start returns. Draining cannot be undone; draining a draining worker
+// changes nothing.
+func (c *Client) DrainWorker(ctx context.Context, id string) (*Worker, error) {
+	svc, err := c.registryService()
+	if err != nil {
+		return nil, err
+	}
+	w, err := svc.DrainWorker(ctx, &flov1.GetWorkerRequest{Namespace: c.namespace, WorkerId: id})
+	if err != nil {
+		return nil, fmt.Errorf("drain worker %s: %w", id, err)
+	}
+	return workerFromProto(w), nil
+}
+
+// DeregisterWorker removes the worker id's record, for example that of a worker that died and
+// will not come back. Removing an unknown worker succeeds. A running worker that is removed
+// registers again with its next heartbeat.
+func (c *Client) DeregisterWorker(ctx context.Context, id string) error {
+	svc, err := c.registryService()
+	if err != nil {
+		return err
+	}
+	if _, err := svc.DeregisterWorker(ctx, &flov1.GetWorkerRequest{Namespace: c.namespace, WorkerId: id}); err != nil {
+		return fmt.Errorf("deregister worker %s: %w", id, err)
+	}
+	return nil
+}
+
+// registryUnreachable reports whether a registry call failed because the registry (or the
+// gateway's way to it) is down or slow, rather than because it refused the call: the worker
+// keeps running and tries again later.
+func registryUnreachable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	return false
+}
+
+// register creates or replaces the worker's record: its type, concurrency, actions, metadata
+// and machine.
+func (w *ActionWorker) register(ctx context.Context) error {
+	svc, err := w.client.registryService()
+	if err != nil {
+		return err
+	}
+	names := w.actionNames()
+	processes := make([]*flov1.WorkerProcess, len(names))
+	for i, name := range names {
+		processes[i] = &flov1.WorkerProcess{Name: name, Kind: flov1.ProcessKind_PROCESS_KIND_ACTION}
+	}
+	w.registered.Store(true)
+	ctx, cancel := context.WithTimeout(ctx, registryCallTimeout)
+	defer cancel()
+	_, err = svc.RegisterWorker(ctx, &flov1.RegisterWorkerRequest{
+		Namespace:      w.client.namespace,
+		WorkerId:       w.opts.WorkerID,
+		WorkerType:     flov1.WorkerType_WORKER_TYPE_ACTION,
+		MaxConcurrency: int32(w.opts.Concurrency),
+		Processes:      processes,
+		Metadata:       w.metadata,
+		MachineId:      w.opts.MachineID,
+	})
+	if err != nil {
+		return fmt.Errorf("register worker: %w", err)
+	}
+	return nil
+}
+
+// heartbeatLoop sends a heartbeat every HeartbeatInterval until ctx ends, which is when Start
+// is about to return: a stopping worker still finishing tasks keeps reporting its load.
+func (w *ActionWorker) heartbeatLoop(ctx context.Context) {
+	ticker := time.NewTicker(w.opts.HeartbeatInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		w.heartbeat(ctx)
+	}
+}
+
+// heartbeat reports the number of running handlers and acts on the answer: draining drains the
+// worker, an unknown worker registers again (its record was removed, or the registry never got
+// the first registration), and anything else is logged and tried again next time.
+func (w *ActionWorker) heartbeat(ctx context.Context) {
+	svc, err := w.client.registryService()
+	if err != nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, registryCallTimeout)
+	resp, err := svc.Heartbeat(cctx, &flov1.HeartbeatRequest{
+		Namespace:   w.client.namespace,
+		WorkerId:    w.opts.WorkerID,
+		CurrentLoad: int32(w.slots.running()),
+	})
+	cancel()
+	switch {
+	case err == nil:
+		if resp.GetStatus() == flov1.WorkerStatus_WORKER_STATUS_DRAINING {
+			w.drain("the registry says the worker is draining")
+		}
+	case ctx.Err() != nil:
+	case status.Code(err) == codes.NotFound:
+		if w.stopping.Load() {
+			return // on its way out; the record would only be removed again
+		}
+		w.log.Info("flo: the worker registry does not know this worker; registering again")
+		if err := w.register(ctx); err != nil {
+			w.log.Warn("flo: registering the worker again failed; retrying with the next heartbeat", "error", err)
+		}
+	default:
+		w.log.Warn("flo: heartbeat failed; retrying with the next one", "error", err)
+	}
+}
+
+// deregister removes the worker's record once, when Start ends. A failure is logged: the
+// registry marks the silent worker unhealthy and an operator can remove it.
+func (w *ActionWorker) deregister() {
+	if !w.registered.CompareAndSwap(true, false) {
+		return
+	}
+	svc, err := w.client.registryService()
+	if err != nil {
+		w.log.Warn("flo: could not deregister the worker", "error", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(w.base, registryCallTimeout)
+	defer cancel()
+	if _, err := svc.DeregisterWorker(ctx, &flov1.GetWorkerRequest{Namespace: w.client.namespace, WorkerId: w.opts.WorkerID}); err != nil {
+		w.log.Warn("flo: could not deregister the worker", "error", err)
+	}
+}
