@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	flo "github.com/razorbill/flo-go"
+	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/services/devstack"
 )
 
@@ -36,6 +37,7 @@ type options struct {
 	fsync       bool
 	cpuProfile  string
 	batch       int
+	rate        float64
 }
 
 func main() {
@@ -48,6 +50,7 @@ func main() {
 	flag.BoolVar(&o.fsync, "fsync", true, "run the private Postgres with fsync on, as a deployment would")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the full-load phase (every service runs in this process) to this file")
 	flag.IntVar(&o.batch, "batch", 0, "invoke through InvokeMany with this many tasks per call (0: one unary Invoke per task)")
+	flag.Float64Var(&o.rate, "rate", 0, "tasks/s of the paced latency phase (0 means half the measured full-load rate)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -104,18 +107,20 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("temp dir: %w", err)
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	stack, err := devstack.Start(ctx, devstack.Config{
-		DataDir:            dir,
-		Partitions:         8,
-		GatewayGRPCAddr:    "127.0.0.1:0",
-		GatewayHTTPAddr:    "127.0.0.1:0",
-		DispatcherGRPCAddr: "127.0.0.1:0",
-		DispatcherHTTPAddr: "127.0.0.1:0",
-		Namespaces:         []string{"bench"},
-		LeaseCheckInterval: time.Second,
-		MaxPayloadBytes:    1 << 20,
-		PostgresFsync:      o.fsync,
-	}, log)
+	// The defaults of `flo dev`, on private ports and a private data dir.
+	var cfg devstack.Config
+	if err := config.Load(ctx, &cfg); err != nil {
+		return fmt.Errorf("load configuration: %w", err)
+	}
+	cfg.DataDir = dir
+	cfg.PostgresPort, cfg.BrokerPort = 0, 0
+	for _, addr := range []*string{&cfg.GatewayGRPCAddr, &cfg.GatewayHTTPAddr, &cfg.DispatcherGRPCAddr,
+		&cfg.DispatcherHTTPAddr, &cfg.RegistryGRPCAddr, &cfg.RegistryHTTPAddr} {
+		*addr = "127.0.0.1:0"
+	}
+	cfg.Namespaces = []string{"bench"}
+	cfg.PostgresFsync = o.fsync
+	stack, err := devstack.Start(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -219,8 +224,11 @@ func run(ctx context.Context, o options) error {
 	if o.halfLoadFor <= 0 {
 		return nil
 	}
-	half := rate / 2
-	fmt.Printf("half load: %.0f tasks/s for %v\n", half, o.halfLoadFor)
+	half, phase := rate/2, "half load"
+	if o.rate > 0 {
+		half, phase = o.rate, "paced load"
+	}
+	fmt.Printf("%s: %.0f tasks/s for %v\n", phase, half, o.halfLoadFor)
 	lat.reset()
 	n, err := paced(ctx, client, half, o.halfLoadFor, o.invokers, o.batch)
 	if err != nil {
