@@ -248,3 +248,40 @@ func TestConcurrentRelaysKeepOrder(t *testing.T) {
 	require.Eventually(t, func() bool { return len(rd.values()) >= len(want) }, 30*time.Second, 10*time.Millisecond)
 	require.Equal(t, want, rd.values())
 }
+
+func TestFlushWaitsUntilPublished(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	rd := read(t, e, "events")
+	r := startRelay(t, e)
+
+	drained, err := r.Flush(ctx, 10*time.Second)
+	require.NoError(t, err)
+	require.True(t, drained, "an empty outbox is drained at once")
+
+	want := values("f", 0, 30)
+	write(t, e, ctx, want...)
+	drained, err = r.Flush(ctx, 20*time.Second)
+	require.NoError(t, err)
+	require.True(t, drained)
+	require.Zero(t, outboxRows(t, e))
+	require.Eventually(t, func() bool { return len(rd.values()) == len(want) }, 20*time.Second, 10*time.Millisecond)
+	require.Equal(t, strs(want), rd.values())
+}
+
+func TestFlushGivesUpAfterTimeout(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	r := startRelay(t, e)
+	e.broker.Close()
+	write(t, e, ctx, values("g", 0, 5)...)
+
+	start := time.Now()
+	drained, err := r.Flush(ctx, 300*time.Millisecond)
+	require.NoError(t, err)
+	require.False(t, drained, "nothing can be published while the broker is down")
+	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
+	require.Equal(t, 5, outboxRows(t, e), "rows stay for the next relay")
+}

@@ -23,6 +23,8 @@ const (
 	busyRetry = 100 * time.Millisecond
 	retryMin  = 100 * time.Millisecond
 	retryMax  = 5 * time.Second
+	// flushPoll is how often Flush looks whether the outbox is empty yet.
+	flushPoll = 20 * time.Millisecond
 )
 
 // Relay publishes committed outbox rows in id order and deletes them.
@@ -89,6 +91,33 @@ func (r *Relay) Run(ctx context.Context) error {
 		case <-wait:
 		case <-r.wake:
 		case <-poll.C:
+		}
+	}
+}
+
+// Flush wakes the relay and waits, up to timeout, until the outbox is empty,
+// so a stopping service publishes what it committed before it goes. Run must
+// be running meanwhile. drained is false with a nil error when time ran out
+// first; rows left behind stay in the outbox for the next relay to publish.
+func (r *Relay) Flush(ctx context.Context, timeout time.Duration) (drained bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		r.Notify()
+		var pending bool
+		if err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM outbox)`).Scan(&pending); err != nil {
+			if ctx.Err() != nil {
+				return false, nil
+			}
+			return false, fmt.Errorf("flush outbox: %w", err)
+		}
+		if !pending {
+			return true, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, nil
+		case <-time.After(flushPoll):
 		}
 	}
 }

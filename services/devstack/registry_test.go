@@ -243,7 +243,18 @@ func TestRegistryRestartKeepsRecordsAndHeartbeats(t *testing.T) {
 	require.NoError(t, e.stack.StartRegistry(context.Background()))
 
 	require.Eventually(t, func() bool {
-		w := workers(t, client)[id]
+		// The gateway's connection to the registry may still be backing
+		// off right after the restart; only a listed record counts.
+		list, err := client.ListWorkers(context.Background())
+		if err != nil {
+			return false
+		}
+		var w *flo.Worker
+		for _, lw := range list {
+			if lw.WorkerID == id {
+				w = lw
+			}
+		}
 		return w != nil && w.LastHeartbeat.After(before.LastHeartbeat) &&
 			(w.Status == flo.WorkerActive || w.Status == flo.WorkerIdle)
 	}, 10*time.Second, 20*time.Millisecond, "heartbeats resumed against the restarted registry")

@@ -22,9 +22,11 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/razorbill/flo/libs/config"
+	"github.com/razorbill/flo/libs/grpcserver"
 	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/outbox"
 	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/libs/probe"
 	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
 	"github.com/razorbill/flo/services/dispatcher/internal/claim"
 	"github.com/razorbill/flo/services/dispatcher/internal/grpcapi"
@@ -183,7 +185,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	if s.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("dispatcher: listen http: %w", err)
 	}
-	s.httpServer = &http.Server{Handler: s.httpHandler(o.metrics), ReadHeaderTimeout: 10 * time.Second}
+	s.httpServer = &http.Server{Handler: probe.Handler(s.ready, o.metrics), ReadHeaderTimeout: 10 * time.Second}
 	// Last, because a consumer's client is only released by its Run.
 	if s.consumer, err = kafka.NewConsumer(cfg.Kafka.Brokers, intake.ConsumerGroup, []string{intake.CommandsTopic}, in.HandleRecords, log); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
@@ -249,12 +251,17 @@ func (s *Service) Run(ctx context.Context) error {
 
 	s.stopping.Store(true)
 	s.claimer.Close()
-	s.stopGRPC()
+	grpcserver.Stop(s.grpcServer, grpcStopTimeout, s.log)
 	stopConsumer()
 	consumer.Wait()
 	stopWork()
 	work.Wait()
-	s.flushOutbox(base)
+	switch drained, err := s.relay.Flush(base, relayFlushWait); {
+	case err != nil:
+		s.log.Warn("flush outbox at stop; the next start publishes the rest", "error", err)
+	case !drained:
+		s.log.Warn("outbox not empty at stop; the next start publishes the rest")
+	}
 	stopRelay()
 	relay.Wait()
 	httpCtx, cancel := context.WithTimeout(base, httpStopTimeout)
@@ -265,42 +272,6 @@ func (s *Service) Run(ctx context.Context) error {
 	servers.Wait()
 	s.closeResources()
 	return runErr
-}
-
-// stopGRPC lets in-flight calls finish, up to grpcStopTimeout.
-func (s *Service) stopGRPC() {
-	done := make(chan struct{})
-	go func() {
-		s.grpcServer.GracefulStop()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(grpcStopTimeout):
-		s.log.Warn("grpc calls still running after the stop timeout; cancelling them")
-		s.grpcServer.Stop()
-		<-done
-	}
-}
-
-// flushOutbox gives the relay a bounded chance to publish what is left;
-// anything it misses stays in the outbox for the next start.
-func (s *Service) flushOutbox(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, relayFlushWait)
-	defer cancel()
-	for {
-		s.relay.Notify()
-		var pending bool
-		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM outbox)`).Scan(&pending); err != nil || !pending {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			s.log.Warn("outbox not empty at stop; the next start publishes the rest")
-			return
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 }
 
 func (s *Service) closeResources() {
@@ -316,24 +287,6 @@ func (s *Service) closeResources() {
 // it is kept out of the pool because it sits in LISTEN for good.
 func (s *Service) listenConn(ctx context.Context) (*pgx.Conn, error) {
 	return pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
-}
-
-func (s *Service) httpHandler(metrics http.Handler) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if err := s.ready(r.Context()); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	if metrics != nil {
-		mux.Handle("GET /metrics", metrics)
-	}
-	return mux
 }
 
 // ready reports whether the dispatcher can do its work: not stopping, the

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/razorbill/flo/libs/config"
+	"github.com/razorbill/flo/libs/grpcserver"
 	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/telemetry"
 	floproto "github.com/razorbill/flo/proto"
@@ -384,22 +385,16 @@ func (s *Service) shutdown(ctx context.Context) {
 	s.streams.Shutdown()
 	s.waiters.Close()
 
-	stopped := make(chan struct{})
+	grpcStopped := make(chan struct{})
 	go func() {
-		s.grpcServer.GracefulStop()
-		close(stopped)
+		grpcserver.Stop(s.grpcServer, shutdownTimeout, s.log)
+		close(grpcStopped)
 	}()
 	if err := s.httpServer.Shutdown(sctx); err != nil {
 		s.log.WarnContext(ctx, "HTTP server did not stop gracefully", slog.Any("error", err))
 		_ = s.httpServer.Close()
 	}
-	select {
-	case <-stopped:
-	case <-sctx.Done():
-		s.log.WarnContext(ctx, "gRPC server did not stop gracefully; closing connections")
-		s.grpcServer.Stop()
-		<-stopped
-	}
+	<-grpcStopped
 }
 
 // closeResources releases what New opened; it tolerates a partial New.

@@ -20,9 +20,11 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/razorbill/flo/libs/config"
+	"github.com/razorbill/flo/libs/grpcserver"
 	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/outbox"
 	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/libs/probe"
 	"github.com/razorbill/flo/services/registry/internal/grpcapi"
 	"github.com/razorbill/flo/services/registry/internal/health"
 	"github.com/razorbill/flo/services/registry/internal/roster"
@@ -150,7 +152,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	if s.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("registry: listen http: %w", err)
 	}
-	s.httpServer = &http.Server{Handler: s.httpHandler(o.metrics), ReadHeaderTimeout: 10 * time.Second}
+	s.httpServer = &http.Server{Handler: probe.Handler(s.ready, o.metrics), ReadHeaderTimeout: 10 * time.Second}
 	// Last, because a consumer's client is only released by its Run.
 	if s.consumer, err = kafka.NewConsumer(cfg.Kafka.Brokers, tally.ConsumerGroup, []string{tally.Topic}, s.tally.HandleRecords, log); err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
@@ -227,12 +229,17 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 
 	s.stopping.Store(true)
-	s.stopGRPC()
+	grpcserver.Stop(s.grpcServer, grpcStopTimeout, s.log)
 	stopConsumer()
 	consumer.Wait()
 	stopWork()
 	work.Wait()
-	s.flushOutbox(base)
+	switch drained, err := s.relay.Flush(base, relayFlushWait); {
+	case err != nil:
+		s.log.Warn("flush outbox at stop; the next start publishes the rest", "error", err)
+	case !drained:
+		s.log.Warn("outbox not empty at stop; the next start publishes the rest")
+	}
 	stopRelay()
 	relay.Wait()
 	httpCtx, cancel := context.WithTimeout(base, httpStopTimeout)
@@ -245,42 +252,6 @@ func (s *Service) Run(ctx context.Context) error {
 	return runErr
 }
 
-// stopGRPC lets in-flight calls finish, up to grpcStopTimeout.
-func (s *Service) stopGRPC() {
-	done := make(chan struct{})
-	go func() {
-		s.grpcServer.GracefulStop()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(grpcStopTimeout):
-		s.log.Warn("grpc calls still running after the stop timeout; cancelling them")
-		s.grpcServer.Stop()
-		<-done
-	}
-}
-
-// flushOutbox gives the relay a bounded chance to publish what is left;
-// anything it misses stays in the outbox for the next start.
-func (s *Service) flushOutbox(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, relayFlushWait)
-	defer cancel()
-	for {
-		s.relay.Notify()
-		var pending bool
-		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM outbox)`).Scan(&pending); err != nil || !pending {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			s.log.Warn("outbox not empty at stop; the next start publishes the rest")
-			return
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
 func (s *Service) closeResources() {
 	if s.producer != nil {
 		s.producer.Close()
@@ -288,24 +259,6 @@ func (s *Service) closeResources() {
 	if s.pool != nil {
 		s.pool.Close()
 	}
-}
-
-func (s *Service) httpHandler(metrics http.Handler) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if err := s.ready(r.Context()); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	if metrics != nil {
-		mux.Handle("GET /metrics", metrics)
-	}
-	return mux
 }
 
 // ready reports whether the registry can do its work: not stopping, the

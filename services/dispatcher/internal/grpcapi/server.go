@@ -1,6 +1,7 @@
 // Package grpcapi is the dispatcher's gRPC transport: it decodes requests,
 // calls the domain packages and encodes their answers. Domain errors become
-// status codes in one place, toStatus.
+// status codes in one place, grpcserver.ErrorInterceptor, with the
+// dispatcher's own errors added by dispatcherStatus.
 package grpcapi
 
 import (
@@ -10,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/razorbill/flo/libs/grpcserver"
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
@@ -44,7 +46,7 @@ func NewGRPCServer(d Deps) *grpc.Server {
 	s := grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxMessageBytes),
 		grpc.MaxSendMsgSize(maxMessageBytes),
-		grpc.ChainUnaryInterceptor(traceInterceptor(), errorInterceptor(d.Log)),
+		grpc.ChainUnaryInterceptor(grpcserver.TraceInterceptor(), grpcserver.ErrorInterceptor(d.Log, dispatcherStatus)),
 	)
 	dispatcherv1.RegisterDispatcherServer(s, &Server{d: d})
 	return s

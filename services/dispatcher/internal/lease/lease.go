@@ -15,9 +15,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/razorbill/flo/libs/fault"
 	"github.com/razorbill/flo/libs/outbox"
 	"github.com/razorbill/flo/libs/pg"
-	"github.com/razorbill/flo/services/dispatcher/internal/fault"
+	"github.com/razorbill/flo/libs/sweep"
 	"github.com/razorbill/flo/services/dispatcher/internal/store"
 	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
 	"github.com/razorbill/flo/services/dispatcher/internal/wake"
@@ -78,31 +79,13 @@ func (l *Leases) Touch(ctx context.Context, namespace, taskID string, attempt in
 // Run expires leases every interval until ctx ends. Several replicas may run
 // it at once: each transaction skips rows another holds.
 func (l *Leases) Run(ctx context.Context, interval time.Duration) error {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		if _, err := l.ExpireDue(ctx); err != nil && ctx.Err() == nil {
-			l.log.ErrorContext(ctx, "expire leases", "error", err)
-		}
-	}
+	return sweep.Every(ctx, interval, l.log, "expire leases", l.ExpireDue)
 }
 
 // ExpireDue handles every lease that has run out, in batches, and returns how
 // many it handled.
 func (l *Leases) ExpireDue(ctx context.Context) (int, error) {
-	total := 0
-	for {
-		n, err := l.expireBatch(ctx)
-		total += n
-		if err != nil || n < reapBatch {
-			return total, err
-		}
-	}
+	return sweep.Batches(ctx, reapBatch, l.expireBatch)
 }
 
 func (l *Leases) expireBatch(ctx context.Context) (int, error) {

@@ -1,6 +1,6 @@
 // Package grpcapi is the registry's gRPC transport: it decodes requests,
 // calls the roster and encodes its answers. Domain errors become status codes
-// in one place, toStatus.
+// in one place, grpcserver.ErrorInterceptor.
 package grpcapi
 
 import (
@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/razorbill/flo/libs/grpcserver"
 	registryv1 "github.com/razorbill/flo/proto/gen/flo/registry/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	"github.com/razorbill/flo/services/registry/internal/roster"
@@ -24,7 +25,7 @@ type Server struct {
 // NewGRPCServer returns a gRPC server with the Registry service registered
 // and the tracing, recovery and error-mapping interceptors installed.
 func NewGRPCServer(r *roster.Roster, log *slog.Logger) *grpc.Server {
-	s := grpc.NewServer(grpc.ChainUnaryInterceptor(traceInterceptor(), errorInterceptor(log)))
+	s := grpc.NewServer(grpc.ChainUnaryInterceptor(grpcserver.TraceInterceptor(), grpcserver.ErrorInterceptor(log, nil)))
 	registryv1.RegisterRegistryServer(s, &Server{roster: r})
 	return s
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/razorbill/flo/libs/outbox"
 	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/libs/sweep"
 	"github.com/razorbill/flo/services/registry/internal/store"
 	"github.com/razorbill/flo/services/registry/internal/workerevent"
 )
@@ -52,31 +53,13 @@ func New(pool *pgxpool.Pool, relay Notifier, timeout time.Duration, log *slog.Lo
 
 // Run checks every interval until ctx ends.
 func (c *Checker) Run(ctx context.Context, interval time.Duration) error {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		if _, err := c.Check(ctx); err != nil && ctx.Err() == nil {
-			c.log.ErrorContext(ctx, "check worker health", "error", err)
-		}
-	}
+	return sweep.Every(ctx, interval, c.log, "check worker health", c.Check)
 }
 
 // Check marks every silent worker unhealthy, in batches, and returns how many
 // it marked.
 func (c *Checker) Check(ctx context.Context) (int, error) {
-	total := 0
-	for {
-		n, err := c.checkBatch(ctx)
-		total += n
-		if err != nil || n < batch {
-			return total, err
-		}
-	}
+	return sweep.Batches(ctx, batch, c.checkBatch)
 }
 
 func (c *Checker) checkBatch(ctx context.Context) (int, error) {

@@ -16,10 +16,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/razorbill/flo/libs/fault"
 	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/outbox"
 	"github.com/razorbill/flo/libs/pg"
-	"github.com/razorbill/flo/services/registry/internal/fault"
 	"github.com/razorbill/flo/services/registry/internal/store"
 	"github.com/razorbill/flo/services/registry/internal/workerevent"
 )

@@ -8,7 +8,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/razorbill/flo/services/registry/internal/fault"
+	"github.com/razorbill/flo/libs/fault"
 	"github.com/razorbill/flo/services/registry/internal/store"
 )
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/razorbill/flo/libs/inbox"
 	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/libs/sweep"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 	"github.com/razorbill/flo/services/registry/internal/store"
 )
@@ -226,25 +227,13 @@ func Aggregate(events []Event) ([]store.WorkerCount, []store.ProcessCount) {
 
 // RunPruning drops old processed-event ids until ctx ends.
 func (t *Tally) RunPruning(ctx context.Context) error {
-	tick := time.NewTicker(pruneInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-		for {
-			n, err := store.PruneProcessed(ctx, t.pool, time.Now().Add(-keepProcessed), pruneBatchSize)
-			if err != nil {
-				if ctx.Err() == nil {
-					t.log.ErrorContext(ctx, "prune processed task events", "error", err)
-				}
-				break
-			}
-			if n < pruneBatchSize {
-				break
-			}
-		}
-	}
+	return sweep.Every(ctx, pruneInterval, t.log, "prune processed task events", t.prune)
+}
+
+// prune drops the processed-event ids older than keepProcessed, in batches.
+func (t *Tally) prune(ctx context.Context) (int, error) {
+	return sweep.Batches(ctx, pruneBatchSize, func(ctx context.Context) (int, error) {
+		n, err := store.PruneProcessed(ctx, t.pool, time.Now().Add(-keepProcessed), pruneBatchSize)
+		return int(n), err
+	})
 }

@@ -1,6 +1,7 @@
-// Package fault holds the registry's domain errors. Domain packages return
-// them with a message meant for the caller; the gRPC edge maps their kind to a
-// status code in one place, so no domain package knows about gRPC.
+// Package fault holds the domain errors every service shares. Domain packages
+// return them with a message meant for the caller; the gRPC edge
+// (libs/grpcserver) maps their kind to a status code in one place, so no
+// domain package knows about gRPC.
 package fault
 
 import (
@@ -13,10 +14,12 @@ type Kind int
 
 // The kinds of domain error.
 const (
-	// NotFound: a worker that is not registered.
+	// NotFound: an entity that does not exist.
 	NotFound Kind = iota + 1
 	// Invalid: input that can never succeed as sent.
 	Invalid
+	// Precondition: the entity exists but is not in a state that allows the call.
+	Precondition
 	// Exhausted: a limit would be exceeded; it may succeed once others leave.
 	Exhausted
 )
@@ -37,6 +40,11 @@ func NotFoundf(format string, args ...any) error {
 // Invalidf returns an Invalid error; the message should name the field.
 func Invalidf(format string, args ...any) error {
 	return &Error{Kind: Invalid, Message: fmt.Sprintf(format, args...)}
+}
+
+// Preconditionf returns a Precondition error.
+func Preconditionf(format string, args ...any) error {
+	return &Error{Kind: Precondition, Message: fmt.Sprintf(format, args...)}
 }
 
 // Exhaustedf returns an Exhausted error.
