@@ -2185,6 +2185,9 @@ type WorkerMessage struct {
 	//	*WorkerMessage_Nack
 	//	*WorkerMessage_Abandon
 	//	*WorkerMessage_Touch
+	//	*WorkerMessage_StreamRead
+	//	*WorkerMessage_StreamAck
+	//	*WorkerMessage_StreamNack
 	Msg           isWorkerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2290,6 +2293,33 @@ func (x *WorkerMessage) GetTouch() *Touch {
 	return nil
 }
 
+func (x *WorkerMessage) GetStreamRead() *StreamRead {
+	if x != nil {
+		if x, ok := x.Msg.(*WorkerMessage_StreamRead); ok {
+			return x.StreamRead
+		}
+	}
+	return nil
+}
+
+func (x *WorkerMessage) GetStreamAck() *StreamAck {
+	if x != nil {
+		if x, ok := x.Msg.(*WorkerMessage_StreamAck); ok {
+			return x.StreamAck
+		}
+	}
+	return nil
+}
+
+func (x *WorkerMessage) GetStreamNack() *StreamNack {
+	if x != nil {
+		if x, ok := x.Msg.(*WorkerMessage_StreamNack); ok {
+			return x.StreamNack
+		}
+	}
+	return nil
+}
+
 type isWorkerMessage_Msg interface {
 	isWorkerMessage_Msg()
 }
@@ -2322,6 +2352,18 @@ type WorkerMessage_Touch struct {
 	Touch *Touch `protobuf:"bytes,7,opt,name=touch,proto3,oneof"`
 }
 
+type WorkerMessage_StreamRead struct {
+	StreamRead *StreamRead `protobuf:"bytes,8,opt,name=stream_read,json=streamRead,proto3,oneof"`
+}
+
+type WorkerMessage_StreamAck struct {
+	StreamAck *StreamAck `protobuf:"bytes,9,opt,name=stream_ack,json=streamAck,proto3,oneof"`
+}
+
+type WorkerMessage_StreamNack struct {
+	StreamNack *StreamNack `protobuf:"bytes,10,opt,name=stream_nack,json=streamNack,proto3,oneof"`
+}
+
 func (*WorkerMessage_Hello) isWorkerMessage_Msg() {}
 
 func (*WorkerMessage_Ready) isWorkerMessage_Msg() {}
@@ -2336,6 +2378,12 @@ func (*WorkerMessage_Abandon) isWorkerMessage_Msg() {}
 
 func (*WorkerMessage_Touch) isWorkerMessage_Msg() {}
 
+func (*WorkerMessage_StreamRead) isWorkerMessage_Msg() {}
+
+func (*WorkerMessage_StreamAck) isWorkerMessage_Msg() {}
+
+func (*WorkerMessage_StreamNack) isWorkerMessage_Msg() {}
+
 // ServerMessage is what the gateway sends on a worker's stream.
 type ServerMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2346,6 +2394,7 @@ type ServerMessage struct {
 	//	*ServerMessage_TouchAck
 	//	*ServerMessage_ResultAck
 	//	*ServerMessage_Drain
+	//	*ServerMessage_RecordBatch
 	Msg           isServerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2433,6 +2482,15 @@ func (x *ServerMessage) GetDrain() *Drain {
 	return nil
 }
 
+func (x *ServerMessage) GetRecordBatch() *RecordBatch {
+	if x != nil {
+		if x, ok := x.Msg.(*ServerMessage_RecordBatch); ok {
+			return x.RecordBatch
+		}
+	}
+	return nil
+}
+
 type isServerMessage_Msg interface {
 	isServerMessage_Msg()
 }
@@ -2457,6 +2515,10 @@ type ServerMessage_Drain struct {
 	Drain *Drain `protobuf:"bytes,5,opt,name=drain,proto3,oneof"`
 }
 
+type ServerMessage_RecordBatch struct {
+	RecordBatch *RecordBatch `protobuf:"bytes,6,opt,name=record_batch,json=recordBatch,proto3,oneof"`
+}
+
 func (*ServerMessage_HelloAck) isServerMessage_Msg() {}
 
 func (*ServerMessage_TaskBatch) isServerMessage_Msg() {}
@@ -2466,6 +2528,8 @@ func (*ServerMessage_TouchAck) isServerMessage_Msg() {}
 func (*ServerMessage_ResultAck) isServerMessage_Msg() {}
 
 func (*ServerMessage_Drain) isServerMessage_Msg() {}
+
+func (*ServerMessage_RecordBatch) isServerMessage_Msg() {}
 
 // Drain tells a worker it is draining: it gets no new tasks and should stop
 // asking, finish what it holds and deregister.
@@ -2515,8 +2579,11 @@ type Hello struct {
 	// The actions this worker handles; unknown ones are registered with defaults.
 	Actions        []string `protobuf:"bytes,5,rep,name=actions,proto3" json:"actions,omitempty"`
 	MaxConcurrency int32    `protobuf:"varint,6,opt,name=max_concurrency,json=maxConcurrency,proto3" json:"max_concurrency,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The stream/group pairs a stream worker consumes; a worker sends actions,
+	// streams, or both.
+	Streams       []*StreamSubscription `protobuf:"bytes,7,rep,name=streams,proto3" json:"streams,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -2591,6 +2658,74 @@ func (x *Hello) GetMaxConcurrency() int32 {
 	return 0
 }
 
+func (x *Hello) GetStreams() []*StreamSubscription {
+	if x != nil {
+		return x.Streams
+	}
+	return nil
+}
+
+// StreamSubscription is one stream/group a stream worker reads as consumer.
+type StreamSubscription struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stream        string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	Group         string                 `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	Consumer      string                 `protobuf:"bytes,3,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamSubscription) Reset() {
+	*x = StreamSubscription{}
+	mi := &file_flo_v1_api_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamSubscription) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamSubscription) ProtoMessage() {}
+
+func (x *StreamSubscription) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamSubscription.ProtoReflect.Descriptor instead.
+func (*StreamSubscription) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *StreamSubscription) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *StreamSubscription) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *StreamSubscription) GetConsumer() string {
+	if x != nil {
+		return x.Consumer
+	}
+	return ""
+}
+
 type HelloAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
@@ -2601,7 +2736,7 @@ type HelloAck struct {
 
 func (x *HelloAck) Reset() {
 	*x = HelloAck{}
-	mi := &file_flo_v1_api_proto_msgTypes[33]
+	mi := &file_flo_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2613,7 +2748,7 @@ func (x *HelloAck) String() string {
 func (*HelloAck) ProtoMessage() {}
 
 func (x *HelloAck) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[33]
+	mi := &file_flo_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2626,7 +2761,7 @@ func (x *HelloAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloAck.ProtoReflect.Descriptor instead.
 func (*HelloAck) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{33}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *HelloAck) GetWorkerId() string {
@@ -2658,7 +2793,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_flo_v1_api_proto_msgTypes[34]
+	mi := &file_flo_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2670,7 +2805,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[34]
+	mi := &file_flo_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2683,7 +2818,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{34}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Ready) GetActions() []string {
@@ -2732,7 +2867,7 @@ type TaskAssignment struct {
 
 func (x *TaskAssignment) Reset() {
 	*x = TaskAssignment{}
-	mi := &file_flo_v1_api_proto_msgTypes[35]
+	mi := &file_flo_v1_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2744,7 +2879,7 @@ func (x *TaskAssignment) String() string {
 func (*TaskAssignment) ProtoMessage() {}
 
 func (x *TaskAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[35]
+	mi := &file_flo_v1_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2757,7 +2892,7 @@ func (x *TaskAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskAssignment.ProtoReflect.Descriptor instead.
 func (*TaskAssignment) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{35}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TaskAssignment) GetTaskId() string {
@@ -2827,7 +2962,7 @@ type TaskBatch struct {
 
 func (x *TaskBatch) Reset() {
 	*x = TaskBatch{}
-	mi := &file_flo_v1_api_proto_msgTypes[36]
+	mi := &file_flo_v1_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2839,7 +2974,7 @@ func (x *TaskBatch) String() string {
 func (*TaskBatch) ProtoMessage() {}
 
 func (x *TaskBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[36]
+	mi := &file_flo_v1_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2852,7 +2987,7 @@ func (x *TaskBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskBatch.ProtoReflect.Descriptor instead.
 func (*TaskBatch) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{36}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TaskBatch) GetTasks() []*TaskAssignment {
@@ -2878,7 +3013,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_flo_v1_api_proto_msgTypes[37]
+	mi := &file_flo_v1_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2890,7 +3025,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[37]
+	mi := &file_flo_v1_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2903,7 +3038,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Result) GetTaskId() string {
@@ -2972,7 +3107,7 @@ type Completed struct {
 
 func (x *Completed) Reset() {
 	*x = Completed{}
-	mi := &file_flo_v1_api_proto_msgTypes[38]
+	mi := &file_flo_v1_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2984,7 +3119,7 @@ func (x *Completed) String() string {
 func (*Completed) ProtoMessage() {}
 
 func (x *Completed) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[38]
+	mi := &file_flo_v1_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2997,7 +3132,7 @@ func (x *Completed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Completed.ProtoReflect.Descriptor instead.
 func (*Completed) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{38}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Completed) GetBody() []byte {
@@ -3027,7 +3162,7 @@ type Failed struct {
 
 func (x *Failed) Reset() {
 	*x = Failed{}
-	mi := &file_flo_v1_api_proto_msgTypes[39]
+	mi := &file_flo_v1_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3039,7 +3174,7 @@ func (x *Failed) String() string {
 func (*Failed) ProtoMessage() {}
 
 func (x *Failed) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[39]
+	mi := &file_flo_v1_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3052,7 +3187,7 @@ func (x *Failed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failed.ProtoReflect.Descriptor instead.
 func (*Failed) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{39}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Failed) GetError() string {
@@ -3085,7 +3220,7 @@ type ResultBatch struct {
 
 func (x *ResultBatch) Reset() {
 	*x = ResultBatch{}
-	mi := &file_flo_v1_api_proto_msgTypes[40]
+	mi := &file_flo_v1_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3097,7 +3232,7 @@ func (x *ResultBatch) String() string {
 func (*ResultBatch) ProtoMessage() {}
 
 func (x *ResultBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[40]
+	mi := &file_flo_v1_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3110,7 +3245,7 @@ func (x *ResultBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultBatch.ProtoReflect.Descriptor instead.
 func (*ResultBatch) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{40}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ResultBatch) GetResults() []*Result {
@@ -3133,7 +3268,7 @@ type Nack struct {
 
 func (x *Nack) Reset() {
 	*x = Nack{}
-	mi := &file_flo_v1_api_proto_msgTypes[41]
+	mi := &file_flo_v1_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3145,7 +3280,7 @@ func (x *Nack) String() string {
 func (*Nack) ProtoMessage() {}
 
 func (x *Nack) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[41]
+	mi := &file_flo_v1_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3158,7 +3293,7 @@ func (x *Nack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Nack.ProtoReflect.Descriptor instead.
 func (*Nack) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{41}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Nack) GetTaskId() string {
@@ -3200,7 +3335,7 @@ type Abandon struct {
 
 func (x *Abandon) Reset() {
 	*x = Abandon{}
-	mi := &file_flo_v1_api_proto_msgTypes[42]
+	mi := &file_flo_v1_api_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3212,7 +3347,7 @@ func (x *Abandon) String() string {
 func (*Abandon) ProtoMessage() {}
 
 func (x *Abandon) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[42]
+	mi := &file_flo_v1_api_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3225,7 +3360,7 @@ func (x *Abandon) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Abandon.ProtoReflect.Descriptor instead.
 func (*Abandon) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{42}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Abandon) GetTaskId() string {
@@ -3254,7 +3389,7 @@ type Touch struct {
 
 func (x *Touch) Reset() {
 	*x = Touch{}
-	mi := &file_flo_v1_api_proto_msgTypes[43]
+	mi := &file_flo_v1_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3266,7 +3401,7 @@ func (x *Touch) String() string {
 func (*Touch) ProtoMessage() {}
 
 func (x *Touch) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[43]
+	mi := &file_flo_v1_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3279,7 +3414,7 @@ func (x *Touch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Touch.ProtoReflect.Descriptor instead.
 func (*Touch) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{43}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Touch) GetTaskId() string {
@@ -3315,7 +3450,7 @@ type TouchAck struct {
 
 func (x *TouchAck) Reset() {
 	*x = TouchAck{}
-	mi := &file_flo_v1_api_proto_msgTypes[44]
+	mi := &file_flo_v1_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3327,7 +3462,7 @@ func (x *TouchAck) String() string {
 func (*TouchAck) ProtoMessage() {}
 
 func (x *TouchAck) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[44]
+	mi := &file_flo_v1_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3340,7 +3475,7 @@ func (x *TouchAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TouchAck.ProtoReflect.Descriptor instead.
 func (*TouchAck) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{44}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TouchAck) GetTaskId() string {
@@ -3383,7 +3518,7 @@ type ResultAck struct {
 
 func (x *ResultAck) Reset() {
 	*x = ResultAck{}
-	mi := &file_flo_v1_api_proto_msgTypes[45]
+	mi := &file_flo_v1_api_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3395,7 +3530,7 @@ func (x *ResultAck) String() string {
 func (*ResultAck) ProtoMessage() {}
 
 func (x *ResultAck) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[45]
+	mi := &file_flo_v1_api_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3408,7 +3543,7 @@ func (x *ResultAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultAck.ProtoReflect.Descriptor instead.
 func (*ResultAck) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{45}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ResultAck) GetRejectedTaskIds() []string {
@@ -3423,6 +3558,2062 @@ func (x *ResultAck) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+// StreamRead asks for up to count records of a consumer group. The server
+// answers with one RecordBatch, empty when block_ms passed with nothing to hand
+// out; a worker keeps at most one StreamRead per stream/group outstanding.
+type StreamRead struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Stream   string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	Group    string                 `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	Consumer string                 `protobuf:"bytes,3,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	Count    int32                  `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	// Zero means 30 s.
+	BlockMs int64 `protobuf:"varint,5,opt,name=block_ms,json=blockMs,proto3" json:"block_ms,omitempty"`
+	// How long the consumer may hold each record before it is redelivered;
+	// zero means 5 minutes.
+	MessageTimeoutMs int64 `protobuf:"varint,6,opt,name=message_timeout_ms,json=messageTimeoutMs,proto3" json:"message_timeout_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *StreamRead) Reset() {
+	*x = StreamRead{}
+	mi := &file_flo_v1_api_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamRead) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamRead) ProtoMessage() {}
+
+func (x *StreamRead) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamRead.ProtoReflect.Descriptor instead.
+func (*StreamRead) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *StreamRead) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *StreamRead) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *StreamRead) GetConsumer() string {
+	if x != nil {
+		return x.Consumer
+	}
+	return ""
+}
+
+func (x *StreamRead) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *StreamRead) GetBlockMs() int64 {
+	if x != nil {
+		return x.BlockMs
+	}
+	return 0
+}
+
+func (x *StreamRead) GetMessageTimeoutMs() int64 {
+	if x != nil {
+		return x.MessageTimeoutMs
+	}
+	return 0
+}
+
+// RecordBatch answers one StreamRead.
+type RecordBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stream        string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	Group         string                 `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	Records       []*StreamRecord        `protobuf:"bytes,3,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordBatch) Reset() {
+	*x = RecordBatch{}
+	mi := &file_flo_v1_api_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordBatch) ProtoMessage() {}
+
+func (x *RecordBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordBatch.ProtoReflect.Descriptor instead.
+func (*RecordBatch) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *RecordBatch) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *RecordBatch) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *RecordBatch) GetRecords() []*StreamRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+// StreamAck settles records a consumer processed.
+type StreamAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stream        string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	Group         string                 `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	Ids           []string               `protobuf:"bytes,3,rep,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamAck) Reset() {
+	*x = StreamAck{}
+	mi := &file_flo_v1_api_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamAck) ProtoMessage() {}
+
+func (x *StreamAck) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamAck.ProtoReflect.Descriptor instead.
+func (*StreamAck) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *StreamAck) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *StreamAck) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *StreamAck) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+// StreamNack hands records back to the group for redelivery after delay_ms.
+type StreamNack struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stream        string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	Group         string                 `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	Ids           []string               `protobuf:"bytes,3,rep,name=ids,proto3" json:"ids,omitempty"`
+	DelayMs       int64                  `protobuf:"varint,4,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
+	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamNack) Reset() {
+	*x = StreamNack{}
+	mi := &file_flo_v1_api_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamNack) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamNack) ProtoMessage() {}
+
+func (x *StreamNack) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamNack.ProtoReflect.Descriptor instead.
+func (*StreamNack) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *StreamNack) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *StreamNack) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *StreamNack) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *StreamNack) GetDelayMs() int64 {
+	if x != nil {
+		return x.DelayMs
+	}
+	return 0
+}
+
+func (x *StreamNack) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type Stream struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Namespace  string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name       string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Partitions int32                  `protobuf:"varint,3,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	// Zero means records are kept however old they are.
+	RetentionMs int64 `protobuf:"varint,4,opt,name=retention_ms,json=retentionMs,proto3" json:"retention_ms,omitempty"`
+	// Per partition; zero means no size limit.
+	RetentionBytes int64                  `protobuf:"varint,5,opt,name=retention_bytes,json=retentionBytes,proto3" json:"retention_bytes,omitempty"`
+	CreatedAt      *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Stream) Reset() {
+	*x = Stream{}
+	mi := &file_flo_v1_api_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Stream) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Stream) ProtoMessage() {}
+
+func (x *Stream) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Stream.ProtoReflect.Descriptor instead.
+func (*Stream) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *Stream) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *Stream) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Stream) GetPartitions() int32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return 0
+}
+
+func (x *Stream) GetRetentionMs() int64 {
+	if x != nil {
+		return x.RetentionMs
+	}
+	return 0
+}
+
+func (x *Stream) GetRetentionBytes() int64 {
+	if x != nil {
+		return x.RetentionBytes
+	}
+	return 0
+}
+
+func (x *Stream) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+type CreateStreamRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Zero means 1; at most 256.
+	Partitions int32 `protobuf:"varint,3,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	// Zero keeps records forever; otherwise at least one minute.
+	RetentionMs int64 `protobuf:"varint,4,opt,name=retention_ms,json=retentionMs,proto3" json:"retention_ms,omitempty"`
+	// Per partition; zero means no size limit, otherwise at least 1 MiB.
+	RetentionBytes int64 `protobuf:"varint,5,opt,name=retention_bytes,json=retentionBytes,proto3" json:"retention_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CreateStreamRequest) Reset() {
+	*x = CreateStreamRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateStreamRequest) ProtoMessage() {}
+
+func (x *CreateStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateStreamRequest.ProtoReflect.Descriptor instead.
+func (*CreateStreamRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *CreateStreamRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *CreateStreamRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateStreamRequest) GetPartitions() int32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return 0
+}
+
+func (x *CreateStreamRequest) GetRetentionMs() int64 {
+	if x != nil {
+		return x.RetentionMs
+	}
+	return 0
+}
+
+func (x *CreateStreamRequest) GetRetentionBytes() int64 {
+	if x != nil {
+		return x.RetentionBytes
+	}
+	return 0
+}
+
+type GetStreamRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Stream        string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetStreamRequest) Reset() {
+	*x = GetStreamRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetStreamRequest) ProtoMessage() {}
+
+func (x *GetStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetStreamRequest.ProtoReflect.Descriptor instead.
+func (*GetStreamRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *GetStreamRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GetStreamRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+type ListStreamsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListStreamsRequest) Reset() {
+	*x = ListStreamsRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListStreamsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListStreamsRequest) ProtoMessage() {}
+
+func (x *ListStreamsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListStreamsRequest.ProtoReflect.Descriptor instead.
+func (*ListStreamsRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *ListStreamsRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+type ListStreamsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Streams       []*Stream              `protobuf:"bytes,1,rep,name=streams,proto3" json:"streams,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListStreamsResponse) Reset() {
+	*x = ListStreamsResponse{}
+	mi := &file_flo_v1_api_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListStreamsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListStreamsResponse) ProtoMessage() {}
+
+func (x *ListStreamsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListStreamsResponse.ProtoReflect.Descriptor instead.
+func (*ListStreamsResponse) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *ListStreamsResponse) GetStreams() []*Stream {
+	if x != nil {
+		return x.Streams
+	}
+	return nil
+}
+
+type DeleteStreamResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteStreamResponse) Reset() {
+	*x = DeleteStreamResponse{}
+	mi := &file_flo_v1_api_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteStreamResponse) ProtoMessage() {}
+
+func (x *DeleteStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteStreamResponse.ProtoReflect.Descriptor instead.
+func (*DeleteStreamResponse) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{56}
+}
+
+// StreamInfo is a stream with what it holds and who reads it.
+type StreamInfo struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Stream *Stream                `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	// Records currently held (appended and not yet removed by retention).
+	Length        int64            `protobuf:"varint,2,opt,name=length,proto3" json:"length,omitempty"`
+	FirstId       string           `protobuf:"bytes,3,opt,name=first_id,json=firstId,proto3" json:"first_id,omitempty"`
+	LastId        string           `protobuf:"bytes,4,opt,name=last_id,json=lastId,proto3" json:"last_id,omitempty"`
+	Groups        []*ConsumerGroup `protobuf:"bytes,5,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamInfo) Reset() {
+	*x = StreamInfo{}
+	mi := &file_flo_v1_api_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamInfo) ProtoMessage() {}
+
+func (x *StreamInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamInfo.ProtoReflect.Descriptor instead.
+func (*StreamInfo) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *StreamInfo) GetStream() *Stream {
+	if x != nil {
+		return x.Stream
+	}
+	return nil
+}
+
+func (x *StreamInfo) GetLength() int64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+func (x *StreamInfo) GetFirstId() string {
+	if x != nil {
+		return x.FirstId
+	}
+	return ""
+}
+
+func (x *StreamInfo) GetLastId() string {
+	if x != nil {
+		return x.LastId
+	}
+	return ""
+}
+
+func (x *StreamInfo) GetGroups() []*ConsumerGroup {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+// StreamRecord is one record. Its id is "<milliseconds>-<sequence>": the
+// append time, then the record's offset in its partition times 1000 plus the
+// partition, so ids are unique in the stream and grow within a partition.
+type StreamRecord struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Id      string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Payload []byte                 `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	// The payload decoded as JSON, when it is JSON.
+	Value      *structpb.Value        `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	Headers    map[string]string      `protobuf:"bytes,4,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Key        string                 `protobuf:"bytes,5,opt,name=key,proto3" json:"key,omitempty"`
+	Partition  int32                  `protobuf:"varint,6,opt,name=partition,proto3" json:"partition,omitempty"`
+	AppendedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=appended_at,json=appendedAt,proto3" json:"appended_at,omitempty"`
+	// Set on group reads: how many times the group has handed this record out,
+	// this time included.
+	DeliveryCount int32 `protobuf:"varint,8,opt,name=delivery_count,json=deliveryCount,proto3" json:"delivery_count,omitempty"`
+	// W3C trace context of the append.
+	TraceContext  map[string]string `protobuf:"bytes,9,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamRecord) Reset() {
+	*x = StreamRecord{}
+	mi := &file_flo_v1_api_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamRecord) ProtoMessage() {}
+
+func (x *StreamRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamRecord.ProtoReflect.Descriptor instead.
+func (*StreamRecord) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *StreamRecord) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *StreamRecord) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *StreamRecord) GetValue() *structpb.Value {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *StreamRecord) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *StreamRecord) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *StreamRecord) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *StreamRecord) GetAppendedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AppendedAt
+	}
+	return nil
+}
+
+func (x *StreamRecord) GetDeliveryCount() int32 {
+	if x != nil {
+		return x.DeliveryCount
+	}
+	return 0
+}
+
+func (x *StreamRecord) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
+	}
+	return nil
+}
+
+type AppendRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Raw payload bytes; the SDK sends JSON here.
+	Payload []byte `protobuf:"bytes,1,opt,name=payload,proto3" json:"payload,omitempty"`
+	// A JSON value, for REST callers; used when payload is empty.
+	Value   *structpb.Value   `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Headers map[string]string `protobuf:"bytes,3,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Records with the same key go to the same partition, in append order.
+	Key           string `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendRecord) Reset() {
+	*x = AppendRecord{}
+	mi := &file_flo_v1_api_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendRecord) ProtoMessage() {}
+
+func (x *AppendRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendRecord.ProtoReflect.Descriptor instead.
+func (*AppendRecord) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *AppendRecord) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *AppendRecord) GetValue() *structpb.Value {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *AppendRecord) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *AppendRecord) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+type AppendRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Stream        string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	Records       []*AppendRecord        `protobuf:"bytes,3,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendRequest) Reset() {
+	*x = AppendRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendRequest) ProtoMessage() {}
+
+func (x *AppendRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendRequest.ProtoReflect.Descriptor instead.
+func (*AppendRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *AppendRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *AppendRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *AppendRequest) GetRecords() []*AppendRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+type AppendResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ids           []string               `protobuf:"bytes,1,rep,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendResponse) Reset() {
+	*x = AppendResponse{}
+	mi := &file_flo_v1_api_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendResponse) ProtoMessage() {}
+
+func (x *AppendResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendResponse.ProtoReflect.Descriptor instead.
+func (*AppendResponse) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *AppendResponse) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+type ReadRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Stream    string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	// First id to return: "-" or empty for the first record, "(ID" to start
+	// after ID, "$" for records appended after the call.
+	Start string `protobuf:"bytes,3,opt,name=start,proto3" json:"start,omitempty"`
+	// Last id to return, inclusive: "+" or empty for the last record.
+	End string `protobuf:"bytes,4,opt,name=end,proto3" json:"end,omitempty"`
+	// Zero means 100; at most 10,000.
+	Count int32 `protobuf:"varint,5,opt,name=count,proto3" json:"count,omitempty"`
+	// With start "$": how long to wait for a record.
+	BlockMs int64 `protobuf:"varint,6,opt,name=block_ms,json=blockMs,proto3" json:"block_ms,omitempty"`
+	// Non-zero returns the last tail records instead of a range.
+	Tail          int32 `protobuf:"varint,7,opt,name=tail,proto3" json:"tail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadRequest) Reset() {
+	*x = ReadRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadRequest) ProtoMessage() {}
+
+func (x *ReadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
+func (*ReadRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *ReadRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ReadRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *ReadRequest) GetStart() string {
+	if x != nil {
+		return x.Start
+	}
+	return ""
+}
+
+func (x *ReadRequest) GetEnd() string {
+	if x != nil {
+		return x.End
+	}
+	return ""
+}
+
+func (x *ReadRequest) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ReadRequest) GetBlockMs() int64 {
+	if x != nil {
+		return x.BlockMs
+	}
+	return 0
+}
+
+func (x *ReadRequest) GetTail() int32 {
+	if x != nil {
+		return x.Tail
+	}
+	return 0
+}
+
+type ReadResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Records []*StreamRecord        `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	// Pass as start to read on; empty when the range is exhausted.
+	Next          string `protobuf:"bytes,2,opt,name=next,proto3" json:"next,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadResponse) Reset() {
+	*x = ReadResponse{}
+	mi := &file_flo_v1_api_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadResponse) ProtoMessage() {}
+
+func (x *ReadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
+func (*ReadResponse) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *ReadResponse) GetRecords() []*StreamRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *ReadResponse) GetNext() string {
+	if x != nil {
+		return x.Next
+	}
+	return ""
+}
+
+// ConsumerGroup reads a stream on its own: each record goes to one of its
+// consumers and stays pending until acked.
+type ConsumerGroup struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Stream        string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	MaxDeliveries int32                  `protobuf:"varint,4,opt,name=max_deliveries,json=maxDeliveries,proto3" json:"max_deliveries,omitempty"`
+	// Records not yet handed to any consumer of the group.
+	Lag int64 `protobuf:"varint,5,opt,name=lag,proto3" json:"lag,omitempty"`
+	// Records handed out and not yet acked.
+	Pending       int64                  `protobuf:"varint,6,opt,name=pending,proto3" json:"pending,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsumerGroup) Reset() {
+	*x = ConsumerGroup{}
+	mi := &file_flo_v1_api_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerGroup) ProtoMessage() {}
+
+func (x *ConsumerGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerGroup.ProtoReflect.Descriptor instead.
+func (*ConsumerGroup) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *ConsumerGroup) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ConsumerGroup) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *ConsumerGroup) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ConsumerGroup) GetMaxDeliveries() int32 {
+	if x != nil {
+		return x.MaxDeliveries
+	}
+	return 0
+}
+
+func (x *ConsumerGroup) GetLag() int64 {
+	if x != nil {
+		return x.Lag
+	}
+	return 0
+}
+
+func (x *ConsumerGroup) GetPending() int64 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
+func (x *ConsumerGroup) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+type CreateGroupRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Stream    string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	Name      string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// Where the group starts: "-" or empty for the first record, "$" for the
+	// next record appended, or an id to start at.
+	Start string `protobuf:"bytes,4,opt,name=start,proto3" json:"start,omitempty"`
+	// Deliveries after which a record moves to the stream "<stream>.dlq" and is
+	// acked; zero means 5.
+	MaxDeliveries int32 `protobuf:"varint,5,opt,name=max_deliveries,json=maxDeliveries,proto3" json:"max_deliveries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateGroupRequest) Reset() {
+	*x = CreateGroupRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateGroupRequest) ProtoMessage() {}
+
+func (x *CreateGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateGroupRequest.ProtoReflect.Descriptor instead.
+func (*CreateGroupRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *CreateGroupRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *CreateGroupRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *CreateGroupRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateGroupRequest) GetStart() string {
+	if x != nil {
+		return x.Start
+	}
+	return ""
+}
+
+func (x *CreateGroupRequest) GetMaxDeliveries() int32 {
+	if x != nil {
+		return x.MaxDeliveries
+	}
+	return 0
+}
+
+type GetGroupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Stream        string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	Group         string                 `protobuf:"bytes,3,opt,name=group,proto3" json:"group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetGroupRequest) Reset() {
+	*x = GetGroupRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetGroupRequest) ProtoMessage() {}
+
+func (x *GetGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetGroupRequest.ProtoReflect.Descriptor instead.
+func (*GetGroupRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *GetGroupRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GetGroupRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *GetGroupRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+type ListGroupsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Groups        []*ConsumerGroup       `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGroupsResponse) Reset() {
+	*x = ListGroupsResponse{}
+	mi := &file_flo_v1_api_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGroupsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGroupsResponse) ProtoMessage() {}
+
+func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGroupsResponse.ProtoReflect.Descriptor instead.
+func (*ListGroupsResponse) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *ListGroupsResponse) GetGroups() []*ConsumerGroup {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+type DeleteGroupResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteGroupResponse) Reset() {
+	*x = DeleteGroupResponse{}
+	mi := &file_flo_v1_api_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteGroupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteGroupResponse) ProtoMessage() {}
+
+func (x *DeleteGroupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteGroupResponse.ProtoReflect.Descriptor instead.
+func (*DeleteGroupResponse) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{68}
+}
+
+type ListPendingRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Stream    string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	Group     string                 `protobuf:"bytes,3,opt,name=group,proto3" json:"group,omitempty"`
+	// Empty lists every consumer's records.
+	Consumer string `protobuf:"bytes,4,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	// Zero means 100; at most 10,000.
+	Limit         int32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPendingRequest) Reset() {
+	*x = ListPendingRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPendingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPendingRequest) ProtoMessage() {}
+
+func (x *ListPendingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPendingRequest.ProtoReflect.Descriptor instead.
+func (*ListPendingRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *ListPendingRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ListPendingRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *ListPendingRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *ListPendingRequest) GetConsumer() string {
+	if x != nil {
+		return x.Consumer
+	}
+	return ""
+}
+
+func (x *ListPendingRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// PendingEntry is a record handed out and not yet acked.
+type PendingEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Consumer      string                 `protobuf:"bytes,2,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	DeliveryCount int32                  `protobuf:"varint,3,opt,name=delivery_count,json=deliveryCount,proto3" json:"delivery_count,omitempty"`
+	DeliveredAt   *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=delivered_at,json=deliveredAt,proto3" json:"delivered_at,omitempty"`
+	// When the record goes back to the group if not acked first.
+	RedeliverAt   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=redeliver_at,json=redeliverAt,proto3" json:"redeliver_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PendingEntry) Reset() {
+	*x = PendingEntry{}
+	mi := &file_flo_v1_api_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PendingEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PendingEntry) ProtoMessage() {}
+
+func (x *PendingEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PendingEntry.ProtoReflect.Descriptor instead.
+func (*PendingEntry) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *PendingEntry) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *PendingEntry) GetConsumer() string {
+	if x != nil {
+		return x.Consumer
+	}
+	return ""
+}
+
+func (x *PendingEntry) GetDeliveryCount() int32 {
+	if x != nil {
+		return x.DeliveryCount
+	}
+	return 0
+}
+
+func (x *PendingEntry) GetDeliveredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DeliveredAt
+	}
+	return nil
+}
+
+func (x *PendingEntry) GetRedeliverAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RedeliverAt
+	}
+	return nil
+}
+
+type ListPendingResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Entries []*PendingEntry        `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// Every pending record of the group (or consumer), not only those listed.
+	Total         int64 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPendingResponse) Reset() {
+	*x = ListPendingResponse{}
+	mi := &file_flo_v1_api_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPendingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPendingResponse) ProtoMessage() {}
+
+func (x *ListPendingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPendingResponse.ProtoReflect.Descriptor instead.
+func (*ListPendingResponse) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *ListPendingResponse) GetEntries() []*PendingEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *ListPendingResponse) GetTotal() int64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+type GroupReadRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Stream    string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	Group     string                 `protobuf:"bytes,3,opt,name=group,proto3" json:"group,omitempty"`
+	Consumer  string                 `protobuf:"bytes,4,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	// Zero means 10; at most 10,000.
+	Count int32 `protobuf:"varint,5,opt,name=count,proto3" json:"count,omitempty"`
+	// How long to wait when nothing is ready; zero returns at once.
+	BlockMs int64 `protobuf:"varint,6,opt,name=block_ms,json=blockMs,proto3" json:"block_ms,omitempty"`
+	// How long the consumer may hold each record before it is redelivered;
+	// zero means 5 minutes.
+	MessageTimeoutMs int64 `protobuf:"varint,7,opt,name=message_timeout_ms,json=messageTimeoutMs,proto3" json:"message_timeout_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *GroupReadRequest) Reset() {
+	*x = GroupReadRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupReadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupReadRequest) ProtoMessage() {}
+
+func (x *GroupReadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupReadRequest.ProtoReflect.Descriptor instead.
+func (*GroupReadRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *GroupReadRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GroupReadRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *GroupReadRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *GroupReadRequest) GetConsumer() string {
+	if x != nil {
+		return x.Consumer
+	}
+	return ""
+}
+
+func (x *GroupReadRequest) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *GroupReadRequest) GetBlockMs() int64 {
+	if x != nil {
+		return x.BlockMs
+	}
+	return 0
+}
+
+func (x *GroupReadRequest) GetMessageTimeoutMs() int64 {
+	if x != nil {
+		return x.MessageTimeoutMs
+	}
+	return 0
+}
+
+type GroupReadResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Records       []*StreamRecord        `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupReadResponse) Reset() {
+	*x = GroupReadResponse{}
+	mi := &file_flo_v1_api_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupReadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupReadResponse) ProtoMessage() {}
+
+func (x *GroupReadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupReadResponse.ProtoReflect.Descriptor instead.
+func (*GroupReadResponse) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *GroupReadResponse) GetRecords() []*StreamRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+type AckRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Stream        string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	Group         string                 `protobuf:"bytes,3,opt,name=group,proto3" json:"group,omitempty"`
+	Ids           []string               `protobuf:"bytes,4,rep,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AckRequest) Reset() {
+	*x = AckRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AckRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AckRequest) ProtoMessage() {}
+
+func (x *AckRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
+func (*AckRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *AckRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *AckRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *AckRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *AckRequest) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+type AckResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many of the ids were pending and are now acked.
+	Acked         int32 `protobuf:"varint,1,opt,name=acked,proto3" json:"acked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AckResponse) Reset() {
+	*x = AckResponse{}
+	mi := &file_flo_v1_api_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AckResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AckResponse) ProtoMessage() {}
+
+func (x *AckResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
+func (*AckResponse) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *AckResponse) GetAcked() int32 {
+	if x != nil {
+		return x.Acked
+	}
+	return 0
+}
+
+type NackRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Stream        string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	Group         string                 `protobuf:"bytes,3,opt,name=group,proto3" json:"group,omitempty"`
+	Ids           []string               `protobuf:"bytes,4,rep,name=ids,proto3" json:"ids,omitempty"`
+	DelayMs       int64                  `protobuf:"varint,5,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
+	Reason        string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NackRequest) Reset() {
+	*x = NackRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NackRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NackRequest) ProtoMessage() {}
+
+func (x *NackRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NackRequest.ProtoReflect.Descriptor instead.
+func (*NackRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *NackRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *NackRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *NackRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *NackRequest) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *NackRequest) GetDelayMs() int64 {
+	if x != nil {
+		return x.DelayMs
+	}
+	return 0
+}
+
+func (x *NackRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type NackResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many of the ids were pending and go back to the group.
+	Nacked        int32 `protobuf:"varint,1,opt,name=nacked,proto3" json:"nacked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NackResponse) Reset() {
+	*x = NackResponse{}
+	mi := &file_flo_v1_api_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NackResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NackResponse) ProtoMessage() {}
+
+func (x *NackResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NackResponse.ProtoReflect.Descriptor instead.
+func (*NackResponse) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *NackResponse) GetNacked() int32 {
+	if x != nil {
+		return x.Nacked
+	}
+	return 0
 }
 
 var File_flo_v1_api_proto protoreflect.FileDescriptor
@@ -3584,7 +5775,7 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\"=\n" +
 	"\x17ListDeadLettersResponse\x12\"\n" +
-	"\x05tasks\x18\x01 \x03(\v2\f.flo.v1.TaskR\x05tasks\"\xc0\x02\n" +
+	"\x05tasks\x18\x01 \x03(\v2\f.flo.v1.TaskR\x05tasks\"\xe2\x03\n" +
 	"\rWorkerMessage\x12%\n" +
 	"\x05hello\x18\x01 \x01(\v2\r.flo.v1.HelloH\x00R\x05hello\x12%\n" +
 	"\x05ready\x18\x02 \x01(\v2\r.flo.v1.ReadyH\x00R\x05ready\x12(\n" +
@@ -3592,8 +5783,15 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\fresult_batch\x18\x04 \x01(\v2\x13.flo.v1.ResultBatchH\x00R\vresultBatch\x12\"\n" +
 	"\x04nack\x18\x05 \x01(\v2\f.flo.v1.NackH\x00R\x04nack\x12+\n" +
 	"\aabandon\x18\x06 \x01(\v2\x0f.flo.v1.AbandonH\x00R\aabandon\x12%\n" +
-	"\x05touch\x18\a \x01(\v2\r.flo.v1.TouchH\x00R\x05touchB\x05\n" +
-	"\x03msg\"\x87\x02\n" +
+	"\x05touch\x18\a \x01(\v2\r.flo.v1.TouchH\x00R\x05touch\x125\n" +
+	"\vstream_read\x18\b \x01(\v2\x12.flo.v1.StreamReadH\x00R\n" +
+	"streamRead\x122\n" +
+	"\n" +
+	"stream_ack\x18\t \x01(\v2\x11.flo.v1.StreamAckH\x00R\tstreamAck\x125\n" +
+	"\vstream_nack\x18\n" +
+	" \x01(\v2\x12.flo.v1.StreamNackH\x00R\n" +
+	"streamNackB\x05\n" +
+	"\x03msg\"\xc1\x02\n" +
 	"\rServerMessage\x12/\n" +
 	"\thello_ack\x18\x01 \x01(\v2\x10.flo.v1.HelloAckH\x00R\bhelloAck\x122\n" +
 	"\n" +
@@ -3601,9 +5799,10 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\ttouch_ack\x18\x03 \x01(\v2\x10.flo.v1.TouchAckH\x00R\btouchAck\x122\n" +
 	"\n" +
 	"result_ack\x18\x04 \x01(\v2\x11.flo.v1.ResultAckH\x00R\tresultAck\x12%\n" +
-	"\x05drain\x18\x05 \x01(\v2\r.flo.v1.DrainH\x00R\x05drainB\x05\n" +
+	"\x05drain\x18\x05 \x01(\v2\r.flo.v1.DrainH\x00R\x05drain\x128\n" +
+	"\frecord_batch\x18\x06 \x01(\v2\x13.flo.v1.RecordBatchH\x00R\vrecordBatchB\x05\n" +
 	"\x03msg\"\a\n" +
-	"\x05Drain\"\xba\x01\n" +
+	"\x05Drain\"\xf0\x01\n" +
 	"\x05Hello\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x1c\n" +
@@ -3611,7 +5810,12 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"machine_id\x18\x04 \x01(\tR\tmachineId\x12\x18\n" +
 	"\aactions\x18\x05 \x03(\tR\aactions\x12'\n" +
-	"\x0fmax_concurrency\x18\x06 \x01(\x05R\x0emaxConcurrency\"E\n" +
+	"\x0fmax_concurrency\x18\x06 \x01(\x05R\x0emaxConcurrency\x124\n" +
+	"\astreams\x18\a \x03(\v2\x1a.flo.v1.StreamSubscriptionR\astreams\"^\n" +
+	"\x12StreamSubscription\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\x12\x1a\n" +
+	"\bconsumer\x18\x03 \x01(\tR\bconsumer\"E\n" +
 	"\bHelloAck\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\"m\n" +
@@ -3671,7 +5875,169 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"leaseUntil\"M\n" +
 	"\tResultAck\x12*\n" +
 	"\x11rejected_task_ids\x18\x01 \x03(\tR\x0frejectedTaskIds\x12\x14\n" +
-	"\x05error\x18\x02 \x01(\tR\x05error*Y\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\"\xb5\x01\n" +
+	"\n" +
+	"StreamRead\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\x12\x1a\n" +
+	"\bconsumer\x18\x03 \x01(\tR\bconsumer\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x05R\x05count\x12\x19\n" +
+	"\bblock_ms\x18\x05 \x01(\x03R\ablockMs\x12,\n" +
+	"\x12message_timeout_ms\x18\x06 \x01(\x03R\x10messageTimeoutMs\"k\n" +
+	"\vRecordBatch\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\x12.\n" +
+	"\arecords\x18\x03 \x03(\v2\x14.flo.v1.StreamRecordR\arecords\"K\n" +
+	"\tStreamAck\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\x12\x10\n" +
+	"\x03ids\x18\x03 \x03(\tR\x03ids\"\x7f\n" +
+	"\n" +
+	"StreamNack\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\x12\x10\n" +
+	"\x03ids\x18\x03 \x03(\tR\x03ids\x12\x19\n" +
+	"\bdelay_ms\x18\x04 \x01(\x03R\adelayMs\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xe1\x01\n" +
+	"\x06Stream\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x03 \x01(\x05R\n" +
+	"partitions\x12!\n" +
+	"\fretention_ms\x18\x04 \x01(\x03R\vretentionMs\x12'\n" +
+	"\x0fretention_bytes\x18\x05 \x01(\x03R\x0eretentionBytes\x129\n" +
+	"\n" +
+	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xb3\x01\n" +
+	"\x13CreateStreamRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x03 \x01(\x05R\n" +
+	"partitions\x12!\n" +
+	"\fretention_ms\x18\x04 \x01(\x03R\vretentionMs\x12'\n" +
+	"\x0fretention_bytes\x18\x05 \x01(\x03R\x0eretentionBytes\"H\n" +
+	"\x10GetStreamRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\"2\n" +
+	"\x12ListStreamsRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"?\n" +
+	"\x13ListStreamsResponse\x12(\n" +
+	"\astreams\x18\x01 \x03(\v2\x0e.flo.v1.StreamR\astreams\"\x16\n" +
+	"\x14DeleteStreamResponse\"\xaf\x01\n" +
+	"\n" +
+	"StreamInfo\x12&\n" +
+	"\x06stream\x18\x01 \x01(\v2\x0e.flo.v1.StreamR\x06stream\x12\x16\n" +
+	"\x06length\x18\x02 \x01(\x03R\x06length\x12\x19\n" +
+	"\bfirst_id\x18\x03 \x01(\tR\afirstId\x12\x17\n" +
+	"\alast_id\x18\x04 \x01(\tR\x06lastId\x12-\n" +
+	"\x06groups\x18\x05 \x03(\v2\x15.flo.v1.ConsumerGroupR\x06groups\"\x81\x04\n" +
+	"\fStreamRecord\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\x12,\n" +
+	"\x05value\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x05value\x12;\n" +
+	"\aheaders\x18\x04 \x03(\v2!.flo.v1.StreamRecord.HeadersEntryR\aheaders\x12\x10\n" +
+	"\x03key\x18\x05 \x01(\tR\x03key\x12\x1c\n" +
+	"\tpartition\x18\x06 \x01(\x05R\tpartition\x12;\n" +
+	"\vappended_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"appendedAt\x12%\n" +
+	"\x0edelivery_count\x18\b \x01(\x05R\rdeliveryCount\x12K\n" +
+	"\rtrace_context\x18\t \x03(\v2&.flo.v1.StreamRecord.TraceContextEntryR\ftraceContext\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe1\x01\n" +
+	"\fAppendRecord\x12\x18\n" +
+	"\apayload\x18\x01 \x01(\fR\apayload\x12,\n" +
+	"\x05value\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\x05value\x12;\n" +
+	"\aheaders\x18\x03 \x03(\v2!.flo.v1.AppendRecord.HeadersEntryR\aheaders\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\tR\x03key\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"u\n" +
+	"\rAppendRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12.\n" +
+	"\arecords\x18\x03 \x03(\v2\x14.flo.v1.AppendRecordR\arecords\"\"\n" +
+	"\x0eAppendResponse\x12\x10\n" +
+	"\x03ids\x18\x01 \x03(\tR\x03ids\"\xb0\x01\n" +
+	"\vReadRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x14\n" +
+	"\x05start\x18\x03 \x01(\tR\x05start\x12\x10\n" +
+	"\x03end\x18\x04 \x01(\tR\x03end\x12\x14\n" +
+	"\x05count\x18\x05 \x01(\x05R\x05count\x12\x19\n" +
+	"\bblock_ms\x18\x06 \x01(\x03R\ablockMs\x12\x12\n" +
+	"\x04tail\x18\a \x01(\x05R\x04tail\"R\n" +
+	"\fReadResponse\x12.\n" +
+	"\arecords\x18\x01 \x03(\v2\x14.flo.v1.StreamRecordR\arecords\x12\x12\n" +
+	"\x04next\x18\x02 \x01(\tR\x04next\"\xe7\x01\n" +
+	"\rConsumerGroup\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12%\n" +
+	"\x0emax_deliveries\x18\x04 \x01(\x05R\rmaxDeliveries\x12\x10\n" +
+	"\x03lag\x18\x05 \x01(\x03R\x03lag\x12\x18\n" +
+	"\apending\x18\x06 \x01(\x03R\apending\x129\n" +
+	"\n" +
+	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\x9b\x01\n" +
+	"\x12CreateGroupRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x14\n" +
+	"\x05start\x18\x04 \x01(\tR\x05start\x12%\n" +
+	"\x0emax_deliveries\x18\x05 \x01(\x05R\rmaxDeliveries\"]\n" +
+	"\x0fGetGroupRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x14\n" +
+	"\x05group\x18\x03 \x01(\tR\x05group\"C\n" +
+	"\x12ListGroupsResponse\x12-\n" +
+	"\x06groups\x18\x01 \x03(\v2\x15.flo.v1.ConsumerGroupR\x06groups\"\x15\n" +
+	"\x13DeleteGroupResponse\"\x92\x01\n" +
+	"\x12ListPendingRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x14\n" +
+	"\x05group\x18\x03 \x01(\tR\x05group\x12\x1a\n" +
+	"\bconsumer\x18\x04 \x01(\tR\bconsumer\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\x05R\x05limit\"\xdf\x01\n" +
+	"\fPendingEntry\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
+	"\bconsumer\x18\x02 \x01(\tR\bconsumer\x12%\n" +
+	"\x0edelivery_count\x18\x03 \x01(\x05R\rdeliveryCount\x12=\n" +
+	"\fdelivered_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vdeliveredAt\x12=\n" +
+	"\fredeliver_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vredeliverAt\"[\n" +
+	"\x13ListPendingResponse\x12.\n" +
+	"\aentries\x18\x01 \x03(\v2\x14.flo.v1.PendingEntryR\aentries\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x03R\x05total\"\xd9\x01\n" +
+	"\x10GroupReadRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x14\n" +
+	"\x05group\x18\x03 \x01(\tR\x05group\x12\x1a\n" +
+	"\bconsumer\x18\x04 \x01(\tR\bconsumer\x12\x14\n" +
+	"\x05count\x18\x05 \x01(\x05R\x05count\x12\x19\n" +
+	"\bblock_ms\x18\x06 \x01(\x03R\ablockMs\x12,\n" +
+	"\x12message_timeout_ms\x18\a \x01(\x03R\x10messageTimeoutMs\"C\n" +
+	"\x11GroupReadResponse\x12.\n" +
+	"\arecords\x18\x01 \x03(\v2\x14.flo.v1.StreamRecordR\arecords\"j\n" +
+	"\n" +
+	"AckRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x14\n" +
+	"\x05group\x18\x03 \x01(\tR\x05group\x12\x10\n" +
+	"\x03ids\x18\x04 \x03(\tR\x03ids\"#\n" +
+	"\vAckResponse\x12\x14\n" +
+	"\x05acked\x18\x01 \x01(\x05R\x05acked\"\x9e\x01\n" +
+	"\vNackRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x14\n" +
+	"\x05group\x18\x03 \x01(\tR\x05group\x12\x10\n" +
+	"\x03ids\x18\x04 \x03(\tR\x03ids\x12\x19\n" +
+	"\bdelay_ms\x18\x05 \x01(\x03R\adelayMs\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\"&\n" +
+	"\fNackResponse\x12\x16\n" +
+	"\x06nacked\x18\x01 \x01(\x05R\x06nacked*Y\n" +
 	"\n" +
 	"WorkerType\x12\x1b\n" +
 	"\x17WORKER_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
@@ -3728,7 +6094,22 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\vDrainWorker\x12\x18.flo.v1.GetWorkerRequest\x1a\x0e.flo.v1.Worker\x12N\n" +
 	"\x10DeregisterWorker\x12\x18.flo.v1.GetWorkerRequest\x1a .flo.v1.DeregisterWorkerResponse2K\n" +
 	"\rWorkerService\x12:\n" +
-	"\x06Stream\x12\x15.flo.v1.WorkerMessage\x1a\x15.flo.v1.ServerMessage(\x010\x01B1Z/github.com/razorbill/flo/proto/gen/flo/v1;flov1b\x06proto3"
+	"\x06Stream\x12\x15.flo.v1.WorkerMessage\x1a\x15.flo.v1.ServerMessage(\x010\x012\xbb\x06\n" +
+	"\rStreamService\x12;\n" +
+	"\fCreateStream\x12\x1b.flo.v1.CreateStreamRequest\x1a\x0e.flo.v1.Stream\x129\n" +
+	"\tGetStream\x12\x18.flo.v1.GetStreamRequest\x1a\x12.flo.v1.StreamInfo\x12F\n" +
+	"\vListStreams\x12\x1a.flo.v1.ListStreamsRequest\x1a\x1b.flo.v1.ListStreamsResponse\x12F\n" +
+	"\fDeleteStream\x12\x18.flo.v1.GetStreamRequest\x1a\x1c.flo.v1.DeleteStreamResponse\x127\n" +
+	"\x06Append\x12\x15.flo.v1.AppendRequest\x1a\x16.flo.v1.AppendResponse\x121\n" +
+	"\x04Read\x12\x13.flo.v1.ReadRequest\x1a\x14.flo.v1.ReadResponse\x12@\n" +
+	"\vCreateGroup\x12\x1a.flo.v1.CreateGroupRequest\x1a\x15.flo.v1.ConsumerGroup\x12B\n" +
+	"\n" +
+	"ListGroups\x12\x18.flo.v1.GetStreamRequest\x1a\x1a.flo.v1.ListGroupsResponse\x12C\n" +
+	"\vDeleteGroup\x12\x17.flo.v1.GetGroupRequest\x1a\x1b.flo.v1.DeleteGroupResponse\x12F\n" +
+	"\vListPending\x12\x1a.flo.v1.ListPendingRequest\x1a\x1b.flo.v1.ListPendingResponse\x12@\n" +
+	"\tGroupRead\x12\x18.flo.v1.GroupReadRequest\x1a\x19.flo.v1.GroupReadResponse\x12.\n" +
+	"\x03Ack\x12\x12.flo.v1.AckRequest\x1a\x13.flo.v1.AckResponse\x121\n" +
+	"\x04Nack\x12\x13.flo.v1.NackRequest\x1a\x14.flo.v1.NackResponseB1Z/github.com/razorbill/flo/proto/gen/flo/v1;flov1b\x06proto3"
 
 var (
 	file_flo_v1_api_proto_rawDescOnce sync.Once
@@ -3743,7 +6124,7 @@ func file_flo_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_flo_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_flo_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_flo_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
 var file_flo_v1_api_proto_goTypes = []any{
 	(WorkerType)(0),                  // 0: flo.v1.WorkerType
 	(WorkerStatus)(0),                // 1: flo.v1.WorkerStatus
@@ -3783,120 +6164,205 @@ var file_flo_v1_api_proto_goTypes = []any{
 	(*ServerMessage)(nil),            // 35: flo.v1.ServerMessage
 	(*Drain)(nil),                    // 36: flo.v1.Drain
 	(*Hello)(nil),                    // 37: flo.v1.Hello
-	(*HelloAck)(nil),                 // 38: flo.v1.HelloAck
-	(*Ready)(nil),                    // 39: flo.v1.Ready
-	(*TaskAssignment)(nil),           // 40: flo.v1.TaskAssignment
-	(*TaskBatch)(nil),                // 41: flo.v1.TaskBatch
-	(*Result)(nil),                   // 42: flo.v1.Result
-	(*Completed)(nil),                // 43: flo.v1.Completed
-	(*Failed)(nil),                   // 44: flo.v1.Failed
-	(*ResultBatch)(nil),              // 45: flo.v1.ResultBatch
-	(*Nack)(nil),                     // 46: flo.v1.Nack
-	(*Abandon)(nil),                  // 47: flo.v1.Abandon
-	(*Touch)(nil),                    // 48: flo.v1.Touch
-	(*TouchAck)(nil),                 // 49: flo.v1.TouchAck
-	(*ResultAck)(nil),                // 50: flo.v1.ResultAck
-	nil,                              // 51: flo.v1.TaskAssignment.TraceContextEntry
-	(*timestamppb.Timestamp)(nil),    // 52: google.protobuf.Timestamp
-	(*structpb.Value)(nil),           // 53: google.protobuf.Value
+	(*StreamSubscription)(nil),       // 38: flo.v1.StreamSubscription
+	(*HelloAck)(nil),                 // 39: flo.v1.HelloAck
+	(*Ready)(nil),                    // 40: flo.v1.Ready
+	(*TaskAssignment)(nil),           // 41: flo.v1.TaskAssignment
+	(*TaskBatch)(nil),                // 42: flo.v1.TaskBatch
+	(*Result)(nil),                   // 43: flo.v1.Result
+	(*Completed)(nil),                // 44: flo.v1.Completed
+	(*Failed)(nil),                   // 45: flo.v1.Failed
+	(*ResultBatch)(nil),              // 46: flo.v1.ResultBatch
+	(*Nack)(nil),                     // 47: flo.v1.Nack
+	(*Abandon)(nil),                  // 48: flo.v1.Abandon
+	(*Touch)(nil),                    // 49: flo.v1.Touch
+	(*TouchAck)(nil),                 // 50: flo.v1.TouchAck
+	(*ResultAck)(nil),                // 51: flo.v1.ResultAck
+	(*StreamRead)(nil),               // 52: flo.v1.StreamRead
+	(*RecordBatch)(nil),              // 53: flo.v1.RecordBatch
+	(*StreamAck)(nil),                // 54: flo.v1.StreamAck
+	(*StreamNack)(nil),               // 55: flo.v1.StreamNack
+	(*Stream)(nil),                   // 56: flo.v1.Stream
+	(*CreateStreamRequest)(nil),      // 57: flo.v1.CreateStreamRequest
+	(*GetStreamRequest)(nil),         // 58: flo.v1.GetStreamRequest
+	(*ListStreamsRequest)(nil),       // 59: flo.v1.ListStreamsRequest
+	(*ListStreamsResponse)(nil),      // 60: flo.v1.ListStreamsResponse
+	(*DeleteStreamResponse)(nil),     // 61: flo.v1.DeleteStreamResponse
+	(*StreamInfo)(nil),               // 62: flo.v1.StreamInfo
+	(*StreamRecord)(nil),             // 63: flo.v1.StreamRecord
+	(*AppendRecord)(nil),             // 64: flo.v1.AppendRecord
+	(*AppendRequest)(nil),            // 65: flo.v1.AppendRequest
+	(*AppendResponse)(nil),           // 66: flo.v1.AppendResponse
+	(*ReadRequest)(nil),              // 67: flo.v1.ReadRequest
+	(*ReadResponse)(nil),             // 68: flo.v1.ReadResponse
+	(*ConsumerGroup)(nil),            // 69: flo.v1.ConsumerGroup
+	(*CreateGroupRequest)(nil),       // 70: flo.v1.CreateGroupRequest
+	(*GetGroupRequest)(nil),          // 71: flo.v1.GetGroupRequest
+	(*ListGroupsResponse)(nil),       // 72: flo.v1.ListGroupsResponse
+	(*DeleteGroupResponse)(nil),      // 73: flo.v1.DeleteGroupResponse
+	(*ListPendingRequest)(nil),       // 74: flo.v1.ListPendingRequest
+	(*PendingEntry)(nil),             // 75: flo.v1.PendingEntry
+	(*ListPendingResponse)(nil),      // 76: flo.v1.ListPendingResponse
+	(*GroupReadRequest)(nil),         // 77: flo.v1.GroupReadRequest
+	(*GroupReadResponse)(nil),        // 78: flo.v1.GroupReadResponse
+	(*AckRequest)(nil),               // 79: flo.v1.AckRequest
+	(*AckResponse)(nil),              // 80: flo.v1.AckResponse
+	(*NackRequest)(nil),              // 81: flo.v1.NackRequest
+	(*NackResponse)(nil),             // 82: flo.v1.NackResponse
+	nil,                              // 83: flo.v1.TaskAssignment.TraceContextEntry
+	nil,                              // 84: flo.v1.StreamRecord.HeadersEntry
+	nil,                              // 85: flo.v1.StreamRecord.TraceContextEntry
+	nil,                              // 86: flo.v1.AppendRecord.HeadersEntry
+	(*timestamppb.Timestamp)(nil),    // 87: google.protobuf.Timestamp
+	(*structpb.Value)(nil),           // 88: google.protobuf.Value
 }
 var file_flo_v1_api_proto_depIdxs = []int32{
-	52, // 0: flo.v1.Namespace.created_at:type_name -> google.protobuf.Timestamp
-	5,  // 1: flo.v1.ListNamespacesResponse.namespaces:type_name -> flo.v1.Namespace
-	2,  // 2: flo.v1.WorkerProcess.kind:type_name -> flo.v1.ProcessKind
-	52, // 3: flo.v1.WorkerProcess.last_run_at:type_name -> google.protobuf.Timestamp
-	0,  // 4: flo.v1.Worker.worker_type:type_name -> flo.v1.WorkerType
-	1,  // 5: flo.v1.Worker.status:type_name -> flo.v1.WorkerStatus
-	10, // 6: flo.v1.Worker.processes:type_name -> flo.v1.WorkerProcess
-	52, // 7: flo.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
-	52, // 8: flo.v1.Worker.last_heartbeat:type_name -> google.protobuf.Timestamp
-	0,  // 9: flo.v1.RegisterWorkerRequest.worker_type:type_name -> flo.v1.WorkerType
-	10, // 10: flo.v1.RegisterWorkerRequest.processes:type_name -> flo.v1.WorkerProcess
-	1,  // 11: flo.v1.HeartbeatResponse.status:type_name -> flo.v1.WorkerStatus
-	11, // 12: flo.v1.ListWorkersResponse.workers:type_name -> flo.v1.Worker
-	3,  // 13: flo.v1.Backoff.kind:type_name -> flo.v1.BackoffKind
-	19, // 14: flo.v1.Action.backoff:type_name -> flo.v1.Backoff
-	52, // 15: flo.v1.Action.created_at:type_name -> google.protobuf.Timestamp
-	52, // 16: flo.v1.Action.updated_at:type_name -> google.protobuf.Timestamp
-	19, // 17: flo.v1.RegisterActionRequest.backoff:type_name -> flo.v1.Backoff
-	20, // 18: flo.v1.ListActionsResponse.actions:type_name -> flo.v1.Action
-	53, // 19: flo.v1.InvokeTaskRequest.input:type_name -> google.protobuf.Value
-	25, // 20: flo.v1.InvokeTasksRequest.tasks:type_name -> flo.v1.InvokeTaskRequest
-	4,  // 21: flo.v1.Task.status:type_name -> flo.v1.TaskStatus
-	53, // 22: flo.v1.Task.output:type_name -> google.protobuf.Value
-	52, // 23: flo.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	52, // 24: flo.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	52, // 25: flo.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	52, // 26: flo.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	52, // 27: flo.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	29, // 28: flo.v1.ListDeadLettersResponse.tasks:type_name -> flo.v1.Task
-	37, // 29: flo.v1.WorkerMessage.hello:type_name -> flo.v1.Hello
-	39, // 30: flo.v1.WorkerMessage.ready:type_name -> flo.v1.Ready
-	42, // 31: flo.v1.WorkerMessage.result:type_name -> flo.v1.Result
-	45, // 32: flo.v1.WorkerMessage.result_batch:type_name -> flo.v1.ResultBatch
-	46, // 33: flo.v1.WorkerMessage.nack:type_name -> flo.v1.Nack
-	47, // 34: flo.v1.WorkerMessage.abandon:type_name -> flo.v1.Abandon
-	48, // 35: flo.v1.WorkerMessage.touch:type_name -> flo.v1.Touch
-	38, // 36: flo.v1.ServerMessage.hello_ack:type_name -> flo.v1.HelloAck
-	41, // 37: flo.v1.ServerMessage.task_batch:type_name -> flo.v1.TaskBatch
-	49, // 38: flo.v1.ServerMessage.touch_ack:type_name -> flo.v1.TouchAck
-	50, // 39: flo.v1.ServerMessage.result_ack:type_name -> flo.v1.ResultAck
-	36, // 40: flo.v1.ServerMessage.drain:type_name -> flo.v1.Drain
-	52, // 41: flo.v1.TaskAssignment.created_at:type_name -> google.protobuf.Timestamp
-	52, // 42: flo.v1.TaskAssignment.lease_until:type_name -> google.protobuf.Timestamp
-	51, // 43: flo.v1.TaskAssignment.trace_context:type_name -> flo.v1.TaskAssignment.TraceContextEntry
-	40, // 44: flo.v1.TaskBatch.tasks:type_name -> flo.v1.TaskAssignment
-	43, // 45: flo.v1.Result.completed:type_name -> flo.v1.Completed
-	44, // 46: flo.v1.Result.failed:type_name -> flo.v1.Failed
-	42, // 47: flo.v1.ResultBatch.results:type_name -> flo.v1.Result
-	52, // 48: flo.v1.TouchAck.lease_until:type_name -> google.protobuf.Timestamp
-	6,  // 49: flo.v1.NamespaceService.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
-	7,  // 50: flo.v1.NamespaceService.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
-	8,  // 51: flo.v1.NamespaceService.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
-	21, // 52: flo.v1.ActionService.RegisterAction:input_type -> flo.v1.RegisterActionRequest
-	22, // 53: flo.v1.ActionService.GetAction:input_type -> flo.v1.GetActionRequest
-	23, // 54: flo.v1.ActionService.ListActions:input_type -> flo.v1.ListActionsRequest
-	22, // 55: flo.v1.ActionService.EnableAction:input_type -> flo.v1.GetActionRequest
-	22, // 56: flo.v1.ActionService.DisableAction:input_type -> flo.v1.GetActionRequest
-	25, // 57: flo.v1.TaskService.InvokeTask:input_type -> flo.v1.InvokeTaskRequest
-	27, // 58: flo.v1.TaskService.InvokeTasks:input_type -> flo.v1.InvokeTasksRequest
-	30, // 59: flo.v1.TaskService.GetTask:input_type -> flo.v1.GetTaskRequest
-	31, // 60: flo.v1.TaskService.AwaitTask:input_type -> flo.v1.AwaitTaskRequest
-	32, // 61: flo.v1.TaskService.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
-	30, // 62: flo.v1.TaskService.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
-	12, // 63: flo.v1.WorkerRegistryService.RegisterWorker:input_type -> flo.v1.RegisterWorkerRequest
-	13, // 64: flo.v1.WorkerRegistryService.Heartbeat:input_type -> flo.v1.HeartbeatRequest
-	15, // 65: flo.v1.WorkerRegistryService.GetWorker:input_type -> flo.v1.GetWorkerRequest
-	16, // 66: flo.v1.WorkerRegistryService.ListWorkers:input_type -> flo.v1.ListWorkersRequest
-	15, // 67: flo.v1.WorkerRegistryService.DrainWorker:input_type -> flo.v1.GetWorkerRequest
-	15, // 68: flo.v1.WorkerRegistryService.DeregisterWorker:input_type -> flo.v1.GetWorkerRequest
-	34, // 69: flo.v1.WorkerService.Stream:input_type -> flo.v1.WorkerMessage
-	5,  // 70: flo.v1.NamespaceService.CreateNamespace:output_type -> flo.v1.Namespace
-	5,  // 71: flo.v1.NamespaceService.GetNamespace:output_type -> flo.v1.Namespace
-	9,  // 72: flo.v1.NamespaceService.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
-	20, // 73: flo.v1.ActionService.RegisterAction:output_type -> flo.v1.Action
-	20, // 74: flo.v1.ActionService.GetAction:output_type -> flo.v1.Action
-	24, // 75: flo.v1.ActionService.ListActions:output_type -> flo.v1.ListActionsResponse
-	20, // 76: flo.v1.ActionService.EnableAction:output_type -> flo.v1.Action
-	20, // 77: flo.v1.ActionService.DisableAction:output_type -> flo.v1.Action
-	26, // 78: flo.v1.TaskService.InvokeTask:output_type -> flo.v1.InvokeTaskResponse
-	28, // 79: flo.v1.TaskService.InvokeTasks:output_type -> flo.v1.InvokeTasksResponse
-	29, // 80: flo.v1.TaskService.GetTask:output_type -> flo.v1.Task
-	29, // 81: flo.v1.TaskService.AwaitTask:output_type -> flo.v1.Task
-	33, // 82: flo.v1.TaskService.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
-	29, // 83: flo.v1.TaskService.RequeueDeadLetter:output_type -> flo.v1.Task
-	11, // 84: flo.v1.WorkerRegistryService.RegisterWorker:output_type -> flo.v1.Worker
-	14, // 85: flo.v1.WorkerRegistryService.Heartbeat:output_type -> flo.v1.HeartbeatResponse
-	11, // 86: flo.v1.WorkerRegistryService.GetWorker:output_type -> flo.v1.Worker
-	17, // 87: flo.v1.WorkerRegistryService.ListWorkers:output_type -> flo.v1.ListWorkersResponse
-	11, // 88: flo.v1.WorkerRegistryService.DrainWorker:output_type -> flo.v1.Worker
-	18, // 89: flo.v1.WorkerRegistryService.DeregisterWorker:output_type -> flo.v1.DeregisterWorkerResponse
-	35, // 90: flo.v1.WorkerService.Stream:output_type -> flo.v1.ServerMessage
-	70, // [70:91] is the sub-list for method output_type
-	49, // [49:70] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	87,  // 0: flo.v1.Namespace.created_at:type_name -> google.protobuf.Timestamp
+	5,   // 1: flo.v1.ListNamespacesResponse.namespaces:type_name -> flo.v1.Namespace
+	2,   // 2: flo.v1.WorkerProcess.kind:type_name -> flo.v1.ProcessKind
+	87,  // 3: flo.v1.WorkerProcess.last_run_at:type_name -> google.protobuf.Timestamp
+	0,   // 4: flo.v1.Worker.worker_type:type_name -> flo.v1.WorkerType
+	1,   // 5: flo.v1.Worker.status:type_name -> flo.v1.WorkerStatus
+	10,  // 6: flo.v1.Worker.processes:type_name -> flo.v1.WorkerProcess
+	87,  // 7: flo.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
+	87,  // 8: flo.v1.Worker.last_heartbeat:type_name -> google.protobuf.Timestamp
+	0,   // 9: flo.v1.RegisterWorkerRequest.worker_type:type_name -> flo.v1.WorkerType
+	10,  // 10: flo.v1.RegisterWorkerRequest.processes:type_name -> flo.v1.WorkerProcess
+	1,   // 11: flo.v1.HeartbeatResponse.status:type_name -> flo.v1.WorkerStatus
+	11,  // 12: flo.v1.ListWorkersResponse.workers:type_name -> flo.v1.Worker
+	3,   // 13: flo.v1.Backoff.kind:type_name -> flo.v1.BackoffKind
+	19,  // 14: flo.v1.Action.backoff:type_name -> flo.v1.Backoff
+	87,  // 15: flo.v1.Action.created_at:type_name -> google.protobuf.Timestamp
+	87,  // 16: flo.v1.Action.updated_at:type_name -> google.protobuf.Timestamp
+	19,  // 17: flo.v1.RegisterActionRequest.backoff:type_name -> flo.v1.Backoff
+	20,  // 18: flo.v1.ListActionsResponse.actions:type_name -> flo.v1.Action
+	88,  // 19: flo.v1.InvokeTaskRequest.input:type_name -> google.protobuf.Value
+	25,  // 20: flo.v1.InvokeTasksRequest.tasks:type_name -> flo.v1.InvokeTaskRequest
+	4,   // 21: flo.v1.Task.status:type_name -> flo.v1.TaskStatus
+	88,  // 22: flo.v1.Task.output:type_name -> google.protobuf.Value
+	87,  // 23: flo.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	87,  // 24: flo.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	87,  // 25: flo.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	87,  // 26: flo.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	87,  // 27: flo.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	29,  // 28: flo.v1.ListDeadLettersResponse.tasks:type_name -> flo.v1.Task
+	37,  // 29: flo.v1.WorkerMessage.hello:type_name -> flo.v1.Hello
+	40,  // 30: flo.v1.WorkerMessage.ready:type_name -> flo.v1.Ready
+	43,  // 31: flo.v1.WorkerMessage.result:type_name -> flo.v1.Result
+	46,  // 32: flo.v1.WorkerMessage.result_batch:type_name -> flo.v1.ResultBatch
+	47,  // 33: flo.v1.WorkerMessage.nack:type_name -> flo.v1.Nack
+	48,  // 34: flo.v1.WorkerMessage.abandon:type_name -> flo.v1.Abandon
+	49,  // 35: flo.v1.WorkerMessage.touch:type_name -> flo.v1.Touch
+	52,  // 36: flo.v1.WorkerMessage.stream_read:type_name -> flo.v1.StreamRead
+	54,  // 37: flo.v1.WorkerMessage.stream_ack:type_name -> flo.v1.StreamAck
+	55,  // 38: flo.v1.WorkerMessage.stream_nack:type_name -> flo.v1.StreamNack
+	39,  // 39: flo.v1.ServerMessage.hello_ack:type_name -> flo.v1.HelloAck
+	42,  // 40: flo.v1.ServerMessage.task_batch:type_name -> flo.v1.TaskBatch
+	50,  // 41: flo.v1.ServerMessage.touch_ack:type_name -> flo.v1.TouchAck
+	51,  // 42: flo.v1.ServerMessage.result_ack:type_name -> flo.v1.ResultAck
+	36,  // 43: flo.v1.ServerMessage.drain:type_name -> flo.v1.Drain
+	53,  // 44: flo.v1.ServerMessage.record_batch:type_name -> flo.v1.RecordBatch
+	38,  // 45: flo.v1.Hello.streams:type_name -> flo.v1.StreamSubscription
+	87,  // 46: flo.v1.TaskAssignment.created_at:type_name -> google.protobuf.Timestamp
+	87,  // 47: flo.v1.TaskAssignment.lease_until:type_name -> google.protobuf.Timestamp
+	83,  // 48: flo.v1.TaskAssignment.trace_context:type_name -> flo.v1.TaskAssignment.TraceContextEntry
+	41,  // 49: flo.v1.TaskBatch.tasks:type_name -> flo.v1.TaskAssignment
+	44,  // 50: flo.v1.Result.completed:type_name -> flo.v1.Completed
+	45,  // 51: flo.v1.Result.failed:type_name -> flo.v1.Failed
+	43,  // 52: flo.v1.ResultBatch.results:type_name -> flo.v1.Result
+	87,  // 53: flo.v1.TouchAck.lease_until:type_name -> google.protobuf.Timestamp
+	63,  // 54: flo.v1.RecordBatch.records:type_name -> flo.v1.StreamRecord
+	87,  // 55: flo.v1.Stream.created_at:type_name -> google.protobuf.Timestamp
+	56,  // 56: flo.v1.ListStreamsResponse.streams:type_name -> flo.v1.Stream
+	56,  // 57: flo.v1.StreamInfo.stream:type_name -> flo.v1.Stream
+	69,  // 58: flo.v1.StreamInfo.groups:type_name -> flo.v1.ConsumerGroup
+	88,  // 59: flo.v1.StreamRecord.value:type_name -> google.protobuf.Value
+	84,  // 60: flo.v1.StreamRecord.headers:type_name -> flo.v1.StreamRecord.HeadersEntry
+	87,  // 61: flo.v1.StreamRecord.appended_at:type_name -> google.protobuf.Timestamp
+	85,  // 62: flo.v1.StreamRecord.trace_context:type_name -> flo.v1.StreamRecord.TraceContextEntry
+	88,  // 63: flo.v1.AppendRecord.value:type_name -> google.protobuf.Value
+	86,  // 64: flo.v1.AppendRecord.headers:type_name -> flo.v1.AppendRecord.HeadersEntry
+	64,  // 65: flo.v1.AppendRequest.records:type_name -> flo.v1.AppendRecord
+	63,  // 66: flo.v1.ReadResponse.records:type_name -> flo.v1.StreamRecord
+	87,  // 67: flo.v1.ConsumerGroup.created_at:type_name -> google.protobuf.Timestamp
+	69,  // 68: flo.v1.ListGroupsResponse.groups:type_name -> flo.v1.ConsumerGroup
+	87,  // 69: flo.v1.PendingEntry.delivered_at:type_name -> google.protobuf.Timestamp
+	87,  // 70: flo.v1.PendingEntry.redeliver_at:type_name -> google.protobuf.Timestamp
+	75,  // 71: flo.v1.ListPendingResponse.entries:type_name -> flo.v1.PendingEntry
+	63,  // 72: flo.v1.GroupReadResponse.records:type_name -> flo.v1.StreamRecord
+	6,   // 73: flo.v1.NamespaceService.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
+	7,   // 74: flo.v1.NamespaceService.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
+	8,   // 75: flo.v1.NamespaceService.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
+	21,  // 76: flo.v1.ActionService.RegisterAction:input_type -> flo.v1.RegisterActionRequest
+	22,  // 77: flo.v1.ActionService.GetAction:input_type -> flo.v1.GetActionRequest
+	23,  // 78: flo.v1.ActionService.ListActions:input_type -> flo.v1.ListActionsRequest
+	22,  // 79: flo.v1.ActionService.EnableAction:input_type -> flo.v1.GetActionRequest
+	22,  // 80: flo.v1.ActionService.DisableAction:input_type -> flo.v1.GetActionRequest
+	25,  // 81: flo.v1.TaskService.InvokeTask:input_type -> flo.v1.InvokeTaskRequest
+	27,  // 82: flo.v1.TaskService.InvokeTasks:input_type -> flo.v1.InvokeTasksRequest
+	30,  // 83: flo.v1.TaskService.GetTask:input_type -> flo.v1.GetTaskRequest
+	31,  // 84: flo.v1.TaskService.AwaitTask:input_type -> flo.v1.AwaitTaskRequest
+	32,  // 85: flo.v1.TaskService.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
+	30,  // 86: flo.v1.TaskService.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
+	12,  // 87: flo.v1.WorkerRegistryService.RegisterWorker:input_type -> flo.v1.RegisterWorkerRequest
+	13,  // 88: flo.v1.WorkerRegistryService.Heartbeat:input_type -> flo.v1.HeartbeatRequest
+	15,  // 89: flo.v1.WorkerRegistryService.GetWorker:input_type -> flo.v1.GetWorkerRequest
+	16,  // 90: flo.v1.WorkerRegistryService.ListWorkers:input_type -> flo.v1.ListWorkersRequest
+	15,  // 91: flo.v1.WorkerRegistryService.DrainWorker:input_type -> flo.v1.GetWorkerRequest
+	15,  // 92: flo.v1.WorkerRegistryService.DeregisterWorker:input_type -> flo.v1.GetWorkerRequest
+	34,  // 93: flo.v1.WorkerService.Stream:input_type -> flo.v1.WorkerMessage
+	57,  // 94: flo.v1.StreamService.CreateStream:input_type -> flo.v1.CreateStreamRequest
+	58,  // 95: flo.v1.StreamService.GetStream:input_type -> flo.v1.GetStreamRequest
+	59,  // 96: flo.v1.StreamService.ListStreams:input_type -> flo.v1.ListStreamsRequest
+	58,  // 97: flo.v1.StreamService.DeleteStream:input_type -> flo.v1.GetStreamRequest
+	65,  // 98: flo.v1.StreamService.Append:input_type -> flo.v1.AppendRequest
+	67,  // 99: flo.v1.StreamService.Read:input_type -> flo.v1.ReadRequest
+	70,  // 100: flo.v1.StreamService.CreateGroup:input_type -> flo.v1.CreateGroupRequest
+	58,  // 101: flo.v1.StreamService.ListGroups:input_type -> flo.v1.GetStreamRequest
+	71,  // 102: flo.v1.StreamService.DeleteGroup:input_type -> flo.v1.GetGroupRequest
+	74,  // 103: flo.v1.StreamService.ListPending:input_type -> flo.v1.ListPendingRequest
+	77,  // 104: flo.v1.StreamService.GroupRead:input_type -> flo.v1.GroupReadRequest
+	79,  // 105: flo.v1.StreamService.Ack:input_type -> flo.v1.AckRequest
+	81,  // 106: flo.v1.StreamService.Nack:input_type -> flo.v1.NackRequest
+	5,   // 107: flo.v1.NamespaceService.CreateNamespace:output_type -> flo.v1.Namespace
+	5,   // 108: flo.v1.NamespaceService.GetNamespace:output_type -> flo.v1.Namespace
+	9,   // 109: flo.v1.NamespaceService.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
+	20,  // 110: flo.v1.ActionService.RegisterAction:output_type -> flo.v1.Action
+	20,  // 111: flo.v1.ActionService.GetAction:output_type -> flo.v1.Action
+	24,  // 112: flo.v1.ActionService.ListActions:output_type -> flo.v1.ListActionsResponse
+	20,  // 113: flo.v1.ActionService.EnableAction:output_type -> flo.v1.Action
+	20,  // 114: flo.v1.ActionService.DisableAction:output_type -> flo.v1.Action
+	26,  // 115: flo.v1.TaskService.InvokeTask:output_type -> flo.v1.InvokeTaskResponse
+	28,  // 116: flo.v1.TaskService.InvokeTasks:output_type -> flo.v1.InvokeTasksResponse
+	29,  // 117: flo.v1.TaskService.GetTask:output_type -> flo.v1.Task
+	29,  // 118: flo.v1.TaskService.AwaitTask:output_type -> flo.v1.Task
+	33,  // 119: flo.v1.TaskService.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
+	29,  // 120: flo.v1.TaskService.RequeueDeadLetter:output_type -> flo.v1.Task
+	11,  // 121: flo.v1.WorkerRegistryService.RegisterWorker:output_type -> flo.v1.Worker
+	14,  // 122: flo.v1.WorkerRegistryService.Heartbeat:output_type -> flo.v1.HeartbeatResponse
+	11,  // 123: flo.v1.WorkerRegistryService.GetWorker:output_type -> flo.v1.Worker
+	17,  // 124: flo.v1.WorkerRegistryService.ListWorkers:output_type -> flo.v1.ListWorkersResponse
+	11,  // 125: flo.v1.WorkerRegistryService.DrainWorker:output_type -> flo.v1.Worker
+	18,  // 126: flo.v1.WorkerRegistryService.DeregisterWorker:output_type -> flo.v1.DeregisterWorkerResponse
+	35,  // 127: flo.v1.WorkerService.Stream:output_type -> flo.v1.ServerMessage
+	56,  // 128: flo.v1.StreamService.CreateStream:output_type -> flo.v1.Stream
+	62,  // 129: flo.v1.StreamService.GetStream:output_type -> flo.v1.StreamInfo
+	60,  // 130: flo.v1.StreamService.ListStreams:output_type -> flo.v1.ListStreamsResponse
+	61,  // 131: flo.v1.StreamService.DeleteStream:output_type -> flo.v1.DeleteStreamResponse
+	66,  // 132: flo.v1.StreamService.Append:output_type -> flo.v1.AppendResponse
+	68,  // 133: flo.v1.StreamService.Read:output_type -> flo.v1.ReadResponse
+	69,  // 134: flo.v1.StreamService.CreateGroup:output_type -> flo.v1.ConsumerGroup
+	72,  // 135: flo.v1.StreamService.ListGroups:output_type -> flo.v1.ListGroupsResponse
+	73,  // 136: flo.v1.StreamService.DeleteGroup:output_type -> flo.v1.DeleteGroupResponse
+	76,  // 137: flo.v1.StreamService.ListPending:output_type -> flo.v1.ListPendingResponse
+	78,  // 138: flo.v1.StreamService.GroupRead:output_type -> flo.v1.GroupReadResponse
+	80,  // 139: flo.v1.StreamService.Ack:output_type -> flo.v1.AckResponse
+	82,  // 140: flo.v1.StreamService.Nack:output_type -> flo.v1.NackResponse
+	107, // [107:141] is the sub-list for method output_type
+	73,  // [73:107] is the sub-list for method input_type
+	73,  // [73:73] is the sub-list for extension type_name
+	73,  // [73:73] is the sub-list for extension extendee
+	0,   // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_flo_v1_api_proto_init() }
@@ -3912,6 +6378,9 @@ func file_flo_v1_api_proto_init() {
 		(*WorkerMessage_Nack)(nil),
 		(*WorkerMessage_Abandon)(nil),
 		(*WorkerMessage_Touch)(nil),
+		(*WorkerMessage_StreamRead)(nil),
+		(*WorkerMessage_StreamAck)(nil),
+		(*WorkerMessage_StreamNack)(nil),
 	}
 	file_flo_v1_api_proto_msgTypes[30].OneofWrappers = []any{
 		(*ServerMessage_HelloAck)(nil),
@@ -3919,8 +6388,9 @@ func file_flo_v1_api_proto_init() {
 		(*ServerMessage_TouchAck)(nil),
 		(*ServerMessage_ResultAck)(nil),
 		(*ServerMessage_Drain)(nil),
+		(*ServerMessage_RecordBatch)(nil),
 	}
-	file_flo_v1_api_proto_msgTypes[37].OneofWrappers = []any{
+	file_flo_v1_api_proto_msgTypes[38].OneofWrappers = []any{
 		(*Result_Completed)(nil),
 		(*Result_Failed)(nil),
 	}
@@ -3930,9 +6400,9 @@ func file_flo_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flo_v1_api_proto_rawDesc), len(file_flo_v1_api_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   47,
+			NumMessages:   82,
 			NumExtensions: 0,
-			NumServices:   5,
+			NumServices:   6,
 		},
 		GoTypes:           file_flo_v1_api_proto_goTypes,
 		DependencyIndexes: file_flo_v1_api_proto_depIdxs,

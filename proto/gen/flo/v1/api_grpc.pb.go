@@ -1171,3 +1171,589 @@ var WorkerService_ServiceDesc = grpc.ServiceDesc{
 	},
 	Metadata: "flo/v1/api.proto",
 }
+
+const (
+	StreamService_CreateStream_FullMethodName = "/flo.v1.StreamService/CreateStream"
+	StreamService_GetStream_FullMethodName    = "/flo.v1.StreamService/GetStream"
+	StreamService_ListStreams_FullMethodName  = "/flo.v1.StreamService/ListStreams"
+	StreamService_DeleteStream_FullMethodName = "/flo.v1.StreamService/DeleteStream"
+	StreamService_Append_FullMethodName       = "/flo.v1.StreamService/Append"
+	StreamService_Read_FullMethodName         = "/flo.v1.StreamService/Read"
+	StreamService_CreateGroup_FullMethodName  = "/flo.v1.StreamService/CreateGroup"
+	StreamService_ListGroups_FullMethodName   = "/flo.v1.StreamService/ListGroups"
+	StreamService_DeleteGroup_FullMethodName  = "/flo.v1.StreamService/DeleteGroup"
+	StreamService_ListPending_FullMethodName  = "/flo.v1.StreamService/ListPending"
+	StreamService_GroupRead_FullMethodName    = "/flo.v1.StreamService/GroupRead"
+	StreamService_Ack_FullMethodName          = "/flo.v1.StreamService/Ack"
+	StreamService_Nack_FullMethodName         = "/flo.v1.StreamService/Nack"
+)
+
+// StreamServiceClient is the client API for StreamService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// StreamService manages streams: append-only logs read by id range or by
+// consumer groups that hand each record to one consumer and track acks.
+type StreamServiceClient interface {
+	CreateStream(ctx context.Context, in *CreateStreamRequest, opts ...grpc.CallOption) (*Stream, error)
+	// GetStream returns the stream with its length, first and last ids and
+	// groups with their lag.
+	GetStream(ctx context.Context, in *GetStreamRequest, opts ...grpc.CallOption) (*StreamInfo, error)
+	ListStreams(ctx context.Context, in *ListStreamsRequest, opts ...grpc.CallOption) (*ListStreamsResponse, error)
+	// DeleteStream removes the stream, its records and its groups.
+	DeleteStream(ctx context.Context, in *GetStreamRequest, opts ...grpc.CallOption) (*DeleteStreamResponse, error)
+	// Append adds records in one call; it succeeds or fails as a whole and ids
+	// come back in request order.
+	Append(ctx context.Context, in *AppendRequest, opts ...grpc.CallOption) (*AppendResponse, error)
+	// Read returns records by id range, the last records, or (start "$") records
+	// appended after the call, waiting up to block_ms for them.
+	Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (*ReadResponse, error)
+	CreateGroup(ctx context.Context, in *CreateGroupRequest, opts ...grpc.CallOption) (*ConsumerGroup, error)
+	ListGroups(ctx context.Context, in *GetStreamRequest, opts ...grpc.CallOption) (*ListGroupsResponse, error)
+	DeleteGroup(ctx context.Context, in *GetGroupRequest, opts ...grpc.CallOption) (*DeleteGroupResponse, error)
+	// ListPending lists records delivered to the group's consumers and not yet
+	// acked, oldest first.
+	ListPending(ctx context.Context, in *ListPendingRequest, opts ...grpc.CallOption) (*ListPendingResponse, error)
+	// GroupRead hands up to count records to one consumer: due redeliveries
+	// first, then records no consumer of the group has seen.
+	GroupRead(ctx context.Context, in *GroupReadRequest, opts ...grpc.CallOption) (*GroupReadResponse, error)
+	Ack(ctx context.Context, in *AckRequest, opts ...grpc.CallOption) (*AckResponse, error)
+	Nack(ctx context.Context, in *NackRequest, opts ...grpc.CallOption) (*NackResponse, error)
+}
+
+type streamServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewStreamServiceClient(cc grpc.ClientConnInterface) StreamServiceClient {
+	return &streamServiceClient{cc}
+}
+
+func (c *streamServiceClient) CreateStream(ctx context.Context, in *CreateStreamRequest, opts ...grpc.CallOption) (*Stream, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Stream)
+	err := c.cc.Invoke(ctx, StreamService_CreateStream_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *streamServiceClient) GetStream(ctx context.Context, in *GetStreamRequest, opts ...grpc.CallOption) (*StreamInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StreamInfo)
+	err := c.cc.Invoke(ctx, StreamService_GetStream_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *streamServiceClient) ListStreams(ctx context.Context, in *ListStreamsRequest, opts ...grpc.CallOption) (*ListStreamsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListStreamsResponse)
+	err := c.cc.Invoke(ctx, StreamService_ListStreams_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *streamServiceClient) DeleteStream(ctx context.Context, in *GetStreamRequest, opts ...grpc.CallOption) (*DeleteStreamResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteStreamResponse)
+	err := c.cc.Invoke(ctx, StreamService_DeleteStream_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *streamServiceClient) Append(ctx context.Context, in *AppendRequest, opts ...grpc.CallOption) (*AppendResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AppendResponse)
+	err := c.cc.Invoke(ctx, StreamService_Append_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *streamServiceClient) Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (*ReadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReadResponse)
+	err := c.cc.Invoke(ctx, StreamService_Read_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *streamServiceClient) CreateGroup(ctx context.Context, in *CreateGroupRequest, opts ...grpc.CallOption) (*ConsumerGroup, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ConsumerGroup)
+	err := c.cc.Invoke(ctx, StreamService_CreateGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *streamServiceClient) ListGroups(ctx context.Context, in *GetStreamRequest, opts ...grpc.CallOption) (*ListGroupsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListGroupsResponse)
+	err := c.cc.Invoke(ctx, StreamService_ListGroups_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *streamServiceClient) DeleteGroup(ctx context.Context, in *GetGroupRequest, opts ...grpc.CallOption) (*DeleteGroupResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteGroupResponse)
+	err := c.cc.Invoke(ctx, StreamService_DeleteGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *streamServiceClient) ListPending(ctx context.Context, in *ListPendingRequest, opts ...grpc.CallOption) (*ListPendingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPendingResponse)
+	err := c.cc.Invoke(ctx, StreamService_ListPending_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *streamServiceClient) GroupRead(ctx context.Context, in *GroupReadRequest, opts ...grpc.CallOption) (*GroupReadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GroupReadResponse)
+	err := c.cc.Invoke(ctx, StreamService_GroupRead_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *streamServiceClient) Ack(ctx context.Context, in *AckRequest, opts ...grpc.CallOption) (*AckResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AckResponse)
+	err := c.cc.Invoke(ctx, StreamService_Ack_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *streamServiceClient) Nack(ctx context.Context, in *NackRequest, opts ...grpc.CallOption) (*NackResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NackResponse)
+	err := c.cc.Invoke(ctx, StreamService_Nack_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// StreamServiceServer is the server API for StreamService service.
+// All implementations must embed UnimplementedStreamServiceServer
+// for forward compatibility.
+//
+// StreamService manages streams: append-only logs read by id range or by
+// consumer groups that hand each record to one consumer and track acks.
+type StreamServiceServer interface {
+	CreateStream(context.Context, *CreateStreamRequest) (*Stream, error)
+	// GetStream returns the stream with its length, first and last ids and
+	// groups with their lag.
+	GetStream(context.Context, *GetStreamRequest) (*StreamInfo, error)
+	ListStreams(context.Context, *ListStreamsRequest) (*ListStreamsResponse, error)
+	// DeleteStream removes the stream, its records and its groups.
+	DeleteStream(context.Context, *GetStreamRequest) (*DeleteStreamResponse, error)
+	// Append adds records in one call; it succeeds or fails as a whole and ids
+	// come back in request order.
+	Append(context.Context, *AppendRequest) (*AppendResponse, error)
+	// Read returns records by id range, the last records, or (start "$") records
+	// appended after the call, waiting up to block_ms for them.
+	Read(context.Context, *ReadRequest) (*ReadResponse, error)
+	CreateGroup(context.Context, *CreateGroupRequest) (*ConsumerGroup, error)
+	ListGroups(context.Context, *GetStreamRequest) (*ListGroupsResponse, error)
+	DeleteGroup(context.Context, *GetGroupRequest) (*DeleteGroupResponse, error)
+	// ListPending lists records delivered to the group's consumers and not yet
+	// acked, oldest first.
+	ListPending(context.Context, *ListPendingRequest) (*ListPendingResponse, error)
+	// GroupRead hands up to count records to one consumer: due redeliveries
+	// first, then records no consumer of the group has seen.
+	GroupRead(context.Context, *GroupReadRequest) (*GroupReadResponse, error)
+	Ack(context.Context, *AckRequest) (*AckResponse, error)
+	Nack(context.Context, *NackRequest) (*NackResponse, error)
+	mustEmbedUnimplementedStreamServiceServer()
+}
+
+// UnimplementedStreamServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedStreamServiceServer struct{}
+
+func (UnimplementedStreamServiceServer) CreateStream(context.Context, *CreateStreamRequest) (*Stream, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateStream not implemented")
+}
+func (UnimplementedStreamServiceServer) GetStream(context.Context, *GetStreamRequest) (*StreamInfo, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetStream not implemented")
+}
+func (UnimplementedStreamServiceServer) ListStreams(context.Context, *ListStreamsRequest) (*ListStreamsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListStreams not implemented")
+}
+func (UnimplementedStreamServiceServer) DeleteStream(context.Context, *GetStreamRequest) (*DeleteStreamResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteStream not implemented")
+}
+func (UnimplementedStreamServiceServer) Append(context.Context, *AppendRequest) (*AppendResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Append not implemented")
+}
+func (UnimplementedStreamServiceServer) Read(context.Context, *ReadRequest) (*ReadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Read not implemented")
+}
+func (UnimplementedStreamServiceServer) CreateGroup(context.Context, *CreateGroupRequest) (*ConsumerGroup, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateGroup not implemented")
+}
+func (UnimplementedStreamServiceServer) ListGroups(context.Context, *GetStreamRequest) (*ListGroupsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListGroups not implemented")
+}
+func (UnimplementedStreamServiceServer) DeleteGroup(context.Context, *GetGroupRequest) (*DeleteGroupResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteGroup not implemented")
+}
+func (UnimplementedStreamServiceServer) ListPending(context.Context, *ListPendingRequest) (*ListPendingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPending not implemented")
+}
+func (UnimplementedStreamServiceServer) GroupRead(context.Context, *GroupReadRequest) (*GroupReadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GroupRead not implemented")
+}
+func (UnimplementedStreamServiceServer) Ack(context.Context, *AckRequest) (*AckResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Ack not implemented")
+}
+func (UnimplementedStreamServiceServer) Nack(context.Context, *NackRequest) (*NackResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Nack not implemented")
+}
+func (UnimplementedStreamServiceServer) mustEmbedUnimplementedStreamServiceServer() {}
+func (UnimplementedStreamServiceServer) testEmbeddedByValue()                       {}
+
+// UnsafeStreamServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to StreamServiceServer will
+// result in compilation errors.
+type UnsafeStreamServiceServer interface {
+	mustEmbedUnimplementedStreamServiceServer()
+}
+
+func RegisterStreamServiceServer(s grpc.ServiceRegistrar, srv StreamServiceServer) {
+	// If the following call panics, it indicates UnimplementedStreamServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&StreamService_ServiceDesc, srv)
+}
+
+func _StreamService_CreateStream_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateStreamRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamServiceServer).CreateStream(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StreamService_CreateStream_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamServiceServer).CreateStream(ctx, req.(*CreateStreamRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StreamService_GetStream_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetStreamRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamServiceServer).GetStream(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StreamService_GetStream_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamServiceServer).GetStream(ctx, req.(*GetStreamRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StreamService_ListStreams_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListStreamsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamServiceServer).ListStreams(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StreamService_ListStreams_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamServiceServer).ListStreams(ctx, req.(*ListStreamsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StreamService_DeleteStream_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetStreamRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamServiceServer).DeleteStream(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StreamService_DeleteStream_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamServiceServer).DeleteStream(ctx, req.(*GetStreamRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StreamService_Append_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AppendRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamServiceServer).Append(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StreamService_Append_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamServiceServer).Append(ctx, req.(*AppendRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StreamService_Read_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamServiceServer).Read(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StreamService_Read_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamServiceServer).Read(ctx, req.(*ReadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StreamService_CreateGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamServiceServer).CreateGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StreamService_CreateGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamServiceServer).CreateGroup(ctx, req.(*CreateGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StreamService_ListGroups_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetStreamRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamServiceServer).ListGroups(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StreamService_ListGroups_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamServiceServer).ListGroups(ctx, req.(*GetStreamRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StreamService_DeleteGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamServiceServer).DeleteGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StreamService_DeleteGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamServiceServer).DeleteGroup(ctx, req.(*GetGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StreamService_ListPending_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPendingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamServiceServer).ListPending(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StreamService_ListPending_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamServiceServer).ListPending(ctx, req.(*ListPendingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StreamService_GroupRead_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GroupReadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamServiceServer).GroupRead(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StreamService_GroupRead_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamServiceServer).GroupRead(ctx, req.(*GroupReadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StreamService_Ack_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AckRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamServiceServer).Ack(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StreamService_Ack_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamServiceServer).Ack(ctx, req.(*AckRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StreamService_Nack_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(NackRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamServiceServer).Nack(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StreamService_Nack_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamServiceServer).Nack(ctx, req.(*NackRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// StreamService_ServiceDesc is the grpc.ServiceDesc for StreamService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var StreamService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "flo.v1.StreamService",
+	HandlerType: (*StreamServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "CreateStream",
+			Handler:    _StreamService_CreateStream_Handler,
+		},
+		{
+			MethodName: "GetStream",
+			Handler:    _StreamService_GetStream_Handler,
+		},
+		{
+			MethodName: "ListStreams",
+			Handler:    _StreamService_ListStreams_Handler,
+		},
+		{
+			MethodName: "DeleteStream",
+			Handler:    _StreamService_DeleteStream_Handler,
+		},
+		{
+			MethodName: "Append",
+			Handler:    _StreamService_Append_Handler,
+		},
+		{
+			MethodName: "Read",
+			Handler:    _StreamService_Read_Handler,
+		},
+		{
+			MethodName: "CreateGroup",
+			Handler:    _StreamService_CreateGroup_Handler,
+		},
+		{
+			MethodName: "ListGroups",
+			Handler:    _StreamService_ListGroups_Handler,
+		},
+		{
+			MethodName: "DeleteGroup",
+			Handler:    _StreamService_DeleteGroup_Handler,
+		},
+		{
+			MethodName: "ListPending",
+			Handler:    _StreamService_ListPending_Handler,
+		},
+		{
+			MethodName: "GroupRead",
+			Handler:    _StreamService_GroupRead_Handler,
+		},
+		{
+			MethodName: "Ack",
+			Handler:    _StreamService_Ack_Handler,
+		},
+		{
+			MethodName: "Nack",
+			Handler:    _StreamService_Nack_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "flo/v1/api.proto",
+}
