@@ -296,6 +296,119 @@ func (TaskStatus) EnumDescriptor() ([]byte, []int) {
 	return file_flo_v1_api_proto_rawDescGZIP(), []int{4}
 }
 
+type DiagnosticSeverity int32
+
+const (
+	DiagnosticSeverity_DIAGNOSTIC_SEVERITY_UNSPECIFIED DiagnosticSeverity = 0
+	DiagnosticSeverity_DIAGNOSTIC_SEVERITY_ERROR       DiagnosticSeverity = 1
+	DiagnosticSeverity_DIAGNOSTIC_SEVERITY_WARNING     DiagnosticSeverity = 2
+)
+
+// Enum value maps for DiagnosticSeverity.
+var (
+	DiagnosticSeverity_name = map[int32]string{
+		0: "DIAGNOSTIC_SEVERITY_UNSPECIFIED",
+		1: "DIAGNOSTIC_SEVERITY_ERROR",
+		2: "DIAGNOSTIC_SEVERITY_WARNING",
+	}
+	DiagnosticSeverity_value = map[string]int32{
+		"DIAGNOSTIC_SEVERITY_UNSPECIFIED": 0,
+		"DIAGNOSTIC_SEVERITY_ERROR":       1,
+		"DIAGNOSTIC_SEVERITY_WARNING":     2,
+	}
+)
+
+func (x DiagnosticSeverity) Enum() *DiagnosticSeverity {
+	p := new(DiagnosticSeverity)
+	*p = x
+	return p
+}
+
+func (x DiagnosticSeverity) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DiagnosticSeverity) Descriptor() protoreflect.EnumDescriptor {
+	return file_flo_v1_api_proto_enumTypes[5].Descriptor()
+}
+
+func (DiagnosticSeverity) Type() protoreflect.EnumType {
+	return &file_flo_v1_api_proto_enumTypes[5]
+}
+
+func (x DiagnosticSeverity) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DiagnosticSeverity.Descriptor instead.
+func (DiagnosticSeverity) EnumDescriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{5}
+}
+
+type RunStatus int32
+
+const (
+	RunStatus_RUN_STATUS_UNSPECIFIED RunStatus = 0
+	RunStatus_RUN_STATUS_PENDING     RunStatus = 1
+	RunStatus_RUN_STATUS_RUNNING     RunStatus = 2
+	RunStatus_RUN_STATUS_WAITING     RunStatus = 3
+	RunStatus_RUN_STATUS_COMPLETED   RunStatus = 4
+	RunStatus_RUN_STATUS_FAILED      RunStatus = 5
+	RunStatus_RUN_STATUS_CANCELLED   RunStatus = 6
+	RunStatus_RUN_STATUS_TIMED_OUT   RunStatus = 7
+)
+
+// Enum value maps for RunStatus.
+var (
+	RunStatus_name = map[int32]string{
+		0: "RUN_STATUS_UNSPECIFIED",
+		1: "RUN_STATUS_PENDING",
+		2: "RUN_STATUS_RUNNING",
+		3: "RUN_STATUS_WAITING",
+		4: "RUN_STATUS_COMPLETED",
+		5: "RUN_STATUS_FAILED",
+		6: "RUN_STATUS_CANCELLED",
+		7: "RUN_STATUS_TIMED_OUT",
+	}
+	RunStatus_value = map[string]int32{
+		"RUN_STATUS_UNSPECIFIED": 0,
+		"RUN_STATUS_PENDING":     1,
+		"RUN_STATUS_RUNNING":     2,
+		"RUN_STATUS_WAITING":     3,
+		"RUN_STATUS_COMPLETED":   4,
+		"RUN_STATUS_FAILED":      5,
+		"RUN_STATUS_CANCELLED":   6,
+		"RUN_STATUS_TIMED_OUT":   7,
+	}
+)
+
+func (x RunStatus) Enum() *RunStatus {
+	p := new(RunStatus)
+	*p = x
+	return p
+}
+
+func (x RunStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RunStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_flo_v1_api_proto_enumTypes[6].Descriptor()
+}
+
+func (RunStatus) Type() protoreflect.EnumType {
+	return &file_flo_v1_api_proto_enumTypes[6]
+}
+
+func (x RunStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RunStatus.Descriptor instead.
+func (RunStatus) EnumDescriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{6}
+}
+
 type Namespace struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -5616,6 +5729,1560 @@ func (x *NackResponse) GetNacked() int32 {
 	return 0
 }
 
+// Diagnostic is one problem found in a workflow definition.
+type Diagnostic struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// E1xx structure, E2xx target references, E3xx transition targets, E4xx
+	// duplicates, E5xx signals, timers and policies; W-codes are warnings.
+	Code     string             `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Severity DiagnosticSeverity `protobuf:"varint,2,opt,name=severity,proto3,enum=flo.v1.DiagnosticSeverity" json:"severity,omitempty"`
+	Message  string             `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// Position in the YAML, 1-based; zero when unknown.
+	Line   int32 `protobuf:"varint,4,opt,name=line,proto3" json:"line,omitempty"`
+	Column int32 `protobuf:"varint,5,opt,name=column,proto3" json:"column,omitempty"`
+	// Where in the definition, for example "steps.charge.retry.backoff".
+	Path          string `protobuf:"bytes,6,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Diagnostic) Reset() {
+	*x = Diagnostic{}
+	mi := &file_flo_v1_api_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Diagnostic) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Diagnostic) ProtoMessage() {}
+
+func (x *Diagnostic) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Diagnostic.ProtoReflect.Descriptor instead.
+func (*Diagnostic) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *Diagnostic) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *Diagnostic) GetSeverity() DiagnosticSeverity {
+	if x != nil {
+		return x.Severity
+	}
+	return DiagnosticSeverity_DIAGNOSTIC_SEVERITY_UNSPECIFIED
+}
+
+func (x *Diagnostic) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *Diagnostic) GetLine() int32 {
+	if x != nil {
+		return x.Line
+	}
+	return 0
+}
+
+func (x *Diagnostic) GetColumn() int32 {
+	if x != nil {
+		return x.Column
+	}
+	return 0
+}
+
+func (x *Diagnostic) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+type WorkflowDefinition struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Version   string                 `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	// none, optional or required.
+	Idempotency string   `protobuf:"bytes,4,opt,name=idempotency,proto3" json:"idempotency,omitempty"`
+	StartTarget string   `protobuf:"bytes,5,opt,name=start_target,json=startTarget,proto3" json:"start_target,omitempty"`
+	Steps       []string `protobuf:"bytes,6,rep,name=steps,proto3" json:"steps,omitempty"`
+	// The YAML as created.
+	Yaml string `protobuf:"bytes,7,opt,name=yaml,proto3" json:"yaml,omitempty"`
+	// Whether new runs may start; it applies to every version of the name.
+	Enabled       bool                   `protobuf:"varint,8,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	Latest        bool                   `protobuf:"varint,9,opt,name=latest,proto3" json:"latest,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkflowDefinition) Reset() {
+	*x = WorkflowDefinition{}
+	mi := &file_flo_v1_api_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkflowDefinition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkflowDefinition) ProtoMessage() {}
+
+func (x *WorkflowDefinition) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkflowDefinition.ProtoReflect.Descriptor instead.
+func (*WorkflowDefinition) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *WorkflowDefinition) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *WorkflowDefinition) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WorkflowDefinition) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *WorkflowDefinition) GetIdempotency() string {
+	if x != nil {
+		return x.Idempotency
+	}
+	return ""
+}
+
+func (x *WorkflowDefinition) GetStartTarget() string {
+	if x != nil {
+		return x.StartTarget
+	}
+	return ""
+}
+
+func (x *WorkflowDefinition) GetSteps() []string {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+func (x *WorkflowDefinition) GetYaml() string {
+	if x != nil {
+		return x.Yaml
+	}
+	return ""
+}
+
+func (x *WorkflowDefinition) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *WorkflowDefinition) GetLatest() bool {
+	if x != nil {
+		return x.Latest
+	}
+	return false
+}
+
+func (x *WorkflowDefinition) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+type CreateWorkflowRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Yaml          string                 `protobuf:"bytes,2,opt,name=yaml,proto3" json:"yaml,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateWorkflowRequest) Reset() {
+	*x = CreateWorkflowRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[80]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateWorkflowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateWorkflowRequest) ProtoMessage() {}
+
+func (x *CreateWorkflowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[80]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateWorkflowRequest.ProtoReflect.Descriptor instead.
+func (*CreateWorkflowRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{80}
+}
+
+func (x *CreateWorkflowRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *CreateWorkflowRequest) GetYaml() string {
+	if x != nil {
+		return x.Yaml
+	}
+	return ""
+}
+
+type CreateWorkflowResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Workflow      *WorkflowDefinition    `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	Warnings      []*Diagnostic          `protobuf:"bytes,2,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateWorkflowResponse) Reset() {
+	*x = CreateWorkflowResponse{}
+	mi := &file_flo_v1_api_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateWorkflowResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateWorkflowResponse) ProtoMessage() {}
+
+func (x *CreateWorkflowResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateWorkflowResponse.ProtoReflect.Descriptor instead.
+func (*CreateWorkflowResponse) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{81}
+}
+
+func (x *CreateWorkflowResponse) GetWorkflow() *WorkflowDefinition {
+	if x != nil {
+		return x.Workflow
+	}
+	return nil
+}
+
+func (x *CreateWorkflowResponse) GetWarnings() []*Diagnostic {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
+type ValidateWorkflowRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Yaml          string                 `protobuf:"bytes,2,opt,name=yaml,proto3" json:"yaml,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidateWorkflowRequest) Reset() {
+	*x = ValidateWorkflowRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[82]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidateWorkflowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidateWorkflowRequest) ProtoMessage() {}
+
+func (x *ValidateWorkflowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[82]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidateWorkflowRequest.ProtoReflect.Descriptor instead.
+func (*ValidateWorkflowRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{82}
+}
+
+func (x *ValidateWorkflowRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ValidateWorkflowRequest) GetYaml() string {
+	if x != nil {
+		return x.Yaml
+	}
+	return ""
+}
+
+type ValidateWorkflowResponse struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Valid       bool                   `protobuf:"varint,1,opt,name=valid,proto3" json:"valid,omitempty"`
+	Diagnostics []*Diagnostic          `protobuf:"bytes,2,rep,name=diagnostics,proto3" json:"diagnostics,omitempty"`
+	// The definition as it would be stored, when valid.
+	Workflow      *WorkflowDefinition `protobuf:"bytes,3,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidateWorkflowResponse) Reset() {
+	*x = ValidateWorkflowResponse{}
+	mi := &file_flo_v1_api_proto_msgTypes[83]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidateWorkflowResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidateWorkflowResponse) ProtoMessage() {}
+
+func (x *ValidateWorkflowResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[83]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidateWorkflowResponse.ProtoReflect.Descriptor instead.
+func (*ValidateWorkflowResponse) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{83}
+}
+
+func (x *ValidateWorkflowResponse) GetValid() bool {
+	if x != nil {
+		return x.Valid
+	}
+	return false
+}
+
+func (x *ValidateWorkflowResponse) GetDiagnostics() []*Diagnostic {
+	if x != nil {
+		return x.Diagnostics
+	}
+	return nil
+}
+
+func (x *ValidateWorkflowResponse) GetWorkflow() *WorkflowDefinition {
+	if x != nil {
+		return x.Workflow
+	}
+	return nil
+}
+
+type GetWorkflowRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Version       string                 `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetWorkflowRequest) Reset() {
+	*x = GetWorkflowRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[84]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetWorkflowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetWorkflowRequest) ProtoMessage() {}
+
+func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[84]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetWorkflowRequest.ProtoReflect.Descriptor instead.
+func (*GetWorkflowRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{84}
+}
+
+func (x *GetWorkflowRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GetWorkflowRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GetWorkflowRequest) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+type ListWorkflowsRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Empty lists every workflow.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// True lists every version, false only the latest of each name.
+	AllVersions   bool `protobuf:"varint,3,opt,name=all_versions,json=allVersions,proto3" json:"all_versions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWorkflowsRequest) Reset() {
+	*x = ListWorkflowsRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWorkflowsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWorkflowsRequest) ProtoMessage() {}
+
+func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWorkflowsRequest.ProtoReflect.Descriptor instead.
+func (*ListWorkflowsRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *ListWorkflowsRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ListWorkflowsRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ListWorkflowsRequest) GetAllVersions() bool {
+	if x != nil {
+		return x.AllVersions
+	}
+	return false
+}
+
+type ListWorkflowsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Workflows     []*WorkflowDefinition  `protobuf:"bytes,1,rep,name=workflows,proto3" json:"workflows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWorkflowsResponse) Reset() {
+	*x = ListWorkflowsResponse{}
+	mi := &file_flo_v1_api_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWorkflowsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWorkflowsResponse) ProtoMessage() {}
+
+func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWorkflowsResponse.ProtoReflect.Descriptor instead.
+func (*ListWorkflowsResponse) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *ListWorkflowsResponse) GetWorkflows() []*WorkflowDefinition {
+	if x != nil {
+		return x.Workflows
+	}
+	return nil
+}
+
+type WorkflowNameRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkflowNameRequest) Reset() {
+	*x = WorkflowNameRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkflowNameRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkflowNameRequest) ProtoMessage() {}
+
+func (x *WorkflowNameRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkflowNameRequest.ProtoReflect.Descriptor instead.
+func (*WorkflowNameRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *WorkflowNameRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *WorkflowNameRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type StartRunRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Workflow  string                 `protobuf:"bytes,2,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	// Empty starts the latest version.
+	Version string `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	// Raw JSON input; the SDK sends it here.
+	Input []byte `protobuf:"bytes,4,opt,name=input,proto3" json:"input,omitempty"`
+	// A JSON value, for REST callers; used when input is empty.
+	InputValue     *structpb.Value `protobuf:"bytes,5,opt,name=input_value,json=inputValue,proto3" json:"input_value,omitempty"`
+	IdempotencyKey string          `protobuf:"bytes,6,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *StartRunRequest) Reset() {
+	*x = StartRunRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[88]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartRunRequest) ProtoMessage() {}
+
+func (x *StartRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[88]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartRunRequest.ProtoReflect.Descriptor instead.
+func (*StartRunRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{88}
+}
+
+func (x *StartRunRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *StartRunRequest) GetWorkflow() string {
+	if x != nil {
+		return x.Workflow
+	}
+	return ""
+}
+
+func (x *StartRunRequest) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *StartRunRequest) GetInput() []byte {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *StartRunRequest) GetInputValue() *structpb.Value {
+	if x != nil {
+		return x.InputValue
+	}
+	return nil
+}
+
+func (x *StartRunRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+type StartRunResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	RunId string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// False when the idempotency key returned an existing run.
+	Created       bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartRunResponse) Reset() {
+	*x = StartRunResponse{}
+	mi := &file_flo_v1_api_proto_msgTypes[89]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartRunResponse) ProtoMessage() {}
+
+func (x *StartRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[89]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartRunResponse.ProtoReflect.Descriptor instead.
+func (*StartRunResponse) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{89}
+}
+
+func (x *StartRunResponse) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *StartRunResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+// StepOutput is what one step ended with, as its last attempt saw it.
+type StepOutput struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Step          string                 `protobuf:"bytes,1,opt,name=step,proto3" json:"step,omitempty"`
+	Outcome       string                 `protobuf:"bytes,2,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	Output        []byte                 `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"`
+	OutputValue   *structpb.Value        `protobuf:"bytes,4,opt,name=output_value,json=outputValue,proto3" json:"output_value,omitempty"`
+	Attempts      int32                  `protobuf:"varint,5,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StepOutput) Reset() {
+	*x = StepOutput{}
+	mi := &file_flo_v1_api_proto_msgTypes[90]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StepOutput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StepOutput) ProtoMessage() {}
+
+func (x *StepOutput) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[90]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StepOutput.ProtoReflect.Descriptor instead.
+func (*StepOutput) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{90}
+}
+
+func (x *StepOutput) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *StepOutput) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+func (x *StepOutput) GetOutput() []byte {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
+func (x *StepOutput) GetOutputValue() *structpb.Value {
+	if x != nil {
+		return x.OutputValue
+	}
+	return nil
+}
+
+func (x *StepOutput) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *StepOutput) GetFinishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return nil
+}
+
+type WorkflowRun struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RunId     string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Namespace string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Workflow  string                 `protobuf:"bytes,3,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	Version   string                 `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
+	Status    RunStatus              `protobuf:"varint,5,opt,name=status,proto3,enum=flo.v1.RunStatus" json:"status,omitempty"`
+	// The step the run is at; empty once it ended.
+	CurrentStep string `protobuf:"bytes,6,opt,name=current_step,json=currentStep,proto3" json:"current_step,omitempty"`
+	// The terminal it ended at, built-in (flo.Completed) or custom.
+	Terminal       string          `protobuf:"bytes,7,opt,name=terminal,proto3" json:"terminal,omitempty"`
+	Input          []byte          `protobuf:"bytes,8,opt,name=input,proto3" json:"input,omitempty"`
+	InputValue     *structpb.Value `protobuf:"bytes,9,opt,name=input_value,json=inputValue,proto3" json:"input_value,omitempty"`
+	Outputs        []*StepOutput   `protobuf:"bytes,10,rep,name=outputs,proto3" json:"outputs,omitempty"`
+	Error          string          `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
+	IdempotencyKey string          `protobuf:"bytes,12,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	ParentRunId    string          `protobuf:"bytes,13,opt,name=parent_run_id,json=parentRunId,proto3" json:"parent_run_id,omitempty"`
+	// The signal type a waiting run waits for.
+	WaitingFor    string                 `protobuf:"bytes,14,opt,name=waiting_for,json=waitingFor,proto3" json:"waiting_for,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkflowRun) Reset() {
+	*x = WorkflowRun{}
+	mi := &file_flo_v1_api_proto_msgTypes[91]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkflowRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkflowRun) ProtoMessage() {}
+
+func (x *WorkflowRun) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[91]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkflowRun.ProtoReflect.Descriptor instead.
+func (*WorkflowRun) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{91}
+}
+
+func (x *WorkflowRun) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *WorkflowRun) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *WorkflowRun) GetWorkflow() string {
+	if x != nil {
+		return x.Workflow
+	}
+	return ""
+}
+
+func (x *WorkflowRun) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *WorkflowRun) GetStatus() RunStatus {
+	if x != nil {
+		return x.Status
+	}
+	return RunStatus_RUN_STATUS_UNSPECIFIED
+}
+
+func (x *WorkflowRun) GetCurrentStep() string {
+	if x != nil {
+		return x.CurrentStep
+	}
+	return ""
+}
+
+func (x *WorkflowRun) GetTerminal() string {
+	if x != nil {
+		return x.Terminal
+	}
+	return ""
+}
+
+func (x *WorkflowRun) GetInput() []byte {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *WorkflowRun) GetInputValue() *structpb.Value {
+	if x != nil {
+		return x.InputValue
+	}
+	return nil
+}
+
+func (x *WorkflowRun) GetOutputs() []*StepOutput {
+	if x != nil {
+		return x.Outputs
+	}
+	return nil
+}
+
+func (x *WorkflowRun) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *WorkflowRun) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *WorkflowRun) GetParentRunId() string {
+	if x != nil {
+		return x.ParentRunId
+	}
+	return ""
+}
+
+func (x *WorkflowRun) GetWaitingFor() string {
+	if x != nil {
+		return x.WaitingFor
+	}
+	return ""
+}
+
+func (x *WorkflowRun) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *WorkflowRun) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+func (x *WorkflowRun) GetFinishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return nil
+}
+
+type GetRunRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	RunId         string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRunRequest) Reset() {
+	*x = GetRunRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[92]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRunRequest) ProtoMessage() {}
+
+func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[92]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
+func (*GetRunRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{92}
+}
+
+func (x *GetRunRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GetRunRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+type ListRunsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Workflow      string                 `protobuf:"bytes,2,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	Status        RunStatus              `protobuf:"varint,3,opt,name=status,proto3,enum=flo.v1.RunStatus" json:"status,omitempty"`
+	CreatedAfter  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_after,json=createdAfter,proto3" json:"created_after,omitempty"`
+	CreatedBefore *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_before,json=createdBefore,proto3" json:"created_before,omitempty"`
+	// Zero means 100; at most 1,000.
+	Limit         int32  `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
+	PageToken     string `protobuf:"bytes,7,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRunsRequest) Reset() {
+	*x = ListRunsRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[93]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRunsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRunsRequest) ProtoMessage() {}
+
+func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[93]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
+func (*ListRunsRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{93}
+}
+
+func (x *ListRunsRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ListRunsRequest) GetWorkflow() string {
+	if x != nil {
+		return x.Workflow
+	}
+	return ""
+}
+
+func (x *ListRunsRequest) GetStatus() RunStatus {
+	if x != nil {
+		return x.Status
+	}
+	return RunStatus_RUN_STATUS_UNSPECIFIED
+}
+
+func (x *ListRunsRequest) GetCreatedAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAfter
+	}
+	return nil
+}
+
+func (x *ListRunsRequest) GetCreatedBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedBefore
+	}
+	return nil
+}
+
+func (x *ListRunsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListRunsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListRunsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Runs          []*WorkflowRun         `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRunsResponse) Reset() {
+	*x = ListRunsResponse{}
+	mi := &file_flo_v1_api_proto_msgTypes[94]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRunsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRunsResponse) ProtoMessage() {}
+
+func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[94]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
+func (*ListRunsResponse) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{94}
+}
+
+func (x *ListRunsResponse) GetRuns() []*WorkflowRun {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+func (x *ListRunsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type SignalRunRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	RunId         string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Type          string                 `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	Payload       []byte                 `protobuf:"bytes,4,opt,name=payload,proto3" json:"payload,omitempty"`
+	Value         *structpb.Value        `protobuf:"bytes,5,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignalRunRequest) Reset() {
+	*x = SignalRunRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[95]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalRunRequest) ProtoMessage() {}
+
+func (x *SignalRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[95]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalRunRequest.ProtoReflect.Descriptor instead.
+func (*SignalRunRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{95}
+}
+
+func (x *SignalRunRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *SignalRunRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *SignalRunRequest) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *SignalRunRequest) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *SignalRunRequest) GetValue() *structpb.Value {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+type SignalRunResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SignalId      string                 `protobuf:"bytes,1,opt,name=signal_id,json=signalId,proto3" json:"signal_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignalRunResponse) Reset() {
+	*x = SignalRunResponse{}
+	mi := &file_flo_v1_api_proto_msgTypes[96]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalRunResponse) ProtoMessage() {}
+
+func (x *SignalRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[96]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalRunResponse.ProtoReflect.Descriptor instead.
+func (*SignalRunResponse) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{96}
+}
+
+func (x *SignalRunResponse) GetSignalId() string {
+	if x != nil {
+		return x.SignalId
+	}
+	return ""
+}
+
+type CancelRunRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	RunId         string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelRunRequest) Reset() {
+	*x = CancelRunRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[97]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelRunRequest) ProtoMessage() {}
+
+func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[97]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
+func (*CancelRunRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{97}
+}
+
+func (x *CancelRunRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *CancelRunRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *CancelRunRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// HistoryEvent is one step of a run's life, in order.
+type HistoryEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   int64                  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// workflow_started, step_started, step_completed, step_retry,
+	// waiting_for_signal, signal_received, signal_matched, signal_timeout,
+	// action_not_found, action_disabled, awaiting_action, action_completed,
+	// workflow_completed, workflow_failed, workflow_cancelled,
+	// workflow_timed_out, and poll_scheduled, child_started, child_completed.
+	Type          string                 `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	Step          string                 `protobuf:"bytes,3,opt,name=step,proto3" json:"step,omitempty"`
+	Detail        string                 `protobuf:"bytes,4,opt,name=detail,proto3" json:"detail,omitempty"`
+	Attempt       int32                  `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	At            *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=at,proto3" json:"at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryEvent) Reset() {
+	*x = HistoryEvent{}
+	mi := &file_flo_v1_api_proto_msgTypes[98]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryEvent) ProtoMessage() {}
+
+func (x *HistoryEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[98]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryEvent.ProtoReflect.Descriptor instead.
+func (*HistoryEvent) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{98}
+}
+
+func (x *HistoryEvent) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *HistoryEvent) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *HistoryEvent) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *HistoryEvent) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *HistoryEvent) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *HistoryEvent) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+type RunHistory struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Events        []*HistoryEvent        `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunHistory) Reset() {
+	*x = RunHistory{}
+	mi := &file_flo_v1_api_proto_msgTypes[99]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunHistory) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunHistory) ProtoMessage() {}
+
+func (x *RunHistory) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[99]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunHistory.ProtoReflect.Descriptor instead.
+func (*RunHistory) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{99}
+}
+
+func (x *RunHistory) GetEvents() []*HistoryEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
 var File_flo_v1_api_proto protoreflect.FileDescriptor
 
 const file_flo_v1_api_proto_rawDesc = "" +
@@ -6037,7 +7704,135 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\bdelay_ms\x18\x05 \x01(\x03R\adelayMs\x12\x16\n" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\"&\n" +
 	"\fNackResponse\x12\x16\n" +
-	"\x06nacked\x18\x01 \x01(\x05R\x06nacked*Y\n" +
+	"\x06nacked\x18\x01 \x01(\x05R\x06nacked\"\xb2\x01\n" +
+	"\n" +
+	"Diagnostic\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x126\n" +
+	"\bseverity\x18\x02 \x01(\x0e2\x1a.flo.v1.DiagnosticSeverityR\bseverity\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x12\n" +
+	"\x04line\x18\x04 \x01(\x05R\x04line\x12\x16\n" +
+	"\x06column\x18\x05 \x01(\x05R\x06column\x12\x12\n" +
+	"\x04path\x18\x06 \x01(\tR\x04path\"\xbc\x02\n" +
+	"\x12WorkflowDefinition\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\x12 \n" +
+	"\vidempotency\x18\x04 \x01(\tR\vidempotency\x12!\n" +
+	"\fstart_target\x18\x05 \x01(\tR\vstartTarget\x12\x14\n" +
+	"\x05steps\x18\x06 \x03(\tR\x05steps\x12\x12\n" +
+	"\x04yaml\x18\a \x01(\tR\x04yaml\x12\x18\n" +
+	"\aenabled\x18\b \x01(\bR\aenabled\x12\x16\n" +
+	"\x06latest\x18\t \x01(\bR\x06latest\x129\n" +
+	"\n" +
+	"created_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"I\n" +
+	"\x15CreateWorkflowRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04yaml\x18\x02 \x01(\tR\x04yaml\"\x80\x01\n" +
+	"\x16CreateWorkflowResponse\x126\n" +
+	"\bworkflow\x18\x01 \x01(\v2\x1a.flo.v1.WorkflowDefinitionR\bworkflow\x12.\n" +
+	"\bwarnings\x18\x02 \x03(\v2\x12.flo.v1.DiagnosticR\bwarnings\"K\n" +
+	"\x17ValidateWorkflowRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04yaml\x18\x02 \x01(\tR\x04yaml\"\x9e\x01\n" +
+	"\x18ValidateWorkflowResponse\x12\x14\n" +
+	"\x05valid\x18\x01 \x01(\bR\x05valid\x124\n" +
+	"\vdiagnostics\x18\x02 \x03(\v2\x12.flo.v1.DiagnosticR\vdiagnostics\x126\n" +
+	"\bworkflow\x18\x03 \x01(\v2\x1a.flo.v1.WorkflowDefinitionR\bworkflow\"`\n" +
+	"\x12GetWorkflowRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\"k\n" +
+	"\x14ListWorkflowsRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12!\n" +
+	"\fall_versions\x18\x03 \x01(\bR\vallVersions\"Q\n" +
+	"\x15ListWorkflowsResponse\x128\n" +
+	"\tworkflows\x18\x01 \x03(\v2\x1a.flo.v1.WorkflowDefinitionR\tworkflows\"G\n" +
+	"\x13WorkflowNameRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\xdd\x01\n" +
+	"\x0fStartRunRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
+	"\bworkflow\x18\x02 \x01(\tR\bworkflow\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\x12\x14\n" +
+	"\x05input\x18\x04 \x01(\fR\x05input\x127\n" +
+	"\vinput_value\x18\x05 \x01(\v2\x16.google.protobuf.ValueR\n" +
+	"inputValue\x12'\n" +
+	"\x0fidempotency_key\x18\x06 \x01(\tR\x0eidempotencyKey\"C\n" +
+	"\x10StartRunResponse\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x18\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"\xe6\x01\n" +
+	"\n" +
+	"StepOutput\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\tR\x04step\x12\x18\n" +
+	"\aoutcome\x18\x02 \x01(\tR\aoutcome\x12\x16\n" +
+	"\x06output\x18\x03 \x01(\fR\x06output\x129\n" +
+	"\foutput_value\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\voutputValue\x12\x1a\n" +
+	"\battempts\x18\x05 \x01(\x05R\battempts\x12;\n" +
+	"\vfinished_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\"\x96\x05\n" +
+	"\vWorkflowRun\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1a\n" +
+	"\bworkflow\x18\x03 \x01(\tR\bworkflow\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\tR\aversion\x12)\n" +
+	"\x06status\x18\x05 \x01(\x0e2\x11.flo.v1.RunStatusR\x06status\x12!\n" +
+	"\fcurrent_step\x18\x06 \x01(\tR\vcurrentStep\x12\x1a\n" +
+	"\bterminal\x18\a \x01(\tR\bterminal\x12\x14\n" +
+	"\x05input\x18\b \x01(\fR\x05input\x127\n" +
+	"\vinput_value\x18\t \x01(\v2\x16.google.protobuf.ValueR\n" +
+	"inputValue\x12,\n" +
+	"\aoutputs\x18\n" +
+	" \x03(\v2\x12.flo.v1.StepOutputR\aoutputs\x12\x14\n" +
+	"\x05error\x18\v \x01(\tR\x05error\x12'\n" +
+	"\x0fidempotency_key\x18\f \x01(\tR\x0eidempotencyKey\x12\"\n" +
+	"\rparent_run_id\x18\r \x01(\tR\vparentRunId\x12\x1f\n" +
+	"\vwaiting_for\x18\x0e \x01(\tR\n" +
+	"waitingFor\x129\n" +
+	"\n" +
+	"created_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
+	"\n" +
+	"updated_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12;\n" +
+	"\vfinished_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\"D\n" +
+	"\rGetRunRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x15\n" +
+	"\x06run_id\x18\x02 \x01(\tR\x05runId\"\xaf\x02\n" +
+	"\x0fListRunsRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
+	"\bworkflow\x18\x02 \x01(\tR\bworkflow\x12)\n" +
+	"\x06status\x18\x03 \x01(\x0e2\x11.flo.v1.RunStatusR\x06status\x12?\n" +
+	"\rcreated_after\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\fcreatedAfter\x12A\n" +
+	"\x0ecreated_before\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\rcreatedBefore\x12\x14\n" +
+	"\x05limit\x18\x06 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\a \x01(\tR\tpageToken\"c\n" +
+	"\x10ListRunsResponse\x12'\n" +
+	"\x04runs\x18\x01 \x03(\v2\x13.flo.v1.WorkflowRunR\x04runs\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa3\x01\n" +
+	"\x10SignalRunRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x15\n" +
+	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12\x18\n" +
+	"\apayload\x18\x04 \x01(\fR\apayload\x12,\n" +
+	"\x05value\x18\x05 \x01(\v2\x16.google.protobuf.ValueR\x05value\"0\n" +
+	"\x11SignalRunResponse\x12\x1b\n" +
+	"\tsignal_id\x18\x01 \x01(\tR\bsignalId\"_\n" +
+	"\x10CancelRunRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x15\n" +
+	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xa6\x01\n" +
+	"\fHistoryEvent\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12\x12\n" +
+	"\x04step\x18\x03 \x01(\tR\x04step\x12\x16\n" +
+	"\x06detail\x18\x04 \x01(\tR\x06detail\x12\x18\n" +
+	"\aattempt\x18\x05 \x01(\x05R\aattempt\x12*\n" +
+	"\x02at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\":\n" +
+	"\n" +
+	"RunHistory\x12,\n" +
+	"\x06events\x18\x01 \x03(\v2\x14.flo.v1.HistoryEventR\x06events*Y\n" +
 	"\n" +
 	"WorkerType\x12\x1b\n" +
 	"\x17WORKER_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
@@ -6067,7 +7862,20 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\x13TASK_STATUS_RUNNING\x10\x02\x12\x19\n" +
 	"\x15TASK_STATUS_COMPLETED\x10\x03\x12\x16\n" +
 	"\x12TASK_STATUS_FAILED\x10\x04\x12\x1d\n" +
-	"\x19TASK_STATUS_DEAD_LETTERED\x10\x052\xe9\x01\n" +
+	"\x19TASK_STATUS_DEAD_LETTERED\x10\x05*y\n" +
+	"\x12DiagnosticSeverity\x12#\n" +
+	"\x1fDIAGNOSTIC_SEVERITY_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19DIAGNOSTIC_SEVERITY_ERROR\x10\x01\x12\x1f\n" +
+	"\x1bDIAGNOSTIC_SEVERITY_WARNING\x10\x02*\xd4\x01\n" +
+	"\tRunStatus\x12\x1a\n" +
+	"\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12RUN_STATUS_PENDING\x10\x01\x12\x16\n" +
+	"\x12RUN_STATUS_RUNNING\x10\x02\x12\x16\n" +
+	"\x12RUN_STATUS_WAITING\x10\x03\x12\x18\n" +
+	"\x14RUN_STATUS_COMPLETED\x10\x04\x12\x15\n" +
+	"\x11RUN_STATUS_FAILED\x10\x05\x12\x18\n" +
+	"\x14RUN_STATUS_CANCELLED\x10\x06\x12\x18\n" +
+	"\x14RUN_STATUS_TIMED_OUT\x10\a2\xe9\x01\n" +
 	"\x10NamespaceService\x12D\n" +
 	"\x0fCreateNamespace\x12\x1e.flo.v1.CreateNamespaceRequest\x1a\x11.flo.v1.Namespace\x12>\n" +
 	"\fGetNamespace\x12\x1b.flo.v1.GetNamespaceRequest\x1a\x11.flo.v1.Namespace\x12O\n" +
@@ -6109,7 +7917,20 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\vListPending\x12\x1a.flo.v1.ListPendingRequest\x1a\x1b.flo.v1.ListPendingResponse\x12@\n" +
 	"\tGroupRead\x12\x18.flo.v1.GroupReadRequest\x1a\x19.flo.v1.GroupReadResponse\x12.\n" +
 	"\x03Ack\x12\x12.flo.v1.AckRequest\x1a\x13.flo.v1.AckResponse\x121\n" +
-	"\x04Nack\x12\x13.flo.v1.NackRequest\x1a\x14.flo.v1.NackResponseB1Z/github.com/razorbill/flo/proto/gen/flo/v1;flov1b\x06proto3"
+	"\x04Nack\x12\x13.flo.v1.NackRequest\x1a\x14.flo.v1.NackResponse2\xd3\x06\n" +
+	"\x0fWorkflowService\x12O\n" +
+	"\x0eCreateWorkflow\x12\x1d.flo.v1.CreateWorkflowRequest\x1a\x1e.flo.v1.CreateWorkflowResponse\x12U\n" +
+	"\x10ValidateWorkflow\x12\x1f.flo.v1.ValidateWorkflowRequest\x1a .flo.v1.ValidateWorkflowResponse\x12E\n" +
+	"\vGetWorkflow\x12\x1a.flo.v1.GetWorkflowRequest\x1a\x1a.flo.v1.WorkflowDefinition\x12L\n" +
+	"\rListWorkflows\x12\x1c.flo.v1.ListWorkflowsRequest\x1a\x1d.flo.v1.ListWorkflowsResponse\x12J\n" +
+	"\x0fDisableWorkflow\x12\x1b.flo.v1.WorkflowNameRequest\x1a\x1a.flo.v1.WorkflowDefinition\x12I\n" +
+	"\x0eEnableWorkflow\x12\x1b.flo.v1.WorkflowNameRequest\x1a\x1a.flo.v1.WorkflowDefinition\x12=\n" +
+	"\bStartRun\x12\x17.flo.v1.StartRunRequest\x1a\x18.flo.v1.StartRunResponse\x124\n" +
+	"\x06GetRun\x12\x15.flo.v1.GetRunRequest\x1a\x13.flo.v1.WorkflowRun\x12=\n" +
+	"\bListRuns\x12\x17.flo.v1.ListRunsRequest\x1a\x18.flo.v1.ListRunsResponse\x12@\n" +
+	"\tSignalRun\x12\x18.flo.v1.SignalRunRequest\x1a\x19.flo.v1.SignalRunResponse\x12:\n" +
+	"\tCancelRun\x12\x18.flo.v1.CancelRunRequest\x1a\x13.flo.v1.WorkflowRun\x12:\n" +
+	"\rGetRunHistory\x12\x15.flo.v1.GetRunRequest\x1a\x12.flo.v1.RunHistoryB1Z/github.com/razorbill/flo/proto/gen/flo/v1;flov1b\x06proto3"
 
 var (
 	file_flo_v1_api_proto_rawDescOnce sync.Once
@@ -6123,246 +7944,317 @@ func file_flo_v1_api_proto_rawDescGZIP() []byte {
 	return file_flo_v1_api_proto_rawDescData
 }
 
-var file_flo_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_flo_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
+var file_flo_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_flo_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 104)
 var file_flo_v1_api_proto_goTypes = []any{
 	(WorkerType)(0),                  // 0: flo.v1.WorkerType
 	(WorkerStatus)(0),                // 1: flo.v1.WorkerStatus
 	(ProcessKind)(0),                 // 2: flo.v1.ProcessKind
 	(BackoffKind)(0),                 // 3: flo.v1.BackoffKind
 	(TaskStatus)(0),                  // 4: flo.v1.TaskStatus
-	(*Namespace)(nil),                // 5: flo.v1.Namespace
-	(*CreateNamespaceRequest)(nil),   // 6: flo.v1.CreateNamespaceRequest
-	(*GetNamespaceRequest)(nil),      // 7: flo.v1.GetNamespaceRequest
-	(*ListNamespacesRequest)(nil),    // 8: flo.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil),   // 9: flo.v1.ListNamespacesResponse
-	(*WorkerProcess)(nil),            // 10: flo.v1.WorkerProcess
-	(*Worker)(nil),                   // 11: flo.v1.Worker
-	(*RegisterWorkerRequest)(nil),    // 12: flo.v1.RegisterWorkerRequest
-	(*HeartbeatRequest)(nil),         // 13: flo.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),        // 14: flo.v1.HeartbeatResponse
-	(*GetWorkerRequest)(nil),         // 15: flo.v1.GetWorkerRequest
-	(*ListWorkersRequest)(nil),       // 16: flo.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),      // 17: flo.v1.ListWorkersResponse
-	(*DeregisterWorkerResponse)(nil), // 18: flo.v1.DeregisterWorkerResponse
-	(*Backoff)(nil),                  // 19: flo.v1.Backoff
-	(*Action)(nil),                   // 20: flo.v1.Action
-	(*RegisterActionRequest)(nil),    // 21: flo.v1.RegisterActionRequest
-	(*GetActionRequest)(nil),         // 22: flo.v1.GetActionRequest
-	(*ListActionsRequest)(nil),       // 23: flo.v1.ListActionsRequest
-	(*ListActionsResponse)(nil),      // 24: flo.v1.ListActionsResponse
-	(*InvokeTaskRequest)(nil),        // 25: flo.v1.InvokeTaskRequest
-	(*InvokeTaskResponse)(nil),       // 26: flo.v1.InvokeTaskResponse
-	(*InvokeTasksRequest)(nil),       // 27: flo.v1.InvokeTasksRequest
-	(*InvokeTasksResponse)(nil),      // 28: flo.v1.InvokeTasksResponse
-	(*Task)(nil),                     // 29: flo.v1.Task
-	(*GetTaskRequest)(nil),           // 30: flo.v1.GetTaskRequest
-	(*AwaitTaskRequest)(nil),         // 31: flo.v1.AwaitTaskRequest
-	(*ListDeadLettersRequest)(nil),   // 32: flo.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),  // 33: flo.v1.ListDeadLettersResponse
-	(*WorkerMessage)(nil),            // 34: flo.v1.WorkerMessage
-	(*ServerMessage)(nil),            // 35: flo.v1.ServerMessage
-	(*Drain)(nil),                    // 36: flo.v1.Drain
-	(*Hello)(nil),                    // 37: flo.v1.Hello
-	(*StreamSubscription)(nil),       // 38: flo.v1.StreamSubscription
-	(*HelloAck)(nil),                 // 39: flo.v1.HelloAck
-	(*Ready)(nil),                    // 40: flo.v1.Ready
-	(*TaskAssignment)(nil),           // 41: flo.v1.TaskAssignment
-	(*TaskBatch)(nil),                // 42: flo.v1.TaskBatch
-	(*Result)(nil),                   // 43: flo.v1.Result
-	(*Completed)(nil),                // 44: flo.v1.Completed
-	(*Failed)(nil),                   // 45: flo.v1.Failed
-	(*ResultBatch)(nil),              // 46: flo.v1.ResultBatch
-	(*Nack)(nil),                     // 47: flo.v1.Nack
-	(*Abandon)(nil),                  // 48: flo.v1.Abandon
-	(*Touch)(nil),                    // 49: flo.v1.Touch
-	(*TouchAck)(nil),                 // 50: flo.v1.TouchAck
-	(*ResultAck)(nil),                // 51: flo.v1.ResultAck
-	(*StreamRead)(nil),               // 52: flo.v1.StreamRead
-	(*RecordBatch)(nil),              // 53: flo.v1.RecordBatch
-	(*StreamAck)(nil),                // 54: flo.v1.StreamAck
-	(*StreamNack)(nil),               // 55: flo.v1.StreamNack
-	(*Stream)(nil),                   // 56: flo.v1.Stream
-	(*CreateStreamRequest)(nil),      // 57: flo.v1.CreateStreamRequest
-	(*GetStreamRequest)(nil),         // 58: flo.v1.GetStreamRequest
-	(*ListStreamsRequest)(nil),       // 59: flo.v1.ListStreamsRequest
-	(*ListStreamsResponse)(nil),      // 60: flo.v1.ListStreamsResponse
-	(*DeleteStreamResponse)(nil),     // 61: flo.v1.DeleteStreamResponse
-	(*StreamInfo)(nil),               // 62: flo.v1.StreamInfo
-	(*StreamRecord)(nil),             // 63: flo.v1.StreamRecord
-	(*AppendRecord)(nil),             // 64: flo.v1.AppendRecord
-	(*AppendRequest)(nil),            // 65: flo.v1.AppendRequest
-	(*AppendResponse)(nil),           // 66: flo.v1.AppendResponse
-	(*ReadRequest)(nil),              // 67: flo.v1.ReadRequest
-	(*ReadResponse)(nil),             // 68: flo.v1.ReadResponse
-	(*ConsumerGroup)(nil),            // 69: flo.v1.ConsumerGroup
-	(*CreateGroupRequest)(nil),       // 70: flo.v1.CreateGroupRequest
-	(*GetGroupRequest)(nil),          // 71: flo.v1.GetGroupRequest
-	(*ListGroupsResponse)(nil),       // 72: flo.v1.ListGroupsResponse
-	(*DeleteGroupResponse)(nil),      // 73: flo.v1.DeleteGroupResponse
-	(*ListPendingRequest)(nil),       // 74: flo.v1.ListPendingRequest
-	(*PendingEntry)(nil),             // 75: flo.v1.PendingEntry
-	(*ListPendingResponse)(nil),      // 76: flo.v1.ListPendingResponse
-	(*GroupReadRequest)(nil),         // 77: flo.v1.GroupReadRequest
-	(*GroupReadResponse)(nil),        // 78: flo.v1.GroupReadResponse
-	(*AckRequest)(nil),               // 79: flo.v1.AckRequest
-	(*AckResponse)(nil),              // 80: flo.v1.AckResponse
-	(*NackRequest)(nil),              // 81: flo.v1.NackRequest
-	(*NackResponse)(nil),             // 82: flo.v1.NackResponse
-	nil,                              // 83: flo.v1.TaskAssignment.TraceContextEntry
-	nil,                              // 84: flo.v1.StreamRecord.HeadersEntry
-	nil,                              // 85: flo.v1.StreamRecord.TraceContextEntry
-	nil,                              // 86: flo.v1.AppendRecord.HeadersEntry
-	(*timestamppb.Timestamp)(nil),    // 87: google.protobuf.Timestamp
-	(*structpb.Value)(nil),           // 88: google.protobuf.Value
+	(DiagnosticSeverity)(0),          // 5: flo.v1.DiagnosticSeverity
+	(RunStatus)(0),                   // 6: flo.v1.RunStatus
+	(*Namespace)(nil),                // 7: flo.v1.Namespace
+	(*CreateNamespaceRequest)(nil),   // 8: flo.v1.CreateNamespaceRequest
+	(*GetNamespaceRequest)(nil),      // 9: flo.v1.GetNamespaceRequest
+	(*ListNamespacesRequest)(nil),    // 10: flo.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),   // 11: flo.v1.ListNamespacesResponse
+	(*WorkerProcess)(nil),            // 12: flo.v1.WorkerProcess
+	(*Worker)(nil),                   // 13: flo.v1.Worker
+	(*RegisterWorkerRequest)(nil),    // 14: flo.v1.RegisterWorkerRequest
+	(*HeartbeatRequest)(nil),         // 15: flo.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),        // 16: flo.v1.HeartbeatResponse
+	(*GetWorkerRequest)(nil),         // 17: flo.v1.GetWorkerRequest
+	(*ListWorkersRequest)(nil),       // 18: flo.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),      // 19: flo.v1.ListWorkersResponse
+	(*DeregisterWorkerResponse)(nil), // 20: flo.v1.DeregisterWorkerResponse
+	(*Backoff)(nil),                  // 21: flo.v1.Backoff
+	(*Action)(nil),                   // 22: flo.v1.Action
+	(*RegisterActionRequest)(nil),    // 23: flo.v1.RegisterActionRequest
+	(*GetActionRequest)(nil),         // 24: flo.v1.GetActionRequest
+	(*ListActionsRequest)(nil),       // 25: flo.v1.ListActionsRequest
+	(*ListActionsResponse)(nil),      // 26: flo.v1.ListActionsResponse
+	(*InvokeTaskRequest)(nil),        // 27: flo.v1.InvokeTaskRequest
+	(*InvokeTaskResponse)(nil),       // 28: flo.v1.InvokeTaskResponse
+	(*InvokeTasksRequest)(nil),       // 29: flo.v1.InvokeTasksRequest
+	(*InvokeTasksResponse)(nil),      // 30: flo.v1.InvokeTasksResponse
+	(*Task)(nil),                     // 31: flo.v1.Task
+	(*GetTaskRequest)(nil),           // 32: flo.v1.GetTaskRequest
+	(*AwaitTaskRequest)(nil),         // 33: flo.v1.AwaitTaskRequest
+	(*ListDeadLettersRequest)(nil),   // 34: flo.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),  // 35: flo.v1.ListDeadLettersResponse
+	(*WorkerMessage)(nil),            // 36: flo.v1.WorkerMessage
+	(*ServerMessage)(nil),            // 37: flo.v1.ServerMessage
+	(*Drain)(nil),                    // 38: flo.v1.Drain
+	(*Hello)(nil),                    // 39: flo.v1.Hello
+	(*StreamSubscription)(nil),       // 40: flo.v1.StreamSubscription
+	(*HelloAck)(nil),                 // 41: flo.v1.HelloAck
+	(*Ready)(nil),                    // 42: flo.v1.Ready
+	(*TaskAssignment)(nil),           // 43: flo.v1.TaskAssignment
+	(*TaskBatch)(nil),                // 44: flo.v1.TaskBatch
+	(*Result)(nil),                   // 45: flo.v1.Result
+	(*Completed)(nil),                // 46: flo.v1.Completed
+	(*Failed)(nil),                   // 47: flo.v1.Failed
+	(*ResultBatch)(nil),              // 48: flo.v1.ResultBatch
+	(*Nack)(nil),                     // 49: flo.v1.Nack
+	(*Abandon)(nil),                  // 50: flo.v1.Abandon
+	(*Touch)(nil),                    // 51: flo.v1.Touch
+	(*TouchAck)(nil),                 // 52: flo.v1.TouchAck
+	(*ResultAck)(nil),                // 53: flo.v1.ResultAck
+	(*StreamRead)(nil),               // 54: flo.v1.StreamRead
+	(*RecordBatch)(nil),              // 55: flo.v1.RecordBatch
+	(*StreamAck)(nil),                // 56: flo.v1.StreamAck
+	(*StreamNack)(nil),               // 57: flo.v1.StreamNack
+	(*Stream)(nil),                   // 58: flo.v1.Stream
+	(*CreateStreamRequest)(nil),      // 59: flo.v1.CreateStreamRequest
+	(*GetStreamRequest)(nil),         // 60: flo.v1.GetStreamRequest
+	(*ListStreamsRequest)(nil),       // 61: flo.v1.ListStreamsRequest
+	(*ListStreamsResponse)(nil),      // 62: flo.v1.ListStreamsResponse
+	(*DeleteStreamResponse)(nil),     // 63: flo.v1.DeleteStreamResponse
+	(*StreamInfo)(nil),               // 64: flo.v1.StreamInfo
+	(*StreamRecord)(nil),             // 65: flo.v1.StreamRecord
+	(*AppendRecord)(nil),             // 66: flo.v1.AppendRecord
+	(*AppendRequest)(nil),            // 67: flo.v1.AppendRequest
+	(*AppendResponse)(nil),           // 68: flo.v1.AppendResponse
+	(*ReadRequest)(nil),              // 69: flo.v1.ReadRequest
+	(*ReadResponse)(nil),             // 70: flo.v1.ReadResponse
+	(*ConsumerGroup)(nil),            // 71: flo.v1.ConsumerGroup
+	(*CreateGroupRequest)(nil),       // 72: flo.v1.CreateGroupRequest
+	(*GetGroupRequest)(nil),          // 73: flo.v1.GetGroupRequest
+	(*ListGroupsResponse)(nil),       // 74: flo.v1.ListGroupsResponse
+	(*DeleteGroupResponse)(nil),      // 75: flo.v1.DeleteGroupResponse
+	(*ListPendingRequest)(nil),       // 76: flo.v1.ListPendingRequest
+	(*PendingEntry)(nil),             // 77: flo.v1.PendingEntry
+	(*ListPendingResponse)(nil),      // 78: flo.v1.ListPendingResponse
+	(*GroupReadRequest)(nil),         // 79: flo.v1.GroupReadRequest
+	(*GroupReadResponse)(nil),        // 80: flo.v1.GroupReadResponse
+	(*AckRequest)(nil),               // 81: flo.v1.AckRequest
+	(*AckResponse)(nil),              // 82: flo.v1.AckResponse
+	(*NackRequest)(nil),              // 83: flo.v1.NackRequest
+	(*NackResponse)(nil),             // 84: flo.v1.NackResponse
+	(*Diagnostic)(nil),               // 85: flo.v1.Diagnostic
+	(*WorkflowDefinition)(nil),       // 86: flo.v1.WorkflowDefinition
+	(*CreateWorkflowRequest)(nil),    // 87: flo.v1.CreateWorkflowRequest
+	(*CreateWorkflowResponse)(nil),   // 88: flo.v1.CreateWorkflowResponse
+	(*ValidateWorkflowRequest)(nil),  // 89: flo.v1.ValidateWorkflowRequest
+	(*ValidateWorkflowResponse)(nil), // 90: flo.v1.ValidateWorkflowResponse
+	(*GetWorkflowRequest)(nil),       // 91: flo.v1.GetWorkflowRequest
+	(*ListWorkflowsRequest)(nil),     // 92: flo.v1.ListWorkflowsRequest
+	(*ListWorkflowsResponse)(nil),    // 93: flo.v1.ListWorkflowsResponse
+	(*WorkflowNameRequest)(nil),      // 94: flo.v1.WorkflowNameRequest
+	(*StartRunRequest)(nil),          // 95: flo.v1.StartRunRequest
+	(*StartRunResponse)(nil),         // 96: flo.v1.StartRunResponse
+	(*StepOutput)(nil),               // 97: flo.v1.StepOutput
+	(*WorkflowRun)(nil),              // 98: flo.v1.WorkflowRun
+	(*GetRunRequest)(nil),            // 99: flo.v1.GetRunRequest
+	(*ListRunsRequest)(nil),          // 100: flo.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),         // 101: flo.v1.ListRunsResponse
+	(*SignalRunRequest)(nil),         // 102: flo.v1.SignalRunRequest
+	(*SignalRunResponse)(nil),        // 103: flo.v1.SignalRunResponse
+	(*CancelRunRequest)(nil),         // 104: flo.v1.CancelRunRequest
+	(*HistoryEvent)(nil),             // 105: flo.v1.HistoryEvent
+	(*RunHistory)(nil),               // 106: flo.v1.RunHistory
+	nil,                              // 107: flo.v1.TaskAssignment.TraceContextEntry
+	nil,                              // 108: flo.v1.StreamRecord.HeadersEntry
+	nil,                              // 109: flo.v1.StreamRecord.TraceContextEntry
+	nil,                              // 110: flo.v1.AppendRecord.HeadersEntry
+	(*timestamppb.Timestamp)(nil),    // 111: google.protobuf.Timestamp
+	(*structpb.Value)(nil),           // 112: google.protobuf.Value
 }
 var file_flo_v1_api_proto_depIdxs = []int32{
-	87,  // 0: flo.v1.Namespace.created_at:type_name -> google.protobuf.Timestamp
-	5,   // 1: flo.v1.ListNamespacesResponse.namespaces:type_name -> flo.v1.Namespace
+	111, // 0: flo.v1.Namespace.created_at:type_name -> google.protobuf.Timestamp
+	7,   // 1: flo.v1.ListNamespacesResponse.namespaces:type_name -> flo.v1.Namespace
 	2,   // 2: flo.v1.WorkerProcess.kind:type_name -> flo.v1.ProcessKind
-	87,  // 3: flo.v1.WorkerProcess.last_run_at:type_name -> google.protobuf.Timestamp
+	111, // 3: flo.v1.WorkerProcess.last_run_at:type_name -> google.protobuf.Timestamp
 	0,   // 4: flo.v1.Worker.worker_type:type_name -> flo.v1.WorkerType
 	1,   // 5: flo.v1.Worker.status:type_name -> flo.v1.WorkerStatus
-	10,  // 6: flo.v1.Worker.processes:type_name -> flo.v1.WorkerProcess
-	87,  // 7: flo.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
-	87,  // 8: flo.v1.Worker.last_heartbeat:type_name -> google.protobuf.Timestamp
+	12,  // 6: flo.v1.Worker.processes:type_name -> flo.v1.WorkerProcess
+	111, // 7: flo.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
+	111, // 8: flo.v1.Worker.last_heartbeat:type_name -> google.protobuf.Timestamp
 	0,   // 9: flo.v1.RegisterWorkerRequest.worker_type:type_name -> flo.v1.WorkerType
-	10,  // 10: flo.v1.RegisterWorkerRequest.processes:type_name -> flo.v1.WorkerProcess
+	12,  // 10: flo.v1.RegisterWorkerRequest.processes:type_name -> flo.v1.WorkerProcess
 	1,   // 11: flo.v1.HeartbeatResponse.status:type_name -> flo.v1.WorkerStatus
-	11,  // 12: flo.v1.ListWorkersResponse.workers:type_name -> flo.v1.Worker
+	13,  // 12: flo.v1.ListWorkersResponse.workers:type_name -> flo.v1.Worker
 	3,   // 13: flo.v1.Backoff.kind:type_name -> flo.v1.BackoffKind
-	19,  // 14: flo.v1.Action.backoff:type_name -> flo.v1.Backoff
-	87,  // 15: flo.v1.Action.created_at:type_name -> google.protobuf.Timestamp
-	87,  // 16: flo.v1.Action.updated_at:type_name -> google.protobuf.Timestamp
-	19,  // 17: flo.v1.RegisterActionRequest.backoff:type_name -> flo.v1.Backoff
-	20,  // 18: flo.v1.ListActionsResponse.actions:type_name -> flo.v1.Action
-	88,  // 19: flo.v1.InvokeTaskRequest.input:type_name -> google.protobuf.Value
-	25,  // 20: flo.v1.InvokeTasksRequest.tasks:type_name -> flo.v1.InvokeTaskRequest
+	21,  // 14: flo.v1.Action.backoff:type_name -> flo.v1.Backoff
+	111, // 15: flo.v1.Action.created_at:type_name -> google.protobuf.Timestamp
+	111, // 16: flo.v1.Action.updated_at:type_name -> google.protobuf.Timestamp
+	21,  // 17: flo.v1.RegisterActionRequest.backoff:type_name -> flo.v1.Backoff
+	22,  // 18: flo.v1.ListActionsResponse.actions:type_name -> flo.v1.Action
+	112, // 19: flo.v1.InvokeTaskRequest.input:type_name -> google.protobuf.Value
+	27,  // 20: flo.v1.InvokeTasksRequest.tasks:type_name -> flo.v1.InvokeTaskRequest
 	4,   // 21: flo.v1.Task.status:type_name -> flo.v1.TaskStatus
-	88,  // 22: flo.v1.Task.output:type_name -> google.protobuf.Value
-	87,  // 23: flo.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	87,  // 24: flo.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	87,  // 25: flo.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	87,  // 26: flo.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	87,  // 27: flo.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	29,  // 28: flo.v1.ListDeadLettersResponse.tasks:type_name -> flo.v1.Task
-	37,  // 29: flo.v1.WorkerMessage.hello:type_name -> flo.v1.Hello
-	40,  // 30: flo.v1.WorkerMessage.ready:type_name -> flo.v1.Ready
-	43,  // 31: flo.v1.WorkerMessage.result:type_name -> flo.v1.Result
-	46,  // 32: flo.v1.WorkerMessage.result_batch:type_name -> flo.v1.ResultBatch
-	47,  // 33: flo.v1.WorkerMessage.nack:type_name -> flo.v1.Nack
-	48,  // 34: flo.v1.WorkerMessage.abandon:type_name -> flo.v1.Abandon
-	49,  // 35: flo.v1.WorkerMessage.touch:type_name -> flo.v1.Touch
-	52,  // 36: flo.v1.WorkerMessage.stream_read:type_name -> flo.v1.StreamRead
-	54,  // 37: flo.v1.WorkerMessage.stream_ack:type_name -> flo.v1.StreamAck
-	55,  // 38: flo.v1.WorkerMessage.stream_nack:type_name -> flo.v1.StreamNack
-	39,  // 39: flo.v1.ServerMessage.hello_ack:type_name -> flo.v1.HelloAck
-	42,  // 40: flo.v1.ServerMessage.task_batch:type_name -> flo.v1.TaskBatch
-	50,  // 41: flo.v1.ServerMessage.touch_ack:type_name -> flo.v1.TouchAck
-	51,  // 42: flo.v1.ServerMessage.result_ack:type_name -> flo.v1.ResultAck
-	36,  // 43: flo.v1.ServerMessage.drain:type_name -> flo.v1.Drain
-	53,  // 44: flo.v1.ServerMessage.record_batch:type_name -> flo.v1.RecordBatch
-	38,  // 45: flo.v1.Hello.streams:type_name -> flo.v1.StreamSubscription
-	87,  // 46: flo.v1.TaskAssignment.created_at:type_name -> google.protobuf.Timestamp
-	87,  // 47: flo.v1.TaskAssignment.lease_until:type_name -> google.protobuf.Timestamp
-	83,  // 48: flo.v1.TaskAssignment.trace_context:type_name -> flo.v1.TaskAssignment.TraceContextEntry
-	41,  // 49: flo.v1.TaskBatch.tasks:type_name -> flo.v1.TaskAssignment
-	44,  // 50: flo.v1.Result.completed:type_name -> flo.v1.Completed
-	45,  // 51: flo.v1.Result.failed:type_name -> flo.v1.Failed
-	43,  // 52: flo.v1.ResultBatch.results:type_name -> flo.v1.Result
-	87,  // 53: flo.v1.TouchAck.lease_until:type_name -> google.protobuf.Timestamp
-	63,  // 54: flo.v1.RecordBatch.records:type_name -> flo.v1.StreamRecord
-	87,  // 55: flo.v1.Stream.created_at:type_name -> google.protobuf.Timestamp
-	56,  // 56: flo.v1.ListStreamsResponse.streams:type_name -> flo.v1.Stream
-	56,  // 57: flo.v1.StreamInfo.stream:type_name -> flo.v1.Stream
-	69,  // 58: flo.v1.StreamInfo.groups:type_name -> flo.v1.ConsumerGroup
-	88,  // 59: flo.v1.StreamRecord.value:type_name -> google.protobuf.Value
-	84,  // 60: flo.v1.StreamRecord.headers:type_name -> flo.v1.StreamRecord.HeadersEntry
-	87,  // 61: flo.v1.StreamRecord.appended_at:type_name -> google.protobuf.Timestamp
-	85,  // 62: flo.v1.StreamRecord.trace_context:type_name -> flo.v1.StreamRecord.TraceContextEntry
-	88,  // 63: flo.v1.AppendRecord.value:type_name -> google.protobuf.Value
-	86,  // 64: flo.v1.AppendRecord.headers:type_name -> flo.v1.AppendRecord.HeadersEntry
-	64,  // 65: flo.v1.AppendRequest.records:type_name -> flo.v1.AppendRecord
-	63,  // 66: flo.v1.ReadResponse.records:type_name -> flo.v1.StreamRecord
-	87,  // 67: flo.v1.ConsumerGroup.created_at:type_name -> google.protobuf.Timestamp
-	69,  // 68: flo.v1.ListGroupsResponse.groups:type_name -> flo.v1.ConsumerGroup
-	87,  // 69: flo.v1.PendingEntry.delivered_at:type_name -> google.protobuf.Timestamp
-	87,  // 70: flo.v1.PendingEntry.redeliver_at:type_name -> google.protobuf.Timestamp
-	75,  // 71: flo.v1.ListPendingResponse.entries:type_name -> flo.v1.PendingEntry
-	63,  // 72: flo.v1.GroupReadResponse.records:type_name -> flo.v1.StreamRecord
-	6,   // 73: flo.v1.NamespaceService.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
-	7,   // 74: flo.v1.NamespaceService.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
-	8,   // 75: flo.v1.NamespaceService.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
-	21,  // 76: flo.v1.ActionService.RegisterAction:input_type -> flo.v1.RegisterActionRequest
-	22,  // 77: flo.v1.ActionService.GetAction:input_type -> flo.v1.GetActionRequest
-	23,  // 78: flo.v1.ActionService.ListActions:input_type -> flo.v1.ListActionsRequest
-	22,  // 79: flo.v1.ActionService.EnableAction:input_type -> flo.v1.GetActionRequest
-	22,  // 80: flo.v1.ActionService.DisableAction:input_type -> flo.v1.GetActionRequest
-	25,  // 81: flo.v1.TaskService.InvokeTask:input_type -> flo.v1.InvokeTaskRequest
-	27,  // 82: flo.v1.TaskService.InvokeTasks:input_type -> flo.v1.InvokeTasksRequest
-	30,  // 83: flo.v1.TaskService.GetTask:input_type -> flo.v1.GetTaskRequest
-	31,  // 84: flo.v1.TaskService.AwaitTask:input_type -> flo.v1.AwaitTaskRequest
-	32,  // 85: flo.v1.TaskService.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
-	30,  // 86: flo.v1.TaskService.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
-	12,  // 87: flo.v1.WorkerRegistryService.RegisterWorker:input_type -> flo.v1.RegisterWorkerRequest
-	13,  // 88: flo.v1.WorkerRegistryService.Heartbeat:input_type -> flo.v1.HeartbeatRequest
-	15,  // 89: flo.v1.WorkerRegistryService.GetWorker:input_type -> flo.v1.GetWorkerRequest
-	16,  // 90: flo.v1.WorkerRegistryService.ListWorkers:input_type -> flo.v1.ListWorkersRequest
-	15,  // 91: flo.v1.WorkerRegistryService.DrainWorker:input_type -> flo.v1.GetWorkerRequest
-	15,  // 92: flo.v1.WorkerRegistryService.DeregisterWorker:input_type -> flo.v1.GetWorkerRequest
-	34,  // 93: flo.v1.WorkerService.Stream:input_type -> flo.v1.WorkerMessage
-	57,  // 94: flo.v1.StreamService.CreateStream:input_type -> flo.v1.CreateStreamRequest
-	58,  // 95: flo.v1.StreamService.GetStream:input_type -> flo.v1.GetStreamRequest
-	59,  // 96: flo.v1.StreamService.ListStreams:input_type -> flo.v1.ListStreamsRequest
-	58,  // 97: flo.v1.StreamService.DeleteStream:input_type -> flo.v1.GetStreamRequest
-	65,  // 98: flo.v1.StreamService.Append:input_type -> flo.v1.AppendRequest
-	67,  // 99: flo.v1.StreamService.Read:input_type -> flo.v1.ReadRequest
-	70,  // 100: flo.v1.StreamService.CreateGroup:input_type -> flo.v1.CreateGroupRequest
-	58,  // 101: flo.v1.StreamService.ListGroups:input_type -> flo.v1.GetStreamRequest
-	71,  // 102: flo.v1.StreamService.DeleteGroup:input_type -> flo.v1.GetGroupRequest
-	74,  // 103: flo.v1.StreamService.ListPending:input_type -> flo.v1.ListPendingRequest
-	77,  // 104: flo.v1.StreamService.GroupRead:input_type -> flo.v1.GroupReadRequest
-	79,  // 105: flo.v1.StreamService.Ack:input_type -> flo.v1.AckRequest
-	81,  // 106: flo.v1.StreamService.Nack:input_type -> flo.v1.NackRequest
-	5,   // 107: flo.v1.NamespaceService.CreateNamespace:output_type -> flo.v1.Namespace
-	5,   // 108: flo.v1.NamespaceService.GetNamespace:output_type -> flo.v1.Namespace
-	9,   // 109: flo.v1.NamespaceService.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
-	20,  // 110: flo.v1.ActionService.RegisterAction:output_type -> flo.v1.Action
-	20,  // 111: flo.v1.ActionService.GetAction:output_type -> flo.v1.Action
-	24,  // 112: flo.v1.ActionService.ListActions:output_type -> flo.v1.ListActionsResponse
-	20,  // 113: flo.v1.ActionService.EnableAction:output_type -> flo.v1.Action
-	20,  // 114: flo.v1.ActionService.DisableAction:output_type -> flo.v1.Action
-	26,  // 115: flo.v1.TaskService.InvokeTask:output_type -> flo.v1.InvokeTaskResponse
-	28,  // 116: flo.v1.TaskService.InvokeTasks:output_type -> flo.v1.InvokeTasksResponse
-	29,  // 117: flo.v1.TaskService.GetTask:output_type -> flo.v1.Task
-	29,  // 118: flo.v1.TaskService.AwaitTask:output_type -> flo.v1.Task
-	33,  // 119: flo.v1.TaskService.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
-	29,  // 120: flo.v1.TaskService.RequeueDeadLetter:output_type -> flo.v1.Task
-	11,  // 121: flo.v1.WorkerRegistryService.RegisterWorker:output_type -> flo.v1.Worker
-	14,  // 122: flo.v1.WorkerRegistryService.Heartbeat:output_type -> flo.v1.HeartbeatResponse
-	11,  // 123: flo.v1.WorkerRegistryService.GetWorker:output_type -> flo.v1.Worker
-	17,  // 124: flo.v1.WorkerRegistryService.ListWorkers:output_type -> flo.v1.ListWorkersResponse
-	11,  // 125: flo.v1.WorkerRegistryService.DrainWorker:output_type -> flo.v1.Worker
-	18,  // 126: flo.v1.WorkerRegistryService.DeregisterWorker:output_type -> flo.v1.DeregisterWorkerResponse
-	35,  // 127: flo.v1.WorkerService.Stream:output_type -> flo.v1.ServerMessage
-	56,  // 128: flo.v1.StreamService.CreateStream:output_type -> flo.v1.Stream
-	62,  // 129: flo.v1.StreamService.GetStream:output_type -> flo.v1.StreamInfo
-	60,  // 130: flo.v1.StreamService.ListStreams:output_type -> flo.v1.ListStreamsResponse
-	61,  // 131: flo.v1.StreamService.DeleteStream:output_type -> flo.v1.DeleteStreamResponse
-	66,  // 132: flo.v1.StreamService.Append:output_type -> flo.v1.AppendResponse
-	68,  // 133: flo.v1.StreamService.Read:output_type -> flo.v1.ReadResponse
-	69,  // 134: flo.v1.StreamService.CreateGroup:output_type -> flo.v1.ConsumerGroup
-	72,  // 135: flo.v1.StreamService.ListGroups:output_type -> flo.v1.ListGroupsResponse
-	73,  // 136: flo.v1.StreamService.DeleteGroup:output_type -> flo.v1.DeleteGroupResponse
-	76,  // 137: flo.v1.StreamService.ListPending:output_type -> flo.v1.ListPendingResponse
-	78,  // 138: flo.v1.StreamService.GroupRead:output_type -> flo.v1.GroupReadResponse
-	80,  // 139: flo.v1.StreamService.Ack:output_type -> flo.v1.AckResponse
-	82,  // 140: flo.v1.StreamService.Nack:output_type -> flo.v1.NackResponse
-	107, // [107:141] is the sub-list for method output_type
-	73,  // [73:107] is the sub-list for method input_type
-	73,  // [73:73] is the sub-list for extension type_name
-	73,  // [73:73] is the sub-list for extension extendee
-	0,   // [0:73] is the sub-list for field type_name
+	112, // 22: flo.v1.Task.output:type_name -> google.protobuf.Value
+	111, // 23: flo.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	111, // 24: flo.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	111, // 25: flo.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	111, // 26: flo.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	111, // 27: flo.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	31,  // 28: flo.v1.ListDeadLettersResponse.tasks:type_name -> flo.v1.Task
+	39,  // 29: flo.v1.WorkerMessage.hello:type_name -> flo.v1.Hello
+	42,  // 30: flo.v1.WorkerMessage.ready:type_name -> flo.v1.Ready
+	45,  // 31: flo.v1.WorkerMessage.result:type_name -> flo.v1.Result
+	48,  // 32: flo.v1.WorkerMessage.result_batch:type_name -> flo.v1.ResultBatch
+	49,  // 33: flo.v1.WorkerMessage.nack:type_name -> flo.v1.Nack
+	50,  // 34: flo.v1.WorkerMessage.abandon:type_name -> flo.v1.Abandon
+	51,  // 35: flo.v1.WorkerMessage.touch:type_name -> flo.v1.Touch
+	54,  // 36: flo.v1.WorkerMessage.stream_read:type_name -> flo.v1.StreamRead
+	56,  // 37: flo.v1.WorkerMessage.stream_ack:type_name -> flo.v1.StreamAck
+	57,  // 38: flo.v1.WorkerMessage.stream_nack:type_name -> flo.v1.StreamNack
+	41,  // 39: flo.v1.ServerMessage.hello_ack:type_name -> flo.v1.HelloAck
+	44,  // 40: flo.v1.ServerMessage.task_batch:type_name -> flo.v1.TaskBatch
+	52,  // 41: flo.v1.ServerMessage.touch_ack:type_name -> flo.v1.TouchAck
+	53,  // 42: flo.v1.ServerMessage.result_ack:type_name -> flo.v1.ResultAck
+	38,  // 43: flo.v1.ServerMessage.drain:type_name -> flo.v1.Drain
+	55,  // 44: flo.v1.ServerMessage.record_batch:type_name -> flo.v1.RecordBatch
+	40,  // 45: flo.v1.Hello.streams:type_name -> flo.v1.StreamSubscription
+	111, // 46: flo.v1.TaskAssignment.created_at:type_name -> google.protobuf.Timestamp
+	111, // 47: flo.v1.TaskAssignment.lease_until:type_name -> google.protobuf.Timestamp
+	107, // 48: flo.v1.TaskAssignment.trace_context:type_name -> flo.v1.TaskAssignment.TraceContextEntry
+	43,  // 49: flo.v1.TaskBatch.tasks:type_name -> flo.v1.TaskAssignment
+	46,  // 50: flo.v1.Result.completed:type_name -> flo.v1.Completed
+	47,  // 51: flo.v1.Result.failed:type_name -> flo.v1.Failed
+	45,  // 52: flo.v1.ResultBatch.results:type_name -> flo.v1.Result
+	111, // 53: flo.v1.TouchAck.lease_until:type_name -> google.protobuf.Timestamp
+	65,  // 54: flo.v1.RecordBatch.records:type_name -> flo.v1.StreamRecord
+	111, // 55: flo.v1.Stream.created_at:type_name -> google.protobuf.Timestamp
+	58,  // 56: flo.v1.ListStreamsResponse.streams:type_name -> flo.v1.Stream
+	58,  // 57: flo.v1.StreamInfo.stream:type_name -> flo.v1.Stream
+	71,  // 58: flo.v1.StreamInfo.groups:type_name -> flo.v1.ConsumerGroup
+	112, // 59: flo.v1.StreamRecord.value:type_name -> google.protobuf.Value
+	108, // 60: flo.v1.StreamRecord.headers:type_name -> flo.v1.StreamRecord.HeadersEntry
+	111, // 61: flo.v1.StreamRecord.appended_at:type_name -> google.protobuf.Timestamp
+	109, // 62: flo.v1.StreamRecord.trace_context:type_name -> flo.v1.StreamRecord.TraceContextEntry
+	112, // 63: flo.v1.AppendRecord.value:type_name -> google.protobuf.Value
+	110, // 64: flo.v1.AppendRecord.headers:type_name -> flo.v1.AppendRecord.HeadersEntry
+	66,  // 65: flo.v1.AppendRequest.records:type_name -> flo.v1.AppendRecord
+	65,  // 66: flo.v1.ReadResponse.records:type_name -> flo.v1.StreamRecord
+	111, // 67: flo.v1.ConsumerGroup.created_at:type_name -> google.protobuf.Timestamp
+	71,  // 68: flo.v1.ListGroupsResponse.groups:type_name -> flo.v1.ConsumerGroup
+	111, // 69: flo.v1.PendingEntry.delivered_at:type_name -> google.protobuf.Timestamp
+	111, // 70: flo.v1.PendingEntry.redeliver_at:type_name -> google.protobuf.Timestamp
+	77,  // 71: flo.v1.ListPendingResponse.entries:type_name -> flo.v1.PendingEntry
+	65,  // 72: flo.v1.GroupReadResponse.records:type_name -> flo.v1.StreamRecord
+	5,   // 73: flo.v1.Diagnostic.severity:type_name -> flo.v1.DiagnosticSeverity
+	111, // 74: flo.v1.WorkflowDefinition.created_at:type_name -> google.protobuf.Timestamp
+	86,  // 75: flo.v1.CreateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
+	85,  // 76: flo.v1.CreateWorkflowResponse.warnings:type_name -> flo.v1.Diagnostic
+	85,  // 77: flo.v1.ValidateWorkflowResponse.diagnostics:type_name -> flo.v1.Diagnostic
+	86,  // 78: flo.v1.ValidateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
+	86,  // 79: flo.v1.ListWorkflowsResponse.workflows:type_name -> flo.v1.WorkflowDefinition
+	112, // 80: flo.v1.StartRunRequest.input_value:type_name -> google.protobuf.Value
+	112, // 81: flo.v1.StepOutput.output_value:type_name -> google.protobuf.Value
+	111, // 82: flo.v1.StepOutput.finished_at:type_name -> google.protobuf.Timestamp
+	6,   // 83: flo.v1.WorkflowRun.status:type_name -> flo.v1.RunStatus
+	112, // 84: flo.v1.WorkflowRun.input_value:type_name -> google.protobuf.Value
+	97,  // 85: flo.v1.WorkflowRun.outputs:type_name -> flo.v1.StepOutput
+	111, // 86: flo.v1.WorkflowRun.created_at:type_name -> google.protobuf.Timestamp
+	111, // 87: flo.v1.WorkflowRun.updated_at:type_name -> google.protobuf.Timestamp
+	111, // 88: flo.v1.WorkflowRun.finished_at:type_name -> google.protobuf.Timestamp
+	6,   // 89: flo.v1.ListRunsRequest.status:type_name -> flo.v1.RunStatus
+	111, // 90: flo.v1.ListRunsRequest.created_after:type_name -> google.protobuf.Timestamp
+	111, // 91: flo.v1.ListRunsRequest.created_before:type_name -> google.protobuf.Timestamp
+	98,  // 92: flo.v1.ListRunsResponse.runs:type_name -> flo.v1.WorkflowRun
+	112, // 93: flo.v1.SignalRunRequest.value:type_name -> google.protobuf.Value
+	111, // 94: flo.v1.HistoryEvent.at:type_name -> google.protobuf.Timestamp
+	105, // 95: flo.v1.RunHistory.events:type_name -> flo.v1.HistoryEvent
+	8,   // 96: flo.v1.NamespaceService.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
+	9,   // 97: flo.v1.NamespaceService.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
+	10,  // 98: flo.v1.NamespaceService.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
+	23,  // 99: flo.v1.ActionService.RegisterAction:input_type -> flo.v1.RegisterActionRequest
+	24,  // 100: flo.v1.ActionService.GetAction:input_type -> flo.v1.GetActionRequest
+	25,  // 101: flo.v1.ActionService.ListActions:input_type -> flo.v1.ListActionsRequest
+	24,  // 102: flo.v1.ActionService.EnableAction:input_type -> flo.v1.GetActionRequest
+	24,  // 103: flo.v1.ActionService.DisableAction:input_type -> flo.v1.GetActionRequest
+	27,  // 104: flo.v1.TaskService.InvokeTask:input_type -> flo.v1.InvokeTaskRequest
+	29,  // 105: flo.v1.TaskService.InvokeTasks:input_type -> flo.v1.InvokeTasksRequest
+	32,  // 106: flo.v1.TaskService.GetTask:input_type -> flo.v1.GetTaskRequest
+	33,  // 107: flo.v1.TaskService.AwaitTask:input_type -> flo.v1.AwaitTaskRequest
+	34,  // 108: flo.v1.TaskService.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
+	32,  // 109: flo.v1.TaskService.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
+	14,  // 110: flo.v1.WorkerRegistryService.RegisterWorker:input_type -> flo.v1.RegisterWorkerRequest
+	15,  // 111: flo.v1.WorkerRegistryService.Heartbeat:input_type -> flo.v1.HeartbeatRequest
+	17,  // 112: flo.v1.WorkerRegistryService.GetWorker:input_type -> flo.v1.GetWorkerRequest
+	18,  // 113: flo.v1.WorkerRegistryService.ListWorkers:input_type -> flo.v1.ListWorkersRequest
+	17,  // 114: flo.v1.WorkerRegistryService.DrainWorker:input_type -> flo.v1.GetWorkerRequest
+	17,  // 115: flo.v1.WorkerRegistryService.DeregisterWorker:input_type -> flo.v1.GetWorkerRequest
+	36,  // 116: flo.v1.WorkerService.Stream:input_type -> flo.v1.WorkerMessage
+	59,  // 117: flo.v1.StreamService.CreateStream:input_type -> flo.v1.CreateStreamRequest
+	60,  // 118: flo.v1.StreamService.GetStream:input_type -> flo.v1.GetStreamRequest
+	61,  // 119: flo.v1.StreamService.ListStreams:input_type -> flo.v1.ListStreamsRequest
+	60,  // 120: flo.v1.StreamService.DeleteStream:input_type -> flo.v1.GetStreamRequest
+	67,  // 121: flo.v1.StreamService.Append:input_type -> flo.v1.AppendRequest
+	69,  // 122: flo.v1.StreamService.Read:input_type -> flo.v1.ReadRequest
+	72,  // 123: flo.v1.StreamService.CreateGroup:input_type -> flo.v1.CreateGroupRequest
+	60,  // 124: flo.v1.StreamService.ListGroups:input_type -> flo.v1.GetStreamRequest
+	73,  // 125: flo.v1.StreamService.DeleteGroup:input_type -> flo.v1.GetGroupRequest
+	76,  // 126: flo.v1.StreamService.ListPending:input_type -> flo.v1.ListPendingRequest
+	79,  // 127: flo.v1.StreamService.GroupRead:input_type -> flo.v1.GroupReadRequest
+	81,  // 128: flo.v1.StreamService.Ack:input_type -> flo.v1.AckRequest
+	83,  // 129: flo.v1.StreamService.Nack:input_type -> flo.v1.NackRequest
+	87,  // 130: flo.v1.WorkflowService.CreateWorkflow:input_type -> flo.v1.CreateWorkflowRequest
+	89,  // 131: flo.v1.WorkflowService.ValidateWorkflow:input_type -> flo.v1.ValidateWorkflowRequest
+	91,  // 132: flo.v1.WorkflowService.GetWorkflow:input_type -> flo.v1.GetWorkflowRequest
+	92,  // 133: flo.v1.WorkflowService.ListWorkflows:input_type -> flo.v1.ListWorkflowsRequest
+	94,  // 134: flo.v1.WorkflowService.DisableWorkflow:input_type -> flo.v1.WorkflowNameRequest
+	94,  // 135: flo.v1.WorkflowService.EnableWorkflow:input_type -> flo.v1.WorkflowNameRequest
+	95,  // 136: flo.v1.WorkflowService.StartRun:input_type -> flo.v1.StartRunRequest
+	99,  // 137: flo.v1.WorkflowService.GetRun:input_type -> flo.v1.GetRunRequest
+	100, // 138: flo.v1.WorkflowService.ListRuns:input_type -> flo.v1.ListRunsRequest
+	102, // 139: flo.v1.WorkflowService.SignalRun:input_type -> flo.v1.SignalRunRequest
+	104, // 140: flo.v1.WorkflowService.CancelRun:input_type -> flo.v1.CancelRunRequest
+	99,  // 141: flo.v1.WorkflowService.GetRunHistory:input_type -> flo.v1.GetRunRequest
+	7,   // 142: flo.v1.NamespaceService.CreateNamespace:output_type -> flo.v1.Namespace
+	7,   // 143: flo.v1.NamespaceService.GetNamespace:output_type -> flo.v1.Namespace
+	11,  // 144: flo.v1.NamespaceService.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
+	22,  // 145: flo.v1.ActionService.RegisterAction:output_type -> flo.v1.Action
+	22,  // 146: flo.v1.ActionService.GetAction:output_type -> flo.v1.Action
+	26,  // 147: flo.v1.ActionService.ListActions:output_type -> flo.v1.ListActionsResponse
+	22,  // 148: flo.v1.ActionService.EnableAction:output_type -> flo.v1.Action
+	22,  // 149: flo.v1.ActionService.DisableAction:output_type -> flo.v1.Action
+	28,  // 150: flo.v1.TaskService.InvokeTask:output_type -> flo.v1.InvokeTaskResponse
+	30,  // 151: flo.v1.TaskService.InvokeTasks:output_type -> flo.v1.InvokeTasksResponse
+	31,  // 152: flo.v1.TaskService.GetTask:output_type -> flo.v1.Task
+	31,  // 153: flo.v1.TaskService.AwaitTask:output_type -> flo.v1.Task
+	35,  // 154: flo.v1.TaskService.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
+	31,  // 155: flo.v1.TaskService.RequeueDeadLetter:output_type -> flo.v1.Task
+	13,  // 156: flo.v1.WorkerRegistryService.RegisterWorker:output_type -> flo.v1.Worker
+	16,  // 157: flo.v1.WorkerRegistryService.Heartbeat:output_type -> flo.v1.HeartbeatResponse
+	13,  // 158: flo.v1.WorkerRegistryService.GetWorker:output_type -> flo.v1.Worker
+	19,  // 159: flo.v1.WorkerRegistryService.ListWorkers:output_type -> flo.v1.ListWorkersResponse
+	13,  // 160: flo.v1.WorkerRegistryService.DrainWorker:output_type -> flo.v1.Worker
+	20,  // 161: flo.v1.WorkerRegistryService.DeregisterWorker:output_type -> flo.v1.DeregisterWorkerResponse
+	37,  // 162: flo.v1.WorkerService.Stream:output_type -> flo.v1.ServerMessage
+	58,  // 163: flo.v1.StreamService.CreateStream:output_type -> flo.v1.Stream
+	64,  // 164: flo.v1.StreamService.GetStream:output_type -> flo.v1.StreamInfo
+	62,  // 165: flo.v1.StreamService.ListStreams:output_type -> flo.v1.ListStreamsResponse
+	63,  // 166: flo.v1.StreamService.DeleteStream:output_type -> flo.v1.DeleteStreamResponse
+	68,  // 167: flo.v1.StreamService.Append:output_type -> flo.v1.AppendResponse
+	70,  // 168: flo.v1.StreamService.Read:output_type -> flo.v1.ReadResponse
+	71,  // 169: flo.v1.StreamService.CreateGroup:output_type -> flo.v1.ConsumerGroup
+	74,  // 170: flo.v1.StreamService.ListGroups:output_type -> flo.v1.ListGroupsResponse
+	75,  // 171: flo.v1.StreamService.DeleteGroup:output_type -> flo.v1.DeleteGroupResponse
+	78,  // 172: flo.v1.StreamService.ListPending:output_type -> flo.v1.ListPendingResponse
+	80,  // 173: flo.v1.StreamService.GroupRead:output_type -> flo.v1.GroupReadResponse
+	82,  // 174: flo.v1.StreamService.Ack:output_type -> flo.v1.AckResponse
+	84,  // 175: flo.v1.StreamService.Nack:output_type -> flo.v1.NackResponse
+	88,  // 176: flo.v1.WorkflowService.CreateWorkflow:output_type -> flo.v1.CreateWorkflowResponse
+	90,  // 177: flo.v1.WorkflowService.ValidateWorkflow:output_type -> flo.v1.ValidateWorkflowResponse
+	86,  // 178: flo.v1.WorkflowService.GetWorkflow:output_type -> flo.v1.WorkflowDefinition
+	93,  // 179: flo.v1.WorkflowService.ListWorkflows:output_type -> flo.v1.ListWorkflowsResponse
+	86,  // 180: flo.v1.WorkflowService.DisableWorkflow:output_type -> flo.v1.WorkflowDefinition
+	86,  // 181: flo.v1.WorkflowService.EnableWorkflow:output_type -> flo.v1.WorkflowDefinition
+	96,  // 182: flo.v1.WorkflowService.StartRun:output_type -> flo.v1.StartRunResponse
+	98,  // 183: flo.v1.WorkflowService.GetRun:output_type -> flo.v1.WorkflowRun
+	101, // 184: flo.v1.WorkflowService.ListRuns:output_type -> flo.v1.ListRunsResponse
+	103, // 185: flo.v1.WorkflowService.SignalRun:output_type -> flo.v1.SignalRunResponse
+	98,  // 186: flo.v1.WorkflowService.CancelRun:output_type -> flo.v1.WorkflowRun
+	106, // 187: flo.v1.WorkflowService.GetRunHistory:output_type -> flo.v1.RunHistory
+	142, // [142:188] is the sub-list for method output_type
+	96,  // [96:142] is the sub-list for method input_type
+	96,  // [96:96] is the sub-list for extension type_name
+	96,  // [96:96] is the sub-list for extension extendee
+	0,   // [0:96] is the sub-list for field type_name
 }
 
 func init() { file_flo_v1_api_proto_init() }
@@ -6399,10 +8291,10 @@ func file_flo_v1_api_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flo_v1_api_proto_rawDesc), len(file_flo_v1_api_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   82,
+			NumEnums:      7,
+			NumMessages:   104,
 			NumExtensions: 0,
-			NumServices:   6,
+			NumServices:   7,
 		},
 		GoTypes:           file_flo_v1_api_proto_goTypes,
 		DependencyIndexes: file_flo_v1_api_proto_depIdxs,

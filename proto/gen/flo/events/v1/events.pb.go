@@ -38,21 +38,26 @@ const (
 	TaskEventType_TASK_EVENT_TYPE_REQUEUED        TaskEventType = 7
 	TaskEventType_TASK_EVENT_TYPE_ABANDONED       TaskEventType = 8
 	TaskEventType_TASK_EVENT_TYPE_LEASE_EXPIRED   TaskEventType = 9
+	// REJECTED: the invocation named an action that does not exist
+	// (outcome target_not_found) or is disabled (outcome target_disabled); no
+	// task was created.
+	TaskEventType_TASK_EVENT_TYPE_REJECTED TaskEventType = 10
 )
 
 // Enum value maps for TaskEventType.
 var (
 	TaskEventType_name = map[int32]string{
-		0: "TASK_EVENT_TYPE_UNSPECIFIED",
-		1: "TASK_EVENT_TYPE_CREATED",
-		2: "TASK_EVENT_TYPE_STARTED",
-		3: "TASK_EVENT_TYPE_COMPLETED",
-		4: "TASK_EVENT_TYPE_FAILED",
-		5: "TASK_EVENT_TYPE_RETRY_SCHEDULED",
-		6: "TASK_EVENT_TYPE_DEAD_LETTERED",
-		7: "TASK_EVENT_TYPE_REQUEUED",
-		8: "TASK_EVENT_TYPE_ABANDONED",
-		9: "TASK_EVENT_TYPE_LEASE_EXPIRED",
+		0:  "TASK_EVENT_TYPE_UNSPECIFIED",
+		1:  "TASK_EVENT_TYPE_CREATED",
+		2:  "TASK_EVENT_TYPE_STARTED",
+		3:  "TASK_EVENT_TYPE_COMPLETED",
+		4:  "TASK_EVENT_TYPE_FAILED",
+		5:  "TASK_EVENT_TYPE_RETRY_SCHEDULED",
+		6:  "TASK_EVENT_TYPE_DEAD_LETTERED",
+		7:  "TASK_EVENT_TYPE_REQUEUED",
+		8:  "TASK_EVENT_TYPE_ABANDONED",
+		9:  "TASK_EVENT_TYPE_LEASE_EXPIRED",
+		10: "TASK_EVENT_TYPE_REJECTED",
 	}
 	TaskEventType_value = map[string]int32{
 		"TASK_EVENT_TYPE_UNSPECIFIED":     0,
@@ -65,6 +70,7 @@ var (
 		"TASK_EVENT_TYPE_REQUEUED":        7,
 		"TASK_EVENT_TYPE_ABANDONED":       8,
 		"TASK_EVENT_TYPE_LEASE_EXPIRED":   9,
+		"TASK_EVENT_TYPE_REJECTED":        10,
 	}
 )
 
@@ -147,6 +153,58 @@ func (WorkerEventType) EnumDescriptor() ([]byte, []int) {
 	return file_flo_events_v1_events_proto_rawDescGZIP(), []int{1}
 }
 
+type RunEventType int32
+
+const (
+	RunEventType_RUN_EVENT_TYPE_UNSPECIFIED    RunEventType = 0
+	RunEventType_RUN_EVENT_TYPE_STARTED        RunEventType = 1
+	RunEventType_RUN_EVENT_TYPE_STATUS_CHANGED RunEventType = 2
+	RunEventType_RUN_EVENT_TYPE_ENDED          RunEventType = 3
+)
+
+// Enum value maps for RunEventType.
+var (
+	RunEventType_name = map[int32]string{
+		0: "RUN_EVENT_TYPE_UNSPECIFIED",
+		1: "RUN_EVENT_TYPE_STARTED",
+		2: "RUN_EVENT_TYPE_STATUS_CHANGED",
+		3: "RUN_EVENT_TYPE_ENDED",
+	}
+	RunEventType_value = map[string]int32{
+		"RUN_EVENT_TYPE_UNSPECIFIED":    0,
+		"RUN_EVENT_TYPE_STARTED":        1,
+		"RUN_EVENT_TYPE_STATUS_CHANGED": 2,
+		"RUN_EVENT_TYPE_ENDED":          3,
+	}
+)
+
+func (x RunEventType) Enum() *RunEventType {
+	p := new(RunEventType)
+	*p = x
+	return p
+}
+
+func (x RunEventType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RunEventType) Descriptor() protoreflect.EnumDescriptor {
+	return file_flo_events_v1_events_proto_enumTypes[2].Descriptor()
+}
+
+func (RunEventType) Type() protoreflect.EnumType {
+	return &file_flo_events_v1_events_proto_enumTypes[2]
+}
+
+func (x RunEventType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RunEventType.Descriptor instead.
+func (RunEventType) EnumDescriptor() ([]byte, []int) {
+	return file_flo_events_v1_events_proto_rawDescGZIP(), []int{2}
+}
+
 // InvokeTask is a command on flo.actions.commands, keyed by task id.
 type InvokeTask struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -159,8 +217,11 @@ type InvokeTask struct {
 	Priority       int32                  `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`
 	InvokedAt      *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=invoked_at,json=invokedAt,proto3" json:"invoked_at,omitempty"`
 	RunAt          *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Who invoked it, copied into every TaskEvent of the task; the workflow
+	// service sets it to find its own tasks' events.
+	Origin        string `protobuf:"bytes,10,opt,name=origin,proto3" json:"origin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InvokeTask) Reset() {
@@ -256,21 +317,34 @@ func (x *InvokeTask) GetRunAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *InvokeTask) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
 // TaskEvent is a task state change on flo.tasks.events, keyed by task id.
 type TaskEvent struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	EventId       string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
-	Type          TaskEventType          `protobuf:"varint,2,opt,name=type,proto3,enum=flo.events.v1.TaskEventType" json:"type,omitempty"`
-	TaskId        string                 `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	Namespace     string                 `protobuf:"bytes,4,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Action        string                 `protobuf:"bytes,5,opt,name=action,proto3" json:"action,omitempty"`
-	Status        v1.TaskStatus          `protobuf:"varint,6,opt,name=status,proto3,enum=flo.v1.TaskStatus" json:"status,omitempty"`
-	Attempt       int32                  `protobuf:"varint,7,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	WorkerId      string                 `protobuf:"bytes,8,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	Outcome       string                 `protobuf:"bytes,9,opt,name=outcome,proto3" json:"outcome,omitempty"`
-	Error         string                 `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
-	OccurredAt    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=occurred_at,json=occurredAt,proto3" json:"occurred_at,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	EventId    string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	Type       TaskEventType          `protobuf:"varint,2,opt,name=type,proto3,enum=flo.events.v1.TaskEventType" json:"type,omitempty"`
+	TaskId     string                 `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Namespace  string                 `protobuf:"bytes,4,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Action     string                 `protobuf:"bytes,5,opt,name=action,proto3" json:"action,omitempty"`
+	Status     v1.TaskStatus          `protobuf:"varint,6,opt,name=status,proto3,enum=flo.v1.TaskStatus" json:"status,omitempty"`
+	Attempt    int32                  `protobuf:"varint,7,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	WorkerId   string                 `protobuf:"bytes,8,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Outcome    string                 `protobuf:"bytes,9,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	Error      string                 `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	OccurredAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=occurred_at,json=occurredAt,proto3" json:"occurred_at,omitempty"`
+	CreatedAt  *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The InvokeTask's origin.
+	Origin string `protobuf:"bytes,13,opt,name=origin,proto3" json:"origin,omitempty"`
+	// The result body of a COMPLETED event, set only when origin is set.
+	Result []byte `protobuf:"bytes,14,opt,name=result,proto3" json:"result,omitempty"`
+	// True on a FAILED event whose error was NonRetryable.
+	NonRetryable  bool `protobuf:"varint,15,opt,name=non_retryable,json=nonRetryable,proto3" json:"non_retryable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -389,6 +463,27 @@ func (x *TaskEvent) GetCreatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *TaskEvent) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+func (x *TaskEvent) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *TaskEvent) GetNonRetryable() bool {
+	if x != nil {
+		return x.NonRetryable
+	}
+	return false
+}
+
 // WorkerEvent is a worker registry change on flo.workers.events, keyed by
 // namespace + "/" + worker id. The gateway acts on DRAINING at once.
 type WorkerEvent struct {
@@ -483,11 +578,129 @@ func (x *WorkerEvent) GetOccurredAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// RunEvent is a workflow run status change on flo.workflows.events, keyed by
+// run id.
+type RunEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	EventId       string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	Type          RunEventType           `protobuf:"varint,2,opt,name=type,proto3,enum=flo.events.v1.RunEventType" json:"type,omitempty"`
+	Namespace     string                 `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	RunId         string                 `protobuf:"bytes,4,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Workflow      string                 `protobuf:"bytes,5,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	Version       string                 `protobuf:"bytes,6,opt,name=version,proto3" json:"version,omitempty"`
+	Status        v1.RunStatus           `protobuf:"varint,7,opt,name=status,proto3,enum=flo.v1.RunStatus" json:"status,omitempty"`
+	Terminal      string                 `protobuf:"bytes,8,opt,name=terminal,proto3" json:"terminal,omitempty"`
+	ParentRunId   string                 `protobuf:"bytes,9,opt,name=parent_run_id,json=parentRunId,proto3" json:"parent_run_id,omitempty"`
+	OccurredAt    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=occurred_at,json=occurredAt,proto3" json:"occurred_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunEvent) Reset() {
+	*x = RunEvent{}
+	mi := &file_flo_events_v1_events_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunEvent) ProtoMessage() {}
+
+func (x *RunEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_events_v1_events_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunEvent.ProtoReflect.Descriptor instead.
+func (*RunEvent) Descriptor() ([]byte, []int) {
+	return file_flo_events_v1_events_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RunEvent) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *RunEvent) GetType() RunEventType {
+	if x != nil {
+		return x.Type
+	}
+	return RunEventType_RUN_EVENT_TYPE_UNSPECIFIED
+}
+
+func (x *RunEvent) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *RunEvent) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *RunEvent) GetWorkflow() string {
+	if x != nil {
+		return x.Workflow
+	}
+	return ""
+}
+
+func (x *RunEvent) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *RunEvent) GetStatus() v1.RunStatus {
+	if x != nil {
+		return x.Status
+	}
+	return v1.RunStatus(0)
+}
+
+func (x *RunEvent) GetTerminal() string {
+	if x != nil {
+		return x.Terminal
+	}
+	return ""
+}
+
+func (x *RunEvent) GetParentRunId() string {
+	if x != nil {
+		return x.ParentRunId
+	}
+	return ""
+}
+
+func (x *RunEvent) GetOccurredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OccurredAt
+	}
+	return nil
+}
+
 var File_flo_events_v1_events_proto protoreflect.FileDescriptor
 
 const file_flo_events_v1_events_proto_rawDesc = "" +
 	"\n" +
-	"\x1aflo/events/v1/events.proto\x12\rflo.events.v1\x1a\x10flo/v1/api.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc3\x02\n" +
+	"\x1aflo/events/v1/events.proto\x12\rflo.events.v1\x1a\x10flo/v1/api.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdb\x02\n" +
 	"\n" +
 	"InvokeTask\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x17\n" +
@@ -499,7 +712,9 @@ const file_flo_events_v1_events_proto_rawDesc = "" +
 	"\bpriority\x18\a \x01(\x05R\bpriority\x129\n" +
 	"\n" +
 	"invoked_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tinvokedAt\x121\n" +
-	"\x06run_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\"\xb2\x03\n" +
+	"\x06run_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12\x16\n" +
+	"\x06origin\x18\n" +
+	" \x01(\tR\x06origin\"\x87\x04\n" +
 	"\tTaskEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x120\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x1c.flo.events.v1.TaskEventTypeR\x04type\x12\x17\n" +
@@ -515,7 +730,10 @@ const file_flo_events_v1_events_proto_rawDesc = "" +
 	"\voccurred_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"occurredAt\x129\n" +
 	"\n" +
-	"created_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xc1\x02\n" +
+	"created_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x16\n" +
+	"\x06origin\x18\r \x01(\tR\x06origin\x12\x16\n" +
+	"\x06result\x18\x0e \x01(\fR\x06result\x12#\n" +
+	"\rnon_retryable\x18\x0f \x01(\bR\fnonRetryable\"\xc1\x02\n" +
 	"\vWorkerEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x122\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x1e.flo.events.v1.WorkerEventTypeR\x04type\x12\x1c\n" +
@@ -524,7 +742,20 @@ const file_flo_events_v1_events_proto_rawDesc = "" +
 	"\x06status\x18\x05 \x01(\x0e2\x14.flo.v1.WorkerStatusR\x06status\x12=\n" +
 	"\x0fprevious_status\x18\x06 \x01(\x0e2\x14.flo.v1.WorkerStatusR\x0epreviousStatus\x12;\n" +
 	"\voccurred_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"occurredAt*\xcd\x02\n" +
+	"occurredAt\"\xe9\x02\n" +
+	"\bRunEvent\x12\x19\n" +
+	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12/\n" +
+	"\x04type\x18\x02 \x01(\x0e2\x1b.flo.events.v1.RunEventTypeR\x04type\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12\x15\n" +
+	"\x06run_id\x18\x04 \x01(\tR\x05runId\x12\x1a\n" +
+	"\bworkflow\x18\x05 \x01(\tR\bworkflow\x12\x18\n" +
+	"\aversion\x18\x06 \x01(\tR\aversion\x12)\n" +
+	"\x06status\x18\a \x01(\x0e2\x11.flo.v1.RunStatusR\x06status\x12\x1a\n" +
+	"\bterminal\x18\b \x01(\tR\bterminal\x12\"\n" +
+	"\rparent_run_id\x18\t \x01(\tR\vparentRunId\x12;\n" +
+	"\voccurred_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"occurredAt*\xeb\x02\n" +
 	"\rTaskEventType\x12\x1f\n" +
 	"\x1bTASK_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17TASK_EVENT_TYPE_CREATED\x10\x01\x12\x1b\n" +
@@ -535,12 +766,19 @@ const file_flo_events_v1_events_proto_rawDesc = "" +
 	"\x1dTASK_EVENT_TYPE_DEAD_LETTERED\x10\x06\x12\x1c\n" +
 	"\x18TASK_EVENT_TYPE_REQUEUED\x10\a\x12\x1d\n" +
 	"\x19TASK_EVENT_TYPE_ABANDONED\x10\b\x12!\n" +
-	"\x1dTASK_EVENT_TYPE_LEASE_EXPIRED\x10\t*\xa0\x01\n" +
+	"\x1dTASK_EVENT_TYPE_LEASE_EXPIRED\x10\t\x12\x1c\n" +
+	"\x18TASK_EVENT_TYPE_REJECTED\x10\n" +
+	"*\xa0\x01\n" +
 	"\x0fWorkerEventType\x12!\n" +
 	"\x1dWORKER_EVENT_TYPE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cWORKER_EVENT_TYPE_REGISTERED\x10\x01\x12$\n" +
 	" WORKER_EVENT_TYPE_STATUS_CHANGED\x10\x02\x12\"\n" +
-	"\x1eWORKER_EVENT_TYPE_DEREGISTERED\x10\x03B;Z9github.com/razorbill/flo/proto/gen/flo/events/v1;eventsv1b\x06proto3"
+	"\x1eWORKER_EVENT_TYPE_DEREGISTERED\x10\x03*\x87\x01\n" +
+	"\fRunEventType\x12\x1e\n" +
+	"\x1aRUN_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16RUN_EVENT_TYPE_STARTED\x10\x01\x12!\n" +
+	"\x1dRUN_EVENT_TYPE_STATUS_CHANGED\x10\x02\x12\x18\n" +
+	"\x14RUN_EVENT_TYPE_ENDED\x10\x03B;Z9github.com/razorbill/flo/proto/gen/flo/events/v1;eventsv1b\x06proto3"
 
 var (
 	file_flo_events_v1_events_proto_rawDescOnce sync.Once
@@ -554,34 +792,40 @@ func file_flo_events_v1_events_proto_rawDescGZIP() []byte {
 	return file_flo_events_v1_events_proto_rawDescData
 }
 
-var file_flo_events_v1_events_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_flo_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_flo_events_v1_events_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_flo_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_flo_events_v1_events_proto_goTypes = []any{
 	(TaskEventType)(0),            // 0: flo.events.v1.TaskEventType
 	(WorkerEventType)(0),          // 1: flo.events.v1.WorkerEventType
-	(*InvokeTask)(nil),            // 2: flo.events.v1.InvokeTask
-	(*TaskEvent)(nil),             // 3: flo.events.v1.TaskEvent
-	(*WorkerEvent)(nil),           // 4: flo.events.v1.WorkerEvent
-	(*timestamppb.Timestamp)(nil), // 5: google.protobuf.Timestamp
-	(v1.TaskStatus)(0),            // 6: flo.v1.TaskStatus
-	(v1.WorkerStatus)(0),          // 7: flo.v1.WorkerStatus
+	(RunEventType)(0),             // 2: flo.events.v1.RunEventType
+	(*InvokeTask)(nil),            // 3: flo.events.v1.InvokeTask
+	(*TaskEvent)(nil),             // 4: flo.events.v1.TaskEvent
+	(*WorkerEvent)(nil),           // 5: flo.events.v1.WorkerEvent
+	(*RunEvent)(nil),              // 6: flo.events.v1.RunEvent
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(v1.TaskStatus)(0),            // 8: flo.v1.TaskStatus
+	(v1.WorkerStatus)(0),          // 9: flo.v1.WorkerStatus
+	(v1.RunStatus)(0),             // 10: flo.v1.RunStatus
 }
 var file_flo_events_v1_events_proto_depIdxs = []int32{
-	5,  // 0: flo.events.v1.InvokeTask.invoked_at:type_name -> google.protobuf.Timestamp
-	5,  // 1: flo.events.v1.InvokeTask.run_at:type_name -> google.protobuf.Timestamp
+	7,  // 0: flo.events.v1.InvokeTask.invoked_at:type_name -> google.protobuf.Timestamp
+	7,  // 1: flo.events.v1.InvokeTask.run_at:type_name -> google.protobuf.Timestamp
 	0,  // 2: flo.events.v1.TaskEvent.type:type_name -> flo.events.v1.TaskEventType
-	6,  // 3: flo.events.v1.TaskEvent.status:type_name -> flo.v1.TaskStatus
-	5,  // 4: flo.events.v1.TaskEvent.occurred_at:type_name -> google.protobuf.Timestamp
-	5,  // 5: flo.events.v1.TaskEvent.created_at:type_name -> google.protobuf.Timestamp
+	8,  // 3: flo.events.v1.TaskEvent.status:type_name -> flo.v1.TaskStatus
+	7,  // 4: flo.events.v1.TaskEvent.occurred_at:type_name -> google.protobuf.Timestamp
+	7,  // 5: flo.events.v1.TaskEvent.created_at:type_name -> google.protobuf.Timestamp
 	1,  // 6: flo.events.v1.WorkerEvent.type:type_name -> flo.events.v1.WorkerEventType
-	7,  // 7: flo.events.v1.WorkerEvent.status:type_name -> flo.v1.WorkerStatus
-	7,  // 8: flo.events.v1.WorkerEvent.previous_status:type_name -> flo.v1.WorkerStatus
-	5,  // 9: flo.events.v1.WorkerEvent.occurred_at:type_name -> google.protobuf.Timestamp
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	9,  // 7: flo.events.v1.WorkerEvent.status:type_name -> flo.v1.WorkerStatus
+	9,  // 8: flo.events.v1.WorkerEvent.previous_status:type_name -> flo.v1.WorkerStatus
+	7,  // 9: flo.events.v1.WorkerEvent.occurred_at:type_name -> google.protobuf.Timestamp
+	2,  // 10: flo.events.v1.RunEvent.type:type_name -> flo.events.v1.RunEventType
+	10, // 11: flo.events.v1.RunEvent.status:type_name -> flo.v1.RunStatus
+	7,  // 12: flo.events.v1.RunEvent.occurred_at:type_name -> google.protobuf.Timestamp
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_flo_events_v1_events_proto_init() }
@@ -594,8 +838,8 @@ func file_flo_events_v1_events_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flo_events_v1_events_proto_rawDesc), len(file_flo_events_v1_events_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   3,
+			NumEnums:      3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
