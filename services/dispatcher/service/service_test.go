@@ -28,6 +28,7 @@ const (
 	evRequeued  = eventsv1.TaskEventType_TASK_EVENT_TYPE_REQUEUED
 	evAbandoned = eventsv1.TaskEventType_TASK_EVENT_TYPE_ABANDONED
 	evExpired   = eventsv1.TaskEventType_TASK_EVENT_TYPE_LEASE_EXPIRED
+	evRejected  = eventsv1.TaskEventType_TASK_EVENT_TYPE_REJECTED
 
 	stQueued    = flov1.TaskStatus_TASK_STATUS_QUEUED
 	stRunning   = flov1.TaskStatus_TASK_STATUS_RUNNING
@@ -57,6 +58,61 @@ func TestDispatcher(t *testing.T) {
 	t.Run("priority and delay", func(t *testing.T) { t.Parallel(); testPriorityAndDelay(t, e) })
 	t.Run("disabled action", func(t *testing.T) { t.Parallel(); testDisabled(t, e) })
 	t.Run("http", func(t *testing.T) { t.Parallel(); testHTTP(t, e) })
+	t.Run("origin", func(t *testing.T) { t.Parallel(); testOrigin(t, e) })
+}
+
+// testOrigin: a task invoked with an origin carries it in every event, its
+// completion carries the result, and invoking an unknown or disabled action
+// answers with a REJECTED event instead of a task.
+func testOrigin(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	e.register(t, ns, "step", &flov1.RegisterActionRequest{MaxAttempts: 1})
+	e.register(t, ns, "off", nil)
+	_, err := e.client.SetActionEnabled(t.Context(), &dispatcherv1.SetActionEnabledRequest{Namespace: ns, Name: "off", Enabled: false})
+	require.NoError(t, err)
+
+	const origin = "workflow:run-1/charge/1"
+	withOrigin := &eventsv1.InvokeTask{Namespace: ns, Action: "step", Payload: []byte(`{}`), Origin: origin}
+	plain := &eventsv1.InvokeTask{Namespace: ns, Action: "step", Payload: []byte(`{}`)}
+	missing := &eventsv1.InvokeTask{Namespace: ns, Action: "missing", Origin: origin}
+	disabled := &eventsv1.InvokeTask{Namespace: ns, Action: "off", Origin: origin}
+	plainDisabled := &eventsv1.InvokeTask{Namespace: ns, Action: "off"}
+	e.produce(t, "", nil, withOrigin, plain, missing, disabled, plainDisabled)
+
+	rej := e.events.waitEvents(t, missing.GetTaskId(), evRejected)[0]
+	require.Equal(t, "target_not_found", rej.GetOutcome())
+	require.Equal(t, origin, rej.GetOrigin())
+	require.Contains(t, rej.GetError(), `action "missing" does not exist`)
+	rej = e.events.waitEvents(t, disabled.GetTaskId(), evRejected)[0]
+	require.Equal(t, "target_disabled", rej.GetOutcome())
+	_, err = e.client.GetTask(t.Context(), &flov1.GetTaskRequest{Namespace: ns, TaskId: disabled.GetTaskId()})
+	requireCode(t, codes.NotFound, err, "not found")
+	// Without an origin a disabled action's task is queued as before: the
+	// gateway refuses those invocations itself.
+	require.Equal(t, stQueued, e.waitTask(t, ns, plainDisabled.GetTaskId()).GetStatus())
+
+	e.waitTask(t, ns, withOrigin.GetTaskId())
+	e.waitTask(t, ns, plain.GetTaskId())
+	for range 2 {
+		a := e.claimOne(t, ns, "step", time.Minute)
+		e.report(t, ns, completed(a, `{"ok":true}`, "approved"))
+	}
+	evs := e.events.waitEvents(t, withOrigin.GetTaskId(), evCreated, evStarted, evCompleted)
+	for _, ev := range evs {
+		require.Equal(t, origin, ev.GetOrigin())
+	}
+	require.JSONEq(t, `{"ok":true}`, string(evs[2].GetResult()))
+	require.Equal(t, "approved", evs[2].GetOutcome())
+	evs = e.events.waitEvents(t, plain.GetTaskId(), evCreated, evStarted, evCompleted)
+	require.Empty(t, evs[2].GetResult(), "results stay off the log for tasks without an origin")
+
+	failing := &eventsv1.InvokeTask{Namespace: ns, Action: "step", Payload: []byte(`{}`), Origin: origin}
+	e.produce(t, "", nil, failing)
+	e.waitTask(t, ns, failing.GetTaskId())
+	a := e.claimOne(t, ns, "step", time.Minute)
+	e.report(t, ns, failed(a, "card declined", false, true))
+	evs = e.events.waitEvents(t, failing.GetTaskId(), evCreated, evStarted, evFailed)
+	require.True(t, evs[2].GetNonRetryable())
 }
 
 func requireCode(t *testing.T, want codes.Code, err error, msgContains string) {
@@ -212,7 +268,7 @@ func testCommands(t *testing.T, e *env) {
 	for i := range 50 {
 		cmds = append(cmds, &eventsv1.InvokeTask{Namespace: ns, Action: "work", Payload: []byte(`{"n":` + string(rune('0'+i%10)) + `}`), Priority: int32(i % 3)})
 	}
-	// Undecodable records and unknown actions are dropped without blocking
+	// Undecodable records are dropped and unknown actions rejected without blocking
 	// the partition: the valid commands behind them still arrive.
 	require.NoError(t, e.producer.ProduceSync(t.Context(), &kgo.Record{Topic: commandsTopic, Key: []byte("k"), Value: []byte("not protobuf \xff")}).FirstErr())
 	unknown := &eventsv1.InvokeTask{Namespace: ns, Action: "missing"}

@@ -79,6 +79,7 @@ func decode(r *kgo.Record) (Invocation, error) {
 		Payload:        cmd.GetPayload(),
 		IdempotencyKey: cmd.GetIdempotencyKey(),
 		Priority:       cmd.GetPriority(),
+		Origin:         cmd.GetOrigin(),
 		InvokedAt:      r.Timestamp,
 	}
 	if cmd.GetInvokedAt().IsValid() {

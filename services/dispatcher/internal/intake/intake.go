@@ -38,7 +38,8 @@ type Intake struct {
 	relay   Notifier
 	log     *slog.Logger
 	created metric.Int64Counter
-	dropped metric.Int64Counter
+	dropped  metric.Int64Counter
+	rejected metric.Int64Counter
 	batch   *coalesce.Batcher[[]Invocation, struct{}]
 }
 
@@ -55,11 +56,15 @@ func New(pool *pgxpool.Pool, cat *catalog.Catalog, hub *wake.Hub, relay Notifier
 	if err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
-	dropped, err := meter.Int64Counter("flo.dispatcher.invocations.dropped", metric.WithDescription("Invocations dropped as undecodable or for an unknown action."))
+	dropped, err := meter.Int64Counter("flo.dispatcher.invocations.dropped", metric.WithDescription("Invocations dropped as undecodable."))
 	if err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
-	in := &Intake{pool: pool, catalog: cat, hub: hub, relay: relay, log: log, created: created, dropped: dropped}
+	rejected, err := meter.Int64Counter("flo.dispatcher.invocations.rejected", metric.WithDescription("Invocations of unknown or disabled actions, answered with a REJECTED event."))
+	if err != nil {
+		return nil, fmt.Errorf("create metric: %w", err)
+	}
+	in := &Intake{pool: pool, catalog: cat, hub: hub, relay: relay, log: log, created: created, dropped: dropped, rejected: rejected}
 	in.batch = coalesce.New(queueSize, batchSize, in.exec)
 	return in, nil
 }
@@ -77,14 +82,17 @@ type Invocation struct {
 	IdempotencyKey string
 	Priority       int32
 	TraceContext   map[string]string
-	InvokedAt      time.Time
+	// Origin is who invoked the task; see eventsv1.InvokeTask.
+	Origin    string
+	InvokedAt time.Time
 	// RunAt zero means at once.
 	RunAt time.Time
 }
 
 // Enqueue inserts tasks for the invocations, in one transaction with those
 // of concurrent calls. Invocations whose task already exists change nothing;
-// those naming an action that does not exist are logged and dropped, because
+// those naming an action that does not exist, and those with an origin naming
+// a disabled one, create no task and a REJECTED event instead, because
 // retrying them cannot succeed and must not hold up the partition. An error
 // means none of the call's invocations was applied.
 func (in *Intake) Enqueue(ctx context.Context, invs []Invocation) error {
@@ -117,8 +125,8 @@ func (in *Intake) enqueue(ctx context.Context, invs []Invocation) error {
 	// already past counts as "now" in the database's clock.
 	delayed := map[uuid.UUID]time.Time{}
 	var (
-		changes []store.Change
-		dropped int
+		changes  []store.Change
+		rejected []store.Change
 	)
 	err := pg.InTx(ctx, in.pool, func(tx pgx.Tx) error {
 		actions, err := in.catalog.Lookup(ctx, tx, refs)
@@ -133,9 +141,10 @@ func (in *Intake) enqueue(ctx context.Context, invs []Invocation) error {
 			}
 			seen[inv.TaskID] = true
 			a, ok := actions[store.Key(inv.Namespace, inv.Action)]
-			if !ok {
-				dropped++
-				in.log.WarnContext(ctx, "dropping invocation of unknown action", "namespace", inv.Namespace, "action", inv.Action, "task_id", inv.TaskID.String())
+			if !ok || (!a.Enabled && inv.Origin != "") {
+				rejected = append(rejected, rejection(inv, ok))
+				in.log.WarnContext(ctx, "rejecting invocation", "namespace", inv.Namespace, "action", inv.Action,
+					"task_id", inv.TaskID.String(), "reason", rejected[len(rejected)-1].Outcome)
 				continue
 			}
 			runAt := inv.RunAt
@@ -147,18 +156,23 @@ func (in *Intake) enqueue(ctx context.Context, invs []Invocation) error {
 			tasks = append(tasks, store.NewTask{
 				ID: inv.TaskID, Namespace: inv.Namespace, Action: inv.Action, Payload: inv.Payload,
 				IdempotencyKey: inv.IdempotencyKey, Priority: inv.Priority, Settings: a.Settings,
-				TraceContext: inv.TraceContext, CreatedAt: inv.InvokedAt, RunAt: runAt,
+				TraceContext: inv.TraceContext, Origin: inv.Origin, CreatedAt: inv.InvokedAt, RunAt: runAt,
 			})
 		}
-		if len(tasks) == 0 {
-			return nil
+		if len(tasks) > 0 {
+			if changes, err = store.InsertTasks(ctx, tx, tasks); err != nil {
+				return err
+			}
 		}
-		if changes, err = store.InsertTasks(ctx, tx, tasks); err != nil {
-			return err
+		if len(changes) == 0 && len(rejected) == 0 {
+			return nil
 		}
 		events := taskevent.NewBuilder(now)
 		for _, c := range changes {
 			events.Add(taskevent.Created, c)
+		}
+		for _, c := range rejected {
+			events.Add(taskevent.Rejected, c)
 		}
 		records, err := events.Records()
 		if err != nil {
@@ -172,12 +186,15 @@ func (in *Intake) enqueue(ctx context.Context, invs []Invocation) error {
 	if err != nil {
 		return fmt.Errorf("enqueue %d invocations: %w", len(invs), err)
 	}
-	in.dropped.Add(ctx, int64(dropped))
+	in.rejected.Add(ctx, int64(len(rejected)))
+	if len(changes) == 0 && len(rejected) == 0 {
+		return nil
+	}
+	in.relay.Notify()
 	if len(changes) == 0 {
 		return nil
 	}
 	in.created.Add(ctx, int64(len(changes)))
-	in.relay.Notify()
 	in.hub.Wake(dueKeys(changes, delayed)...)
 	for _, c := range changes {
 		if at, ok := delayed[c.ID]; ok {
@@ -200,4 +217,19 @@ func dueKeys(changes []store.Change, delayed map[uuid.UUID]time.Time) []string {
 		keys = append(keys, k)
 	}
 	return keys
+}
+
+// rejection is the change a REJECTED event reports for inv: the action is
+// unknown, or it exists (known) and is disabled.
+func rejection(inv Invocation, known bool) store.Change {
+	c := store.Change{
+		ID: inv.TaskID, Namespace: inv.Namespace, Action: inv.Action, Origin: inv.Origin,
+		TraceContext: inv.TraceContext, CreatedAt: inv.InvokedAt,
+		Outcome: "target_not_found", Error: fmt.Sprintf("action %q does not exist in namespace %q", inv.Action, inv.Namespace),
+	}
+	if known {
+		c.Outcome = "target_disabled"
+		c.Error = fmt.Sprintf("action %q in namespace %q is disabled", inv.Action, inv.Namespace)
+	}
+	return c
 }

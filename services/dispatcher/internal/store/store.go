@@ -105,6 +105,10 @@ type Change struct {
 	CreatedAt    time.Time
 	RunAt        time.Time
 	TraceContext map[string]string
+	// Origin is who invoked the task; empty for plain invocations.
+	Origin string
+	// Result is the task's result, read only for tasks with an origin.
+	Result []byte
 }
 
 // Key is the queue the changed task belongs to.
@@ -112,10 +116,11 @@ func (c Change) Key() string { return Key(c.Namespace, c.Action) }
 
 // changeColumns is the RETURNING list scanned by scanChange; every statement
 // that changes tasks returns it so each change becomes an event.
-const changeColumns = `t.id, t.namespace, t.action, t.state, t.attempt, t.worker_id, t.outcome, t.error, t.created_at, t.run_at, t.trace_context`
+const changeColumns = `t.id, t.namespace, t.action, t.state, t.attempt, t.worker_id, t.outcome, t.error, t.created_at, t.run_at, t.trace_context,
+	t.origin, CASE WHEN t.origin <> '' THEN t.result END`
 
 func changeDest(c *Change) []any {
-	return []any{&c.ID, &c.Namespace, &c.Action, &c.Status, &c.Attempt, &c.WorkerID, &c.Outcome, &c.Error, &c.CreatedAt, &c.RunAt, &c.TraceContext}
+	return []any{&c.ID, &c.Namespace, &c.Action, &c.Status, &c.Attempt, &c.WorkerID, &c.Outcome, &c.Error, &c.CreatedAt, &c.RunAt, &c.TraceContext, &c.Origin, &c.Result}
 }
 
 func collectChanges(rows pgx.Rows) ([]Change, error) {

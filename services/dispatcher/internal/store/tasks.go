@@ -24,6 +24,7 @@ type NewTask struct {
 	Priority       int32
 	Settings       Settings
 	TraceContext   map[string]string
+	Origin         string
 	CreatedAt      time.Time
 	// RunAt is when the task becomes claimable; zero means now (the database's clock).
 	RunAt time.Time
@@ -49,6 +50,7 @@ func InsertTasks(ctx context.Context, db DB, tasks []NewTask) ([]Change, error) 
 		traces     = make([]string, n)
 		created    = make([]time.Time, n)
 		runAts     = make([]pgtype.Timestamptz, n)
+		origins    = make([]string, n)
 	)
 	for i, t := range tasks {
 		trace, err := json.Marshal(t.TraceContext)
@@ -64,20 +66,21 @@ func InsertTasks(ctx context.Context, db DB, tasks []NewTask) ([]Change, error) 
 		kinds[i], initials[i], maxDelays[i], mults[i] = string(s.Backoff.Kind), ms(s.Backoff.Initial), ms(s.Backoff.Max), s.Backoff.Multiplier
 		traces[i], created[i] = string(trace), t.CreatedAt
 		runAts[i] = pgtype.Timestamptz{Time: t.RunAt, Valid: !t.RunAt.IsZero()}
+		origins[i] = t.Origin
 	}
 	rows, err := db.Query(ctx, `
 INSERT INTO tasks AS t (id, namespace, action, state, payload, idempotency_key, priority, max_attempts, timeout_ms,
-	backoff_kind, backoff_initial_ms, backoff_max_ms, backoff_multiplier, trace_context, created_at, run_at)
+	backoff_kind, backoff_initial_ms, backoff_max_ms, backoff_multiplier, trace_context, created_at, run_at, origin)
 SELECT r.id, r.namespace, r.action, 'queued', r.payload, r.idempotency_key, r.priority, r.max_attempts, r.timeout_ms,
 	r.backoff_kind, r.backoff_initial_ms, r.backoff_max_ms, r.backoff_multiplier, r.trace_context::jsonb, r.created_at,
-	COALESCE(r.run_at, now())
+	COALESCE(r.run_at, now()), r.origin
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::int[], $7::int[], $8::bigint[],
-	$9::text[], $10::bigint[], $11::bigint[], $12::float8[], $13::text[], $14::timestamptz[], $15::timestamptz[])
+	$9::text[], $10::bigint[], $11::bigint[], $12::float8[], $13::text[], $14::timestamptz[], $15::timestamptz[], $16::text[])
 	AS r(id, namespace, action, payload, idempotency_key, priority, max_attempts, timeout_ms,
-	backoff_kind, backoff_initial_ms, backoff_max_ms, backoff_multiplier, trace_context, created_at, run_at)
+	backoff_kind, backoff_initial_ms, backoff_max_ms, backoff_multiplier, trace_context, created_at, run_at, origin)
 ON CONFLICT (id) DO NOTHING
 RETURNING `+changeColumns,
-		ids, namespaces, actions, payloads, keys, priorities, maxAtt, timeouts, kinds, initials, maxDelays, mults, traces, created, runAts)
+		ids, namespaces, actions, payloads, keys, priorities, maxAtt, timeouts, kinds, initials, maxDelays, mults, traces, created, runAts, origins)
 	if err != nil {
 		return nil, fmt.Errorf("insert tasks: %w", err)
 	}

@@ -34,6 +34,9 @@ const (
 	Requeued
 	Abandoned
 	LeaseExpired
+	// Rejected: the invocation named an unknown or disabled action and no
+	// task was created; the change's Outcome says which.
+	Rejected
 )
 
 var protoTypes = map[Type]eventsv1.TaskEventType{
@@ -46,6 +49,7 @@ var protoTypes = map[Type]eventsv1.TaskEventType{
 	Requeued:       eventsv1.TaskEventType_TASK_EVENT_TYPE_REQUEUED,
 	Abandoned:      eventsv1.TaskEventType_TASK_EVENT_TYPE_ABANDONED,
 	LeaseExpired:   eventsv1.TaskEventType_TASK_EVENT_TYPE_LEASE_EXPIRED,
+	Rejected:       eventsv1.TaskEventType_TASK_EVENT_TYPE_REJECTED,
 }
 
 // Status maps a task state to its API status.
@@ -81,6 +85,13 @@ func Record(typ Type, c store.Change, at time.Time) (outbox.Record, error) {
 		Error:      c.Error,
 		OccurredAt: timestamppb.New(at),
 		CreatedAt:  timestamppb.New(c.CreatedAt),
+		Origin:     c.Origin,
+		// Only the workflow service reads results off the log; other
+		// consumers read them from the dispatcher when they need them.
+		NonRetryable: typ == Failed,
+	}
+	if c.Origin != "" && typ == Completed {
+		ev.Result = c.Result
 	}
 	value, err := proto.Marshal(ev)
 	if err != nil {
