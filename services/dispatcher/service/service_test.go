@@ -106,13 +106,23 @@ func testOrigin(t *testing.T, e *env) {
 	evs = e.events.waitEvents(t, plain.GetTaskId(), evCreated, evStarted, evCompleted)
 	require.Empty(t, evs[2].GetResult(), "results stay off the log for tasks without an origin")
 
-	failing := &eventsv1.InvokeTask{Namespace: ns, Action: "step", Payload: []byte(`{}`), Origin: origin}
+	e.register(t, ns, "step", &flov1.RegisterActionRequest{MaxAttempts: 5})
+	failing := &eventsv1.InvokeTask{Namespace: ns, Action: "step", Payload: []byte(`{}`), Origin: origin, MaxAttempts: 1}
 	e.produce(t, "", nil, failing)
 	e.waitTask(t, ns, failing.GetTaskId())
 	a := e.claimOne(t, ns, "step", time.Minute)
 	e.report(t, ns, failed(a, "card declined", false, true))
 	evs = e.events.waitEvents(t, failing.GetTaskId(), evCreated, evStarted, evFailed)
 	require.True(t, evs[2].GetNonRetryable())
+
+	// One attempt asked for: a retryable failure dead-letters at once
+	// instead of following the action's five attempts.
+	once := &eventsv1.InvokeTask{Namespace: ns, Action: "step", Payload: []byte(`{}`), Origin: origin, MaxAttempts: 1}
+	e.produce(t, "", nil, once)
+	require.Equal(t, int32(1), e.waitTask(t, ns, once.GetTaskId()).GetMaxAttempts())
+	a = e.claimOne(t, ns, "step", time.Minute)
+	e.report(t, ns, failed(a, "flaky", true, false))
+	e.events.waitEvents(t, once.GetTaskId(), evCreated, evStarted, evDead)
 }
 
 func requireCode(t *testing.T, want codes.Code, err error, msgContains string) {

@@ -80,6 +80,7 @@ func decode(r *kgo.Record) (Invocation, error) {
 		IdempotencyKey: cmd.GetIdempotencyKey(),
 		Priority:       cmd.GetPriority(),
 		Origin:         cmd.GetOrigin(),
+		MaxAttempts:    cmd.GetMaxAttempts(),
 		InvokedAt:      r.Timestamp,
 	}
 	if cmd.GetInvokedAt().IsValid() {

@@ -32,15 +32,15 @@ type Notifier interface{ Notify() }
 
 // Intake enqueues invocations.
 type Intake struct {
-	pool    *pgxpool.Pool
-	catalog *catalog.Catalog
-	hub     *wake.Hub
-	relay   Notifier
-	log     *slog.Logger
-	created metric.Int64Counter
+	pool     *pgxpool.Pool
+	catalog  *catalog.Catalog
+	hub      *wake.Hub
+	relay    Notifier
+	log      *slog.Logger
+	created  metric.Int64Counter
 	dropped  metric.Int64Counter
 	rejected metric.Int64Counter
-	batch   *coalesce.Batcher[[]Invocation, struct{}]
+	batch    *coalesce.Batcher[[]Invocation, struct{}]
 }
 
 // Batching limits: a poll has at most one call per partition, so these only
@@ -83,8 +83,10 @@ type Invocation struct {
 	Priority       int32
 	TraceContext   map[string]string
 	// Origin is who invoked the task; see eventsv1.InvokeTask.
-	Origin    string
-	InvokedAt time.Time
+	Origin string
+	// MaxAttempts, when positive, overrides the action's.
+	MaxAttempts int32
+	InvokedAt   time.Time
 	// RunAt zero means at once.
 	RunAt time.Time
 }
@@ -153,9 +155,13 @@ func (in *Intake) enqueue(ctx context.Context, invs []Invocation) error {
 			} else {
 				runAt = time.Time{}
 			}
+			settings := a.Settings
+			if inv.MaxAttempts > 0 {
+				settings.MaxAttempts = inv.MaxAttempts
+			}
 			tasks = append(tasks, store.NewTask{
 				ID: inv.TaskID, Namespace: inv.Namespace, Action: inv.Action, Payload: inv.Payload,
-				IdempotencyKey: inv.IdempotencyKey, Priority: inv.Priority, Settings: a.Settings,
+				IdempotencyKey: inv.IdempotencyKey, Priority: inv.Priority, Settings: settings,
 				TraceContext: inv.TraceContext, Origin: inv.Origin, CreatedAt: inv.InvokedAt, RunAt: runAt,
 			})
 		}

@@ -219,7 +219,10 @@ type InvokeTask struct {
 	RunAt          *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
 	// Who invoked it, copied into every TaskEvent of the task; the workflow
 	// service sets it to find its own tasks' events.
-	Origin        string `protobuf:"bytes,10,opt,name=origin,proto3" json:"origin,omitempty"`
+	Origin string `protobuf:"bytes,10,opt,name=origin,proto3" json:"origin,omitempty"`
+	// Non-zero overrides the action's max attempts for this task: a workflow
+	// step with its own retry policy asks for one attempt.
+	MaxAttempts   int32 `protobuf:"varint,11,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -322,6 +325,13 @@ func (x *InvokeTask) GetOrigin() string {
 		return x.Origin
 	}
 	return ""
+}
+
+func (x *InvokeTask) GetMaxAttempts() int32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
 }
 
 // TaskEvent is a task state change on flo.tasks.events, keyed by task id.
@@ -700,7 +710,7 @@ var File_flo_events_v1_events_proto protoreflect.FileDescriptor
 
 const file_flo_events_v1_events_proto_rawDesc = "" +
 	"\n" +
-	"\x1aflo/events/v1/events.proto\x12\rflo.events.v1\x1a\x10flo/v1/api.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdb\x02\n" +
+	"\x1aflo/events/v1/events.proto\x12\rflo.events.v1\x1a\x10flo/v1/api.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfe\x02\n" +
 	"\n" +
 	"InvokeTask\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x17\n" +
@@ -714,7 +724,8 @@ const file_flo_events_v1_events_proto_rawDesc = "" +
 	"invoked_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tinvokedAt\x121\n" +
 	"\x06run_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12\x16\n" +
 	"\x06origin\x18\n" +
-	" \x01(\tR\x06origin\"\x87\x04\n" +
+	" \x01(\tR\x06origin\x12!\n" +
+	"\fmax_attempts\x18\v \x01(\x05R\vmaxAttempts\"\x87\x04\n" +
 	"\tTaskEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x120\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x1c.flo.events.v1.TaskEventTypeR\x04type\x12\x17\n" +
