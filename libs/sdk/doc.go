@@ -1,9 +1,10 @@
 // Package flo is the Go SDK for Flo, a durable-execution platform.
 //
-// A [Client] talks to the Flo gateway: it manages namespaces and actions, invokes actions and
-// reads the tasks they create. An [ActionWorker] built from a client runs handlers for actions:
-// it keeps one bidirectional stream to the gateway, asks for as many tasks as it has free
-// handler slots, runs each task in its own goroutine and reports how each attempt ended.
+// A [Client] talks to the Flo gateway: it manages namespaces, actions and streams, invokes
+// actions, reads the tasks they create, and appends to and reads streams. An [ActionWorker]
+// built from a client runs handlers for actions: it keeps one bidirectional stream to the
+// gateway, asks for as many tasks as it has free handler slots, runs each task in its own
+// goroutine and reports how each attempt ended.
 //
 //	client := flo.NewClient("localhost:9000", flo.WithNamespace("myapp"))
 //	if err := client.Connect(); err != nil { ... }
@@ -30,6 +31,26 @@
 // ([Client.DrainWorker], `flo worker drain`) makes it finish the tasks it holds, take no new
 // ones, deregister and return from Start.
 //
+// Streams are append-only logs of records: [Client.Append], [Client.AppendMany] and
+// [Client.AppendRecords] add records, [Client.Read] reads them by id range or from the tail,
+// and consumer groups ([Client.CreateGroup]) hand each record to one consumer of the group. A
+// [StreamWorker] is such a consumer: it reads batches over the same worker stream, runs the
+// handler for each record and acks it when the handler returns nil, or nacks it (the group
+// hands it out again) when the handler returns an error, panics or outlives
+// [StreamWorkerOptions.MessageTimeout]:
+//
+//	sw, _ := client.NewStreamWorker(flo.StreamWorkerOptions{Stream: "events", Group: "processors"},
+//		func(sctx *flo.StreamContext) error {
+//			var event map[string]any
+//			if err := sctx.Into(&event); err != nil {
+//				return err
+//			}
+//			return process(sctx.Context(), event)
+//		})
+//	sw.Start(ctx)
+//
+// Stream workers register, heartbeat, drain and deregister exactly as action workers do.
+//
 // Each handler execution runs in an OpenTelemetry span that continues the trace of the
-// invocation, using the global tracer provider and propagator.
+// invocation or of the record's append, using the global tracer provider and propagator.
 package flo

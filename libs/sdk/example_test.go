@@ -77,6 +77,59 @@ func ExampleClient_NewActionWorker() {
 	}
 }
 
+// A stream worker joins its consumer group (creating it if needed), handles each record in
+// its own goroutine, and acks the record when the handler returns nil or nacks it for
+// redelivery when the handler returns an error or panics. This is the reference's example as
+// written there.
+func ExampleClient_NewStreamWorker() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	client := flo.NewClient("localhost:9000", flo.WithNamespace("myapp"))
+	client.Connect()
+	defer client.Close()
+
+	sw, _ := client.NewStreamWorker(flo.StreamWorkerOptions{
+		Stream:      "events",
+		Group:       "processors",
+		Concurrency: 5,
+		BatchSize:   10,
+	}, func(sctx *flo.StreamContext) error {
+		var event map[string]interface{}
+		sctx.Into(&event)
+		fmt.Printf("Processing event: %v\n", event)
+		return nil // auto-ack
+	})
+	defer sw.Close()
+
+	sw.Start(ctx) // blocks until context cancelled or drain
+}
+
+// Append returns the new record's id; Read returns records by id range, or the last ones.
+func ExampleClient_Append() {
+	client := flo.NewClient("localhost:9000", flo.WithNamespace("myapp"))
+	if err := client.Connect(); err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	ctx := context.Background()
+	if _, err := client.CreateStream(ctx, "events", flo.StreamOptions{Partitions: 4, Retention: 7 * 24 * time.Hour}); err != nil {
+		log.Fatal(err)
+	}
+	id, err := client.Append(ctx, "events", map[string]string{"type": "signup"}, flo.WithKey("user-1"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	records, _, err := client.Read(ctx, "events", flo.ReadOptions{Start: id, Count: 10})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, r := range records {
+		fmt.Println(r.ID, string(r.Payload))
+	}
+}
+
 // Invoke returns the new task's id at once; AwaitTask waits for the task to finish.
 func ExampleClient_Invoke() {
 	client := flo.NewClient("localhost:9000", flo.WithNamespace("myapp"))

@@ -1,6 +1,8 @@
 package flo_test
 
 import (
+	"context"
+	"fmt"
 	"testing"
 
 	flo "github.com/razorbill/flo-go"
@@ -116,4 +118,39 @@ func TestReferenceHandlers(t *testing.T) {
 		require.Equal(t, outcome, results[id].GetCompleted().GetOutcome(), id)
 	}
 	require.JSONEq(t, `{"orderId":"o-5","reason":"amount too high"}`, string(results["dear"].GetCompleted().GetBody()))
+}
+
+// TestReferenceStreamWorker runs the stream worker of the worker documentation's quick start,
+// as written there, against the scripted gateway.
+func TestReferenceStreamWorker(t *testing.T) {
+	t.Parallel()
+	p, client := startPeer(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+
+	sw, _ := client.NewStreamWorker(flo.StreamWorkerOptions{
+		Stream:      "events",
+		Group:       "processors",
+		Concurrency: 5,
+		BatchSize:   10,
+	}, func(sctx *flo.StreamContext) error {
+		var event map[string]interface{}
+		sctx.Into(&event)
+		fmt.Printf("Processing event: %v\n", event)
+		return nil // auto-ack
+	})
+	defer sw.Close()
+
+	go func() { done <- sw.Start(ctx) }() // blocks until context cancelled or drain
+
+	ps := p.accept(t)
+	ps.handshake()
+	read := ps.nextRead()
+	require.Equal(t, int32(5), read.GetCount())
+	require.Equal(t, "processors", read.GetGroup())
+	ps.sendRecords(record("1767323045000-0", `{"type":"signup"}`), record("1767323045000-1000", `{"type":"login"}`))
+	require.ElementsMatch(t, []string{"1767323045000-0", "1767323045000-1000"}, ps.settled(2).acks)
+	cancel()
+	require.NoError(t, requireReturns(t, done))
 }

@@ -203,29 +203,25 @@ func registryUnreachable(err error) bool {
 	return false
 }
 
-// register creates or replaces the worker's record: its type, concurrency, actions, metadata
-// and machine.
-func (w *ActionWorker) register(ctx context.Context) error {
-	svc, err := w.client.registryService()
+// register creates or replaces the worker's record: its type, concurrency, processes,
+// metadata and machine.
+func (l *lifecycle) register(ctx context.Context) error {
+	svc, err := l.client.registryService()
 	if err != nil {
 		return err
 	}
-	names := w.actionNames()
-	processes := make([]*flov1.WorkerProcess, len(names))
-	for i, name := range names {
-		processes[i] = &flov1.WorkerProcess{Name: name, Kind: flov1.ProcessKind_PROCESS_KIND_ACTION}
-	}
-	w.registered.Store(true)
+	workerType, processes := l.kind.registration()
+	l.registered.Store(true)
 	ctx, cancel := context.WithTimeout(ctx, registryCallTimeout)
 	defer cancel()
 	_, err = svc.RegisterWorker(ctx, &flov1.RegisterWorkerRequest{
-		Namespace:      w.client.namespace,
-		WorkerId:       w.opts.WorkerID,
-		WorkerType:     flov1.WorkerType_WORKER_TYPE_ACTION,
-		MaxConcurrency: int32(w.opts.Concurrency),
+		Namespace:      l.client.namespace,
+		WorkerId:       l.set.workerID,
+		WorkerType:     workerType,
+		MaxConcurrency: int32(l.set.concurrency),
 		Processes:      processes,
-		Metadata:       w.metadata,
-		MachineId:      w.opts.MachineID,
+		Metadata:       l.metadata,
+		MachineId:      l.set.machineID,
 	})
 	if err != nil {
 		return fmt.Errorf("register worker: %w", err)
@@ -234,9 +230,9 @@ func (w *ActionWorker) register(ctx context.Context) error {
 }
 
 // heartbeatLoop sends a heartbeat every HeartbeatInterval until ctx ends, which is when Start
-// is about to return: a stopping worker still finishing tasks keeps reporting its load.
-func (w *ActionWorker) heartbeatLoop(ctx context.Context) {
-	ticker := time.NewTicker(w.opts.HeartbeatInterval)
+// is about to return: a stopping worker still finishing its work keeps reporting its load.
+func (l *lifecycle) heartbeatLoop(ctx context.Context) {
+	ticker := time.NewTicker(l.set.heartbeatInterval)
 	defer ticker.Stop()
 	for {
 		select {
@@ -244,58 +240,58 @@ func (w *ActionWorker) heartbeatLoop(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
-		w.heartbeat(ctx)
+		l.heartbeat(ctx)
 	}
 }
 
 // heartbeat reports the number of running handlers and acts on the answer: draining drains the
 // worker, an unknown worker registers again (its record was removed, or the registry never got
 // the first registration), and anything else is logged and tried again next time.
-func (w *ActionWorker) heartbeat(ctx context.Context) {
-	svc, err := w.client.registryService()
+func (l *lifecycle) heartbeat(ctx context.Context) {
+	svc, err := l.client.registryService()
 	if err != nil {
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, registryCallTimeout)
 	resp, err := svc.Heartbeat(cctx, &flov1.HeartbeatRequest{
-		Namespace:   w.client.namespace,
-		WorkerId:    w.opts.WorkerID,
-		CurrentLoad: int32(w.slots.running()),
+		Namespace:   l.client.namespace,
+		WorkerId:    l.set.workerID,
+		CurrentLoad: int32(l.slots.running()),
 	})
 	cancel()
 	switch {
 	case err == nil:
 		if resp.GetStatus() == flov1.WorkerStatus_WORKER_STATUS_DRAINING {
-			w.drain("the registry says the worker is draining")
+			l.drain("the registry says the worker is draining")
 		}
 	case ctx.Err() != nil:
 	case status.Code(err) == codes.NotFound:
-		if w.stopping.Load() {
+		if l.stopping.Load() {
 			return // on its way out; the record would only be removed again
 		}
-		w.log.Info("flo: the worker registry does not know this worker; registering again")
-		if err := w.register(ctx); err != nil {
-			w.log.Warn("flo: registering the worker again failed; retrying with the next heartbeat", "error", err)
+		l.log.Info("flo: the worker registry does not know this worker; registering again")
+		if err := l.register(ctx); err != nil {
+			l.log.Warn("flo: registering the worker again failed; retrying with the next heartbeat", "error", err)
 		}
 	default:
-		w.log.Warn("flo: heartbeat failed; retrying with the next one", "error", err)
+		l.log.Warn("flo: heartbeat failed; retrying with the next one", "error", err)
 	}
 }
 
 // deregister removes the worker's record once, when Start ends. A failure is logged: the
 // registry marks the silent worker unhealthy and an operator can remove it.
-func (w *ActionWorker) deregister() {
-	if !w.registered.CompareAndSwap(true, false) {
+func (l *lifecycle) deregister() {
+	if !l.registered.CompareAndSwap(true, false) {
 		return
 	}
-	svc, err := w.client.registryService()
+	svc, err := l.client.registryService()
 	if err != nil {
-		w.log.Warn("flo: could not deregister the worker", "error", err)
+		l.log.Warn("flo: could not deregister the worker", "error", err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(w.base, registryCallTimeout)
+	ctx, cancel := context.WithTimeout(l.base, registryCallTimeout)
 	defer cancel()
-	if _, err := svc.DeregisterWorker(ctx, &flov1.GetWorkerRequest{Namespace: w.client.namespace, WorkerId: w.opts.WorkerID}); err != nil {
-		w.log.Warn("flo: could not deregister the worker", "error", err)
+	if _, err := svc.DeregisterWorker(ctx, &flov1.GetWorkerRequest{Namespace: l.client.namespace, WorkerId: l.set.workerID}); err != nil {
+		l.log.Warn("flo: could not deregister the worker", "error", err)
 	}
 }

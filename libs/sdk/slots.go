@@ -10,6 +10,9 @@ import "sync"
 // bookkeeping, so it keeps the same books here and asks only for slots that are neither
 // running a task nor already promised one: the server then never sends more than the worker
 // can start.
+//
+// A stream worker keeps the same books with one difference: it has at most one read
+// outstanding, answered by exactly one RecordBatch (see grantRead and answer).
 type slots struct {
 	mu       sync.Mutex
 	size     int
@@ -38,6 +41,37 @@ func (s *slots) grant() int {
 	s.grants = append(s.grants, n)
 	s.credit += n
 	return n
+}
+
+// grantRead is grant for a stream worker, which keeps at most one read outstanding: while one
+// is, it returns zero; otherwise it records a read for the free slots, at most limit, and
+// returns its count.
+func (s *slots) grantRead(limit int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.grants) > 0 {
+		return 0
+	}
+	n := min(limit, s.size-s.inFlight-s.credit)
+	if n <= 0 {
+		return 0
+	}
+	s.grants = append(s.grants, n)
+	s.credit += n
+	return n
+}
+
+// answer records the reply to the outstanding read, which carried n records: the read's
+// credit is replaced by those n, so the next read waits until all of them have taken a slot
+// (acquire) or been handed back (consume), and asks for what they left free.
+func (s *slots) answer(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.grants, s.credit = s.grants[:0], 0
+	if n > 0 {
+		s.grants = append(s.grants, n)
+		s.credit = n
+	}
 }
 
 // consume records that one task arrived.

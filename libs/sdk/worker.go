@@ -2,52 +2,23 @@ package flo
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
-// Defaults of [ActionWorkerOptions].
-const (
-	DefaultConcurrency       = 10
-	DefaultActionTimeout     = 5 * time.Minute
-	DefaultBlockMS           = 30_000
-	DefaultHeartbeatInterval = 30 * time.Second
-)
+// DefaultActionTimeout is the default of [ActionWorkerOptions.ActionTimeout].
+const DefaultActionTimeout = 5 * time.Minute
 
-const (
-	// outboundBuffer bounds the messages waiting for the stream's writer; a handler finishing
-	// while it is full waits, which is the back-pressure a slow stream needs.
-	outboundBuffer = 256
-	// reconnectMin and reconnectMax bound the wait between attempts to reopen the stream.
-	reconnectMin = 100 * time.Millisecond
-	reconnectMax = 5 * time.Second
-	// helloTimeout bounds the wait for the server's answer to a hello; the gateway may spend
-	// up to 30 s registering the worker's actions while the dispatcher restarts.
-	helloTimeout = 45 * time.Second
-	// drainGrace is added to ActionTimeout when a stopping worker waits for its handlers:
-	// their contexts end at ActionTimeout, and this leaves time to report what they returned.
-	drainGrace = 5 * time.Second
-	// closeTimeout bounds the wait for the server to end the stream after the worker closed
-	// its side.
-	closeTimeout = 5 * time.Second
-)
-
-// ErrWorkerClosed is returned by Start and RegisterAction on a worker that was closed or has
-// already run.
-var ErrWorkerClosed = errors.New("flo: worker closed")
+// maxBatchBytes keeps a ResultBatch well under gRPC's default 4 MiB message limit even when
+// handlers return large bodies; a larger single result goes alone.
+const maxBatchBytes = 2 << 20
 
 // ActionWorkerOptions configure an [ActionWorker]. Zero fields take the defaults.
 type ActionWorkerOptions struct {
@@ -80,43 +51,13 @@ type ActionWorkerOptions struct {
 // ActionWorker runs action handlers for tasks it receives over one worker stream. Register
 // handlers, then call Start.
 type ActionWorker struct {
-	client *Client
-	opts   ActionWorkerOptions
-	log    *slog.Logger
-	// metadata is opts.Metadata encoded once, as the registry takes it.
-	metadata string
+	lifecycle
+	opts ActionWorkerOptions
 
-	mu       sync.Mutex
+	// handlers is guarded by lifecycle.mu; actions, their sorted names, is set as Start
+	// begins, after which handlers no longer change.
 	handlers map[string]handlerFunc
-	started  bool
-	closed   bool
-	// base gives handlers the values of Start's context without its cancellation.
-	base   context.Context
-	cancel context.CancelFunc
-	done   chan struct{}
-
-	// out carries every message for the server except Ready, which the writer derives from
-	// slots; it outlives streams so results survive a reconnect.
-	out chan *flov1.WorkerMessage
-	// unsent holds messages taken from out that no stream has accepted yet; only the writer of
-	// the current stream touches it.
-	unsent []*flov1.WorkerMessage
-	// wake tells the writer a slot was freed or credit came back.
-	wake chan struct{}
-	// slotFreed tells the reader, waiting for a slot, that one was freed.
-	slotFreed chan struct{}
-	slots     slots
-
-	stopping      atomic.Bool
-	stopOnce      sync.Once
-	stopCh        chan struct{}
-	drainDeadline time.Time
-	// registered says the worker may have a record in the registry that it must remove when it
-	// stops; it is set before the first registration is sent, since one that seemed to fail
-	// may still have been stored.
-	registered atomic.Bool
-	// quit is closed when Start returns, releasing handlers that still wait to report.
-	quit chan struct{}
+	actions  []string
 
 	touchMu sync.Mutex
 	touches map[string]chan *flov1.TouchAck
@@ -128,26 +69,7 @@ func (c *Client) NewActionWorker(opts ActionWorkerOptions) (*ActionWorker, error
 	if opts.Concurrency < 0 || opts.ActionTimeout < 0 || opts.BlockMS < 0 || opts.LeaseMS < 0 || opts.HeartbeatInterval < 0 {
 		return nil, errors.New("flo: worker options must not be negative")
 	}
-	var metadata string
-	if len(opts.Metadata) > 0 {
-		b, err := json.Marshal(opts.Metadata)
-		if err != nil {
-			return nil, fmt.Errorf("flo: worker metadata: %w", err)
-		}
-		metadata = string(b)
-	}
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "worker"
-	}
-	if opts.WorkerID == "" {
-		var suffix [4]byte
-		_, _ = rand.Read(suffix[:]) // crypto/rand.Read never fails
-		opts.WorkerID = host + "-" + hex.EncodeToString(suffix[:])
-	}
-	if opts.MachineID == "" {
-		opts.MachineID = host
-	}
+	opts.WorkerID, opts.MachineID = workerIdentity(opts.WorkerID, opts.MachineID)
 	if opts.Concurrency == 0 {
 		opts.Concurrency = DefaultConcurrency
 	}
@@ -163,20 +85,24 @@ func (c *Client) NewActionWorker(opts ActionWorkerOptions) (*ActionWorker, error
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &ActionWorker{
-		client:    c,
-		opts:      opts,
-		log:       opts.Logger.With("worker_id", opts.WorkerID, "namespace", c.namespace),
-		metadata:  metadata,
-		handlers:  map[string]handlerFunc{},
-		out:       make(chan *flov1.WorkerMessage, outboundBuffer),
-		wake:      make(chan struct{}, 1),
-		slotFreed: make(chan struct{}, 1),
-		slots:     slots{size: opts.Concurrency},
-		stopCh:    make(chan struct{}),
-		quit:      make(chan struct{}),
-		touches:   map[string]chan *flov1.TouchAck{},
-	}, nil
+	w := &ActionWorker{
+		opts:     opts,
+		handlers: map[string]handlerFunc{},
+		touches:  map[string]chan *flov1.TouchAck{},
+	}
+	err := w.setup(c, w, workerSettings{
+		workerID:          opts.WorkerID,
+		machineID:         opts.MachineID,
+		concurrency:       opts.Concurrency,
+		heartbeatInterval: opts.HeartbeatInterval,
+		handlerTimeout:    opts.ActionTimeout,
+		metadata:          opts.Metadata,
+		logger:            opts.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
 }
 
 // Options returns the worker's options with defaults filled in.
@@ -232,176 +158,86 @@ func (w *ActionWorker) MustRegisterAction(action string, handler any) {
 // and keeps trying. Start returns an error only when it cannot run at all: no handlers, a
 // closed worker or client, a registration the registry refuses (bad metadata, too many
 // workers), or a server that refuses the worker (bad token, unknown namespace).
-func (w *ActionWorker) Start(ctx context.Context) error {
-	w.mu.Lock()
-	if w.started || w.closed {
-		w.mu.Unlock()
-		return ErrWorkerClosed
-	}
-	if len(w.handlers) == 0 {
-		w.mu.Unlock()
-		return errors.New("flo: start worker: no actions registered")
-	}
-	if _, err := w.client.workerService(); err != nil {
-		w.mu.Unlock()
-		return fmt.Errorf("start worker: %w", err)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	w.started, w.cancel, w.done = true, cancel, make(chan struct{})
-	w.base = context.WithoutCancel(ctx)
-	w.mu.Unlock()
-
-	defer close(w.done)
-	defer close(w.quit)
-	defer cancel()
-	go func() {
-		<-runCtx.Done()
-		w.stop()
-	}()
-
-	beats, stopBeats := context.WithCancel(w.base)
-	var beating sync.WaitGroup
-	defer func() {
-		stopBeats()
-		beating.Wait()
-		w.deregister()
-	}()
-	if err := w.register(runCtx); err != nil {
-		switch {
-		case runCtx.Err() != nil:
-			return nil
-		case registryUnreachable(err):
-			w.log.Warn("flo: worker registry unreachable; running and registering again once it answers", "error", err)
-		default:
-			return fmt.Errorf("flo: worker %s: %w", w.opts.WorkerID, err)
-		}
-	}
-	beating.Go(func() { w.heartbeatLoop(beats) })
-
-	delay := reconnectMin
-	for {
-		if w.stopping.Load() && w.nothingToReport() {
-			return nil
-		}
-		connected, err := w.session(runCtx)
-		if err == nil {
-			return nil
-		}
-		if w.stopping.Load() {
-			if w.nothingToReport() || time.Now().After(w.drainDeadline) {
-				return nil
-			}
-		} else if fatal(err) {
-			return fmt.Errorf("flo: worker %s: %w", w.opts.WorkerID, err)
-		}
-		if connected {
-			delay = reconnectMin
-		}
-		w.log.Warn("flo: worker stream down; reconnecting", "error", err, "retry_in", delay)
-		if !w.sleep(delay) {
-			return nil
-		}
-		delay = min(delay*2, reconnectMax)
-	}
-}
+func (w *ActionWorker) Start(ctx context.Context) error { return w.run(ctx) }
 
 // Close stops a running worker the way the end of Start's context does and waits for Start to
 // return, which removes the worker from the registry. Closing a worker that never started, or
 // closing twice, does nothing more.
-func (w *ActionWorker) Close() error {
-	w.mu.Lock()
-	w.closed = true
-	cancel, done := w.cancel, w.done
-	w.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
+func (w *ActionWorker) Close() error { return w.close() }
+
+// check refuses to start without handlers and fixes the action list for the worker's life.
+func (w *ActionWorker) check() error {
+	if len(w.handlers) == 0 {
+		return errors.New("flo: start worker: no actions registered")
+	}
+	w.actions = make([]string, 0, len(w.handlers))
+	for name := range w.handlers {
+		w.actions = append(w.actions, name)
+	}
+	// Sorted so Hello, Ready and the registration are stable.
+	slices.Sort(w.actions)
+	return nil
+}
+
+func (w *ActionWorker) registration() (flov1.WorkerType, []*flov1.WorkerProcess) {
+	processes := make([]*flov1.WorkerProcess, len(w.actions))
+	for i, name := range w.actions {
+		processes[i] = &flov1.WorkerProcess{Name: name, Kind: flov1.ProcessKind_PROCESS_KIND_ACTION}
+	}
+	return flov1.WorkerType_WORKER_TYPE_ACTION, processes
+}
+
+// prepare has nothing to do: the gateway creates unknown actions from the Hello.
+func (w *ActionWorker) prepare(context.Context) error { return nil }
+
+func (w *ActionWorker) hello(h *flov1.Hello) { h.Actions = w.actions }
+
+// receive handles tasks, which it starts as slots allow, touch answers and refused results.
+func (w *ActionWorker) receive(ctx context.Context, msg *flov1.ServerMessage) error {
+	switch m := msg.GetMsg().(type) {
+	case *flov1.ServerMessage_TaskBatch:
+		tasks := m.TaskBatch.GetTasks()
+		if len(tasks) == 0 {
+			// The oldest Ready expired with credit left: the writer asks for it again.
+			w.slots.expire()
+			poke(w.wake)
+			return nil
+		}
+		for _, task := range tasks {
+			if err := w.startTask(ctx, task); err != nil {
+				return err
+			}
+		}
+	case *flov1.ServerMessage_TouchAck:
+		w.deliverTouchAck(m.TouchAck)
+	case *flov1.ServerMessage_ResultAck:
+		if ids := m.ResultAck.GetRejectedTaskIds(); len(ids) > 0 {
+			w.log.Warn("flo: server refused results", "task_ids", ids, "error", m.ResultAck.GetError())
+		}
 	}
 	return nil
 }
 
-// stop switches the worker to draining, once, whatever asked first: the end of Start's
-// context, Close, a Drain message or a heartbeat answered "draining".
-func (w *ActionWorker) stop() { w.stopOnce.Do(w.beginStop) }
-
-// drain stops the worker at once, before the writer can send another Ready, and ends Start's
-// run context.
-func (w *ActionWorker) drain(reason string) {
-	if !w.stopping.Load() {
-		w.log.Info("flo: worker draining: finishing running tasks, taking no new ones", "reason", reason)
+// startTask takes a slot for task and runs it. A stopping worker hands new tasks straight
+// back.
+func (w *ActionWorker) startTask(ctx context.Context, task *flov1.TaskAssignment) error {
+	ok, err := w.takeSlot(ctx)
+	if err != nil {
+		return err
 	}
-	w.stop()
-	w.mu.Lock()
-	cancel := w.cancel
-	w.mu.Unlock()
-	if cancel != nil {
-		cancel()
+	if !ok {
+		return w.enqueue(ctx, &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Abandon{Abandon: &flov1.Abandon{
+			TaskId: task.GetTaskId(), Attempt: task.GetAttempt(),
+		}}})
 	}
-}
-
-// beginStop switches the worker to draining: no more Ready, newly arriving tasks abandoned.
-func (w *ActionWorker) beginStop() {
-	w.drainDeadline = time.Now().Add(w.opts.ActionTimeout + drainGrace)
-	w.stopping.Store(true)
-	close(w.stopCh)
-	poke(w.wake)
-	poke(w.slotFreed)
-}
-
-// sleep waits d before the next reconnect. While stopping it gives up at the drain deadline
-// and reports false.
-func (w *ActionWorker) sleep(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-w.stopCh:
+	h, found := w.handler(task.GetAction())
+	if !found {
+		h = func(*ActionContext) (string, []byte, error) {
+			return "", nil, fmt.Errorf("worker %s has no handler for action %s", w.opts.WorkerID, task.GetAction())
+		}
 	}
-	if w.nothingToReport() {
-		return false
-	}
-	remaining := time.Until(w.drainDeadline)
-	if remaining <= 0 {
-		return false
-	}
-	select {
-	case <-t.C:
-		return true
-	case <-time.After(remaining):
-		return false
-	}
-}
-
-// nothingToReport says whether a stopping worker is done: no handler running and no message
-// waiting to be sent. inFlight is read first: a handler queues its report before freeing its
-// slot, so once the count is zero every report is already in out.
-func (w *ActionWorker) nothingToReport() bool {
-	return w.slots.running() == 0 && len(w.out) == 0 && len(w.unsent) == 0
-}
-
-// fatal reports whether the server refused the worker for a reason reconnecting cannot fix.
-func fatal(err error) bool {
-	if errors.Is(err, ErrNotConnected) {
-		return true
-	}
-	switch status.Code(err) {
-	case codes.Unauthenticated, codes.PermissionDenied, codes.InvalidArgument, codes.Unimplemented:
-		return true
-	}
-	return false
-}
-
-// actionNames returns the registered actions, sorted so Hello and Ready are stable.
-func (w *ActionWorker) actionNames() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	names := make([]string, 0, len(w.handlers))
-	for name := range w.handlers {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	return names
+	w.dispatch(func() *flov1.WorkerMessage { return w.execute(w.base, task, h) })
+	return nil
 }
 
 func (w *ActionWorker) handler(action string) (handlerFunc, bool) {
@@ -411,10 +247,108 @@ func (w *ActionWorker) handler(action string) (handlerFunc, bool) {
 	return h, ok
 }
 
-// poke signals c without blocking; one pending signal is enough for its reader.
-func poke(c chan struct{}) {
+// pack sends Nack, Abandon and Touch one by one and all results as few ResultBatch messages as
+// the size limit allows.
+func (w *ActionWorker) pack(queued []*flov1.WorkerMessage) []*flov1.WorkerMessage {
+	var batch []*flov1.Result
+	msgs := make([]*flov1.WorkerMessage, 0, len(queued))
+	for _, msg := range queued {
+		switch m := msg.GetMsg().(type) {
+		case *flov1.WorkerMessage_Result:
+			batch = append(batch, m.Result)
+		case *flov1.WorkerMessage_ResultBatch:
+			// A batch a broken stream did not take, queued again.
+			batch = append(batch, m.ResultBatch.GetResults()...)
+		default:
+			msgs = append(msgs, msg)
+		}
+	}
+	for len(batch) > 0 {
+		n, size := 0, 0
+		for n < len(batch) && (n == 0 || size+proto.Size(batch[n]) <= maxBatchBytes) {
+			size += proto.Size(batch[n])
+			n++
+		}
+		msgs = append(msgs, &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_ResultBatch{ResultBatch: &flov1.ResultBatch{Results: batch[:n]}}})
+		batch = batch[n:]
+	}
+	return msgs
+}
+
+// request asks for a task for every slot that is neither running one nor already promised
+// one.
+func (w *ActionWorker) request() *flov1.WorkerMessage {
+	credit := w.slots.grant()
+	if credit == 0 {
+		return nil
+	}
+	return &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Ready{Ready: &flov1.Ready{
+		Actions: w.actions,
+		Count:   int32(credit),
+		BlockMs: w.opts.BlockMS,
+		LeaseMs: w.opts.LeaseMS,
+	}}}
+}
+
+// streamEnded answers the touches still waiting: their answers would never come.
+func (w *ActionWorker) streamEnded() { w.failTouches("worker stream closed") }
+
+// touch sends a lease extension for task and waits for the server's answer.
+func (w *ActionWorker) touch(ctx context.Context, task *flov1.TaskAssignment, extendMS int64) error {
+	id := task.GetTaskId()
+	ack := make(chan *flov1.TouchAck, 1)
+	w.touchMu.Lock()
+	if _, busy := w.touches[id]; busy {
+		w.touchMu.Unlock()
+		return fmt.Errorf("touch task %s: another touch is waiting for its answer", id)
+	}
+	w.touches[id] = ack
+	w.touchMu.Unlock()
+	defer func() {
+		w.touchMu.Lock()
+		delete(w.touches, id)
+		w.touchMu.Unlock()
+	}()
+
+	msg := &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Touch{Touch: &flov1.Touch{
+		TaskId: id, Attempt: task.GetAttempt(), ExtendMs: extendMS,
+	}}}
+	if err := w.enqueue(ctx, msg); err != nil {
+		return fmt.Errorf("touch task %s: %w", id, err)
+	}
 	select {
-	case c <- struct{}{}:
-	default:
+	case a := <-ack:
+		if !a.GetOk() {
+			return fmt.Errorf("touch task %s: %s", id, a.GetError())
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("touch task %s: %w", id, ctx.Err())
+	case <-w.quit:
+		return fmt.Errorf("touch task %s: %w", id, ErrWorkerClosed)
+	}
+}
+
+func (w *ActionWorker) deliverTouchAck(a *flov1.TouchAck) {
+	w.touchMu.Lock()
+	defer w.touchMu.Unlock()
+	if c, ok := w.touches[a.GetTaskId()]; ok {
+		select {
+		case c <- a:
+		default:
+		}
+	}
+}
+
+// failTouches answers every waiting touch with an error when its stream is gone: the answer
+// would never come, and the handler is better off knowing now.
+func (w *ActionWorker) failTouches(reason string) {
+	w.touchMu.Lock()
+	defer w.touchMu.Unlock()
+	for id, c := range w.touches {
+		select {
+		case c <- &flov1.TouchAck{TaskId: id, Ok: false, Error: reason}:
+		default:
+		}
 	}
 }

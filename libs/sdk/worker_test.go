@@ -35,6 +35,8 @@ type peer struct {
 	flov1.UnimplementedWorkerServiceServer
 	streams  chan *peerStream
 	registry *registryPeer
+	// streamSvc plays the StreamService, which stream workers call to create their group.
+	streamSvc *streamsPeer
 }
 
 // peerStream is one worker stream as the peer sees it.
@@ -88,9 +90,11 @@ func startPeer(t *testing.T) (*peer, *flo.Client) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	p := &peer{streams: make(chan *peerStream, 4), registry: newRegistryPeer()}
+	p.streamSvc = newStreamsPeer(p.registry.record)
 	srv := grpc.NewServer()
 	flov1.RegisterWorkerServiceServer(srv, p)
 	flov1.RegisterWorkerRegistryServiceServer(srv, p.registry)
+	flov1.RegisterStreamServiceServer(srv, p.streamSvc)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 

@@ -12,10 +12,7 @@ import (
 )
 
 func newActionCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "action",
-		Short: "Register, inspect and invoke actions",
-	}
+	cmd := newGroupCmd("action", "Register, inspect and invoke actions")
 	cmd.AddCommand(newActionRegisterCmd(g))
 	cmd.AddCommand(&cobra.Command{
 		Use:   "list",

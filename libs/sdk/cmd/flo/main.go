@@ -1,12 +1,14 @@
 // Command flo is the command line of Flo: it manages namespaces and actions, invokes actions,
-// inspects tasks and dead letters, and lists, drains and deregisters workers through the
-// gateway's gRPC API. What a script would read is printed as indented JSON on stdout; errors go
-// to stderr with a non-zero exit status.
+// inspects tasks and dead letters, appends to and reads streams and manages their consumer
+// groups, and lists, drains and deregisters workers through the gateway's gRPC API. What a
+// script would read is printed as indented JSON on stdout; errors go to stderr with a non-zero
+// exit status.
 package main
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -27,15 +29,16 @@ const (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
 // run executes the command line args and returns the exit status.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := newRootCmd()
 	root.SetArgs(args)
+	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
@@ -57,7 +60,7 @@ func newRootCmd() *cobra.Command {
 	g := &globals{}
 	root := &cobra.Command{
 		Use:           "flo",
-		Short:         "Manage and run Flo actions and tasks",
+		Short:         "Manage and run Flo actions, tasks and streams",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -67,9 +70,33 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newNamespaceCmd(g))
 	root.AddCommand(newActionCmd(g))
 	root.AddCommand(newTaskCmd(g))
+	root.AddCommand(newStreamCmd(g))
 	root.AddCommand(newWorkerCmd(g))
 	root.AddCommand(newDevCmd())
 	return root
+}
+
+// newGroupCmd returns a command that only holds subcommands. Alone it prints its help; with an
+// argument that names none of its subcommands it fails, so a mistyped command in a script is an
+// error rather than a help page and exit status 0.
+func newGroupCmd(use, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		// cobra's default for the root command, which it applies only there.
+		SuggestionsMinimumDistance: 2,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return nil
+			}
+			msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+			if suggestions := cmd.SuggestionsFor(args[0]); len(suggestions) > 0 {
+				msg += fmt.Sprintf("; did you mean %q?", suggestions[0])
+			}
+			return errors.New(msg)
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
 }
 
 func envOr(key, fallback string) string {

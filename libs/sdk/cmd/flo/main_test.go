@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 
@@ -21,8 +22,14 @@ const unreachable = "127.0.0.1:1"
 
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return runCLIWithInput(t, "", args...)
+}
+
+// runCLIWithInput runs the command line with stdin as its standard input.
+func runCLIWithInput(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	var out, errOut bytes.Buffer
-	code = run(context.Background(), args, &out, &errOut)
+	code = run(context.Background(), args, strings.NewReader(stdin), &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 
@@ -55,6 +62,13 @@ func TestArgumentValidation(t *testing.T) {
 		{name: "worker drain without id", args: []string{"worker", "drain"}, wantErr: "accepts 1 arg(s), received 0"},
 		{name: "worker deregister without id", args: []string{"worker", "deregister"}, wantErr: "accepts 1 arg(s), received 0"},
 		{name: "unknown command", args: []string{"actoin", "list"}, wantErr: `unknown command "actoin"`},
+		{name: "unknown action subcommand", args: []string{"action", "lsit"}, wantErr: `unknown command "lsit" for "flo action"; did you mean "list"?`},
+		{name: "unknown task subcommand", args: []string{"task", "nope"}, wantErr: `unknown command "nope" for "flo task"`},
+		{name: "unknown dlq subcommand", args: []string{"task", "dlq", "purge"}, wantErr: `unknown command "purge" for "flo task dlq"`},
+		{name: "unknown worker subcommand", args: []string{"worker", "drian", "w-1"}, wantErr: `unknown command "drian" for "flo worker"; did you mean "drain"?`},
+		{name: "unknown namespace subcommand", args: []string{"namespace", "delete"}, wantErr: `unknown command "delete" for "flo namespace"`},
+		{name: "unknown stream subcommand", args: []string{"stream", "tail", "events"}, wantErr: `unknown command "tail" for "flo stream"`},
+		{name: "unknown stream group subcommand", args: []string{"stream", "group", "reset"}, wantErr: `unknown command "reset" for "flo stream group"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,10 +6,7 @@ import (
 )
 
 func newNamespaceCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "namespace",
-		Short: "Create and list namespaces",
-	}
+	cmd := newGroupCmd("namespace", "Create and list namespaces")
 	cmd.AddCommand(&cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a namespace",

@@ -9,10 +9,7 @@ import (
 )
 
 func newTaskCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "task",
-		Short: "Inspect tasks and dead letters",
-	}
+	cmd := newGroupCmd("task", "Inspect tasks and dead letters")
 	cmd.AddCommand(&cobra.Command{
 		Use:   "get ID",
 		Short: "Show a task",
@@ -49,10 +46,7 @@ func newTaskCmd(g *globals) *cobra.Command {
 }
 
 func newDLQCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "dlq",
-		Short: "List and requeue dead-lettered tasks",
-	}
+	cmd := newGroupCmd("dlq", "List and requeue dead-lettered tasks")
 	var (
 		action string
 		limit  int

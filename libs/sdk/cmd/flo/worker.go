@@ -8,10 +8,7 @@ import (
 )
 
 func newWorkerCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "worker",
-		Short: "List, inspect, drain and deregister workers",
-	}
+	cmd := newGroupCmd("worker", "List, inspect, drain and deregister workers")
 	cmd.AddCommand(&cobra.Command{
 		Use:   "list",
 		Short: "List the namespace's workers with their status, load and counts",

@@ -1,0 +1,190 @@
+package flo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
+	"google.golang.org/grpc"
+)
+
+// errDrained ends the writer of a stopping worker that has reported everything.
+var errDrained = errors.New("flo: worker drained")
+
+// errReaderDone tells session that the reader ended the stream and its error is the cause.
+var errReaderDone = errors.New("flo: worker stream reader ended")
+
+type workerStream = grpc.BidiStreamingClient[flov1.WorkerMessage, flov1.ServerMessage]
+
+// session runs one worker stream from hello to its end. It returns nil when a stopping worker
+// has reported everything and closed the stream, and otherwise why the stream ended; connected
+// says whether the server accepted the hello, which resets the reconnect backoff.
+func (l *lifecycle) session(ctx context.Context) (connected bool, err error) {
+	svc, err := l.client.workerService()
+	if err != nil {
+		return false, err
+	}
+	if !l.prepared {
+		if err := l.kind.prepare(ctx); err != nil {
+			return false, err
+		}
+		l.prepared = true
+	}
+	// The stream outlives ctx on purpose: a stopping worker still reports on it.
+	streamCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stream, err := svc.Stream(streamCtx)
+	if err != nil {
+		return false, fmt.Errorf("open worker stream: %w", err)
+	}
+	hello := &flov1.Hello{
+		Token:          l.client.token,
+		WorkerId:       l.set.workerID,
+		Namespace:      l.client.namespace,
+		MachineId:      l.set.machineID,
+		MaxConcurrency: int32(l.set.concurrency),
+	}
+	l.kind.hello(hello)
+	if err := stream.Send(&flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Hello{Hello: hello}}); err != nil {
+		if _, recvErr := stream.Recv(); recvErr != nil {
+			err = recvErr // Send reports io.EOF; Recv has the server's reason
+		}
+		return false, fmt.Errorf("send hello: %w", err)
+	}
+	helloTimer := time.AfterFunc(helloTimeout, cancel)
+	first, err := stream.Recv()
+	helloTimer.Stop()
+	if err != nil {
+		return false, fmt.Errorf("wait for hello ack: %w", err)
+	}
+	if first.GetHelloAck() == nil {
+		return false, fmt.Errorf("wait for hello ack: got %T instead", first.GetMsg())
+	}
+	attrs := []any{"concurrency", l.set.concurrency}
+	if len(hello.GetActions()) > 0 {
+		attrs = append(attrs, "actions", hello.GetActions())
+	}
+	for _, s := range hello.GetStreams() {
+		attrs = append(attrs, "stream", s.GetStream(), "group", s.GetGroup(), "consumer", s.GetConsumer())
+	}
+	l.log.Info("flo: worker stream connected", attrs...)
+
+	// Credit asked for on an earlier stream died with it; ask again for every free slot.
+	l.slots.reset()
+
+	readerDone := make(chan struct{})
+	var readErr error
+	go func() {
+		defer close(readerDone)
+		readErr = l.readLoop(streamCtx, stream)
+	}()
+
+	err = l.writeLoop(stream, readerDone)
+	if errors.Is(err, errDrained) {
+		err = nil
+		if closeErr := stream.CloseSend(); closeErr == nil {
+			select {
+			case <-readerDone:
+			case <-time.After(closeTimeout):
+			}
+		}
+	}
+	cancel()
+	<-readerDone
+	l.kind.streamEnded()
+	if err == nil {
+		return true, nil
+	}
+	if errors.Is(err, errReaderDone) {
+		err = readErr
+	}
+	return true, err
+}
+
+// readLoop receives what the server sends: Drain it handles itself, the rest is the kind's.
+func (l *lifecycle) readLoop(ctx context.Context, stream workerStream) error {
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			return fmt.Errorf("receive: %w", err)
+		}
+		if msg.GetDrain() != nil {
+			l.drain("the server sent Drain")
+			continue
+		}
+		if err := l.kind.receive(ctx, msg); err != nil {
+			return err
+		}
+	}
+}
+
+// writeLoop is the only sender on the stream. Each time it wakes it sends everything queued,
+// packed by the kind, then one request for the work the free slots allow. It returns
+// errDrained once a stopping worker has nothing left to report, or errReaderDone when the
+// reader ended.
+func (l *lifecycle) writeLoop(stream workerStream, readerDone <-chan struct{}) error {
+	stopCh := l.stopCh
+	var drainTimeout <-chan time.Time
+	for {
+		if err := l.flush(stream); err != nil {
+			return err
+		}
+		if l.stopping.Load() {
+			if l.nothingToReport() {
+				return errDrained
+			}
+			if drainTimeout == nil {
+				timer := time.NewTimer(time.Until(l.drainDeadline))
+				defer timer.Stop()
+				drainTimeout = timer.C
+			}
+		}
+		select {
+		case msg := <-l.out:
+			l.unsent = append(l.unsent, msg)
+		case <-l.wake:
+		case <-stopCh:
+			stopCh = nil
+		case <-readerDone:
+			return errReaderDone
+		case <-drainTimeout:
+			l.log.Warn("flo: handlers still running after their timeout; closing the stream without their reports")
+			return errDrained
+		}
+	}
+}
+
+// flush sends what is queued. Messages stay in unsent until the stream takes them, so a
+// stream that breaks halfway loses nothing: the next stream sends them again, and the server
+// ignores reports it already has or that are no longer current.
+func (l *lifecycle) flush(stream workerStream) error {
+	for drained := false; !drained; {
+		select {
+		case msg := <-l.out:
+			l.unsent = append(l.unsent, msg)
+		default:
+			drained = true
+		}
+	}
+	if len(l.unsent) > 0 {
+		msgs := l.kind.pack(l.unsent)
+		l.unsent = l.unsent[:0]
+		for i, msg := range msgs {
+			if err := stream.Send(msg); err != nil {
+				l.unsent = msgs[i:]
+				return fmt.Errorf("send %T: %w", msg.GetMsg(), err)
+			}
+		}
+	}
+	if l.stopping.Load() {
+		return nil
+	}
+	if req := l.kind.request(); req != nil {
+		if err := stream.Send(req); err != nil {
+			return fmt.Errorf("send %T: %w", req.GetMsg(), err)
+		}
+	}
+	return nil
+}
