@@ -31,6 +31,14 @@ func NewClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
 	return newClient(brokers, append([]kgo.Opt{kgo.AllowAutoTopicCreation()}, opts...)...)
 }
 
+// NewManagedTopicsClient is NewClient for topics the caller creates and
+// deletes itself (the streams service's stream topics): it never creates a
+// topic on first use, so a produce or offset lookup that races the topic's
+// deletion fails instead of recreating it with the broker's defaults.
+func NewManagedTopicsClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
+	return newClient(brokers, opts...)
+}
+
 // newClient is NewClient without topic auto-creation.
 func newClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
 	if len(brokers) == 0 {

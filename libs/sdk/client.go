@@ -67,6 +67,10 @@ func (c *Client) Namespace() string { return c.namespace }
 // Addr returns the gateway address the client was created with.
 func (c *Client) Addr() string { return c.addr }
 
+// maxReceiveBytes bounds one message from the gateway, which caps its batches
+// near 256 MiB.
+const maxReceiveBytes = 256 << 20
+
 // Connect prepares the gRPC connection. The connection itself is established lazily and
 // re-established whenever it breaks, so Connect fails only on a malformed address or options.
 // Plaintext is the default, which suits a local gateway; pass TLS credentials through
@@ -81,6 +85,10 @@ func (c *Client) Connect() error {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithChainUnaryInterceptor(c.unaryInterceptor),
 		grpc.WithChainStreamInterceptor(c.streamInterceptor),
+		// A task or record batch carries up to its count of payloads of up to
+		// 1 MiB each; gRPC's default 4 MiB would break the stream on the first
+		// batch of large payloads.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxReceiveBytes)),
 	}
 	opts = append(opts, c.dialOpts...)
 	conn, err := grpc.NewClient(c.addr, opts...)

@@ -22,6 +22,7 @@ import (
 	dispatcher "github.com/razorbill/flo/services/dispatcher/service"
 	gateway "github.com/razorbill/flo/services/gateway/service"
 	registry "github.com/razorbill/flo/services/registry/service"
+	streams "github.com/razorbill/flo/services/streams/service"
 )
 
 // Config says where the stack keeps its data and listens. Zero values work on a
@@ -46,6 +47,8 @@ type Config struct {
 	DispatcherHTTPAddr string `env:"FLO_DISPATCHER_HTTP_ADDR, default=127.0.0.1:9111"`
 	RegistryGRPCAddr   string `env:"FLO_REGISTRY_GRPC_ADDR, default=127.0.0.1:9102"`
 	RegistryHTTPAddr   string `env:"FLO_REGISTRY_HTTP_ADDR, default=127.0.0.1:9112"`
+	StreamsGRPCAddr    string `env:"FLO_STREAMS_GRPC_ADDR, default=127.0.0.1:9103"`
+	StreamsHTTPAddr    string `env:"FLO_STREAMS_HTTP_ADDR, default=127.0.0.1:9113"`
 
 	// Namespaces are created at start.
 	Namespaces []string `env:"FLO_BOOTSTRAP_NAMESPACES, default=default,myapp"`
@@ -107,6 +110,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Stack, error) {
 		return nil, err
 	}
 	if err := s.StartRegistry(ctx); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	if err := s.StartStreams(ctx); err != nil {
 		s.Stop()
 		return nil, err
 	}
@@ -204,12 +211,35 @@ func (s *Stack) StartRegistry(ctx context.Context) error {
 // StopRegistry stops the registry and waits for it to end.
 func (s *Stack) StopRegistry() error { return s.stop("registry") }
 
+// StartStreams starts a streams replica (again, after StopStreams).
+func (s *Stack) StartStreams(ctx context.Context) error {
+	svc, err := streams.New(ctx, streams.Config{
+		GRPCAddr:       s.cfg.StreamsGRPCAddr,
+		HTTPAddr:       s.cfg.StreamsHTTPAddr,
+		MaxRecordBytes: s.cfg.MaxPayloadBytes,
+		ReadCacheBytes: 64 << 20,
+		Postgres:       config.Postgres{URL: s.dbURL, MaxConns: 16},
+		Kafka:          config.Kafka{Brokers: s.kafka, Partitions: s.cfg.Partitions},
+	}, s.log.With("component", "streams"), streams.WithMetricsHandler(s.telemetry.MetricsHandler()))
+	if err != nil {
+		return fmt.Errorf("start streams: %w", err)
+	}
+	s.cfg.StreamsGRPCAddr = svc.GRPCAddr()
+	s.cfg.StreamsHTTPAddr = svc.HTTPAddr()
+	s.run("streams", svc.Run)
+	return nil
+}
+
+// StopStreams stops the streams service and waits for it to end.
+func (s *Stack) StopStreams() error { return s.stop("streams") }
+
 func (s *Stack) startGateway(ctx context.Context) error {
 	svc, err := gateway.New(ctx, gateway.Config{
 		GRPCAddr:        s.cfg.GatewayGRPCAddr,
 		HTTPAddr:        s.cfg.GatewayHTTPAddr,
 		DispatcherAddr:  s.cfg.DispatcherGRPCAddr,
 		RegistryAddr:    s.cfg.RegistryGRPCAddr,
+		StreamsAddr:     s.cfg.StreamsGRPCAddr,
 		MaxPayloadBytes: s.cfg.MaxPayloadBytes,
 		Kafka:           config.Kafka{Brokers: s.kafka, Partitions: s.cfg.Partitions},
 	}, s.log.With("component", "gateway"), gateway.WithMetricsHandler(s.telemetry.MetricsHandler()))
@@ -298,7 +328,7 @@ func (s *Stack) Broker() *localbroker.Broker { return s.broker }
 // Stop stops the services (gateway first, so no new work enters), then the
 // broker and Postgres it started.
 func (s *Stack) Stop() {
-	for _, name := range []string{"gateway", "registry", "dispatcher"} {
+	for _, name := range []string{"gateway", "streams", "registry", "dispatcher"} {
 		if err := s.stop(name); err != nil {
 			s.log.Error("stop service", "service", name, "error", err)
 		}

@@ -39,6 +39,7 @@ require (
 	github.com/prometheus/otlptranslator v1.0.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/razorbill/flo/services/registry v0.0.0-00010101000000-000000000000
+	github.com/razorbill/flo/services/streams v0.0.0-00010101000000-000000000000
 	github.com/sethvargo/go-envconfig v1.3.0 // indirect
 	github.com/sethvargo/go-retry v0.5.0 // indirect
 	github.com/twmb/franz-go/pkg/kadm v1.18.0 // indirect
@@ -76,3 +77,5 @@ replace (
 )
 
 replace github.com/razorbill/flo/services/registry => ../registry
+
+replace github.com/razorbill/flo/services/streams => ../streams

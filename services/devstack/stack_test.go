@@ -55,6 +55,8 @@ func newEnvWith(t *testing.T, adjust func(cfg *devstack.Config)) *env {
 		DispatcherHTTPAddr:  "127.0.0.1:0",
 		RegistryGRPCAddr:    "127.0.0.1:0",
 		RegistryHTTPAddr:    "127.0.0.1:0",
+		StreamsGRPCAddr:     "127.0.0.1:0",
+		StreamsHTTPAddr:     "127.0.0.1:0",
 		Namespaces:          []string{"default", "myapp"},
 		LeaseCheckInterval:  100 * time.Millisecond,
 		HeartbeatTimeout:    90 * time.Second,

@@ -2,7 +2,8 @@
 // the REST facade with health, readiness, OpenAPI and metrics, the producer
 // of invoke commands, the task-events tail that wakes waiting requests, the
 // worker-events tail that drains worker streams, and the connections to the
-// dispatcher and the registry. cmd/gateway and the dev stack run it.
+// dispatcher, the registry and the streams service. cmd/gateway and the dev
+// stack run it.
 package service
 
 import (
@@ -33,6 +34,7 @@ import (
 	floproto "github.com/razorbill/flo/proto"
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	registryv1 "github.com/razorbill/flo/proto/gen/flo/registry/v1"
+	streamsv1 "github.com/razorbill/flo/proto/gen/flo/streams/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 
 	"github.com/razorbill/flo/services/gateway/internal/action"
@@ -54,7 +56,12 @@ type Config struct {
 	// not depend on it: while it is down, worker-registry calls fail with
 	// Unavailable and worker streams carry on. Empty means there is no
 	// registry, which looks the same to callers.
-	RegistryAddr    string `env:"FLO_REGISTRY_ADDR, default=localhost:9102"`
+	RegistryAddr string `env:"FLO_REGISTRY_ADDR, default=localhost:9102"`
+	// StreamsAddr is the streams service's internal gRPC API. Like the
+	// registry it is off the task path: while it is down, stream calls and
+	// stream workers' reads fail with Unavailable (reads are retried) and
+	// everything else carries on. Empty means there is no streams service.
+	StreamsAddr     string `env:"FLO_STREAMS_ADDR, default=localhost:9103"`
 	MaxPayloadBytes int    `env:"FLO_MAX_PAYLOAD_BYTES, default=1048576"`
 	// AuthToken, when set, is the token every worker's Hello must carry.
 	AuthToken string `env:"FLO_AUTH_TOKEN"`
@@ -83,9 +90,14 @@ const (
 	// setupTimeout bounds creating topics in New.
 	setupTimeout = 30 * time.Second
 	// registryRedialMax caps the wait between attempts to reach a registry
-	// that is down, so workers' heartbeats get through soon after it is back
-	// (gRPC's own cap is two minutes).
+	// or streams service that is down, so workers' heartbeats and reads get
+	// through soon after it is back (gRPC's own cap is two minutes).
 	registryRedialMax = time.Second
+	// streamsRecvBytes is the largest answer taken from the streams service:
+	// a read's records are capped so their payloads stay within
+	// api.ReadBudgetBytes, and each record may carry its payload a second
+	// time as a JSON value, with room to spare for how a value encodes.
+	streamsRecvBytes = 4*api.ReadBudgetBytes + 1<<20
 )
 
 // Option adjusts a Service.
@@ -116,6 +128,7 @@ type Service struct {
 	conn         *grpc.ClientConn
 	dispatcher   dispatcherv1.DispatcherClient
 	registryConn *grpc.ClientConn
+	streamsConn  *grpc.ClientConn
 	producer     *kgo.Client
 	tail         *kafka.Tail
 	// workerTail follows worker events to drain the streams of draining
@@ -198,6 +211,28 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		registry = registryv1.NewRegistryClient(s.registryConn)
 	}
 
+	streams := api.NoStreams
+	var workerStreams workerstream.Streams
+	if cfg.StreamsAddr != "" {
+		// Dialled like the registry: lazily, redialled at most a second
+		// apart. Keepalive as for the dispatcher, since group reads block.
+		s.streamsConn, err = grpc.NewClient(cfg.StreamsAddr,
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
+			grpc.WithConnectParams(grpc.ConnectParams{
+				Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: registryRedialMax},
+				MinConnectTimeout: 5 * time.Second,
+			}),
+			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second}),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(streamsRecvBytes)),
+		)
+		if err != nil {
+			return nil, fmt.Errorf("dial streams service %s: %w", cfg.StreamsAddr, err)
+		}
+		client := streamsv1.NewStreamsClient(s.streamsConn)
+		streams, workerStreams = client, client
+	}
+
 	s.producer, err = kafka.NewClient(cfg.Kafka.Brokers,
 		kgo.ProducerBatchMaxBytes(int32(max(1<<20, cfg.MaxPayloadBytes+bodySlack))),
 	)
@@ -233,10 +268,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		CheckNamespace: func(ctx context.Context, name string) error {
 			return api.CheckNamespace(ctx, log, namespaces, name)
 		},
-		Registry: registry,
-		Log:      log,
+		Registry:       registry,
+		Streams:        workerStreams,
+		MaxReadRecords: api.MaxReadRecords(cfg.MaxPayloadBytes),
+		Log:            log,
 	})
 	workerServer := api.NewWorkerServer(registry, namespaces, s.streams.DrainWorker, log)
+	streamServer := api.NewStreamServer(streams, namespaces, cfg.MaxPayloadBytes, log)
 
 	s.grpcServer = grpc.NewServer(
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
@@ -255,9 +293,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	flov1.RegisterTaskServiceServer(s.grpcServer, taskServer)
 	flov1.RegisterWorkerServiceServer(s.grpcServer, s.streams)
 	flov1.RegisterWorkerRegistryServiceServer(s.grpcServer, workerServer)
+	flov1.RegisterStreamServiceServer(s.grpcServer, streamServer)
 
 	handler, err := httpapi.NewHandler(ctx, httpapi.Services{
-		Namespaces: nsServer, Actions: actionServer, Tasks: taskServer, Workers: workerServer,
+		Namespaces: nsServer, Actions: actionServer, Tasks: taskServer, Workers: workerServer, Streams: streamServer,
 	}, httpapi.Options{
 		MaxBodyBytes: maxBodyBytes(cfg.MaxPayloadBytes),
 		Ready:        s.Ready,
@@ -395,6 +434,9 @@ func (s *Service) shutdown(ctx context.Context) {
 		_ = s.httpServer.Close()
 	}
 	<-grpcStopped
+	// Group reads of sessions that ended may still wait; they stop before
+	// the streams connection closes, so their nacks get through.
+	s.streams.Close()
 }
 
 // closeResources releases what New opened; it tolerates a partial New.
@@ -407,7 +449,7 @@ func (s *Service) closeResources(ctx context.Context) {
 		cancel()
 		s.producer.Close()
 	}
-	for _, c := range []*grpc.ClientConn{s.conn, s.registryConn} {
+	for _, c := range []*grpc.ClientConn{s.conn, s.registryConn, s.streamsConn} {
 		if c != nil {
 			_ = c.Close()
 		}

@@ -25,6 +25,7 @@ import (
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	dispatcher "github.com/razorbill/flo/services/dispatcher/service"
 	registry "github.com/razorbill/flo/services/registry/service"
+	streams "github.com/razorbill/flo/services/streams/service"
 
 	"github.com/razorbill/flo/services/gateway/service"
 )
@@ -46,8 +47,8 @@ const wait = 60 * time.Second
 // stacks, small so the limit is cheap to reach.
 const testMaxWorkers = 5
 
-// stack is a dispatcher, a gateway and, when asked for, a registry on
-// loopback over a fresh database and broker.
+// stack is a dispatcher, a gateway and, when asked for, a registry and a
+// streams service on loopback over a fresh database and broker.
 type stack struct {
 	gateway      *service.Service
 	stopGateway  func() error
@@ -56,6 +57,8 @@ type stack struct {
 	stopDispatch func() error
 	registryAddr string
 	stopRegistry func() error
+	streamsAddr  string
+	stopStreams  func() error
 	dbURL        string
 	brokers      []string
 	conn         *grpc.ClientConn
@@ -67,6 +70,14 @@ type stack struct {
 	tasks      flov1.TaskServiceClient
 	workers    flov1.WorkerServiceClient
 	registry   flov1.WorkerRegistryServiceClient
+	streams    flov1.StreamServiceClient
+}
+
+// stackOptions say which optional services a stack runs. Without a streams
+// service the gateway is configured with none.
+type stackOptions struct {
+	registry bool
+	streams  bool
 }
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -99,24 +110,34 @@ func run(t *testing.T, r func(context.Context) error) (stop func() error) {
 // nothing listening: the registry is down, as it may be in production.
 func startStack(t *testing.T) *stack {
 	t.Helper()
-	return newStack(t, false)
+	return newStack(t, stackOptions{})
 }
 
 // startRegistryStack starts a dispatcher, a registry and a gateway.
 func startRegistryStack(t *testing.T) *stack {
 	t.Helper()
-	return newStack(t, true)
+	return newStack(t, stackOptions{registry: true})
 }
 
-func newStack(t *testing.T, withRegistry bool) *stack {
+// startStreamsStack starts a dispatcher, a streams service and a gateway;
+// with registry, a registry too.
+func startStreamsStack(t *testing.T, registry bool) *stack {
+	t.Helper()
+	return newStack(t, stackOptions{registry: registry, streams: true})
+}
+
+func newStack(t *testing.T, opts stackOptions) *stack {
 	t.Helper()
 	broker := harness.NewBroker(t)
 	s := &stack{dbURL: harness.NewDatabase(t), brokers: broker.Addrs(), log: testLogger(t), dispatchAddr: "127.0.0.1:0"}
 	s.startDispatcher(t)
-	if withRegistry {
+	if opts.registry {
 		s.startRegistry(t)
 	} else {
 		s.registryAddr = unusedAddr(t)
+	}
+	if opts.streams {
+		s.startStreams(t)
 	}
 
 	gw, err := service.New(context.Background(), service.Config{
@@ -124,6 +145,7 @@ func newStack(t *testing.T, withRegistry bool) *stack {
 		HTTPAddr:        "127.0.0.1:0",
 		DispatcherAddr:  s.dispatchAddr,
 		RegistryAddr:    s.registryAddr,
+		StreamsAddr:     s.streamsAddr,
 		MaxPayloadBytes: testMaxPayload,
 		AuthToken:       testToken,
 		Kafka:           s.kafka(),
@@ -147,6 +169,7 @@ func newStack(t *testing.T, withRegistry bool) *stack {
 	s.tasks = flov1.NewTaskServiceClient(s.conn)
 	s.workers = flov1.NewWorkerServiceClient(s.conn)
 	s.registry = flov1.NewWorkerRegistryServiceClient(s.conn)
+	s.streams = flov1.NewStreamServiceClient(s.conn)
 	return s
 }
 
@@ -175,6 +198,28 @@ func (s *stack) startRegistry(t *testing.T) {
 	require.NoError(t, err)
 	s.registryAddr = reg.GRPCAddr()
 	s.stopRegistry = run(t, reg.Run)
+}
+
+// startStreams starts a streams service over the stack's database and
+// broker; after the first start its address is fixed, so a restarted one is
+// found again. Its record limit is above the gateway's payload limit, so an
+// oversized record is the gateway's to refuse.
+func (s *stack) startStreams(t *testing.T) {
+	t.Helper()
+	addr := s.streamsAddr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	svc, err := streams.New(context.Background(), streams.Config{
+		GRPCAddr:       addr,
+		HTTPAddr:       "127.0.0.1:0",
+		MaxRecordBytes: 2 * testMaxPayload,
+		Postgres:       config.Postgres{URL: s.dbURL, MaxConns: 8},
+		Kafka:          s.kafka(),
+	}, s.log.With("service", "streams"))
+	require.NoError(t, err)
+	s.streamsAddr = svc.GRPCAddr()
+	s.stopStreams = run(t, svc.Run)
 }
 
 func (s *stack) kafka() config.Kafka { return config.Kafka{Brokers: s.brokers, Partitions: 2} }

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,11 +19,11 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/razorbill/flo/libs/config"
-	"github.com/razorbill/flo/libs/grpcserver"
 	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/outbox"
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/probe"
+	"github.com/razorbill/flo/libs/stage"
 	"github.com/razorbill/flo/services/registry/internal/grpcapi"
 	"github.com/razorbill/flo/services/registry/internal/health"
 	"github.com/razorbill/flo/services/registry/internal/roster"
@@ -188,68 +187,35 @@ func (s *Service) HTTPAddr() string { return s.httpLis.Addr().String() }
 // connections closed. Every change is committed with its outbox rows, so
 // stopping at any point loses nothing.
 func (s *Service) Run(ctx context.Context) error {
-	base := context.WithoutCancel(ctx)
-	workCtx, stopWork := context.WithCancel(base)
-	consumerCtx, stopConsumer := context.WithCancel(base)
-	relayCtx, stopRelay := context.WithCancel(base)
-	defer stopWork()
-	defer stopConsumer()
-	defer stopRelay()
-
-	errc := make(chan error, 8)
-	var work, consumer, relay, servers sync.WaitGroup
-	start := func(wg *sync.WaitGroup, name string, fn func() error) {
-		wg.Go(func() {
-			if err := fn(); err != nil {
-				errc <- fmt.Errorf("%s: %w", name, err)
-			}
-		})
-	}
-	start(&relay, "outbox relay", func() error { return s.relay.Run(relayCtx) })
-	start(&work, "health check", func() error { return s.checker.Run(workCtx, s.cfg.HealthCheckInterval) })
-	start(&work, "inbox pruning", func() error { return s.tally.RunPruning(workCtx) })
 	s.consuming.Store(true)
-	start(&consumer, "task events consumer", func() error {
-		defer s.consuming.Store(false)
-		return s.consumer.Run(consumerCtx)
-	})
-	start(&servers, "grpc server", func() error { return s.grpcServer.Serve(s.grpcLis) })
-	start(&servers, "http server", func() error {
-		if err := s.httpServer.Serve(s.httpLis); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	})
+	err := stage.Run(ctx, s.log,
+		stage.HTTP(s.httpServer, s.httpLis, httpStopTimeout, s.log),
+		stage.New("relay").
+			Go("outbox relay", s.relay.Run).
+			OnStop(s.flushRelay),
+		stage.New("work").
+			Go("health check", func(ctx context.Context) error { return s.checker.Run(ctx, s.cfg.HealthCheckInterval) }).
+			Go("inbox pruning", s.tally.RunPruning),
+		stage.New("consumer").Go("task events consumer", func(ctx context.Context) error {
+			defer s.consuming.Store(false)
+			return s.consumer.Run(ctx)
+		}),
+		stage.GRPC(s.grpcServer, s.grpcLis, grpcStopTimeout, s.log),
+		stage.New("readiness").OnStop(func(context.Context) { s.stopping.Store(true) }),
+	)
+	s.closeResources()
+	return err
+}
 
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case runErr = <-errc:
-		s.log.Error("registry component failed; stopping", "error", runErr)
-	}
-
-	s.stopping.Store(true)
-	grpcserver.Stop(s.grpcServer, grpcStopTimeout, s.log)
-	stopConsumer()
-	consumer.Wait()
-	stopWork()
-	work.Wait()
-	switch drained, err := s.relay.Flush(base, relayFlushWait); {
+// flushRelay publishes what the outbox still holds before the relay stops;
+// whatever is left is published by the next start.
+func (s *Service) flushRelay(ctx context.Context) {
+	switch drained, err := s.relay.Flush(ctx, relayFlushWait); {
 	case err != nil:
 		s.log.Warn("flush outbox at stop; the next start publishes the rest", "error", err)
 	case !drained:
 		s.log.Warn("outbox not empty at stop; the next start publishes the rest")
 	}
-	stopRelay()
-	relay.Wait()
-	httpCtx, cancel := context.WithTimeout(base, httpStopTimeout)
-	if err := s.httpServer.Shutdown(httpCtx); err != nil {
-		s.log.Warn("stop http server", "error", err)
-	}
-	cancel()
-	servers.Wait()
-	s.closeResources()
-	return runErr
 }
 
 func (s *Service) closeResources() {

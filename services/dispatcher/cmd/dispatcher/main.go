@@ -1,6 +1,7 @@
 // Command dispatcher runs Flo's dispatcher service: actions, task queues,
 // leases, retries and dead letters. Configuration comes from FLO_* and OTEL_*
-// environment variables.
+// environment variables; `dispatcher migrate` applies its schema and exits (see
+// libs/cmdline for the commands).
 package main
 
 import (
@@ -10,16 +11,21 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/razorbill/flo/libs/cmdline"
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/logging"
 	"github.com/razorbill/flo/libs/telemetry"
+	"github.com/razorbill/flo/services/dispatcher/migrations"
 	"github.com/razorbill/flo/services/dispatcher/service"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx); err != nil {
+	err := cmdline.Run(ctx, os.Args[1:], os.Stdout, cmdline.Service{
+		Name: "dispatcher", Serve: run, Schema: service.Schema, Migrations: migrations.FS,
+	})
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

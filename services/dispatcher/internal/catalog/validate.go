@@ -4,8 +4,8 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/razorbill/flo/libs/backoff"
 	"github.com/razorbill/flo/libs/fault"
-	"github.com/razorbill/flo/services/dispatcher/internal/backoff"
 	"github.com/razorbill/flo/services/dispatcher/internal/store"
 )
 

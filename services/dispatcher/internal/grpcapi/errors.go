@@ -6,8 +6,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/razorbill/flo/libs/coalesce"
 	"github.com/razorbill/flo/libs/fault"
-	"github.com/razorbill/flo/services/dispatcher/internal/coalesce"
 	"github.com/razorbill/flo/services/dispatcher/internal/lease"
 )
 

@@ -19,9 +19,9 @@ import (
 	"github.com/razorbill/flo/libs/outbox"
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/sweep"
+	"github.com/razorbill/flo/libs/wake"
 	"github.com/razorbill/flo/services/dispatcher/internal/store"
 	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
-	"github.com/razorbill/flo/services/dispatcher/internal/wake"
 )
 
 // reapBatch is how many expired leases one transaction handles.

@@ -16,10 +16,10 @@ import (
 	"github.com/razorbill/flo/libs/fault"
 	"github.com/razorbill/flo/libs/outbox"
 	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/libs/wake"
 	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
 	"github.com/razorbill/flo/services/dispatcher/internal/store"
 	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
-	"github.com/razorbill/flo/services/dispatcher/internal/wake"
 )
 
 // Dead-letter listing limits.

@@ -16,12 +16,12 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/razorbill/flo/libs/coalesce"
 	"github.com/razorbill/flo/libs/outbox"
 	"github.com/razorbill/flo/libs/pg"
-	"github.com/razorbill/flo/services/dispatcher/internal/coalesce"
+	"github.com/razorbill/flo/libs/wake"
 	"github.com/razorbill/flo/services/dispatcher/internal/store"
 	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
-	"github.com/razorbill/flo/services/dispatcher/internal/wake"
 )
 
 // Batching limits, as for claims.

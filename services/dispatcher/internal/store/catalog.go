@@ -8,7 +8,7 @@ import (
 
 	"github.com/razorbill/flo/libs/pg"
 
-	"github.com/razorbill/flo/services/dispatcher/internal/backoff"
+	"github.com/razorbill/flo/libs/backoff"
 )
 
 // CreateNamespaces inserts the namespaces that do not exist yet.

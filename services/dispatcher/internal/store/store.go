@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/razorbill/flo/services/dispatcher/internal/backoff"
+	"github.com/razorbill/flo/libs/backoff"
 )
 
 // DB is what both *pgxpool.Pool and pgx.Tx offer.

@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/razorbill/flo/libs/backoff"
 	"github.com/razorbill/flo/libs/pg"
-	"github.com/razorbill/flo/services/dispatcher/internal/backoff"
 )
 
 // NewTask is one task to insert, with the settings of its action copied in.

@@ -1,6 +1,7 @@
 // Command gateway runs Flo's public edge: the gRPC API and worker streams on
 // FLO_GATEWAY_GRPC_ADDR, the REST facade with /openapi.json, /healthz,
-// /readyz and /metrics on FLO_GATEWAY_HTTP_ADDR.
+// /readyz and /metrics on FLO_GATEWAY_HTTP_ADDR. The gateway keeps no state,
+// so `gateway migrate` has nothing to do (see libs/cmdline for the commands).
 package main
 
 import (
@@ -12,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/razorbill/flo/libs/cmdline"
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/logging"
 	"github.com/razorbill/flo/libs/telemetry"
@@ -22,7 +24,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx); err != nil {
+	if err := cmdline.Run(ctx, os.Args[1:], os.Stdout, cmdline.Service{Name: "gateway", Serve: run}); err != nil {
 		fmt.Fprintln(os.Stderr, "gateway:", err)
 		os.Exit(1)
 	}

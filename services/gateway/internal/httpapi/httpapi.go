@@ -45,6 +45,7 @@ type Services struct {
 	Actions    flov1.ActionServiceServer
 	Tasks      flov1.TaskServiceServer
 	Workers    flov1.WorkerRegistryServiceServer
+	Streams    flov1.StreamServiceServer
 }
 
 // NewHandler returns the gateway's HTTP handler.
@@ -72,6 +73,9 @@ func NewHandler(ctx context.Context, svc Services, opts Options) (http.Handler, 
 	}
 	if err := flov1.RegisterWorkerRegistryServiceHandlerServer(ctx, gw, svc.Workers); err != nil {
 		return nil, fmt.Errorf("register worker registry REST handlers: %w", err)
+	}
+	if err := flov1.RegisterStreamServiceHandlerServer(ctx, gw, svc.Streams); err != nil {
+		return nil, fmt.Errorf("register stream REST handlers: %w", err)
 	}
 
 	mux := http.NewServeMux()

@@ -90,17 +90,20 @@ func (s *Server) WorkerEventsHandler(log *slog.Logger) func(ctx context.Context,
 
 // startWorkerDrain switches the session to draining, once. The flag is set
 // before anything else, and the writer checks it before sending each task
-// batch, so no task goes out after the Drain message: batches still queued
-// and tasks a claim returns later are abandoned instead.
+// or record batch, so no task or record goes out after the Drain message:
+// batches still queued and tasks a claim returns later are abandoned
+// instead, records nacked. Outstanding stream reads are answered empty after
+// the Drain message.
 func (s *session) startWorkerDrain() {
 	s.drainOnce.Do(func() {
 		s.workerDraining.Store(true)
 		s.dropCredit()
-		s.log.InfoContext(s.ctx, "worker draining: no new tasks")
+		s.log.InfoContext(s.ctx, "worker draining: no new tasks or records")
 		// Not inline: the caller may be the events tail or an API call, which
 		// must not wait for one slow worker's send queue.
 		s.ops.Go(func() {
 			s.enqueue(outgoing{msg: &flov1.ServerMessage{Msg: &flov1.ServerMessage_Drain{Drain: &flov1.Drain{}}}})
+			s.closeReads(true)
 		})
 	})
 }

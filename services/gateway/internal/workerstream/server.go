@@ -14,6 +14,13 @@
 // drops its credit, abandons whatever a claim still returns and sends the
 // worker a Drain message; its reports keep flowing until it closes the
 // stream.
+//
+// Stream workers use the same stream: the Hello subscribes to stream/group
+// pairs, each StreamRead becomes one GroupRead on the streams service
+// answered by one RecordBatch, and StreamAck/StreamNack messages are
+// coalesced into Ack and Nack calls. Reads take no task credit. Records that
+// can no longer reach the worker are nacked at once rather than left pending
+// until their message timeout.
 package workerstream
 
 import (
@@ -80,12 +87,23 @@ const (
 	registryCheckTimeout = 2 * time.Second
 )
 
+// errNoStreams refuses a Hello that subscribes to streams on a gateway
+// without a streams service.
+var errNoStreams = status.Error(codes.Unavailable, "streams service not configured (FLO_STREAMS_ADDR)")
+
 // Dispatcher is the part of the dispatcher's API a worker session uses.
 type Dispatcher interface {
 	EnsureActions(ctx context.Context, in *dispatcherv1.EnsureActionsRequest, opts ...grpc.CallOption) (*dispatcherv1.EnsureActionsResponse, error)
 	Claim(ctx context.Context, in *dispatcherv1.ClaimRequest, opts ...grpc.CallOption) (*dispatcherv1.ClaimResponse, error)
 	Report(ctx context.Context, in *dispatcherv1.ReportRequest, opts ...grpc.CallOption) (*dispatcherv1.ReportResponse, error)
 	Touch(ctx context.Context, in *dispatcherv1.TouchRequest, opts ...grpc.CallOption) (*flov1.TouchAck, error)
+}
+
+// Streams is the part of the streams service's API a worker session uses.
+type Streams interface {
+	GroupRead(ctx context.Context, in *flov1.GroupReadRequest, opts ...grpc.CallOption) (*flov1.GroupReadResponse, error)
+	Ack(ctx context.Context, in *flov1.AckRequest, opts ...grpc.CallOption) (*flov1.AckResponse, error)
+	Nack(ctx context.Context, in *flov1.NackRequest, opts ...grpc.CallOption) (*flov1.NackResponse, error)
 }
 
 // Registry is the part of the registry's API a worker session uses.
@@ -109,6 +127,14 @@ type Options struct {
 	// Registry, when set, is asked whether a worker opening a stream is
 	// draining already.
 	Registry Registry
+	// Streams, when set, serves stream workers' reads, acks and nacks;
+	// without it a Hello that subscribes to streams is refused with
+	// Unavailable.
+	Streams Streams
+	// MaxReadRecords caps the count of one GroupRead, so a read of records
+	// at the payload limit stays receivable; zero means no cap below the
+	// protocol's 10,000.
+	MaxReadRecords int
 	// Log receives session events.
 	Log *slog.Logger
 }
@@ -123,6 +149,13 @@ type Server struct {
 	shutdownOnce sync.Once
 	shutdown     chan struct{}
 
+	// reads runs the GroupReads of every session. They outlive the session
+	// that asked (records they bring back after it ended are nacked), until
+	// Close cancels those still waiting.
+	reads     group
+	readCtx   context.Context
+	stopReads context.CancelFunc
+
 	// sessions indexes the open sessions by namespace/worker id, so a drain
 	// finds the streams of its worker; one worker may briefly have two
 	// while it reconnects.
@@ -132,7 +165,24 @@ type Server struct {
 
 // NewServer returns a Server that claims and reports through d.
 func NewServer(d Dispatcher, opts Options) *Server {
-	return &Server{dispatcher: d, opts: opts, shutdown: make(chan struct{}), sessions: make(map[string]map[*session]struct{})}
+	if opts.MaxReadRecords <= 0 || opts.MaxReadRecords > maxReadCount {
+		opts.MaxReadRecords = maxReadCount
+	}
+	readCtx, stopReads := context.WithCancel(context.Background())
+	return &Server{
+		dispatcher: d, opts: opts, shutdown: make(chan struct{}), sessions: make(map[string]map[*session]struct{}),
+		readCtx: readCtx, stopReads: stopReads,
+	}
+}
+
+// Close cancels the group reads still waiting for records on behalf of
+// sessions that ended and waits for them and their nacks. Call it after the
+// gRPC server stopped, before the streams connection closes. Until then such
+// reads run to their block time, so records the streams service handed out
+// just as a session ended are nacked instead of stranded.
+func (s *Server) Close() {
+	s.stopReads()
+	s.reads.closeAndWait()
 }
 
 // Shutdown makes new streams fail with Unavailable and tells open sessions to
@@ -180,6 +230,13 @@ func (s *Server) Stream(stream flov1.WorkerService_StreamServer) error {
 	if workerID == "" {
 		workerID = "worker-" + uuid.NewString()
 	}
+	subs, err := helloStreams(hello.GetStreams(), workerID)
+	if err != nil {
+		return err
+	}
+	if len(subs) > 0 && s.opts.Streams == nil {
+		return errNoStreams
+	}
 	if len(actions) > 0 {
 		ectx, cancel := context.WithTimeout(ctx, callTimeout)
 		err := retry(ectx, func(ctx context.Context) error {
@@ -198,8 +255,9 @@ func (s *Server) Stream(stream flov1.WorkerService_StreamServer) error {
 		return err
 	}
 	log := s.opts.Log.With(slog.String("namespace", hello.GetNamespace()), slog.String("worker_id", workerID))
-	log.InfoContext(ctx, "worker stream opened", slog.String("machine_id", hello.GetMachineId()), slog.Any("actions", actions))
-	sess := newSession(s, stream, hello.GetNamespace(), workerID, actions, int(hello.GetMaxConcurrency()), log)
+	log.InfoContext(ctx, "worker stream opened", slog.String("machine_id", hello.GetMachineId()), slog.Any("actions", actions),
+		slog.Any("streams", subscriptionNames(subs)))
+	sess := newSession(s, stream, hello.GetNamespace(), workerID, actions, subs, int(hello.GetMaxConcurrency()), log)
 	s.track(sess)
 	err = sess.run()
 	s.untrack(sess)

@@ -19,10 +19,12 @@ import (
 )
 
 // outgoing is one message for the writer. tasks lists the claimed tasks it
-// carries, so they can be abandoned when the message is never sent.
+// carries, so they can be abandoned when the message is never sent; records
+// likewise names the records of a RecordBatch, to be nacked.
 type outgoing struct {
-	msg   *flov1.ServerMessage
-	tasks []*flov1.TaskAssignment
+	msg     *flov1.ServerMessage
+	tasks   []*flov1.TaskAssignment
+	records *delivery
 }
 
 // group runs goroutines the session must wait for before it ends. Once
@@ -87,6 +89,21 @@ type session struct {
 
 	held *held
 
+	// subs are the Hello's stream subscriptions by "stream/group"; the set is
+	// fixed, their outstanding reads are guarded by readsMu. Once readsClosed
+	// (a drain) no read is started or answered with records again; once
+	// readsEnded (the session is ending) nothing more is queued for the
+	// writer by a read either, since the queue is about to close.
+	subs        map[string]*subscription
+	readsMu     sync.Mutex
+	readsClosed bool
+	readsEnded  bool
+	// settles carries StreamAck and StreamNack messages to settleLoop.
+	settles chan settle
+	// records are the records sent and not yet acked or nacked here, which a
+	// shutdown waits for like held tasks.
+	records *heldRecords
+
 	// workerDraining is set once the worker is draining: nothing more is
 	// claimed or sent to it, while its reports keep flowing.
 	workerDraining atomic.Bool
@@ -96,7 +113,7 @@ type session struct {
 // newSession returns the session of one stream. maxConcurrency, when
 // positive, caps the tasks the stream holds at once, whatever credit its
 // Ready messages grant.
-func newSession(srv *Server, stream flov1.WorkerService_StreamServer, namespace, workerID string, actions []string, maxConcurrency int, log *slog.Logger) *session {
+func newSession(srv *Server, stream flov1.WorkerService_StreamServer, namespace, workerID string, actions []string, subs map[string]*subscription, maxConcurrency int, log *slog.Logger) *session {
 	limit := maxHeld
 	if maxConcurrency > 0 {
 		limit = min(maxConcurrency, maxHeld)
@@ -122,6 +139,9 @@ func newSession(srv *Server, stream flov1.WorkerService_StreamServer, namespace,
 		results:      make(chan []*flov1.Result, sendQueue),
 		pools:        make(map[string]*pool),
 		held:         newHeld(limit),
+		subs:         subs,
+		settles:      make(chan settle, sendQueue),
+		records:      newHeldRecords(maxHeldRecords),
 	}
 }
 
@@ -132,6 +152,7 @@ func newSession(srv *Server, stream flov1.WorkerService_StreamServer, namespace,
 func (s *session) run() error {
 	go s.write()
 	s.ops.Go(s.reportLoop)
+	s.ops.Go(s.settleLoop)
 	s.ops.Go(s.checkRegistry)
 	readDone := make(chan error, 1)
 	go func() { readDone <- s.read() }()
@@ -146,6 +167,7 @@ func (s *session) run() error {
 	}
 	s.stopClaiming()
 	s.cancel()
+	s.closeReads(false)
 	s.claimers.closeAndWait()
 	s.ops.closeAndWait()
 	close(s.out)
@@ -153,19 +175,22 @@ func (s *session) run() error {
 	return err
 }
 
-// drain stops claiming and waits, up to the drain timeout, for the worker to
-// report every task it holds.
+// drain stops claiming and reading records and waits, up to the drain
+// timeout, for the worker to report every task and settle every record it
+// holds.
 func (s *session) drain(readDone <-chan error) error {
 	s.stopClaiming()
+	s.closeReads(true)
 	timer := time.NewTimer(s.srv.opts.DrainTimeout)
 	defer timer.Stop()
-	for s.held.len() > 0 {
+	for s.held.len() > 0 || s.records.len(time.Now()) > 0 {
 		select {
 		case err := <-readDone:
 			return err
 		case <-s.failed:
 			return s.failErr
 		case <-s.held.empty:
+		case <-s.records.empty:
 		case <-timer.C:
 			return errShuttingDown
 		}
@@ -183,22 +208,42 @@ func (s *session) fail(err error) {
 
 // write is the only caller of Send. Once a send fails, once the session
 // ended, or once the worker is draining, task batches still queued are
-// abandoned instead of sent.
+// abandoned instead of sent, and record batches are nacked (a live, draining
+// worker gets the empty answer its read still waits for).
 func (s *session) write() {
 	defer close(s.writerDone)
 	broken := false
 	for item := range s.out {
+		if item.records != nil && (broken || s.ctx.Err() != nil || s.workerDraining.Load()) {
+			s.nackUndelivered(item.records)
+			if !broken && s.ctx.Err() == nil {
+				if err := s.stream.Send(emptyRecordBatch(item.records.stream, item.records.group)); err != nil {
+					broken = true
+					s.fail(err)
+				}
+			}
+			continue
+		}
 		if broken || (len(item.tasks) > 0 && (s.ctx.Err() != nil || s.workerDraining.Load())) {
 			if len(item.tasks) > 0 {
 				s.abandon(item.tasks)
 			}
 			continue
 		}
+		if item.records != nil {
+			// Held before it is sent, so an ack that comes back at once
+			// finds it.
+			s.records.add(item.records, time.Now())
+		}
 		if err := s.stream.Send(item.msg); err != nil {
 			broken = true
 			s.fail(err)
 			if len(item.tasks) > 0 {
 				s.abandon(item.tasks)
+			}
+			if d := item.records; d != nil {
+				s.records.remove(d.stream, d.group, d.ids)
+				s.nackUndelivered(d)
 			}
 		}
 	}
@@ -259,6 +304,17 @@ func (s *session) handle(msg *flov1.WorkerMessage) error {
 	case *flov1.WorkerMessage_Touch:
 		t := m.Touch
 		s.spawn(func() { s.touch(t) })
+	case *flov1.WorkerMessage_StreamRead:
+		return s.streamRead(m.StreamRead)
+	case *flov1.WorkerMessage_StreamAck:
+		a := m.StreamAck
+		return s.queueSettle(settle{stream: a.GetStream(), group: a.GetGroup(), ids: a.GetIds()})
+	case *flov1.WorkerMessage_StreamNack:
+		n := m.StreamNack
+		if n.GetDelayMs() < 0 {
+			return status.Errorf(codes.InvalidArgument, "StreamNack's delay_ms %d must not be negative", n.GetDelayMs())
+		}
+		return s.queueSettle(settle{stream: n.GetStream(), group: n.GetGroup(), ids: n.GetIds(), nack: true, delayMS: n.GetDelayMs(), reason: n.GetReason()})
 	default:
 		return status.Error(codes.InvalidArgument, "empty worker message")
 	}

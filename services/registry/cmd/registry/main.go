@@ -1,6 +1,7 @@
 // Command registry runs Flo's registry service: worker registration,
 // heartbeats, drain and health. Configuration comes from FLO_* and OTEL_*
-// environment variables.
+// environment variables; `registry migrate` applies its schema and exits (see
+// libs/cmdline for the commands).
 package main
 
 import (
@@ -10,16 +11,21 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/razorbill/flo/libs/cmdline"
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/logging"
 	"github.com/razorbill/flo/libs/telemetry"
+	"github.com/razorbill/flo/services/registry/migrations"
 	"github.com/razorbill/flo/services/registry/service"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx); err != nil {
+	err := cmdline.Run(ctx, os.Args[1:], os.Stdout, cmdline.Service{
+		Name: "registry", Serve: run, Schema: service.Schema, Migrations: migrations.FS,
+	})
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

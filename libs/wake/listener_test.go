@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/razorbill/flo/libs/harness"
-	"github.com/razorbill/flo/services/dispatcher/internal/wake"
+	"github.com/razorbill/flo/libs/wake"
 )
 
 func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }

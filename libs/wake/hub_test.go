@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/razorbill/flo/services/dispatcher/internal/wake"
+	"github.com/razorbill/flo/libs/wake"
 )
 
 const waitFor = 10 * time.Second

@@ -1,7 +1,8 @@
-// Package wake tells waiting claims that work may have arrived, so no claim
-// polls the database in a loop. Wake-ups come from this replica's own commits,
-// from Postgres NOTIFY (other replicas), from timers set for tasks scheduled
-// in the future, and from a slow safety tick that catches anything missed.
+// Package wake tells waiting requests (task claims, group reads) that work may
+// have arrived, so none polls the database in a loop. Wake-ups come from this
+// replica's own commits, from Postgres NOTIFY (other replicas), from timers set
+// for work that becomes ready in the future, and from a slow safety tick that
+// catches anything missed.
 package wake
 
 import (
@@ -12,10 +13,10 @@ import (
 )
 
 // maxTimers bounds the scheduled wake-ups held in memory; beyond it new ones
-// are dropped and the safety tick picks those tasks up.
+// are dropped and the safety tick picks that work up.
 const maxTimers = 100_000
 
-// Hub routes wake-ups to waiters by queue key (namespace/action).
+// Hub routes wake-ups to waiters by key (a queue, a stream, a group).
 type Hub struct {
 	mu      sync.Mutex
 	waiters map[string]map[*Waiter]struct{}
@@ -23,8 +24,8 @@ type Hub struct {
 	rearm   chan struct{}
 }
 
-// Waiter is one waiting claim. Its channel holds at most one pending signal,
-// so a wake-up that arrives while the claim is busy is not lost.
+// Waiter is one waiting request. Its channel holds at most one pending
+// signal, so a wake-up that arrives while the request is busy is not lost.
 type Waiter struct {
 	keys []string
 	c    chan struct{}
@@ -98,7 +99,7 @@ func (h *Hub) WakeAll() {
 	h.mu.Unlock()
 }
 
-// WakeAt schedules a wake-up of key at t, for a task that becomes claimable then.
+// WakeAt schedules a wake-up of key at t, for work that becomes ready then.
 func (h *Hub) WakeAt(key string, t time.Time) {
 	h.mu.Lock()
 	if len(h.timers) >= maxTimers {

@@ -1,0 +1,270 @@
+package workerstream
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
+
+	"github.com/razorbill/flo/services/gateway/internal/streamname"
+)
+
+const (
+	// maxSubscriptions caps the stream/group pairs one Hello may name; each
+	// may have one read outstanding, which bounds what a session's reads
+	// hold.
+	maxSubscriptions = 64
+	// defaultGroup is the group of a subscription or message that names none.
+	defaultGroup = "default"
+	// maxReadCount is the protocol's cap on a StreamRead's count (larger
+	// counts are capped, as the streams service caps them), and
+	// defaultReadCount what a count of zero means.
+	maxReadCount     = 10_000
+	defaultReadCount = 10
+	// readSlack is how much longer than its block time a GroupRead may take
+	// before the gateway gives up on it (and answers the worker empty).
+	readSlack = 10 * time.Second
+	// defaultMessageTimeout is the streams service's message timeout when a
+	// read names none; a record sent to the worker counts as held this long.
+	defaultMessageTimeout = 5 * time.Minute
+)
+
+// subscription is one stream/group a worker consumes as consumer.
+type subscription struct {
+	stream, group, consumer string
+	// pending is the worker's outstanding read, nil when it has none; it is
+	// guarded by the session's readsMu.
+	pending *readCall
+}
+
+// readCall is one StreamRead as the GroupRead it becomes. Its identity tells
+// a GroupRead that returns whether the read it serves is still waiting for
+// its answer (it is never zero-sized, so distinct calls have distinct
+// addresses).
+type readCall struct {
+	req   *flov1.GroupReadRequest
+	block time.Duration
+}
+
+// delivery names the records of one RecordBatch, so they can be nacked when
+// the batch never reaches the worker and tracked as held when it does.
+type delivery struct {
+	stream, group string
+	ids           []string
+	timeout       time.Duration
+}
+
+func subscriptionKey(stream, group string) string { return stream + "/" + group }
+
+// helloStreams validates a Hello's subscriptions and fills their defaults:
+// group "default", consumer the worker id. Naming a stream/group twice with
+// the same consumer is harmless; with different consumers it is refused.
+func helloStreams(in []*flov1.StreamSubscription, workerID string) (map[string]*subscription, error) {
+	if len(in) > maxSubscriptions {
+		return nil, status.Errorf(codes.InvalidArgument, "Hello names %d streams, at most %d", len(in), maxSubscriptions)
+	}
+	subs := make(map[string]*subscription, len(in))
+	for i, sub := range in {
+		group := cmp.Or(sub.GetGroup(), defaultGroup)
+		consumer := cmp.Or(sub.GetConsumer(), workerID)
+		if err := streamname.Check("stream", sub.GetStream()); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "Hello's streams[%d]: %v", i, err)
+		}
+		if err := streamname.Check("group", group); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "Hello's streams[%d]: %v", i, err)
+		}
+		if err := streamname.CheckConsumer(consumer); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "Hello's streams[%d]: %v", i, err)
+		}
+		key := subscriptionKey(sub.GetStream(), group)
+		if prev, ok := subs[key]; ok {
+			if prev.consumer != consumer {
+				return nil, status.Errorf(codes.InvalidArgument, "Hello subscribes to %s twice, as consumers %q and %q", key, prev.consumer, consumer)
+			}
+			continue
+		}
+		subs[key] = &subscription{stream: sub.GetStream(), group: group, consumer: consumer}
+	}
+	return subs, nil
+}
+
+// subscriptionNames lists subscriptions as "stream/group" for logs.
+func subscriptionNames(subs map[string]*subscription) []string {
+	names := make([]string, 0, len(subs))
+	for key := range subs {
+		names = append(names, key)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// streamRead starts the GroupRead a StreamRead asks for. A second read of
+// the same stream/group while one is outstanding is a protocol error. A
+// draining worker's read is answered at once with an empty batch.
+func (s *session) streamRead(r *flov1.StreamRead) error {
+	group := cmp.Or(r.GetGroup(), defaultGroup)
+	key := subscriptionKey(r.GetStream(), group)
+	sub, ok := s.subs[key]
+	if !ok {
+		return status.Errorf(codes.InvalidArgument, "StreamRead names %s, which the Hello did not subscribe to", key)
+	}
+	if c := r.GetConsumer(); c != "" && c != sub.consumer {
+		return status.Errorf(codes.InvalidArgument, "StreamRead for %s names consumer %q, the Hello named %q", key, c, sub.consumer)
+	}
+	if r.GetCount() < 0 || r.GetBlockMs() < 0 || r.GetMessageTimeoutMs() < 0 {
+		return status.Error(codes.InvalidArgument, "StreamRead's count, block_ms and message_timeout_ms must not be negative")
+	}
+	block := defaultBlock
+	if r.GetBlockMs() > 0 {
+		block = min(time.Duration(r.GetBlockMs())*time.Millisecond, maxBlock)
+	}
+	count := r.GetCount()
+	if count == 0 {
+		count = defaultReadCount
+	}
+	rc := &readCall{block: block, req: &flov1.GroupReadRequest{
+		Namespace: s.namespace, Stream: sub.stream, Group: sub.group, Consumer: sub.consumer,
+		Count:            min(count, int32(s.srv.opts.MaxReadRecords)),
+		MessageTimeoutMs: r.GetMessageTimeoutMs(),
+	}}
+
+	s.readsMu.Lock()
+	if sub.pending != nil {
+		s.readsMu.Unlock()
+		return status.Errorf(codes.FailedPrecondition, "a StreamRead for %s is already outstanding; send the next after its RecordBatch", key)
+	}
+	if s.readsClosed || s.workerDraining.Load() {
+		if !s.readsEnded {
+			s.enqueue(outgoing{msg: emptyRecordBatch(sub.stream, sub.group)})
+		}
+		s.readsMu.Unlock()
+		return nil
+	}
+	sub.pending = rc
+	s.readsMu.Unlock()
+
+	if !s.srv.reads.Go(func() { s.groupRead(sub, rc) }) {
+		s.finishRead(sub, rc, nil)
+	}
+	return nil
+}
+
+// groupRead asks the streams service for records until it answers, the
+// block time passes (then the worker gets an empty batch) or the error is
+// one retrying cannot fix, which ends the session with that status. It
+// keeps going after the session ends, so that records handed out meanwhile
+// are nacked instead of stranded; Server.Close cuts it short.
+func (s *session) groupRead(sub *subscription, rc *readCall) {
+	// The stream's context for its values (the trace), not its end.
+	base, cancel := context.WithCancel(context.WithoutCancel(s.stream.Context()))
+	defer cancel()
+	stop := context.AfterFunc(s.srv.readCtx, cancel)
+	defer stop()
+	deadline := time.Now().Add(rc.block)
+	ctx, cancelRead := context.WithDeadline(base, deadline.Add(readSlack))
+	defer cancelRead()
+
+	var records []*flov1.StreamRecord
+	err := retry(ctx, func(ctx context.Context) error {
+		attempt := proto.CloneOf(rc.req)
+		attempt.BlockMs = max(time.Until(deadline), 0).Milliseconds()
+		resp, err := s.srv.opts.Streams.GroupRead(ctx, attempt)
+		if err != nil {
+			return err
+		}
+		records = resp.GetRecords()
+		return nil
+	})
+	switch {
+	case err == nil:
+	case permanent(err):
+		s.fail(status.Convert(err).Err())
+		return
+	case base.Err() == nil:
+		s.log.WarnContext(ctx, "group read failed; answering with an empty batch",
+			slog.String("stream", sub.stream), slog.String("group", sub.group), slog.Any("error", err))
+	}
+	s.finishRead(sub, rc, records)
+}
+
+// finishRead answers read rc with records, unless it no longer may: the
+// session ended or closed its reads, or the worker is draining. Records that
+// are not handed to the writer are nacked at once.
+func (s *session) finishRead(sub *subscription, rc *readCall, records []*flov1.StreamRecord) {
+	d := &delivery{stream: sub.stream, group: sub.group, timeout: defaultMessageTimeout}
+	if ms := rc.req.GetMessageTimeoutMs(); ms > 0 {
+		d.timeout = time.Duration(ms) * time.Millisecond
+	}
+	for _, r := range records {
+		d.ids = append(d.ids, r.GetId())
+		// The worker reads payload bytes; the JSON copy is for REST callers.
+		r.Value = nil
+	}
+	item := outgoing{msg: &flov1.ServerMessage{Msg: &flov1.ServerMessage_RecordBatch{RecordBatch: &flov1.RecordBatch{
+		Stream: sub.stream, Group: sub.group, Records: records,
+	}}}}
+	if len(records) > 0 {
+		item.records = d
+	}
+	s.readsMu.Lock()
+	sent := false
+	if !s.readsClosed && !s.workerDraining.Load() && sub.pending == rc {
+		sub.pending = nil
+		sent = s.enqueue(item)
+	}
+	s.readsMu.Unlock()
+	if !sent && len(records) > 0 {
+		s.nackUndelivered(d)
+	}
+}
+
+// closeReads stops the session's reads: none starts or is answered with
+// records from now on. With answer, every outstanding read gets its empty
+// RecordBatch now (a drain); without, the session is ending: nothing is
+// queued any more, so the writer's queue can close.
+func (s *session) closeReads(answer bool) {
+	s.readsMu.Lock()
+	defer s.readsMu.Unlock()
+	s.readsClosed = true
+	if !answer {
+		s.readsEnded = true
+	}
+	for _, sub := range s.subs {
+		if sub.pending == nil {
+			continue
+		}
+		sub.pending = nil
+		if !s.readsEnded {
+			s.enqueue(outgoing{msg: emptyRecordBatch(sub.stream, sub.group)})
+		}
+	}
+}
+
+// nackUndelivered hands records the worker never received back to their
+// group at once, without waiting for their message timeout.
+func (s *session) nackUndelivered(d *delivery) {
+	ctx, cancel := context.WithTimeout(s.calls, callTimeout)
+	defer cancel()
+	err := retry(ctx, func(ctx context.Context) error {
+		_, err := s.srv.opts.Streams.Nack(ctx, &flov1.NackRequest{
+			Namespace: s.namespace, Stream: d.stream, Group: d.group, Ids: d.ids,
+			Reason: "not delivered: the worker stream ended or is draining",
+		})
+		return err
+	})
+	if err != nil {
+		s.log.WarnContext(ctx, "nack undelivered records failed; they are redelivered after their message timeout",
+			slog.String("stream", d.stream), slog.String("group", d.group), slog.Int("records", len(d.ids)), slog.Any("error", err))
+	}
+}
+
+func emptyRecordBatch(stream, group string) *flov1.ServerMessage {
+	return &flov1.ServerMessage{Msg: &flov1.ServerMessage_RecordBatch{RecordBatch: &flov1.RecordBatch{Stream: stream, Group: group}}}
+}

@@ -1,0 +1,68 @@
+package workerstream
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
+)
+
+func TestHelloStreamsDefaultsAndDeduplicates(t *testing.T) {
+	subs, err := helloStreams([]*flov1.StreamSubscription{
+		{Stream: "events"},
+		{Stream: "events", Group: "default"},
+		{Stream: "events", Group: "audit", Consumer: "c1"},
+	}, "w1")
+	require.NoError(t, err)
+	require.Equal(t, []string{"events/audit", "events/default"}, subscriptionNames(subs))
+	require.Equal(t, "w1", subs["events/default"].consumer)
+	require.Equal(t, "c1", subs["events/audit"].consumer)
+}
+
+func TestHelloStreamsRefusals(t *testing.T) {
+	tests := []struct {
+		name string
+		in   []*flov1.StreamSubscription
+	}{
+		{name: "no stream", in: []*flov1.StreamSubscription{{Group: "g"}}},
+		{name: "bad group", in: []*flov1.StreamSubscription{{Stream: "s", Group: ".g"}}},
+		{name: "bad consumer", in: []*flov1.StreamSubscription{{Stream: "s", Consumer: "a b"}}},
+		{name: "two consumers", in: []*flov1.StreamSubscription{{Stream: "s", Consumer: "a"}, {Stream: "s", Consumer: "b"}}},
+		{name: "too many", in: func() []*flov1.StreamSubscription {
+			out := make([]*flov1.StreamSubscription, maxSubscriptions+1)
+			for i := range out {
+				out[i] = &flov1.StreamSubscription{Stream: "s", Group: "g" + string(rune('a'+i%26)) + string(rune('a'+i/26))}
+			}
+			return out
+		}()},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := helloStreams(tc.in, "w1")
+			require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+		})
+	}
+}
+
+func TestHeldRecordsBoundsAndExpires(t *testing.T) {
+	now := time.Unix(1000, 0)
+	h := newHeldRecords(3)
+	h.add(&delivery{stream: "s", group: "g", ids: []string{"1-0", "1-1"}, timeout: time.Minute}, now)
+	h.add(&delivery{stream: "s", group: "other", ids: []string{"1-0", "1-2"}, timeout: time.Hour}, now)
+	require.Equal(t, 3, h.len(now), "past the cap records are not tracked")
+
+	h.remove("s", "g", []string{"1-0"})
+	require.Equal(t, 2, h.len(now))
+	require.Equal(t, 1, h.len(now.Add(time.Minute+recordGrace+time.Second)), "a record past its message timeout no longer counts")
+
+	h.remove("s", "other", []string{"1-0"})
+	select {
+	case <-h.empty:
+	default:
+		require.Fail(t, "emptying the set signals")
+	}
+}

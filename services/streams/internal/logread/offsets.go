@@ -1,0 +1,120 @@
+package logread
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Special ListOffsets timestamps.
+const (
+	latest   = -1
+	earliest = -2
+)
+
+// ListStarts returns the first offset still held of each partition.
+func (r *Reader) ListStarts(ctx context.Context, topic string, partitions int32) ([]int64, error) {
+	return r.listOffsets(ctx, topic, partitions, earliest)
+}
+
+// ListEnds returns each partition's end (the offset the next record gets).
+func (r *Reader) ListEnds(ctx context.Context, topic string, partitions int32) ([]int64, error) {
+	ends, err := r.listOffsets(ctx, topic, partitions, latest)
+	if err != nil {
+		return nil, err
+	}
+	for p, e := range ends {
+		r.advance(topic, int32(p), e)
+	}
+	return ends, nil
+}
+
+// ListAfter returns, per partition, the first offset whose record was
+// appended at or after ms, or the partition's end when there is none.
+func (r *Reader) ListAfter(ctx context.Context, topic string, partitions int32, ms int64) ([]int64, error) {
+	out, err := r.listOffsets(ctx, topic, partitions, ms)
+	if err != nil {
+		return nil, err
+	}
+	var ends []int64
+	for p, o := range out {
+		if o >= 0 {
+			continue
+		}
+		if ends == nil {
+			if ends, err = r.ListEnds(ctx, topic, partitions); err != nil {
+				return nil, err
+			}
+		}
+		out[p] = ends[p]
+	}
+	return out, nil
+}
+
+// listOffsets asks the partition leaders (the client shards the request)
+// for offsets by timestamp, retrying for up to retryFor.
+func (r *Reader) listOffsets(ctx context.Context, topic string, partitions int32, ts int64) ([]int64, error) {
+	start := time.Now()
+	delay := 20 * time.Millisecond
+	for {
+		out, err := r.listOffsetsOnce(ctx, topic, partitions, ts)
+		if err == nil {
+			return out, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		// A topic still missing after a second is gone, not new.
+		if time.Since(start) > retryFor || (errors.Is(err, kerr.UnknownTopicOrPartition) && time.Since(start) > time.Second) {
+			return nil, fmt.Errorf("%w: list offsets of %s: %w", ErrUnavailable, topic, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, time.Second)
+	}
+}
+
+func (r *Reader) listOffsetsOnce(ctx context.Context, topic string, partitions int32, ts int64) ([]int64, error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = topic
+	for p := range partitions {
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition = p
+		rp.Timestamp = ts
+		rp.CurrentLeaderEpoch = -1
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, r.cl)
+	if err != nil {
+		return nil, fmt.Errorf("list offsets of %s: %w", topic, err)
+	}
+	out := make([]int64, partitions)
+	seen := make([]bool, partitions)
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				return nil, fmt.Errorf("list offsets of %s/%d: %w", topic, p.Partition, err)
+			}
+			if p.Partition >= 0 && p.Partition < partitions {
+				out[p.Partition] = p.Offset
+				seen[p.Partition] = true
+			}
+		}
+	}
+	for p, ok := range seen {
+		if !ok {
+			return nil, fmt.Errorf("list offsets of %s: no answer for partition %d", topic, p)
+		}
+	}
+	return out, nil
+}

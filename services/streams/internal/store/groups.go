@@ -1,0 +1,185 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/razorbill/flo/libs/pg"
+)
+
+// Group is a row of groups.
+type Group struct {
+	ID            int64
+	StreamID      int64
+	Name          string
+	MaxDeliveries int32
+	CreatedAt     time.Time
+}
+
+// GroupOf is a group with its stream.
+type GroupOf struct {
+	Stream Stream
+	Group  Group
+}
+
+// GroupState is a group with what it has handed out: Cursors[p] is the next
+// offset of partition p never handed to it, Pending the records handed out
+// and not settled.
+type GroupState struct {
+	Group   Group
+	Cursors []int64
+	Pending int64
+}
+
+// GroupKey names a group.
+type GroupKey struct {
+	Namespace, Stream, Group string
+}
+
+const groupCols = `g.id, g.stream_id, g.name, g.max_deliveries, g.created_at`
+
+// InsertGroup stores a group of stream with one cursor per partition
+// (cursors[p] for partition p); an existing name is pg.ErrConflict.
+func InsertGroup(ctx context.Context, db DB, streamID int64, name string, maxDeliveries int32, cursors []int64) (Group, error) {
+	var g Group
+	err := db.QueryRow(ctx, `
+		WITH g AS (
+			INSERT INTO groups (stream_id, name, max_deliveries) VALUES ($1, $2, $3)
+			RETURNING *
+		), c AS (
+			INSERT INTO cursors (group_id, partition, next_offset)
+			SELECT g.id, p.partition - 1, p.next_offset
+			FROM g, unnest($4::bigint[]) WITH ORDINALITY AS p(next_offset, partition)
+		)
+		SELECT `+groupCols+` FROM g`,
+		streamID, name, maxDeliveries, cursors).Scan(&g.ID, &g.StreamID, &g.Name, &g.MaxDeliveries, &g.CreatedAt)
+	if err != nil {
+		return Group{}, fmt.Errorf("insert group %s: %w", name, pg.MapError(err))
+	}
+	return g, nil
+}
+
+// GetGroup reads a group and its stream by names.
+func GetGroup(ctx context.Context, db DB, k GroupKey) (GroupOf, error) {
+	var g Group
+	row := db.QueryRow(ctx, `
+		SELECT `+streamCols+`, `+groupCols+`
+		FROM groups g JOIN streams s ON s.id = g.stream_id
+		WHERE s.namespace = $1 AND s.name = $2 AND g.name = $3`,
+		k.Namespace, k.Stream, k.Group)
+	s, err := scanStream(row, &g.ID, &g.StreamID, &g.Name, &g.MaxDeliveries, &g.CreatedAt)
+	if err != nil {
+		return GroupOf{}, fmt.Errorf("get group %s/%s/%s: %w", k.Namespace, k.Stream, k.Group, pg.MapError(err))
+	}
+	return GroupOf{Stream: s, Group: g}, nil
+}
+
+// ResolveGroups reads the groups named by keys; names that do not exist are
+// missing from the result.
+func ResolveGroups(ctx context.Context, db DB, keys []GroupKey) (map[GroupKey]GroupOf, error) {
+	ns := make([]string, len(keys))
+	streams := make([]string, len(keys))
+	groups := make([]string, len(keys))
+	for i, k := range keys {
+		ns[i], streams[i], groups[i] = k.Namespace, k.Stream, k.Group
+	}
+	rows, err := db.Query(ctx, `
+		SELECT `+streamCols+`, `+groupCols+`
+		FROM unnest($1::text[], $2::text[], $3::text[]) AS k(namespace, stream, grp)
+		JOIN streams s ON s.namespace = k.namespace AND s.name = k.stream
+		JOIN groups g ON g.stream_id = s.id AND g.name = k.grp`,
+		ns, streams, groups)
+	if err != nil {
+		return nil, fmt.Errorf("resolve groups: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[GroupKey]GroupOf, len(keys))
+	for rows.Next() {
+		var g Group
+		s, err := scanStream(rows, &g.ID, &g.StreamID, &g.Name, &g.MaxDeliveries, &g.CreatedAt)
+		if err != nil {
+			return nil, fmt.Errorf("resolve groups: %w", err)
+		}
+		out[GroupKey{Namespace: s.Namespace, Stream: s.Name, Group: g.Name}] = GroupOf{Stream: s, Group: g}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("resolve groups: %w", err)
+	}
+	return out, nil
+}
+
+// ListGroups lists a stream's groups by name with their cursors and pending
+// counts; only is empty for every group, or one group's name.
+func ListGroups(ctx context.Context, db DB, streamID int64, only string) ([]GroupState, error) {
+	rows, err := db.Query(ctx, `
+		SELECT `+groupCols+`,
+			ARRAY(SELECT c.next_offset FROM cursors c WHERE c.group_id = g.id ORDER BY c.partition),
+			COALESCE((SELECT sum(p.unsettled) FROM pending p WHERE p.group_id = g.id), 0)
+		FROM groups g
+		WHERE g.stream_id = $1 AND ($2 = '' OR g.name = $2)
+		ORDER BY g.name`, streamID, only)
+	if err != nil {
+		return nil, fmt.Errorf("list groups: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (GroupState, error) {
+		var st GroupState
+		g := &st.Group
+		err := r.Scan(&g.ID, &g.StreamID, &g.Name, &g.MaxDeliveries, &g.CreatedAt, &st.Cursors, &st.Pending)
+		return st, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list groups: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteGroup deletes a group with its cursors and pending ranges.
+func DeleteGroup(ctx context.Context, db DB, streamID int64, name string) (Group, error) {
+	var g Group
+	err := db.QueryRow(ctx, `DELETE FROM groups g WHERE g.stream_id = $1 AND g.name = $2 RETURNING `+groupCols, streamID, name).
+		Scan(&g.ID, &g.StreamID, &g.Name, &g.MaxDeliveries, &g.CreatedAt)
+	if err != nil {
+		return Group{}, fmt.Errorf("delete group %s: %w", name, pg.MapError(err))
+	}
+	return g, nil
+}
+
+// LockCursors locks a group's cursors and returns them by partition; nil
+// when the group no longer exists. Concurrent group reads of one group take
+// turns here, so each offset is handed out once.
+func LockCursors(ctx context.Context, db DB, groupID int64) ([]int64, error) {
+	rows, err := db.Query(ctx, `SELECT partition, next_offset FROM cursors WHERE group_id = $1 ORDER BY partition FOR UPDATE`, groupID)
+	if err != nil {
+		return nil, fmt.Errorf("lock cursors: %w", err)
+	}
+	defer rows.Close()
+	var out []int64
+	for rows.Next() {
+		var (
+			p    int32
+			next int64
+		)
+		if err := rows.Scan(&p, &next); err != nil {
+			return nil, fmt.Errorf("lock cursors: %w", err)
+		}
+		if int(p) != len(out) {
+			return nil, errors.New("lock cursors: partitions are not numbered 0..n-1")
+		}
+		out = append(out, next)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("lock cursors: %w", err)
+	}
+	return out, nil
+}
+
+// Cursor is a new position of one partition's cursor.
+type Cursor struct {
+	GroupID   int64
+	Partition int32
+	Next      int64
+}

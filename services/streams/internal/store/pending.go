@@ -1,0 +1,236 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/razorbill/flo/services/streams/internal/pending"
+)
+
+const rangeCols = `id, group_id, partition, first_offset, last_offset, settled, stamps, unsettled,
+	consumer, deliveries, delivered_at, redeliver_at, last_error`
+
+func scanRanges(rows pgx.Rows) ([]pending.Range, error) {
+	defer rows.Close()
+	var out []pending.Range
+	for rows.Next() {
+		var (
+			r      pending.Range
+			stamps []byte
+		)
+		if err := rows.Scan(&r.ID, &r.GroupID, &r.Partition, &r.First, &r.Last, &r.Settled, &stamps, &r.Unsettled,
+			&r.Consumer, &r.Deliveries, &r.DeliveredAt, &r.RedeliverAt, &r.LastError); err != nil {
+			return nil, err
+		}
+		var err error
+		if r.Stamps, err = pending.DecodeStamps(stamps, r.Len()); err != nil {
+			return nil, fmt.Errorf("range %d: %w", r.ID, err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// LockDue locks up to limit of a group's ranges due for redelivery at now,
+// earliest first, skipping ranges another transaction holds (a concurrent
+// group read takes those).
+func LockDue(ctx context.Context, db DB, groupID int64, now time.Time, limit int) ([]pending.Range, error) {
+	rows, err := db.Query(ctx, `
+		SELECT `+rangeCols+` FROM pending
+		WHERE group_id = $1 AND redeliver_at <= $2
+		ORDER BY redeliver_at, id
+		LIMIT $3
+		FOR UPDATE SKIP LOCKED`, groupID, now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("lock due ranges: %w", err)
+	}
+	out, err := scanRanges(rows)
+	if err != nil {
+		return nil, fmt.Errorf("lock due ranges: %w", err)
+	}
+	return out, nil
+}
+
+// Target is one record of a group, by partition and offset.
+type Target struct {
+	GroupID   int64
+	Partition int32
+	Offset    int64
+}
+
+// LockRangesAt locks the ranges holding any of targets, in id order (so
+// concurrent settlements never deadlock). Ranges never overlap, so the range
+// holding an offset is the last one starting at or before it, found by index.
+func LockRangesAt(ctx context.Context, db DB, targets []Target) ([]pending.Range, error) {
+	groups := make([]int64, len(targets))
+	parts := make([]int32, len(targets))
+	offs := make([]int64, len(targets))
+	for i, t := range targets {
+		groups[i], parts[i], offs[i] = t.GroupID, t.Partition, t.Offset
+	}
+	rows, err := db.Query(ctx, `
+		SELECT `+rangeCols+` FROM pending
+		WHERE id IN (
+			SELECT r.id
+			FROM unnest($1::bigint[], $2::int[], $3::bigint[]) AS t(group_id, partition, off)
+			CROSS JOIN LATERAL (
+				SELECT p.id, p.last_offset FROM pending p
+				WHERE p.group_id = t.group_id AND p.partition = t.partition AND p.first_offset <= t.off
+				ORDER BY p.first_offset DESC
+				LIMIT 1
+			) r
+			WHERE r.last_offset >= t.off
+		)
+		ORDER BY id
+		FOR UPDATE`, groups, parts, offs)
+	if err != nil {
+		return nil, fmt.Errorf("lock ranges: %w", err)
+	}
+	out, err := scanRanges(rows)
+	if err != nil {
+		return nil, fmt.Errorf("lock ranges: %w", err)
+	}
+	return out, nil
+}
+
+// NextDue is when the group's earliest pending range is due; ok is false
+// when nothing is pending.
+func NextDue(ctx context.Context, db DB, groupID int64) (at time.Time, ok bool, err error) {
+	var t *time.Time
+	if err := db.QueryRow(ctx, `SELECT min(redeliver_at) FROM pending WHERE group_id = $1`, groupID).Scan(&t); err != nil {
+		return time.Time{}, false, fmt.Errorf("next due range: %w", err)
+	}
+	if t == nil {
+		return time.Time{}, false, nil
+	}
+	return *t, true, nil
+}
+
+// ListPending returns up to limit of a group's ranges (of one consumer when
+// consumer is not empty), oldest records first, and how many records all of
+// them hold.
+func ListPending(ctx context.Context, db DB, groupID int64, consumer string, limit int) ([]pending.Range, int64, error) {
+	rows, err := db.Query(ctx, `
+		SELECT `+rangeCols+` FROM pending
+		WHERE group_id = $1 AND ($2 = '' OR consumer = $2)
+		ORDER BY first_ms, first_offset, partition
+		LIMIT $3`, groupID, consumer, limit)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list pending: %w", err)
+	}
+	out, err := scanRanges(rows)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list pending: %w", err)
+	}
+	var total int64
+	if err := db.QueryRow(ctx, `SELECT COALESCE(sum(unsettled), 0) FROM pending WHERE group_id = $1 AND ($2 = '' OR consumer = $2)`,
+		groupID, consumer).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("count pending: %w", err)
+	}
+	return out, total, nil
+}
+
+// Changes are the writes of one group read or settlement, sent to Postgres
+// in one round trip.
+type Changes struct {
+	// Delete lists ranges to remove: settled, moved to the dead-letter
+	// stream, or replaced by Insert.
+	Delete []int64
+	// Update rewrites ranges in place (same id and offsets).
+	Update []pending.Range
+	// Insert adds ranges (new deliveries and the pieces of split ranges).
+	Insert []pending.Range
+	// Cursors moves cursors forward.
+	Cursors []Cursor
+}
+
+// Empty reports whether there is nothing to write.
+func (c *Changes) Empty() bool {
+	return len(c.Delete) == 0 && len(c.Update) == 0 && len(c.Insert) == 0 && len(c.Cursors) == 0
+}
+
+// Apply writes changes, deletes first so replacement ranges never overlap
+// the ranges they replace.
+func Apply(ctx context.Context, db DB, c Changes) error {
+	if c.Empty() {
+		return nil
+	}
+	var b pgx.Batch
+	if len(c.Delete) > 0 {
+		b.Queue(`DELETE FROM pending WHERE id = ANY($1)`, c.Delete)
+	}
+	if len(c.Update) > 0 {
+		a := columns(c.Update, false)
+		b.Queue(`
+			UPDATE pending p SET settled = u.settled, unsettled = u.unsettled, consumer = u.consumer,
+				deliveries = u.deliveries, delivered_at = u.delivered_at, redeliver_at = u.redeliver_at,
+				last_error = u.last_error
+			FROM unnest($1::bigint[], $2::bytea[], $3::int[], $4::text[], $5::int[], $6::timestamptz[], $7::timestamptz[], $8::text[])
+				AS u(id, settled, unsettled, consumer, deliveries, delivered_at, redeliver_at, last_error)
+			WHERE p.id = u.id`,
+			a.ids, a.settled, a.unsettled, a.consumer, a.deliveries, a.deliveredAt, a.redeliverAt, a.lastError)
+	}
+	if len(c.Insert) > 0 {
+		a := columns(c.Insert, true)
+		b.Queue(`
+			INSERT INTO pending (group_id, partition, first_offset, last_offset, settled, stamps, first_ms, unsettled,
+				consumer, deliveries, delivered_at, redeliver_at, last_error)
+			SELECT * FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::bigint[], $5::bytea[], $6::bytea[], $7::bigint[],
+				$8::int[], $9::text[], $10::int[], $11::timestamptz[], $12::timestamptz[], $13::text[])`,
+			a.groups, a.partitions, a.first, a.last, a.settled, a.stamps, a.firstMS,
+			a.unsettled, a.consumer, a.deliveries, a.deliveredAt, a.redeliverAt, a.lastError)
+	}
+	if len(c.Cursors) > 0 {
+		groups := make([]int64, len(c.Cursors))
+		parts := make([]int32, len(c.Cursors))
+		next := make([]int64, len(c.Cursors))
+		for i, cur := range c.Cursors {
+			groups[i], parts[i], next[i] = cur.GroupID, cur.Partition, cur.Next
+		}
+		b.Queue(`
+			UPDATE cursors c SET next_offset = u.next
+			FROM unnest($1::bigint[], $2::int[], $3::bigint[]) AS u(group_id, partition, next)
+			WHERE c.group_id = u.group_id AND c.partition = u.partition`, groups, parts, next)
+	}
+	if err := db.SendBatch(ctx, &b).Close(); err != nil {
+		return fmt.Errorf("write pending ranges: %w", err)
+	}
+	return nil
+}
+
+// rangeColumns is ranges as column arrays, for unnest.
+type rangeColumns struct {
+	ids, groups, first, last, firstMS []int64
+	partitions, unsettled, deliveries []int32
+	settled, stamps                   [][]byte
+	consumer, lastError               []string
+	deliveredAt, redeliverAt          []time.Time
+}
+
+// columns splits ranges into column arrays; stamps only when withStamps,
+// since updates never change them.
+func columns(rs []pending.Range, withStamps bool) rangeColumns {
+	n := len(rs)
+	a := rangeColumns{
+		ids: make([]int64, n), groups: make([]int64, n), first: make([]int64, n), last: make([]int64, n),
+		firstMS: make([]int64, n), partitions: make([]int32, n), unsettled: make([]int32, n),
+		deliveries: make([]int32, n), settled: make([][]byte, n), stamps: make([][]byte, n),
+		consumer: make([]string, n), lastError: make([]string, n),
+		deliveredAt: make([]time.Time, n), redeliverAt: make([]time.Time, n),
+	}
+	for i, r := range rs {
+		a.ids[i], a.groups[i], a.first[i], a.last[i] = r.ID, r.GroupID, r.First, r.Last
+		a.firstMS[i] = r.Stamps[0]
+		a.partitions[i], a.unsettled[i], a.deliveries[i] = r.Partition, int32(r.Unsettled), int32(r.Deliveries)
+		a.settled[i] = r.Settled
+		if withStamps {
+			a.stamps[i] = pending.EncodeStamps(r.Stamps)
+		}
+		a.consumer[i], a.lastError[i] = r.Consumer, r.LastError
+		a.deliveredAt[i], a.redeliverAt[i] = r.DeliveredAt, r.RedeliverAt
+	}
+	return a
+}
