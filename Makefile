@@ -13,7 +13,14 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 GRPC_GATEWAY_VERSION := v2.32.0
 
-.PHONY: dev test test-short bench proto proto-check lint build tools
+# The service binaries, each built into its own image (deploy/Dockerfile).
+SERVICES := gateway dispatcher registry streams workflow
+IMAGE_PREFIX ?= flo-
+IMAGE_TAG ?= dev
+COMPOSE ?= docker compose
+COMPOSE_FILE := deploy/compose/docker-compose.yaml
+
+.PHONY: dev test test-short bench proto proto-check lint build tools images compose-up compose-down k8s-check
 
 dev: ## run the whole platform in the foreground (ctrl-C stops it)
 	@mkdir -p $(BIN)
@@ -31,7 +38,23 @@ bench: ## full cycle (invoke -> worker -> complete) on the embedded stack
 
 build: ## the service binaries and the CLI into ./bin
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./services/gateway/cmd/gateway ./services/dispatcher/cmd/dispatcher ./services/registry/cmd/registry ./libs/sdk/cmd/flo
+	$(GO) build -o $(BIN)/ $(foreach s,$(SERVICES),./services/$(s)/cmd/$(s)) ./libs/sdk/cmd/flo
+
+images: ## one image per service: $(IMAGE_PREFIX)<service>:$(IMAGE_TAG) (needs Docker with BuildKit)
+	@for s in $(SERVICES); do \
+		echo "building $(IMAGE_PREFIX)$$s:$(IMAGE_TAG)"; \
+		docker build -f deploy/Dockerfile --build-arg SERVICE=$$s -t $(IMAGE_PREFIX)$$s:$(IMAGE_TAG) . || exit 1; \
+	done
+
+compose-up: ## the platform in docker compose: Redpanda, Postgres, OTel collector, Jaeger, services, quick-start worker
+	$(COMPOSE) -f $(COMPOSE_FILE) up --build --detach
+	@echo "gRPC localhost:9000, REST http://localhost:8080/v1/..., Jaeger http://localhost:16686"
+
+compose-down: ## stop the compose stack (its volumes stay; add -v by hand to remove them)
+	$(COMPOSE) -f $(COMPOSE_FILE) down
+
+k8s-check: ## build every kustomize overlay and check the objects offline
+	$(GO) test -count=1 -run 'Kubernetes' ./deploy
 
 lint: tools ## vet every module and lint the protos
 	$(GO) vet $(PKGS)
