@@ -1,0 +1,878 @@
+package definition_test
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/razorbill/flo/services/workflow/internal/definition"
+)
+
+// codeCase is a malformed (or, for warnings, questionable) definition and
+// the diagnostic it must produce.
+type codeCase struct {
+	name string
+	code definition.Code
+	src  string
+	// pos is where the diagnostic must point, LINE:COL.
+	pos string
+	// contains is a phrase the message must hold.
+	contains string
+}
+
+// codeCases holds at least one case per code; TestEveryCodeHasACase keeps it
+// that way.
+var codeCases = []codeCase{
+	{
+		name: "yaml syntax", code: definition.CodeSyntax, pos: "3",
+		src:      "kind: Workflow\nname: x\nversion: a: b\n",
+		contains: "invalid YAML: mapping values are not allowed in this context",
+	},
+	{name: "empty document", code: definition.CodeDocument, pos: "1:1", src: "", contains: "empty"},
+	{name: "comment-only document", code: definition.CodeDocument, pos: "1:1", src: "# nothing\n", contains: "empty"},
+	{name: "list document", code: definition.CodeDocument, pos: "1:1", src: "- kind: Workflow\n", contains: "not a list"},
+	{
+		name: "two documents", code: definition.CodeDocument, pos: "5:1",
+		src: `kind: Workflow
+name: x
+version: "1"
+start: {run: "@actions/a", transitions: {success: flo.Completed}}
+---
+kind: Workflow
+`,
+		contains: "more than one YAML document",
+	},
+	{name: "too large", code: definition.CodeDocument, pos: "1:1", src: "# " + strings.Repeat("x", definition.MaxSourceBytes), contains: "the limit is"},
+	{
+		name: "missing version", code: definition.CodeMissingField, pos: "1:1",
+		src: `kind: Workflow
+name: x
+start: {run: "@actions/a", transitions: {success: flo.Completed}}
+`,
+		contains: "needs a version field",
+	},
+	{
+		name: "empty name", code: definition.CodeMissingField, pos: "2:6",
+		src: `kind: Workflow
+name:
+version: "1"
+start: {run: "@actions/a", transitions: {success: flo.Completed}}
+`,
+		contains: "name must not be empty",
+	},
+	{
+		name: "missing start", code: definition.CodeMissingField, pos: "1:1",
+		src: `kind: Workflow
+name: x
+version: "1"
+`,
+		contains: "needs a start field",
+	},
+	{
+		name: "wrong kind", code: definition.CodeKind, pos: "1:7",
+		src: `kind: Workflw
+name: x
+version: "1"
+start: {run: "@actions/a", transitions: {success: flo.Completed}}
+`,
+		contains: `kind must be Workflow, not "Workflw"`,
+	},
+	{
+		name: "unknown step field", code: definition.CodeUnknownField, pos: "6:3",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  retries: {max_attempts: 3}
+  transitions: {success: flo.Completed}
+`,
+		contains: `unknown field "retries" in a step (did you mean retry?); known fields: run, waitForSignal, inputMapping, retry, poll, transitions`,
+	},
+	{
+		name: "unknown poll field in other casing", code: definition.CodeUnknownField, pos: "7:5",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  poll:
+    max_attempts: 3
+  transitions: {success: flo.Completed, timeout: flo.TimedOut}
+`,
+		contains: "did you mean maxAttempts?",
+	},
+	{
+		name: "unknown top-level field", code: definition.CodeUnknownField, pos: "4:1",
+		src: `kind: Workflow
+name: x
+version: "1"
+descripton: typo
+start: {run: "@actions/a", transitions: {success: flo.Completed}}
+`,
+		contains: `unknown field "descripton"`,
+	},
+	{
+		name: "start is a string", code: definition.CodeType, pos: "4:8",
+		src: `kind: Workflow
+name: x
+version: "1"
+start: "@actions/a"
+`,
+		contains: "a step must be a mapping",
+	},
+	{
+		name: "timeout is a fraction", code: definition.CodeType, pos: "11:18",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  transitions: {success: wait}
+steps:
+  wait:
+    waitForSignal:
+      type: approval
+      timeoutMs: 1.5
+    transitions: {success: flo.Completed}
+`,
+		contains: "timeoutMs must be a whole number",
+	},
+	{
+		name: "bad workflow name", code: definition.CodeName, pos: "2:7",
+		src: `kind: Workflow
+name: "process order"
+version: "1"
+start: {run: "@actions/a", transitions: {success: flo.Completed}}
+`,
+		contains: `workflow name "process order" is invalid`,
+	},
+	{
+		name: "bad version", code: definition.CodeName, pos: "3:10",
+		src: `kind: Workflow
+name: x
+version: "1.0 beta"
+start: {run: "@actions/a", transitions: {success: flo.Completed}}
+`,
+		contains: `version "1.0 beta" is invalid`,
+	},
+	{
+		name: "bad idempotency", code: definition.CodeIdempotency, pos: "4:14",
+		src: `kind: Workflow
+name: x
+version: "1"
+idempotency: always
+start: {run: "@actions/a", transitions: {success: flo.Completed}}
+`,
+		contains: "idempotency must be none, optional or required",
+	},
+	{
+		name: "step with run and waitForSignal", code: definition.CodeStepKind, pos: "6:3",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  waitForSignal: {type: approval, timeoutMs: 1000}
+  transitions: {success: flo.Completed}
+`,
+		contains: "remove run or waitForSignal",
+	},
+	{
+		name: "step with neither", code: definition.CodeStepKind, pos: "5:3",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  transitions: {success: flo.Completed}
+`,
+		contains: "needs run (a target) or waitForSignal",
+	},
+	{
+		name: "run step without transitions", code: definition.CodeNoTransitions, pos: "5:3",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+`,
+		contains: "needs transitions",
+	},
+	{
+		name: "signal step without success", code: definition.CodeNoTransitions, pos: "9:5",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  transitions: {success: wait}
+steps:
+  wait:
+    waitForSignal: {type: approval, timeoutMs: 1000, onTimeout: flo.Failed}
+`,
+		contains: "needs a success transition",
+	},
+	{
+		name: "reserved step name", code: definition.CodeStepName, pos: "8:3",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  transitions: {success: flo.Completed}
+steps:
+  _start:
+    run: "@actions/b"
+    transitions: {success: flo.Completed}
+`,
+		contains: "reserved for the start step",
+	},
+	{
+		name: "step name with a dot", code: definition.CodeStepName, pos: "8:3",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  transitions: {success: flo.Completed}
+steps:
+  charge.card:
+    run: "@actions/b"
+    transitions: {success: flo.Completed}
+`,
+		contains: `step name "charge.card" is invalid`,
+	},
+	{
+		name: "terminal with bad status", code: definition.CodeTerminal, pos: "6:13",
+		src: `kind: Workflow
+name: x
+version: "1"
+terminals:
+  Done:
+    status: succeeded
+start: {run: "@actions/a", transitions: {success: Done}}
+`,
+		contains: "status must be completed, failed, cancelled or timed_out",
+	},
+	{
+		name: "terminal with reserved name", code: definition.CodeTerminal, pos: "5:3",
+		src: `kind: Workflow
+name: x
+version: "1"
+terminals:
+  flo.Done:
+    status: completed
+start: {run: "@actions/a", transitions: {success: flo.Completed}}
+`,
+		contains: "is reserved",
+	},
+	{
+		name: "terminal without status", code: definition.CodeTerminal, pos: "5:3",
+		src: `kind: Workflow
+name: x
+version: "1"
+terminals:
+  Done: {}
+start: {run: "@actions/a", transitions: {success: Done}}
+`,
+		contains: "needs a status",
+	},
+	{
+		name: "retry on a signal step", code: definition.CodeRunOnly, pos: "10:5",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  transitions: {success: wait}
+steps:
+  wait:
+    waitForSignal: {type: approval, timeoutMs: 1000}
+    retry: {max_attempts: 3}
+    transitions: {success: flo.Completed}
+`,
+		contains: "retry applies to run steps only",
+	},
+	{
+		name: "input mapping not JSON", code: definition.CodeInputMapping, pos: "6:17",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  inputMapping: '{amount: "$.input.amount"}'
+  transitions: {success: flo.Completed}
+`,
+		contains: "inputMapping is not valid JSON",
+	},
+	{
+		name: "merge key", code: definition.CodeMergeKey, pos: "8:5",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  transitions: {success: flo.Completed}
+  retry:
+    <<: {max_attempts: 2}
+`,
+		contains: "merge keys (<<) are not supported",
+	},
+	{
+		name: "too many transitions", code: definition.CodeLimit, pos: "6:3",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  transitions:
+` + manyTransitions(definition.MaxTransitions+1),
+		contains: "the limit is 64",
+	},
+	{
+		name: "schedule section", code: definition.CodeUnsupportedSection, pos: "4:1",
+		src: `kind: Workflow
+name: x
+version: "1"
+schedule:
+  cron: "0 */6 * * *"
+start: {run: "@actions/a", transitions: {success: flo.Completed}}
+`,
+		contains: "schedules (schedule) are not supported by this version yet",
+	},
+	{
+		name: "trigger section", code: definition.CodeUnsupportedSection, pos: "4:1",
+		src: `kind: Workflow
+name: x
+version: "1"
+trigger: {stream: orders}
+start: {run: "@actions/a", transitions: {success: flo.Completed}}
+`,
+		contains: "stream triggers (trigger)",
+	},
+	{
+		name: "target without prefix", code: definition.CodeTarget, pos: "5:8",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: charge-payment
+  transitions: {success: flo.Completed}
+`,
+		contains: "must be @actions/NAME, @workflow/NAME[:VERSION] or @plan/NAME",
+	},
+	{
+		name: "target with unknown prefix", code: definition.CodeTarget, pos: "5:8",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@action/charge-payment"
+  transitions: {success: flo.Completed}
+`,
+		contains: "unknown prefix @action/",
+	},
+	{
+		name: "target with bad name", code: definition.CodeTargetName, pos: "5:8",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/charge payment"
+  transitions: {success: flo.Completed}
+`,
+		contains: `name "charge payment" in "@actions/charge payment" is invalid`,
+	},
+	{
+		name: "plan target", code: definition.CodePlanUnsupported, pos: "5:8",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@plan/payment"
+  transitions: {success: flo.Completed}
+`,
+		contains: "plan targets (@plan/payment) are not supported by this version yet",
+	},
+	{
+		name: "child workflow with empty version", code: definition.CodeTargetVersion, pos: "5:8",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@workflow/payment-flow:"
+  transitions: {success: flo.Completed}
+`,
+		contains: `version "" in "@workflow/payment-flow:" is invalid`,
+	},
+	{
+		name: "mapping path with unknown root", code: definition.CodeMappingPath, pos: "6:17",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  inputMapping: '{"amount": "$.inputs.amount"}'
+  transitions: {success: flo.Completed}
+`,
+		contains: `path "$.inputs.amount"`,
+	},
+	{
+		name: "mapping reads an unknown step", code: definition.CodeMappingStep, pos: "11:19",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  transitions: {success: charge}
+steps:
+  enrich: {run: "@actions/e", transitions: {success: flo.Completed}}
+  charge:
+    run: "@actions/c"
+    inputMapping: '{"email": "$.steps.enrichh.output.email"}'
+    transitions: {success: enrich}
+`,
+		contains: `reads step "enrichh", which the workflow does not have (did you mean enrich?)`,
+	},
+	{
+		name: "transition to unknown step", code: definition.CodeTransitionTarget, pos: "7:14",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  transitions:
+    success: shipp
+steps:
+  ship: {run: "@actions/s", transitions: {success: flo.Completed}}
+`,
+		contains: `goes to "shipp", which is not a step, a custom terminal or a built-in terminal`,
+	},
+	{
+		name: "transition to miscased built-in", code: definition.CodeTransitionTarget, pos: "6:26",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  transitions: {success: flo.completed}
+`,
+		contains: "did you mean flo.Completed?",
+	},
+	{
+		name: "onTimeout to unknown terminal", code: definition.CodeTransitionTarget, pos: "9:65",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  transitions: {success: wait}
+steps:
+  wait:
+    waitForSignal: {type: approval, timeoutMs: 1000, onTimeout: Rejected}
+    transitions: {success: flo.Completed}
+`,
+		contains: `onTimeout goes to "Rejected"`,
+	},
+	{
+		name: "bad outcome name", code: definition.CodeOutcomeName, pos: "7:5",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  transitions:
+    "out of stock": flo.Failed
+    success: flo.Completed
+`,
+		contains: `outcome "out of stock" is invalid`,
+	},
+	{
+		name: "failure transition on signal step", code: definition.CodeSignalOutcome, pos: "12:7",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  transitions: {success: wait}
+steps:
+  wait:
+    waitForSignal: {type: approval, timeoutMs: 1000}
+    transitions:
+      success: flo.Completed
+      timeout: flo.Failed
+`,
+		contains: "use waitForSignal.onTimeout",
+	},
+	{
+		name: "unreachable step", code: definition.CodeUnreachable, pos: "8:3",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  transitions: {success: flo.Completed}
+steps:
+  orphan:
+    run: "@actions/b"
+    transitions: {success: flo.Completed}
+`,
+		contains: "step orphan is not reachable from start",
+	},
+	{
+		name: "duplicate step", code: definition.CodeDuplicateStep, pos: "11:3",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  transitions: {success: ship}
+steps:
+  ship:
+    run: "@actions/s"
+    transitions: {success: flo.Completed}
+  ship:
+    run: "@actions/s2"
+    transitions: {success: flo.Completed}
+`,
+		contains: `step "ship" is written twice (first at 8:3)`,
+	},
+	{
+		name: "duplicate terminal", code: definition.CodeDuplicateTerminal, pos: "6:3",
+		src: `kind: Workflow
+name: x
+version: "1"
+terminals:
+  Done: {status: completed}
+  Done: {status: failed}
+start: {run: "@actions/a", transitions: {success: Done}}
+`,
+		contains: `terminal "Done" is written twice`,
+	},
+	{
+		name: "step and terminal share a name", code: definition.CodeStepTerminalClash, pos: "9:3",
+		src: `kind: Workflow
+name: x
+version: "1"
+terminals:
+  ship: {status: completed}
+start: {run: "@actions/a", transitions: {success: ship}}
+steps:
+  # The step named ship would shadow the terminal.
+  ship: {run: "@actions/s", transitions: {success: flo.Completed}}
+`,
+		contains: `"ship" names both a step and a terminal (at 5:3)`,
+	},
+	{
+		name: "duplicate outcome", code: definition.CodeDuplicateKey, pos: "8:5",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  transitions:
+    success: flo.Completed
+    success: flo.Failed
+`,
+		contains: `outcome "success" is written twice`,
+	},
+	{
+		name: "duplicate field", code: definition.CodeDuplicateKey, pos: "3:1",
+		src: `kind: Workflow
+name: x
+name: y
+version: "1"
+start: {run: "@actions/a", transitions: {success: flo.Completed}}
+`,
+		contains: `field "name" is written twice`,
+	},
+	{
+		name: "signal without type", code: definition.CodeSignalType, pos: "9:5",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  transitions: {success: wait}
+steps:
+  wait:
+    waitForSignal:
+      timeoutMs: 1000
+    transitions: {success: flo.Completed}
+`,
+		contains: "needs the type of signal",
+	},
+	{
+		name: "signal type with spaces", code: definition.CodeSignalType, pos: "10:13",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  transitions: {success: wait}
+steps:
+  wait:
+    waitForSignal:
+      type: manager approval
+      timeoutMs: 1000
+    transitions: {success: flo.Completed}
+`,
+		contains: `signal type "manager approval" is invalid`,
+	},
+	{
+		name: "zero signal timeout", code: definition.CodeSignalTimeout, pos: "9:48",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  transitions: {success: wait}
+steps:
+  wait:
+    waitForSignal: {type: approval, timeoutMs: 0}
+    transitions: {success: flo.Completed}
+`,
+		contains: "timeoutMs must be between 1 and 31536000000 milliseconds, not 0",
+	},
+	{
+		name: "onTimeout without timeout", code: definition.CodeOnTimeoutNoTimeout, pos: "9:37",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  transitions: {success: wait}
+steps:
+  wait:
+    waitForSignal: {type: approval, onTimeout: flo.Failed}
+    transitions: {success: flo.Completed}
+`,
+		contains: "onTimeout never fires without timeoutMs",
+	},
+	{
+		name: "unknown retry backoff", code: definition.CodeBackoff, pos: "8:14",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  retry:
+    max_attempts: 3
+    backoff: exponental
+  transitions: {success: flo.Completed}
+`,
+		contains: `backoff "exponental" is not one of constant, linear, exponential, exponential_jitter (did you mean exponential?)`,
+	},
+	{
+		name: "unknown poll backoff", code: definition.CodeBackoff, pos: "6:35",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  poll: {maxAttempts: 3, backoff: fibonacci}
+  transitions: {success: flo.Completed, timeout: flo.TimedOut}
+`,
+		contains: `backoff "fibonacci"`,
+	},
+	{
+		name: "zero retry attempts", code: definition.CodeMaxAttempts, pos: "7:19",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  retry:
+    max_attempts: 0
+  transitions: {success: flo.Completed}
+`,
+		contains: "max_attempts counts every attempt, the first included: it must be between 1 and 1000, not 0",
+	},
+	{
+		name: "too many polls", code: definition.CodeMaxAttempts, pos: "6:23",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  poll: {maxAttempts: 100000}
+  transitions: {success: flo.Completed, timeout: flo.TimedOut}
+`,
+		contains: "maxAttempts must be between 1 and 10000",
+	},
+	{
+		name: "max delay below initial", code: definition.CodeDelay, pos: "8:19",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  retry:
+    initial_delay_ms: 5000
+    max_delay_ms: 1000
+  transitions: {success: flo.Completed}
+`,
+		contains: "max_delay_ms 1000 is less than initial_delay_ms 5000",
+	},
+	{
+		name: "negative initial delay", code: definition.CodeDelay, pos: "7:23",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  retry:
+    initial_delay_ms: -1
+  transitions: {success: flo.Completed}
+`,
+		contains: "initial_delay_ms must be between 0 and 604800000 milliseconds, not -1",
+	},
+	{
+		name: "zero within budget", code: definition.CodeDelay, pos: "7:16",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  retry:
+    within_ms: 0
+  transitions: {success: flo.Completed}
+`,
+		contains: "within_ms must be between 1 and",
+	},
+	{
+		name: "poll max below base", code: definition.CodeDelay, pos: "6:41",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  poll: {baseDelayMs: 2000, maxDelayMs: 10}
+  transitions: {success: flo.Completed, timeout: flo.TimedOut}
+`,
+		contains: "maxDelayMs 10 is less than baseDelayMs 2000",
+	},
+	{
+		name: "multiplier below one", code: definition.CodeMultiplier, pos: "7:17",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  retry:
+    multiplier: 0.5
+  transitions: {success: flo.Completed}
+`,
+		contains: "multiplier must be between 1 and 100, not 0.5",
+	},
+	{
+		name: "signal without timeout", code: definition.CodeNoSignalTimeout, pos: "9:5",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  transitions: {success: wait}
+steps:
+  wait:
+    waitForSignal: {type: approval}
+    transitions: {success: flo.Completed}
+`,
+		contains: `the run waits for a "approval" signal forever`,
+	},
+	{
+		name: "poll without timeout transition", code: definition.CodePollWithoutTimeoutTo, pos: "6:3",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@actions/a"
+  poll: {maxAttempts: 5}
+  transitions: {success: flo.Completed, failure: flo.Failed}
+`,
+		contains: "when 5 polls still report pending the run fails",
+	},
+}
+
+func manyTransitions(n int) string {
+	var b strings.Builder
+	for i := range n {
+		b.WriteString("    o")
+		b.WriteString(strings.Repeat("x", i%7))
+		b.WriteString(string(rune('a' + i%26)))
+		b.WriteString(strings.Repeat("y", i/26))
+		b.WriteString(": flo.Completed\n")
+	}
+	return b.String()
+}
+
+func TestEachCode(t *testing.T) {
+	t.Parallel()
+	for _, tt := range codeCases {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			def, diags, err := definition.Parse([]byte(tt.src))
+			var found *definition.Diagnostic
+			for i := range diags {
+				if diags[i].Code == tt.code {
+					found = &diags[i]
+					break
+				}
+			}
+			require.NotNil(t, found, "no %s among %v", tt.code, diags)
+			require.Equal(t, tt.pos, found.Pos.String(), "position of %s", found)
+			require.Contains(t, found.Message, tt.contains)
+			if strings.HasPrefix(string(tt.code), "E") {
+				require.Equal(t, definition.Error, found.Severity)
+				var ve *definition.ValidationError
+				require.ErrorAs(t, err, &ve)
+				require.Nil(t, def)
+				require.Contains(t, err.Error(), string(tt.code))
+				return
+			}
+			require.Equal(t, definition.Warning, found.Severity)
+			require.NoError(t, err, "a warning alone must not invalidate: %v", diags)
+			require.NotNil(t, def)
+		})
+	}
+}
+
+func TestEveryCodeHasACase(t *testing.T) {
+	t.Parallel()
+	tested := map[definition.Code]bool{}
+	for _, c := range codeCases {
+		tested[c.code] = true
+	}
+	for _, info := range definition.Codes {
+		require.True(t, tested[info.Code], "code %s has no test case", info.Code)
+		wantSev := definition.Error
+		if strings.HasPrefix(string(info.Code), "W") {
+			wantSev = definition.Warning
+		}
+		require.Equal(t, wantSev, info.Severity, "severity of %s", info.Code)
+	}
+}
+
+// TestREADMEListsEveryCode keeps the README's code table in step with Codes.
+func TestREADMEListsEveryCode(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	require.NoError(t, err)
+	row := regexp.MustCompile("(?m)^\\| `([EW]\\d{3})` \\|")
+	inREADME := map[string]bool{}
+	for _, m := range row.FindAllStringSubmatch(string(readme), -1) {
+		inREADME[m[1]] = true
+	}
+	inCode := map[string]bool{}
+	for _, info := range definition.Codes {
+		inCode[string(info.Code)] = true
+		require.True(t, inREADME[string(info.Code)], "README.md lacks a row for %s", info.Code)
+	}
+	for code := range inREADME {
+		require.True(t, inCode[code], "README.md documents %s, which definition.Codes lacks", code)
+	}
+}

@@ -1,0 +1,225 @@
+package definition
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/razorbill/flo/libs/fault"
+)
+
+// Severity says whether a diagnostic blocks a definition.
+type Severity int
+
+// The severities. An Error makes the definition invalid; a Warning is
+// reported alongside a valid definition.
+const (
+	Error Severity = iota + 1
+	Warning
+)
+
+func (s Severity) String() string {
+	switch s {
+	case Error:
+		return "error"
+	case Warning:
+		return "warning"
+	}
+	return fmt.Sprintf("Severity(%d)", int(s))
+}
+
+// Position is a place in the YAML source, 1-based. Zero means unknown.
+type Position struct {
+	Line   int
+	Column int
+}
+
+func (p Position) String() string {
+	switch {
+	case p.Line == 0:
+		return "-"
+	case p.Column == 0:
+		return fmt.Sprintf("%d", p.Line)
+	}
+	return fmt.Sprintf("%d:%d", p.Line, p.Column)
+}
+
+// Code is a stable diagnostic code: E1xx structure, E2xx target references,
+// E3xx transitions, E4xx duplicates, E5xx signals, timers and retry values.
+// Warnings use W and the number of their category.
+type Code string
+
+// Structure.
+const (
+	CodeSyntax             Code = "E100" // the source is not valid YAML
+	CodeDocument           Code = "E101" // empty, not a mapping, several documents, or too large
+	CodeMissingField       Code = "E102" // a required field is absent or empty
+	CodeKind               Code = "E103" // kind is not Workflow
+	CodeUnknownField       Code = "E104" // a field the language does not have
+	CodeType               Code = "E105" // a value of the wrong YAML type
+	CodeName               Code = "E106" // workflow name or version malformed
+	CodeIdempotency        Code = "E107" // idempotency not none, optional or required
+	CodeStepKind           Code = "E108" // a step needs exactly one of run and waitForSignal
+	CodeNoTransitions      Code = "E109" // a step with no way forward
+	CodeStepName           Code = "E110" // step name malformed or reserved
+	CodeTerminal           Code = "E111" // custom terminal name or status invalid
+	CodeRunOnly            Code = "E112" // retry, poll or inputMapping on a waitForSignal step
+	CodeInputMapping       Code = "E113" // inputMapping is not a JSON template
+	CodeMergeKey           Code = "E114" // YAML merge keys are not supported
+	CodeLimit              Code = "E115" // too many steps, terminals or transitions
+	CodeUnsupportedSection Code = "E150" // plans, schedule, trigger, searchAttributes: not yet
+)
+
+// Target references.
+const (
+	CodeTarget          Code = "E201" // run is not @actions/NAME, @workflow/NAME[:VERSION] or @plan/NAME
+	CodeTargetName      Code = "E202" // the name in a target is malformed
+	CodePlanUnsupported Code = "E203" // @plan/ targets: not yet
+	CodeTargetVersion   Code = "E204" // the version in @workflow/NAME:VERSION is malformed
+	CodeMappingPath     Code = "E205" // an inputMapping path is malformed
+	CodeMappingStep     Code = "E206" // an inputMapping path names a step that does not exist
+)
+
+// Transitions.
+const (
+	CodeTransitionTarget Code = "E301" // a transition or onTimeout goes nowhere known
+	CodeOutcomeName      Code = "E302" // an outcome name is malformed
+	CodeSignalOutcome    Code = "E303" // a waitForSignal step has only a success transition
+	CodeUnreachable      Code = "W301" // a step no path from start reaches
+)
+
+// Duplicates.
+const (
+	CodeDuplicateStep     Code = "E401" // two steps with one name
+	CodeDuplicateTerminal Code = "E402" // two terminals with one name
+	CodeStepTerminalClash Code = "E403" // a step and a terminal with one name
+	CodeDuplicateKey      Code = "E404" // a field or outcome written twice
+)
+
+// Signals, timers and retry policies.
+const (
+	CodeSignalType           Code = "E501" // waitForSignal.type absent or malformed
+	CodeSignalTimeout        Code = "E502" // timeoutMs out of range
+	CodeOnTimeoutNoTimeout   Code = "E503" // onTimeout without timeoutMs never fires
+	CodeBackoff              Code = "E504" // unknown backoff strategy
+	CodeMaxAttempts          Code = "E505" // max_attempts or maxAttempts out of range
+	CodeDelay                Code = "E506" // a delay or budget out of range or inconsistent
+	CodeMultiplier           Code = "E507" // multiplier out of range
+	CodeNoSignalTimeout      Code = "W501" // waitForSignal without timeoutMs may wait forever
+	CodePollWithoutTimeoutTo Code = "W502" // poll without a timeout transition fails the run when polls run out
+)
+
+// CodeInfo documents one code.
+type CodeInfo struct {
+	Code     Code
+	Severity Severity
+	Summary  string
+}
+
+// Codes lists every diagnostic code with its meaning; the README's table is
+// checked against it.
+var Codes = []CodeInfo{
+	{CodeSyntax, Error, "The source is not valid YAML."},
+	{CodeDocument, Error, "The source is empty, is not a mapping, holds several documents, or is larger than 1 MiB."},
+	{CodeMissingField, Error, "A required field is absent or empty: kind, name, version, start."},
+	{CodeKind, Error, "kind is not Workflow."},
+	{CodeUnknownField, Error, "A field the language does not have (typos are errors; the message suggests the closest field)."},
+	{CodeType, Error, "A value of the wrong type, e.g. a mapping where a string belongs, or a fraction where an integer belongs."},
+	{CodeName, Error, "The workflow name (1–128 letters, digits, '.', '_', '-') or version (1–64 letters, digits, '.', '_', '+', '-') is malformed."},
+	{CodeIdempotency, Error, "idempotency is not none, optional or required."},
+	{CodeStepKind, Error, "A step has both or neither of run and waitForSignal."},
+	{CodeNoTransitions, Error, "A run step has no transitions, or a waitForSignal step has no success transition."},
+	{CodeStepName, Error, "A step name is malformed (a letter or '_' then letters, digits, '_', '-') or reserved (_start)."},
+	{CodeTerminal, Error, "A custom terminal's name is malformed or reserved (flo.*), or its status is not completed, failed, cancelled or timed_out."},
+	{CodeRunOnly, Error, "retry, poll or inputMapping on a waitForSignal step; they apply to run steps only."},
+	{CodeInputMapping, Error, "inputMapping is not a JSON template: invalid JSON, a key written twice, or nested too deeply."},
+	{CodeMergeKey, Error, "A YAML merge key (<<); anchors and aliases work, merges do not."},
+	{CodeLimit, Error, "Too many steps (1000), custom terminals (1000) or transitions in one step (64)."},
+	{CodeUnsupportedSection, Error, "plans, schedule, trigger or searchAttributes: part of the language, not supported by this version yet."},
+	{CodeTarget, Error, "run is not @actions/NAME, @workflow/NAME[:VERSION] or @plan/NAME."},
+	{CodeTargetName, Error, "The action, workflow or plan name in a target is malformed."},
+	{CodePlanUnsupported, Error, "@plan/NAME targets are not supported by this version yet."},
+	{CodeTargetVersion, Error, "The version in @workflow/NAME:VERSION is empty or malformed."},
+	{CodeMappingPath, Error, "An inputMapping path is not one of $.input…, $.steps.NAME.output…, $.steps.NAME.outcome, $.flo.run_id, $.flo.timestamp, or its JSONPath is invalid."},
+	{CodeMappingStep, Error, "An inputMapping path names a step the workflow does not have."},
+	{CodeTransitionTarget, Error, "A transition or onTimeout target is not a step, a custom terminal or a built-in terminal."},
+	{CodeOutcomeName, Error, "An outcome name is malformed (letters, digits, '_', '.', '-')."},
+	{CodeSignalOutcome, Error, "A waitForSignal step has a transition other than success; use onTimeout for timeouts."},
+	{CodeUnreachable, Warning, "A step that no path from start reaches."},
+	{CodeDuplicateStep, Error, "Two steps with the same name."},
+	{CodeDuplicateTerminal, Error, "Two custom terminals with the same name."},
+	{CodeStepTerminalClash, Error, "A step and a custom terminal with the same name."},
+	{CodeDuplicateKey, Error, "A field or outcome written twice in one mapping."},
+	{CodeSignalType, Error, "waitForSignal.type is absent or malformed."},
+	{CodeSignalTimeout, Error, "timeoutMs is not between 1 and 31536000000 (365 days)."},
+	{CodeOnTimeoutNoTimeout, Error, "onTimeout without timeoutMs can never fire."},
+	{CodeBackoff, Error, "backoff is not constant, linear, exponential or exponential_jitter."},
+	{CodeMaxAttempts, Error, "retry max_attempts is not between 1 and 1000, or poll maxAttempts not between 1 and 10000."},
+	{CodeDelay, Error, "A delay is negative or above 604800000 (7 days), a maximum is below its initial or base delay, or within_ms is not between 1 and 31536000000."},
+	{CodeMultiplier, Error, "multiplier is not between 1 and 100."},
+	{CodeNoSignalTimeout, Warning, "A waitForSignal step without timeoutMs waits for its signal forever."},
+	{CodePollWithoutTimeoutTo, Warning, "A step with poll has no timeout transition: when polls run out the run fails."},
+}
+
+// Diagnostic is one problem found in a definition.
+type Diagnostic struct {
+	Code     Code
+	Severity Severity
+	Pos      Position
+	// Path names the place in the definition, e.g. steps.charge.retry.backoff.
+	Path    string
+	Message string
+}
+
+// String renders the diagnostic as LINE:COL CODE PATH: MESSAGE.
+func (d Diagnostic) String() string {
+	var b strings.Builder
+	b.WriteString(d.Pos.String())
+	b.WriteString(" ")
+	b.WriteString(string(d.Code))
+	if d.Path != "" {
+		b.WriteString(" ")
+		b.WriteString(d.Path)
+	}
+	b.WriteString(": ")
+	b.WriteString(d.Message)
+	return b.String()
+}
+
+// ValidationError is returned when a definition has errors. Diagnostics holds
+// every diagnostic, warnings included.
+type ValidationError struct {
+	Diagnostics []Diagnostic
+}
+
+// maxErrorsInMessage bounds how many errors Error spells out.
+const maxErrorsInMessage = 10
+
+func (e *ValidationError) Error() string {
+	var errs []string
+	for _, d := range e.Diagnostics {
+		if d.Severity == Error {
+			errs = append(errs, d.String())
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "invalid workflow definition (%d error", len(errs))
+	if len(errs) != 1 {
+		b.WriteString("s")
+	}
+	b.WriteString("): ")
+	shown := errs
+	if len(shown) > maxErrorsInMessage {
+		shown = shown[:maxErrorsInMessage]
+	}
+	b.WriteString(strings.Join(shown, "; "))
+	if len(errs) > len(shown) {
+		fmt.Fprintf(&b, "; and %d more", len(errs)-len(shown))
+	}
+	return b.String()
+}
+
+// Unwrap makes the error an Invalid domain error (libs/fault), so the gRPC
+// edge reports it as invalid input.
+func (e *ValidationError) Unwrap() error {
+	return &fault.Error{Kind: fault.Invalid, Message: e.Error()}
+}

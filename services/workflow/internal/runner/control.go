@@ -1,0 +1,167 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+
+	"github.com/google/uuid"
+
+	"github.com/razorbill/flo/libs/fault"
+	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/services/workflow/internal/engine"
+	"github.com/razorbill/flo/services/workflow/internal/store"
+)
+
+// signalTypePattern is what a signal type may look like; waitForSignal
+// types are checked against the same form when a definition is created.
+var signalTypePattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$`)
+
+// Signal stores a signal with a run and advances the run with it: a step
+// waiting for its type resumes; otherwise it is kept for a later step. Runs
+// that ended refuse signals (Precondition).
+func (r *Runner) Signal(ctx context.Context, namespace, runID, typ string, payload []byte) (string, error) {
+	if err := checkRun(namespace, runID); err != nil {
+		return "", err
+	}
+	if !signalTypePattern.MatchString(typ) {
+		return "", fault.Invalidf("type %q is not a signal type (1-128 letters, digits, '_', '.', ':', '-')", typ)
+	}
+	payload, err := checkJSON("payload", payload, r.cfg.MaxPayloadBytes)
+	if err != nil {
+		return "", err
+	}
+	var id string
+	err = r.inUnit(ctx, func(u *unit) error {
+		e, err := u.lockIn(ctx, namespace, runID)
+		if err != nil {
+			return err
+		}
+		if e.run.Status.Ended() {
+			return fault.Preconditionf("run %s has ended (%s); it takes no more signals", runID, e.run.Status)
+		}
+		sig := engine.Signal{ID: newRunID(), Type: typ, Payload: payload, ReceivedAt: u.now}
+		if err := store.InsertSignal(ctx, u.tx, runID, sig); err != nil {
+			return err
+		}
+		u.pending[runID] = append(u.pending[runID], sig)
+		id = sig.ID
+		return u.advance(ctx, e, engine.SignalArrived{Signal: sig})
+	})
+	if err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// Cancel cancels a run and, with it, the children it waits for. Cancelling a
+// cancelled run returns it unchanged; a run that ended otherwise refuses
+// (Precondition).
+func (r *Runner) Cancel(ctx context.Context, namespace, runID, reason string) (*store.Run, error) {
+	if err := checkRun(namespace, runID); err != nil {
+		return nil, err
+	}
+	if reason == "" {
+		reason = "cancelled by request"
+	}
+	var run *store.Run
+	err := r.inUnit(ctx, func(u *unit) error {
+		e, err := u.lockIn(ctx, namespace, runID)
+		if err != nil {
+			return err
+		}
+		run = e.run
+		switch {
+		case e.run.Status == engine.StatusCancelled:
+			return nil
+		case e.run.Status.Ended():
+			return fault.Preconditionf("run %s has already ended (%s)", runID, e.run.Status)
+		}
+		return u.advance(ctx, e, engine.Cancel{Reason: store.Text(reason)})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return run, nil
+}
+
+// lockIn locks a run of a namespace; NotFound when there is none.
+func (u *unit) lockIn(ctx context.Context, namespace, runID string) (*entry, error) {
+	e, err := u.lock(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	if e == nil || e.run.Namespace != namespace {
+		return nil, fault.NotFoundf("run %s not found", runID)
+	}
+	return e, nil
+}
+
+// checkRun validates the names every run call carries.
+func checkRun(namespace, runID string) error {
+	if namespace == "" {
+		return fault.Invalidf("namespace is required")
+	}
+	if runID == "" {
+		return fault.Invalidf("run_id is required")
+	}
+	if _, err := uuid.Parse(runID); err != nil {
+		return fault.Invalidf("run_id %q is not a run id", runID)
+	}
+	return nil
+}
+
+// Get reads a run.
+func (r *Runner) Get(ctx context.Context, namespace, runID string) (*store.Run, error) {
+	if err := checkRun(namespace, runID); err != nil {
+		return nil, err
+	}
+	run, err := store.GetRun(ctx, r.pool, namespace, runID)
+	if errors.Is(err, pg.ErrNotFound) {
+		return nil, fault.NotFoundf("run %s not found", runID)
+	}
+	return run, err
+}
+
+// History reads a run's history in order.
+func (r *Runner) History(ctx context.Context, namespace, runID string) ([]store.HistoryRow, error) {
+	if _, err := r.Get(ctx, namespace, runID); err != nil {
+		return nil, err
+	}
+	return store.History(ctx, r.pool, runID)
+}
+
+// Listing limits.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
+// List lists a page of runs newest first; f.AfterCreatedAt and f.AfterID
+// continue a listing after a page's last run, and more reports that another
+// page follows.
+func (r *Runner) List(ctx context.Context, f store.RunFilter) (runs []*store.Run, more bool, err error) {
+	switch {
+	case f.Namespace == "":
+		return nil, false, fault.Invalidf("namespace is required")
+	case f.Limit < 0 || f.Limit > MaxListLimit:
+		return nil, false, fault.Invalidf("limit must be between 0 and %d, got %d", MaxListLimit, f.Limit)
+	case !f.CreatedAfter.IsZero() && !f.CreatedBefore.IsZero() && !f.CreatedAfter.Before(f.CreatedBefore):
+		return nil, false, fault.Invalidf("created_after must be before created_before")
+	}
+	if f.Limit == 0 {
+		f.Limit = DefaultListLimit
+	}
+	page := f.Limit
+	// One more than a page tells whether another page follows.
+	f.Limit++
+	runs, err = store.ListRuns(ctx, r.pool, f)
+	if err != nil {
+		return nil, false, fmt.Errorf("list runs: %w", err)
+	}
+	if len(runs) > page {
+		return runs[:page], true, nil
+	}
+	return runs, false, nil
+}

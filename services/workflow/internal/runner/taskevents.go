@@ -1,0 +1,156 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/razorbill/flo/libs/coalesce"
+	"github.com/razorbill/flo/libs/kafka"
+	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
+	"github.com/razorbill/flo/services/workflow/internal/definition"
+	"github.com/razorbill/flo/services/workflow/internal/engine"
+)
+
+var tracer = otel.Tracer("github.com/razorbill/flo/services/workflow/internal/runner")
+
+// taskEvent is a task event that ends a task a run waits for.
+type taskEvent struct {
+	runID string
+	ended engine.TaskEnded
+}
+
+// HandleTaskEvents is the kafka.BatchHandler for TaskEventsTopic. It keeps
+// the events that end tasks runs invoked (COMPLETED, FAILED, DEAD_LETTERED,
+// REJECTED with a workflow origin) and applies them in one transaction with
+// the events of the poll's other partitions. Undecodable records and events
+// of other tasks are skipped: retrying them cannot help and must not hold up
+// the partition.
+func (r *Runner) HandleTaskEvents(ctx context.Context, records []*kgo.Record) error {
+	var (
+		evs   []taskEvent
+		spans []trace.Span
+	)
+	for _, rec := range records {
+		var ev eventsv1.TaskEvent
+		if err := proto.Unmarshal(rec.Value, &ev); err != nil {
+			r.log.WarnContext(ctx, "skipping undecodable task event", "partition", rec.Partition, "offset", rec.Offset, "error", err)
+			continue
+		}
+		te, ok := taskEnded(&ev)
+		if !ok {
+			continue
+		}
+		// The event carries the trace of the run's start (through the task),
+		// so the advance joins the run's trace.
+		_, span := tracer.Start(kafka.ExtractTrace(ctx, rec), "advance run",
+			trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(attribute.String("flo.run_id", te.runID), attribute.String("flo.task_id", ev.GetTaskId()),
+				attribute.String("flo.outcome", te.ended.Outcome)))
+		evs = append(evs, te)
+		spans = append(spans, span)
+	}
+	if len(evs) == 0 {
+		return nil
+	}
+	_, err := r.events.Do(ctx, evs)
+	for _, s := range spans {
+		if err != nil {
+			s.RecordError(err)
+			s.SetStatus(codes.Error, "advance failed")
+		}
+		s.End()
+	}
+	return err
+}
+
+// taskEnded maps a task event to the engine's TaskEnded; ok is false for
+// events that do not end a task of a run.
+func taskEnded(ev *eventsv1.TaskEvent) (taskEvent, bool) {
+	runID, token, ok := parseOrigin(ev.GetOrigin())
+	if !ok {
+		return taskEvent{}, false
+	}
+	te := engine.TaskEnded{Token: token}
+	switch ev.GetType() {
+	case eventsv1.TaskEventType_TASK_EVENT_TYPE_COMPLETED:
+		te.Outcome = ev.GetOutcome()
+		if te.Outcome == "" {
+			te.Outcome = definition.OutcomeSuccess
+		}
+		te.Output = outputJSON(ev.GetResult())
+	case eventsv1.TaskEventType_TASK_EVENT_TYPE_FAILED:
+		te.Outcome, te.Error, te.NonRetryable = definition.OutcomeFailure, ev.GetError(), ev.GetNonRetryable()
+	case eventsv1.TaskEventType_TASK_EVENT_TYPE_DEAD_LETTERED:
+		te.Outcome, te.Error = definition.OutcomeFailure, ev.GetError()
+	case eventsv1.TaskEventType_TASK_EVENT_TYPE_REJECTED:
+		te.Outcome, te.Error = ev.GetOutcome(), ev.GetError()
+		if te.Outcome == "" {
+			te.Outcome = definition.OutcomeExecutionFailure
+		}
+	default:
+		return taskEvent{}, false
+	}
+	return taskEvent{runID: runID, ended: te}, true
+}
+
+// outputJSON makes an action's result usable as a step output: JSON stays as
+// it is, an empty result is null, and anything else becomes a JSON string of
+// its text, so inputMapping and status output always see JSON.
+func outputJSON(b []byte) json.RawMessage {
+	switch {
+	case len(b) == 0:
+		return json.RawMessage("null")
+	case json.Valid(b):
+		return json.RawMessage(b)
+	}
+	s, _ := json.Marshal(strings.ToValidUTF8(string(b), "\uFFFD"))
+	return s
+}
+
+// execEvents applies the task events of a consumer poll in one transaction,
+// in log order per run. Events whose token the run has left (redeliveries,
+// the second end event of a task, tasks of a cancelled run) change nothing.
+func (r *Runner) execEvents(ctx context.Context, calls []*coalesce.Call[[]taskEvent, struct{}]) error {
+	var evs []taskEvent
+	for _, c := range calls {
+		evs = append(evs, c.Req...)
+	}
+	ids := make([]string, 0, len(evs))
+	seen := map[string]bool{}
+	for _, ev := range evs {
+		if !seen[ev.runID] {
+			seen[ev.runID] = true
+			ids = append(ids, ev.runID)
+		}
+	}
+	stale := 0
+	err := r.inUnit(ctx, func(u *unit) error {
+		stale = 0
+		if err := u.lockRuns(ctx, ids, false); err != nil {
+			return err
+		}
+		for _, ev := range evs {
+			e := u.runs[ev.runID]
+			if e == nil || e.run.Status.Ended() || e.run.Token != ev.ended.Token {
+				stale++
+				continue
+			}
+			if err := u.advance(ctx, e, ev.ended); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err == nil && stale > 0 {
+		r.staleEvents.Add(ctx, int64(stale))
+	}
+	return err
+}

@@ -1,0 +1,66 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/razorbill/flo/services/workflow/internal/engine"
+)
+
+// HistoryRow is one event of a run's history.
+type HistoryRow struct {
+	RunID string
+	Seq   int
+	engine.HistoryEvent
+}
+
+// AppendHistory inserts history events.
+func AppendHistory(ctx context.Context, db DB, rows []HistoryRow) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	n := len(rows)
+	var (
+		ids      = make([]string, n)
+		seqs     = make([]int32, n)
+		types    = make([]string, n)
+		steps    = make([]string, n)
+		details  = make([]string, n)
+		attempts = make([]int32, n)
+		ats      = make([]time.Time, n)
+	)
+	for i, r := range rows {
+		ids[i], seqs[i], types[i], steps[i] = r.RunID, int32(r.Seq), r.Type, Text(r.Step)
+		details[i], attempts[i], ats[i] = Text(r.Detail), int32(r.Attempt), r.At
+	}
+	_, err := db.Exec(ctx, `
+INSERT INTO history (run_id, seq, type, step, detail, attempt, at)
+SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::text[], $6::int[], $7::timestamptz[])`,
+		ids, seqs, types, steps, details, attempts, ats)
+	if err != nil {
+		return fmt.Errorf("append %d history events: %w", n, err)
+	}
+	return nil
+}
+
+// History reads a run's history in order.
+func History(ctx context.Context, db DB, runID string) ([]HistoryRow, error) {
+	rows, err := db.Query(ctx, `SELECT seq, type, step, detail, attempt, at FROM history WHERE run_id = $1 ORDER BY seq`, runID)
+	if err != nil {
+		return nil, fmt.Errorf("read history of run %s: %w", runID, err)
+	}
+	defer rows.Close()
+	var out []HistoryRow
+	for rows.Next() {
+		h := HistoryRow{RunID: runID}
+		if err := rows.Scan(&h.Seq, &h.Type, &h.Step, &h.Detail, &h.Attempt, &h.At); err != nil {
+			return nil, fmt.Errorf("read history of run %s: %w", runID, err)
+		}
+		out = append(out, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read history of run %s: %w", runID, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,253 @@
+// Package service wires the workflow service: Postgres pool and migrations,
+// the definition catalog, the runner with its task-event consumer and timer
+// loop, the outbox relay, and the gRPC and HTTP servers, with an orderly
+// graceful stop.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel"
+	"google.golang.org/grpc"
+
+	"github.com/razorbill/flo/libs/config"
+	"github.com/razorbill/flo/libs/kafka"
+	"github.com/razorbill/flo/libs/outbox"
+	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/libs/probe"
+	"github.com/razorbill/flo/libs/stage"
+	"github.com/razorbill/flo/libs/wake"
+	"github.com/razorbill/flo/services/workflow/internal/catalog"
+	"github.com/razorbill/flo/services/workflow/internal/grpcapi"
+	"github.com/razorbill/flo/services/workflow/internal/runner"
+	"github.com/razorbill/flo/services/workflow/internal/store"
+	"github.com/razorbill/flo/services/workflow/internal/timer"
+	"github.com/razorbill/flo/services/workflow/migrations"
+)
+
+// Schema is the workflow service's Postgres schema.
+const Schema = "workflow"
+
+// Shutdown bounds.
+const (
+	grpcStopTimeout  = 10 * time.Second
+	relayFlushWait   = 5 * time.Second
+	httpStopTimeout  = 5 * time.Second
+	readyPingTimeout = time.Second
+)
+
+// Config is the workflow service's configuration, read from FLO_* variables.
+type Config struct {
+	GRPCAddr string `env:"FLO_WORKFLOW_GRPC_ADDR, default=:9104"`
+	HTTPAddr string `env:"FLO_WORKFLOW_HTTP_ADDR, default=:9114"`
+	// MaxPayloadBytes bounds a run's input and a signal's payload; the
+	// gateway applies the same variable to what it accepts.
+	MaxPayloadBytes int `env:"FLO_MAX_PAYLOAD_BYTES, default=1048576"`
+	// TimerTick is the slowest the timer loop looks for due timers; it
+	// normally wakes exactly when the next one is due.
+	TimerTick time.Duration `env:"FLO_WORKFLOW_TIMER_TICK, default=1s"`
+	Postgres  config.Postgres
+	Kafka     config.Kafka
+}
+
+// Option adjusts a Service.
+type Option func(*options)
+
+type options struct {
+	metrics http.Handler
+}
+
+// WithMetricsHandler serves h at /metrics, typically the handler of the
+// process's telemetry.Setup. Without it /metrics is not served.
+func WithMetricsHandler(h http.Handler) Option {
+	return func(o *options) { o.metrics = h }
+}
+
+// Service is a running workflow service.
+type Service struct {
+	cfg Config
+	log *slog.Logger
+
+	pool     *pgxpool.Pool
+	producer *kgo.Client
+	consumer *kafka.Consumer
+	relay    *outbox.Relay
+	runner   *runner.Runner
+	timers   *timer.Loop
+	listener *wake.Listener
+
+	grpcServer *grpc.Server
+	grpcLis    net.Listener
+	httpServer *http.Server
+	httpLis    net.Listener
+
+	consuming atomic.Bool
+	stopping  atomic.Bool
+}
+
+// New connects to Postgres (applying migrations) and the broker (creating
+// the topics it uses), and opens both listeners, so GRPCAddr and HTTPAddr are
+// known before Run.
+func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *Service, err error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := validate(cfg); err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg, log: log}
+	defer func() {
+		if err != nil {
+			for _, l := range []net.Listener{s.grpcLis, s.httpLis} {
+				if l != nil {
+					_ = l.Close()
+				}
+			}
+			s.closeResources()
+		}
+	}()
+
+	if s.pool, err = pg.Connect(ctx, cfg.Postgres.URL, Schema, cfg.Postgres.MaxConns, log); err != nil {
+		return nil, fmt.Errorf("workflow: %w", err)
+	}
+	if err = pg.Migrate(ctx, s.pool, Schema, migrations.FS); err != nil {
+		return nil, fmt.Errorf("workflow: %w", err)
+	}
+	if s.producer, err = kafka.NewClient(cfg.Kafka.Brokers); err != nil {
+		return nil, fmt.Errorf("workflow: producer: %w", err)
+	}
+	if err = kafka.EnsureTopics(ctx, s.producer, cfg.Kafka.Partitions, runner.CommandsTopic, runner.TaskEventsTopic, runner.RunEventsTopic); err != nil {
+		return nil, fmt.Errorf("workflow: %w", err)
+	}
+	s.relay = outbox.NewRelay(s.pool, s.producer, log)
+
+	meter := otel.Meter("github.com/razorbill/flo/services/workflow")
+	cat := catalog.New(s.pool)
+	s.runner, err = runner.New(s.pool, cat, s.relay, runner.Config{MaxPayloadBytes: cfg.MaxPayloadBytes, SafetyTick: cfg.TimerTick}, log, meter)
+	if err != nil {
+		return nil, fmt.Errorf("workflow: %w", err)
+	}
+	s.timers = timer.NewLoop(s.runner, cfg.TimerTick, log)
+	s.runner.SetTimerWaker(s.timers)
+	s.listener = wake.NewListener(s.listenConn, map[string]func(string){
+		store.TimersChannel: func(string) { s.timers.WakeNow() },
+	}, s.timers.WakeNow, log)
+
+	s.grpcServer = grpcapi.NewGRPCServer(cat, s.runner, log)
+	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("workflow: listen grpc: %w", err)
+	}
+	if s.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("workflow: listen http: %w", err)
+	}
+	s.httpServer = &http.Server{Handler: probe.Handler(s.ready, o.metrics), ReadHeaderTimeout: 10 * time.Second}
+	// Last, because a consumer's client is only released by its Run.
+	if s.consumer, err = kafka.NewConsumer(cfg.Kafka.Brokers, runner.ConsumerGroup, []string{runner.TaskEventsTopic}, s.runner.HandleTaskEvents, log); err != nil {
+		return nil, fmt.Errorf("workflow: %w", err)
+	}
+	return s, nil
+}
+
+func validate(cfg Config) error {
+	switch {
+	case cfg.Postgres.URL == "":
+		return errors.New("workflow: FLO_DATABASE_URL is required")
+	case len(cfg.Kafka.Brokers) == 0:
+		return errors.New("workflow: FLO_KAFKA_BROKERS is required")
+	case cfg.MaxPayloadBytes <= 0:
+		return fmt.Errorf("workflow: FLO_MAX_PAYLOAD_BYTES must be positive, got %d", cfg.MaxPayloadBytes)
+	case cfg.TimerTick <= 0 || cfg.TimerTick > time.Minute:
+		return fmt.Errorf("workflow: FLO_WORKFLOW_TIMER_TICK must be between 0 and 1m, got %s", cfg.TimerTick)
+	}
+	return nil
+}
+
+// GRPCAddr is the address the gRPC server listens on.
+func (s *Service) GRPCAddr() string { return s.grpcLis.Addr().String() }
+
+// HTTPAddr is the address of /healthz, /readyz and /metrics.
+func (s *Service) HTTPAddr() string { return s.httpLis.Addr().String() }
+
+// Run serves until ctx ends or a component fails, then stops in order:
+// readiness off, gRPC drained, the consumer stopped (committing what it
+// handled), the runner and timers stopped, the outbox flushed, HTTP stopped
+// and connections closed. Every change of a run is committed with its outbox
+// rows, so stopping at any point loses nothing.
+func (s *Service) Run(ctx context.Context) error {
+	s.consuming.Store(true)
+	err := stage.Run(ctx, s.log,
+		stage.HTTP(s.httpServer, s.httpLis, httpStopTimeout, s.log),
+		stage.New("relay").
+			Go("outbox relay", s.relay.Run).
+			OnStop(s.flushRelay),
+		stage.New("work").
+			Go("runner", s.runner.Run).
+			Go("timer loop", s.timers.Run).
+			Go("timer listener", s.listener.Run),
+		stage.New("consumer").Go("task events consumer", func(ctx context.Context) error {
+			defer s.consuming.Store(false)
+			return s.consumer.Run(ctx)
+		}),
+		stage.GRPC(s.grpcServer, s.grpcLis, grpcStopTimeout, s.log),
+		stage.New("readiness").OnStop(func(context.Context) { s.stopping.Store(true) }),
+	)
+	s.closeResources()
+	return err
+}
+
+// flushRelay publishes what the outbox still holds before the relay stops;
+// whatever is left is published by the next start.
+func (s *Service) flushRelay(ctx context.Context) {
+	switch drained, err := s.relay.Flush(ctx, relayFlushWait); {
+	case err != nil:
+		s.log.Warn("flush outbox at stop; the next start publishes the rest", "error", err)
+	case !drained:
+		s.log.Warn("outbox not empty at stop; the next start publishes the rest")
+	}
+}
+
+func (s *Service) closeResources() {
+	if s.producer != nil {
+		s.producer.Close()
+	}
+	if s.pool != nil {
+		s.pool.Close()
+	}
+}
+
+// listenConn opens the timer listener's own connection with the pool's
+// settings; it is kept out of the pool because it sits in LISTEN for good.
+func (s *Service) listenConn(ctx context.Context) (*pgx.Conn, error) {
+	return pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+}
+
+// ready reports whether the service can do its work: not stopping, the
+// database answering and the task-events consumer running.
+func (s *Service) ready(ctx context.Context) error {
+	if s.stopping.Load() {
+		return errors.New("stopping")
+	}
+	if !s.consuming.Load() {
+		return errors.New("task events consumer not running")
+	}
+	ctx, cancel := context.WithTimeout(ctx, readyPingTimeout)
+	defer cancel()
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	return nil
+}
