@@ -6,59 +6,18 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
+	"log/slog"
+	"net/http"
 
 	"github.com/razorbill/flo/libs/cmdline"
-	"github.com/razorbill/flo/libs/config"
-	"github.com/razorbill/flo/libs/logging"
-	"github.com/razorbill/flo/libs/telemetry"
 	"github.com/razorbill/flo/services/registry/migrations"
 	"github.com/razorbill/flo/services/registry/service"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err := cmdline.Run(ctx, os.Args[1:], os.Stdout, cmdline.Service{
-		Name: "registry", Serve: run, Schema: service.Schema, Migrations: migrations.FS,
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
+	cmdline.Main("registry", service.Schema, migrations.FS, start)
 }
 
-func run(ctx context.Context) error {
-	var (
-		cfg    service.Config
-		logCfg config.Log
-	)
-	if err := config.Load(ctx, &cfg); err != nil {
-		return err
-	}
-	if err := config.Load(ctx, &logCfg); err != nil {
-		return err
-	}
-	log, err := logging.New(os.Stdout, logCfg.Level, "registry")
-	if err != nil {
-		return err
-	}
-	tel, err := telemetry.Setup(ctx, "registry")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err := tel.Shutdown(context.WithoutCancel(ctx)); err != nil {
-			log.Warn("flush telemetry", "error", err)
-		}
-	}()
-	svc, err := service.New(ctx, cfg, log, service.WithMetricsHandler(tel.MetricsHandler()))
-	if err != nil {
-		return err
-	}
-	log.Info("registry listening", "grpc", svc.GRPCAddr(), "http", svc.HTTPAddr())
-	return svc.Run(ctx)
+func start(ctx context.Context, cfg service.Config, log *slog.Logger, metrics http.Handler) (cmdline.Server, error) {
+	return service.New(ctx, cfg, log, service.WithMetricsHandler(metrics))
 }
