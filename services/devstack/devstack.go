@@ -23,6 +23,7 @@ import (
 	gateway "github.com/razorbill/flo/services/gateway/service"
 	registry "github.com/razorbill/flo/services/registry/service"
 	streams "github.com/razorbill/flo/services/streams/service"
+	workflow "github.com/razorbill/flo/services/workflow/service"
 )
 
 // Config says where the stack keeps its data and listens. Zero values work on a
@@ -49,6 +50,8 @@ type Config struct {
 	RegistryHTTPAddr   string `env:"FLO_REGISTRY_HTTP_ADDR, default=127.0.0.1:9112"`
 	StreamsGRPCAddr    string `env:"FLO_STREAMS_GRPC_ADDR, default=127.0.0.1:9103"`
 	StreamsHTTPAddr    string `env:"FLO_STREAMS_HTTP_ADDR, default=127.0.0.1:9113"`
+	WorkflowGRPCAddr   string `env:"FLO_WORKFLOW_GRPC_ADDR, default=127.0.0.1:9104"`
+	WorkflowHTTPAddr   string `env:"FLO_WORKFLOW_HTTP_ADDR, default=127.0.0.1:9114"`
 
 	// Namespaces are created at start.
 	Namespaces []string `env:"FLO_BOOTSTRAP_NAMESPACES, default=default,myapp"`
@@ -114,6 +117,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Stack, error) {
 		return nil, err
 	}
 	if err := s.StartStreams(ctx); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	if err := s.StartWorkflow(ctx); err != nil {
 		s.Stop()
 		return nil, err
 	}
@@ -233,6 +240,30 @@ func (s *Stack) StartStreams(ctx context.Context) error {
 // StopStreams stops the streams service and waits for it to end.
 func (s *Stack) StopStreams() error { return s.stop("streams") }
 
+// StartWorkflow starts a workflow service replica (again, after StopWorkflow).
+func (s *Stack) StartWorkflow(ctx context.Context) error {
+	svc, err := workflow.New(ctx, workflow.Config{
+		GRPCAddr:        s.cfg.WorkflowGRPCAddr,
+		HTTPAddr:        s.cfg.WorkflowHTTPAddr,
+		MaxPayloadBytes: s.cfg.MaxPayloadBytes,
+		// The service's default: timers wake when they are due, the tick
+		// is only the slowest the loop looks.
+		TimerTick: time.Second,
+		Postgres:  config.Postgres{URL: s.dbURL, MaxConns: 16},
+		Kafka:     config.Kafka{Brokers: s.kafka, Partitions: s.cfg.Partitions},
+	}, s.log.With("component", "workflow"), workflow.WithMetricsHandler(s.telemetry.MetricsHandler()))
+	if err != nil {
+		return fmt.Errorf("start workflow: %w", err)
+	}
+	s.cfg.WorkflowGRPCAddr = svc.GRPCAddr()
+	s.cfg.WorkflowHTTPAddr = svc.HTTPAddr()
+	s.run("workflow", svc.Run)
+	return nil
+}
+
+// StopWorkflow stops the workflow service and waits for it to end.
+func (s *Stack) StopWorkflow() error { return s.stop("workflow") }
+
 func (s *Stack) startGateway(ctx context.Context) error {
 	svc, err := gateway.New(ctx, gateway.Config{
 		GRPCAddr:        s.cfg.GatewayGRPCAddr,
@@ -240,6 +271,7 @@ func (s *Stack) startGateway(ctx context.Context) error {
 		DispatcherAddr:  s.cfg.DispatcherGRPCAddr,
 		RegistryAddr:    s.cfg.RegistryGRPCAddr,
 		StreamsAddr:     s.cfg.StreamsGRPCAddr,
+		WorkflowAddr:    s.cfg.WorkflowGRPCAddr,
 		MaxPayloadBytes: s.cfg.MaxPayloadBytes,
 		Kafka:           config.Kafka{Brokers: s.kafka, Partitions: s.cfg.Partitions},
 	}, s.log.With("component", "gateway"), gateway.WithMetricsHandler(s.telemetry.MetricsHandler()))
@@ -328,7 +360,7 @@ func (s *Stack) Broker() *localbroker.Broker { return s.broker }
 // Stop stops the services (gateway first, so no new work enters), then the
 // broker and Postgres it started.
 func (s *Stack) Stop() {
-	for _, name := range []string{"gateway", "streams", "registry", "dispatcher"} {
+	for _, name := range []string{"gateway", "workflow", "streams", "registry", "dispatcher"} {
 		if err := s.stop(name); err != nil {
 			s.log.Error("stop service", "service", name, "error", err)
 		}

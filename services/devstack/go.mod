@@ -40,6 +40,7 @@ require (
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/razorbill/flo/services/registry v0.0.0-00010101000000-000000000000
 	github.com/razorbill/flo/services/streams v0.0.0-00010101000000-000000000000
+	github.com/razorbill/flo/services/workflow v0.0.0-00010101000000-000000000000
 	github.com/sethvargo/go-envconfig v1.3.0 // indirect
 	github.com/sethvargo/go-retry v0.5.0 // indirect
 	github.com/twmb/franz-go/pkg/kadm v1.18.0 // indirect
@@ -79,3 +80,5 @@ replace (
 replace github.com/razorbill/flo/services/registry => ../registry
 
 replace github.com/razorbill/flo/services/streams => ../streams
+
+replace github.com/razorbill/flo/services/workflow => ../workflow

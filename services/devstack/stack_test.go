@@ -57,6 +57,8 @@ func newEnvWith(t *testing.T, adjust func(cfg *devstack.Config)) *env {
 		RegistryHTTPAddr:    "127.0.0.1:0",
 		StreamsGRPCAddr:     "127.0.0.1:0",
 		StreamsHTTPAddr:     "127.0.0.1:0",
+		WorkflowGRPCAddr:    "127.0.0.1:0",
+		WorkflowHTTPAddr:    "127.0.0.1:0",
 		Namespaces:          []string{"default", "myapp"},
 		LeaseCheckInterval:  100 * time.Millisecond,
 		HeartbeatTimeout:    90 * time.Second,

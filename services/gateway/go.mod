@@ -10,6 +10,7 @@ require (
 	github.com/razorbill/flo/services/dispatcher v0.0.0-00010101000000-000000000000
 	github.com/razorbill/flo/services/registry v0.0.0-00010101000000-000000000000
 	github.com/razorbill/flo/services/streams v0.0.0-00010101000000-000000000000
+	github.com/razorbill/flo/services/workflow v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.12.1
 	github.com/twmb/franz-go v1.22.2
 	github.com/twmb/franz-go/pkg/kadm v1.18.0
@@ -72,4 +73,5 @@ replace (
 	github.com/razorbill/flo/services/dispatcher => ../dispatcher
 	github.com/razorbill/flo/services/registry => ../registry
 	github.com/razorbill/flo/services/streams => ../streams
+	github.com/razorbill/flo/services/workflow => ../workflow
 )

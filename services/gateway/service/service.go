@@ -2,8 +2,8 @@
 // the REST facade with health, readiness, OpenAPI and metrics, the producer
 // of invoke commands, the task-events tail that wakes waiting requests, the
 // worker-events tail that drains worker streams, and the connections to the
-// dispatcher, the registry and the streams service. cmd/gateway and the dev
-// stack run it.
+// dispatcher, the registry, the streams service and the workflow service.
+// cmd/gateway and the dev stack run it.
 package service
 
 import (
@@ -36,6 +36,7 @@ import (
 	registryv1 "github.com/razorbill/flo/proto/gen/flo/registry/v1"
 	streamsv1 "github.com/razorbill/flo/proto/gen/flo/streams/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
+	workflowv1 "github.com/razorbill/flo/proto/gen/flo/workflow/v1"
 
 	"github.com/razorbill/flo/services/gateway/internal/action"
 	"github.com/razorbill/flo/services/gateway/internal/api"
@@ -61,11 +62,16 @@ type Config struct {
 	// registry it is off the task path: while it is down, stream calls and
 	// stream workers' reads fail with Unavailable (reads are retried) and
 	// everything else carries on. Empty means there is no streams service.
-	StreamsAddr     string `env:"FLO_STREAMS_ADDR, default=localhost:9103"`
+	StreamsAddr string `env:"FLO_STREAMS_ADDR, default=localhost:9103"`
+	// WorkflowAddr is the workflow service's internal gRPC API, off the
+	// task path like the streams service: while it is down, workflow calls
+	// fail with Unavailable. Empty means there is no workflow service.
+	WorkflowAddr    string `env:"FLO_WORKFLOW_ADDR, default=localhost:9104"`
 	MaxPayloadBytes int    `env:"FLO_MAX_PAYLOAD_BYTES, default=1048576"`
 	// AuthToken, when set, is the token every worker's Hello must carry.
 	AuthToken string `env:"FLO_AUTH_TOKEN"`
 	Kafka     config.Kafka
+	Shutdown  config.Shutdown
 }
 
 const (
@@ -89,15 +95,20 @@ const (
 	drainTimeout    = 10 * time.Second
 	// setupTimeout bounds creating topics in New.
 	setupTimeout = 30 * time.Second
-	// registryRedialMax caps the wait between attempts to reach a registry
-	// or streams service that is down, so workers' heartbeats and reads get
-	// through soon after it is back (gRPC's own cap is two minutes).
+	// registryRedialMax caps the wait between attempts to reach a registry,
+	// streams or workflow service that is down, so workers' heartbeats and
+	// reads and callers' workflow calls get through soon after it is back
+	// (gRPC's own cap is two minutes).
 	registryRedialMax = time.Second
 	// streamsRecvBytes is the largest answer taken from the streams service:
 	// a read's records are capped so their payloads stay within
 	// api.ReadBudgetBytes, and each record may carry its payload a second
 	// time as a JSON value, with room to spare for how a value encodes.
 	streamsRecvBytes = 4*api.ReadBudgetBytes + 1<<20
+	// workflowRecvBytes is the largest answer taken from the workflow
+	// service, the most it sends: a run carries its input and every step's
+	// output, each twice (raw and as a JSON value).
+	workflowRecvBytes = 16 << 20
 )
 
 // Option adjusts a Service.
@@ -129,6 +140,7 @@ type Service struct {
 	dispatcher   dispatcherv1.DispatcherClient
 	registryConn *grpc.ClientConn
 	streamsConn  *grpc.ClientConn
+	workflowConn *grpc.ClientConn
 	producer     *kgo.Client
 	tail         *kafka.Tail
 	// workerTail follows worker events to drain the streams of draining
@@ -195,16 +207,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 
 	registry := api.NoRegistry
 	if cfg.RegistryAddr != "" {
-		// The connection is made lazily and remade whenever it breaks, so a
-		// registry that is down now costs nothing here.
-		s.registryConn, err = grpc.NewClient(cfg.RegistryAddr,
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
-			grpc.WithConnectParams(grpc.ConnectParams{
-				Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: registryRedialMax},
-				MinConnectTimeout: 5 * time.Second,
-			}),
-		)
+		s.registryConn, err = grpc.NewClient(cfg.RegistryAddr, offPathDialOptions()...)
 		if err != nil {
 			return nil, fmt.Errorf("dial registry %s: %w", cfg.RegistryAddr, err)
 		}
@@ -214,23 +217,27 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	streams := api.NoStreams
 	var workerStreams workerstream.Streams
 	if cfg.StreamsAddr != "" {
-		// Dialled like the registry: lazily, redialled at most a second
-		// apart. Keepalive as for the dispatcher, since group reads block.
-		s.streamsConn, err = grpc.NewClient(cfg.StreamsAddr,
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
-			grpc.WithConnectParams(grpc.ConnectParams{
-				Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: registryRedialMax},
-				MinConnectTimeout: 5 * time.Second,
-			}),
+		// Keepalive as for the dispatcher, since group reads block.
+		s.streamsConn, err = grpc.NewClient(cfg.StreamsAddr, append(offPathDialOptions(),
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second}),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(streamsRecvBytes)),
-		)
+		)...)
 		if err != nil {
 			return nil, fmt.Errorf("dial streams service %s: %w", cfg.StreamsAddr, err)
 		}
 		client := streamsv1.NewStreamsClient(s.streamsConn)
 		streams, workerStreams = client, client
+	}
+
+	var workflows workflowv1.WorkflowsClient
+	if cfg.WorkflowAddr != "" {
+		s.workflowConn, err = grpc.NewClient(cfg.WorkflowAddr, append(offPathDialOptions(),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(workflowRecvBytes)),
+		)...)
+		if err != nil {
+			return nil, fmt.Errorf("dial workflow service %s: %w", cfg.WorkflowAddr, err)
+		}
+		workflows = workflowv1.NewWorkflowsClient(s.workflowConn)
 	}
 
 	s.producer, err = kafka.NewClient(cfg.Kafka.Brokers,
@@ -275,6 +282,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	})
 	workerServer := api.NewWorkerServer(registry, namespaces, s.streams.DrainWorker, log)
 	streamServer := api.NewStreamServer(streams, namespaces, cfg.MaxPayloadBytes, log)
+	workflowServer := api.NewWorkflowServer(workflows, namespaces, cfg.MaxPayloadBytes, log)
 
 	s.grpcServer = grpc.NewServer(
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
@@ -294,9 +302,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	flov1.RegisterWorkerServiceServer(s.grpcServer, s.streams)
 	flov1.RegisterWorkerRegistryServiceServer(s.grpcServer, workerServer)
 	flov1.RegisterStreamServiceServer(s.grpcServer, streamServer)
+	flov1.RegisterWorkflowServiceServer(s.grpcServer, workflowServer)
 
 	handler, err := httpapi.NewHandler(ctx, httpapi.Services{
 		Namespaces: nsServer, Actions: actionServer, Tasks: taskServer, Workers: workerServer, Streams: streamServer,
+		Workflows: workflowServer,
 	}, httpapi.Options{
 		MaxBodyBytes: maxBodyBytes(cfg.MaxPayloadBytes),
 		Ready:        s.Ready,
@@ -327,6 +337,21 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	return s, nil
 }
 
+// offPathDialOptions dial a service off the task path (the registry, the
+// streams and the workflow service): lazily, with trace context carried, and
+// redialled at most registryRedialMax apart whenever the connection breaks,
+// so a service that is down now costs nothing here.
+func offPathDialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: registryRedialMax},
+			MinConnectTimeout: 5 * time.Second,
+		}),
+	}
+}
+
 // maxBodyBytes is the largest REST body read: room for a payload at the
 // limit sent base64-encoded in "payload" (4 bytes per 3), plus bodySlack.
 func maxBodyBytes(maxPayload int) int64 {
@@ -341,9 +366,10 @@ func (s *Service) HTTPAddr() string { return s.httpLis.Addr().String() }
 
 // Ready reports whether the gateway can serve: the dispatcher has answered
 // and its connection is not failing, both tails know where they start, and
-// shutdown has not begun. The registry is deliberately not asked: it is not
-// on the task path, and worker streams run without it. (The worker-events
-// tail needs only the broker, like the task-events tail.)
+// shutdown has not begun. The registry, the streams and the workflow service
+// are deliberately not asked: they are not on the task path, and worker
+// streams run without them. (The worker-events tail needs only the broker,
+// like the task-events tail.)
 func (s *Service) Ready() bool {
 	if s.stopping.Load() || !s.answered.Load() {
 		return false
@@ -359,7 +385,7 @@ func (s *Service) Ready() bool {
 }
 
 // Run serves until ctx ends or a component fails, then shuts down: readiness
-// off, worker streams drained and closed, servers stopped gracefully within a
+// off (serving on for Shutdown.Delay), worker streams drained and closed, servers stopped gracefully within a
 // timeout, then the tails, the producer and the connections closed.
 func (s *Service) Run(ctx context.Context) error {
 	// The tail outlives the servers so that requests still waiting during
@@ -418,7 +444,10 @@ func (s *Service) Run(ctx context.Context) error {
 // shutdown stops serving in order; it returns once both servers stopped.
 func (s *Service) shutdown(ctx context.Context) {
 	s.stopping.Store(true)
-	s.log.InfoContext(ctx, "gateway shutting down")
+	// Everything keeps serving a while with readiness off, so load
+	// balancers stop sending requests and workers before they are refused.
+	s.log.InfoContext(ctx, "gateway shutting down: readiness off", "serving_for", s.cfg.Shutdown.Delay)
+	time.Sleep(s.cfg.Shutdown.Delay)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
 	defer cancel()
 	s.streams.Shutdown()
@@ -449,7 +478,7 @@ func (s *Service) closeResources(ctx context.Context) {
 		cancel()
 		s.producer.Close()
 	}
-	for _, c := range []*grpc.ClientConn{s.conn, s.registryConn, s.streamsConn} {
+	for _, c := range []*grpc.ClientConn{s.conn, s.registryConn, s.streamsConn, s.workflowConn} {
 		if c != nil {
 			_ = c.Close()
 		}

@@ -59,6 +59,7 @@ type stack struct {
 	stopRegistry func() error
 	streamsAddr  string
 	stopStreams  func() error
+	workflowAddr string
 	dbURL        string
 	brokers      []string
 	conn         *grpc.ClientConn
@@ -71,13 +72,15 @@ type stack struct {
 	workers    flov1.WorkerServiceClient
 	registry   flov1.WorkerRegistryServiceClient
 	streams    flov1.StreamServiceClient
+	workflows  flov1.WorkflowServiceClient
 }
 
 // stackOptions say which optional services a stack runs. Without a streams
-// service the gateway is configured with none.
+// or workflow service the gateway is configured with none.
 type stackOptions struct {
 	registry bool
 	streams  bool
+	workflow bool
 }
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -139,6 +142,9 @@ func newStack(t *testing.T, opts stackOptions) *stack {
 	if opts.streams {
 		s.startStreams(t)
 	}
+	if opts.workflow {
+		s.startWorkflow(t)
+	}
 
 	gw, err := service.New(context.Background(), service.Config{
 		GRPCAddr:        "127.0.0.1:0",
@@ -146,6 +152,7 @@ func newStack(t *testing.T, opts stackOptions) *stack {
 		DispatcherAddr:  s.dispatchAddr,
 		RegistryAddr:    s.registryAddr,
 		StreamsAddr:     s.streamsAddr,
+		WorkflowAddr:    s.workflowAddr,
 		MaxPayloadBytes: testMaxPayload,
 		AuthToken:       testToken,
 		Kafka:           s.kafka(),
@@ -170,6 +177,7 @@ func newStack(t *testing.T, opts stackOptions) *stack {
 	s.workers = flov1.NewWorkerServiceClient(s.conn)
 	s.registry = flov1.NewWorkerRegistryServiceClient(s.conn)
 	s.streams = flov1.NewStreamServiceClient(s.conn)
+	s.workflows = flov1.NewWorkflowServiceClient(s.conn)
 	return s
 }
 

@@ -46,6 +46,7 @@ type Services struct {
 	Tasks      flov1.TaskServiceServer
 	Workers    flov1.WorkerRegistryServiceServer
 	Streams    flov1.StreamServiceServer
+	Workflows  flov1.WorkflowServiceServer
 }
 
 // NewHandler returns the gateway's HTTP handler.
@@ -76,6 +77,9 @@ func NewHandler(ctx context.Context, svc Services, opts Options) (http.Handler, 
 	}
 	if err := flov1.RegisterStreamServiceHandlerServer(ctx, gw, svc.Streams); err != nil {
 		return nil, fmt.Errorf("register stream REST handlers: %w", err)
+	}
+	if err := flov1.RegisterWorkflowServiceHandlerServer(ctx, gw, svc.Workflows); err != nil {
+		return nil, fmt.Errorf("register workflow REST handlers: %w", err)
 	}
 
 	mux := http.NewServeMux()
