@@ -51,6 +51,17 @@
 //
 // Stream workers register, heartbeat, drain and deregister exactly as action workers do.
 //
+// Workflows are YAML definitions whose steps run actions, child workflows or wait for signals.
+// [Client.CreateWorkflow] stores a new version (a definition with errors comes back as a
+// [*ValidationError] listing every [Diagnostic] with its line and column),
+// [Client.StartWorkflow] starts a run, idempotently with a key, [Client.SignalRun] delivers a
+// signal, [Client.CancelRun] ends a run, and [Client.GetRun], [Client.ListRuns] and
+// [Client.GetRunHistory] show where runs are and how they got there. The steps' actions run on
+// ordinary action workers:
+//
+//	run, _ := client.StartWorkflow(ctx, "process-order", order, flo.StartWorkflowOptions{IdempotencyKey: order.ID})
+//	final, err := client.AwaitRun(ctx, run.RunID) // until completed, failed, cancelled or timed out
+//
 // Each handler execution runs in an OpenTelemetry span that continues the trace of the
 // invocation or of the record's append, using the global tracer provider and propagator.
 package flo

@@ -10,6 +10,7 @@ require (
 	github.com/spf13/cobra v1.10.2
 	github.com/stretchr/testify v1.12.1
 	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -29,6 +30,7 @@ require (
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/mfridman/interpolate v0.0.2 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/ohler55/ojg v1.28.5 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/pressly/goose/v3 v3.29.0 // indirect
 	github.com/prometheus/client_golang v1.24.1 // indirect
@@ -39,6 +41,8 @@ require (
 	github.com/razorbill/flo/services/dispatcher v0.0.0-00010101000000-000000000000 // indirect
 	github.com/razorbill/flo/services/gateway v0.0.0-00010101000000-000000000000 // indirect
 	github.com/razorbill/flo/services/registry v0.0.0-00010101000000-000000000000 // indirect
+	github.com/razorbill/flo/services/streams v0.0.0-00010101000000-000000000000 // indirect
+	github.com/razorbill/flo/services/workflow v0.0.0-00010101000000-000000000000 // indirect
 	github.com/sethvargo/go-envconfig v1.3.0 // indirect
 	github.com/sethvargo/go-retry v0.5.0 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
@@ -68,7 +72,6 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20261012220534-4341edf3f941 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261005182115-fad411399dd8 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace (
@@ -81,3 +84,7 @@ replace (
 )
 
 replace github.com/razorbill/flo/services/registry => ../../../../services/registry
+
+replace github.com/razorbill/flo/services/streams => ../../../../services/streams
+
+replace github.com/razorbill/flo/services/workflow => ../../../../services/workflow

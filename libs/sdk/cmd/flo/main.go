@@ -1,8 +1,8 @@
 // Command flo is the command line of Flo: it manages namespaces and actions, invokes actions,
 // inspects tasks and dead letters, appends to and reads streams and manages their consumer
-// groups, and lists, drains and deregisters workers through the gateway's gRPC API. What a
-// script would read is printed as indented JSON on stdout; errors go to stderr with a non-zero
-// exit status.
+// groups, creates workflows and starts, signals and follows their runs, and lists, drains and
+// deregisters workers through the gateway's gRPC API. What a script would read is printed as
+// indented JSON on stdout; errors go to stderr with a non-zero exit status.
 package main
 
 import (
@@ -60,7 +60,7 @@ func newRootCmd() *cobra.Command {
 	g := &globals{}
 	root := &cobra.Command{
 		Use:           "flo",
-		Short:         "Manage and run Flo actions, tasks and streams",
+		Short:         "Manage and run Flo actions, tasks, streams and workflows",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -72,6 +72,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newTaskCmd(g))
 	root.AddCommand(newStreamCmd(g))
 	root.AddCommand(newWorkerCmd(g))
+	root.AddCommand(newWorkflowCmd(g))
 	root.AddCommand(newDevCmd())
 	return root
 }
