@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,29 +27,11 @@ func newActionCmd(g *globals) *cobra.Command {
 			})
 		},
 	})
-	cmd.AddCommand(actionByName(g, "get", "Show an action", (*flo.Client).GetAction))
-	cmd.AddCommand(actionByName(g, "enable", "Enable an action", (*flo.Client).EnableAction))
-	cmd.AddCommand(actionByName(g, "disable", "Disable an action", (*flo.Client).DisableAction))
+	cmd.AddCommand(byArg(g, "get NAME", "Show an action", (*flo.Client).GetAction))
+	cmd.AddCommand(byArg(g, "enable NAME", "Enable an action", (*flo.Client).EnableAction))
+	cmd.AddCommand(byArg(g, "disable NAME", "Disable an action", (*flo.Client).DisableAction))
 	cmd.AddCommand(newActionInvokeCmd(g))
 	return cmd
-}
-
-// actionByName builds the commands that take an action name and print the action.
-func actionByName(g *globals, use, short string, call func(*flo.Client, context.Context, string) (*flo.Action, error)) *cobra.Command {
-	return &cobra.Command{
-		Use:   use + " NAME",
-		Short: short,
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.withClient(func(c *flo.Client) error {
-				a, err := call(c, cmd.Context(), args[0])
-				if err != nil {
-					return err
-				}
-				return printJSON(cmd, a)
-			})
-		},
-	}
 }
 
 func newActionRegisterCmd(g *globals) *cobra.Command {

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-
 	flo "github.com/razorbill/flo-go"
 	"github.com/spf13/cobra"
 )
@@ -23,8 +21,8 @@ func newWorkerCmd(g *globals) *cobra.Command {
 			})
 		},
 	})
-	cmd.AddCommand(workerByID(g, "get", "Show a worker", (*flo.Client).GetWorker))
-	cmd.AddCommand(workerByID(g, "drain", "Drain a worker: it finishes what it holds, takes nothing new, then deregisters",
+	cmd.AddCommand(byArg(g, "get ID", "Show a worker", (*flo.Client).GetWorker))
+	cmd.AddCommand(byArg(g, "drain ID", "Drain a worker: it finishes what it holds, takes nothing new, then deregisters",
 		(*flo.Client).DrainWorker))
 	cmd.AddCommand(&cobra.Command{
 		Use:   "deregister ID",
@@ -40,22 +38,4 @@ func newWorkerCmd(g *globals) *cobra.Command {
 		},
 	})
 	return cmd
-}
-
-// workerByID builds the commands that take a worker id and print the worker.
-func workerByID(g *globals, use, short string, call func(*flo.Client, context.Context, string) (*flo.Worker, error)) *cobra.Command {
-	return &cobra.Command{
-		Use:   use + " ID",
-		Short: short,
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.withClient(func(c *flo.Client) error {
-				w, err := call(c, cmd.Context(), args[0])
-				if err != nil {
-					return err
-				}
-				return printJSON(cmd, w)
-			})
-		},
-	}
 }
