@@ -20,15 +20,29 @@ IMAGE_TAG ?= dev
 COMPOSE ?= docker compose
 COMPOSE_FILE := deploy/compose/docker-compose.yaml
 
-.PHONY: dev test test-short bench proto proto-check lint build tools images compose-up compose-down k8s-check
+.PHONY: dev test fuzz test-short bench proto proto-check lint build tools images compose-up compose-down k8s-check
 
 dev: ## run the whole platform in the foreground (ctrl-C stops it)
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/flo ./libs/sdk/cmd/flo
 	$(BIN)/flo dev
 
-test: ## every test, against real Postgres and a real Kafka-protocol broker
+# Fuzz targets: `make test` runs each for FUZZTIME on top of its seed corpus
+# (which every plain `go test` runs); `make fuzz FUZZTIME=10m` digs deeper.
+FUZZ_TARGETS := FuzzParse:./services/workflow/internal/definition \
+	FuzzResolve:./services/workflow/internal/mapping \
+	FuzzAdvance:./services/workflow/internal/engine
+FUZZTIME ?= 8s
+
+test: ## every test, against real Postgres and a real Kafka-protocol broker, then each fuzz target briefly
 	$(GO) test -count=1 -timeout 14m $(PKGS)
+	$(MAKE) fuzz
+
+fuzz: ## run each fuzz target for FUZZTIME
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t%%:*} for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$${t%%:*}$$" -fuzztime $(FUZZTIME) "$${t#*:}"; \
+	done
 
 test-short: ## the quick tests only
 	$(GO) test -short -count=1 $(PKGS)
