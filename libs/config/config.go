@@ -5,6 +5,7 @@ package config
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/sethvargo/go-envconfig"
 )
@@ -40,4 +41,13 @@ type Kafka struct {
 // Log is the shared logging setting.
 type Log struct {
 	Level string `env:"FLO_LOG_LEVEL, default=info"`
+}
+
+// Shutdown is the shared stopping setting.
+type Shutdown struct {
+	// Delay is how long a stopping service keeps serving with /readyz
+	// failing before it stops taking work, so that load balancers and
+	// Kubernetes endpoints stop sending it requests first. Zero suits a
+	// laptop; behind a load balancer a few seconds do.
+	Delay time.Duration `env:"FLO_SHUTDOWN_DELAY, default=0s"`
 }

@@ -11,6 +11,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/razorbill/flo/libs/telemetry"
 )
 
 // BatchHandler handles the records one poll returned for one partition, in
@@ -41,6 +46,11 @@ type Consumer struct {
 	// pending holds handled offsets whose commit failed; they are retried
 	// with the next commit and when partitions are revoked.
 	pending map[string]map[int32]kgo.EpochOffset
+
+	lagMu sync.Mutex
+	// lag is, per partition this member owns, how many records the last
+	// fetch said were beyond those handled.
+	lag map[string]map[int32]int64
 }
 
 // NewConsumer joins group (once Run polls) consuming topics from their start
@@ -57,7 +67,10 @@ func NewConsumer(brokers []string, group string, topics []string, h BatchHandler
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := &Consumer{group: group, h: h, log: log.With("group", group), pending: map[string]map[int32]kgo.EpochOffset{}}
+	c := &Consumer{
+		group: group, h: h, log: log.With("group", group),
+		pending: map[string]map[int32]kgo.EpochOffset{}, lag: map[string]map[int32]int64{},
+	}
 	groupOpts := []kgo.Opt{
 		kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(topics...),
@@ -82,8 +95,15 @@ func NewConsumer(brokers []string, group string, topics []string, h BatchHandler
 
 // Run polls and handles records until ctx ends, then commits what was handled
 // and closes the client (leaving the group). It returns nil on shutdown.
+// While it runs, the lag of the partitions this member owns is reported
+// through the global meter provider as flo.consumer.lag, by topic and group.
 func (c *Consumer) Run(ctx context.Context) error {
 	defer c.cl.Close()
+	if reg, err := c.registerLag(); err != nil {
+		c.log.WarnContext(ctx, "consumer lag not reported", "error", err)
+	} else {
+		defer func() { _ = reg.Unregister() }()
+	}
 	for {
 		fetches := c.cl.PollRecords(ctx, maxPollRecords)
 		if ctx.Err() != nil || fetches.IsClientClosed() {
@@ -106,6 +126,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 					return
 				}
 				last := p.Records[len(p.Records)-1]
+				c.setLag(p.Topic, p.Partition, p.HighWatermark-(last.Offset+1))
 				mu.Lock()
 				defer mu.Unlock()
 				if done[p.Topic] == nil {
@@ -196,11 +217,60 @@ func (c *Consumer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int3
 }
 
 func (c *Consumer) forgetLocked(parts map[string][]int32) {
+	c.lagMu.Lock()
+	defer c.lagMu.Unlock()
 	for t, ps := range parts {
 		for _, p := range ps {
 			delete(c.pending[t], p)
+			delete(c.lag[t], p)
 		}
 	}
+}
+
+// setLag records a partition's lag after a handled batch. It comes from the
+// high watermark the fetch returned anyway, so lag costs no request; a
+// partition with nothing new is not fetched again and keeps its last value,
+// which the batch that caught up set to zero.
+func (c *Consumer) setLag(topic string, partition int32, lag int64) {
+	c.lagMu.Lock()
+	defer c.lagMu.Unlock()
+	if c.lag[topic] == nil {
+		c.lag[topic] = map[int32]int64{}
+	}
+	c.lag[topic][partition] = max(lag, 0)
+}
+
+// Lag returns, per topic, the records beyond those handled in the partitions
+// this member owns, as of each partition's last fetch.
+func (c *Consumer) Lag() map[string]int64 {
+	c.lagMu.Lock()
+	defer c.lagMu.Unlock()
+	out := make(map[string]int64, len(c.lag))
+	for t, ps := range c.lag {
+		for _, n := range ps {
+			out[t] += n
+		}
+	}
+	return out
+}
+
+// registerLag reports Lag through the global meter provider, so every
+// consumer reports it without wiring of its own. Replicas report the
+// partitions each owns: their sum is the group's lag.
+func (c *Consumer) registerLag() (metric.Registration, error) {
+	meter := otel.Meter("github.com/razorbill/flo/libs/kafka")
+	gauge, err := meter.Int64ObservableGauge("flo.consumer.lag", metric.WithUnit("{record}"),
+		metric.WithDescription("Records in the log beyond those the consumer group handled, in the partitions this member owns."))
+	if err != nil {
+		return nil, fmt.Errorf("create consumer lag gauge: %w", err)
+	}
+	// Lag is in memory: a zero max age reads it afresh on every collection.
+	lag := func(context.Context) (map[string]int64, error) { return c.Lag(), nil }
+	return telemetry.NewGauges(meter, 0, lag, func(byTopic map[string]int64, o metric.Observer) {
+		for topic, n := range byTopic {
+			o.ObserveInt64(gauge, n, metric.WithAttributes(attribute.String("topic", topic), attribute.String("group", c.group)))
+		}
+	}, gauge).Register()
 }
 
 func containsPartition(parts map[string][]int32, topic string, partition int32) bool {

@@ -9,6 +9,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/razorbill/flo/libs/telemetry"
 )
 
 const (
@@ -59,8 +64,15 @@ func (r *Relay) Notify() {
 	}
 }
 
-// Run relays until ctx ends and returns nil then.
+// Run relays until ctx ends and returns nil then. While it runs, the
+// outbox's backlog is reported through the global meter provider as
+// flo.outbox.backlog and flo.outbox.oldest_age, by schema.
 func (r *Relay) Run(ctx context.Context) error {
+	if reg, err := r.registerGauges(); err != nil {
+		r.log.WarnContext(ctx, "outbox gauges not reported", "error", err)
+	} else {
+		defer func() { _ = reg.Unregister() }()
+	}
 	poll := time.NewTicker(pollInterval)
 	defer poll.Stop()
 	delay := retryMin
@@ -183,4 +195,51 @@ func (r *Relay) relayBatch(ctx context.Context) (moved int, busy bool, err error
 		return 0, false, fmt.Errorf("relay outbox: commit: %w", err)
 	}
 	return len(ids), false, nil
+}
+
+// backlog is what the outbox holds: rows not yet published, and how long the
+// oldest of them has waited.
+type backlog struct {
+	schema string
+	rows   int64
+	oldest time.Duration
+}
+
+// registerGauges reports the backlog through the global meter provider, so
+// every service with an outbox reports it without wiring of its own.
+func (r *Relay) registerGauges() (metric.Registration, error) {
+	meter := otel.Meter("github.com/razorbill/flo/libs/outbox")
+	rows, err := meter.Int64ObservableGauge("flo.outbox.backlog", metric.WithUnit("{record}"),
+		metric.WithDescription("Outbox rows committed and not yet published to the log."))
+	if err != nil {
+		return nil, fmt.Errorf("create outbox backlog gauge: %w", err)
+	}
+	age, err := meter.Float64ObservableGauge("flo.outbox.oldest_age", metric.WithUnit("s"),
+		metric.WithDescription("How long the oldest unpublished outbox row has waited; 0 when the outbox is empty."))
+	if err != nil {
+		return nil, fmt.Errorf("create outbox age gauge: %w", err)
+	}
+	return telemetry.NewGauges(meter, telemetry.GaugeMaxAge, r.readBacklog, func(b backlog, o metric.Observer) {
+		attrs := metric.WithAttributes(attribute.String("schema", b.schema))
+		o.ObserveInt64(rows, b.rows, attrs)
+		o.ObserveFloat64(age, b.oldest.Seconds(), attrs)
+	}, rows, age).Register()
+}
+
+// readBacklog counts the outbox in one statement; the relay keeps the table
+// small, so the count is cheap unless publishing is stuck, which is when it
+// matters.
+func (r *Relay) readBacklog(ctx context.Context) (backlog, error) {
+	var (
+		b   backlog
+		age float64
+	)
+	err := r.pool.QueryRow(ctx, `
+		SELECT current_schema(), count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8
+		FROM outbox`).Scan(&b.schema, &b.rows, &age)
+	if err != nil {
+		return backlog{}, fmt.Errorf("read outbox backlog: %w", err)
+	}
+	b.oldest = time.Duration(age * float64(time.Second))
+	return b, nil
 }

@@ -165,5 +165,11 @@ func (w *ActionWorker) execute(base context.Context, task *flov1.TaskAssignment,
 	} else if outcome != "" {
 		span.SetAttributes(attribute.String("flo.outcome", outcome))
 	}
-	return report(task, outcome, body, err)
+	msg := report(task, outcome, body, err)
+	if r := msg.GetResult(); r != nil {
+		// The server records the result under the handler's span.
+		r.TraceContext = map[string]string{}
+		otel.GetTextMapPropagator().Inject(ctx, propagation.MapCarrier(r.TraceContext))
+	}
+	return msg
 }

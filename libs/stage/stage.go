@@ -3,7 +3,8 @@
 // probes, the outbox relay, background work, consumers, the gRPC server,
 // readiness); when its context ends or a component fails, the last stage
 // stops first, so each stage stops while everything it relies on still runs:
-// readiness goes off, gRPC drains in-flight calls, consumers commit, work
+// readiness goes off (and the service keeps serving a while, so load
+// balancers notice), gRPC drains in-flight calls, consumers commit, work
 // finishes, the relay flushes, and the probes answer until the end.
 package stage
 
@@ -80,6 +81,21 @@ func HTTP(srv *http.Server, lis net.Listener, timeout time.Duration, log *slog.L
 				log.WarnContext(ctx, "stop http server", "error", err)
 			}
 		})
+}
+
+// Readiness is the stage to list last, so that it stops first: stopping it
+// calls off, which turns the service's readiness off, and then keeps every
+// other stage serving for delay, so that load balancers and Kubernetes
+// endpoints stop sending work before the service stops taking it.
+func Readiness(delay time.Duration, off func(), log *slog.Logger) *Stage {
+	log = orDiscard(log)
+	return New("readiness").OnStop(func(ctx context.Context) {
+		off()
+		log.InfoContext(ctx, "stopping: readiness off", "serving_for", delay)
+		if delay > 0 {
+			time.Sleep(delay)
+		}
+	})
 }
 
 // Run starts every stage's components, first stage first, and waits until ctx

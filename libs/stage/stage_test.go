@@ -131,3 +131,36 @@ func TestServerStages(t *testing.T) {
 	_, err = http.Get("http://" + httpLis.Addr().String() + "/ping")
 	require.Error(t, err, "the HTTP server is closed")
 }
+
+func TestReadinessGoesOffBeforeAnythingStops(t *testing.T) {
+	t.Parallel()
+	var (
+		j       journal
+		started sync.WaitGroup
+	)
+	// The delay is long enough for the check below to see everything still
+	// running after readiness went off; no timing is asserted.
+	ready := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- stage.Run(ctx, nil,
+			stage.New("work").Go("work", worker(&j, "work", &started)),
+			stage.Readiness(500*time.Millisecond, func() {
+				j.add("readiness off")
+				close(ready)
+			}, nil),
+		)
+	}()
+	started.Wait()
+	cancel()
+	<-ready
+	require.Equal(t, []string{"readiness off"}, j.list(), "work keeps running while readiness is off")
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(waitFor):
+		t.Fatal("Run did not return")
+	}
+	require.Equal(t, []string{"readiness off", "work exited"}, j.list())
+}

@@ -27,23 +27,40 @@ import (
 
 // Telemetry is a handle on the process's telemetry providers.
 type Telemetry struct {
-	once sync.Once
-	p    *providers
+	once       sync.Once
+	p          *providers
+	processors []sdktrace.SpanProcessor
 }
 
 // providers are shared by every Telemetry of the process, because the otel
 // globals they are installed in exist once per process.
 type providers struct {
-	tracer  *sdktrace.TracerProvider
-	meter   *sdkmetric.MeterProvider
-	handler http.Handler
-	users   int
+	// exporter sends spans over OTLP; nil without an endpoint.
+	exporter sdktrace.SpanProcessor
+	meter    *sdkmetric.MeterProvider
+	handler  http.Handler
+	users    int
 }
 
 var (
 	mu     sync.Mutex
 	shared *providers
+	// tracer is the process's one tracer provider. It is installed once and
+	// never replaced: tracers taken from the otel globals before it was
+	// installed (package-level ones) stay bound to the first provider set, so
+	// a replacement would silence them. Exporters come and go with shared.
+	tracer *sdktrace.TracerProvider
 )
+
+// Option adjusts a Setup.
+type Option func(*Telemetry)
+
+// WithSpanProcessor adds sp to the process's tracer provider until this
+// Telemetry is shut down, which shuts sp down too. Tests pass a
+// tracetest.SpanRecorder to see every span the process records.
+func WithSpanProcessor(sp sdktrace.SpanProcessor) Option {
+	return func(t *Telemetry) { t.processors = append(t.processors, sp) }
+}
 
 // Setup installs the global OpenTelemetry tracer and meter providers and the
 // W3C tracecontext+baggage propagator, with service as service.name (unless
@@ -55,8 +72,10 @@ var (
 //
 // Several services can run in one process (`flo dev`): the first Setup
 // installs the globals and later calls share them (so their spans carry the
-// first service's name) until every Telemetry has been shut down.
-func Setup(ctx context.Context, service string) (*Telemetry, error) {
+// first service's name) until every Telemetry has been shut down. The tracer
+// provider itself stays for the life of the process; what Shutdown flushes and
+// removes are its exporter and span processors.
+func Setup(ctx context.Context, service string, opts ...Option) (*Telemetry, error) {
 	mu.Lock()
 	defer mu.Unlock()
 	if shared == nil {
@@ -65,12 +84,18 @@ func Setup(ctx context.Context, service string) (*Telemetry, error) {
 			return nil, err
 		}
 		shared = p
-		otel.SetTracerProvider(p.tracer)
 		otel.SetMeterProvider(p.meter)
 		otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	}
 	shared.users++
-	return &Telemetry{p: shared}, nil
+	t := &Telemetry{p: shared}
+	for _, opt := range opts {
+		opt(t)
+	}
+	for _, sp := range t.processors {
+		tracer.RegisterSpanProcessor(sp)
+	}
+	return t, nil
 }
 
 func newProviders(ctx context.Context, service string) (*providers, error) {
@@ -85,13 +110,13 @@ func newProviders(ctx context.Context, service string) (*providers, error) {
 		return nil, fmt.Errorf("telemetry resource: %w", err)
 	}
 
-	traceOpts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	var exporter sdktrace.SpanProcessor
 	if otlpConfigured() {
 		exp, err := otlptracegrpc.New(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("otlp trace exporter: %w", err)
 		}
-		traceOpts = append(traceOpts, sdktrace.WithBatcher(exp))
+		exporter = sdktrace.NewBatchSpanProcessor(exp)
 	}
 
 	reg := prometheus.NewRegistry()
@@ -105,10 +130,17 @@ func newProviders(ctx context.Context, service string) (*providers, error) {
 	if err != nil {
 		return nil, fmt.Errorf("prometheus exporter: %w", err)
 	}
+	if tracer == nil {
+		tracer = sdktrace.NewTracerProvider(sdktrace.WithResource(res))
+		otel.SetTracerProvider(tracer)
+	}
+	if exporter != nil {
+		tracer.RegisterSpanProcessor(exporter)
+	}
 	return &providers{
-		tracer:  sdktrace.NewTracerProvider(traceOpts...),
-		meter:   sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res)),
-		handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		exporter: exporter,
+		meter:    sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res)),
+		handler:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 	}, nil
 }
 
@@ -123,22 +155,32 @@ func otlpConfigured() bool {
 // at /metrics).
 func (t *Telemetry) MetricsHandler() http.Handler { return t.p.handler }
 
-// Shutdown flushes and stops the providers once the last Telemetry of the
-// process is shut down; earlier calls only release this handle. Calling it
-// twice does nothing more.
+// Shutdown flushes and removes this handle's span processors, and flushes
+// and stops the exporters and the meter provider once the last Telemetry of
+// the process is shut down; earlier calls release only this handle. Calling
+// it twice does nothing more.
 func (t *Telemetry) Shutdown(ctx context.Context) error {
 	var err error
 	t.once.Do(func() {
 		mu.Lock()
 		defer mu.Unlock()
+		processors := t.processors
 		t.p.users--
-		if t.p.users > 0 {
-			return
+		if t.p.users == 0 {
+			if shared == t.p {
+				shared = nil
+			}
+			if t.p.exporter != nil {
+				processors = append(processors, t.p.exporter)
+			}
+			err = t.p.meter.Shutdown(ctx)
 		}
-		if shared == t.p {
-			shared = nil
+		for _, sp := range processors {
+			// Shut down first, within ctx: unregistering shuts down too,
+			// but without a deadline.
+			err = errors.Join(err, sp.Shutdown(ctx))
+			tracer.UnregisterSpanProcessor(sp)
 		}
-		err = errors.Join(t.p.tracer.Shutdown(ctx), t.p.meter.Shutdown(ctx))
 		if err != nil {
 			err = fmt.Errorf("shutdown telemetry: %w", err)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/razorbill/flo/libs/telemetry"
 )
@@ -67,4 +68,34 @@ func TestSetupWithOTLPEndpoint(t *testing.T) {
 	shutdownCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	_ = tel.Shutdown(shutdownCtx) // the export to nowhere may fail; it must not hang
+}
+
+// early is taken from the globals before any Setup, as package-level tracers
+// are.
+var early = otel.Tracer("early")
+
+func TestSpanProcessorSeesEverySpanOfItsSetup(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	ctx := context.Background()
+	// Twice: a tracer provider replaced after a full shutdown would leave
+	// early bound to the first one.
+	for i := range 2 {
+		rec := tracetest.NewSpanRecorder()
+		tel, err := telemetry.Setup(ctx, "svc", telemetry.WithSpanProcessor(rec))
+		require.NoError(t, err)
+		_, span := early.Start(ctx, "early op")
+		span.End()
+		_, span = otel.Tracer("late").Start(ctx, "late op")
+		span.End()
+		require.NoError(t, tel.Shutdown(ctx))
+		_, span = early.Start(ctx, "after shutdown")
+		span.End()
+
+		var names []string
+		for _, s := range rec.Ended() {
+			names = append(names, s.Name())
+		}
+		require.Equal(t, []string{"early op", "late op"}, names, "setup %d", i+1)
+	}
 }

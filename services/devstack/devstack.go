@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/localbroker"
 	"github.com/razorbill/flo/libs/localpg"
@@ -67,6 +69,19 @@ type Config struct {
 	PostgresFsync bool `env:"FLO_DEV_POSTGRES_FSYNC, default=true"`
 }
 
+// Option adjusts Start.
+type Option func(*options)
+
+type options struct {
+	telemetry []telemetry.Option
+}
+
+// WithSpanProcessor hands every span the stack's services record to sp, until
+// Stop (which shuts sp down). Tests pass a tracetest.SpanRecorder.
+func WithSpanProcessor(sp sdktrace.SpanProcessor) Option {
+	return func(o *options) { o.telemetry = append(o.telemetry, telemetry.WithSpanProcessor(sp)) }
+}
+
 // Stack is a running platform.
 type Stack struct {
 	cfg Config
@@ -94,12 +109,16 @@ type running struct {
 
 // Start brings up the infrastructure and every service and returns once the
 // gateway is ready. Stop ends them all.
-func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Stack, error) {
+func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Stack, error) {
 	s := &Stack{
 		cfg: cfg, log: log, services: map[string]*running{}, failed: make(chan struct{}),
 		dbURL: cfg.DatabaseURL, kafka: cfg.KafkaBrokers,
 	}
-	tel, err := telemetry.Setup(ctx, "flo")
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	tel, err := telemetry.Setup(ctx, "flo", o.telemetry...)
 	if err != nil {
 		return nil, fmt.Errorf("set up telemetry: %w", err)
 	}

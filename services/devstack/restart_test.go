@@ -2,16 +2,8 @@ package devstack_test
 
 import (
 	"context"
-	"fmt"
 	"net"
-	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -31,41 +23,10 @@ import (
 // runs once, after a third of the tasks are in.
 func load(t *testing.T, client *flo.Client, action string, n int, fault func()) []string {
 	t.Helper()
-	ctx := context.Background()
-	ids := make([]string, n)
-	var next atomic.Int64
-	var faulted sync.Once
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				if i == n/3 {
-					faulted.Do(fault)
-				}
-				deadline := time.Now().Add(60 * time.Second)
-				for {
-					id, err := client.Invoke(ctx, action, map[string]int{"i": i}, flo.WithIdempotencyKey(fmt.Sprintf("load-%d", i)))
-					if err == nil {
-						ids[i] = id
-						break
-					}
-					if time.Now().After(deadline) {
-						t.Errorf("invoke %d never accepted: %v", i, err)
-						return
-					}
-					time.Sleep(50 * time.Millisecond)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return ids
+	l := startLoad(t, n, 0, invokeKeyed(client, action, "load"))
+	l.reach(t, n/3)
+	fault()
+	return l.wait(t)
 }
 
 // requireEachCompletedOnce waits until every id is completed in Postgres and
@@ -127,31 +88,6 @@ func TestBrokerRestartUnderLoadLosesNothing(t *testing.T) {
 	requireEachCompletedOnce(t, e, e.broker.Addrs(), ids)
 }
 
-var (
-	dispatcherBinOnce sync.Once
-	dispatcherBin     string
-	dispatcherBinErr  error
-)
-
-// buildDispatcher builds the dispatcher's real binary once per test run, so
-// the test can kill it with SIGKILL like an orchestrator would.
-func buildDispatcher(t *testing.T) string {
-	dispatcherBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "flo-dispatcher-bin-")
-		if err != nil {
-			dispatcherBinErr = err
-			return
-		}
-		dispatcherBin = filepath.Join(dir, "dispatcher")
-		out, err := exec.Command("go", "build", "-o", dispatcherBin, "github.com/razorbill/flo/services/dispatcher/cmd/dispatcher").CombinedOutput()
-		if err != nil {
-			dispatcherBinErr = fmt.Errorf("go build dispatcher: %v\n%s", err, out)
-		}
-	})
-	require.NoError(t, dispatcherBinErr)
-	return dispatcherBin
-}
-
 func freeAddr(t *testing.T) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -159,57 +95,24 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// dispatcherProcess is the dispatcher running as its own OS process.
-type dispatcherProcess struct {
-	cmd      *exec.Cmd
-	env      []string
-	bin      string
-	httpAddr string
-}
-
-func startDispatcherProcess(t *testing.T, p *dispatcherProcess) {
-	t.Helper()
-	p.cmd = exec.Command(p.bin)
-	p.cmd.Env = append(os.Environ(), p.env...)
-	if testing.Verbose() {
-		p.cmd.Stderr = os.Stderr
-	}
-	require.NoError(t, p.cmd.Start())
-	require.Eventually(t, func() bool {
-		resp, err := http.Get("http://" + p.httpAddr + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 20*time.Millisecond, "dispatcher process never became ready")
-}
-
-func (p *dispatcherProcess) kill() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	_ = p.cmd.Wait()
-}
-
 func TestDispatcherKilledUnderLoadLosesNothing(t *testing.T) {
 	broker := harness.NewBroker(t)
 	dbURL := harness.NewDatabase(t)
 	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
-	proc := &dispatcherProcess{
-		bin:      buildDispatcher(t),
-		httpAddr: httpAddr,
-		env: []string{
-			"FLO_DATABASE_URL=" + dbURL,
-			"FLO_KAFKA_BROKERS=" + strings.Join(broker.Addrs(), ","),
-			"FLO_KAFKA_PARTITIONS=4",
-			"FLO_DISPATCHER_GRPC_ADDR=" + grpcAddr,
-			"FLO_DISPATCHER_HTTP_ADDR=" + httpAddr,
-			"FLO_BOOTSTRAP_NAMESPACES=default",
-			"FLO_LEASE_CHECK_INTERVAL=100ms",
-			"FLO_LOG_LEVEL=warn",
-		},
-	}
-	startDispatcherProcess(t, proc)
-	t.Cleanup(proc.kill)
+	// The real binary, so the test can kill it with SIGKILL like an
+	// orchestrator would.
+	proc := newProc(t, "dispatcher", httpAddr, []string{
+		"FLO_DATABASE_URL=" + dbURL,
+		"FLO_KAFKA_BROKERS=" + strings.Join(broker.Addrs(), ","),
+		"FLO_KAFKA_PARTITIONS=4",
+		"FLO_DISPATCHER_GRPC_ADDR=" + grpcAddr,
+		"FLO_DISPATCHER_HTTP_ADDR=" + httpAddr,
+		"FLO_BOOTSTRAP_NAMESPACES=default",
+		"FLO_LEASE_CHECK_INTERVAL=100ms",
+		"FLO_LOG_LEVEL=warn",
+	})
+	proc.start(t)
+	proc.waitReady(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	gw, err := gateway.New(ctx, gateway.Config{
@@ -252,7 +155,8 @@ func TestDispatcherKilledUnderLoadLosesNothing(t *testing.T) {
 
 	ids := load(t, client, "work", 1500, func() {
 		proc.kill()
-		startDispatcherProcess(t, proc)
+		proc.start(t)
+		proc.waitReady(t)
 	})
 	requireEachCompletedOnce(t, e, broker.Addrs(), ids)
 }

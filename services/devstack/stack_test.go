@@ -40,8 +40,8 @@ func testLogger(t *testing.T) *slog.Logger {
 func newEnv(t *testing.T) *env { return newEnvWith(t, nil) }
 
 // newEnvWith starts a platform with test-friendly settings that adjust may
-// change.
-func newEnvWith(t *testing.T, adjust func(cfg *devstack.Config)) *env {
+// change, and opts.
+func newEnvWith(t *testing.T, adjust func(cfg *devstack.Config), opts ...devstack.Option) *env {
 	t.Helper()
 	broker := harness.NewBroker(t)
 	dbURL := harness.NewDatabase(t)
@@ -70,7 +70,7 @@ func newEnvWith(t *testing.T, adjust func(cfg *devstack.Config)) *env {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	stack, err := devstack.Start(ctx, cfg, testLogger(t))
+	stack, err := devstack.Start(ctx, cfg, testLogger(t), opts...)
 	require.NoError(t, err)
 	t.Cleanup(stack.Stop)
 	return &env{stack: stack, broker: broker, db: openPool(t, dbURL)}

@@ -26,6 +26,7 @@ import (
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/probe"
 	"github.com/razorbill/flo/libs/stage"
+	"github.com/razorbill/flo/libs/telemetry"
 	"github.com/razorbill/flo/libs/wake"
 	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
 	"github.com/razorbill/flo/services/dispatcher/internal/claim"
@@ -59,6 +60,7 @@ type Config struct {
 	LeaseCheckInterval  time.Duration `env:"FLO_LEASE_CHECK_INTERVAL, default=1s"`
 	Postgres            config.Postgres
 	Kafka               config.Kafka
+	Shutdown            config.Shutdown
 }
 
 // Option adjusts a Service.
@@ -89,6 +91,7 @@ type Service struct {
 	reporter *report.Reporter
 	intake   *intake.Intake
 	leases   *lease.Leases
+	gauges   *telemetry.Gauges
 
 	grpcServer *grpc.Server
 	grpcLis    net.Listener
@@ -166,6 +169,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	if s.leases, err = lease.New(s.pool, s.hub, s.relay, log, meter); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
+	if s.gauges, err = queue.NewGauges(s.pool, meter); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
 	s.listener = wake.NewListener(s.listenConn, map[string]func(string){
 		store.TasksChannel:   func(key string) { s.hub.Wake(key) },
 		store.ActionsChannel: cat.Invalidate,
@@ -199,10 +205,11 @@ func (s *Service) GRPCAddr() string { return s.grpcLis.Addr().String() }
 func (s *Service) HTTPAddr() string { return s.httpLis.Addr().String() }
 
 // Run serves until ctx ends or a component fails, then stops in order:
-// readiness off, waiting claims released, gRPC drained, the consumer stopped
-// (committing what it handled), background work stopped, the outbox flushed,
-// HTTP stopped and connections closed. Every state change is committed with
-// its outbox rows, so stopping at any point loses nothing.
+// readiness off (serving on for Shutdown.Delay), waiting claims released, gRPC
+// drained, the consumer stopped (committing what it handled), background work
+// stopped, the outbox flushed, HTTP stopped and connections closed. Every
+// state change is committed with its outbox rows, so stopping at any point
+// loses nothing.
 func (s *Service) Run(ctx context.Context) error {
 	s.consuming.Store(true)
 	err := stage.Run(ctx, s.log,
@@ -216,16 +223,15 @@ func (s *Service) Run(ctx context.Context) error {
 			Go("intake", s.intake.Run).
 			Go("wake hub", func(ctx context.Context) error { return s.hub.Run(ctx, safetyTick) }).
 			Go("listener", s.listener.Run).
-			Go("lease reaper", func(ctx context.Context) error { return s.leases.Run(ctx, s.cfg.LeaseCheckInterval) }),
+			Go("lease reaper", func(ctx context.Context) error { return s.leases.Run(ctx, s.cfg.LeaseCheckInterval) }).
+			Go("queue gauges", s.gauges.Run),
 		stage.New("consumer").Go("commands consumer", func(ctx context.Context) error {
 			defer s.consuming.Store(false)
 			return s.consumer.Run(ctx)
 		}),
 		stage.GRPC(s.grpcServer, s.grpcLis, grpcStopTimeout, s.log),
-		stage.New("readiness").OnStop(func(context.Context) {
-			s.stopping.Store(true)
-			s.claimer.Close()
-		}),
+		stage.New("claims").OnStop(func(context.Context) { s.claimer.Close() }),
+		stage.Readiness(s.cfg.Shutdown.Delay, func() { s.stopping.Store(true) }, s.log),
 	)
 	s.closeResources()
 	return err

@@ -385,8 +385,9 @@ func (s *Service) Ready() bool {
 }
 
 // Run serves until ctx ends or a component fails, then shuts down: readiness
-// off (serving on for Shutdown.Delay), worker streams drained and closed, servers stopped gracefully within a
-// timeout, then the tails, the producer and the connections closed.
+// off (serving on for Shutdown.Delay), worker streams drained and closed,
+// servers stopped gracefully within a timeout, then the tails, the producer
+// and the connections closed.
 func (s *Service) Run(ctx context.Context) error {
 	// The tail outlives the servers so that requests still waiting during
 	// shutdown are woken; it stops once they have stopped.

@@ -24,6 +24,7 @@ import (
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/probe"
 	"github.com/razorbill/flo/libs/stage"
+	"github.com/razorbill/flo/libs/telemetry"
 	"github.com/razorbill/flo/services/registry/internal/grpcapi"
 	"github.com/razorbill/flo/services/registry/internal/health"
 	"github.com/razorbill/flo/services/registry/internal/roster"
@@ -56,6 +57,7 @@ type Config struct {
 	MaxWorkersPerNamespace int `env:"FLO_MAX_WORKERS_PER_NAMESPACE, default=10000"`
 	Postgres               config.Postgres
 	Kafka                  config.Kafka
+	Shutdown               config.Shutdown
 }
 
 // Option adjusts a Service.
@@ -82,6 +84,7 @@ type Service struct {
 	relay    *outbox.Relay
 	checker  *health.Checker
 	tally    *tally.Tally
+	gauges   *telemetry.Gauges
 
 	grpcServer *grpc.Server
 	grpcLis    net.Listener
@@ -143,6 +146,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	if s.tally, err = tally.New(s.pool, log, meter); err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
+	if s.gauges, err = roster.NewGauges(s.pool, meter); err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
 
 	s.grpcServer = grpcapi.NewGRPCServer(r, log)
 	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
@@ -182,10 +188,10 @@ func (s *Service) GRPCAddr() string { return s.grpcLis.Addr().String() }
 func (s *Service) HTTPAddr() string { return s.httpLis.Addr().String() }
 
 // Run serves until ctx ends or a component fails, then stops in order:
-// readiness off, gRPC drained, the consumer stopped (committing what it
-// handled), the health check stopped, the outbox flushed, HTTP stopped and
-// connections closed. Every change is committed with its outbox rows, so
-// stopping at any point loses nothing.
+// readiness off (serving on for Shutdown.Delay), gRPC drained, the consumer
+// stopped (committing what it handled), the health check stopped, the outbox
+// flushed, HTTP stopped and connections closed. Every change is committed with
+// its outbox rows, so stopping at any point loses nothing.
 func (s *Service) Run(ctx context.Context) error {
 	s.consuming.Store(true)
 	err := stage.Run(ctx, s.log,
@@ -195,13 +201,14 @@ func (s *Service) Run(ctx context.Context) error {
 			OnStop(s.flushRelay),
 		stage.New("work").
 			Go("health check", func(ctx context.Context) error { return s.checker.Run(ctx, s.cfg.HealthCheckInterval) }).
-			Go("inbox pruning", s.tally.RunPruning),
+			Go("inbox pruning", s.tally.RunPruning).
+			Go("worker gauges", s.gauges.Run),
 		stage.New("consumer").Go("task events consumer", func(ctx context.Context) error {
 			defer s.consuming.Store(false)
 			return s.consumer.Run(ctx)
 		}),
 		stage.GRPC(s.grpcServer, s.grpcLis, grpcStopTimeout, s.log),
-		stage.New("readiness").OnStop(func(context.Context) { s.stopping.Store(true) }),
+		stage.Readiness(s.cfg.Shutdown.Delay, func() { s.stopping.Store(true) }, s.log),
 	)
 	s.closeResources()
 	return err

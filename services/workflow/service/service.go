@@ -26,6 +26,7 @@ import (
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/probe"
 	"github.com/razorbill/flo/libs/stage"
+	"github.com/razorbill/flo/libs/telemetry"
 	"github.com/razorbill/flo/libs/wake"
 	"github.com/razorbill/flo/services/workflow/internal/catalog"
 	"github.com/razorbill/flo/services/workflow/internal/grpcapi"
@@ -58,6 +59,7 @@ type Config struct {
 	TimerTick time.Duration `env:"FLO_WORKFLOW_TIMER_TICK, default=1s"`
 	Postgres  config.Postgres
 	Kafka     config.Kafka
+	Shutdown  config.Shutdown
 }
 
 // Option adjusts a Service.
@@ -83,6 +85,7 @@ type Service struct {
 	consumer *kafka.Consumer
 	relay    *outbox.Relay
 	runner   *runner.Runner
+	gauges   *telemetry.Gauges
 	timers   *timer.Loop
 	listener *wake.Listener
 
@@ -141,6 +144,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	if err != nil {
 		return nil, fmt.Errorf("workflow: %w", err)
 	}
+	if s.gauges, err = runner.NewGauges(s.pool, meter); err != nil {
+		return nil, fmt.Errorf("workflow: %w", err)
+	}
 	s.timers = timer.NewLoop(s.runner, cfg.TimerTick, log)
 	s.runner.SetTimerWaker(s.timers)
 	s.listener = wake.NewListener(s.listenConn, map[string]func(string){
@@ -183,10 +189,10 @@ func (s *Service) GRPCAddr() string { return s.grpcLis.Addr().String() }
 func (s *Service) HTTPAddr() string { return s.httpLis.Addr().String() }
 
 // Run serves until ctx ends or a component fails, then stops in order:
-// readiness off, gRPC drained, the consumer stopped (committing what it
-// handled), the runner and timers stopped, the outbox flushed, HTTP stopped
-// and connections closed. Every change of a run is committed with its outbox
-// rows, so stopping at any point loses nothing.
+// readiness off (serving on for Shutdown.Delay), gRPC drained, the consumer
+// stopped (committing what it handled), the runner and timers stopped, the
+// outbox flushed, HTTP stopped and connections closed. Every change of a run
+// is committed with its outbox rows, so stopping at any point loses nothing.
 func (s *Service) Run(ctx context.Context) error {
 	s.consuming.Store(true)
 	err := stage.Run(ctx, s.log,
@@ -196,6 +202,7 @@ func (s *Service) Run(ctx context.Context) error {
 			OnStop(s.flushRelay),
 		stage.New("work").
 			Go("runner", s.runner.Run).
+			Go("run gauges", s.gauges.Run).
 			Go("timer loop", s.timers.Run).
 			Go("timer listener", s.listener.Run),
 		stage.New("consumer").Go("task events consumer", func(ctx context.Context) error {
@@ -203,7 +210,7 @@ func (s *Service) Run(ctx context.Context) error {
 			return s.consumer.Run(ctx)
 		}),
 		stage.GRPC(s.grpcServer, s.grpcLis, grpcStopTimeout, s.log),
-		stage.New("readiness").OnStop(func(context.Context) { s.stopping.Store(true) }),
+		stage.Readiness(s.cfg.Shutdown.Delay, func() { s.stopping.Store(true) }, s.log),
 	)
 	s.closeResources()
 	return err

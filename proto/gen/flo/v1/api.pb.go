@@ -3119,7 +3119,10 @@ type Result struct {
 	//
 	//	*Result_Completed
 	//	*Result_Failed
-	Outcome       isResult_Outcome `protobuf_oneof:"outcome"`
+	Outcome isResult_Outcome `protobuf_oneof:"outcome"`
+	// W3C trace context of the handler's span, so the server's record of the
+	// result joins the task's trace under it.
+	TraceContext  map[string]string `protobuf:"bytes,5,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3189,6 +3192,13 @@ func (x *Result) GetFailed() *Failed {
 		if x, ok := x.Outcome.(*Result_Failed); ok {
 			return x.Failed
 		}
+	}
+	return nil
+}
+
+func (x *Result) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
 	}
 	return nil
 }
@@ -7506,12 +7516,16 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"9\n" +
 	"\tTaskBatch\x12,\n" +
-	"\x05tasks\x18\x01 \x03(\v2\x16.flo.v1.TaskAssignmentR\x05tasks\"\xa3\x01\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x16.flo.v1.TaskAssignmentR\x05tasks\"\xab\x02\n" +
 	"\x06Result\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x121\n" +
 	"\tcompleted\x18\x03 \x01(\v2\x11.flo.v1.CompletedH\x00R\tcompleted\x12(\n" +
-	"\x06failed\x18\x04 \x01(\v2\x0e.flo.v1.FailedH\x00R\x06failedB\t\n" +
+	"\x06failed\x18\x04 \x01(\v2\x0e.flo.v1.FailedH\x00R\x06failed\x12E\n" +
+	"\rtrace_context\x18\x05 \x03(\v2 .flo.v1.Result.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\t\n" +
 	"\aoutcome\"9\n" +
 	"\tCompleted\x12\x12\n" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12\x18\n" +
@@ -7945,7 +7959,7 @@ func file_flo_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_flo_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_flo_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 104)
+var file_flo_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 105)
 var file_flo_v1_api_proto_goTypes = []any{
 	(WorkerType)(0),                  // 0: flo.v1.WorkerType
 	(WorkerStatus)(0),                // 1: flo.v1.WorkerStatus
@@ -8055,41 +8069,42 @@ var file_flo_v1_api_proto_goTypes = []any{
 	(*HistoryEvent)(nil),             // 105: flo.v1.HistoryEvent
 	(*RunHistory)(nil),               // 106: flo.v1.RunHistory
 	nil,                              // 107: flo.v1.TaskAssignment.TraceContextEntry
-	nil,                              // 108: flo.v1.StreamRecord.HeadersEntry
-	nil,                              // 109: flo.v1.StreamRecord.TraceContextEntry
-	nil,                              // 110: flo.v1.AppendRecord.HeadersEntry
-	(*timestamppb.Timestamp)(nil),    // 111: google.protobuf.Timestamp
-	(*structpb.Value)(nil),           // 112: google.protobuf.Value
+	nil,                              // 108: flo.v1.Result.TraceContextEntry
+	nil,                              // 109: flo.v1.StreamRecord.HeadersEntry
+	nil,                              // 110: flo.v1.StreamRecord.TraceContextEntry
+	nil,                              // 111: flo.v1.AppendRecord.HeadersEntry
+	(*timestamppb.Timestamp)(nil),    // 112: google.protobuf.Timestamp
+	(*structpb.Value)(nil),           // 113: google.protobuf.Value
 }
 var file_flo_v1_api_proto_depIdxs = []int32{
-	111, // 0: flo.v1.Namespace.created_at:type_name -> google.protobuf.Timestamp
+	112, // 0: flo.v1.Namespace.created_at:type_name -> google.protobuf.Timestamp
 	7,   // 1: flo.v1.ListNamespacesResponse.namespaces:type_name -> flo.v1.Namespace
 	2,   // 2: flo.v1.WorkerProcess.kind:type_name -> flo.v1.ProcessKind
-	111, // 3: flo.v1.WorkerProcess.last_run_at:type_name -> google.protobuf.Timestamp
+	112, // 3: flo.v1.WorkerProcess.last_run_at:type_name -> google.protobuf.Timestamp
 	0,   // 4: flo.v1.Worker.worker_type:type_name -> flo.v1.WorkerType
 	1,   // 5: flo.v1.Worker.status:type_name -> flo.v1.WorkerStatus
 	12,  // 6: flo.v1.Worker.processes:type_name -> flo.v1.WorkerProcess
-	111, // 7: flo.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
-	111, // 8: flo.v1.Worker.last_heartbeat:type_name -> google.protobuf.Timestamp
+	112, // 7: flo.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
+	112, // 8: flo.v1.Worker.last_heartbeat:type_name -> google.protobuf.Timestamp
 	0,   // 9: flo.v1.RegisterWorkerRequest.worker_type:type_name -> flo.v1.WorkerType
 	12,  // 10: flo.v1.RegisterWorkerRequest.processes:type_name -> flo.v1.WorkerProcess
 	1,   // 11: flo.v1.HeartbeatResponse.status:type_name -> flo.v1.WorkerStatus
 	13,  // 12: flo.v1.ListWorkersResponse.workers:type_name -> flo.v1.Worker
 	3,   // 13: flo.v1.Backoff.kind:type_name -> flo.v1.BackoffKind
 	21,  // 14: flo.v1.Action.backoff:type_name -> flo.v1.Backoff
-	111, // 15: flo.v1.Action.created_at:type_name -> google.protobuf.Timestamp
-	111, // 16: flo.v1.Action.updated_at:type_name -> google.protobuf.Timestamp
+	112, // 15: flo.v1.Action.created_at:type_name -> google.protobuf.Timestamp
+	112, // 16: flo.v1.Action.updated_at:type_name -> google.protobuf.Timestamp
 	21,  // 17: flo.v1.RegisterActionRequest.backoff:type_name -> flo.v1.Backoff
 	22,  // 18: flo.v1.ListActionsResponse.actions:type_name -> flo.v1.Action
-	112, // 19: flo.v1.InvokeTaskRequest.input:type_name -> google.protobuf.Value
+	113, // 19: flo.v1.InvokeTaskRequest.input:type_name -> google.protobuf.Value
 	27,  // 20: flo.v1.InvokeTasksRequest.tasks:type_name -> flo.v1.InvokeTaskRequest
 	4,   // 21: flo.v1.Task.status:type_name -> flo.v1.TaskStatus
-	112, // 22: flo.v1.Task.output:type_name -> google.protobuf.Value
-	111, // 23: flo.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	111, // 24: flo.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	111, // 25: flo.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	111, // 26: flo.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	111, // 27: flo.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	113, // 22: flo.v1.Task.output:type_name -> google.protobuf.Value
+	112, // 23: flo.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	112, // 24: flo.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	112, // 25: flo.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	112, // 26: flo.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	112, // 27: flo.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
 	31,  // 28: flo.v1.ListDeadLettersResponse.tasks:type_name -> flo.v1.Task
 	39,  // 29: flo.v1.WorkerMessage.hello:type_name -> flo.v1.Hello
 	42,  // 30: flo.v1.WorkerMessage.ready:type_name -> flo.v1.Ready
@@ -8108,153 +8123,154 @@ var file_flo_v1_api_proto_depIdxs = []int32{
 	38,  // 43: flo.v1.ServerMessage.drain:type_name -> flo.v1.Drain
 	55,  // 44: flo.v1.ServerMessage.record_batch:type_name -> flo.v1.RecordBatch
 	40,  // 45: flo.v1.Hello.streams:type_name -> flo.v1.StreamSubscription
-	111, // 46: flo.v1.TaskAssignment.created_at:type_name -> google.protobuf.Timestamp
-	111, // 47: flo.v1.TaskAssignment.lease_until:type_name -> google.protobuf.Timestamp
+	112, // 46: flo.v1.TaskAssignment.created_at:type_name -> google.protobuf.Timestamp
+	112, // 47: flo.v1.TaskAssignment.lease_until:type_name -> google.protobuf.Timestamp
 	107, // 48: flo.v1.TaskAssignment.trace_context:type_name -> flo.v1.TaskAssignment.TraceContextEntry
 	43,  // 49: flo.v1.TaskBatch.tasks:type_name -> flo.v1.TaskAssignment
 	46,  // 50: flo.v1.Result.completed:type_name -> flo.v1.Completed
 	47,  // 51: flo.v1.Result.failed:type_name -> flo.v1.Failed
-	45,  // 52: flo.v1.ResultBatch.results:type_name -> flo.v1.Result
-	111, // 53: flo.v1.TouchAck.lease_until:type_name -> google.protobuf.Timestamp
-	65,  // 54: flo.v1.RecordBatch.records:type_name -> flo.v1.StreamRecord
-	111, // 55: flo.v1.Stream.created_at:type_name -> google.protobuf.Timestamp
-	58,  // 56: flo.v1.ListStreamsResponse.streams:type_name -> flo.v1.Stream
-	58,  // 57: flo.v1.StreamInfo.stream:type_name -> flo.v1.Stream
-	71,  // 58: flo.v1.StreamInfo.groups:type_name -> flo.v1.ConsumerGroup
-	112, // 59: flo.v1.StreamRecord.value:type_name -> google.protobuf.Value
-	108, // 60: flo.v1.StreamRecord.headers:type_name -> flo.v1.StreamRecord.HeadersEntry
-	111, // 61: flo.v1.StreamRecord.appended_at:type_name -> google.protobuf.Timestamp
-	109, // 62: flo.v1.StreamRecord.trace_context:type_name -> flo.v1.StreamRecord.TraceContextEntry
-	112, // 63: flo.v1.AppendRecord.value:type_name -> google.protobuf.Value
-	110, // 64: flo.v1.AppendRecord.headers:type_name -> flo.v1.AppendRecord.HeadersEntry
-	66,  // 65: flo.v1.AppendRequest.records:type_name -> flo.v1.AppendRecord
-	65,  // 66: flo.v1.ReadResponse.records:type_name -> flo.v1.StreamRecord
-	111, // 67: flo.v1.ConsumerGroup.created_at:type_name -> google.protobuf.Timestamp
-	71,  // 68: flo.v1.ListGroupsResponse.groups:type_name -> flo.v1.ConsumerGroup
-	111, // 69: flo.v1.PendingEntry.delivered_at:type_name -> google.protobuf.Timestamp
-	111, // 70: flo.v1.PendingEntry.redeliver_at:type_name -> google.protobuf.Timestamp
-	77,  // 71: flo.v1.ListPendingResponse.entries:type_name -> flo.v1.PendingEntry
-	65,  // 72: flo.v1.GroupReadResponse.records:type_name -> flo.v1.StreamRecord
-	5,   // 73: flo.v1.Diagnostic.severity:type_name -> flo.v1.DiagnosticSeverity
-	111, // 74: flo.v1.WorkflowDefinition.created_at:type_name -> google.protobuf.Timestamp
-	86,  // 75: flo.v1.CreateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
-	85,  // 76: flo.v1.CreateWorkflowResponse.warnings:type_name -> flo.v1.Diagnostic
-	85,  // 77: flo.v1.ValidateWorkflowResponse.diagnostics:type_name -> flo.v1.Diagnostic
-	86,  // 78: flo.v1.ValidateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
-	86,  // 79: flo.v1.ListWorkflowsResponse.workflows:type_name -> flo.v1.WorkflowDefinition
-	112, // 80: flo.v1.StartRunRequest.input_value:type_name -> google.protobuf.Value
-	112, // 81: flo.v1.StepOutput.output_value:type_name -> google.protobuf.Value
-	111, // 82: flo.v1.StepOutput.finished_at:type_name -> google.protobuf.Timestamp
-	6,   // 83: flo.v1.WorkflowRun.status:type_name -> flo.v1.RunStatus
-	112, // 84: flo.v1.WorkflowRun.input_value:type_name -> google.protobuf.Value
-	97,  // 85: flo.v1.WorkflowRun.outputs:type_name -> flo.v1.StepOutput
-	111, // 86: flo.v1.WorkflowRun.created_at:type_name -> google.protobuf.Timestamp
-	111, // 87: flo.v1.WorkflowRun.updated_at:type_name -> google.protobuf.Timestamp
-	111, // 88: flo.v1.WorkflowRun.finished_at:type_name -> google.protobuf.Timestamp
-	6,   // 89: flo.v1.ListRunsRequest.status:type_name -> flo.v1.RunStatus
-	111, // 90: flo.v1.ListRunsRequest.created_after:type_name -> google.protobuf.Timestamp
-	111, // 91: flo.v1.ListRunsRequest.created_before:type_name -> google.protobuf.Timestamp
-	98,  // 92: flo.v1.ListRunsResponse.runs:type_name -> flo.v1.WorkflowRun
-	112, // 93: flo.v1.SignalRunRequest.value:type_name -> google.protobuf.Value
-	111, // 94: flo.v1.HistoryEvent.at:type_name -> google.protobuf.Timestamp
-	105, // 95: flo.v1.RunHistory.events:type_name -> flo.v1.HistoryEvent
-	8,   // 96: flo.v1.NamespaceService.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
-	9,   // 97: flo.v1.NamespaceService.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
-	10,  // 98: flo.v1.NamespaceService.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
-	23,  // 99: flo.v1.ActionService.RegisterAction:input_type -> flo.v1.RegisterActionRequest
-	24,  // 100: flo.v1.ActionService.GetAction:input_type -> flo.v1.GetActionRequest
-	25,  // 101: flo.v1.ActionService.ListActions:input_type -> flo.v1.ListActionsRequest
-	24,  // 102: flo.v1.ActionService.EnableAction:input_type -> flo.v1.GetActionRequest
-	24,  // 103: flo.v1.ActionService.DisableAction:input_type -> flo.v1.GetActionRequest
-	27,  // 104: flo.v1.TaskService.InvokeTask:input_type -> flo.v1.InvokeTaskRequest
-	29,  // 105: flo.v1.TaskService.InvokeTasks:input_type -> flo.v1.InvokeTasksRequest
-	32,  // 106: flo.v1.TaskService.GetTask:input_type -> flo.v1.GetTaskRequest
-	33,  // 107: flo.v1.TaskService.AwaitTask:input_type -> flo.v1.AwaitTaskRequest
-	34,  // 108: flo.v1.TaskService.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
-	32,  // 109: flo.v1.TaskService.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
-	14,  // 110: flo.v1.WorkerRegistryService.RegisterWorker:input_type -> flo.v1.RegisterWorkerRequest
-	15,  // 111: flo.v1.WorkerRegistryService.Heartbeat:input_type -> flo.v1.HeartbeatRequest
-	17,  // 112: flo.v1.WorkerRegistryService.GetWorker:input_type -> flo.v1.GetWorkerRequest
-	18,  // 113: flo.v1.WorkerRegistryService.ListWorkers:input_type -> flo.v1.ListWorkersRequest
-	17,  // 114: flo.v1.WorkerRegistryService.DrainWorker:input_type -> flo.v1.GetWorkerRequest
-	17,  // 115: flo.v1.WorkerRegistryService.DeregisterWorker:input_type -> flo.v1.GetWorkerRequest
-	36,  // 116: flo.v1.WorkerService.Stream:input_type -> flo.v1.WorkerMessage
-	59,  // 117: flo.v1.StreamService.CreateStream:input_type -> flo.v1.CreateStreamRequest
-	60,  // 118: flo.v1.StreamService.GetStream:input_type -> flo.v1.GetStreamRequest
-	61,  // 119: flo.v1.StreamService.ListStreams:input_type -> flo.v1.ListStreamsRequest
-	60,  // 120: flo.v1.StreamService.DeleteStream:input_type -> flo.v1.GetStreamRequest
-	67,  // 121: flo.v1.StreamService.Append:input_type -> flo.v1.AppendRequest
-	69,  // 122: flo.v1.StreamService.Read:input_type -> flo.v1.ReadRequest
-	72,  // 123: flo.v1.StreamService.CreateGroup:input_type -> flo.v1.CreateGroupRequest
-	60,  // 124: flo.v1.StreamService.ListGroups:input_type -> flo.v1.GetStreamRequest
-	73,  // 125: flo.v1.StreamService.DeleteGroup:input_type -> flo.v1.GetGroupRequest
-	76,  // 126: flo.v1.StreamService.ListPending:input_type -> flo.v1.ListPendingRequest
-	79,  // 127: flo.v1.StreamService.GroupRead:input_type -> flo.v1.GroupReadRequest
-	81,  // 128: flo.v1.StreamService.Ack:input_type -> flo.v1.AckRequest
-	83,  // 129: flo.v1.StreamService.Nack:input_type -> flo.v1.NackRequest
-	87,  // 130: flo.v1.WorkflowService.CreateWorkflow:input_type -> flo.v1.CreateWorkflowRequest
-	89,  // 131: flo.v1.WorkflowService.ValidateWorkflow:input_type -> flo.v1.ValidateWorkflowRequest
-	91,  // 132: flo.v1.WorkflowService.GetWorkflow:input_type -> flo.v1.GetWorkflowRequest
-	92,  // 133: flo.v1.WorkflowService.ListWorkflows:input_type -> flo.v1.ListWorkflowsRequest
-	94,  // 134: flo.v1.WorkflowService.DisableWorkflow:input_type -> flo.v1.WorkflowNameRequest
-	94,  // 135: flo.v1.WorkflowService.EnableWorkflow:input_type -> flo.v1.WorkflowNameRequest
-	95,  // 136: flo.v1.WorkflowService.StartRun:input_type -> flo.v1.StartRunRequest
-	99,  // 137: flo.v1.WorkflowService.GetRun:input_type -> flo.v1.GetRunRequest
-	100, // 138: flo.v1.WorkflowService.ListRuns:input_type -> flo.v1.ListRunsRequest
-	102, // 139: flo.v1.WorkflowService.SignalRun:input_type -> flo.v1.SignalRunRequest
-	104, // 140: flo.v1.WorkflowService.CancelRun:input_type -> flo.v1.CancelRunRequest
-	99,  // 141: flo.v1.WorkflowService.GetRunHistory:input_type -> flo.v1.GetRunRequest
-	7,   // 142: flo.v1.NamespaceService.CreateNamespace:output_type -> flo.v1.Namespace
-	7,   // 143: flo.v1.NamespaceService.GetNamespace:output_type -> flo.v1.Namespace
-	11,  // 144: flo.v1.NamespaceService.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
-	22,  // 145: flo.v1.ActionService.RegisterAction:output_type -> flo.v1.Action
-	22,  // 146: flo.v1.ActionService.GetAction:output_type -> flo.v1.Action
-	26,  // 147: flo.v1.ActionService.ListActions:output_type -> flo.v1.ListActionsResponse
-	22,  // 148: flo.v1.ActionService.EnableAction:output_type -> flo.v1.Action
-	22,  // 149: flo.v1.ActionService.DisableAction:output_type -> flo.v1.Action
-	28,  // 150: flo.v1.TaskService.InvokeTask:output_type -> flo.v1.InvokeTaskResponse
-	30,  // 151: flo.v1.TaskService.InvokeTasks:output_type -> flo.v1.InvokeTasksResponse
-	31,  // 152: flo.v1.TaskService.GetTask:output_type -> flo.v1.Task
-	31,  // 153: flo.v1.TaskService.AwaitTask:output_type -> flo.v1.Task
-	35,  // 154: flo.v1.TaskService.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
-	31,  // 155: flo.v1.TaskService.RequeueDeadLetter:output_type -> flo.v1.Task
-	13,  // 156: flo.v1.WorkerRegistryService.RegisterWorker:output_type -> flo.v1.Worker
-	16,  // 157: flo.v1.WorkerRegistryService.Heartbeat:output_type -> flo.v1.HeartbeatResponse
-	13,  // 158: flo.v1.WorkerRegistryService.GetWorker:output_type -> flo.v1.Worker
-	19,  // 159: flo.v1.WorkerRegistryService.ListWorkers:output_type -> flo.v1.ListWorkersResponse
-	13,  // 160: flo.v1.WorkerRegistryService.DrainWorker:output_type -> flo.v1.Worker
-	20,  // 161: flo.v1.WorkerRegistryService.DeregisterWorker:output_type -> flo.v1.DeregisterWorkerResponse
-	37,  // 162: flo.v1.WorkerService.Stream:output_type -> flo.v1.ServerMessage
-	58,  // 163: flo.v1.StreamService.CreateStream:output_type -> flo.v1.Stream
-	64,  // 164: flo.v1.StreamService.GetStream:output_type -> flo.v1.StreamInfo
-	62,  // 165: flo.v1.StreamService.ListStreams:output_type -> flo.v1.ListStreamsResponse
-	63,  // 166: flo.v1.StreamService.DeleteStream:output_type -> flo.v1.DeleteStreamResponse
-	68,  // 167: flo.v1.StreamService.Append:output_type -> flo.v1.AppendResponse
-	70,  // 168: flo.v1.StreamService.Read:output_type -> flo.v1.ReadResponse
-	71,  // 169: flo.v1.StreamService.CreateGroup:output_type -> flo.v1.ConsumerGroup
-	74,  // 170: flo.v1.StreamService.ListGroups:output_type -> flo.v1.ListGroupsResponse
-	75,  // 171: flo.v1.StreamService.DeleteGroup:output_type -> flo.v1.DeleteGroupResponse
-	78,  // 172: flo.v1.StreamService.ListPending:output_type -> flo.v1.ListPendingResponse
-	80,  // 173: flo.v1.StreamService.GroupRead:output_type -> flo.v1.GroupReadResponse
-	82,  // 174: flo.v1.StreamService.Ack:output_type -> flo.v1.AckResponse
-	84,  // 175: flo.v1.StreamService.Nack:output_type -> flo.v1.NackResponse
-	88,  // 176: flo.v1.WorkflowService.CreateWorkflow:output_type -> flo.v1.CreateWorkflowResponse
-	90,  // 177: flo.v1.WorkflowService.ValidateWorkflow:output_type -> flo.v1.ValidateWorkflowResponse
-	86,  // 178: flo.v1.WorkflowService.GetWorkflow:output_type -> flo.v1.WorkflowDefinition
-	93,  // 179: flo.v1.WorkflowService.ListWorkflows:output_type -> flo.v1.ListWorkflowsResponse
-	86,  // 180: flo.v1.WorkflowService.DisableWorkflow:output_type -> flo.v1.WorkflowDefinition
-	86,  // 181: flo.v1.WorkflowService.EnableWorkflow:output_type -> flo.v1.WorkflowDefinition
-	96,  // 182: flo.v1.WorkflowService.StartRun:output_type -> flo.v1.StartRunResponse
-	98,  // 183: flo.v1.WorkflowService.GetRun:output_type -> flo.v1.WorkflowRun
-	101, // 184: flo.v1.WorkflowService.ListRuns:output_type -> flo.v1.ListRunsResponse
-	103, // 185: flo.v1.WorkflowService.SignalRun:output_type -> flo.v1.SignalRunResponse
-	98,  // 186: flo.v1.WorkflowService.CancelRun:output_type -> flo.v1.WorkflowRun
-	106, // 187: flo.v1.WorkflowService.GetRunHistory:output_type -> flo.v1.RunHistory
-	142, // [142:188] is the sub-list for method output_type
-	96,  // [96:142] is the sub-list for method input_type
-	96,  // [96:96] is the sub-list for extension type_name
-	96,  // [96:96] is the sub-list for extension extendee
-	0,   // [0:96] is the sub-list for field type_name
+	108, // 52: flo.v1.Result.trace_context:type_name -> flo.v1.Result.TraceContextEntry
+	45,  // 53: flo.v1.ResultBatch.results:type_name -> flo.v1.Result
+	112, // 54: flo.v1.TouchAck.lease_until:type_name -> google.protobuf.Timestamp
+	65,  // 55: flo.v1.RecordBatch.records:type_name -> flo.v1.StreamRecord
+	112, // 56: flo.v1.Stream.created_at:type_name -> google.protobuf.Timestamp
+	58,  // 57: flo.v1.ListStreamsResponse.streams:type_name -> flo.v1.Stream
+	58,  // 58: flo.v1.StreamInfo.stream:type_name -> flo.v1.Stream
+	71,  // 59: flo.v1.StreamInfo.groups:type_name -> flo.v1.ConsumerGroup
+	113, // 60: flo.v1.StreamRecord.value:type_name -> google.protobuf.Value
+	109, // 61: flo.v1.StreamRecord.headers:type_name -> flo.v1.StreamRecord.HeadersEntry
+	112, // 62: flo.v1.StreamRecord.appended_at:type_name -> google.protobuf.Timestamp
+	110, // 63: flo.v1.StreamRecord.trace_context:type_name -> flo.v1.StreamRecord.TraceContextEntry
+	113, // 64: flo.v1.AppendRecord.value:type_name -> google.protobuf.Value
+	111, // 65: flo.v1.AppendRecord.headers:type_name -> flo.v1.AppendRecord.HeadersEntry
+	66,  // 66: flo.v1.AppendRequest.records:type_name -> flo.v1.AppendRecord
+	65,  // 67: flo.v1.ReadResponse.records:type_name -> flo.v1.StreamRecord
+	112, // 68: flo.v1.ConsumerGroup.created_at:type_name -> google.protobuf.Timestamp
+	71,  // 69: flo.v1.ListGroupsResponse.groups:type_name -> flo.v1.ConsumerGroup
+	112, // 70: flo.v1.PendingEntry.delivered_at:type_name -> google.protobuf.Timestamp
+	112, // 71: flo.v1.PendingEntry.redeliver_at:type_name -> google.protobuf.Timestamp
+	77,  // 72: flo.v1.ListPendingResponse.entries:type_name -> flo.v1.PendingEntry
+	65,  // 73: flo.v1.GroupReadResponse.records:type_name -> flo.v1.StreamRecord
+	5,   // 74: flo.v1.Diagnostic.severity:type_name -> flo.v1.DiagnosticSeverity
+	112, // 75: flo.v1.WorkflowDefinition.created_at:type_name -> google.protobuf.Timestamp
+	86,  // 76: flo.v1.CreateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
+	85,  // 77: flo.v1.CreateWorkflowResponse.warnings:type_name -> flo.v1.Diagnostic
+	85,  // 78: flo.v1.ValidateWorkflowResponse.diagnostics:type_name -> flo.v1.Diagnostic
+	86,  // 79: flo.v1.ValidateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
+	86,  // 80: flo.v1.ListWorkflowsResponse.workflows:type_name -> flo.v1.WorkflowDefinition
+	113, // 81: flo.v1.StartRunRequest.input_value:type_name -> google.protobuf.Value
+	113, // 82: flo.v1.StepOutput.output_value:type_name -> google.protobuf.Value
+	112, // 83: flo.v1.StepOutput.finished_at:type_name -> google.protobuf.Timestamp
+	6,   // 84: flo.v1.WorkflowRun.status:type_name -> flo.v1.RunStatus
+	113, // 85: flo.v1.WorkflowRun.input_value:type_name -> google.protobuf.Value
+	97,  // 86: flo.v1.WorkflowRun.outputs:type_name -> flo.v1.StepOutput
+	112, // 87: flo.v1.WorkflowRun.created_at:type_name -> google.protobuf.Timestamp
+	112, // 88: flo.v1.WorkflowRun.updated_at:type_name -> google.protobuf.Timestamp
+	112, // 89: flo.v1.WorkflowRun.finished_at:type_name -> google.protobuf.Timestamp
+	6,   // 90: flo.v1.ListRunsRequest.status:type_name -> flo.v1.RunStatus
+	112, // 91: flo.v1.ListRunsRequest.created_after:type_name -> google.protobuf.Timestamp
+	112, // 92: flo.v1.ListRunsRequest.created_before:type_name -> google.protobuf.Timestamp
+	98,  // 93: flo.v1.ListRunsResponse.runs:type_name -> flo.v1.WorkflowRun
+	113, // 94: flo.v1.SignalRunRequest.value:type_name -> google.protobuf.Value
+	112, // 95: flo.v1.HistoryEvent.at:type_name -> google.protobuf.Timestamp
+	105, // 96: flo.v1.RunHistory.events:type_name -> flo.v1.HistoryEvent
+	8,   // 97: flo.v1.NamespaceService.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
+	9,   // 98: flo.v1.NamespaceService.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
+	10,  // 99: flo.v1.NamespaceService.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
+	23,  // 100: flo.v1.ActionService.RegisterAction:input_type -> flo.v1.RegisterActionRequest
+	24,  // 101: flo.v1.ActionService.GetAction:input_type -> flo.v1.GetActionRequest
+	25,  // 102: flo.v1.ActionService.ListActions:input_type -> flo.v1.ListActionsRequest
+	24,  // 103: flo.v1.ActionService.EnableAction:input_type -> flo.v1.GetActionRequest
+	24,  // 104: flo.v1.ActionService.DisableAction:input_type -> flo.v1.GetActionRequest
+	27,  // 105: flo.v1.TaskService.InvokeTask:input_type -> flo.v1.InvokeTaskRequest
+	29,  // 106: flo.v1.TaskService.InvokeTasks:input_type -> flo.v1.InvokeTasksRequest
+	32,  // 107: flo.v1.TaskService.GetTask:input_type -> flo.v1.GetTaskRequest
+	33,  // 108: flo.v1.TaskService.AwaitTask:input_type -> flo.v1.AwaitTaskRequest
+	34,  // 109: flo.v1.TaskService.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
+	32,  // 110: flo.v1.TaskService.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
+	14,  // 111: flo.v1.WorkerRegistryService.RegisterWorker:input_type -> flo.v1.RegisterWorkerRequest
+	15,  // 112: flo.v1.WorkerRegistryService.Heartbeat:input_type -> flo.v1.HeartbeatRequest
+	17,  // 113: flo.v1.WorkerRegistryService.GetWorker:input_type -> flo.v1.GetWorkerRequest
+	18,  // 114: flo.v1.WorkerRegistryService.ListWorkers:input_type -> flo.v1.ListWorkersRequest
+	17,  // 115: flo.v1.WorkerRegistryService.DrainWorker:input_type -> flo.v1.GetWorkerRequest
+	17,  // 116: flo.v1.WorkerRegistryService.DeregisterWorker:input_type -> flo.v1.GetWorkerRequest
+	36,  // 117: flo.v1.WorkerService.Stream:input_type -> flo.v1.WorkerMessage
+	59,  // 118: flo.v1.StreamService.CreateStream:input_type -> flo.v1.CreateStreamRequest
+	60,  // 119: flo.v1.StreamService.GetStream:input_type -> flo.v1.GetStreamRequest
+	61,  // 120: flo.v1.StreamService.ListStreams:input_type -> flo.v1.ListStreamsRequest
+	60,  // 121: flo.v1.StreamService.DeleteStream:input_type -> flo.v1.GetStreamRequest
+	67,  // 122: flo.v1.StreamService.Append:input_type -> flo.v1.AppendRequest
+	69,  // 123: flo.v1.StreamService.Read:input_type -> flo.v1.ReadRequest
+	72,  // 124: flo.v1.StreamService.CreateGroup:input_type -> flo.v1.CreateGroupRequest
+	60,  // 125: flo.v1.StreamService.ListGroups:input_type -> flo.v1.GetStreamRequest
+	73,  // 126: flo.v1.StreamService.DeleteGroup:input_type -> flo.v1.GetGroupRequest
+	76,  // 127: flo.v1.StreamService.ListPending:input_type -> flo.v1.ListPendingRequest
+	79,  // 128: flo.v1.StreamService.GroupRead:input_type -> flo.v1.GroupReadRequest
+	81,  // 129: flo.v1.StreamService.Ack:input_type -> flo.v1.AckRequest
+	83,  // 130: flo.v1.StreamService.Nack:input_type -> flo.v1.NackRequest
+	87,  // 131: flo.v1.WorkflowService.CreateWorkflow:input_type -> flo.v1.CreateWorkflowRequest
+	89,  // 132: flo.v1.WorkflowService.ValidateWorkflow:input_type -> flo.v1.ValidateWorkflowRequest
+	91,  // 133: flo.v1.WorkflowService.GetWorkflow:input_type -> flo.v1.GetWorkflowRequest
+	92,  // 134: flo.v1.WorkflowService.ListWorkflows:input_type -> flo.v1.ListWorkflowsRequest
+	94,  // 135: flo.v1.WorkflowService.DisableWorkflow:input_type -> flo.v1.WorkflowNameRequest
+	94,  // 136: flo.v1.WorkflowService.EnableWorkflow:input_type -> flo.v1.WorkflowNameRequest
+	95,  // 137: flo.v1.WorkflowService.StartRun:input_type -> flo.v1.StartRunRequest
+	99,  // 138: flo.v1.WorkflowService.GetRun:input_type -> flo.v1.GetRunRequest
+	100, // 139: flo.v1.WorkflowService.ListRuns:input_type -> flo.v1.ListRunsRequest
+	102, // 140: flo.v1.WorkflowService.SignalRun:input_type -> flo.v1.SignalRunRequest
+	104, // 141: flo.v1.WorkflowService.CancelRun:input_type -> flo.v1.CancelRunRequest
+	99,  // 142: flo.v1.WorkflowService.GetRunHistory:input_type -> flo.v1.GetRunRequest
+	7,   // 143: flo.v1.NamespaceService.CreateNamespace:output_type -> flo.v1.Namespace
+	7,   // 144: flo.v1.NamespaceService.GetNamespace:output_type -> flo.v1.Namespace
+	11,  // 145: flo.v1.NamespaceService.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
+	22,  // 146: flo.v1.ActionService.RegisterAction:output_type -> flo.v1.Action
+	22,  // 147: flo.v1.ActionService.GetAction:output_type -> flo.v1.Action
+	26,  // 148: flo.v1.ActionService.ListActions:output_type -> flo.v1.ListActionsResponse
+	22,  // 149: flo.v1.ActionService.EnableAction:output_type -> flo.v1.Action
+	22,  // 150: flo.v1.ActionService.DisableAction:output_type -> flo.v1.Action
+	28,  // 151: flo.v1.TaskService.InvokeTask:output_type -> flo.v1.InvokeTaskResponse
+	30,  // 152: flo.v1.TaskService.InvokeTasks:output_type -> flo.v1.InvokeTasksResponse
+	31,  // 153: flo.v1.TaskService.GetTask:output_type -> flo.v1.Task
+	31,  // 154: flo.v1.TaskService.AwaitTask:output_type -> flo.v1.Task
+	35,  // 155: flo.v1.TaskService.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
+	31,  // 156: flo.v1.TaskService.RequeueDeadLetter:output_type -> flo.v1.Task
+	13,  // 157: flo.v1.WorkerRegistryService.RegisterWorker:output_type -> flo.v1.Worker
+	16,  // 158: flo.v1.WorkerRegistryService.Heartbeat:output_type -> flo.v1.HeartbeatResponse
+	13,  // 159: flo.v1.WorkerRegistryService.GetWorker:output_type -> flo.v1.Worker
+	19,  // 160: flo.v1.WorkerRegistryService.ListWorkers:output_type -> flo.v1.ListWorkersResponse
+	13,  // 161: flo.v1.WorkerRegistryService.DrainWorker:output_type -> flo.v1.Worker
+	20,  // 162: flo.v1.WorkerRegistryService.DeregisterWorker:output_type -> flo.v1.DeregisterWorkerResponse
+	37,  // 163: flo.v1.WorkerService.Stream:output_type -> flo.v1.ServerMessage
+	58,  // 164: flo.v1.StreamService.CreateStream:output_type -> flo.v1.Stream
+	64,  // 165: flo.v1.StreamService.GetStream:output_type -> flo.v1.StreamInfo
+	62,  // 166: flo.v1.StreamService.ListStreams:output_type -> flo.v1.ListStreamsResponse
+	63,  // 167: flo.v1.StreamService.DeleteStream:output_type -> flo.v1.DeleteStreamResponse
+	68,  // 168: flo.v1.StreamService.Append:output_type -> flo.v1.AppendResponse
+	70,  // 169: flo.v1.StreamService.Read:output_type -> flo.v1.ReadResponse
+	71,  // 170: flo.v1.StreamService.CreateGroup:output_type -> flo.v1.ConsumerGroup
+	74,  // 171: flo.v1.StreamService.ListGroups:output_type -> flo.v1.ListGroupsResponse
+	75,  // 172: flo.v1.StreamService.DeleteGroup:output_type -> flo.v1.DeleteGroupResponse
+	78,  // 173: flo.v1.StreamService.ListPending:output_type -> flo.v1.ListPendingResponse
+	80,  // 174: flo.v1.StreamService.GroupRead:output_type -> flo.v1.GroupReadResponse
+	82,  // 175: flo.v1.StreamService.Ack:output_type -> flo.v1.AckResponse
+	84,  // 176: flo.v1.StreamService.Nack:output_type -> flo.v1.NackResponse
+	88,  // 177: flo.v1.WorkflowService.CreateWorkflow:output_type -> flo.v1.CreateWorkflowResponse
+	90,  // 178: flo.v1.WorkflowService.ValidateWorkflow:output_type -> flo.v1.ValidateWorkflowResponse
+	86,  // 179: flo.v1.WorkflowService.GetWorkflow:output_type -> flo.v1.WorkflowDefinition
+	93,  // 180: flo.v1.WorkflowService.ListWorkflows:output_type -> flo.v1.ListWorkflowsResponse
+	86,  // 181: flo.v1.WorkflowService.DisableWorkflow:output_type -> flo.v1.WorkflowDefinition
+	86,  // 182: flo.v1.WorkflowService.EnableWorkflow:output_type -> flo.v1.WorkflowDefinition
+	96,  // 183: flo.v1.WorkflowService.StartRun:output_type -> flo.v1.StartRunResponse
+	98,  // 184: flo.v1.WorkflowService.GetRun:output_type -> flo.v1.WorkflowRun
+	101, // 185: flo.v1.WorkflowService.ListRuns:output_type -> flo.v1.ListRunsResponse
+	103, // 186: flo.v1.WorkflowService.SignalRun:output_type -> flo.v1.SignalRunResponse
+	98,  // 187: flo.v1.WorkflowService.CancelRun:output_type -> flo.v1.WorkflowRun
+	106, // 188: flo.v1.WorkflowService.GetRunHistory:output_type -> flo.v1.RunHistory
+	143, // [143:189] is the sub-list for method output_type
+	97,  // [97:143] is the sub-list for method input_type
+	97,  // [97:97] is the sub-list for extension type_name
+	97,  // [97:97] is the sub-list for extension extendee
+	0,   // [0:97] is the sub-list for field type_name
 }
 
 func init() { file_flo_v1_api_proto_init() }
@@ -8292,7 +8308,7 @@ func file_flo_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flo_v1_api_proto_rawDesc), len(file_flo_v1_api_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   104,
+			NumMessages:   105,
 			NumExtensions: 0,
 			NumServices:   7,
 		},

@@ -15,12 +15,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/razorbill/flo/libs/coalesce"
 	"github.com/razorbill/flo/libs/fault"
 	"github.com/razorbill/flo/libs/outbox"
 	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/libs/telemetry"
 	"github.com/razorbill/flo/libs/wake"
 	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
 	"github.com/razorbill/flo/services/dispatcher/internal/store"
@@ -63,7 +65,10 @@ type Claimer struct {
 	hub     *wake.Hub
 	relay   Notifier
 	batch   *coalesce.Batcher[Request, []store.Claimed]
-	claimed metric.Int64Counter
+
+	tasks         *taskevent.Counters
+	passDuration  metric.Float64Histogram
+	invokeToStart metric.Float64Histogram
 
 	closeOnce sync.Once
 	closing   chan struct{}
@@ -71,11 +76,21 @@ type Claimer struct {
 
 // New returns a Claimer; Run must be running for claims to be served.
 func New(pool *pgxpool.Pool, cat *catalog.Catalog, hub *wake.Hub, relay Notifier, meter metric.Meter) (*Claimer, error) {
-	claimed, err := meter.Int64Counter("flo.dispatcher.tasks.claimed", metric.WithDescription("Tasks leased to workers."))
-	if err != nil {
+	c := &Claimer{pool: pool, catalog: cat, hub: hub, relay: relay, closing: make(chan struct{})}
+	var err error
+	if c.tasks, err = taskevent.NewCounters(meter); err != nil {
+		return nil, err
+	}
+	if c.passDuration, err = meter.Float64Histogram("flo.tasks.claim.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time one pass of a claim took: the catalog check, coalescing and the claim transaction; waiting for work is not included."),
+		metric.WithExplicitBucketBoundaries(telemetry.DurationBuckets...)); err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
-	c := &Claimer{pool: pool, catalog: cat, hub: hub, relay: relay, claimed: claimed, closing: make(chan struct{})}
+	if c.invokeToStart, err = meter.Float64Histogram("flo.tasks.invoke_to_start.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time from a task's invocation to its first attempt being handed to a worker; a delayed invocation includes its delay."),
+		metric.WithExplicitBucketBoundaries(telemetry.DurationBuckets...)); err != nil {
+		return nil, fmt.Errorf("create metric: %w", err)
+	}
 	c.batch = coalesce.New(queueSize, batchSize, c.exec)
 	return c, nil
 }
@@ -107,7 +122,11 @@ func (c *Claimer) Claim(ctx context.Context, req Request) ([]store.Claimed, erro
 		deadline = t.C
 	}
 	for {
+		start := time.Now()
 		tasks, err := c.claimOnce(ctx, req)
+		if err == nil {
+			c.passDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attribute.String("namespace", req.Namespace)))
+		}
 		if err != nil || len(tasks) > 0 || deadline == nil {
 			return tasks, err
 		}
@@ -196,13 +215,14 @@ func (c *Claimer) exec(ctx context.Context, calls []*coalesce.Call[Request, []st
 	var (
 		results [][]store.Claimed
 		total   int
+		events  *taskevent.Builder
 	)
 	err := pg.InTx(ctx, c.pool, func(tx pgx.Tx) error {
 		var err error
 		if results, err = store.ClaimTasks(ctx, tx, groups); err != nil {
 			return err
 		}
-		events := taskevent.NewBuilder(time.Now())
+		events = taskevent.NewBuilder(time.Now())
 		total = 0
 		for _, got := range results {
 			for _, t := range got {
@@ -232,8 +252,25 @@ func (c *Claimer) exec(ctx context.Context, calls []*coalesce.Call[Request, []st
 		}
 	}
 	if total > 0 {
-		c.claimed.Add(ctx, int64(total))
 		c.relay.Notify()
+		c.record(ctx, results, events)
 	}
 	return nil
+}
+
+// record counts claimed tasks and how long first attempts waited since
+// their invocation. The invocation time is the gateway's clock and now the
+// dispatcher's; on one host or NTP-synced ones the difference is noise next
+// to the latencies measured.
+func (c *Claimer) record(ctx context.Context, results [][]store.Claimed, events *taskevent.Builder) {
+	c.tasks.Count(ctx, events)
+	now := time.Now()
+	for _, got := range results {
+		for _, t := range got {
+			if t.Attempt == 1 {
+				c.invokeToStart.Record(ctx, now.Sub(t.CreatedAt).Seconds(),
+					metric.WithAttributes(attribute.String("namespace", t.Namespace), attribute.String("action", t.Action)))
+			}
+		}
+	}
 }

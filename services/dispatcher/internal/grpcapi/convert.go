@@ -133,7 +133,7 @@ func assignmentProto(t store.Claimed) *flov1.TaskAssignment {
 }
 
 func reportDomain(r *dispatcherv1.Report) report.Report {
-	out := report.Report{TaskID: r.GetTaskId(), Attempt: r.GetAttempt()}
+	out := report.Report{TaskID: r.GetTaskId(), Attempt: r.GetAttempt(), TraceContext: r.GetTraceContext()}
 	switch k := r.GetKind().(type) {
 	case *dispatcherv1.Report_Completed:
 		out.Kind, out.Result, out.Outcome = report.Complete, k.Completed.GetBody(), k.Completed.GetOutcome()

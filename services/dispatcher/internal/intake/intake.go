@@ -32,15 +32,14 @@ type Notifier interface{ Notify() }
 
 // Intake enqueues invocations.
 type Intake struct {
-	pool     *pgxpool.Pool
-	catalog  *catalog.Catalog
-	hub      *wake.Hub
-	relay    Notifier
-	log      *slog.Logger
-	created  metric.Int64Counter
-	dropped  metric.Int64Counter
-	rejected metric.Int64Counter
-	batch    *coalesce.Batcher[[]Invocation, struct{}]
+	pool    *pgxpool.Pool
+	catalog *catalog.Catalog
+	hub     *wake.Hub
+	relay   Notifier
+	log     *slog.Logger
+	tasks   *taskevent.Counters
+	dropped metric.Int64Counter
+	batch   *coalesce.Batcher[[]Invocation, struct{}]
 }
 
 // Batching limits: a poll has at most one call per partition, so these only
@@ -52,19 +51,16 @@ const (
 
 // New returns an Intake; meter may be a no-op meter.
 func New(pool *pgxpool.Pool, cat *catalog.Catalog, hub *wake.Hub, relay Notifier, log *slog.Logger, meter metric.Meter) (*Intake, error) {
-	created, err := meter.Int64Counter("flo.dispatcher.tasks.created", metric.WithDescription("Tasks created from invocations."))
+	tasks, err := taskevent.NewCounters(meter)
+	if err != nil {
+		return nil, err
+	}
+	dropped, err := meter.Int64Counter("flo.dispatcher.invocations.dropped", metric.WithUnit("{record}"),
+		metric.WithDescription("Invocation records dropped as undecodable."))
 	if err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
-	dropped, err := meter.Int64Counter("flo.dispatcher.invocations.dropped", metric.WithDescription("Invocations dropped as undecodable."))
-	if err != nil {
-		return nil, fmt.Errorf("create metric: %w", err)
-	}
-	rejected, err := meter.Int64Counter("flo.dispatcher.invocations.rejected", metric.WithDescription("Invocations of unknown or disabled actions, answered with a REJECTED event."))
-	if err != nil {
-		return nil, fmt.Errorf("create metric: %w", err)
-	}
-	in := &Intake{pool: pool, catalog: cat, hub: hub, relay: relay, log: log, created: created, dropped: dropped, rejected: rejected}
+	in := &Intake{pool: pool, catalog: cat, hub: hub, relay: relay, log: log, tasks: tasks, dropped: dropped}
 	in.batch = coalesce.New(queueSize, batchSize, in.exec)
 	return in, nil
 }
@@ -129,6 +125,7 @@ func (in *Intake) enqueue(ctx context.Context, invs []Invocation) error {
 	var (
 		changes  []store.Change
 		rejected []store.Change
+		events   *taskevent.Builder
 	)
 	err := pg.InTx(ctx, in.pool, func(tx pgx.Tx) error {
 		actions, err := in.catalog.Lookup(ctx, tx, refs)
@@ -173,7 +170,7 @@ func (in *Intake) enqueue(ctx context.Context, invs []Invocation) error {
 		if len(changes) == 0 && len(rejected) == 0 {
 			return nil
 		}
-		events := taskevent.NewBuilder(now)
+		events = taskevent.NewBuilder(now)
 		for _, c := range changes {
 			events.Add(taskevent.Created, c)
 		}
@@ -192,7 +189,7 @@ func (in *Intake) enqueue(ctx context.Context, invs []Invocation) error {
 	if err != nil {
 		return fmt.Errorf("enqueue %d invocations: %w", len(invs), err)
 	}
-	in.rejected.Add(ctx, int64(len(rejected)))
+	in.tasks.Count(ctx, events)
 	if len(changes) == 0 && len(rejected) == 0 {
 		return nil
 	}
@@ -200,7 +197,6 @@ func (in *Intake) enqueue(ctx context.Context, invs []Invocation) error {
 	if len(changes) == 0 {
 		return nil
 	}
-	in.created.Add(ctx, int64(len(changes)))
 	in.hub.Wake(dueKeys(changes, delayed)...)
 	for _, c := range changes {
 		if at, ok := delayed[c.ID]; ok {

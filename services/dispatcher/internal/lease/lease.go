@@ -35,20 +35,20 @@ type Notifier interface{ Notify() }
 
 // Leases extends and expires leases.
 type Leases struct {
-	pool    *pgxpool.Pool
-	hub     *wake.Hub
-	relay   Notifier
-	log     *slog.Logger
-	expired metric.Int64Counter
+	pool  *pgxpool.Pool
+	hub   *wake.Hub
+	relay Notifier
+	log   *slog.Logger
+	tasks *taskevent.Counters
 }
 
 // New returns Leases.
 func New(pool *pgxpool.Pool, hub *wake.Hub, relay Notifier, log *slog.Logger, meter metric.Meter) (*Leases, error) {
-	expired, err := meter.Int64Counter("flo.dispatcher.leases.expired", metric.WithDescription("Leases that ran out."))
+	tasks, err := taskevent.NewCounters(meter)
 	if err != nil {
-		return nil, fmt.Errorf("create metric: %w", err)
+		return nil, err
 	}
-	return &Leases{pool: pool, hub: hub, relay: relay, log: log, expired: expired}, nil
+	return &Leases{pool: pool, hub: hub, relay: relay, log: log, tasks: tasks}, nil
 }
 
 // ErrNotRunning is wrapped by Touch when the attempt is not running any more.
@@ -89,13 +89,16 @@ func (l *Leases) ExpireDue(ctx context.Context) (int, error) {
 }
 
 func (l *Leases) expireBatch(ctx context.Context) (int, error) {
-	var changes []store.Change
+	var (
+		changes []store.Change
+		events  *taskevent.Builder
+	)
 	err := pg.InTx(ctx, l.pool, func(tx pgx.Tx) error {
 		var err error
 		if changes, err = store.ExpireLeases(ctx, tx, reapBatch); err != nil || len(changes) == 0 {
 			return err
 		}
-		events := taskevent.NewBuilder(time.Now())
+		events = taskevent.NewBuilder(time.Now())
 		var due []string
 		seen := map[string]bool{}
 		for _, c := range changes {
@@ -122,7 +125,7 @@ func (l *Leases) expireBatch(ctx context.Context) (int, error) {
 	if len(changes) == 0 {
 		return 0, nil
 	}
-	l.expired.Add(ctx, int64(len(changes)))
+	l.tasks.Count(ctx, events)
 	l.relay.Notify()
 	for _, c := range changes {
 		if c.Status == store.Queued {

@@ -13,8 +13,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/razorbill/flo/libs/coalesce"
 	"github.com/razorbill/flo/libs/outbox"
@@ -64,6 +64,9 @@ type Report struct {
 	NonRetryable bool
 	// Delay, for Nack.
 	Delay time.Duration
+	// TraceContext is the W3C trace context of the worker's handler span,
+	// when the worker sent it.
+	TraceContext map[string]string
 }
 
 // Request is one call's reports, all about tasks of Namespace.
@@ -77,20 +80,26 @@ type Notifier interface{ Notify() }
 
 // Reporter applies reports.
 type Reporter struct {
-	pool    *pgxpool.Pool
-	hub     *wake.Hub
-	relay   Notifier
-	batch   *coalesce.Batcher[Request, []string]
-	results metric.Int64Counter
+	pool  *pgxpool.Pool
+	hub   *wake.Hub
+	relay Notifier
+	batch *coalesce.Batcher[Request, []string]
+	tasks *taskevent.Counters
+	stale metric.Int64Counter
 }
 
 // New returns a Reporter; Run must be running for reports to be applied.
 func New(pool *pgxpool.Pool, hub *wake.Hub, relay Notifier, meter metric.Meter) (*Reporter, error) {
-	results, err := meter.Int64Counter("flo.dispatcher.reports", metric.WithDescription("Attempt reports by what they led to."))
+	tasks, err := taskevent.NewCounters(meter)
+	if err != nil {
+		return nil, err
+	}
+	stale, err := meter.Int64Counter("flo.dispatcher.reports.stale", metric.WithUnit("{report}"),
+		metric.WithDescription("Worker reports that matched no running attempt (its lease had expired, the task was final, the id was unknown) and changed nothing."))
 	if err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
-	r := &Reporter{pool: pool, hub: hub, relay: relay, results: results}
+	r := &Reporter{pool: pool, hub: hub, relay: relay, tasks: tasks, stale: stale}
 	r.batch = coalesce.New(queueSize, batchSize, r.exec)
 	return r, nil
 }
@@ -114,6 +123,10 @@ type entry struct {
 	report   Report
 	id       uuid.UUID
 	accepted bool
+	// span records the report in its task's trace; traceHeaders is its
+	// context.
+	span         trace.Span
+	traceHeaders map[string]string
 }
 
 // plan is what a failure-type report does to its task.
@@ -165,9 +178,13 @@ func (r *Reporter) exec(ctx context.Context, calls []*coalesce.Call[Request, []s
 			entries = append(entries, entry{call: i, report: rep, id: id})
 		}
 	}
-	var queued []requeued
+	var (
+		queued []requeued
+		events *taskevent.Builder
+	)
+	startSpans(ctx, entries)
 	err := pg.InTx(ctx, r.pool, func(tx pgx.Tx) error {
-		events := taskevent.NewBuilder(time.Now())
+		events = taskevent.NewBuilder(time.Now())
 		if err := r.complete(ctx, tx, calls, entries, events); err != nil {
 			return err
 		}
@@ -184,21 +201,22 @@ func (r *Reporter) exec(ctx context.Context, calls []*coalesce.Call[Request, []s
 		}
 		return store.Notify(ctx, tx, store.TasksChannel, dueKeys(queued))
 	})
+	endSpans(entries, err)
 	if err != nil {
 		return fmt.Errorf("apply %d reports: %w", len(entries), err)
 	}
-	counts := map[string]int64{}
 	for _, e := range entries {
 		if !e.accepted {
 			calls[e.call].Resp = append(calls[e.call].Resp, e.report.TaskID)
-			counts["rejected"]++
-			continue
 		}
-		counts[resultName(e.report)]++
 	}
-	for name, n := range counts {
-		r.results.Add(ctx, n, metric.WithAttributes(attribute.String("result", name)))
+	var stale int64
+	for _, call := range calls {
+		// Malformed reports were answered before the transaction too.
+		stale += int64(len(call.Resp))
 	}
+	r.stale.Add(ctx, stale)
+	r.tasks.Count(ctx, events)
 	r.relay.Notify()
 	r.hub.Wake(dueKeys(queued)...)
 	for _, q := range queued {
@@ -250,10 +268,16 @@ func (r *Reporter) complete(ctx context.Context, tx pgx.Tx, calls []*coalesce.Ca
 		id      uuid.UUID
 		attempt int32
 	}
+	traces := map[attemptKey]map[string]string{}
+	for _, e := range entries {
+		if e.report.Kind == Complete && e.traceHeaders != nil {
+			traces[attemptKey{e.id, e.report.Attempt}] = e.traceHeaders
+		}
+	}
 	done := make(map[attemptKey]bool, len(changes))
 	for _, c := range changes {
 		done[attemptKey{c.ID, c.Attempt}] = true
-		events.Add(taskevent.Completed, c)
+		events.Add(taskevent.Completed, traced(c, traces[attemptKey{c.ID, c.Attempt}]))
 	}
 	for i, e := range entries {
 		if e.report.Kind == Complete && done[attemptKey{e.id, e.report.Attempt}] {
@@ -284,8 +308,9 @@ func (r *Reporter) dispose(ctx context.Context, tx pgx.Tx, calls []*coalesce.Cal
 		byID[t.ID] = t
 	}
 	var (
-		ds    []store.Disposition
-		plans = map[uuid.UUID]plan{}
+		ds     []store.Disposition
+		plans  = map[uuid.UUID]plan{}
+		traces = map[uuid.UUID]map[string]string{}
 	)
 	for i, e := range entries {
 		if e.report.Kind == Complete {
@@ -297,6 +322,7 @@ func (r *Reporter) dispose(ctx context.Context, tx pgx.Tx, calls []*coalesce.Cal
 		}
 		p := decide(e.report, t)
 		plans[e.id] = p
+		traces[e.id] = e.traceHeaders
 		ds = append(ds, p.disposition)
 		entries[i].accepted = true
 	}
@@ -311,28 +337,11 @@ func (r *Reporter) dispose(ctx context.Context, tx pgx.Tx, calls []*coalesce.Cal
 	for _, c := range changes {
 		p := plans[c.ID]
 		for _, typ := range p.events {
-			events.Add(typ, c)
+			events.Add(typ, traced(c, traces[c.ID]))
 		}
 		if c.Status == store.Queued {
 			queued = append(queued, requeued{change: c, delayed: p.disposition.Delay > 0})
 		}
 	}
 	return queued, nil
-}
-
-func resultName(rep Report) string {
-	switch {
-	case rep.Kind == Complete:
-		return "completed"
-	case rep.Kind == Abandon:
-		return "abandoned"
-	case rep.Kind == Nack:
-		return "nacked"
-	case rep.NonRetryable:
-		return "failed"
-	case !rep.Retry:
-		return "dead_lettered"
-	default:
-		return "retried"
-	}
 }

@@ -106,15 +106,17 @@ func Record(typ Type, c store.Change, at time.Time) (outbox.Record, error) {
 	return outbox.Record{Topic: Topic, Key: []byte(ev.TaskId), Value: value, Headers: headers}, nil
 }
 
-// Builder collects the events of one transaction.
+// Builder collects the events of one transaction, and counts them for
+// Counters.
 type Builder struct {
 	at      time.Time
 	records []outbox.Record
+	tallies map[tally]int64
 	err     error
 }
 
 // NewBuilder returns a Builder stamping events with at.
-func NewBuilder(at time.Time) *Builder { return &Builder{at: at} }
+func NewBuilder(at time.Time) *Builder { return &Builder{at: at, tallies: map[tally]int64{}} }
 
 // Add appends an event about c; the first encoding error is kept for Records.
 func (b *Builder) Add(typ Type, c store.Change) {
@@ -127,6 +129,7 @@ func (b *Builder) Add(typ Type, c store.Change) {
 		return
 	}
 	b.records = append(b.records, r)
+	b.tallies[tallyOf(typ, c)]++
 }
 
 // Records returns the collected records.

@@ -463,7 +463,7 @@ func (s *session) reportResults(results []*flov1.Result) {
 	reports := make([]*dispatcherv1.Report, 0, len(results))
 	var invalid []string
 	for _, r := range results {
-		rep := &dispatcherv1.Report{TaskId: r.GetTaskId(), Attempt: r.GetAttempt()}
+		rep := &dispatcherv1.Report{TaskId: r.GetTaskId(), Attempt: r.GetAttempt(), TraceContext: r.GetTraceContext()}
 		switch o := r.GetOutcome().(type) {
 		case *flov1.Result_Completed:
 			if n := len(o.Completed.GetBody()); n > s.srv.opts.MaxPayloadBytes {

@@ -44,7 +44,7 @@ func New(pool *pgxpool.Pool, relay Notifier, timeout time.Duration, log *slog.Lo
 	if timeout <= 0 {
 		return nil, fmt.Errorf("health: the heartbeat timeout must be positive, got %s", timeout)
 	}
-	marked, err := meter.Int64Counter("flo.registry.workers.marked_unhealthy", metric.WithDescription("Workers marked unhealthy after missing heartbeats."))
+	marked, err := meter.Int64Counter("flo.registry.workers.marked_unhealthy", metric.WithUnit("{worker}"), metric.WithDescription("Workers marked unhealthy after missing heartbeats."))
 	if err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}

@@ -47,13 +47,13 @@ func New(pool *pgxpool.Pool, relay Notifier, maxWorkers int, meter metric.Meter)
 	}
 	r := &Roster{pool: pool, relay: relay, maxWorkers: maxWorkers}
 	var err error
-	if r.registered, err = meter.Int64Counter("flo.registry.workers.registered", metric.WithDescription("Worker registrations, replacements included.")); err != nil {
+	if r.registered, err = meter.Int64Counter("flo.registry.workers.registered", metric.WithUnit("{worker}"), metric.WithDescription("Worker registrations, replacements included.")); err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
-	if r.heartbeats, err = meter.Int64Counter("flo.registry.heartbeats", metric.WithDescription("Heartbeats recorded.")); err != nil {
+	if r.heartbeats, err = meter.Int64Counter("flo.registry.heartbeats", metric.WithUnit("{heartbeat}"), metric.WithDescription("Heartbeats recorded.")); err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
-	if r.deregistered, err = meter.Int64Counter("flo.registry.workers.deregistered", metric.WithDescription("Workers removed.")); err != nil {
+	if r.deregistered, err = meter.Int64Counter("flo.registry.workers.deregistered", metric.WithUnit("{worker}"), metric.WithDescription("Workers removed.")); err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
 	return r, nil

@@ -91,11 +91,11 @@ type Tally struct {
 
 // New returns a Tally.
 func New(pool *pgxpool.Pool, log *slog.Logger, meter metric.Meter) (*Tally, error) {
-	applied, err := meter.Int64Counter("flo.registry.task_events.applied", metric.WithDescription("Task events counted for a worker."))
+	applied, err := meter.Int64Counter("flo.registry.task_events.applied", metric.WithUnit("{event}"), metric.WithDescription("Task events counted for a worker."))
 	if err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
-	dropped, err := meter.Int64Counter("flo.registry.task_events.undecodable", metric.WithDescription("Task event records that could not be decoded."))
+	dropped, err := meter.Int64Counter("flo.registry.task_events.undecodable", metric.WithUnit("{record}"), metric.WithDescription("Task event records that could not be decoded."))
 	if err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}

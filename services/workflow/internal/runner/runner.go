@@ -101,16 +101,16 @@ func New(pool *pgxpool.Pool, cat *catalog.Catalog, relay Notifier, cfg Config, l
 	}
 	r := &Runner{pool: pool, catalog: cat, relay: relay, log: log, cfg: cfg, now: time.Now}
 	var err error
-	if r.runsStarted, err = meter.Int64Counter("flo.workflow.runs.started", metric.WithDescription("Workflow runs started, children included.")); err != nil {
+	if r.runsStarted, err = meter.Int64Counter("flo.workflow.runs.started", metric.WithUnit("{run}"), metric.WithDescription("Workflow runs started, children included.")); err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
-	if r.runsEnded, err = meter.Int64Counter("flo.workflow.runs.ended", metric.WithDescription("Workflow runs that reached a terminal, by status.")); err != nil {
+	if r.runsEnded, err = meter.Int64Counter("flo.workflow.runs.ended", metric.WithUnit("{run}"), metric.WithDescription("Workflow runs that reached a terminal, by status.")); err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
-	if r.advances, err = meter.Int64Counter("flo.workflow.advances", metric.WithDescription("Engine advances applied to runs.")); err != nil {
+	if r.advances, err = meter.Int64Counter("flo.workflow.advances", metric.WithUnit("{advance}"), metric.WithDescription("Engine advances applied to runs.")); err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
-	if r.staleEvents, err = meter.Int64Counter("flo.workflow.task_events.stale", metric.WithDescription("Task events for waits a run had already left (redeliveries, cancelled runs).")); err != nil {
+	if r.staleEvents, err = meter.Int64Counter("flo.workflow.task_events.stale", metric.WithUnit("{event}"), metric.WithDescription("Task events for waits a run had already left (redeliveries, cancelled runs).")); err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
 	r.starts = coalesce.New(startQueue, startBatch, r.execStarts)

@@ -320,7 +320,9 @@ type Report struct {
 	//	*Report_Failed
 	//	*Report_Nack
 	//	*Report_Abandon
-	Kind          isReport_Kind `protobuf_oneof:"kind"`
+	Kind isReport_Kind `protobuf_oneof:"kind"`
+	// W3C trace context of the worker's handler span, when the worker sent it.
+	TraceContext  map[string]string `protobuf:"bytes,7,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -408,6 +410,13 @@ func (x *Report) GetAbandon() *v1.Abandon {
 		if x, ok := x.Kind.(*Report_Abandon); ok {
 			return x.Abandon
 		}
+	}
+	return nil
+}
+
+func (x *Report) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
 	}
 	return nil
 }
@@ -643,14 +652,18 @@ const file_flo_dispatcher_v1_dispatcher_proto_rawDesc = "" +
 	"\await_ms\x18\x05 \x01(\x03R\x06waitMs\x12\x19\n" +
 	"\blease_ms\x18\x06 \x01(\x03R\aleaseMs\"=\n" +
 	"\rClaimResponse\x12,\n" +
-	"\x05tasks\x18\x01 \x03(\v2\x16.flo.v1.TaskAssignmentR\x05tasks\"\xf1\x01\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x16.flo.v1.TaskAssignmentR\x05tasks\"\x84\x03\n" +
 	"\x06Report\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x121\n" +
 	"\tcompleted\x18\x03 \x01(\v2\x11.flo.v1.CompletedH\x00R\tcompleted\x12(\n" +
 	"\x06failed\x18\x04 \x01(\v2\x0e.flo.v1.FailedH\x00R\x06failed\x12\"\n" +
 	"\x04nack\x18\x05 \x01(\v2\f.flo.v1.NackH\x00R\x04nack\x12+\n" +
-	"\aabandon\x18\x06 \x01(\v2\x0f.flo.v1.AbandonH\x00R\aabandonB\x06\n" +
+	"\aabandon\x18\x06 \x01(\v2\x0f.flo.v1.AbandonH\x00R\aabandon\x12P\n" +
+	"\rtrace_context\x18\a \x03(\v2+.flo.dispatcher.v1.Report.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x06\n" +
 	"\x04kind\"\x7f\n" +
 	"\rReportRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
@@ -693,7 +706,7 @@ func file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP() []byte {
 	return file_flo_dispatcher_v1_dispatcher_proto_rawDescData
 }
 
-var file_flo_dispatcher_v1_dispatcher_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_flo_dispatcher_v1_dispatcher_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_flo_dispatcher_v1_dispatcher_proto_goTypes = []any{
 	(*EnsureActionsRequest)(nil),       // 0: flo.dispatcher.v1.EnsureActionsRequest
 	(*EnsureActionsResponse)(nil),      // 1: flo.dispatcher.v1.EnsureActionsResponse
@@ -704,68 +717,70 @@ var file_flo_dispatcher_v1_dispatcher_proto_goTypes = []any{
 	(*ReportRequest)(nil),              // 6: flo.dispatcher.v1.ReportRequest
 	(*ReportResponse)(nil),             // 7: flo.dispatcher.v1.ReportResponse
 	(*TouchRequest)(nil),               // 8: flo.dispatcher.v1.TouchRequest
-	(*v1.Action)(nil),                  // 9: flo.v1.Action
-	(*v1.TaskAssignment)(nil),          // 10: flo.v1.TaskAssignment
-	(*v1.Completed)(nil),               // 11: flo.v1.Completed
-	(*v1.Failed)(nil),                  // 12: flo.v1.Failed
-	(*v1.Nack)(nil),                    // 13: flo.v1.Nack
-	(*v1.Abandon)(nil),                 // 14: flo.v1.Abandon
-	(*v1.CreateNamespaceRequest)(nil),  // 15: flo.v1.CreateNamespaceRequest
-	(*v1.GetNamespaceRequest)(nil),     // 16: flo.v1.GetNamespaceRequest
-	(*v1.ListNamespacesRequest)(nil),   // 17: flo.v1.ListNamespacesRequest
-	(*v1.RegisterActionRequest)(nil),   // 18: flo.v1.RegisterActionRequest
-	(*v1.GetActionRequest)(nil),        // 19: flo.v1.GetActionRequest
-	(*v1.ListActionsRequest)(nil),      // 20: flo.v1.ListActionsRequest
-	(*v1.GetTaskRequest)(nil),          // 21: flo.v1.GetTaskRequest
-	(*v1.ListDeadLettersRequest)(nil),  // 22: flo.v1.ListDeadLettersRequest
-	(*v1.Namespace)(nil),               // 23: flo.v1.Namespace
-	(*v1.ListNamespacesResponse)(nil),  // 24: flo.v1.ListNamespacesResponse
-	(*v1.ListActionsResponse)(nil),     // 25: flo.v1.ListActionsResponse
-	(*v1.Task)(nil),                    // 26: flo.v1.Task
-	(*v1.ListDeadLettersResponse)(nil), // 27: flo.v1.ListDeadLettersResponse
-	(*v1.TouchAck)(nil),                // 28: flo.v1.TouchAck
+	nil,                                // 9: flo.dispatcher.v1.Report.TraceContextEntry
+	(*v1.Action)(nil),                  // 10: flo.v1.Action
+	(*v1.TaskAssignment)(nil),          // 11: flo.v1.TaskAssignment
+	(*v1.Completed)(nil),               // 12: flo.v1.Completed
+	(*v1.Failed)(nil),                  // 13: flo.v1.Failed
+	(*v1.Nack)(nil),                    // 14: flo.v1.Nack
+	(*v1.Abandon)(nil),                 // 15: flo.v1.Abandon
+	(*v1.CreateNamespaceRequest)(nil),  // 16: flo.v1.CreateNamespaceRequest
+	(*v1.GetNamespaceRequest)(nil),     // 17: flo.v1.GetNamespaceRequest
+	(*v1.ListNamespacesRequest)(nil),   // 18: flo.v1.ListNamespacesRequest
+	(*v1.RegisterActionRequest)(nil),   // 19: flo.v1.RegisterActionRequest
+	(*v1.GetActionRequest)(nil),        // 20: flo.v1.GetActionRequest
+	(*v1.ListActionsRequest)(nil),      // 21: flo.v1.ListActionsRequest
+	(*v1.GetTaskRequest)(nil),          // 22: flo.v1.GetTaskRequest
+	(*v1.ListDeadLettersRequest)(nil),  // 23: flo.v1.ListDeadLettersRequest
+	(*v1.Namespace)(nil),               // 24: flo.v1.Namespace
+	(*v1.ListNamespacesResponse)(nil),  // 25: flo.v1.ListNamespacesResponse
+	(*v1.ListActionsResponse)(nil),     // 26: flo.v1.ListActionsResponse
+	(*v1.Task)(nil),                    // 27: flo.v1.Task
+	(*v1.ListDeadLettersResponse)(nil), // 28: flo.v1.ListDeadLettersResponse
+	(*v1.TouchAck)(nil),                // 29: flo.v1.TouchAck
 }
 var file_flo_dispatcher_v1_dispatcher_proto_depIdxs = []int32{
-	9,  // 0: flo.dispatcher.v1.EnsureActionsResponse.actions:type_name -> flo.v1.Action
-	10, // 1: flo.dispatcher.v1.ClaimResponse.tasks:type_name -> flo.v1.TaskAssignment
-	11, // 2: flo.dispatcher.v1.Report.completed:type_name -> flo.v1.Completed
-	12, // 3: flo.dispatcher.v1.Report.failed:type_name -> flo.v1.Failed
-	13, // 4: flo.dispatcher.v1.Report.nack:type_name -> flo.v1.Nack
-	14, // 5: flo.dispatcher.v1.Report.abandon:type_name -> flo.v1.Abandon
-	5,  // 6: flo.dispatcher.v1.ReportRequest.reports:type_name -> flo.dispatcher.v1.Report
-	15, // 7: flo.dispatcher.v1.Dispatcher.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
-	16, // 8: flo.dispatcher.v1.Dispatcher.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
-	17, // 9: flo.dispatcher.v1.Dispatcher.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
-	18, // 10: flo.dispatcher.v1.Dispatcher.RegisterAction:input_type -> flo.v1.RegisterActionRequest
-	0,  // 11: flo.dispatcher.v1.Dispatcher.EnsureActions:input_type -> flo.dispatcher.v1.EnsureActionsRequest
-	19, // 12: flo.dispatcher.v1.Dispatcher.GetAction:input_type -> flo.v1.GetActionRequest
-	20, // 13: flo.dispatcher.v1.Dispatcher.ListActions:input_type -> flo.v1.ListActionsRequest
-	2,  // 14: flo.dispatcher.v1.Dispatcher.SetActionEnabled:input_type -> flo.dispatcher.v1.SetActionEnabledRequest
-	21, // 15: flo.dispatcher.v1.Dispatcher.GetTask:input_type -> flo.v1.GetTaskRequest
-	22, // 16: flo.dispatcher.v1.Dispatcher.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
-	21, // 17: flo.dispatcher.v1.Dispatcher.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
-	3,  // 18: flo.dispatcher.v1.Dispatcher.Claim:input_type -> flo.dispatcher.v1.ClaimRequest
-	6,  // 19: flo.dispatcher.v1.Dispatcher.Report:input_type -> flo.dispatcher.v1.ReportRequest
-	8,  // 20: flo.dispatcher.v1.Dispatcher.Touch:input_type -> flo.dispatcher.v1.TouchRequest
-	23, // 21: flo.dispatcher.v1.Dispatcher.CreateNamespace:output_type -> flo.v1.Namespace
-	23, // 22: flo.dispatcher.v1.Dispatcher.GetNamespace:output_type -> flo.v1.Namespace
-	24, // 23: flo.dispatcher.v1.Dispatcher.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
-	9,  // 24: flo.dispatcher.v1.Dispatcher.RegisterAction:output_type -> flo.v1.Action
-	1,  // 25: flo.dispatcher.v1.Dispatcher.EnsureActions:output_type -> flo.dispatcher.v1.EnsureActionsResponse
-	9,  // 26: flo.dispatcher.v1.Dispatcher.GetAction:output_type -> flo.v1.Action
-	25, // 27: flo.dispatcher.v1.Dispatcher.ListActions:output_type -> flo.v1.ListActionsResponse
-	9,  // 28: flo.dispatcher.v1.Dispatcher.SetActionEnabled:output_type -> flo.v1.Action
-	26, // 29: flo.dispatcher.v1.Dispatcher.GetTask:output_type -> flo.v1.Task
-	27, // 30: flo.dispatcher.v1.Dispatcher.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
-	26, // 31: flo.dispatcher.v1.Dispatcher.RequeueDeadLetter:output_type -> flo.v1.Task
-	4,  // 32: flo.dispatcher.v1.Dispatcher.Claim:output_type -> flo.dispatcher.v1.ClaimResponse
-	7,  // 33: flo.dispatcher.v1.Dispatcher.Report:output_type -> flo.dispatcher.v1.ReportResponse
-	28, // 34: flo.dispatcher.v1.Dispatcher.Touch:output_type -> flo.v1.TouchAck
-	21, // [21:35] is the sub-list for method output_type
-	7,  // [7:21] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	10, // 0: flo.dispatcher.v1.EnsureActionsResponse.actions:type_name -> flo.v1.Action
+	11, // 1: flo.dispatcher.v1.ClaimResponse.tasks:type_name -> flo.v1.TaskAssignment
+	12, // 2: flo.dispatcher.v1.Report.completed:type_name -> flo.v1.Completed
+	13, // 3: flo.dispatcher.v1.Report.failed:type_name -> flo.v1.Failed
+	14, // 4: flo.dispatcher.v1.Report.nack:type_name -> flo.v1.Nack
+	15, // 5: flo.dispatcher.v1.Report.abandon:type_name -> flo.v1.Abandon
+	9,  // 6: flo.dispatcher.v1.Report.trace_context:type_name -> flo.dispatcher.v1.Report.TraceContextEntry
+	5,  // 7: flo.dispatcher.v1.ReportRequest.reports:type_name -> flo.dispatcher.v1.Report
+	16, // 8: flo.dispatcher.v1.Dispatcher.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
+	17, // 9: flo.dispatcher.v1.Dispatcher.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
+	18, // 10: flo.dispatcher.v1.Dispatcher.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
+	19, // 11: flo.dispatcher.v1.Dispatcher.RegisterAction:input_type -> flo.v1.RegisterActionRequest
+	0,  // 12: flo.dispatcher.v1.Dispatcher.EnsureActions:input_type -> flo.dispatcher.v1.EnsureActionsRequest
+	20, // 13: flo.dispatcher.v1.Dispatcher.GetAction:input_type -> flo.v1.GetActionRequest
+	21, // 14: flo.dispatcher.v1.Dispatcher.ListActions:input_type -> flo.v1.ListActionsRequest
+	2,  // 15: flo.dispatcher.v1.Dispatcher.SetActionEnabled:input_type -> flo.dispatcher.v1.SetActionEnabledRequest
+	22, // 16: flo.dispatcher.v1.Dispatcher.GetTask:input_type -> flo.v1.GetTaskRequest
+	23, // 17: flo.dispatcher.v1.Dispatcher.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
+	22, // 18: flo.dispatcher.v1.Dispatcher.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
+	3,  // 19: flo.dispatcher.v1.Dispatcher.Claim:input_type -> flo.dispatcher.v1.ClaimRequest
+	6,  // 20: flo.dispatcher.v1.Dispatcher.Report:input_type -> flo.dispatcher.v1.ReportRequest
+	8,  // 21: flo.dispatcher.v1.Dispatcher.Touch:input_type -> flo.dispatcher.v1.TouchRequest
+	24, // 22: flo.dispatcher.v1.Dispatcher.CreateNamespace:output_type -> flo.v1.Namespace
+	24, // 23: flo.dispatcher.v1.Dispatcher.GetNamespace:output_type -> flo.v1.Namespace
+	25, // 24: flo.dispatcher.v1.Dispatcher.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
+	10, // 25: flo.dispatcher.v1.Dispatcher.RegisterAction:output_type -> flo.v1.Action
+	1,  // 26: flo.dispatcher.v1.Dispatcher.EnsureActions:output_type -> flo.dispatcher.v1.EnsureActionsResponse
+	10, // 27: flo.dispatcher.v1.Dispatcher.GetAction:output_type -> flo.v1.Action
+	26, // 28: flo.dispatcher.v1.Dispatcher.ListActions:output_type -> flo.v1.ListActionsResponse
+	10, // 29: flo.dispatcher.v1.Dispatcher.SetActionEnabled:output_type -> flo.v1.Action
+	27, // 30: flo.dispatcher.v1.Dispatcher.GetTask:output_type -> flo.v1.Task
+	28, // 31: flo.dispatcher.v1.Dispatcher.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
+	27, // 32: flo.dispatcher.v1.Dispatcher.RequeueDeadLetter:output_type -> flo.v1.Task
+	4,  // 33: flo.dispatcher.v1.Dispatcher.Claim:output_type -> flo.dispatcher.v1.ClaimResponse
+	7,  // 34: flo.dispatcher.v1.Dispatcher.Report:output_type -> flo.dispatcher.v1.ReportResponse
+	29, // 35: flo.dispatcher.v1.Dispatcher.Touch:output_type -> flo.v1.TouchAck
+	22, // [22:36] is the sub-list for method output_type
+	8,  // [8:22] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_flo_dispatcher_v1_dispatcher_proto_init() }
@@ -785,7 +800,7 @@ func file_flo_dispatcher_v1_dispatcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flo_dispatcher_v1_dispatcher_proto_rawDesc), len(file_flo_dispatcher_v1_dispatcher_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,58 @@
+package kafka_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/razorbill/flo/libs/harness"
+	"github.com/razorbill/flo/libs/kafka"
+	"github.com/razorbill/flo/libs/telemetry/telemetrytest"
+)
+
+// Not parallel: the consumer reports through the global meter provider,
+// which this test replaces while it runs.
+func TestConsumerReportsLag(t *testing.T) {
+	metrics := telemetrytest.Global(t)
+	ctx := context.Background()
+	broker := harness.NewBroker(t)
+	prod := newProducer(t, broker.Addrs())
+	require.NoError(t, kafka.EnsureTopics(ctx, prod, 1, "lagging"))
+	// One produce per record: each is its own batch, and the consumer below
+	// fetches one batch at a time.
+	for _, v := range seq("l", 10) {
+		produce(t, prod, "lagging", v)
+	}
+
+	handled := make(chan int, 16)
+	release := make(chan struct{})
+	calls := 0
+	c, err := kafka.NewConsumer(broker.Addrs(), "lag-group", []string{"lagging"}, func(ctx context.Context, rs []*kgo.Record) error {
+		calls++
+		if calls == 2 {
+			<-release
+		}
+		handled <- len(rs)
+		return nil
+	}, quiet, kgo.FetchMaxBytes(1), kgo.FetchMaxPartitionBytes(1))
+	require.NoError(t, err)
+	run(t, c.Run)
+
+	first := <-handled
+	require.Less(t, first, 10, "the first fetch took part of the topic")
+	require.Eventually(t, func() bool { return c.Lag()["lagging"] == int64(10-first) }, 10*time.Second, 10*time.Millisecond)
+	attrs := []attribute.KeyValue{attribute.String("topic", "lagging"), attribute.String("group", "lag-group")}
+	reported, ok := metrics.Value("flo.consumer.lag", attrs...)
+	require.True(t, ok)
+	require.EqualValues(t, 10-first, reported)
+
+	close(release)
+	require.Eventually(t, func() bool { return c.Lag()["lagging"] == 0 }, 20*time.Second, 10*time.Millisecond)
+	reported, ok = metrics.Value("flo.consumer.lag", attrs...)
+	require.True(t, ok)
+	require.Zero(t, reported)
+}

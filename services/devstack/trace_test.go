@@ -1,0 +1,178 @@
+package devstack_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	flo "github.com/razorbill/flo-go"
+	"github.com/razorbill/flo/services/devstack"
+)
+
+// traceOf waits until the trace holds a span named last, then returns the
+// trace's spans. Spans end on their own schedule (the report's after its
+// transaction, the workflow's after its advance), so the test waits for the
+// last one it expects.
+func traceOf(t *testing.T, rec *tracetest.SpanRecorder, id trace.TraceID, last string) []sdktrace.ReadOnlySpan {
+	t.Helper()
+	var spans []sdktrace.ReadOnlySpan
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		spans = spans[:0]
+		found := false
+		for _, s := range rec.Ended() {
+			if s.SpanContext().TraceID() == id {
+				spans = append(spans, s)
+				found = found || s.Name() == last
+			}
+		}
+		assert.True(c, found, "no span %q in the trace:\n%s", last, describe(spans))
+	}, 30*time.Second, 20*time.Millisecond)
+	return spans
+}
+
+// child returns the one span named name whose parent is parent.
+func child(t *testing.T, spans []sdktrace.ReadOnlySpan, parent sdktrace.ReadOnlySpan, name string) sdktrace.ReadOnlySpan {
+	t.Helper()
+	var found []sdktrace.ReadOnlySpan
+	for _, s := range spans {
+		if s.Name() == name && s.Parent().SpanID() == parent.SpanContext().SpanID() {
+			found = append(found, s)
+		}
+	}
+	require.Len(t, found, 1, "spans %q under %q in the trace:\n%s", name, parent.Name(), describe(spans))
+	require.Equal(t, parent.SpanContext().TraceID(), found[0].SpanContext().TraceID())
+	return found[0]
+}
+
+// descendant returns the one span named name below ancestor, however deep.
+func descendant(t *testing.T, spans []sdktrace.ReadOnlySpan, ancestor sdktrace.ReadOnlySpan, name string) sdktrace.ReadOnlySpan {
+	t.Helper()
+	byID := map[trace.SpanID]sdktrace.ReadOnlySpan{}
+	for _, s := range spans {
+		byID[s.SpanContext().SpanID()] = s
+	}
+	var found []sdktrace.ReadOnlySpan
+	for _, s := range spans {
+		if s.Name() != name {
+			continue
+		}
+		for p, ok := byID[s.Parent().SpanID()]; ok; p, ok = byID[p.Parent().SpanID()] {
+			if p.SpanContext().SpanID() == ancestor.SpanContext().SpanID() {
+				found = append(found, s)
+				break
+			}
+		}
+	}
+	require.Len(t, found, 1, "spans %q below %q in the trace:\n%s", name, ancestor.Name(), describe(spans))
+	return found[0]
+}
+
+// describe lists spans with their parents, for failure messages.
+func describe(spans []sdktrace.ReadOnlySpan) string {
+	names := map[trace.SpanID]string{}
+	for _, s := range spans {
+		names[s.SpanContext().SpanID()] = s.Name()
+	}
+	var b strings.Builder
+	for _, s := range spans {
+		fmt.Fprintf(&b, "  %s <- %s\n", s.Name(), names[s.Parent().SpanID()])
+	}
+	return b.String()
+}
+
+// newTracedEnv starts a platform whose spans, and the test's own, go to the
+// returned recorder, with a worker completing action, and connects a client.
+func newTracedEnv(t *testing.T, action string) (*flo.Client, *tracetest.SpanRecorder) {
+	t.Helper()
+	rec := tracetest.NewSpanRecorder()
+	e := newEnvWith(t, nil, devstack.WithSpanProcessor(rec))
+	client := e.client(t, "default")
+	_, err := client.RegisterAction(context.Background(), action, flo.ActionOptions{})
+	require.NoError(t, err)
+	e.worker(t, "default", flo.ActionWorkerOptions{}, func(w *flo.ActionWorker) {
+		w.MustRegisterAction(action, func(actx *flo.ActionContext) ([]byte, error) { return actx.Bytes("done") })
+	})
+	return client, rec
+}
+
+// clientSpan starts the caller's own span, as an instrumented application
+// has around its calls.
+func clientSpan(name string) (context.Context, trace.Span) {
+	return otel.Tracer("client").Start(context.Background(), name, trace.WithSpanKind(trace.SpanKindClient))
+}
+
+func TestOneTraceFollowsAnInvocationToItsCompletion(t *testing.T) {
+	client, rec := newTracedEnv(t, "traced")
+	ctx, span := clientSpan("client invoke")
+	id, err := client.Invoke(ctx, "traced", map[string]string{"k": "v"})
+	span.End()
+	require.NoError(t, err)
+	task, err := client.AwaitTask(context.Background(), id, 30*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, flo.TaskCompleted, task.Status)
+
+	// client -> gateway -> dispatcher intake -> worker handler -> completion.
+	spans := traceOf(t, rec, span.SpanContext().TraceID(), "report completion")
+	root := spanOf(t, spans, span)
+	gateway := child(t, spans, root, "flo.v1.TaskService/InvokeTask")
+	intake := child(t, spans, gateway, "enqueue traced")
+	handler := child(t, spans, intake, "flo.action traced")
+	report := child(t, spans, handler, "report completion")
+	require.Contains(t, report.Attributes(), attribute.Bool("flo.report.accepted", true))
+}
+
+func TestOneTraceFollowsAWorkflowRunThroughItsStep(t *testing.T) {
+	client, rec := newTracedEnv(t, "traced-step")
+	_, _, err := client.CreateWorkflow(context.Background(), `kind: Workflow
+name: traced-flow
+version: "1"
+start:
+  run: "@actions/traced-step"
+  transitions:
+    success: flo.Completed
+    failure: flo.Failed
+`)
+	require.NoError(t, err)
+
+	ctx, span := clientSpan("client start run")
+	started, err := client.StartWorkflow(ctx, "traced-flow", map[string]string{"k": "v"}, flo.StartWorkflowOptions{})
+	span.End()
+	require.NoError(t, err)
+	run, err := client.AwaitRun(context.Background(), started.RunID)
+	require.NoError(t, err)
+	require.Equal(t, flo.RunCompleted, run.Status)
+
+	// The run's start (through the gateway to the workflow service), the
+	// step's task, its handler, the completion and the step advancing on it.
+	spans := traceOf(t, rec, span.SpanContext().TraceID(), "advance run")
+	root := spanOf(t, spans, span)
+	gateway := child(t, spans, root, "flo.v1.WorkflowService/StartRun")
+	start := descendant(t, spans, gateway, "/flo.workflow.v1.Workflows/StartRun")
+	intake := child(t, spans, start, "enqueue traced-step")
+	handler := child(t, spans, intake, "flo.action traced-step")
+	report := child(t, spans, handler, "report completion")
+	advance := child(t, spans, report, "advance run")
+	require.Contains(t, advance.Attributes(), attribute.String("flo.run_id", started.RunID))
+}
+
+// spanOf returns the recorded span of s.
+func spanOf(t *testing.T, spans []sdktrace.ReadOnlySpan, s trace.Span) sdktrace.ReadOnlySpan {
+	t.Helper()
+	for _, r := range spans {
+		if r.SpanContext().SpanID() == s.SpanContext().SpanID() {
+			return r
+		}
+	}
+	t.Fatalf("span %s was not recorded", s.SpanContext().SpanID())
+	return nil
+}

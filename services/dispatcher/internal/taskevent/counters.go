@@ -1,0 +1,81 @@
+package taskevent
+
+import (
+	"context"
+	"fmt"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/razorbill/flo/services/dispatcher/internal/store"
+)
+
+// counterSpecs name the counter each event type adds to. Every task state
+// change goes through a Builder, so counting what the builders collected
+// counts every change exactly once, after its transaction committed.
+var counterSpecs = map[Type]struct{ name, desc string }{
+	Created:        {"flo.tasks.invoked", "Tasks created from invocations; an invocation of a task that already exists is not counted again."},
+	Started:        {"flo.tasks.claimed", "Task attempts handed to workers."},
+	Completed:      {"flo.tasks.completed", "Tasks completed."},
+	Failed:         {"flo.tasks.failed", "Tasks failed for good by a non-retryable error."},
+	RetryScheduled: {"flo.tasks.retried", "Failed or nacked attempts scheduled to run again."},
+	DeadLettered:   {"flo.tasks.dead_lettered", "Tasks moved to the dead letters: attempts used up, a failure without retry, or the last attempt's lease expired."},
+	Abandoned:      {"flo.tasks.abandoned", "Attempts handed back by workers without counting."},
+	LeaseExpired:   {"flo.tasks.leases.expired", "Leases that ran out because their worker went silent."},
+	Rejected:       {"flo.tasks.rejected", "Invocations of unknown or disabled actions, answered with a REJECTED event."},
+}
+
+// tally is what one counter increment is about.
+type tally struct {
+	typ               Type
+	namespace, action string
+	reason            string
+}
+
+func tallyOf(typ Type, c store.Change) tally {
+	if typ == Rejected {
+		// A rejected invocation may name anything: counting it by its
+		// names would let callers create series without bound.
+		return tally{typ: typ, reason: c.Outcome}
+	}
+	return tally{typ: typ, namespace: c.Namespace, action: c.Action}
+}
+
+func (t tally) attributes() metric.MeasurementOption {
+	if t.typ == Rejected {
+		return metric.WithAttributes(attribute.String("reason", t.reason))
+	}
+	return metric.WithAttributes(attribute.String("namespace", t.namespace), attribute.String("action", t.action))
+}
+
+// Counters are the flo.tasks.* counters of task state changes.
+type Counters struct {
+	byType map[Type]metric.Int64Counter
+}
+
+// NewCounters creates the counters on meter (several components may create
+// them; the meter hands each the same instruments).
+func NewCounters(meter metric.Meter) (*Counters, error) {
+	c := &Counters{byType: make(map[Type]metric.Int64Counter, len(counterSpecs))}
+	for typ, spec := range counterSpecs {
+		counter, err := meter.Int64Counter(spec.name, metric.WithUnit("{task}"), metric.WithDescription(spec.desc))
+		if err != nil {
+			return nil, fmt.Errorf("create metric %s: %w", spec.name, err)
+		}
+		c.byType[typ] = counter
+	}
+	return c, nil
+}
+
+// Count adds the events b collected; call it once their transaction
+// committed. A nil b counts nothing.
+func (c *Counters) Count(ctx context.Context, b *Builder) {
+	if b == nil {
+		return
+	}
+	for t, n := range b.tallies {
+		if counter, ok := c.byType[t.typ]; ok {
+			counter.Add(ctx, n, t.attributes())
+		}
+	}
+}
