@@ -131,32 +131,16 @@ func TestDispatcherKilledUnderLoadLosesNothing(t *testing.T) {
 	})
 
 	e := &env{db: openPool(t, dbURL)}
-	client := flo.NewClient(gw.GRPCAddr())
-	require.NoError(t, client.Connect())
-	t.Cleanup(func() { client.Close() })
+	client := connect(t, gw.GRPCAddr())
 	require.Eventually(t, func() bool {
 		_, err := client.RegisterAction(ctx, "work", flo.ActionOptions{Timeout: 3 * time.Second, MaxAttempts: 20})
 		return err == nil
 	}, 30*time.Second, 50*time.Millisecond)
 
-	wc := flo.NewClient(gw.GRPCAddr())
-	require.NoError(t, wc.Connect())
-	t.Cleanup(func() { wc.Close() })
-	w, err := wc.NewActionWorker(flo.ActionWorkerOptions{Concurrency: 32})
-	require.NoError(t, err)
-	w.MustRegisterAction("work", func(actx *flo.ActionContext) ([]byte, error) { return actx.Bytes("ok") })
-	wctx, stopWorker := context.WithCancel(context.Background())
-	workerDone := make(chan error, 1)
-	go func() { workerDone <- w.Start(wctx) }()
-	t.Cleanup(func() {
-		stopWorker()
-		<-workerDone
+	actionWorker(t, gw.GRPCAddr(), flo.ActionWorkerOptions{Concurrency: 32}, func(w *flo.ActionWorker) {
+		w.MustRegisterAction("work", func(actx *flo.ActionContext) ([]byte, error) { return actx.Bytes("ok") })
 	})
 
-	ids := load(t, client, "work", 1500, func() {
-		proc.kill()
-		proc.start(t)
-		proc.waitReady(t)
-	})
+	ids := load(t, client, "work", 1500, func() { proc.crash(t) })
 	requireEachCompletedOnce(t, e, broker.Addrs(), ids)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -167,6 +168,24 @@ func (p *proc) kill() {
 	<-p.exited
 }
 
+// sigkill kills the process while it works, as an OOM kill or a lost node
+// would, and requires that the signal is what ended it, not an earlier exit.
+func (p *proc) sigkill(t *testing.T) {
+	t.Helper()
+	p.kill()
+	ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "%s ended before the kill: %s", p.name, p.cmd.ProcessState)
+}
+
+// crash kills the process (sigkill), starts it again on the same addresses
+// and waits until it is ready.
+func (p *proc) crash(t *testing.T) {
+	t.Helper()
+	p.sigkill(t)
+	p.start(t)
+	p.waitReady(t)
+}
+
 // restart sends SIGTERM (checked as in sigterm), starts the service again on
 // the same addresses and waits until it is ready.
 func (p *proc) restart(t *testing.T) {
@@ -194,7 +213,6 @@ func startProcessPlatform(t *testing.T) *processPlatform {
 		level = "info"
 	}
 	common := []string{
-		"FLO_DATABASE_URL=" + dbURL,
 		"FLO_KAFKA_BROKERS=" + strings.Join(broker.Addrs(), ","),
 		"FLO_KAFKA_PARTITIONS=4",
 		"FLO_LOG_LEVEL=" + level,
@@ -210,7 +228,10 @@ func startProcessPlatform(t *testing.T) *processPlatform {
 	pl := &processPlatform{procs: map[string]*proc{}, gatewayGRPC: grpcAddr["gateway"], brokers: broker.Addrs(), env: &env{db: openPool(t, dbURL)}}
 	for _, s := range services {
 		upper := strings.ToUpper(s)
-		vars := append([]string{"FLO_" + upper + "_GRPC_ADDR=" + grpcAddr[s]}, common...)
+		vars := append([]string{
+			"FLO_" + upper + "_GRPC_ADDR=" + grpcAddr[s],
+			"FLO_DATABASE_URL=" + withApplicationName(t, dbURL, s),
+		}, common...)
 		if s == "gateway" {
 			for _, dep := range []string{"dispatcher", "registry", "streams", "workflow"} {
 				vars = append(vars, "FLO_"+strings.ToUpper(dep)+"_ADDR="+grpcAddr[dep])
@@ -228,6 +249,18 @@ func startProcessPlatform(t *testing.T) *processPlatform {
 	return pl
 }
 
+// withApplicationName names a service's database sessions, so a test can
+// tell them apart in pg_stat_activity.
+func withApplicationName(t *testing.T, dbURL, name string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("application_name", name)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
 // tail returns the last n lines of out.
 func tail(out []byte, n int) []byte {
 	lines := bytes.SplitAfter(out, []byte("\n"))
@@ -235,12 +268,25 @@ func tail(out []byte, n int) []byte {
 }
 
 // client connects an SDK client to the gateway process.
-func (pl *processPlatform) client(t *testing.T) *flo.Client {
+func (pl *processPlatform) client(t *testing.T) *flo.Client { return connect(t, pl.gatewayGRPC) }
+
+// connect connects an SDK client to the gateway at addr until the test ends.
+func connect(t *testing.T, addr string) *flo.Client {
 	t.Helper()
-	c := flo.NewClient(pl.gatewayGRPC)
+	c := flo.NewClient(addr)
 	require.NoError(t, c.Connect())
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// actionWorker runs an ActionWorker with the handlers register adds, on its
+// own connection to the gateway at addr, until the test ends.
+func actionWorker(t *testing.T, addr string, opts flo.ActionWorkerOptions, register func(w *flo.ActionWorker)) {
+	t.Helper()
+	w, err := connect(t, addr).NewActionWorker(opts)
+	require.NoError(t, err)
+	register(w)
+	runUntilCleanup(t, "action worker", w.Start)
 }
 
 // runUntilCleanup runs a worker's Start until the test ends.
@@ -262,7 +308,8 @@ func runUntilCleanup(t *testing.T, name string, start func(ctx context.Context) 
 	})
 }
 
-// handlerRuns counts, per task id, the handler runs that returned success.
+// handlerRuns counts, per task or record id, the handler runs that returned
+// success.
 type handlerRuns struct {
 	mu   sync.Mutex
 	runs map[string]int
@@ -275,17 +322,19 @@ func (h *handlerRuns) add(id string) {
 }
 
 // requireEachRan checks every id ran at least once, the promise of
-// at-least-once delivery, and reports how many ran again.
+// at-least-once delivery, and nothing else ran, and reports how many ran
+// again.
 func (h *handlerRuns) requireEachRan(t *testing.T, ids []string) {
 	t.Helper()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	again := 0
 	for _, id := range ids {
-		require.Positive(t, h.runs[id], "task %s never reached a handler", id)
+		require.Positive(t, h.runs[id], "%s never reached a handler", id)
 		again += h.runs[id] - 1
 	}
-	t.Logf("%d tasks, %d handler runs repeated (at-least-once delivery)", len(ids), again)
+	require.Len(t, h.runs, len(ids), "handlers ran for ids that were never started")
+	t.Logf("%d ids, %d handler runs repeated (at-least-once delivery)", len(ids), again)
 }
 
 // pacedLoad keeps starting work through faults: n items (tasks, runs) from 8
@@ -386,14 +435,14 @@ func TestSIGTERMUnderLoadLosesNothing(t *testing.T) {
 		require.NoError(t, err)
 	}
 	ran := &handlerRuns{runs: map[string]int{}}
-	w, err := pl.client(t).NewActionWorker(flo.ActionWorkerOptions{WorkerID: "sigterm-worker", Concurrency: 32, HeartbeatInterval: 200 * time.Millisecond})
-	require.NoError(t, err)
-	w.MustRegisterAction("work", func(actx *flo.ActionContext) ([]byte, error) {
-		ran.add(actx.TaskID())
-		return actx.Bytes("ok")
+	opts := flo.ActionWorkerOptions{WorkerID: "sigterm-worker", Concurrency: 32, HeartbeatInterval: 200 * time.Millisecond}
+	actionWorker(t, pl.gatewayGRPC, opts, func(w *flo.ActionWorker) {
+		w.MustRegisterAction("work", func(actx *flo.ActionContext) ([]byte, error) {
+			ran.add(actx.TaskID())
+			return actx.Bytes("ok")
+		})
+		w.MustRegisterAction("step", func(actx *flo.ActionContext) ([]byte, error) { return actx.Bytes("ok") })
 	})
-	w.MustRegisterAction("step", func(actx *flo.ActionContext) ([]byte, error) { return actx.Bytes("ok") })
-	runUntilCleanup(t, "action worker", w.Start)
 
 	t.Run("dispatcher, gateway and registry under task load", func(t *testing.T) {
 		const n = 2000

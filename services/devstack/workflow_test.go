@@ -534,9 +534,9 @@ steps:
 // finished. Every run must then complete, and its history must show each
 // step's transitions once: a step_started and a step_completed per step and
 // one awaited action per attempt, however often the handlers ran.
-func runsThroughFault(t *testing.T, e *env, runs int, fault func()) {
+func runsThroughFault(t *testing.T, gateway string, runs int, fault func()) {
 	t.Helper()
-	c := e.client(t, "default")
+	c := connect(t, gateway)
 	ctx := context.Background()
 	// Short leases, so a task whose worker lost its answer in the fault
 	// comes back quickly; many attempts, so no fault fails a step.
@@ -560,7 +560,7 @@ func runsThroughFault(t *testing.T, e *env, runs int, fault func()) {
 		}
 	}
 	type input struct{ N int }
-	e.worker(t, "default", flo.ActionWorkerOptions{Concurrency: 32}, func(w *flo.ActionWorker) {
+	actionWorker(t, gateway, flo.ActionWorkerOptions{Concurrency: 32}, func(w *flo.ActionWorker) {
 		w.MustRegisterAction("step-a", func(actx *flo.ActionContext) ([]byte, error) {
 			count()
 			return actx.Bytes(map[string]string{"a": "done"})
@@ -688,7 +688,7 @@ func TestRestartMidRunsRepeatsNoTransition(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
-			runsThroughFault(t, e, 300, func() { require.NoError(t, tc.restart(e)) })
+			runsThroughFault(t, e.stack.GatewayGRPCAddr(), 300, func() { require.NoError(t, tc.restart(e)) })
 		})
 	}
 }
