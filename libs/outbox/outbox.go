@@ -47,32 +47,11 @@ func Write(ctx context.Context, tx pgx.Tx, records ...Record) error {
 	if len(records) == 0 {
 		return nil
 	}
-	var trace []byte
-	headers := make([]string, len(records))
-	for i, r := range records {
-		// A row without a topic could never be published and would block
-		// the relay behind it.
-		if r.Topic == "" {
-			return fmt.Errorf("write outbox: record %d has no topic", i)
-		}
-		if r.Headers == nil {
-			if trace == nil {
-				var err error
-				if trace, err = json.Marshal(kafka.TraceHeaders(ctx)); err != nil {
-					return fmt.Errorf("write outbox: encode headers: %w", err)
-				}
-			}
-			headers[i] = string(trace)
-			continue
-		}
-		h, err := json.Marshal(r.Headers)
-		if err != nil {
-			return fmt.Errorf("write outbox: encode headers: %w", err)
-		}
-		headers[i] = string(h)
-	}
-
 	if len(records) > copyThreshold {
+		headers, err := encodeHeaders(ctx, records)
+		if err != nil {
+			return err
+		}
 		rows := make([][]any, len(records))
 		for i, r := range records {
 			rows[i] = []any{r.Topic, r.Key, r.Value, headers[i]}
@@ -82,21 +61,62 @@ func Write(ctx context.Context, tx pgx.Tx, records ...Record) error {
 		}
 		return nil
 	}
+	sql, args, err := Insert(ctx, records...)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, sql, args...); err != nil {
+		return fmt.Errorf("write outbox: insert %d records: %w", len(records), err)
+	}
+	return nil
+}
 
+// Insert returns the statement that inserts records into the outbox in
+// order, as Write does, for a caller that sends it in its transaction with
+// other statements (a pgx.Batch) to save the round trip of its own.
+func Insert(ctx context.Context, records ...Record) (sql string, args []any, err error) {
+	headers, err := encodeHeaders(ctx, records)
+	if err != nil {
+		return "", nil, err
+	}
 	topics := make([]string, len(records))
 	keys := make([][]byte, len(records))
 	values := make([][]byte, len(records))
 	for i, r := range records {
 		topics[i], keys[i], values[i] = r.Topic, r.Key, r.Value
 	}
-	_, err := tx.Exec(ctx, `
+	return `
 		INSERT INTO outbox (topic, key, value, headers)
 		SELECT t, k, v, h::jsonb
 		FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::text[]) WITH ORDINALITY AS r(t, k, v, h, n)
-		ORDER BY n`,
-		topics, keys, values, headers)
-	if err != nil {
-		return fmt.Errorf("write outbox: insert %d records: %w", len(records), err)
+		ORDER BY n`, []any{topics, keys, values, headers}, nil
+}
+
+// encodeHeaders checks records and encodes their headers as JSON.
+func encodeHeaders(ctx context.Context, records []Record) ([]string, error) {
+	var trace []byte
+	headers := make([]string, len(records))
+	for i, r := range records {
+		// A row without a topic could never be published and would block
+		// the relay behind it.
+		if r.Topic == "" {
+			return nil, fmt.Errorf("write outbox: record %d has no topic", i)
+		}
+		if r.Headers == nil {
+			if trace == nil {
+				var err error
+				if trace, err = json.Marshal(kafka.TraceHeaders(ctx)); err != nil {
+					return nil, fmt.Errorf("write outbox: encode headers: %w", err)
+				}
+			}
+			headers[i] = string(trace)
+			continue
+		}
+		h, err := json.Marshal(r.Headers)
+		if err != nil {
+			return nil, fmt.Errorf("write outbox: encode headers: %w", err)
+		}
+		headers[i] = string(h)
 	}
-	return nil
+	return headers, nil
 }

@@ -49,9 +49,9 @@ steps:
 		require.NoError(b, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	var workers sync.WaitGroup
-	defer workers.Wait()
+	// The workers stop once ctx is cancelled, so cancel before waiting.
+	defer func() { cancel(); workers.Wait() }()
 	for w := range 4 {
 		workers.Go(func() { fastWorker(ctx, e, ns, fmt.Sprintf("bench-%d", w), actions) })
 	}

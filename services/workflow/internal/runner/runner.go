@@ -19,13 +19,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/razorbill/flo/libs/coalesce"
-	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/services/workflow/internal/catalog"
 	"github.com/razorbill/flo/services/workflow/internal/store"
 )
@@ -134,20 +132,14 @@ func (r *Runner) Run(ctx context.Context) error {
 	return err
 }
 
-// inUnit runs fn and flushes what it did in one transaction, running the
+// inUnit runs fn and commits what it did in one transaction, running the
 // whole again when the transaction lost a deadlock (a parent and a child
 // locked in opposite orders by two transactions) or an idempotency-key race
 // with another replica. fn must therefore be safe to run again.
 func (r *Runner) inUnit(ctx context.Context, fn func(u *unit) error) error {
 	for attempt := 1; ; attempt++ {
 		u := r.newUnit()
-		err := pg.InTx(ctx, r.pool, func(tx pgx.Tx) error {
-			u.tx = tx
-			if err := fn(u); err != nil {
-				return err
-			}
-			return u.flush(ctx)
-		})
+		err := r.runUnit(ctx, u, fn)
 		if err == nil {
 			u.committed(ctx)
 			return nil
@@ -159,6 +151,24 @@ func (r *Runner) inUnit(ctx context.Context, fn func(u *unit) error) error {
 		}
 		return err
 	}
+}
+
+// runUnit runs fn in a transaction and commits the unit's writes with it.
+func (r *Runner) runUnit(ctx context.Context, u *unit, fn func(u *unit) error) error {
+	tx, err := store.Begin(ctx, r.pool)
+	if err != nil {
+		return err
+	}
+	defer tx.Close(context.WithoutCancel(ctx))
+	u.tx = tx
+	if err := fn(u); err != nil {
+		return err
+	}
+	w, err := u.writes(ctx)
+	if err != nil {
+		return err
+	}
+	return tx.Commit(ctx, w)
 }
 
 // newRunID returns a time-ordered run id, so new runs land at the end of the

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/razorbill/flo/libs/outbox"
 	"github.com/razorbill/flo/services/workflow/internal/definition"
 	"github.com/razorbill/flo/services/workflow/internal/engine"
@@ -27,7 +25,7 @@ type entry struct {
 // flush in a handful of statements however many runs took part.
 type unit struct {
 	r   *Runner
-	tx  pgx.Tx
+	tx  *store.Tx
 	now time.Time
 
 	runs  map[string]*entry
@@ -63,8 +61,8 @@ func (u *unit) add(run *store.Run, isNew bool) *entry {
 	return e
 }
 
-// lockRuns loads and locks runs not in the unit yet, and reads their pending
-// signals, in one statement each.
+// lockRuns loads and locks runs not in the unit yet, with their pending
+// signals, in one round trip.
 func (u *unit) lockRuns(ctx context.Context, ids []string, skipLocked bool) error {
 	var want []string
 	for _, id := range ids {
@@ -75,18 +73,17 @@ func (u *unit) lockRuns(ctx context.Context, ids []string, skipLocked bool) erro
 	if len(want) == 0 {
 		return nil
 	}
-	locked, err := store.LockRuns(ctx, u.tx, want, skipLocked)
+	locked, sigs, err := store.LockRuns(ctx, u.tx, want, skipLocked)
 	if err != nil {
 		return err
 	}
-	got := make([]string, 0, len(locked))
 	for _, id := range want {
 		if run, ok := locked[id]; ok {
 			u.add(run, false)
-			got = append(got, id)
+			u.pending[id] = sigs[id]
 		}
 	}
-	return u.loadSignals(ctx, got)
+	return nil
 }
 
 // lock returns the run with id, loading and locking it when the unit does
@@ -96,20 +93,6 @@ func (u *unit) lock(ctx context.Context, id string) (*entry, error) {
 		return nil, err
 	}
 	return u.runs[id], nil
-}
-
-func (u *unit) loadSignals(ctx context.Context, ids []string) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	sigs, err := store.PendingSignals(ctx, u.tx, ids)
-	if err != nil {
-		return err
-	}
-	for _, id := range ids {
-		u.pending[id] = sigs[id]
-	}
-	return nil
 }
 
 // definition returns the parsed definition of e's run.
@@ -360,9 +343,13 @@ func cloneOutputs(m map[string]engine.StepResult) map[string]engine.StepResult {
 	return out
 }
 
-// flush writes everything the unit did.
-func (u *unit) flush(ctx context.Context) error {
-	var inserts, updates []*store.Run
+// writes are the statements that write everything the unit did; they go
+// to Postgres with the commit, in one round trip.
+func (u *unit) writes(ctx context.Context) (*store.Writes, error) {
+	var (
+		w                store.Writes
+		inserts, updates []*store.Run
+	)
 	for _, e := range u.order {
 		switch {
 		case e.isNew:
@@ -371,15 +358,13 @@ func (u *unit) flush(ctx context.Context) error {
 			updates = append(updates, e.run)
 		}
 	}
-	if err := store.InsertRuns(ctx, u.tx, inserts); err != nil {
-		return err
+	if err := w.InsertRuns(inserts); err != nil {
+		return nil, err
 	}
-	if err := store.UpdateRuns(ctx, u.tx, updates); err != nil {
-		return err
+	if err := w.UpdateRuns(updates); err != nil {
+		return nil, err
 	}
-	if err := store.AppendHistory(ctx, u.tx, u.history); err != nil {
-		return err
-	}
+	w.AppendHistory(u.history)
 	if len(u.timers) > 0 {
 		var (
 			clear []string
@@ -391,24 +376,18 @@ func (u *unit) flush(ctx context.Context) error {
 			}
 			set = append(set, ts...)
 		}
-		if err := store.ReplaceTimers(ctx, u.tx, clear, set); err != nil {
-			return err
-		}
+		w.ReplaceTimers(clear, set)
 		// Other replicas learn about timers due before their next safety
 		// tick; later ones they find on a tick anyway.
 		if !u.soonest.IsZero() && u.soonest.Before(u.now.Add(u.r.cfg.SafetyTick)) {
-			if err := store.NotifyTimers(ctx, u.tx); err != nil {
-				return err
-			}
+			w.NotifyTimers()
 		}
 	}
-	if err := store.ConsumeSignals(ctx, u.tx, u.consumed, u.now); err != nil {
-		return err
+	w.ConsumeSignals(u.consumed, u.now)
+	if err := w.WriteOutbox(ctx, u.records); err != nil {
+		return nil, fmt.Errorf("write run records: %w", err)
 	}
-	if err := outbox.Write(ctx, u.tx, u.records...); err != nil {
-		return fmt.Errorf("write run records: %w", err)
-	}
-	return nil
+	return &w, nil
 }
 
 // committed wakes whoever should act on what the unit committed.

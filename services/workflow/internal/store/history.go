@@ -16,9 +16,9 @@ type HistoryRow struct {
 }
 
 // AppendHistory inserts history events.
-func AppendHistory(ctx context.Context, db DB, rows []HistoryRow) error {
+func (w *Writes) AppendHistory(rows []HistoryRow) {
 	if len(rows) == 0 {
-		return nil
+		return
 	}
 	n := len(rows)
 	var (
@@ -34,14 +34,10 @@ func AppendHistory(ctx context.Context, db DB, rows []HistoryRow) error {
 		ids[i], seqs[i], types[i], steps[i] = r.RunID, int32(r.Seq), r.Type, Text(r.Step)
 		details[i], attempts[i], ats[i] = Text(r.Detail), int32(r.Attempt), r.At
 	}
-	_, err := db.Exec(ctx, `
+	w.queue(fmt.Sprintf("append %d history events", n), `
 INSERT INTO history (run_id, seq, type, step, detail, attempt, at)
-SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::text[], $6::int[], $7::timestamptz[])`,
+SELECT * FROM unnest($1::text[]::uuid[], $2::int[], $3::text[], $4::text[], $5::text[], $6::int[], $7::timestamptz[])`,
 		ids, seqs, types, steps, details, attempts, ats)
-	if err != nil {
-		return fmt.Errorf("append %d history events: %w", n, err)
-	}
-	return nil
 }
 
 // History reads a run's history in order.

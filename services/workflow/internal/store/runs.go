@@ -76,31 +76,49 @@ func finishedAt(r *engine.Run) pgtype.Timestamptz {
 	return nullTime(r.FinishedAt)
 }
 
-// LockRuns reads the runs with the given ids and locks them until the
-// transaction ends, in id order so that transactions locking overlapping sets
-// cannot deadlock on them. With skipLocked, runs another transaction holds
-// are left out instead of waited for. Ids that do not exist are absent.
-func LockRuns(ctx context.Context, tx pgx.Tx, ids []string, skipLocked bool) (map[string]*Run, error) {
+// LockRuns reads the runs with the given ids and their unconsumed signals
+// (oldest first per run), and locks the runs until the transaction ends, in
+// id order so that transactions locking overlapping sets cannot deadlock on
+// them. Both queries go in one round trip; the signals are read once the
+// locks are held. With skipLocked, runs another transaction holds are left
+// out instead of waited for. Ids that do not exist are absent.
+func LockRuns(ctx context.Context, db DB, ids []string, skipLocked bool) (map[string]*Run, map[string][]engine.Signal, error) {
 	if len(ids) == 0 {
-		return map[string]*Run{}, nil
+		return map[string]*Run{}, map[string][]engine.Signal{}, nil
 	}
-	q := `SELECT ` + runColumns + ` FROM runs WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`
+	q := `SELECT ` + runColumns + ` FROM runs WHERE id = ANY($1::text[]::uuid[]) ORDER BY id FOR UPDATE`
 	if skipLocked {
 		q += ` SKIP LOCKED`
 	}
-	rows, err := tx.Query(ctx, q, ids)
+	b := &pgx.Batch{}
+	b.Queue(q, ids)
+	b.Queue(pendingSignalsSQL, ids)
+	br := db.SendBatch(ctx, b)
+	defer func() { _ = br.Close() }()
+	rows, err := br.Query()
 	if err != nil {
-		return nil, fmt.Errorf("lock %d runs: %w", len(ids), err)
+		return nil, nil, fmt.Errorf("lock %d runs: %w", len(ids), err)
 	}
 	runs, err := scanRuns(rows)
 	if err != nil {
-		return nil, fmt.Errorf("lock %d runs: %w", len(ids), err)
+		return nil, nil, fmt.Errorf("lock %d runs: %w", len(ids), err)
 	}
 	out := make(map[string]*Run, len(runs))
 	for _, r := range runs {
 		out[r.ID] = r
 	}
-	return out, nil
+	rows, err = br.Query()
+	if err != nil {
+		return nil, nil, fmt.Errorf("read pending signals: %w", err)
+	}
+	sigs, err := scanSignals(rows)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read pending signals: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return nil, nil, fmt.Errorf("lock %d runs: %w", len(ids), err)
+	}
+	return out, sigs, nil
 }
 
 // GetRun reads one run of a namespace; pg.ErrNotFound when there is none.
@@ -144,7 +162,7 @@ func ListRuns(ctx context.Context, db DB, f RunFilter) ([]*Run, error) {
 SELECT `+runColumns+` FROM runs
 WHERE namespace = $1 AND ($2 = '' OR workflow = $2) AND ($3 = '' OR status = $3)
 	AND ($4::timestamptz IS NULL OR created_at > $4) AND ($5::timestamptz IS NULL OR created_at < $5)
-	AND ($6::timestamptz IS NULL OR (created_at, id) < ($6, $7::uuid))
+	AND ($6::timestamptz IS NULL OR (created_at, id) < ($6, $7::text::uuid))
 ORDER BY created_at DESC, id DESC
 LIMIT $8`,
 		f.Namespace, f.Workflow, string(f.Status), nullTime(f.CreatedAfter), nullTime(f.CreatedBefore),
@@ -199,7 +217,7 @@ WHERE idempotency_key <> ''
 // not ended.
 func ActiveChildren(ctx context.Context, db DB, parentIDs []string) ([]string, error) {
 	rows, err := db.Query(ctx, `
-SELECT id::text FROM runs WHERE parent_run_id = ANY($1::uuid[]) AND finished_at IS NULL ORDER BY id`, parentIDs)
+SELECT id::text FROM runs WHERE parent_run_id = ANY($1::text[]::uuid[]) AND finished_at IS NULL ORDER BY id`, parentIDs)
 	if err != nil {
 		return nil, fmt.Errorf("find children: %w", err)
 	}
@@ -257,8 +275,8 @@ func columns(runs []*Run) (*runArrays, error) {
 }
 
 // InsertRuns inserts new runs. A run whose idempotency key is taken fails
-// the statement with a unique violation of IdempotencyIndex.
-func InsertRuns(ctx context.Context, db DB, runs []*Run) error {
+// the commit with a unique violation of IdempotencyIndex.
+func (w *Writes) InsertRuns(runs []*Run) error {
 	if len(runs) == 0 {
 		return nil
 	}
@@ -266,27 +284,24 @@ func InsertRuns(ctx context.Context, db DB, runs []*Run) error {
 	if err != nil {
 		return err
 	}
-	_, err = db.Exec(ctx, `
+	w.queue(fmt.Sprintf("insert %d runs", len(runs)), `
 INSERT INTO runs (id, namespace, workflow, version, status, step, waiting_for, terminal, error, idempotency_key,
 	parent_run_id, depth, input, state, history_seq, trace_context, created_at, updated_at, finished_at)
 SELECT r.id, r.namespace, r.workflow, r.version, r.status, r.step, r.waiting_for, r.terminal, r.error, r.key,
 	NULLIF(r.parent, '')::uuid, r.depth, r.input, r.state, r.seq, r.trace::jsonb, r.created, r.updated, r.finished
-FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
+FROM unnest($1::text[]::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
 	$10::text[], $11::text[], $12::int[], $13::bytea[], $14::bytea[], $15::int[], $16::text[], $17::timestamptz[],
 	$18::timestamptz[], $19::timestamptz[])
 	AS r(id, namespace, workflow, version, status, step, waiting_for, terminal, error, key,
 	parent, depth, input, state, seq, trace, created, updated, finished)`,
 		a.ids, a.namespaces, a.workflows, a.versions, a.statuses, a.steps, a.waitingFor, a.terminals, a.errors,
 		a.keys, a.parents, a.depths, a.inputs, a.states, a.seqs, a.traces, a.created, a.updated, a.finished)
-	if err != nil {
-		return fmt.Errorf("insert %d runs: %w", len(runs), err)
-	}
 	return nil
 }
 
 // UpdateRuns writes the changing part of runs back: status, position, state,
 // history counter and times.
-func UpdateRuns(ctx context.Context, db DB, runs []*Run) error {
+func (w *Writes) UpdateRuns(runs []*Run) error {
 	if len(runs) == 0 {
 		return nil
 	}
@@ -294,16 +309,13 @@ func UpdateRuns(ctx context.Context, db DB, runs []*Run) error {
 	if err != nil {
 		return err
 	}
-	_, err = db.Exec(ctx, `
+	w.queue(fmt.Sprintf("update %d runs", len(runs)), `
 UPDATE runs SET status = u.status, step = u.step, waiting_for = u.waiting_for, terminal = u.terminal, error = u.error,
 	state = u.state, history_seq = u.seq, updated_at = u.updated, finished_at = u.finished
-FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bytea[], $8::int[],
+FROM unnest($1::text[]::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bytea[], $8::int[],
 	$9::timestamptz[], $10::timestamptz[])
 	AS u(id, status, step, waiting_for, terminal, error, state, seq, updated, finished)
 WHERE runs.id = u.id`,
 		a.ids, a.statuses, a.steps, a.waitingFor, a.terminals, a.errors, a.states, a.seqs, a.updated, a.finished)
-	if err != nil {
-		return fmt.Errorf("update %d runs: %w", len(runs), err)
-	}
 	return nil
 }

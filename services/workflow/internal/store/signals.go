@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/razorbill/flo/services/workflow/internal/engine"
 )
 
@@ -21,20 +23,16 @@ func InsertSignal(ctx context.Context, db DB, runID string, s engine.Signal) err
 	return nil
 }
 
-// PendingSignals reads the unconsumed signals of runs, oldest first per run.
-func PendingSignals(ctx context.Context, db DB, runIDs []string) (map[string][]engine.Signal, error) {
-	out := map[string][]engine.Signal{}
-	if len(runIDs) == 0 {
-		return out, nil
-	}
-	rows, err := db.Query(ctx, `
+// pendingSignalsSQL reads the unconsumed signals of runs, oldest first per
+// run (scanSignals).
+const pendingSignalsSQL = `
 SELECT run_id::text, id::text, type, payload, received_at FROM signals
-WHERE run_id = ANY($1::uuid[]) AND consumed_at IS NULL
-ORDER BY run_id, received_at, id`, runIDs)
-	if err != nil {
-		return nil, fmt.Errorf("read pending signals: %w", err)
-	}
+WHERE run_id = ANY($1::text[]::uuid[]) AND consumed_at IS NULL
+ORDER BY run_id, received_at, id`
+
+func scanSignals(rows pgx.Rows) (map[string][]engine.Signal, error) {
 	defer rows.Close()
+	out := map[string][]engine.Signal{}
 	for rows.Next() {
 		var (
 			runID   string
@@ -42,24 +40,19 @@ ORDER BY run_id, received_at, id`, runIDs)
 			payload []byte
 		)
 		if err := rows.Scan(&runID, &s.ID, &s.Type, &payload, &s.ReceivedAt); err != nil {
-			return nil, fmt.Errorf("read pending signals: %w", err)
+			return nil, err
 		}
 		s.Payload = payload
 		out[runID] = append(out[runID], s)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read pending signals: %w", err)
-	}
-	return out, nil
+	return out, rows.Err()
 }
 
 // ConsumeSignals marks signals used up.
-func ConsumeSignals(ctx context.Context, db DB, ids []string, at time.Time) error {
+func (w *Writes) ConsumeSignals(ids []string, at time.Time) {
 	if len(ids) == 0 {
-		return nil
+		return
 	}
-	if _, err := db.Exec(ctx, `UPDATE signals SET consumed_at = $2 WHERE id = ANY($1::uuid[]) AND consumed_at IS NULL`, ids, at); err != nil {
-		return fmt.Errorf("consume %d signals: %w", len(ids), err)
-	}
-	return nil
+	w.queue(fmt.Sprintf("consume %d signals", len(ids)),
+		`UPDATE signals SET consumed_at = $2 WHERE id = ANY($1::text[]::uuid[]) AND consumed_at IS NULL`, ids, at)
 }

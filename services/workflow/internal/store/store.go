@@ -1,6 +1,11 @@
 // Package store holds every SQL statement of the workflow service and the row
 // types they read and write. Functions take a DB so the same query runs on the
 // pool or inside a caller's transaction; callers own transaction boundaries.
+//
+// Arrays of run ids are sent as text[] and cast to uuid[] in SQL: pgx has no
+// binary encoding of a Go string as a uuid, and before falling back to text
+// it builds an error message that prints the whole array, which costs more
+// than the statement itself when a batch carries hundreds of ids.
 package store
 
 import (

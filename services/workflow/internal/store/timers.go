@@ -20,28 +20,23 @@ type Timer struct {
 // ReplaceTimers drops every timer of the runs in clear, then inserts set.
 // Callers hold the lock of every run involved, so timer rows are only ever
 // locked after their run's row and no transaction waits the other way round.
-func ReplaceTimers(ctx context.Context, db DB, clear []string, set []Timer) error {
+func (w *Writes) ReplaceTimers(clear []string, set []Timer) {
 	if len(clear) > 0 {
-		if _, err := db.Exec(ctx, `DELETE FROM timers WHERE run_id = ANY($1::uuid[])`, clear); err != nil {
-			return fmt.Errorf("clear timers of %d runs: %w", len(clear), err)
-		}
+		w.queue(fmt.Sprintf("clear timers of %d runs", len(clear)), `DELETE FROM timers WHERE run_id = ANY($1::text[]::uuid[])`, clear)
 	}
 	if len(set) == 0 {
-		return nil
+		return
 	}
 	n := len(set)
 	ids, tokens, kinds, at := make([]string, n), make([]string, n), make([]string, n), make([]time.Time, n)
 	for i, t := range set {
 		ids[i], tokens[i], kinds[i], at[i] = t.RunID, t.Token, t.Kind, t.FireAt
 	}
-	if _, err := db.Exec(ctx, `
+	w.queue(fmt.Sprintf("set %d timers", n), `
 INSERT INTO timers (run_id, token, kind, fire_at)
-SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[])
+SELECT * FROM unnest($1::text[]::uuid[], $2::text[], $3::text[], $4::timestamptz[])
 ON CONFLICT (run_id, token) DO UPDATE SET kind = excluded.kind, fire_at = excluded.fire_at`,
-		ids, tokens, kinds, at); err != nil {
-		return fmt.Errorf("set %d timers: %w", n, err)
-	}
-	return nil
+		ids, tokens, kinds, at)
 }
 
 // DueTimers lists up to limit timers due at now, earliest first, without
@@ -71,7 +66,7 @@ func TakeTimers(ctx context.Context, db DB, timers []Timer) ([]Timer, error) {
 		ids[i], tokens[i] = t.RunID, t.Token
 	}
 	rows, err := db.Query(ctx, `
-DELETE FROM timers WHERE (run_id, token) IN (SELECT * FROM unnest($1::uuid[], $2::text[]))
+DELETE FROM timers WHERE (run_id, token) IN (SELECT * FROM unnest($1::text[]::uuid[], $2::text[]))
 RETURNING run_id::text, token, kind, fire_at`, ids, tokens)
 	if err != nil {
 		return nil, fmt.Errorf("take %d timers: %w", len(timers), err)
@@ -93,10 +88,8 @@ func NextTimer(ctx context.Context, db DB) (at time.Time, ok bool, err error) {
 	return t.Time, t.Valid, nil
 }
 
-// NotifyTimers tells every replica's timer loop to look again.
-func NotifyTimers(ctx context.Context, db DB) error {
-	if _, err := db.Exec(ctx, `SELECT pg_notify($1, '')`, TimersChannel); err != nil {
-		return fmt.Errorf("notify timers: %w", err)
-	}
-	return nil
+// NotifyTimers tells every replica's timer loop to look again once the
+// transaction commits.
+func (w *Writes) NotifyTimers() {
+	w.queue("notify timers", `SELECT pg_notify($1, '')`, TimersChannel)
 }
