@@ -42,6 +42,9 @@ const (
 	// closeTimeout bounds the wait for the server to end the stream after the worker closed
 	// its side.
 	closeTimeout = 5 * time.Second
+	// handlerIdle is how long a handler goroutine waits for its next task or record before it
+	// ends.
+	handlerIdle = 10 * time.Second
 )
 
 // ErrWorkerClosed is returned by Start and RegisterAction on a worker that was closed or has
@@ -83,8 +86,11 @@ type workerSettings struct {
 	// handlerTimeout bounds one handler execution; a stopping worker waits that long (and
 	// drainGrace) for its handlers.
 	handlerTimeout time.Duration
-	metadata       map[string]any
-	logger         *slog.Logger
+	// reportDelay is how long the writer may hold reports back while handlers still run, so
+	// that more of them go out in one message; zero sends each as soon as it is queued.
+	reportDelay time.Duration
+	metadata    map[string]any
+	logger      *slog.Logger
 }
 
 // workerIdentity returns the worker and machine ids, making up the ones not given: the host
@@ -137,6 +143,8 @@ type lifecycle struct {
 	// slotFreed tells the reader, waiting for a slot, that one was freed.
 	slotFreed chan struct{}
 	slots     slots
+	// handle passes work to an idle handler goroutine (see dispatch).
+	handle chan func() *flov1.WorkerMessage
 
 	stopping      atomic.Bool
 	stopOnce      sync.Once
@@ -164,6 +172,7 @@ func (l *lifecycle) setup(c *Client, kind workerKind, set workerSettings, logAtt
 	l.out = make(chan *flov1.WorkerMessage, outboundBuffer)
 	l.wake = make(chan struct{}, 1)
 	l.slotFreed = make(chan struct{}, 1)
+	l.handle = make(chan func() *flov1.WorkerMessage)
 	l.slots = slots{size: set.concurrency}
 	l.stopCh = make(chan struct{})
 	l.quit = make(chan struct{})
@@ -340,17 +349,39 @@ func (l *lifecycle) takeSlot(ctx context.Context) (bool, error) {
 	}
 }
 
-// dispatch runs a handler on a slot takeSlot took, in its own goroutine, queues the report it
-// returns (nil: nothing to report) and frees the slot.
+// dispatch runs a handler on a slot takeSlot took, in a goroutine of its own: an idle one if
+// there is one, else a new one. A busy worker so reuses its goroutines, and the stacks they
+// grew, instead of starting one for every task or record.
 func (l *lifecycle) dispatch(handle func() *flov1.WorkerMessage) {
-	go func() {
+	select {
+	case l.handle <- handle:
+	default:
+		go l.runHandlers(handle)
+	}
+}
+
+// runHandlers runs handle and then whatever dispatch passes it, until it has waited
+// handlerIdle for more or Start returned. For each it queues the report the handler returns
+// (nil: nothing to report) and frees the slot.
+func (l *lifecycle) runHandlers(handle func() *flov1.WorkerMessage) {
+	idle := time.NewTimer(handlerIdle)
+	defer idle.Stop()
+	for {
 		if msg := handle(); msg != nil {
 			l.queue(msg)
 		}
 		l.slots.release()
 		poke(l.slotFreed)
 		poke(l.wake)
-	}()
+		idle.Reset(handlerIdle)
+		select {
+		case handle = <-l.handle:
+		case <-idle.C:
+			return
+		case <-l.quit:
+			return
+		}
+	}
 }
 
 // queue hands a report to the writer, waiting while the outbound buffer is full, unless Start

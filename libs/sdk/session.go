@@ -121,15 +121,29 @@ func (l *lifecycle) readLoop(ctx context.Context, stream workerStream) error {
 }
 
 // writeLoop is the only sender on the stream. Each time it wakes it sends everything queued,
-// packed by the kind, then one request for the work the free slots allow. It returns
+// packed by the kind (reports the kind holds back, see reportWait, when they are due), then
+// one request for the work the free slots allow. It returns
 // errDrained once a stopping worker has nothing left to report, or errReaderDone when the
 // reader ended.
 func (l *lifecycle) writeLoop(stream workerStream, readerDone <-chan struct{}) error {
 	stopCh := l.stopCh
-	var drainTimeout <-chan time.Time
+	var (
+		drainTimeout <-chan time.Time
+		// lastReports is when reports last went out; reportsDue fires when held ones are due.
+		lastReports time.Time
+		reportsDue  <-chan time.Time
+	)
 	for {
-		if err := l.flush(stream); err != nil {
+		wait := l.reportWait(lastReports)
+		sent, err := l.flush(stream, wait == 0)
+		if err != nil {
 			return err
+		}
+		if sent {
+			lastReports = time.Now()
+		}
+		if wait > 0 && reportsDue == nil {
+			reportsDue = time.After(wait)
 		}
 		if l.stopping.Load() {
 			if l.nothingToReport() {
@@ -145,6 +159,8 @@ func (l *lifecycle) writeLoop(stream workerStream, readerDone <-chan struct{}) e
 		case msg := <-l.out:
 			l.unsent = append(l.unsent, msg)
 		case <-l.wake:
+		case <-reportsDue:
+			reportsDue = nil
 		case <-stopCh:
 			stopCh = nil
 		case <-readerDone:
@@ -156,10 +172,21 @@ func (l *lifecycle) writeLoop(stream workerStream, readerDone <-chan struct{}) e
 	}
 }
 
-// flush sends what is queued. Messages stay in unsent until the stream takes them, so a
-// stream that breaks halfway loses nothing: the next stream sends them again, and the server
-// ignores reports it already has or that are no longer current.
-func (l *lifecycle) flush(stream workerStream) error {
+// reportWait is how much longer queued reports wait before they go out: none unless the kind
+// holds reports (reportDelay), handlers are still running (so more reports are coming), the
+// worker is not stopping and the last reports went out less than reportDelay ago.
+func (l *lifecycle) reportWait(last time.Time) time.Duration {
+	if l.set.reportDelay == 0 || l.stopping.Load() || l.slots.running() == 0 {
+		return 0
+	}
+	return max(l.set.reportDelay-time.Since(last), 0)
+}
+
+// flush sends what is queued, the reports only when reports is set, and says whether it sent
+// reports. Messages stay in unsent until the stream takes them, so a stream that breaks halfway
+// loses nothing: the next stream sends them again, and the server ignores reports it already
+// has or that are no longer current.
+func (l *lifecycle) flush(stream workerStream, reports bool) (sent bool, err error) {
 	for drained := false; !drained; {
 		select {
 		case msg := <-l.out:
@@ -168,23 +195,24 @@ func (l *lifecycle) flush(stream workerStream) error {
 			drained = true
 		}
 	}
-	if len(l.unsent) > 0 {
+	if reports && len(l.unsent) > 0 {
 		msgs := l.kind.pack(l.unsent)
 		l.unsent = l.unsent[:0]
 		for i, msg := range msgs {
 			if err := stream.Send(msg); err != nil {
 				l.unsent = msgs[i:]
-				return fmt.Errorf("send %T: %w", msg.GetMsg(), err)
+				return true, fmt.Errorf("send %T: %w", msg.GetMsg(), err)
 			}
 		}
+		sent = true
 	}
 	if l.stopping.Load() {
-		return nil
+		return sent, nil
 	}
 	if req := l.kind.request(); req != nil {
 		if err := stream.Send(req); err != nil {
-			return fmt.Errorf("send %T: %w", req.GetMsg(), err)
+			return sent, fmt.Errorf("send %T: %w", req.GetMsg(), err)
 		}
 	}
-	return nil
+	return sent, nil
 }

@@ -1,6 +1,9 @@
 package flo
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // slots counts the handler slots in use and the credit the server holds for the worker.
 //
@@ -11,22 +14,26 @@ import "sync"
 // running a task nor already promised one: the server then never sends more than the worker
 // can start.
 //
-// A stream worker keeps the same books with one difference: it has at most one read
-// outstanding, answered by exactly one RecordBatch (see grantRead and answer).
+// A stream worker keeps the same books with one difference: its credit is in reads, each
+// answered by exactly one RecordBatch (see grantRead and answer).
 type slots struct {
 	mu       sync.Mutex
 	size     int
 	inFlight int
-	// grants holds what is left of each Ready's credit, oldest first; credit is their sum.
+	// grants holds what is left of each Ready's credit, oldest first (for a stream worker: the
+	// records of an answered read that have not taken a slot yet); credit is their sum plus
+	// the counts in reads.
 	grants []int
 	credit int
+	// reads holds the counts of a stream worker's outstanding reads.
+	reads []int
 }
 
 // reset forgets the credit of a stream that ended: it died with the stream.
 func (s *slots) reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.grants, s.credit = nil, 0
+	s.grants, s.reads, s.credit = nil, nil, 0
 }
 
 // grant records a Ready for every free slot and returns its count; zero means there is
@@ -43,34 +50,42 @@ func (s *slots) grant() int {
 	return n
 }
 
-// grantRead is grant for a stream worker, which keeps at most one read outstanding: while one
-// is, it returns zero; otherwise it records a read for the free slots, at most limit, and
-// returns its count.
-func (s *slots) grantRead(limit int) int {
+// grantRead is grant for a stream worker, which keeps up to maxReads reads outstanding. It
+// records a read for the free slots, at most limit, and returns its count; zero means there is
+// nothing to ask for: no free slot, maxReads reads outstanding, records of an answered read
+// still waiting for slots, or a read outstanding and room for less than limit (a read beyond
+// the first asks for a full batch, so the slots are not cut into many small reads).
+func (s *slots) grantRead(limit, maxReads int) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.grants) > 0 {
+	if len(s.grants) > 0 || len(s.reads) >= maxReads {
 		return 0
 	}
 	n := min(limit, s.size-s.inFlight-s.credit)
-	if n <= 0 {
+	if n <= 0 || (len(s.reads) > 0 && n < limit) {
 		return 0
 	}
-	s.grants = append(s.grants, n)
+	s.reads = append(s.reads, n)
 	s.credit += n
 	return n
 }
 
-// answer records the reply to the outstanding read, which carried n records: the read's
-// credit is replaced by those n, so the next read waits until all of them have taken a slot
-// (acquire) or been handed back (consume), and asks for what they left free.
+// answer records a RecordBatch of n records, the answer to one outstanding read. The server
+// answers reads in any order, so which one is not known when their counts differ: the
+// smallest is taken as answered, which never leaves less credit than the server may still use.
+// The n records are credit until each has taken a slot (acquire) or been handed back
+// (consume), and the next read waits until they all have.
 func (s *slots) answer(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.grants, s.credit = s.grants[:0], 0
+	if len(s.reads) > 0 {
+		i := slices.Index(s.reads, slices.Min(s.reads))
+		s.credit -= s.reads[i]
+		s.reads = slices.Delete(s.reads, i, i+1)
+	}
 	if n > 0 {
 		s.grants = append(s.grants, n)
-		s.credit = n
+		s.credit += n
 	}
 }
 

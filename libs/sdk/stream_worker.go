@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"runtime/debug"
 	"sync/atomic"
 	"time"
@@ -26,8 +27,17 @@ const (
 	DefaultMessageTimeout = 5 * time.Minute
 )
 
-// createGroupTimeout bounds the call that makes sure the worker's group exists.
-const createGroupTimeout = 10 * time.Second
+const (
+	// createGroupTimeout bounds the call that makes sure the worker's group exists.
+	createGroupTimeout = 10 * time.Second
+	// maxReads is how many reads a stream worker keeps outstanding at most; the gateway
+	// accepts up to four per stream and group.
+	maxReads = 2
+	// ackDelay is how long acks and nacks may wait while handlers still run, so that the
+	// records of a batch, which finish about together, are settled in a few messages instead
+	// of one or two each.
+	ackDelay = 2 * time.Millisecond
+)
 
 // StreamWorkerOptions configure a [StreamWorker]. Zero fields take the defaults.
 type StreamWorkerOptions struct {
@@ -46,7 +56,9 @@ type StreamWorkerOptions struct {
 	// Concurrency is how many records are handled at once (default 10).
 	Concurrency int
 	// BatchSize is the most records one read asks for (default 10); a read never asks for
-	// more than there are free handler slots.
+	// more than there are free handler slots. With a read outstanding, the worker sends a
+	// second one when a whole batch fits beside it, so with Concurrency at least twice
+	// BatchSize the next batch is on its way while the last one is handled.
 	BatchSize int
 	// BlockMS is how long the server may hold a read open before answering that there is
 	// nothing new (default 30000).
@@ -73,6 +85,17 @@ type StreamWorker struct {
 	lifecycle
 	opts    StreamWorkerOptions
 	handler func(*StreamContext) error
+	// spanAttrs are the attributes every record's span shares.
+	spanAttrs []attribute.KeyValue
+	// lastParent is the trace context last extracted from a record. The records of one
+	// append carry the same one, so most records reuse it instead of parsing it again.
+	lastParent atomic.Pointer[parentTrace]
+}
+
+// parentTrace is a record's trace context as it arrived and as extracted.
+type parentTrace struct {
+	carrier map[string]string
+	ctx     context.Context
 }
 
 // NewStreamWorker returns a worker that consumes opts.Stream through this client's connection
@@ -112,13 +135,20 @@ func (c *Client) NewStreamWorker(opts StreamWorkerOptions, handler func(*StreamC
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	w := &StreamWorker{opts: opts, handler: handler}
+	w := &StreamWorker{opts: opts, handler: handler, spanAttrs: []attribute.KeyValue{
+		attribute.String("flo.stream", opts.Stream),
+		attribute.String("flo.stream.group", opts.Group),
+		attribute.String("flo.stream.consumer", opts.Consumer),
+		attribute.String("flo.namespace", c.namespace),
+		attribute.String("flo.worker.id", opts.WorkerID),
+	}}
 	err := w.setup(c, w, workerSettings{
 		workerID:          opts.WorkerID,
 		machineID:         opts.MachineID,
 		concurrency:       opts.Concurrency,
 		heartbeatInterval: opts.HeartbeatInterval,
 		handlerTimeout:    opts.MessageTimeout,
+		reportDelay:       ackDelay,
 		metadata:          opts.Metadata,
 		logger:            opts.Logger,
 	}, "stream", opts.Stream, "group", opts.Group)
@@ -191,7 +221,7 @@ func (w *StreamWorker) receive(ctx context.Context, msg *flov1.ServerMessage) er
 		return nil
 	}
 	records := batch.GetRecords()
-	// The batch answers the outstanding read; until its records have slots, no other read.
+	// The batch answers one outstanding read; until its records have slots, no further read.
 	w.slots.answer(len(records))
 	for _, rec := range records {
 		if err := w.startRecord(ctx, rec); err != nil {
@@ -220,17 +250,12 @@ func (w *StreamWorker) startRecord(ctx context.Context, rec *flov1.StreamRecord)
 // process runs the handler for rec inside its trace span and returns the ack or nack that
 // settles it; nil when the message timeout settled it first.
 func (w *StreamWorker) process(rec *flov1.StreamRecord) *flov1.WorkerMessage {
-	ctx := otel.GetTextMapPropagator().Extract(w.base, propagation.MapCarrier(rec.GetTraceContext()))
-	ctx, span := otel.Tracer(tracerName).Start(ctx, "flo.stream "+w.opts.Stream,
+	ctx, span := otel.Tracer(tracerName).Start(w.parent(rec.GetTraceContext()), "flo.stream "+w.opts.Stream,
 		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(w.spanAttrs...),
 		trace.WithAttributes(
-			attribute.String("flo.stream", w.opts.Stream),
-			attribute.String("flo.stream.group", w.opts.Group),
-			attribute.String("flo.stream.consumer", w.opts.Consumer),
 			attribute.String("flo.record.id", rec.GetId()),
 			attribute.Int("flo.record.delivery_count", int(rec.GetDeliveryCount())),
-			attribute.String("flo.namespace", w.client.namespace),
-			attribute.String("flo.worker.id", w.opts.WorkerID),
 		))
 	defer span.End()
 	ctx, cancel := context.WithTimeout(ctx, w.opts.MessageTimeout)
@@ -273,6 +298,19 @@ func (w *StreamWorker) process(rec *flov1.StreamRecord) *flov1.WorkerMessage {
 		delay = max(nack.Delay, 0)
 	}
 	return w.nack(rec.GetId(), delay, err.Error())
+}
+
+// parent returns the worker's base context carrying the trace context a record arrived with.
+func (w *StreamWorker) parent(carrier map[string]string) context.Context {
+	if len(carrier) == 0 {
+		return w.base
+	}
+	if last := w.lastParent.Load(); last != nil && maps.Equal(last.carrier, carrier) {
+		return last.ctx
+	}
+	ctx := otel.GetTextMapPropagator().Extract(w.base, propagation.MapCarrier(carrier))
+	w.lastParent.Store(&parentTrace{carrier: carrier, ctx: ctx})
+	return ctx
 }
 
 // callStreamHandler runs h, turning a panic into an error so one bad record cannot take the
@@ -337,13 +375,16 @@ func (w *StreamWorker) pack(queued []*flov1.WorkerMessage) []*flov1.WorkerMessag
 	return msgs
 }
 
-// request asks for a batch of at most BatchSize records, no more than there are free slots,
-// unless a read is outstanding.
+// request asks for a batch of at most BatchSize records, no more than there are free slots.
+// While reads are outstanding it asks for another only if a whole batch fits, up to
+// maxReads reads, so the next batch is on its way while the last is handled.
 func (w *StreamWorker) request() *flov1.WorkerMessage {
-	n := w.slots.grantRead(w.opts.BatchSize)
+	n := w.slots.grantRead(w.opts.BatchSize, maxReads)
 	if n == 0 {
 		return nil
 	}
+	// The writer sends one request each time it wakes; wake it for the next read.
+	poke(w.wake)
 	return &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_StreamRead{StreamRead: &flov1.StreamRead{
 		Stream:           w.opts.Stream,
 		Group:            w.opts.Group,

@@ -8,30 +8,69 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// A stream worker keeps one read outstanding, asks for no more than its free slots and its
-// batch size, and asks again only once every record of the answer has a slot.
-func TestSlotsKeepOneReadOutstanding(t *testing.T) {
+// A stream worker asks for no more than its free slots and its batch size, keeps a further
+// read outstanding only for a whole batch, and asks again after an answer only once every
+// record of it has a slot.
+func TestSlotsPipelineReads(t *testing.T) {
 	t.Parallel()
-	s := &slots{size: 4}
-	require.Equal(t, 3, s.grantRead(3), "the batch size bounds a read")
-	require.Zero(t, s.grantRead(3), "one read at a time")
+	s := &slots{size: 10}
+	require.Equal(t, 4, s.grantRead(4, 2), "the batch size bounds a read")
+	require.Equal(t, 4, s.grantRead(4, 2), "a second whole batch fits")
+	require.Zero(t, s.grantRead(4, 2), "at most two reads")
 
-	s.answer(2)
-	require.Zero(t, s.grantRead(3), "the answer's records have no slots yet")
-	require.True(t, s.acquire())
-	require.Zero(t, s.grantRead(3))
-	require.True(t, s.acquire())
-	require.Equal(t, 2, s.grantRead(3), "two slots busy, two free")
+	s.answer(4)
+	require.Zero(t, s.grantRead(4, 2), "the answer's records have no slots yet")
+	for range 4 {
+		require.True(t, s.acquire())
+	}
+	require.Zero(t, s.grantRead(4, 2), "a read is outstanding and only two slots are free")
+	s.release()
+	s.release()
+	require.Equal(t, 4, s.grantRead(4, 2), "two slots busy, four promised, four free")
 
 	s.answer(0)
-	require.Equal(t, 2, s.grantRead(3), "an empty answer frees the read")
+	s.answer(0)
+	require.Equal(t, 4, s.grantRead(4, 2), "empty answers free their reads")
+	require.Equal(t, 4, s.grantRead(4, 2))
 	s.answer(1)
 	s.consume() // a record handed back by a stopping worker
 	s.release()
 	s.release()
-	require.Equal(t, 3, s.grantRead(3))
+	require.Equal(t, 4, s.grantRead(4, 2), "nothing busy, one read of four outstanding")
 	s.reset()
-	require.Equal(t, 3, s.grantRead(3), "a read dies with its stream")
+	require.Equal(t, 3, s.grantRead(3, 1), "reads die with their stream")
+	require.Zero(t, s.grantRead(3, 1), "one read at a time when maxReads is one")
+}
+
+// Answers may come in any order; while the reads they answer are not known, the books never
+// promise the server fewer slots than it may still fill, and they are exact again once every
+// read is answered.
+func TestSlotsAnswersInAnyOrder(t *testing.T) {
+	t.Parallel()
+	s := &slots{size: 7}
+	for range 4 {
+		require.True(t, s.acquire())
+	}
+	require.Equal(t, 3, s.grantRead(4, 2), "three slots free: a short first read")
+	for range 4 {
+		s.release()
+	}
+	require.Equal(t, 4, s.grantRead(4, 2), "then a whole batch")
+
+	s.answer(4) // the second read answered first
+	for range 4 {
+		require.True(t, s.acquire())
+	}
+	require.Zero(t, s.grantRead(4, 2), "taken as the read of three: four promised, so nothing is free")
+	s.answer(3)
+	for range 3 {
+		require.True(t, s.acquire())
+	}
+	for range 7 {
+		s.release()
+	}
+	require.Equal(t, 4, s.grantRead(4, 2), "every read answered and every slot free")
+	require.Zero(t, s.grantRead(4, 2), "three free: less than a batch beside an outstanding read")
 }
 
 func TestStreamWorkerPacksAcksAndNacks(t *testing.T) {

@@ -3,6 +3,7 @@ package flo_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -80,6 +81,16 @@ func (ps *peerStream) closedSettlement() *settlement {
 		require.True(ps.t, s.add(msg), "want acks, nacks or reads, got %v", msg)
 	}
 	return s
+}
+
+// firstRead runs w on p and returns its stream once it has sent its first read.
+func firstRead(t *testing.T, p *peer, w *flo.StreamWorker) *peerStream {
+	t.Helper()
+	runStreamWorker(t, w)
+	ps := p.accept(t)
+	ps.handshake()
+	ps.nextRead()
+	return ps
 }
 
 func record(id, payload string) *flov1.StreamRecord {
@@ -226,23 +237,31 @@ func TestStreamWorkerJoinsAnExistingGroup(t *testing.T) {
 	require.Equal(t, int32(10), ps.nextRead().GetCount(), "the AlreadyExists answer is no obstacle")
 }
 
-func TestStreamWorkerKeepsOneReadOutstanding(t *testing.T) {
-	t.Parallel()
+// holdingStreamWorker runs a stream worker of concurrency slots and batchSize whose handlers
+// report each record's id on running and return nil once release is closed. It returns the
+// worker's stream, past the handshake, and a function that stops the worker.
+func holdingStreamWorker(t *testing.T, concurrency, batchSize int) (ps *peerStream, running <-chan string, release chan struct{}, stop func() error) {
+	t.Helper()
 	p, client := startPeer(t)
-	release := make(chan struct{})
-	running := make(chan string, 8)
+	release = make(chan struct{})
+	started := make(chan string, 8)
 	w, err := client.NewStreamWorker(flo.StreamWorkerOptions{
-		Stream: "events", Group: "processors", Concurrency: 4, BatchSize: 3, Logger: quietLogger(),
+		Stream: "events", Group: "processors", Concurrency: concurrency, BatchSize: batchSize, Logger: quietLogger(),
 	}, func(sctx *flo.StreamContext) error {
-		running <- sctx.StreamID()
+		started <- sctx.StreamID()
 		<-release
 		return nil
 	})
 	require.NoError(t, err)
-	stop := runStreamWorker(t, w)
-
-	ps := p.accept(t)
+	stop = runStreamWorker(t, w)
+	ps = p.accept(t)
 	ps.handshake()
+	return ps, started, release, stop
+}
+
+func TestStreamWorkerKeepsOneReadOutstanding(t *testing.T) {
+	t.Parallel()
+	ps, running, release, stop := holdingStreamWorker(t, 4, 3)
 	require.Equal(t, int32(3), ps.nextRead().GetCount(), "BatchSize bounds a read")
 	// Fewer records than asked for: the read is answered, and the next asks for what is free.
 	ps.sendRecords(record("1-0", `{}`), record("1-1", `{}`))
@@ -268,6 +287,60 @@ func TestStreamWorkerKeepsOneReadOutstanding(t *testing.T) {
 	require.NoError(t, stop())
 	rest := ps.closedSettlement()
 	require.LessOrEqual(t, len(s.reads)+len(rest.reads), 1, "one read at a time: the last one is still unanswered")
+}
+
+func TestStreamWorkerPipelinesReads(t *testing.T) {
+	t.Parallel()
+	ps, running, release, stop := holdingStreamWorker(t, 7, 3)
+	require.Equal(t, int32(3), ps.nextRead().GetCount())
+	require.Equal(t, int32(3), ps.nextRead().GetCount(), "a second whole batch fits: it is asked for before the first arrives")
+
+	// Three handlers busy and three records promised: one slot free, less than a batch.
+	ps.sendRecords(record("1-0", `{}`), record("1-1", `{}`), record("1-2", `{}`))
+	for range 3 {
+		<-running
+	}
+	close(release)
+	s := ps.settled(3)
+	require.ElementsMatch(t, []string{"1-0", "1-1", "1-2"}, s.acks)
+	reads := s.reads
+	if len(reads) == 0 {
+		reads = append(reads, ps.nextRead())
+	}
+	require.Len(t, reads, 1, "the handlers' slots make room for one more batch beside the outstanding read")
+	require.Equal(t, int32(3), reads[0].GetCount())
+
+	// Both outstanding reads answered empty: two reads go out again.
+	ps.sendRecords()
+	ps.sendRecords()
+	require.Equal(t, int32(3), ps.nextRead().GetCount())
+	require.Equal(t, int32(3), ps.nextRead().GetCount())
+
+	require.NoError(t, stop())
+	rest := ps.closedSettlement()
+	require.Empty(t, rest.reads, "at most two reads outstanding")
+}
+
+// Acks wait a moment while handlers still run, to go out together, but a handler that keeps
+// running holds back no one else's ack.
+func TestStreamWorkerAcksWhileAHandlerKeepsRunning(t *testing.T) {
+	t.Parallel()
+	p, client := startPeer(t)
+	stuck := make(chan struct{})
+	w, err := client.NewStreamWorker(flo.StreamWorkerOptions{Stream: "events", Group: "processors", Logger: quietLogger()},
+		func(sctx *flo.StreamContext) error {
+			if sctx.StreamID() == "1-0" {
+				<-stuck
+			}
+			return nil
+		})
+	require.NoError(t, err)
+	ps := firstRead(t, p, w)
+	ps.sendRecords(record("1-0", `{}`), record("1-1", `{}`), record("1-2", `{}`))
+	s := ps.settled(2)
+	require.ElementsMatch(t, []string{"1-1", "1-2"}, s.acks)
+	close(stuck)
+	require.Equal(t, []string{"1-0"}, ps.settled(1).acks)
 }
 
 func TestStreamWorkerNacksWhenTheMessageTimeoutPasses(t *testing.T) {
@@ -310,10 +383,7 @@ func TestStreamWorkerUsesTheDelayOfANackError(t *testing.T) {
 	w, err := client.NewStreamWorker(flo.StreamWorkerOptions{Stream: "events", Group: "processors", Logger: quietLogger()},
 		func(*flo.StreamContext) error { return flo.NewNackErrorf(3*time.Second, "rate limited") })
 	require.NoError(t, err)
-	runStreamWorker(t, w)
-	ps := p.accept(t)
-	ps.handshake()
-	ps.nextRead()
+	ps := firstRead(t, p, w)
 	ps.sendRecords(record("1-0", `{}`))
 	nack := ps.settled(1).nacks["1-0"]
 	require.Equal(t, int64(3000), nack.GetDelayMs())
@@ -477,22 +547,31 @@ func TestStreamWorkerContinuesTraceOfTheAppend(t *testing.T) {
 	t.Cleanup(func() { otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator()) })
 
 	p, client := startPeer(t)
-	spans := make(chan trace.SpanContext, 1)
+	type seen struct{ id, trace string }
+	spans := make(chan seen, 3)
 	w, err := client.NewStreamWorker(flo.StreamWorkerOptions{Stream: "events", Logger: quietLogger()},
 		func(sctx *flo.StreamContext) error {
-			spans <- trace.SpanContextFromContext(sctx.Context())
+			spans <- seen{sctx.StreamID(), trace.SpanContextFromContext(sctx.Context()).TraceID().String()}
 			return nil
 		})
 	require.NoError(t, err)
-	runStreamWorker(t, w)
-	ps := p.accept(t)
-	ps.handshake()
-	ps.nextRead()
-	rec := record("1-0", `{}`)
-	rec.TraceContext = map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
-	ps.sendRecords(rec)
-	sc := <-spans
-	require.Equal(t, "4bf92f3577b34da6a3ce929d0e0e4736", sc.TraceID().String())
+	ps := firstRead(t, p, w)
+	// Records of one append share its trace context; each record continues the trace it
+	// carries.
+	const first, second = "4bf92f3577b34da6a3ce929d0e0e4736", "0af7651916cd43dd8448eb211c80319c"
+	var recs []*flov1.StreamRecord
+	for i, traceID := range []string{first, first, second} {
+		rec := record(fmt.Sprintf("1-%d", i), `{}`)
+		rec.TraceContext = map[string]string{"traceparent": "00-" + traceID + "-00f067aa0ba902b7-01"}
+		recs = append(recs, rec)
+	}
+	ps.sendRecords(recs...)
+	got := map[string]string{}
+	for range recs {
+		sc := <-spans
+		got[sc.id] = sc.trace
+	}
+	require.Equal(t, map[string]string{"1-0": first, "1-1": first, "1-2": second}, got)
 }
 
 func TestStreamWorkerOptions(t *testing.T) {
@@ -548,10 +627,7 @@ func TestStreamWorkerHeartbeatsItsLoad(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
-	runStreamWorker(t, w)
-	ps := p.accept(t)
-	ps.handshake()
-	ps.nextRead()
+	ps := firstRead(t, p, w)
 	ps.sendRecords(record("1-0", `{}`), record("1-1", `{}`), record("1-2", `{}`))
 	require.Eventually(t, func() bool { return slices.Contains(p.registry.loads(), 3) }, waitFor, time.Millisecond,
 		"no heartbeat carried the three running handlers")

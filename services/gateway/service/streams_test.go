@@ -608,10 +608,11 @@ func TestStreamWorkerProtocolErrors(t *testing.T) {
 		return &flov1.Hello{Token: testToken, WorkerId: id, Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events"}}}
 	}
 
-	t.Run("a second outstanding read", func(t *testing.T) {
+	t.Run("a fifth outstanding read", func(t *testing.T) {
 		w := openWorker(t, s, hello("twice"))
-		w.streamRead(t, "events", "default", 1, 60_000)
-		w.streamRead(t, "events", "default", 1, 60_000)
+		for range 5 {
+			w.streamRead(t, "events", "default", 1, 60_000)
+		}
 		err := w.ended(t)
 		require.Equal(t, codes.FailedPrecondition, status.Code(err), "%v", err)
 		require.Contains(t, status.Convert(err).Message(), "already outstanding")
@@ -782,6 +783,39 @@ func TestShutdownAnswersOutstandingReads(t *testing.T) {
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- s.stopGateway() }()
+	require.Empty(t, w.recordBatch(t).GetRecords())
+	require.Equal(t, codes.Unavailable, status.Code(w.ended(t)))
+	require.NoError(t, <-stopped)
+}
+
+// TestStreamWorkerPipelinedReads keeps two reads of one stream/group
+// outstanding: each is answered by its own RecordBatch, and a stopping
+// gateway answers every outstanding read.
+func TestStreamWorkerPipelinedReads(t *testing.T) {
+	s := startStreamsStack(t, false)
+	createStreamAndGroup(t, s, "events", "default")
+	w := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "sw", Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events"}}})
+	w.streamRead(t, "events", "default", 2, 60_000)
+	w.streamRead(t, "events", "default", 2, 60_000)
+	w.sync(t)
+
+	ids := appendN(t, s, "events", 3)
+	var got []string
+	for range 2 {
+		recs := w.recordBatch(t).GetRecords()
+		require.NotEmpty(t, recs, "each read gets records: there are more than one read takes")
+		got = append(got, recordIDs(recs)...)
+	}
+	require.ElementsMatch(t, ids, got)
+	w.ack(t, "events", "default", got...)
+	require.Eventually(t, func() bool { return pendingTotal(t, s, "events", "default") == 0 }, wait, 10*time.Millisecond)
+
+	w.streamRead(t, "events", "default", 2, 60_000)
+	w.streamRead(t, "events", "default", 2, 60_000)
+	w.sync(t)
+	stopped := make(chan error, 1)
+	go func() { stopped <- s.stopGateway() }()
+	require.Empty(t, w.recordBatch(t).GetRecords())
 	require.Empty(t, w.recordBatch(t).GetRecords())
 	require.Equal(t, codes.Unavailable, status.Code(w.ended(t)))
 	require.NoError(t, <-stopped)

@@ -25,6 +25,7 @@ import (
 	"github.com/razorbill/flo/libs/probe"
 	"github.com/razorbill/flo/libs/stage"
 	"github.com/razorbill/flo/libs/sweep"
+	"github.com/razorbill/flo/libs/telemetry"
 	"github.com/razorbill/flo/libs/wake"
 	"github.com/razorbill/flo/services/streams/internal/appender"
 	"github.com/razorbill/flo/services/streams/internal/catalog"
@@ -62,6 +63,7 @@ type Config struct {
 	ReadCacheBytes int64 `env:"FLO_STREAMS_READ_CACHE_BYTES, default=67108864"`
 	Postgres       config.Postgres
 	Kafka          config.Kafka
+	Shutdown       config.Shutdown
 }
 
 // Option adjusts a Service.
@@ -89,6 +91,7 @@ type Service struct {
 	reader  *logread.Reader
 	catalog *catalog.Catalog
 	groups  *group.Groups
+	gauges  *telemetry.Gauges
 
 	grpcServer *grpc.Server
 	grpcLis    net.Listener
@@ -153,6 +156,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	if s.groups, err = group.New(s.pool, s.catalog, s.reader, app, s.hub, log, meter); err != nil {
 		return nil, fmt.Errorf("streams: %w", err)
 	}
+	if s.gauges, err = group.NewGauges(s.catalog, meter); err != nil {
+		return nil, fmt.Errorf("streams: %w", err)
+	}
 
 	s.grpcServer = grpcapi.NewGRPCServer(grpcapi.Deps{
 		Catalog: s.catalog, Appender: app, Groups: s.groups,
@@ -189,11 +195,12 @@ func (s *Service) GRPCAddr() string { return s.grpcLis.Addr().String() }
 func (s *Service) HTTPAddr() string { return s.httpLis.Addr().String() }
 
 // Run serves until ctx ends or a component fails, then stops in order:
-// readiness off, blocked reads answered (empty), gRPC drained, coalesced
-// acks settled, background work stopped, HTTP stopped and connections
-// closed. Appends return only once the broker has the records and group
-// reads and acks commit in one transaction, so stopping at any point loses
-// nothing: records handed out and not acked are redelivered later.
+// readiness off (serving on for Shutdown.Delay), blocked reads answered
+// (empty), gRPC drained, coalesced acks settled, background work stopped, HTTP
+// stopped and connections closed. Appends return only once the broker has the
+// records and group reads and acks commit in one transaction, so stopping at
+// any point loses nothing: records handed out and not acked are redelivered
+// later.
 func (s *Service) Run(ctx context.Context) error {
 	err := stage.Run(ctx, s.log,
 		stage.HTTP(s.httpServer, s.httpLis, httpStopTimeout, s.log),
@@ -201,14 +208,13 @@ func (s *Service) Run(ctx context.Context) error {
 			Go("wake hub", func(ctx context.Context) error { return s.hub.Run(ctx, safetyTick) }).
 			Go("stream watcher", s.reader.Run).
 			Go("settler", s.groups.Run).
+			Go("group gauges", s.gauges.Run).
 			Go("topic sweeper", func(ctx context.Context) error {
 				return sweep.Every(ctx, catalog.SweepInterval, s.log, "delete topics of deleted streams", s.catalog.Sweep)
 			}),
 		stage.GRPC(s.grpcServer, s.grpcLis, grpcStopTimeout, s.log),
-		stage.New("readiness").OnStop(func(context.Context) {
-			s.stopping.Store(true)
-			s.groups.Close()
-		}),
+		stage.New("reads").OnStop(func(context.Context) { s.groups.Close() }),
+		stage.Readiness(s.cfg.Shutdown.Delay, func() { s.stopping.Store(true) }, s.log),
 	)
 	s.closeResources()
 	return err

@@ -3685,7 +3685,8 @@ func (x *ResultAck) GetError() string {
 
 // StreamRead asks for up to count records of a consumer group. The server
 // answers with one RecordBatch, empty when block_ms passed with nothing to hand
-// out; a worker keeps at most one StreamRead per stream/group outstanding.
+// out; a worker keeps at most four StreamReads per stream/group outstanding,
+// answered in any order.
 type StreamRead struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Stream   string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`

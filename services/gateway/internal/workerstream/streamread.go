@@ -17,10 +17,12 @@ import (
 )
 
 const (
-	// maxSubscriptions caps the stream/group pairs one Hello may name; each
-	// may have one read outstanding, which bounds what a session's reads
-	// hold.
+	// maxSubscriptions caps the stream/group pairs one Hello may name, and
+	// maxReads the reads outstanding for each pair, which bounds what a
+	// session's reads hold. Several reads of a pair let a worker ask for its
+	// next batch while the last is on its way.
 	maxSubscriptions = 64
+	maxReads         = 4
 	// defaultGroup is the group of a subscription or message that names none.
 	defaultGroup = "default"
 	// maxReadCount is the protocol's cap on a StreamRead's count (larger
@@ -39,9 +41,9 @@ const (
 // subscription is one stream/group a worker consumes as consumer.
 type subscription struct {
 	stream, group, consumer string
-	// pending is the worker's outstanding read, nil when it has none; it is
-	// guarded by the session's readsMu.
-	pending *readCall
+	// reads are the worker's outstanding reads, guarded by the session's
+	// readsMu.
+	reads []*readCall
 }
 
 // readCall is one StreamRead as the GroupRead it becomes. Its identity tells
@@ -105,9 +107,9 @@ func subscriptionNames(subs map[string]*subscription) []string {
 	return names
 }
 
-// streamRead starts the GroupRead a StreamRead asks for. A second read of
-// the same stream/group while one is outstanding is a protocol error. A
-// draining worker's read is answered at once with an empty batch.
+// streamRead starts the GroupRead a StreamRead asks for. More than maxReads
+// reads of one stream/group outstanding is a protocol error. A draining
+// worker's read is answered at once with an empty batch.
 func (s *session) streamRead(r *flov1.StreamRead) error {
 	group := cmp.Or(r.GetGroup(), defaultGroup)
 	key := subscriptionKey(r.GetStream(), group)
@@ -136,9 +138,9 @@ func (s *session) streamRead(r *flov1.StreamRead) error {
 	}}
 
 	s.readsMu.Lock()
-	if sub.pending != nil {
+	if len(sub.reads) >= maxReads {
 		s.readsMu.Unlock()
-		return status.Errorf(codes.FailedPrecondition, "a StreamRead for %s is already outstanding; send the next after its RecordBatch", key)
+		return status.Errorf(codes.FailedPrecondition, "%d StreamReads for %s are already outstanding; send the next after a RecordBatch", maxReads, key)
 	}
 	if s.readsClosed || s.workerDraining.Load() {
 		if !s.readsEnded {
@@ -147,7 +149,7 @@ func (s *session) streamRead(r *flov1.StreamRead) error {
 		s.readsMu.Unlock()
 		return nil
 	}
-	sub.pending = rc
+	sub.reads = append(sub.reads, rc)
 	s.readsMu.Unlock()
 
 	if !s.srv.reads.Go(func() { s.groupRead(sub, rc) }) {
@@ -215,8 +217,8 @@ func (s *session) finishRead(sub *subscription, rc *readCall, records []*flov1.S
 	}
 	s.readsMu.Lock()
 	sent := false
-	if !s.readsClosed && !s.workerDraining.Load() && sub.pending == rc {
-		sub.pending = nil
+	if i := slices.Index(sub.reads, rc); i >= 0 && !s.readsClosed && !s.workerDraining.Load() {
+		sub.reads = slices.Delete(sub.reads, i, i+1)
 		sent = s.enqueue(item)
 	}
 	s.readsMu.Unlock()
@@ -237,13 +239,12 @@ func (s *session) closeReads(answer bool) {
 		s.readsEnded = true
 	}
 	for _, sub := range s.subs {
-		if sub.pending == nil {
-			continue
+		for range sub.reads {
+			if !s.readsEnded {
+				s.enqueue(outgoing{msg: emptyRecordBatch(sub.stream, sub.group)})
+			}
 		}
-		sub.pending = nil
-		if !s.readsEnded {
-			s.enqueue(outgoing{msg: emptyRecordBatch(sub.stream, sub.group)})
-		}
+		sub.reads = nil
 	}
 }
 

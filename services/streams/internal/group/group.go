@@ -19,7 +19,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -27,7 +26,6 @@ import (
 
 	"github.com/razorbill/flo/libs/coalesce"
 	"github.com/razorbill/flo/libs/fault"
-	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/wake"
 	"github.com/razorbill/flo/services/streams/internal/appender"
 	"github.com/razorbill/flo/services/streams/internal/catalog"
@@ -50,6 +48,10 @@ const (
 	// minDueWait keeps a blocked read from spinning on a due range that
 	// another read holds locked.
 	minDueWait = 20 * time.Millisecond
+	// maxBatchReads bounds the reads one transaction serves, and
+	// readTxTimeout how long it may take.
+	maxBatchReads = 64
+	readTxTimeout = 30 * time.Second
 )
 
 // Settling limits: calls queued beyond queueSize make callers wait, and one
@@ -80,6 +82,13 @@ type Groups struct {
 	// so concurrent consumers spread over partitions.
 	rotate atomic.Uint32
 
+	// reads holds, by group id, the reads waiting for a transaction of
+	// their group while one runs.
+	readMu sync.Mutex
+	reads  map[int64]*readQueue
+	// known holds the groups looked up by name.
+	known knownGroups
+
 	delivered, acked, nacked, deadLettered metric.Int64Counter
 
 	closeOnce sync.Once
@@ -88,7 +97,10 @@ type Groups struct {
 
 // New returns Groups; Run must be running for acks and nacks to be served.
 func New(pool *pgxpool.Pool, cat *catalog.Catalog, reader *logread.Reader, app *appender.Appender, hub *wake.Hub, log *slog.Logger, meter metric.Meter) (*Groups, error) {
-	g := &Groups{pool: pool, catalog: cat, reader: reader, appender: app, hub: hub, log: log, closing: make(chan struct{})}
+	g := &Groups{
+		pool: pool, catalog: cat, reader: reader, appender: app, hub: hub, log: log,
+		reads: map[int64]*readQueue{}, closing: make(chan struct{}),
+	}
 	for _, m := range []struct {
 		c    *metric.Int64Counter
 		name string
@@ -99,7 +111,7 @@ func New(pool *pgxpool.Pool, cat *catalog.Catalog, reader *logread.Reader, app *
 		{&g.nacked, "flo.streams.records.nacked", "Records nacked by group consumers."},
 		{&g.deadLettered, "flo.streams.records.dead_lettered", "Records moved to a dead-letter stream after max deliveries."},
 	} {
-		c, err := meter.Int64Counter(m.name, metric.WithDescription(m.desc))
+		c, err := meter.Int64Counter(m.name, metric.WithUnit("{record}"), metric.WithDescription(m.desc))
 		if err != nil {
 			return nil, fmt.Errorf("create metric: %w", err)
 		}
@@ -165,10 +177,27 @@ func (g *Groups) Read(ctx context.Context, req ReadRequest) ([]record.Record, er
 	if err := req.validate(); err != nil {
 		return nil, err
 	}
-	grp, err := g.catalog.GetGroup(ctx, req.Key)
+	grp, err := g.lookup(ctx, req.Key)
 	if err != nil {
 		return nil, err
 	}
+	recs, err := g.read(ctx, grp, req)
+	if errors.Is(err, errGroupGone) {
+		// Deleted since it was looked up, and maybe created again.
+		g.forget(req.Key)
+		if grp, err = g.catalog.GetGroup(ctx, req.Key); err != nil {
+			return nil, err
+		}
+		recs, err = g.read(ctx, grp, req)
+		if errors.Is(err, errGroupGone) {
+			return nil, catalog.GroupNotFound(req.Key)
+		}
+	}
+	return recs, err
+}
+
+// read is Read of the group grp.
+func (g *Groups) read(ctx context.Context, grp store.GroupOf, req ReadRequest) ([]record.Record, error) {
 	topic := grp.Stream.Topic()
 	var w *wake.Waiter
 	if req.Block > 0 {
@@ -220,114 +249,151 @@ func (g *Groups) Read(ctx context.Context, req ReadRequest) ([]record.Record, er
 	}
 }
 
-// readOnce runs one group read transaction.
-func (g *Groups) readOnce(ctx context.Context, grp store.GroupOf, req ReadRequest) ([]record.Record, error) {
-	var (
-		out  []record.Record
-		dead int
-	)
-	err := pg.InTx(ctx, g.pool, func(tx pgx.Tx) error {
-		out, dead = out[:0], 0
-		budget := record.MaxResponseBytes
+// readBatch runs one group read transaction for calls, reads of one group
+// waiting together: due redeliveries first, then new records from the
+// group's cursors, handed to the calls in turn. It sets each call's records;
+// an error is every call's.
+func (g *Groups) readBatch(ctx context.Context, grp store.GroupOf, calls []*readCall) error {
+	var dead int
+	err := store.InBatchTx(ctx, g.pool, func(tx *store.BatchTx) error {
+		sh := newShare(calls)
 		now := time.Now()
-		var ch store.Changes
-		due, err := store.LockDue(ctx, tx, grp.Group.ID, now, req.Count)
+		due, cursors, err := store.LockForRead(ctx, tx, grp.Group.ID, now, sh.wanted())
 		if err != nil {
 			return err
 		}
-		var expired []pending.Range
+		if cursors == nil {
+			return errGroupGone
+		}
+		var (
+			ch      store.Changes
+			expired []pending.Range
+		)
 		for _, r := range due {
 			if r.Deliveries >= int(grp.Group.MaxDeliveries) {
 				expired = append(expired, r)
 				continue
 			}
-			if len(out) >= req.Count || budget <= 0 {
+			if sh.wanted() == 0 {
 				continue
 			}
-			recs, err := g.redeliver(ctx, grp, r, req, req.Count-len(out), &budget, now, &ch)
-			if err != nil {
+			if err := g.redeliver(ctx, grp, r, sh, now, &ch); err != nil {
 				return err
 			}
-			out = append(out, recs...)
 		}
 		if len(expired) > 0 {
 			if dead, err = g.deadLetter(ctx, grp, expired, &ch); err != nil {
 				return err
 			}
 		}
-		if len(out) < req.Count && budget > 0 {
-			recs, err := g.takeNew(ctx, tx, grp, req, req.Count-len(out), &budget, now, &ch)
-			if err != nil {
+		if sh.wanted() > 0 {
+			if err := g.takeNew(ctx, grp, cursors, sh, now, &ch); err != nil {
 				return err
 			}
-			out = append(out, recs...)
 		}
-		return store.Apply(ctx, tx, ch)
+		return store.Commit(ctx, tx, ch)
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	g.delivered.Add(ctx, int64(len(out)))
+	n := 0
+	for _, c := range calls {
+		n += len(c.recs)
+	}
+	g.delivered.Add(ctx, int64(n))
 	if dead > 0 {
 		g.deadLettered.Add(ctx, int64(dead))
 	}
-	return out, nil
+	return nil
 }
 
-// redeliver hands up to what the read still wants of a due range's records
-// to the reader's consumer. Records the log no longer holds are settled.
-func (g *Groups) redeliver(ctx context.Context, grp store.GroupOf, r pending.Range, req ReadRequest, want int, budget *int, now time.Time, ch *store.Changes) ([]record.Record, error) {
-	open := r.Open()
-	if len(open) > want {
-		open = open[:want]
+// share hands the records of one read transaction to its calls in turn:
+// each call takes records until it has its count or has spent its response
+// budget. A call with budget left takes one more record however large, so
+// every read that wants records gets at least one when there is one.
+type share struct {
+	calls  []*readCall
+	budget []int
+	cur    int
+}
+
+func newShare(calls []*readCall) *share {
+	sh := &share{calls: calls, budget: make([]int, len(calls))}
+	for i, c := range calls {
+		c.recs = c.recs[:0]
+		sh.budget[i] = record.MaxResponseBytes
 	}
+	return sh
+}
+
+// next is the index of the call that takes the next record, -1 when every
+// call has what it wants.
+func (sh *share) next() int {
+	for ; sh.cur < len(sh.calls); sh.cur++ {
+		if len(sh.calls[sh.cur].recs) < sh.calls[sh.cur].req.Count && sh.budget[sh.cur] > 0 {
+			return sh.cur
+		}
+	}
+	return -1
+}
+
+// wanted is how many more records the calls take at most.
+func (sh *share) wanted() int {
+	n := 0
+	for i := sh.cur; i < len(sh.calls); i++ {
+		if sh.budget[i] > 0 {
+			n += sh.calls[i].req.Count - len(sh.calls[i].recs)
+		}
+	}
+	return n
+}
+
+// give hands r, delivered for the deliveries-th time, to call i.
+func (sh *share) give(i int, r *kgo.Record, deliveries int) {
+	sh.budget[i] -= record.Size(r)
+	lr := record.FromLog(r)
+	lr.DeliveryCount = deliveries
+	sh.calls[i].recs = append(sh.calls[i].recs, lr)
+}
+
+// claim marks the records a call took as pending for its consumer.
+func claim(r *pending.Range, req ReadRequest, deliveries int, now time.Time) {
+	r.Consumer, r.Deliveries, r.DeliveredAt, r.RedeliverAt = req.Consumer, deliveries, now, now.Add(req.MessageTimeout)
+}
+
+// redeliver hands what the calls still want of a due range's records to
+// them, each call's share becoming a range of its own. Records the log no
+// longer holds are settled.
+func (g *Groups) redeliver(ctx context.Context, grp store.GroupOf, r pending.Range, sh *share, now time.Time, ch *store.Changes) error {
+	open := r.Open()
+	open = open[:min(len(open), sh.wanted())]
 	recs, err := g.fetchOffsets(ctx, grp.Stream.Topic(), r.Partition, open)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	taken := map[int64]bool{}
-	var out []record.Record
+	// taker[off] is the call (index+1) that takes the record at off.
+	taker := make(map[int64]int, len(open))
 	for _, off := range open {
 		rec := recs[off]
 		if rec == nil {
 			r.Settle(off) // removed by retention
 			continue
 		}
-		if !spend(budget, rec) {
+		i := sh.next()
+		if i < 0 {
 			break
 		}
-		taken[off] = true
-		lr := record.FromLog(rec)
-		lr.DeliveryCount = r.Deliveries + 1
-		out = append(out, lr)
+		sh.give(i, rec, r.Deliveries+1)
+		taker[off] = i + 1
 	}
-	pieces := r.Split(func(off int64) int {
-		if taken[off] {
-			return 1
-		}
-		return 0
-	})
-	for i := range pieces {
-		if pieces[i].Owner == 1 {
-			p := &pieces[i].Range
-			p.Consumer = req.Consumer
-			p.Deliveries = r.Deliveries + 1
-			p.DeliveredAt = now
-			p.RedeliverAt = now.Add(req.MessageTimeout)
+	pieces := r.Split(func(off int64) int { return taker[off] })
+	for k := range pieces {
+		if o := pieces[k].Owner; o > 0 {
+			claim(&pieces[k].Range, sh.calls[o-1].req, r.Deliveries+1, now)
 		}
 	}
 	replace(ch, r, pieces)
-	return out, nil
-}
-
-// spend takes r's size from the response budget; it refuses only once the
-// budget is used up, so a read returns at least one record however large.
-func spend(budget *int, r *kgo.Record) bool {
-	if *budget <= 0 {
-		return false
-	}
-	*budget -= record.Size(r)
-	return true
+	return nil
 }
 
 // replace records the write that turns range r into pieces: an in-place
@@ -374,18 +440,14 @@ func (g *Groups) fetchOffsets(ctx context.Context, topic string, partition int32
 	return out, nil
 }
 
-// takeNew hands up to want records no consumer of the group has seen,
-// starting at a rotating partition: first what the read cache holds, then,
-// if that is not enough, one broker fetch for the partitions that ran short.
-func (g *Groups) takeNew(ctx context.Context, tx pgx.Tx, grp store.GroupOf, req ReadRequest, want int, budget *int, now time.Time, ch *store.Changes) ([]record.Record, error) {
-	cursors, err := store.LockCursors(ctx, tx, grp.Group.ID)
-	if err != nil {
-		return nil, err
-	}
-	if cursors == nil {
-		return nil, catalog.GroupNotFound(req.Key)
-	}
+// takeNew hands the calls records no consumer of the group has seen, from
+// cursors (locked), starting at a rotating partition: first what the read
+// cache holds, then, if that is not enough, one broker fetch for the
+// partitions that ran short. Each call's run of one partition becomes one
+// pending range.
+func (g *Groups) takeNew(ctx context.Context, grp store.GroupOf, cursors []int64, sh *share, now time.Time, ch *store.Changes) error {
 	topic := grp.Stream.Topic()
+	want := sh.wanted()
 	n := len(cursors)
 	first := int(g.rotate.Add(1) % uint32(n))
 	order := make([]int32, n)
@@ -415,7 +477,7 @@ func (g *Groups) takeNew(ctx context.Context, tx pgx.Tx, grp store.GroupOf, req 
 		}
 		gots, err := g.reader.Read(ctx, topic, wants)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for _, got := range gots {
 			p := got.Partition
@@ -426,42 +488,60 @@ func (g *Groups) takeNew(ctx context.Context, tx pgx.Tx, grp store.GroupOf, req 
 		}
 	}
 
-	var out []record.Record
 	for _, p := range order {
-		recs := cached[p]
-		if len(out)+len(recs) > want {
-			recs = recs[:want-len(out)]
-		}
-		for i, r := range recs {
-			if !spend(budget, r) {
-				recs = recs[:i]
-				want = len(out) + i
+		next := from[p]
+		run := newRun(grp.Group.ID, p)
+		for _, r := range cached[p] {
+			i := sh.next()
+			if i < 0 {
 				break
 			}
-		}
-		next := from[p]
-		if len(recs) > 0 {
-			offsets := make([]int64, len(recs))
-			stamps := make([]int64, len(recs))
-			for i, r := range recs {
-				offsets[i], stamps[i] = r.Offset, r.Timestamp.UnixMilli()
-				lr := record.FromLog(r)
-				lr.DeliveryCount = 1
-				out = append(out, lr)
+			if i != run.call {
+				run.close(sh, now, ch)
+				run.call = i
 			}
-			rg := pending.New(grp.Group.ID, p, offsets, stamps)
-			rg.Consumer, rg.Deliveries, rg.DeliveredAt, rg.RedeliverAt = req.Consumer, 1, now, now.Add(req.MessageTimeout)
-			ch.Insert = append(ch.Insert, rg)
-			next = offsets[len(offsets)-1] + 1
+			sh.give(i, r, 1)
+			run.add(r)
+			next = r.Offset + 1
 		}
+		run.close(sh, now, ch)
 		if next != cursors[p] {
 			ch.Cursors = append(ch.Cursors, store.Cursor{GroupID: grp.Group.ID, Partition: p, Next: next})
 		}
-		if len(out) >= want {
+		if sh.next() < 0 {
 			break
 		}
 	}
-	return out, nil
+	return nil
+}
+
+// run gathers the new records of one partition that one call takes, which
+// become one pending range.
+type run struct {
+	groupID   int64
+	partition int32
+	call      int
+	offsets   []int64
+	stamps    []int64
+}
+
+func newRun(groupID int64, partition int32) *run {
+	return &run{groupID: groupID, partition: partition, call: -1}
+}
+
+func (r *run) add(rec *kgo.Record) {
+	r.offsets = append(r.offsets, rec.Offset)
+	r.stamps = append(r.stamps, rec.Timestamp.UnixMilli())
+}
+
+// close writes the run as a range of its call's consumer and starts anew.
+func (r *run) close(sh *share, now time.Time, ch *store.Changes) {
+	if len(r.offsets) > 0 {
+		rg := pending.New(r.groupID, r.partition, r.offsets, r.stamps)
+		claim(&rg, sh.calls[r.call].req, 1, now)
+		ch.Insert = append(ch.Insert, rg)
+	}
+	r.offsets, r.stamps = nil, nil
 }
 
 // deadLetter appends the unsettled records of ranges past max deliveries to

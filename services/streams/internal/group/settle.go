@@ -6,11 +6,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/razorbill/flo/libs/coalesce"
 	"github.com/razorbill/flo/libs/fault"
-	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/services/streams/internal/catalog"
 	"github.com/razorbill/flo/services/streams/internal/pending"
 	"github.com/razorbill/flo/services/streams/internal/record"
@@ -87,7 +84,7 @@ func (g *Groups) settle(ctx context.Context, calls []*coalesce.Call[settlement, 
 			keys = append(keys, c.Req.key)
 		}
 	}
-	groups, err := store.ResolveGroups(ctx, g.pool, keys)
+	groups, err := g.resolve(ctx, keys)
 	if err != nil {
 		return err
 	}
@@ -102,15 +99,25 @@ func (g *Groups) settle(ctx context.Context, calls []*coalesce.Call[settlement, 
 	if len(live) == 0 {
 		return nil
 	}
-	var wakes []wakeAt
+	var (
+		wakes []wakeAt
+		gone  map[int64]bool
+	)
 	for attempt := 1; ; attempt++ {
-		wakes, err = g.settleTx(ctx, live, groups)
+		wakes, gone, err = g.settleTx(ctx, live, groups)
 		if err == nil || !isRetryable(err) || attempt == 3 {
 			break
 		}
 	}
 	if err != nil {
 		return err
+	}
+	for _, c := range live {
+		if gone[groups[c.Req.key].Group.ID] {
+			// Deleted since it was looked up: nothing of it was settled.
+			g.forget(c.Req.key)
+			c.Err = g.missing(ctx, c.Req.key)
+		}
 	}
 	for _, w := range wakes {
 		if w.at.IsZero() {
@@ -138,24 +145,38 @@ type wakeAt struct {
 }
 
 // settleTx applies the calls in order to the ranges holding their records
-// and writes the result; call responses are set only when it commits.
-func (g *Groups) settleTx(ctx context.Context, calls []*coalesce.Call[settlement, int], groups map[store.GroupKey]store.GroupOf) ([]wakeAt, error) {
+// and writes the result; call responses are set only when it commits. It
+// also returns the ids of groups that no longer exist.
+func (g *Groups) settleTx(ctx context.Context, calls []*coalesce.Call[settlement, int], groups map[store.GroupKey]store.GroupOf) ([]wakeAt, map[int64]bool, error) {
 	var (
 		counts = make([]int, len(calls))
 		wakes  []wakeAt
+		gone   map[int64]bool
 	)
-	err := pg.InTx(ctx, g.pool, func(tx pgx.Tx) error {
+	err := store.InBatchTx(ctx, g.pool, func(tx *store.BatchTx) error {
 		wakes = wakes[:0]
-		var targets []store.Target
+		var (
+			targets []store.Target
+			ids     []int64
+		)
 		for _, c := range calls {
 			gid := groups[c.Req.key].Group.ID
+			if !slices.Contains(ids, gid) {
+				ids = append(ids, gid)
+			}
 			for _, id := range c.Req.ids {
 				targets = append(targets, store.Target{GroupID: gid, Partition: id.Partition(), Offset: id.Offset()})
 			}
 		}
-		held, err := lockRanges(ctx, tx, targets)
+		held, exist, err := lockRanges(ctx, tx, targets, ids)
 		if err != nil {
 			return err
+		}
+		gone = map[int64]bool{}
+		for _, id := range ids {
+			if !exist[id] {
+				gone[id] = true
+			}
 		}
 		now := time.Now()
 		// owners[range id][offset] is the nack call (index+1) that takes
@@ -230,15 +251,15 @@ func (g *Groups) settleTx(ctx context.Context, calls []*coalesce.Call[settlement
 			}
 			replace(&ch, *r, pieces)
 		}
-		return store.Apply(ctx, tx, ch)
+		return store.Commit(ctx, tx, ch)
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for i, c := range calls {
 		c.Resp = counts[i]
 	}
-	return wakes, nil
+	return wakes, gone, nil
 }
 
 // heldRanges are the ranges a settlement locked, by group and partition.
@@ -264,18 +285,22 @@ func (h *heldRanges) find(groupID int64, partition int32, off int64) *pending.Ra
 	return nil
 }
 
-// lockRanges locks the ranges holding targets. A range can be replaced
-// (split by a nack or a redelivery on another replica) between the lookup
-// and the lock; the replacement is found by looking again for the targets
-// the first pass did not cover.
-func lockRanges(ctx context.Context, tx pgx.Tx, targets []store.Target) (*heldRanges, error) {
+// lockRanges locks the ranges holding targets and returns which of groups
+// still exist. A range can be replaced (split by a nack or a redelivery on
+// another replica) between the lookup and the lock; the replacement is found
+// by looking again for the targets the first pass did not cover.
+func lockRanges(ctx context.Context, tx *store.BatchTx, targets []store.Target, groups []int64) (*heldRanges, map[int64]bool, error) {
 	h := &heldRanges{index: map[[2]int64][]*pending.Range{}}
 	seen := map[int64]bool{}
 	todo := targets
+	var exist map[int64]bool
 	for pass := 0; pass < 3 && len(todo) > 0; pass++ {
-		rs, err := store.LockRangesAt(ctx, tx, todo)
+		rs, ex, err := store.LockRangesAt(ctx, tx, todo, groups)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		if pass == 0 {
+			exist, groups = ex, nil
 		}
 		added := false
 		for i := range rs {
@@ -303,5 +328,5 @@ func lockRanges(ctx context.Context, tx pgx.Tx, targets []store.Target) (*heldRa
 		}
 		todo = rest
 	}
-	return h, nil
+	return h, exist, nil
 }

@@ -82,39 +82,96 @@ func (r *Reader) listOffsets(ctx context.Context, topic string, partitions int32
 }
 
 func (r *Reader) listOffsetsOnce(ctx context.Context, topic string, partitions int32, ts int64) ([]int64, error) {
+	out, failed, err := r.listOffsetsOf(ctx, map[string]int32{topic: partitions}, ts)
+	if err != nil {
+		return nil, err
+	}
+	if err := failed[topic]; err != nil {
+		return nil, err
+	}
+	return out[topic], nil
+}
+
+// ListBounds returns, for every topic (with its partition count), the first
+// offset still held and the end of each partition, in two requests however
+// many topics there are and without retrying: it serves gauges, which a
+// broker that does not answer should leave unreported, not hold up. A topic
+// the broker could not answer for (a stream being deleted) is left out.
+func (r *Reader) ListBounds(ctx context.Context, topics map[string]int32) (starts, ends map[string][]int64, err error) {
+	starts, failedStarts, err := r.listOffsetsOf(ctx, topics, earliest)
+	if err != nil {
+		return nil, nil, err
+	}
+	ends, failedEnds, err := r.listOffsetsOf(ctx, topics, latest)
+	if err != nil {
+		return nil, nil, err
+	}
+	for topic := range topics {
+		if failedStarts[topic] != nil || failedEnds[topic] != nil {
+			delete(starts, topic)
+			delete(ends, topic)
+		}
+	}
+	return starts, ends, nil
+}
+
+// listOffsetsOf asks the partition leaders (the client shards the request)
+// for offsets by timestamp of every partition of topics, once. failed holds
+// the topics whose partitions did not all get an answer.
+func (r *Reader) listOffsetsOf(ctx context.Context, topics map[string]int32, ts int64) (out map[string][]int64, failed map[string]error, err error) {
+	if len(topics) == 0 {
+		return map[string][]int64{}, nil, nil
+	}
 	req := kmsg.NewPtrListOffsetsRequest()
 	req.ReplicaID = -1
-	rt := kmsg.NewListOffsetsRequestTopic()
-	rt.Topic = topic
-	for p := range partitions {
-		rp := kmsg.NewListOffsetsRequestTopicPartition()
-		rp.Partition = p
-		rp.Timestamp = ts
-		rp.CurrentLeaderEpoch = -1
-		rt.Partitions = append(rt.Partitions, rp)
+	for topic, partitions := range topics {
+		rt := kmsg.NewListOffsetsRequestTopic()
+		rt.Topic = topic
+		for p := range partitions {
+			rp := kmsg.NewListOffsetsRequestTopicPartition()
+			rp.Partition = p
+			rp.Timestamp = ts
+			rp.CurrentLeaderEpoch = -1
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
 	}
-	req.Topics = append(req.Topics, rt)
 	resp, err := req.RequestWith(ctx, r.cl)
 	if err != nil {
-		return nil, fmt.Errorf("list offsets of %s: %w", topic, err)
+		return nil, nil, fmt.Errorf("list offsets of %d topics: %w", len(topics), err)
 	}
-	out := make([]int64, partitions)
-	seen := make([]bool, partitions)
+	out = make(map[string][]int64, len(topics))
+	failed = map[string]error{}
+	seen := make(map[string][]bool, len(topics))
+	for topic, partitions := range topics {
+		out[topic] = make([]int64, partitions)
+		seen[topic] = make([]bool, partitions)
+	}
 	for _, t := range resp.Topics {
+		offsets, ok := out[t.Topic]
+		if !ok {
+			continue
+		}
 		for _, p := range t.Partitions {
 			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-				return nil, fmt.Errorf("list offsets of %s/%d: %w", topic, p.Partition, err)
+				failed[t.Topic] = fmt.Errorf("list offsets of %s/%d: %w", t.Topic, p.Partition, err)
+				continue
 			}
-			if p.Partition >= 0 && p.Partition < partitions {
-				out[p.Partition] = p.Offset
-				seen[p.Partition] = true
+			if p.Partition >= 0 && int(p.Partition) < len(offsets) {
+				offsets[p.Partition] = p.Offset
+				seen[t.Topic][p.Partition] = true
 			}
 		}
 	}
-	for p, ok := range seen {
-		if !ok {
-			return nil, fmt.Errorf("list offsets of %s: no answer for partition %d", topic, p)
+	for topic, ps := range seen {
+		for p, ok := range ps {
+			if !ok && failed[topic] == nil {
+				failed[topic] = fmt.Errorf("list offsets of %s: no answer for partition %d", topic, p)
+			}
 		}
 	}
-	return out, nil
+	for topic := range failed {
+		delete(out, topic)
+	}
+	return out, failed, nil
 }

@@ -41,7 +41,7 @@ type Reader struct {
 	cl      *kgo.Client
 	watchCl *kgo.Client
 	cache   *Cache
-	log   *slog.Logger
+	log     *slog.Logger
 
 	// onAdvance is told when a topic's known high watermark grew, so
 	// readers blocked on it can look again.

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/services/streams/internal/pending"
 )
 
 // Group is a row of groups.
@@ -137,6 +138,37 @@ func ListGroups(ctx context.Context, db DB, streamID int64, only string) ([]Grou
 	return out, nil
 }
 
+// StreamGroupState is a group's state with its stream.
+type StreamGroupState struct {
+	Stream Stream
+	GroupState
+}
+
+// ListAllGroups lists every group of every stream with its cursors and
+// pending count, in one statement.
+func ListAllGroups(ctx context.Context, db DB) ([]StreamGroupState, error) {
+	rows, err := db.Query(ctx, `
+		SELECT `+streamCols+`, `+groupCols+`,
+			ARRAY(SELECT c.next_offset FROM cursors c WHERE c.group_id = g.id ORDER BY c.partition),
+			COALESCE((SELECT sum(p.unsettled) FROM pending p WHERE p.group_id = g.id), 0)
+		FROM groups g JOIN streams s ON s.id = g.stream_id
+		ORDER BY s.namespace, s.name, g.name`)
+	if err != nil {
+		return nil, fmt.Errorf("list all groups: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StreamGroupState, error) {
+		var st StreamGroupState
+		g := &st.Group
+		stream, err := scanStream(r, &g.ID, &g.StreamID, &g.Name, &g.MaxDeliveries, &g.CreatedAt, &st.Cursors, &st.Pending)
+		st.Stream = stream
+		return st, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list all groups: %w", err)
+	}
+	return out, nil
+}
+
 // DeleteGroup deletes a group with its cursors and pending ranges.
 func DeleteGroup(ctx context.Context, db DB, streamID int64, name string) (Group, error) {
 	var g Group
@@ -148,14 +180,60 @@ func DeleteGroup(ctx context.Context, db DB, streamID int64, name string) (Group
 	return g, nil
 }
 
-// LockCursors locks a group's cursors and returns them by partition; nil
-// when the group no longer exists. Concurrent group reads of one group take
-// turns here, so each offset is handed out once.
-func LockCursors(ctx context.Context, db DB, groupID int64) ([]int64, error) {
-	rows, err := db.Query(ctx, `SELECT partition, next_offset FROM cursors WHERE group_id = $1 ORDER BY partition FOR UPDATE`, groupID)
+// LockForRead starts a group read in transaction tx, in one round trip: it
+// locks up to limit of the group's ranges due at now, earliest first,
+// skipping ranges another transaction holds (a concurrent read takes those),
+// and the group's cursors, returned by partition (nil when the group no
+// longer exists). Concurrent reads of one group on different replicas take
+// turns on the cursors, so each offset is handed out once.
+//
+// The transaction commits without waiting for its WAL to reach disk, so the
+// cursors are locked for a shorter time. A read lost in a Postgres crash
+// only moves the cursors back: its records are handed out again, as if
+// redelivered, and nothing is skipped. A read's records are acked only after
+// the read committed, and an ack's commit waits for the WAL up to it, so
+// an acked record's read is never lost.
+func LockForRead(ctx context.Context, tx *BatchTx, groupID int64, now time.Time, limit int) ([]pending.Range, []int64, error) {
+	var b pgx.Batch
+	b.Queue(`SET LOCAL synchronous_commit = off`)
+	b.Queue(`
+		SELECT `+rangeCols+` FROM pending
+		WHERE group_id = $1 AND redeliver_at <= $2
+		ORDER BY redeliver_at, id
+		LIMIT $3
+		FOR UPDATE SKIP LOCKED`, groupID, now, limit)
+	b.Queue(`SELECT partition, next_offset FROM cursors WHERE group_id = $1 ORDER BY partition FOR UPDATE`, groupID)
+	res, err := tx.Send(ctx, &b)
 	if err != nil {
-		return nil, fmt.Errorf("lock cursors: %w", err)
+		return nil, nil, err
 	}
+	defer res.Close()
+	if _, err := res.Exec(); err != nil {
+		return nil, nil, fmt.Errorf("set commit mode: %w", err)
+	}
+	rows, err := res.Query()
+	if err != nil {
+		return nil, nil, fmt.Errorf("lock due ranges: %w", err)
+	}
+	due, err := scanRanges(rows)
+	if err != nil {
+		return nil, nil, fmt.Errorf("lock due ranges: %w", err)
+	}
+	if rows, err = res.Query(); err != nil {
+		return nil, nil, fmt.Errorf("lock cursors: %w", err)
+	}
+	cursors, err := scanCursors(rows)
+	if err != nil {
+		return nil, nil, fmt.Errorf("lock cursors: %w", err)
+	}
+	if err := res.Close(); err != nil {
+		return nil, nil, fmt.Errorf("lock for read: %w", err)
+	}
+	return due, cursors, nil
+}
+
+// scanCursors reads (partition, next_offset) rows ordered by partition.
+func scanCursors(rows pgx.Rows) ([]int64, error) {
 	defer rows.Close()
 	var out []int64
 	for rows.Next() {
@@ -164,17 +242,14 @@ func LockCursors(ctx context.Context, db DB, groupID int64) ([]int64, error) {
 			next int64
 		)
 		if err := rows.Scan(&p, &next); err != nil {
-			return nil, fmt.Errorf("lock cursors: %w", err)
+			return nil, err
 		}
 		if int(p) != len(out) {
-			return nil, errors.New("lock cursors: partitions are not numbered 0..n-1")
+			return nil, errors.New("partitions are not numbered 0..n-1")
 		}
 		out = append(out, next)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("lock cursors: %w", err)
-	}
-	return out, nil
+	return out, rows.Err()
 }
 
 // Cursor is a new position of one partition's cursor.

@@ -1,8 +1,10 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,26 +36,6 @@ func scanRanges(rows pgx.Rows) ([]pending.Range, error) {
 	return out, rows.Err()
 }
 
-// LockDue locks up to limit of a group's ranges due for redelivery at now,
-// earliest first, skipping ranges another transaction holds (a concurrent
-// group read takes those).
-func LockDue(ctx context.Context, db DB, groupID int64, now time.Time, limit int) ([]pending.Range, error) {
-	rows, err := db.Query(ctx, `
-		SELECT `+rangeCols+` FROM pending
-		WHERE group_id = $1 AND redeliver_at <= $2
-		ORDER BY redeliver_at, id
-		LIMIT $3
-		FOR UPDATE SKIP LOCKED`, groupID, now, limit)
-	if err != nil {
-		return nil, fmt.Errorf("lock due ranges: %w", err)
-	}
-	out, err := scanRanges(rows)
-	if err != nil {
-		return nil, fmt.Errorf("lock due ranges: %w", err)
-	}
-	return out, nil
-}
-
 // Target is one record of a group, by partition and offset.
 type Target struct {
 	GroupID   int64
@@ -62,38 +44,87 @@ type Target struct {
 }
 
 // LockRangesAt locks the ranges holding any of targets, in id order (so
-// concurrent settlements never deadlock). Ranges never overlap, so the range
-// holding an offset is the last one starting at or before it, found by index.
-func LockRangesAt(ctx context.Context, db DB, targets []Target) ([]pending.Range, error) {
-	groups := make([]int64, len(targets))
-	parts := make([]int32, len(targets))
-	offs := make([]int64, len(targets))
-	for i, t := range targets {
-		groups[i], parts[i], offs[i] = t.GroupID, t.Partition, t.Offset
+// concurrent settlements never deadlock). In the same round trip it returns
+// which of groups still exist (none asked when groups is empty), so a
+// settlement needs no query of its own for that.
+//
+// Targets are looked up as runs of consecutive offsets, since a consumer
+// settles mostly what it got together: a run of 100 acked records is one
+// lookup, not 100. Every range overlapping a run holds one of its offsets.
+// Ranges never overlap, so those are the last range starting at or before
+// the run's first offset (if it reaches it) and the ranges starting inside
+// the run, both found by index.
+func LockRangesAt(ctx context.Context, tx *BatchTx, targets []Target, groups []int64) ([]pending.Range, map[int64]bool, error) {
+	runs := slices.Clone(targets)
+	slices.SortFunc(runs, func(a, b Target) int {
+		return cmp.Or(cmp.Compare(a.GroupID, b.GroupID), cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Offset, b.Offset))
+	})
+	var (
+		rgroups, lo, hi []int64
+		parts           []int32
+	)
+	for i, t := range runs {
+		n := len(lo)
+		if i > 0 && t.GroupID == rgroups[n-1] && t.Partition == parts[n-1] && t.Offset <= hi[n-1]+1 {
+			hi[n-1] = t.Offset
+			continue
+		}
+		rgroups, parts, lo, hi = append(rgroups, t.GroupID), append(parts, t.Partition), append(lo, t.Offset), append(hi, t.Offset)
 	}
-	rows, err := db.Query(ctx, `
+	var b pgx.Batch
+	if len(groups) > 0 {
+		b.Queue(`SELECT id FROM groups WHERE id = ANY($1)`, groups)
+	}
+	b.Queue(`
 		SELECT `+rangeCols+` FROM pending
 		WHERE id IN (
 			SELECT r.id
-			FROM unnest($1::bigint[], $2::int[], $3::bigint[]) AS t(group_id, partition, off)
+			FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::bigint[]) AS t(group_id, partition, lo, hi)
 			CROSS JOIN LATERAL (
-				SELECT p.id, p.last_offset FROM pending p
-				WHERE p.group_id = t.group_id AND p.partition = t.partition AND p.first_offset <= t.off
+				(SELECT p.id, p.last_offset FROM pending p
+				WHERE p.group_id = t.group_id AND p.partition = t.partition AND p.first_offset <= t.lo
 				ORDER BY p.first_offset DESC
-				LIMIT 1
+				LIMIT 1)
+				UNION ALL
+				SELECT p.id, p.last_offset FROM pending p
+				WHERE p.group_id = t.group_id AND p.partition = t.partition AND p.first_offset > t.lo AND p.first_offset <= t.hi
 			) r
-			WHERE r.last_offset >= t.off
+			WHERE r.last_offset >= t.lo
 		)
 		ORDER BY id
-		FOR UPDATE`, groups, parts, offs)
+		FOR UPDATE`, rgroups, parts, lo, hi)
+	res, err := tx.Send(ctx, &b)
 	if err != nil {
-		return nil, fmt.Errorf("lock ranges: %w", err)
+		return nil, nil, err
+	}
+	defer res.Close()
+	var exist map[int64]bool
+	if len(groups) > 0 {
+		rows, err := res.Query()
+		if err != nil {
+			return nil, nil, fmt.Errorf("check groups: %w", err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return nil, nil, fmt.Errorf("check groups: %w", err)
+		}
+		exist = make(map[int64]bool, len(ids))
+		for _, id := range ids {
+			exist[id] = true
+		}
+	}
+	rows, err := res.Query()
+	if err != nil {
+		return nil, nil, fmt.Errorf("lock ranges: %w", err)
 	}
 	out, err := scanRanges(rows)
 	if err != nil {
-		return nil, fmt.Errorf("lock ranges: %w", err)
+		return nil, nil, fmt.Errorf("lock ranges: %w", err)
 	}
-	return out, nil
+	if err := res.Close(); err != nil {
+		return nil, nil, fmt.Errorf("lock ranges: %w", err)
+	}
+	return out, exist, nil
 }
 
 // NextDue is when the group's earliest pending range is due; ok is false
@@ -147,17 +178,9 @@ type Changes struct {
 	Cursors []Cursor
 }
 
-// Empty reports whether there is nothing to write.
-func (c *Changes) Empty() bool {
-	return len(c.Delete) == 0 && len(c.Update) == 0 && len(c.Insert) == 0 && len(c.Cursors) == 0
-}
-
-// Apply writes changes, deletes first so replacement ranges never overlap
-// the ranges they replace.
-func Apply(ctx context.Context, db DB, c Changes) error {
-	if c.Empty() {
-		return nil
-	}
+// Commit writes changes, deletes first so replacement ranges never overlap
+// the ranges they replace, and commits tx, in one round trip.
+func Commit(ctx context.Context, tx *BatchTx, c Changes) error {
 	var b pgx.Batch
 	if len(c.Delete) > 0 {
 		b.Queue(`DELETE FROM pending WHERE id = ANY($1)`, c.Delete)
@@ -195,7 +218,7 @@ func Apply(ctx context.Context, db DB, c Changes) error {
 			FROM unnest($1::bigint[], $2::int[], $3::bigint[]) AS u(group_id, partition, next)
 			WHERE c.group_id = u.group_id AND c.partition = u.partition`, groups, parts, next)
 	}
-	if err := db.SendBatch(ctx, &b).Close(); err != nil {
+	if err := tx.Commit(ctx, &b); err != nil {
 		return fmt.Errorf("write pending ranges: %w", err)
 	}
 	return nil

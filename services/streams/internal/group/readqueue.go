@@ -1,0 +1,91 @@
+package group
+
+import (
+	"context"
+	"slices"
+
+	"github.com/razorbill/flo/services/streams/internal/record"
+	"github.com/razorbill/flo/services/streams/internal/store"
+)
+
+// readCall is one group read waiting for a transaction of its group.
+type readCall struct {
+	ctx  context.Context
+	req  ReadRequest
+	recs []record.Record
+	err  error
+	done chan struct{}
+}
+
+// readQueue holds the reads of one group waiting for a transaction while
+// another runs. Reads of one group on one replica never wait on each
+// other's locks: each transaction serves every read that was waiting when it
+// began.
+type readQueue struct {
+	grp     store.GroupOf
+	waiting []*readCall
+}
+
+// readOnce hands records to req's consumer in a transaction shared with the
+// group's other reads that wait at the same time. A read whose context ends
+// before its transaction began is dropped; once a transaction took it, it
+// waits for the result, since records may already be handed to its
+// consumer.
+func (g *Groups) readOnce(ctx context.Context, grp store.GroupOf, req ReadRequest) ([]record.Record, error) {
+	c := &readCall{ctx: ctx, req: req, done: make(chan struct{})}
+	g.readMu.Lock()
+	q := g.reads[grp.Group.ID]
+	if q == nil {
+		q = &readQueue{grp: grp}
+		g.reads[grp.Group.ID] = q
+		go g.serveReads(q)
+	}
+	q.waiting = append(q.waiting, c)
+	g.readMu.Unlock()
+
+	select {
+	case <-c.done:
+		return c.recs, c.err
+	case <-ctx.Done():
+	}
+	g.readMu.Lock()
+	i := slices.Index(q.waiting, c)
+	if i >= 0 {
+		q.waiting = slices.Delete(q.waiting, i, i+1)
+	}
+	g.readMu.Unlock()
+	if i >= 0 {
+		return nil, ctx.Err()
+	}
+	<-c.done
+	return c.recs, c.err
+}
+
+// serveReads runs read transactions for q's group while reads wait, each
+// for all of them (up to maxBatchReads), and then forgets the queue. A
+// transaction runs in the context of its first read, without its end: the
+// others may still want their records.
+func (g *Groups) serveReads(q *readQueue) {
+	for {
+		g.readMu.Lock()
+		n := min(len(q.waiting), maxBatchReads)
+		if n == 0 {
+			delete(g.reads, q.grp.Group.ID)
+			g.readMu.Unlock()
+			return
+		}
+		calls := slices.Clone(q.waiting[:n])
+		q.waiting = slices.Delete(q.waiting, 0, n)
+		g.readMu.Unlock()
+
+		txCtx, cancel := context.WithTimeout(context.WithoutCancel(calls[0].ctx), readTxTimeout)
+		err := g.readBatch(txCtx, q.grp, calls)
+		cancel()
+		for _, c := range calls {
+			if err != nil {
+				c.recs, c.err = nil, err
+			}
+			close(c.done)
+		}
+	}
+}
