@@ -1,6 +1,7 @@
 // Package pg holds the Postgres plumbing every service shares: a pool bound to
-// the service's schema, embedded goose migrations, one transaction helper and
-// one mapping from driver errors to domain errors.
+// the service's schema, embedded goose migrations, the transaction helpers
+// (InTx, and BatchTx for transactions that send BEGIN and COMMIT along with
+// their statements) and one mapping from driver errors to domain errors.
 package pg
 
 import (

@@ -26,6 +26,7 @@ import (
 
 	"github.com/razorbill/flo/libs/coalesce"
 	"github.com/razorbill/flo/libs/fault"
+	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/wake"
 	"github.com/razorbill/flo/services/streams/internal/appender"
 	"github.com/razorbill/flo/services/streams/internal/catalog"
@@ -255,7 +256,7 @@ func (g *Groups) read(ctx context.Context, grp store.GroupOf, req ReadRequest) (
 // an error is every call's.
 func (g *Groups) readBatch(ctx context.Context, grp store.GroupOf, calls []*readCall) error {
 	var dead int
-	err := store.InBatchTx(ctx, g.pool, func(tx *store.BatchTx) error {
+	err := pg.InBatchTx(ctx, g.pool, func(tx *pg.BatchTx) error {
 		sh := newShare(calls)
 		now := time.Now()
 		due, cursors, err := store.LockForRead(ctx, tx, grp.Group.ID, now, sh.wanted())

@@ -8,6 +8,7 @@ import (
 
 	"github.com/razorbill/flo/libs/coalesce"
 	"github.com/razorbill/flo/libs/fault"
+	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/services/streams/internal/catalog"
 	"github.com/razorbill/flo/services/streams/internal/pending"
 	"github.com/razorbill/flo/services/streams/internal/record"
@@ -153,7 +154,7 @@ func (g *Groups) settleTx(ctx context.Context, calls []*coalesce.Call[settlement
 		wakes  []wakeAt
 		gone   map[int64]bool
 	)
-	err := store.InBatchTx(ctx, g.pool, func(tx *store.BatchTx) error {
+	err := pg.InBatchTx(ctx, g.pool, func(tx *pg.BatchTx) error {
 		wakes = wakes[:0]
 		var (
 			targets []store.Target
@@ -289,7 +290,7 @@ func (h *heldRanges) find(groupID int64, partition int32, off int64) *pending.Ra
 // still exist. A range can be replaced (split by a nack or a redelivery on
 // another replica) between the lookup and the lock; the replacement is found
 // by looking again for the targets the first pass did not cover.
-func lockRanges(ctx context.Context, tx *store.BatchTx, targets []store.Target, groups []int64) (*heldRanges, map[int64]bool, error) {
+func lockRanges(ctx context.Context, tx *pg.BatchTx, targets []store.Target, groups []int64) (*heldRanges, map[int64]bool, error) {
 	h := &heldRanges{index: map[[2]int64][]*pending.Range{}}
 	seen := map[int64]bool{}
 	todo := targets

@@ -193,7 +193,7 @@ func DeleteGroup(ctx context.Context, db DB, streamID int64, name string) (Group
 // redelivered, and nothing is skipped. A read's records are acked only after
 // the read committed, and an ack's commit waits for the WAL up to it, so
 // an acked record's read is never lost.
-func LockForRead(ctx context.Context, tx *BatchTx, groupID int64, now time.Time, limit int) ([]pending.Range, []int64, error) {
+func LockForRead(ctx context.Context, tx *pg.BatchTx, groupID int64, now time.Time, limit int) ([]pending.Range, []int64, error) {
 	var b pgx.Batch
 	b.Queue(`SET LOCAL synchronous_commit = off`)
 	b.Queue(`
@@ -203,10 +203,7 @@ func LockForRead(ctx context.Context, tx *BatchTx, groupID int64, now time.Time,
 		LIMIT $3
 		FOR UPDATE SKIP LOCKED`, groupID, now, limit)
 	b.Queue(`SELECT partition, next_offset FROM cursors WHERE group_id = $1 ORDER BY partition FOR UPDATE`, groupID)
-	res, err := tx.Send(ctx, &b)
-	if err != nil {
-		return nil, nil, err
-	}
+	res := tx.SendBatch(ctx, &b)
 	defer res.Close()
 	if _, err := res.Exec(); err != nil {
 		return nil, nil, fmt.Errorf("set commit mode: %w", err)

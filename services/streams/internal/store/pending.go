@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/services/streams/internal/pending"
 )
 
@@ -54,7 +55,7 @@ type Target struct {
 // Ranges never overlap, so those are the last range starting at or before
 // the run's first offset (if it reaches it) and the ranges starting inside
 // the run, both found by index.
-func LockRangesAt(ctx context.Context, tx *BatchTx, targets []Target, groups []int64) ([]pending.Range, map[int64]bool, error) {
+func LockRangesAt(ctx context.Context, tx *pg.BatchTx, targets []Target, groups []int64) ([]pending.Range, map[int64]bool, error) {
 	runs := slices.Clone(targets)
 	slices.SortFunc(runs, func(a, b Target) int {
 		return cmp.Or(cmp.Compare(a.GroupID, b.GroupID), cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Offset, b.Offset))
@@ -93,10 +94,7 @@ func LockRangesAt(ctx context.Context, tx *BatchTx, targets []Target, groups []i
 		)
 		ORDER BY id
 		FOR UPDATE`, rgroups, parts, lo, hi)
-	res, err := tx.Send(ctx, &b)
-	if err != nil {
-		return nil, nil, err
-	}
+	res := tx.SendBatch(ctx, &b)
 	defer res.Close()
 	var exist map[int64]bool
 	if len(groups) > 0 {
@@ -180,7 +178,7 @@ type Changes struct {
 
 // Commit writes changes, deletes first so replacement ranges never overlap
 // the ranges they replace, and commits tx, in one round trip.
-func Commit(ctx context.Context, tx *BatchTx, c Changes) error {
+func Commit(ctx context.Context, tx *pg.BatchTx, c Changes) error {
 	var b pgx.Batch
 	if len(c.Delete) > 0 {
 		b.Queue(`DELETE FROM pending WHERE id = ANY($1)`, c.Delete)

@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/razorbill/flo/libs/coalesce"
+	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/services/workflow/internal/catalog"
 	"github.com/razorbill/flo/services/workflow/internal/store"
 )
@@ -155,7 +156,7 @@ func (r *Runner) inUnit(ctx context.Context, fn func(u *unit) error) error {
 
 // runUnit runs fn in a transaction and commits the unit's writes with it.
 func (r *Runner) runUnit(ctx context.Context, u *unit, fn func(u *unit) error) error {
-	tx, err := store.Begin(ctx, r.pool)
+	tx, err := pg.BeginBatch(ctx, r.pool)
 	if err != nil {
 		return err
 	}
@@ -168,7 +169,7 @@ func (r *Runner) runUnit(ctx context.Context, u *unit, fn func(u *unit) error) e
 	if err != nil {
 		return err
 	}
-	return tx.Commit(ctx, w)
+	return w.Commit(ctx, tx)
 }
 
 // newRunID returns a time-ordered run id, so new runs land at the end of the

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/razorbill/flo/libs/outbox"
+	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/services/workflow/internal/definition"
 	"github.com/razorbill/flo/services/workflow/internal/engine"
 	"github.com/razorbill/flo/services/workflow/internal/store"
@@ -25,7 +26,7 @@ type entry struct {
 // flush in a handful of statements however many runs took part.
 type unit struct {
 	r   *Runner
-	tx  *store.Tx
+	tx  *pg.BatchTx
 	now time.Time
 
 	runs  map[string]*entry

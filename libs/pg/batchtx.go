@@ -1,43 +1,61 @@
-package store
+package pg
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/razorbill/flo/libs/outbox"
 )
 
-// Tx is a transaction that spends no round trip of its own on BEGIN and
-// COMMIT: BEGIN travels with its first statement and COMMIT with its writes
-// (see Writes). A run's change is a read (lock the runs) and a write (every
-// row it changes), so it costs two round trips instead of four or more,
-// which is most of its time when Postgres is busy.
+// BatchTx is a transaction that spends no round trip of its own on BEGIN and
+// COMMIT: BEGIN travels with its first statement or batch and COMMIT with
+// its last batch (Commit). A transaction of a read (lock rows) and a write
+// then costs two round trips instead of four, which is most of its time
+// when Postgres is busy.
 //
-// Tx is a DB for the reads in between. Close it when done: it rolls back
-// what was not committed and hands the connection back.
-type Tx struct {
+// BatchTx is a DB for the reads in between. Close it when done: it rolls
+// back what was not committed and hands the connection back.
+type BatchTx struct {
 	conn *pgxpool.Conn
 	// tx is the transaction once its first statement was sent.
 	tx        pgx.Tx
 	committed bool
 }
 
-// Begin acquires a connection for a transaction; nothing is sent yet.
-func Begin(ctx context.Context, pool *pgxpool.Pool) (*Tx, error) {
+// BeginBatch acquires a connection for a BatchTx; nothing is sent yet.
+func BeginBatch(ctx context.Context, pool *pgxpool.Pool) (*BatchTx, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("begin transaction: %w", err)
 	}
-	return &Tx{conn: conn}, nil
+	return &BatchTx{conn: conn}, nil
+}
+
+// InBatchTx runs fn in a BatchTx, which fn ends with Commit. A transaction
+// that fn leaves open or that failed is rolled back, and leaving it open is
+// an error.
+func InBatchTx(ctx context.Context, pool *pgxpool.Pool, fn func(*BatchTx) error) error {
+	tx, err := BeginBatch(ctx, pool)
+	if err != nil {
+		return err
+	}
+	defer tx.Close(context.WithoutCancel(ctx))
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if !tx.committed {
+		return errors.New("transaction left open")
+	}
+	return nil
 }
 
 // SendBatch sends b in the transaction, led by BEGIN when b is the first
-// thing sent.
-func (t *Tx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+// thing sent; the results are b's own. A failed BEGIN is the error of every
+// statement of b.
+func (t *BatchTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if t.tx != nil {
 		return t.tx.SendBatch(ctx, b)
 	}
@@ -54,7 +72,7 @@ func (t *Tx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 }
 
 // Exec runs a statement in the transaction.
-func (t *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+func (t *BatchTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	if t.tx != nil {
 		return t.tx.Exec(ctx, sql, args...)
 	}
@@ -67,7 +85,7 @@ func (t *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandT
 }
 
 // Query runs a query in the transaction.
-func (t *Tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+func (t *BatchTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if t.tx != nil {
 		return t.tx.Query(ctx, sql, args...)
 	}
@@ -81,7 +99,7 @@ func (t *Tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, erro
 }
 
 // QueryRow runs a query of one row in the transaction.
-func (t *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+func (t *BatchTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if t.tx != nil {
 		return t.tx.QueryRow(ctx, sql, args...)
 	}
@@ -90,22 +108,28 @@ func (t *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 }
 
 // first sends the transaction's first statement with BEGIN.
-func (t *Tx) first(ctx context.Context, sql string, args []any) pgx.BatchResults {
+func (t *BatchTx) first(ctx context.Context, sql string, args []any) pgx.BatchResults {
 	b := &pgx.Batch{}
 	b.Queue(sql, args...)
 	return t.SendBatch(ctx, b)
 }
 
-// Commit sends w and COMMIT in one round trip (with BEGIN too when nothing
-// was sent before). As with any commit, an error leaves the outcome unknown
-// only when the connection broke during COMMIT.
-func (t *Tx) Commit(ctx context.Context, w *Writes) error {
-	w.b.Queue("COMMIT")
-	br := t.SendBatch(ctx, &w.b)
+// Commit sends b, whose statements return no rows that matter, and COMMIT
+// in one round trip (with BEGIN too when nothing was sent before). labels,
+// when given, say what each statement of b does and lead its error. As
+// with any commit, an error leaves the outcome unknown only when the
+// connection broke during COMMIT.
+func (t *BatchTx) Commit(ctx context.Context, b *pgx.Batch, labels ...string) error {
+	n := b.Len()
+	b.Queue("COMMIT")
+	br := t.SendBatch(ctx, b)
 	defer func() { _ = br.Close() }()
-	for _, what := range w.what {
+	for i := range n {
 		if _, err := br.Exec(); err != nil {
-			return fmt.Errorf("%s: %w", what, err)
+			if i < len(labels) {
+				return fmt.Errorf("%s: %w", labels[i], err)
+			}
+			return err
 		}
 	}
 	tag, err := br.Exec()
@@ -125,7 +149,7 @@ func (t *Tx) Commit(ctx context.Context, w *Writes) error {
 
 // Close rolls back unless Commit succeeded and releases the connection; a
 // connection whose rollback failed is closed rather than reused.
-func (t *Tx) Close(ctx context.Context) {
+func (t *BatchTx) Close(ctx context.Context) {
 	if t.tx != nil && !t.committed {
 		_ = t.tx.Rollback(ctx)
 	}
@@ -177,30 +201,4 @@ func (r firstRow) Scan(dest ...any) error {
 	}
 	r.rows.Close()
 	return r.rows.Err()
-}
-
-// Writes are the statements a transaction commits with, queued to go to
-// Postgres together with COMMIT (Tx.Commit).
-type Writes struct {
-	b pgx.Batch
-	// what says what each statement does, for its error.
-	what []string
-}
-
-func (w *Writes) queue(what, sql string, args ...any) {
-	w.b.Queue(sql, args...)
-	w.what = append(w.what, what)
-}
-
-// WriteOutbox inserts records into the outbox (libs/outbox).
-func (w *Writes) WriteOutbox(ctx context.Context, records []outbox.Record) error {
-	if len(records) == 0 {
-		return nil
-	}
-	sql, args, err := outbox.Insert(ctx, records...)
-	if err != nil {
-		return err
-	}
-	w.queue(fmt.Sprintf("write %d outbox records", len(records)), sql, args...)
-	return nil
 }
