@@ -134,6 +134,20 @@ func (r *Relay) Flush(ctx context.Context, timeout time.Duration) (drained bool,
 	}
 }
 
+// FlushAtStop returns a stop hook (libs/stage OnStop) that publishes what
+// the outbox still holds, for at most timeout, before the relay stops; what
+// is left is published by the next start, so a slow broker only delays it.
+func (r *Relay) FlushAtStop(timeout time.Duration) func(context.Context) {
+	return func(ctx context.Context) {
+		switch drained, err := r.Flush(ctx, timeout); {
+		case err != nil:
+			r.log.Warn("flush outbox at stop; the next start publishes the rest", "error", err)
+		case !drained:
+			r.log.Warn("outbox not empty at stop; the next start publishes the rest")
+		}
+	}
+}
+
 // relayBatch publishes and deletes up to batchSize rows in one transaction.
 // busy reports that another relay holds the schema's lock.
 func (r *Relay) relayBatch(ctx context.Context) (moved int, busy bool, err error) {

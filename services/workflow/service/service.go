@@ -199,7 +199,7 @@ func (s *Service) Run(ctx context.Context) error {
 		stage.HTTP(s.httpServer, s.httpLis, httpStopTimeout, s.log),
 		stage.New("relay").
 			Go("outbox relay", s.relay.Run).
-			OnStop(s.flushRelay),
+			OnStop(s.relay.FlushAtStop(relayFlushWait)),
 		stage.New("work").
 			Go("runner", s.runner.Run).
 			Go("run gauges", s.gauges.Run).
@@ -214,17 +214,6 @@ func (s *Service) Run(ctx context.Context) error {
 	)
 	s.closeResources()
 	return err
-}
-
-// flushRelay publishes what the outbox still holds before the relay stops;
-// whatever is left is published by the next start.
-func (s *Service) flushRelay(ctx context.Context) {
-	switch drained, err := s.relay.Flush(ctx, relayFlushWait); {
-	case err != nil:
-		s.log.Warn("flush outbox at stop; the next start publishes the rest", "error", err)
-	case !drained:
-		s.log.Warn("outbox not empty at stop; the next start publishes the rest")
-	}
 }
 
 func (s *Service) closeResources() {
