@@ -194,8 +194,16 @@ func testTailAndFollow(t *testing.T, _ *env, c streamsv1.StreamsClient) {
 		require.Contains(t, later, r.GetId(), "only records appended after the call")
 	}
 
-	// A blocked read from an id returns what comes after it.
+	// A blocked read from an id returns what comes after it. Ids order
+	// records of different partitions by their millisecond only (the
+	// sequence is per partition), so the next append must fall in a later
+	// millisecond than lastID to be "after" it whichever partition it lands in.
 	lastID := later[len(later)-1]
+	lastMS, err := strconv.ParseInt(strings.SplitN(lastID, "-", 2)[0], 10, 64)
+	require.NoError(t, err)
+	for time.Now().UnixMilli() <= lastMS {
+		time.Sleep(time.Millisecond)
+	}
 	go func() {
 		r, err := c.Read(ctx, &flov1.ReadRequest{Namespace: ns, Stream: "log", Start: "(" + lastID, BlockMs: waitFor.Milliseconds()})
 		done <- result{r, err}
