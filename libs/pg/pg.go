@@ -168,3 +168,12 @@ func MapError(err error) error {
 	}
 	return err
 }
+
+// Dialer returns a function that opens a connection of its own with pool's
+// settings, for a LISTEN that holds its connection for good and so must not
+// take one from the pool (libs/wake.NewListener).
+func Dialer(pool *pgxpool.Pool) func(context.Context) (*pgx.Conn, error) {
+	return func(ctx context.Context) (*pgx.Conn, error) {
+		return pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	}
+}

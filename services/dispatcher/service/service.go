@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel"
@@ -172,7 +171,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	if s.gauges, err = queue.NewGauges(s.pool, meter); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
-	s.listener = wake.NewListener(s.listenConn, map[string]func(string){
+	s.listener = wake.NewListener(pg.Dialer(s.pool), map[string]func(string){
 		store.TasksChannel:   func(key string) { s.hub.Wake(key) },
 		store.ActionsChannel: cat.Invalidate,
 	}, func() {
@@ -244,12 +243,6 @@ func (s *Service) closeResources() {
 	if s.pool != nil {
 		s.pool.Close()
 	}
-}
-
-// listenConn opens the listener's own connection with the pool's settings;
-// it is kept out of the pool because it sits in LISTEN for good.
-func (s *Service) listenConn(ctx context.Context) (*pgx.Conn, error) {
-	return pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 }
 
 // ready reports whether the dispatcher can do its work: not stopping, the

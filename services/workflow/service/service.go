@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel"
@@ -149,7 +148,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	}
 	s.timers = timer.NewLoop(s.runner, cfg.TimerTick, log)
 	s.runner.SetTimerWaker(s.timers)
-	s.listener = wake.NewListener(s.listenConn, map[string]func(string){
+	s.listener = wake.NewListener(pg.Dialer(s.pool), map[string]func(string){
 		store.TimersChannel: func(string) { s.timers.WakeNow() },
 	}, s.timers.WakeNow, log)
 
@@ -223,12 +222,6 @@ func (s *Service) closeResources() {
 	if s.pool != nil {
 		s.pool.Close()
 	}
-}
-
-// listenConn opens the timer listener's own connection with the pool's
-// settings; it is kept out of the pool because it sits in LISTEN for good.
-func (s *Service) listenConn(ctx context.Context) (*pgx.Conn, error) {
-	return pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 }
 
 // ready reports whether the service can do its work: not stopping, the
