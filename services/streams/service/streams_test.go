@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -31,6 +32,7 @@ func TestStreams(t *testing.T) {
 	}{
 		{"append and read ranges", testAppendAndRead},
 		{"tail and follow", testTailAndFollow},
+		{"follow while appending", testFollowRace},
 		{"retention on the topic", testRetention},
 		{"info and lag", testInfo},
 		{"delete and recreate", testDeleteStream},
@@ -214,6 +216,35 @@ func testTailAndFollow(t *testing.T, _ *env, c streamsv1.StreamsClient) {
 	require.NoError(t, res.err)
 	require.Equal(t, next, ids(res.resp.GetRecords()))
 	require.Equal(t, "("+next[0], res.resp.GetNext())
+}
+
+// testFollowRace starts blocked reads from "(ID" while a record is being
+// appended, many times over: however the read's offset lookups and the
+// append interleave, the read returns the record.
+func testFollowRace(t *testing.T, _ *env, c streamsv1.StreamsClient) {
+	ctx := t.Context()
+	ns := namespace()
+	createStream(t, c, ns, "race", 2)
+	last := appendN(t, c, ns, "race", 0, 1)[0]
+	for i := range 200 {
+		// The next record must fall in a later millisecond to be after
+		// last whichever partition it lands in (see testTailAndFollow).
+		ms, err := strconv.ParseInt(strings.SplitN(last, "-", 2)[0], 10, 64)
+		require.NoError(t, err)
+		for time.Now().UnixMilli() <= ms {
+			time.Sleep(100 * time.Microsecond)
+		}
+		done := make(chan *flov1.ReadResponse, 1)
+		go func() {
+			r, err := c.Read(ctx, &flov1.ReadRequest{Namespace: ns, Stream: "race", Start: "(" + last, BlockMs: waitFor.Milliseconds()})
+			assert.NoError(t, err)
+			done <- r
+		}()
+		next := appendN(t, c, ns, "race", i+1, 1)
+		res := <-done
+		require.Equal(t, next, ids(res.GetRecords()), "iteration %d: read from (%s", i, last)
+		last = next[0]
+	}
 }
 
 func testRetention(t *testing.T, e *env, c streamsv1.StreamsClient) {

@@ -455,16 +455,15 @@ func (c *Catalog) startOffsets(ctx context.Context, st store.Stream, s record.St
 // OffsetsOf is, per partition, the offset of the first record whose id is at
 // least id. Append times do not decrease within a partition, so records at
 // id's millisecond sit between the first offsets at or after ms and after
-// it, and there the sequence (offset*1000+partition) decides.
+// it, and there the sequence (offset*1000+partition) decides. A record
+// appended during the call may make an offset early (see ListAfter), never
+// late; range reads drop what is before id.
 func (c *Catalog) OffsetsOf(ctx context.Context, st store.Stream, id record.ID) ([]int64, error) {
-	atMS, err := c.reader.ListAfter(ctx, st.Topic(), st.Partitions, id.MS)
+	offsets, err := c.reader.ListAfter(ctx, st.Topic(), st.Partitions, id.MS, id.MS+1)
 	if err != nil {
 		return nil, err
 	}
-	afterMS, err := c.reader.ListAfter(ctx, st.Topic(), st.Partitions, id.MS+1)
-	if err != nil {
-		return nil, err
-	}
+	atMS, afterMS := offsets[0], offsets[1]
 	out := make([]int64, st.Partitions)
 	for p := range st.Partitions {
 		// The first offset o in partition p with o*1000+p >= id.Seq.

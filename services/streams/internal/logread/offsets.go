@@ -33,24 +33,29 @@ func (r *Reader) ListEnds(ctx context.Context, topic string, partitions int32) (
 	return ends, nil
 }
 
-// ListAfter returns, per partition, the first offset whose record was
-// appended at or after ms, or the partition's end when there is none.
-func (r *Reader) ListAfter(ctx context.Context, topic string, partitions int32, ms int64) ([]int64, error) {
-	out, err := r.listOffsets(ctx, topic, partitions, ms)
+// ListAfter returns, for each of times (in milliseconds) and per
+// partition, the first offset whose record was appended at or after that
+// time, or the partition's end when there is none. The ends are asked for
+// first: a record appended between the two requests then makes the answer
+// an offset too early, which readers filter by id, never one too late,
+// which would skip it.
+func (r *Reader) ListAfter(ctx context.Context, topic string, partitions int32, times ...int64) ([][]int64, error) {
+	ends, err := r.ListEnds(ctx, topic, partitions)
 	if err != nil {
 		return nil, err
 	}
-	var ends []int64
-	for p, o := range out {
-		if o >= 0 {
-			continue
+	out := make([][]int64, len(times))
+	for i, ms := range times {
+		offsets, err := r.listOffsets(ctx, topic, partitions, ms)
+		if err != nil {
+			return nil, err
 		}
-		if ends == nil {
-			if ends, err = r.ListEnds(ctx, topic, partitions); err != nil {
-				return nil, err
+		for p, o := range offsets {
+			if o < 0 {
+				offsets[p] = ends[p]
 			}
 		}
-		out[p] = ends[p]
+		out[i] = offsets
 	}
 	return out, nil
 }
