@@ -162,8 +162,11 @@ func WithHeaders(headers map[string]string) AppendOption {
 // ReadOptions choose what [Client.Read] returns. The zero value reads the stream from its first
 // record, up to the server's default count (100).
 type ReadOptions struct {
-	// Start is the first id to return: "-" or empty for the first record, "(ID" for the record
-	// after ID, "$" for records appended after the call (with Block, the call waits for them).
+	// Start is the first id to return: "-" or empty for the first record, "(ID" for the records
+	// after ID, "$" for records appended after the call (with Block, the call waits for them),
+	// or the next of an earlier read, which goes on exactly where that read ended in every
+	// partition (follow a stream with it: "(ID" can miss a record that another partition got
+	// in the same millisecond with a smaller id).
 	Start string
 	// End is the last id to return, inclusive: "+" or empty for the last record.
 	End string
@@ -171,7 +174,7 @@ type ReadOptions struct {
 	Count int
 	// Tail, when not zero, returns the last Tail records instead of a range.
 	Tail int
-	// Block is how long a read from "$" waits for a record.
+	// Block is how long a read waits for a record when its range has none yet (with no End).
 	Block time.Duration
 }
 

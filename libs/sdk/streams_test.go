@@ -140,7 +140,7 @@ func (s *streamsPeer) Read(_ context.Context, req *flov1.ReadRequest) (*flov1.Re
 			// Only the JSON value, as a REST append might leave it.
 			{Id: "1767323045001-1001", Value: value, Partition: 1, AppendedAt: created},
 		},
-		Next: "(1767323045001-1001",
+		Next: "@9.1.1",
 	}, nil
 }
 
@@ -269,7 +269,7 @@ func TestClientReadsRecords(t *testing.T) {
 	records, next, err := client.Read(ctx, "events", flo.ReadOptions{Start: "$", End: "+", Count: 50, Tail: 3, Block: 2 * time.Second})
 	require.NoError(t, err)
 	requireSent(t, &flov1.ReadRequest{Namespace: "myapp", Stream: "events", Start: "$", End: "+", Count: 50, Tail: 3, BlockMs: 2000}, p.streamSvc.last())
-	require.Equal(t, "(1767323045001-1001", next)
+	require.Equal(t, "@9.1.1", next)
 	require.Len(t, records, 2)
 	require.Equal(t, &flo.Record{
 		ID: "1767323045000-0", Payload: []byte(`{"type":"signup"}`), Headers: map[string]string{"source": "web"},

@@ -33,6 +33,7 @@ func TestStreams(t *testing.T) {
 		{"append and read ranges", testAppendAndRead},
 		{"tail and follow", testTailAndFollow},
 		{"follow while appending", testFollowRace},
+		{"follow with next across partitions", testFollowCursor},
 		{"retention on the topic", testRetention},
 		{"info and lag", testInfo},
 		{"delete and recreate", testDeleteStream},
@@ -101,7 +102,7 @@ func testAppendAndRead(t *testing.T, _ *env, c streamsv1.StreamsClient) {
 			break
 		}
 		start = resp.GetNext()
-		require.Equal(t, "("+resp.GetRecords()[69].GetId(), start)
+		require.True(t, strings.HasPrefix(start, "@"), "next is a cursor: %q", start)
 	}
 	require.Len(t, got, len(all))
 	require.True(t, slices.IsSortedFunc(got, func(a, b *flov1.StreamRecord) int { return compareIDs(t, a.GetId(), b.GetId()) }))
@@ -139,7 +140,10 @@ func testAppendAndRead(t *testing.T, _ *env, c streamsv1.StreamsClient) {
 	resp, err = c.Read(ctx, &flov1.ReadRequest{Namespace: ns, Stream: "events", Start: "(" + from, End: to, Count: 3})
 	require.NoError(t, err)
 	require.Equal(t, ids(got[11:14]), ids(resp.GetRecords()))
-	require.Equal(t, "("+got[13].GetId(), resp.GetNext())
+	resp, err = c.Read(ctx, &flov1.ReadRequest{Namespace: ns, Stream: "events", Start: resp.GetNext(), End: to, Count: 100})
+	require.NoError(t, err)
+	require.Equal(t, ids(got[14:20]), ids(resp.GetRecords()), "the cursor reads on where the last read ended")
+	require.Empty(t, resp.GetNext())
 }
 
 func testTailAndFollow(t *testing.T, _ *env, c streamsv1.StreamsClient) {
@@ -153,9 +157,12 @@ func testTailAndFollow(t *testing.T, _ *env, c streamsv1.StreamsClient) {
 	resp, err = c.Read(ctx, &flov1.ReadRequest{Namespace: ns, Stream: "log", Start: "$", BlockMs: 50})
 	require.NoError(t, err)
 	require.Empty(t, resp.GetRecords())
-	require.Equal(t, "-", resp.GetNext())
+	empty := resp.GetNext()
 
 	appended := appendN(t, c, ns, "log", 0, 40)
+	resp, err = c.Read(ctx, &flov1.ReadRequest{Namespace: ns, Stream: "log", Start: empty})
+	require.NoError(t, err)
+	require.ElementsMatch(t, appended, ids(resp.GetRecords()), `the next of an empty "$" read is where appends went on`)
 	resp, err = c.Read(ctx, &flov1.ReadRequest{Namespace: ns, Stream: "log", Tail: 5})
 	require.NoError(t, err)
 	all, err := c.Read(ctx, &flov1.ReadRequest{Namespace: ns, Stream: "log"})
@@ -215,7 +222,21 @@ func testTailAndFollow(t *testing.T, _ *env, c streamsv1.StreamsClient) {
 	res = <-done
 	require.NoError(t, res.err)
 	require.Equal(t, next, ids(res.resp.GetRecords()))
-	require.Equal(t, "("+next[0], res.resp.GetNext())
+
+	// Following with next sees every record appended after a read, in
+	// whichever partition and millisecond.
+	cursor := res.resp.GetNext()
+	var followed []string
+	appended = appendN(t, c, ns, "log", 2000, 50)
+	for len(followed) < len(appended) {
+		r, err := c.Read(ctx, &flov1.ReadRequest{Namespace: ns, Stream: "log", Start: cursor, Count: 7, BlockMs: waitFor.Milliseconds()})
+		require.NoError(t, err)
+		require.NotEmpty(t, r.GetRecords())
+		followed = append(followed, ids(r.GetRecords())...)
+		cursor = r.GetNext()
+	}
+	require.ElementsMatch(t, appended, followed)
+	require.True(t, slices.IsSortedFunc(followed, func(a, b string) int { return compareIDs(t, a, b) }))
 }
 
 // testFollowRace starts blocked reads from "(ID" while a record is being
@@ -245,6 +266,54 @@ func testFollowRace(t *testing.T, _ *env, c streamsv1.StreamsClient) {
 		require.Equal(t, next, ids(res.GetRecords()), "iteration %d: read from (%s", i, last)
 		last = next[0]
 	}
+}
+
+// testFollowCursor follows a stream with next across a record that gets a
+// smaller id than one read before it: the later record lands in the same
+// millisecond in a partition with lower offsets. Records are produced to the
+// stream's topic directly, with the timestamps the service would stamp, so
+// the millisecond is certain.
+func testFollowCursor(t *testing.T, e *env, c streamsv1.StreamsClient) {
+	ctx := t.Context()
+	ns := namespace()
+	createStream(t, c, ns, "pair", 2)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.broker.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer cl.Close()
+	topic := e.topicOf(t, ns, "pair")
+	stamp := time.Now().Truncate(time.Millisecond)
+	produce := func(partition int32, n int) {
+		recs := make([]*kgo.Record, n)
+		for i := range recs {
+			recs[i] = &kgo.Record{Topic: topic, Partition: partition, Timestamp: stamp, Value: []byte(`{}`)}
+		}
+		require.NoError(t, cl.ProduceSync(ctx, recs...).FirstErr())
+	}
+
+	produce(0, 5)
+	first, err := c.Read(ctx, &flov1.ReadRequest{Namespace: ns, Stream: "pair"})
+	require.NoError(t, err)
+	require.Len(t, first.GetRecords(), 5)
+	last := first.GetRecords()[4].GetId()
+	produce(1, 1)
+
+	byCursor, err := c.Read(ctx, &flov1.ReadRequest{Namespace: ns, Stream: "pair", Start: first.GetNext()})
+	require.NoError(t, err)
+	require.Len(t, byCursor.GetRecords(), 1, "next reads on to the later record")
+	later := byCursor.GetRecords()[0].GetId()
+	require.Negative(t, compareIDs(t, later, last), "the later record's id is smaller")
+	require.Equal(t, int32(1), partitionOf(t, later))
+
+	byID, err := c.Read(ctx, &flov1.ReadRequest{Namespace: ns, Stream: "pair", Start: "(" + last})
+	require.NoError(t, err)
+	require.Empty(t, byID.GetRecords(), "(ID reads ids after ID only")
+
+	// A cursor of another stream or shape is refused.
+	_, err = c.Read(ctx, &flov1.ReadRequest{Namespace: ns, Stream: "pair", Start: byCursor.GetNext() + ".0"})
+	requireCode(t, codes.InvalidArgument, err, "names 3 partitions")
+	createStream(t, c, ns, "other", 2)
+	_, err = c.Read(ctx, &flov1.ReadRequest{Namespace: ns, Stream: "other", Start: byCursor.GetNext()})
+	requireCode(t, codes.InvalidArgument, err, "another stream")
 }
 
 func testRetention(t *testing.T, e *env, c streamsv1.StreamsClient) {
@@ -775,4 +844,10 @@ func compareIDs(t *testing.T, a, b string) int {
 		return int(ams - bms)
 	}
 	return int(aseq - bseq)
+}
+
+// partitionOf is the partition a record id names.
+func partitionOf(t *testing.T, id string) int32 {
+	_, seq := splitID(t, id)
+	return int32(seq % 1000)
 }

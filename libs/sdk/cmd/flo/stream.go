@@ -250,8 +250,9 @@ func newStreamReadCmd(g *globals) *cobra.Command {
 		Use:   "read NAME",
 		Short: "Read records by id range or from the tail",
 		Long: "Read records of a stream and print them with the start to read on from (next).\n" +
-			"--start takes an id, - for the first record, (ID for the record after ID, or $ for records\n" +
-			"appended from now on; --tail N reads the last N records instead of a range.\n" +
+			"--start takes an id, - for the first record, (ID for the records after ID, $ for records\n" +
+			"appended from now on, or the next of an earlier read to read on where it ended; --tail N\n" +
+			"reads the last N records instead of a range.\n" +
 			"--follow prints the selected records, then every record appended after them, one JSON\n" +
 			"object per line, until interrupted.",
 		Args: cobra.ExactArgs(1),
@@ -281,11 +282,11 @@ func newStreamReadCmd(g *globals) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Start, "start", "", "first id to read: an id, - (first record), (ID (after ID) or $ (new records)")
+	f.StringVar(&opts.Start, "start", "", "where to start: an id, - (first record), (ID (after ID), $ (new records) or an earlier read's next")
 	f.StringVar(&opts.End, "end", "", "last id to read, inclusive (default: the last record)")
 	f.IntVar(&opts.Count, "count", 0, "most records per read, at most 10000 (default 100)")
 	f.IntVar(&opts.Tail, "tail", 0, "read the last N records instead of a range")
-	f.DurationVar(&opts.Block, "block", 0, "with --start $, how long to wait for a record (default with --follow: 30s)")
+	f.DurationVar(&opts.Block, "block", 0, "how long to wait for a record when none is there yet (default with --follow: 30s)")
 	f.BoolVar(&follow, "follow", false, "keep reading records as they are appended, one JSON object per line")
 	return cmd
 }
@@ -303,11 +304,7 @@ func followStream(cmd *cobra.Command, c *flo.Client, stream string, opts flo.Rea
 		opts.Start = "$"
 	}
 	for {
-		if opts.Start == "$" {
-			opts.Block = block
-		} else {
-			opts.Block = 0
-		}
+		opts.Block = block
 		records, next, err := c.Read(ctx, stream, opts)
 		if ctx.Err() != nil {
 			return nil
@@ -320,15 +317,14 @@ func followStream(cmd *cobra.Command, c *flo.Client, stream string, opts flo.Rea
 				return fmt.Errorf("write output: %w", err)
 			}
 		}
-		// Page on while the server says there is more; once a range is exhausted, wait for
-		// new records. A range read that found nothing waits too, so an odd next cannot make
-		// this loop spin.
-		opts.Tail = 0
-		if next != "" && (len(records) > 0 || opts.Start == "$") {
-			opts.Start = next
-		} else {
-			opts.Start = "$"
+		// next names where this read ended in every partition, so records
+		// appended while the last ones printed are read next, whichever
+		// partition they went to.
+		if next == "" {
+			return fmt.Errorf("read stream %s: the server named no position to read on from", stream)
 		}
+		opts.Tail = 0
+		opts.Start = next
 	}
 }
 

@@ -304,7 +304,7 @@ func TestStreamRead(t *testing.T) {
 			{Id: "1767323045000-0", Payload: []byte(`{"type":"signup"}`), Headers: map[string]string{"source": "web"}, Key: "user-1", AppendedAt: appendedAt},
 			{Id: "1767323045001-1001", Payload: []byte("binary\x00"), Partition: 1, AppendedAt: appendedAt},
 		},
-		Next: "(1767323045001-1001",
+		Next: "@9.1.1",
 	}}}
 	addr := serveStreams(t, r)
 	code, stdout, stderr := runCLI(t, "--addr", addr, "-n", "myapp", "stream", "read", "events", "--start", "-", "--end", "+", "--count", "2")
@@ -316,7 +316,7 @@ func TestStreamRead(t *testing.T) {
 				"appended_at":"2026-01-02T03:04:05Z"},
 			{"id":"1767323045001-1001","payload":"YmluYXJ5AA==","partition":1,"appended_at":"2026-01-02T03:04:05Z"}
 		],
-		"next": "(1767323045001-1001"
+		"next": "@9.1.1"
 	}`, stdout)
 
 	r.mu.Lock()
@@ -334,12 +334,12 @@ func TestStreamReadFollow(t *testing.T) {
 	}
 	r := &recordingStreams{
 		reads: []*flov1.ReadResponse{
-			// The last two records, then the wait for new ones: the first times out empty, the
-			// second brings two records and more to page through.
-			{Records: []*flov1.StreamRecord{rec("1-0"), rec("2-0")}},
-			{},
-			{Records: []*flov1.StreamRecord{rec("3-0"), rec("4-0")}, Next: "(4-0"},
-			{Records: []*flov1.StreamRecord{rec("5-0")}},
+			// The last two records, then reads on from each next: the first times out empty,
+			// the second brings two records, the third one more.
+			{Records: []*flov1.StreamRecord{rec("1-0"), rec("2-0")}, Next: "@9.2"},
+			{Next: "@9.2"},
+			{Records: []*flov1.StreamRecord{rec("3-0"), rec("4-0")}, Next: "@9.4"},
+			{Records: []*flov1.StreamRecord{rec("5-0")}, Next: "@9.5"},
 		},
 		readDone: make(chan struct{}),
 	}
@@ -367,8 +367,17 @@ func TestStreamReadFollow(t *testing.T) {
 		starts = append(starts, m.(*flov1.ReadRequest).GetStart())
 		blocks = append(blocks, m.(*flov1.ReadRequest).GetBlockMs())
 	}
-	require.Equal(t, []string{"", "$", "$", "(4-0", "$"}, starts)
-	require.Equal(t, []int64{0, 5000, 5000, 0, 5000}, blocks, "only reads of new records wait")
+	require.Equal(t, []string{"", "@9.2", "@9.2", "@9.4", "@9.5"}, starts, "each read goes on from the last one's next")
+	require.Equal(t, []int64{5000, 5000, 5000, 5000, 5000}, blocks)
 	require.Equal(t, int32(2), r.sent()[0].(*flov1.ReadRequest).GetTail())
 	require.Zero(t, r.sent()[1].(*flov1.ReadRequest).GetTail())
+}
+
+func TestStreamReadFollowNeedsNext(t *testing.T) {
+	r := &recordingStreams{reads: []*flov1.ReadResponse{{Records: []*flov1.StreamRecord{{Id: "1-0", Payload: []byte(`{}`)}}}}}
+	addr := serveStreams(t, r)
+	code, stdout, stderr := runCLI(t, "--addr", addr, "stream", "read", "events", "--follow")
+	require.Equal(t, 1, code)
+	require.Contains(t, stdout, `"id":"1-0"`, "the records read are printed first")
+	require.Contains(t, stderr, "flo: read stream events: the server named no position to read on from")
 }

@@ -4687,13 +4687,14 @@ type ReadRequest struct {
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	Stream    string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
 	// First id to return: "-" or empty for the first record, "(ID" to start
-	// after ID, "$" for records appended after the call.
+	// after ID, "$" for records appended after the call, or the next of an
+	// earlier read to go on where it ended.
 	Start string `protobuf:"bytes,3,opt,name=start,proto3" json:"start,omitempty"`
 	// Last id to return, inclusive: "+" or empty for the last record.
 	End string `protobuf:"bytes,4,opt,name=end,proto3" json:"end,omitempty"`
 	// Zero means 100; at most 10,000.
 	Count int32 `protobuf:"varint,5,opt,name=count,proto3" json:"count,omitempty"`
-	// With start "$": how long to wait for a record.
+	// With no end: how long to wait for a record when none is there yet.
 	BlockMs int64 `protobuf:"varint,6,opt,name=block_ms,json=blockMs,proto3" json:"block_ms,omitempty"`
 	// Non-zero returns the last tail records instead of a range.
 	Tail          int32 `protobuf:"varint,7,opt,name=tail,proto3" json:"tail,omitempty"`
@@ -4783,7 +4784,8 @@ func (x *ReadRequest) GetTail() int32 {
 type ReadResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Records []*StreamRecord        `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
-	// Pass as start to read on; empty when the range is exhausted.
+	// Pass as start to read on from where this read ended in every
+	// partition (a cursor, not an id); empty when the range is exhausted.
 	Next          string `protobuf:"bytes,2,opt,name=next,proto3" json:"next,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -1,6 +1,7 @@
 package record
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/razorbill/flo/libs/fault"
@@ -19,16 +20,56 @@ const (
 	FromID
 	// AfterID starts at the first record after ID ("(ID").
 	AfterID
+	// AtCursor starts at an offset per partition ("@stream.o0.o1...", the
+	// next of an earlier read).
+	AtCursor
 )
 
 // Start is a parsed start position.
 type Start struct {
 	Kind StartKind
 	ID   ID
+	// Stream and Offsets are an AtCursor start's stream row id and the
+	// offset to read on from in each partition.
+	Stream  int64
+	Offsets []int64
+}
+
+// Cursor formats the position of a read that goes on at offsets, one per
+// partition, of the stream with row id stream. Ids order records of
+// different partitions by millisecond only, so a follower resuming after
+// an id could miss a record another partition got in the same millisecond;
+// a cursor names exactly what was read of each partition.
+func Cursor(stream int64, offsets []int64) string {
+	b := make([]byte, 0, 8+8*len(offsets))
+	b = append(b, '@')
+	b = strconv.AppendInt(b, stream, 10)
+	for _, o := range offsets {
+		b = append(b, '.')
+		b = strconv.AppendInt(b, o, 10)
+	}
+	return string(b)
+}
+
+func parseCursor(field, s string) (Start, error) {
+	parts := strings.Split(s[1:], ".")
+	nums := make([]int64, len(parts))
+	for i, p := range parts {
+		n, err := strconv.ParseInt(p, 10, 64)
+		if err != nil || n < 0 || p == "" || p[0] == '+' {
+			return Start{}, fault.Invalidf("%s %q: not a read cursor (the next of an earlier read)", field, s)
+		}
+		nums[i] = n
+	}
+	if len(nums) < 2 {
+		return Start{}, fault.Invalidf("%s %q: not a read cursor (the next of an earlier read)", field, s)
+	}
+	return Start{Kind: AtCursor, Stream: nums[0], Offsets: nums[1:]}, nil
 }
 
 // Includes reports whether a record with id is at or after the start; every
-// record is for FromFirst and FromNew, whose offsets decide instead.
+// record is for FromFirst, FromNew and AtCursor, whose offsets decide
+// instead.
 func (s Start) Includes(id ID) bool {
 	switch s.Kind {
 	case FromID:
@@ -39,16 +80,18 @@ func (s Start) Includes(id ID) bool {
 	return true
 }
 
-// ParseStart parses a start: "" or "-", "$", "(ID" (only when exclusive is
-// allowed) or ID. field names the request field in errors.
-func ParseStart(field, s string, exclusive bool) (Start, error) {
+// ParseStart parses a start: "" or "-", "$", ID, and for range reads "(ID"
+// or a cursor. field names the request field in errors.
+func ParseStart(field, s string, rangeRead bool) (Start, error) {
 	switch {
 	case s == "" || s == "-":
 		return Start{Kind: FromFirst}, nil
 	case s == "$":
 		return Start{Kind: FromNew}, nil
+	case strings.HasPrefix(s, "@") && rangeRead:
+		return parseCursor(field, s)
 	case strings.HasPrefix(s, "("):
-		if !exclusive {
+		if !rangeRead {
 			return Start{}, fault.Invalidf("%s %q: want \"-\", \"$\" or a record id", field, s)
 		}
 		id, err := ParseID(s[1:])

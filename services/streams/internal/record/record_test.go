@@ -51,6 +51,7 @@ func TestPositions(t *testing.T) {
 		{"$", record.Start{Kind: record.FromNew}},
 		{"10-1000", record.Start{Kind: record.FromID, ID: id}},
 		{"(10-1000", record.Start{Kind: record.AfterID, ID: id}},
+		{record.Cursor(7, []int64{21, 0, 3}), record.Start{Kind: record.AtCursor, Stream: 7, Offsets: []int64{21, 0, 3}}},
 	} {
 		got, err := record.ParseStart("start", tt.in, true)
 		require.NoError(t, err, tt.in)
@@ -60,6 +61,12 @@ func TestPositions(t *testing.T) {
 	require.ErrorContains(t, err, "start")
 	_, err = record.ParseStart("start", "(bad", true)
 	require.ErrorContains(t, err, `start: invalid record id "bad"`)
+	for _, bad := range []string{"@", "@7", "@7.", "@7.-1", "@7.x", "@7.+1", "@7..2"} {
+		_, err = record.ParseStart("start", bad, true)
+		require.ErrorContains(t, err, "not a read cursor", bad)
+	}
+	_, err = record.ParseStart("start", "@7.1", false)
+	require.ErrorContains(t, err, "invalid record id", "groups start at ids, not cursors")
 
 	after := record.Start{Kind: record.AfterID, ID: id}
 	require.False(t, after.Includes(id))

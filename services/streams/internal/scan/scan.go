@@ -41,9 +41,9 @@ type Request struct {
 // Result is what a read returned.
 type Result struct {
 	Records []record.Record
-	// Next is the start to read on with: "(" and the last id returned
-	// (or the position the read resolved "$" to); empty when End was an
-	// id and the read reached it.
+	// Next is the start to read on with: a cursor naming the offset to go
+	// on from in each partition; empty when End was an id and the read
+	// reached it.
 	Next string
 }
 
@@ -115,21 +115,20 @@ func (s *Scanner) rangeRead(ctx context.Context, st store.Stream, start record.S
 		release  func()
 	)
 	for {
-		recs, done, err := s.collect(ctx, st, froms, start, end, count)
+		recs, pos, done, err := s.collect(ctx, st, froms, start, end, count)
 		if err != nil {
 			return Result{}, err
 		}
-		if len(recs) > 0 || !wait {
-			res := Result{Records: recs}
-			switch {
-			case done && !end.Open:
-			case len(recs) > 0:
-				res.Next = "(" + recs[len(recs)-1].ID.String()
-			default:
-				res.Next, err = s.resume(ctx, st, start, froms)
-			}
-			return res, err
+		res := Result{Records: recs}
+		if !done || end.Open {
+			res.Next = record.Cursor(st.ID, pos)
 		}
+		if len(recs) > 0 || !wait {
+			return res, nil
+		}
+		// Records before start that were passed over need not be
+		// looked at again.
+		froms = pos
 		if release == nil {
 			release = s.reader.Watch(st.Topic(), st.Partitions)
 			defer release()
@@ -141,53 +140,13 @@ func (s *Scanner) rangeRead(ctx context.Context, st store.Stream, start record.S
 		select {
 		case <-w.C():
 		case <-deadline:
-			next, err := s.resume(ctx, st, start, froms)
-			return Result{Next: next}, err
+			return res, nil
 		case <-s.closing:
-			next, err := s.resume(ctx, st, start, froms)
-			return Result{Next: next}, err
+			return res, nil
 		case <-ctx.Done():
 			return Result{}, ctx.Err()
 		}
 	}
-}
-
-// resume is the start to read on with after a read that returned nothing:
-// the start as given, or for "$" the last record held when it was resolved.
-func (s *Scanner) resume(ctx context.Context, st store.Stream, start record.Start, froms []int64) (string, error) {
-	switch start.Kind {
-	case record.FromFirst:
-		return "-", nil
-	case record.FromID:
-		return start.ID.String(), nil
-	case record.AfterID:
-		return "(" + start.ID.String(), nil
-	}
-	var wants []logread.Want
-	for p, f := range froms {
-		if f > 0 {
-			wants = append(wants, logread.Want{Partition: int32(p), From: f - 1, Max: 1})
-		}
-	}
-	if len(wants) == 0 {
-		return "-", nil
-	}
-	gots, err := s.reader.Read(ctx, st.Topic(), wants)
-	if err != nil {
-		return "", err
-	}
-	var last *record.ID
-	for _, g := range gots {
-		for _, r := range g.Records {
-			if id := record.IDOf(r); last == nil || id.Compare(*last) > 0 {
-				last = &id
-			}
-		}
-	}
-	if last == nil {
-		return "-", nil
-	}
-	return "(" + last.String(), nil
 }
 
 // startOffsets is, per partition, the first offset a read from start looks at.
@@ -197,6 +156,14 @@ func (s *Scanner) startOffsets(ctx context.Context, st store.Stream, start recor
 		return s.reader.ListStarts(ctx, st.Topic(), st.Partitions)
 	case record.FromNew:
 		return s.reader.ListEnds(ctx, st.Topic(), st.Partitions)
+	case record.AtCursor:
+		if start.Stream != st.ID {
+			return nil, fault.Invalidf("start: the cursor is from another stream (was %q deleted and created again?)", st.Name)
+		}
+		if len(start.Offsets) != int(st.Partitions) {
+			return nil, fault.Invalidf("start: the cursor names %d partitions, stream %q has %d", len(start.Offsets), st.Name, st.Partitions)
+		}
+		return start.Offsets, nil
 	}
 	return s.catalog.OffsetsOf(ctx, st, start.ID)
 }
@@ -204,24 +171,36 @@ func (s *Scanner) startOffsets(ctx context.Context, st store.Stream, start recor
 // partitionCursor is one partition's place in a merge.
 type partitionCursor struct {
 	partition int32
-	next      int64
-	buf       []*kgo.Record
-	done      bool
+	// next is the offset to fetch from; buf holds records fetched and
+	// not yet merged.
+	next int64
+	buf  []*kgo.Record
+	done bool
+	// pos is where a read going on from this one starts: after the last
+	// record merged or passed over as before the start.
+	pos int64
 }
 
 // collect merges the partitions from froms in id order, keeping records
-// within start and end, up to count. done reports that every partition ran
-// out (reached its end or passed End).
-func (s *Scanner) collect(ctx context.Context, st store.Stream, froms []int64, start record.Start, end record.End, count int) ([]record.Record, bool, error) {
+// within start and end, up to count. pos is, per partition, where a read
+// going on from this one starts; done reports that every partition ran out
+// (reached its end or passed End).
+func (s *Scanner) collect(ctx context.Context, st store.Stream, froms []int64, start record.Start, end record.End, count int) (out []record.Record, pos []int64, done bool, err error) {
 	cursors := make([]*partitionCursor, len(froms))
 	for p, f := range froms {
-		cursors[p] = &partitionCursor{partition: int32(p), next: f}
+		cursors[p] = &partitionCursor{partition: int32(p), next: f, pos: f}
 	}
-	var out []record.Record
+	positions := func() []int64 {
+		pos := make([]int64, len(cursors))
+		for p, c := range cursors {
+			pos[p] = c.pos
+		}
+		return pos
+	}
 	budget := record.MaxResponseBytes
 	for len(out) < count && budget > 0 {
 		if err := s.refill(ctx, st.Topic(), cursors, start, end, count-len(out)); err != nil {
-			return nil, false, err
+			return nil, nil, false, err
 		}
 		var best *partitionCursor
 		var bestID record.ID
@@ -235,18 +214,19 @@ func (s *Scanner) collect(ctx context.Context, st store.Stream, froms []int64, s
 			}
 		}
 		if best == nil {
-			return out, true, nil
+			return out, positions(), true, nil
 		}
 		out = append(out, record.FromLog(best.buf[0]))
 		budget -= record.Size(best.buf[0])
+		best.pos = best.buf[0].Offset + 1
 		best.buf = best.buf[1:]
 	}
 	for _, c := range cursors {
 		if len(c.buf) > 0 || !c.done {
-			return out, false, nil
+			return out, positions(), false, nil
 		}
 	}
-	return out, true, nil
+	return out, positions(), true, nil
 }
 
 // refill reads on for every partition whose buffer ran dry, until each has
@@ -271,6 +251,8 @@ func (s *Scanner) refill(ctx context.Context, topic string, cursors []*partition
 		for i, g := range gots {
 			c := idx[i]
 			if len(g.Records) == 0 {
+				// Retention may have removed records from pos on.
+				c.pos = max(c.pos, g.From)
 				c.done = true
 				continue
 			}
@@ -283,8 +265,11 @@ func (s *Scanner) refill(ctx context.Context, topic string, cursors []*partition
 					c.done = true
 					break
 				}
-				if start.Includes(id) {
+				switch {
+				case start.Includes(id):
 					c.buf = append(c.buf, r)
+				case len(c.buf) == 0:
+					c.pos = r.Offset + 1
 				}
 			}
 		}
@@ -334,9 +319,5 @@ func (s *Scanner) tail(ctx context.Context, st store.Stream, n int) (Result, err
 		}
 		budget -= len(all[i].Payload) + len(all[i].Key) + 64
 	}
-	res := Result{Records: all, Next: "-"}
-	if len(all) > 0 {
-		res.Next = "(" + all[len(all)-1].ID.String()
-	}
-	return res, nil
+	return Result{Records: all, Next: record.Cursor(st.ID, ends)}, nil
 }
