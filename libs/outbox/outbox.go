@@ -3,12 +3,17 @@
 // transaction as the change, and a Relay publishes committed rows to the log
 // and deletes them. A crash between commit and publish loses nothing; it can
 // only publish a row twice, which idempotent consumers absorb.
+//
+// One row holds every record one Write wrote, in order, as parallel arrays:
+// a transaction that emits a hundred records costs Postgres one row to
+// insert, index and delete, not a hundred.
 package outbox
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -16,8 +21,9 @@ import (
 )
 
 // Migration is the SQL a service puts in one of its own migrations to create
-// its outbox table. Names are unqualified so the table lands in the schema
-// the migration runs in (pg.Migrate sets search_path to it).
+// its outbox table, followed by BatchMigration in a later one. Names are
+// unqualified so the table lands in the schema the migration runs in
+// (pg.Migrate sets search_path to it).
 const Migration = `CREATE TABLE IF NOT EXISTS outbox (
     id         bigserial   PRIMARY KEY,
     topic      text        NOT NULL,
@@ -28,9 +34,32 @@ const Migration = `CREATE TABLE IF NOT EXISTS outbox (
 );
 `
 
-// copyThreshold is the record count above which Write uses COPY, which beats
-// a single INSERT once there are more than a handful of rows.
-const copyThreshold = 8
+// BatchMigration turns the outbox of Migration, a record per row, into the
+// table the relay reads: a row per Write, its records' topics, keys, values
+// and headers in arrays (headers a JSON array of objects). Rows already
+// there become rows of one record.
+const BatchMigration = `ALTER TABLE outbox ALTER COLUMN headers DROP DEFAULT;
+ALTER TABLE outbox
+    ALTER COLUMN topic   TYPE text[]  USING ARRAY[topic],
+    ALTER COLUMN key     TYPE bytea[] USING ARRAY[key],
+    ALTER COLUMN value   TYPE bytea[] USING ARRAY[value],
+    ALTER COLUMN headers TYPE jsonb   USING jsonb_build_array(headers);
+`
+
+// BatchMigrationDown undoes BatchMigration, keeping every record, in order.
+const BatchMigrationDown = `CREATE TEMPORARY TABLE outbox_records ON COMMIT DROP AS
+SELECT o.id, r.n, r.topic, r.key, r.value, o.headers -> (r.n::int - 1) AS headers, o.created_at
+FROM outbox o, unnest(o.topic, o.key, o.value) WITH ORDINALITY AS r(topic, key, value, n);
+DELETE FROM outbox;
+ALTER TABLE outbox
+    ALTER COLUMN topic   TYPE text  USING NULL,
+    ALTER COLUMN key     TYPE bytea USING NULL,
+    ALTER COLUMN value   TYPE bytea USING NULL,
+    ALTER COLUMN headers TYPE jsonb USING NULL;
+ALTER TABLE outbox ALTER COLUMN headers SET DEFAULT '{}';
+INSERT INTO outbox (topic, key, value, headers, created_at)
+SELECT topic, key, value, COALESCE(headers, '{}'), created_at FROM outbox_records ORDER BY id, n;
+`
 
 // Record is one log record waiting to be published.
 type Record struct {
@@ -41,24 +70,10 @@ type Record struct {
 }
 
 // Write inserts records into the outbox in the caller's transaction, in
-// order. A record with nil Headers gets the trace context of ctx, so the
-// trace continues from the state change to the consumers.
+// order, as one row. A record with nil Headers gets the trace context of
+// ctx, so the trace continues from the state change to the consumers.
 func Write(ctx context.Context, tx pgx.Tx, records ...Record) error {
 	if len(records) == 0 {
-		return nil
-	}
-	if len(records) > copyThreshold {
-		headers, err := encodeHeaders(ctx, records)
-		if err != nil {
-			return err
-		}
-		rows := make([][]any, len(records))
-		for i, r := range records {
-			rows[i] = []any{r.Topic, r.Key, r.Value, headers[i]}
-		}
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"outbox"}, []string{"topic", "key", "value", "headers"}, pgx.CopyFromRows(rows)); err != nil {
-			return fmt.Errorf("write outbox: copy %d records: %w", len(records), err)
-		}
 		return nil
 	}
 	sql, args, err := Insert(ctx, records...)
@@ -85,11 +100,8 @@ func Insert(ctx context.Context, records ...Record) (sql string, args []any, err
 	for i, r := range records {
 		topics[i], keys[i], values[i] = r.Topic, r.Key, r.Value
 	}
-	return `
-		INSERT INTO outbox (topic, key, value, headers)
-		SELECT t, k, v, h::jsonb
-		FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::text[]) WITH ORDINALITY AS r(t, k, v, h, n)
-		ORDER BY n`, []any{topics, keys, values, headers}, nil
+	return `INSERT INTO outbox (topic, key, value, headers) VALUES ($1, $2, $3, $4::jsonb)`,
+		[]any{topics, keys, values, "[" + strings.Join(headers, ",") + "]"}, nil
 }
 
 // encodeHeaders checks records and encodes their headers as JSON.

@@ -41,14 +41,23 @@ func setup(t *testing.T) env {
 	pool, err := pg.Connect(ctx, harness.NewDatabase(t), "svc", 8, quiet)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	migrations := fstest.MapFS{"0001_outbox.sql": {Data: []byte("-- +goose Up\n" + outbox.Migration)}}
-	require.NoError(t, pg.Migrate(ctx, pool, "svc", migrations))
+	require.NoError(t, pg.Migrate(ctx, pool, "svc", migrations(2)))
 	broker := harness.NewBroker(t)
 	producer, err := kafka.NewClient(broker.Addrs())
 	require.NoError(t, err)
 	t.Cleanup(producer.Close)
 	require.NoError(t, kafka.EnsureTopics(ctx, producer, 4, "events", "other"))
 	return env{pool: pool, broker: broker, producer: producer}
+}
+
+// migrations are the first n of the outbox's migrations, as a service
+// holds them.
+func migrations(n int) fstest.MapFS {
+	fs := fstest.MapFS{"0001_outbox.sql": {Data: []byte("-- +goose Up\n" + outbox.Migration)}}
+	if n > 1 {
+		fs["0002_outbox_batches.sql"] = &fstest.MapFile{Data: []byte("-- +goose Up\n" + outbox.BatchMigration)}
+	}
+	return fs
 }
 
 // startRelay runs a relay until the test ends.
@@ -106,11 +115,11 @@ func write(t *testing.T, e env, ctx context.Context, records ...outbox.Record) {
 	require.NoError(t, pg.InTx(ctx, e.pool, func(tx pgx.Tx) error { return outbox.Write(ctx, tx, records...) }))
 }
 
-func outboxRows(t *testing.T, e env) int {
+// outboxRecords counts the records the outbox holds, and its rows.
+func outboxRecords(t *testing.T, e env) (records, rows int) {
 	t.Helper()
-	var n int
-	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox`).Scan(&n))
-	return n
+	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT COALESCE(sum(cardinality(topic)), 0), count(*) FROM outbox`).Scan(&records, &rows))
+	return records, rows
 }
 
 func values(prefix string, from, to int) []outbox.Record {
@@ -139,16 +148,18 @@ func TestRelayPublishesInOrderWithHeaders(t *testing.T) {
 	})
 	ctx := trace.ContextWithSpanContext(context.Background(), sc)
 
-	many := values("m", 0, 20) // COPY path
+	many := values("m", 0, 20)
 	many[1].Headers = nil
-	few := []outbox.Record{ // INSERT path
+	few := []outbox.Record{
 		{Topic: "events", Key: []byte("one-key"), Value: []byte("traced")},
 		{Topic: "events", Key: []byte("one-key"), Value: []byte("explicit"), Headers: map[string]string{"b": "2", "a": "1"}},
 		{Topic: "other", Key: nil, Value: nil},
 	}
 	write(t, e, ctx, many...)
 	write(t, e, ctx, few...)
-	require.Equal(t, 23, outboxRows(t, e))
+	records, rows := outboxRecords(t, e)
+	require.Equal(t, 23, records)
+	require.Equal(t, 2, rows, "a row per write")
 
 	rd := read(t, e, "events", "other")
 	r := startRelay(t, e)
@@ -157,7 +168,7 @@ func TestRelayPublishesInOrderWithHeaders(t *testing.T) {
 
 	want := append(strs(many), "traced", "explicit")
 	require.Eventually(t, func() bool { return len(rd.values()) == len(want)+1 }, 20*time.Second, 10*time.Millisecond)
-	require.Eventually(t, func() bool { return outboxRows(t, e) == 0 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { _, rows := outboxRecords(t, e); return rows == 0 }, 10*time.Second, 10*time.Millisecond)
 
 	rd.mu.Lock()
 	defer rd.mu.Unlock()
@@ -176,7 +187,7 @@ func TestRelayPublishesInOrderWithHeaders(t *testing.T) {
 	require.Equal(t, want, got)
 	require.Empty(t, byValue["m0000"].Headers, "explicit empty headers stay empty")
 	copied := kafka.ExtractTrace(context.Background(), byValue["m0001"])
-	require.Equal(t, sc.TraceID(), trace.SpanContextFromContext(copied).TraceID(), "nil headers get the trace (COPY path)")
+	require.Equal(t, sc.TraceID(), trace.SpanContextFromContext(copied).TraceID(), "nil headers get the trace")
 	traced := kafka.ExtractTrace(context.Background(), byValue["traced"])
 	require.Equal(t, sc.TraceID(), trace.SpanContextFromContext(traced).TraceID())
 	require.Equal(t, []kgo.RecordHeader{{Key: "a", Value: []byte("1")}, {Key: "b", Value: []byte("2")}}, byValue["explicit"].Headers)
@@ -197,7 +208,8 @@ func TestRollbackWritesNothing(t *testing.T) {
 		return boom
 	})
 	require.ErrorIs(t, err, boom)
-	require.Zero(t, outboxRows(t, e))
+	records, _ := outboxRecords(t, e)
+	require.Zero(t, records)
 	require.NoError(t, pg.InTx(ctx, e.pool, func(tx pgx.Tx) error { return outbox.Write(ctx, tx) }), "nothing to write is fine")
 	err = pg.InTx(ctx, e.pool, func(tx pgx.Tx) error { return outbox.Write(ctx, tx, outbox.Record{Value: []byte("x")}) })
 	require.ErrorContains(t, err, "no topic")
@@ -221,13 +233,13 @@ func TestRelaySurvivesBrokerRestart(t *testing.T) {
 		write(t, e, ctx, second[i*10:(i+1)*10]...)
 		r.Notify()
 	}
-	require.Never(t, func() bool { return outboxRows(t, e) == 0 }, 300*time.Millisecond, 20*time.Millisecond,
+	require.Never(t, func() bool { records, _ := outboxRecords(t, e); return records < len(second) }, 300*time.Millisecond, 20*time.Millisecond,
 		"nothing is deleted while the broker is down")
 	require.NoError(t, e.broker.Restart())
 
 	want := append(strs(first), strs(second)...)
 	require.Eventually(t, func() bool { return len(rd.values()) >= len(want) }, 30*time.Second, 10*time.Millisecond)
-	require.Eventually(t, func() bool { return outboxRows(t, e) == 0 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { _, rows := outboxRecords(t, e); return rows == 0 }, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, want, rd.values())
 }
 
@@ -265,7 +277,8 @@ func TestFlushWaitsUntilPublished(t *testing.T) {
 	drained, err = r.Flush(ctx, 20*time.Second)
 	require.NoError(t, err)
 	require.True(t, drained)
-	require.Zero(t, outboxRows(t, e))
+	records, _ := outboxRecords(t, e)
+	require.Zero(t, records)
 	require.Eventually(t, func() bool { return len(rd.values()) == len(want) }, 20*time.Second, 10*time.Millisecond)
 	require.Equal(t, strs(want), rd.values())
 }
@@ -283,5 +296,79 @@ func TestFlushGivesUpAfterTimeout(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, drained, "nothing can be published while the broker is down")
 	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
-	require.Equal(t, 5, outboxRows(t, e), "rows stay for the next relay")
+	records, _ := outboxRecords(t, e)
+	require.Equal(t, 5, records, "records stay for the next relay")
+}
+
+// A service that had the outbox of a record per row keeps the records it
+// had not published when BatchMigration runs, and the relay publishes them
+// before the rows written after it.
+func TestBatchMigrationKeepsUnpublishedRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := pg.Connect(ctx, harness.NewDatabase(t), "svc", 4, quiet)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.NoError(t, pg.Migrate(ctx, pool, "svc", migrations(1)))
+	_, err = pool.Exec(ctx, `
+		INSERT INTO outbox (topic, key, value, headers) VALUES
+			('events', 'k', 'old-1', '{"h":"1"}'),
+			('events', NULL, 'old-2', '{}')`)
+	require.NoError(t, err)
+	require.NoError(t, pg.Migrate(ctx, pool, "svc", migrations(2)))
+
+	broker := harness.NewBroker(t)
+	producer, err := kafka.NewClient(broker.Addrs())
+	require.NoError(t, err)
+	t.Cleanup(producer.Close)
+	require.NoError(t, kafka.EnsureTopics(ctx, producer, 1, "events"))
+	e := env{pool: pool, broker: broker, producer: producer}
+	write(t, e, ctx, values("new", 0, 3)...)
+	rd := read(t, e, "events")
+	startRelay(t, e).Notify()
+
+	want := []string{"old-1", "old-2", "new0000", "new0001", "new0002"}
+	require.Eventually(t, func() bool { return len(rd.values()) >= len(want) }, 20*time.Second, 10*time.Millisecond)
+	require.Equal(t, want, rd.values())
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	require.Equal(t, "k", string(rd.records[0].Key))
+	require.Equal(t, []kgo.RecordHeader{{Key: "h", Value: []byte("1")}}, rd.records[0].Headers)
+	require.Nil(t, rd.records[1].Key)
+}
+
+// BatchMigrationDown turns every record back into a row of its own, in order.
+func TestBatchMigrationDownKeepsEveryRecord(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := pg.Connect(ctx, harness.NewDatabase(t), "svc", 4, quiet)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.NoError(t, pg.Migrate(ctx, pool, "svc", migrations(2)))
+	e := env{pool: pool}
+	first := values("a", 0, 3)
+	first[1].Headers = map[string]string{"h": "1"}
+	write(t, e, ctx, first...)
+	write(t, e, ctx, values("b", 0, 2)...)
+	require.NoError(t, pg.InTx(ctx, pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, outbox.BatchMigrationDown)
+		return err
+	}))
+
+	rows, err := pool.Query(ctx, `SELECT topic, convert_from(key, 'UTF8'), convert_from(value, 'UTF8'), headers->>'h' FROM outbox ORDER BY id`)
+	require.NoError(t, err)
+	var got []string
+	for rows.Next() {
+		var topic, key, value string
+		var header *string
+		require.NoError(t, rows.Scan(&topic, &key, &value, &header))
+		require.Equal(t, "events", topic)
+		require.Equal(t, "one-key", key)
+		if header != nil {
+			value += " h=" + *header
+		}
+		got = append(got, value)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"a0000", "a0001 h=1", "a0002", "b0000", "b0001"}, got)
 }

@@ -17,8 +17,9 @@ import (
 )
 
 const (
-	// batchSize bounds the rows published per transaction.
-	batchSize = 5000
+	// batchSize bounds the rows published per transaction; each holds the
+	// records of one Write.
+	batchSize = 500
 	// pollInterval is the safety poll that catches rows whose Notify was
 	// missed (another replica's writes, a relay that was busy).
 	pollInterval = time.Second
@@ -43,7 +44,7 @@ type Relay struct {
 // NewRelay returns a relay for the outbox table of pool's schema (the pool's
 // search_path, as set by pg.Connect) that publishes through producer.
 //
-// Rows are published in batches of up to 5000 per transaction; a batch is
+// Rows are published in batches of up to 500 per transaction; a batch is
 // produced synchronously, then deleted, then committed. Only one relay per
 // schema works at a time (pg_try_advisory_xact_lock), so rows of one key keep
 // their order across replicas. A produce failure rolls back (the rows stay)
@@ -175,23 +176,23 @@ func (r *Relay) relayBatch(ctx context.Context) (moved int, busy bool, err error
 	for rows.Next() {
 		var (
 			id      int64
-			rec     = &kgo.Record{}
-			headers map[string]string
+			topics  []string
+			keys    [][]byte
+			values  [][]byte
+			headers []map[string]string
 		)
-		if err := rows.Scan(&id, &rec.Topic, &rec.Key, &rec.Value, &headers); err != nil {
+		if err := rows.Scan(&id, &topics, &keys, &values, &headers); err != nil {
 			rows.Close()
 			return 0, false, fmt.Errorf("relay outbox: scan: %w", err)
 		}
-		keys := make([]string, 0, len(headers))
-		for k := range headers {
-			keys = append(keys, k)
+		if len(keys) != len(topics) || len(values) != len(topics) || len(headers) != len(topics) {
+			rows.Close()
+			return 0, false, fmt.Errorf("relay outbox: row %d: %d topics, %d keys, %d values, %d headers", id, len(topics), len(keys), len(values), len(headers))
 		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: k, Value: []byte(headers[k])})
+		for i, topic := range topics {
+			records = append(records, &kgo.Record{Topic: topic, Key: keys[i], Value: values[i], Headers: recordHeaders(headers[i])})
 		}
 		ids = append(ids, id)
-		records = append(records, rec)
 	}
 	if err := rows.Err(); err != nil {
 		return 0, false, fmt.Errorf("relay outbox: select: %w", err)
@@ -200,7 +201,7 @@ func (r *Relay) relayBatch(ctx context.Context) (moved int, busy bool, err error
 		return 0, false, nil
 	}
 	if err := r.producer.ProduceSync(ctx, records...).FirstErr(); err != nil {
-		return 0, false, fmt.Errorf("relay outbox: produce %d records: %w", len(records), err)
+		return 0, false, fmt.Errorf("relay outbox: produce %d records of %d rows: %w", len(records), len(ids), err)
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM outbox WHERE id = ANY($1)`, ids); err != nil {
 		return 0, false, fmt.Errorf("relay outbox: delete: %w", err)
@@ -211,12 +212,27 @@ func (r *Relay) relayBatch(ctx context.Context) (moved int, busy bool, err error
 	return len(ids), false, nil
 }
 
-// backlog is what the outbox holds: rows not yet published, and how long the
-// oldest of them has waited.
+// recordHeaders turns a record's headers into log record headers, sorted by
+// key so a record is published the same way every time.
+func recordHeaders(headers map[string]string) []kgo.RecordHeader {
+	keys := make([]string, 0, len(headers))
+	for k := range headers {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := make([]kgo.RecordHeader, len(keys))
+	for i, k := range keys {
+		out[i] = kgo.RecordHeader{Key: k, Value: []byte(headers[k])}
+	}
+	return out
+}
+
+// backlog is what the outbox holds: records not yet published, and how long
+// the oldest of them has waited.
 type backlog struct {
-	schema string
-	rows   int64
-	oldest time.Duration
+	schema  string
+	records int64
+	oldest  time.Duration
 }
 
 // registerGauges reports the backlog through the global meter provider, so
@@ -224,18 +240,18 @@ type backlog struct {
 func (r *Relay) registerGauges() (metric.Registration, error) {
 	meter := otel.Meter("github.com/razorbill/flo/libs/outbox")
 	rows, err := meter.Int64ObservableGauge("flo.outbox.backlog", metric.WithUnit("{record}"),
-		metric.WithDescription("Outbox rows committed and not yet published to the log."))
+		metric.WithDescription("Outbox records committed and not yet published to the log."))
 	if err != nil {
 		return nil, fmt.Errorf("create outbox backlog gauge: %w", err)
 	}
 	age, err := meter.Float64ObservableGauge("flo.outbox.oldest_age", metric.WithUnit("s"),
-		metric.WithDescription("How long the oldest unpublished outbox row has waited; 0 when the outbox is empty."))
+		metric.WithDescription("How long the oldest unpublished outbox record has waited; 0 when the outbox is empty."))
 	if err != nil {
 		return nil, fmt.Errorf("create outbox age gauge: %w", err)
 	}
 	return telemetry.NewGauges(meter, telemetry.GaugeMaxAge, r.readBacklog, func(b backlog, o metric.Observer) {
 		attrs := metric.WithAttributes(attribute.String("schema", b.schema))
-		o.ObserveInt64(rows, b.rows, attrs)
+		o.ObserveInt64(rows, b.records, attrs)
 		o.ObserveFloat64(age, b.oldest.Seconds(), attrs)
 	}, rows, age).Register()
 }
@@ -249,8 +265,8 @@ func (r *Relay) readBacklog(ctx context.Context) (backlog, error) {
 		age float64
 	)
 	err := r.pool.QueryRow(ctx, `
-		SELECT current_schema(), count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8
-		FROM outbox`).Scan(&b.schema, &b.rows, &age)
+		SELECT current_schema(), COALESCE(sum(cardinality(topic)), 0), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8
+		FROM outbox`).Scan(&b.schema, &b.records, &age)
 	if err != nil {
 		return backlog{}, fmt.Errorf("read outbox backlog: %w", err)
 	}

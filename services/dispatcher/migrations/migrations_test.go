@@ -15,4 +15,8 @@ func TestOutboxMigrationMatchesLibrary(t *testing.T) {
 	b, err := migrations.FS.ReadFile("0001_outbox.sql")
 	require.NoError(t, err)
 	require.Contains(t, string(b), outbox.Migration)
+	b, err = migrations.FS.ReadFile("0004_outbox_batches.sql")
+	require.NoError(t, err)
+	require.Contains(t, string(b), outbox.BatchMigration)
+	require.Contains(t, string(b), outbox.BatchMigrationDown)
 }

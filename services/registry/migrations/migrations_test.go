@@ -17,4 +17,8 @@ func TestLibraryTablesMatch(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(b), outbox.Migration)
 	require.Contains(t, string(b), inbox.Migration)
+	b, err = migrations.FS.ReadFile("0003_outbox_batches.sql")
+	require.NoError(t, err)
+	require.Contains(t, string(b), outbox.BatchMigration)
+	require.Contains(t, string(b), outbox.BatchMigrationDown)
 }

@@ -151,7 +151,7 @@ func Heartbeat(ctx context.Context, db DB, b Beat, ev StatusEvent) (Change, erro
 			RETURNING prev.status AS prev_status, w.status AS new_status
 		), event AS (
 			INSERT INTO outbox (topic, key, value, headers)
-			SELECT $6, $7, e.value, $8::jsonb
+			SELECT ARRAY[$6::text], ARRAY[$7::bytea], ARRAY[e.value], jsonb_build_array($8::jsonb)
 			FROM beat JOIN unnest($9::text[], $10::bytea[]) AS e(prev_status, value) ON e.prev_status = beat.prev_status
 			WHERE beat.prev_status <> beat.new_status
 		)
