@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -60,6 +61,24 @@ ALTER TABLE outbox ALTER COLUMN headers SET DEFAULT '{}';
 INSERT INTO outbox (topic, key, value, headers, created_at)
 SELECT topic, key, value, COALESCE(headers, '{}'), created_at FROM outbox_records ORDER BY id, n;
 `
+
+// CheckMigrations reports whether a service's migrations fsys hold the
+// outbox as the relay reads it: Migration in the file first, BatchMigration
+// and BatchMigrationDown in the file batches. Services' tests call it.
+func CheckMigrations(fsys fs.FS, first, batches string) error {
+	for file, want := range map[string][]string{first: {Migration}, batches: {BatchMigration, BatchMigrationDown}} {
+		b, err := fs.ReadFile(fsys, file)
+		if err != nil {
+			return fmt.Errorf("outbox migrations: %w", err)
+		}
+		for _, sql := range want {
+			if !strings.Contains(string(b), sql) {
+				return fmt.Errorf("outbox migrations: %s does not hold the library's SQL:\n%s", file, sql)
+			}
+		}
+	}
+	return nil
+}
 
 // Record is one log record waiting to be published.
 type Record struct {

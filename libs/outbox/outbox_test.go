@@ -55,7 +55,7 @@ func setup(t *testing.T) env {
 func migrations(n int) fstest.MapFS {
 	fs := fstest.MapFS{"0001_outbox.sql": {Data: []byte("-- +goose Up\n" + outbox.Migration)}}
 	if n > 1 {
-		fs["0002_outbox_batches.sql"] = &fstest.MapFile{Data: []byte("-- +goose Up\n" + outbox.BatchMigration)}
+		fs["0002_outbox_batches.sql"] = &fstest.MapFile{Data: []byte("-- +goose Up\n" + outbox.BatchMigration + "\n-- +goose Down\n" + outbox.BatchMigrationDown)}
 	}
 	return fs
 }
@@ -371,4 +371,13 @@ func TestBatchMigrationDownKeepsEveryRecord(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, []string{"a0000", "a0001 h=1", "a0002", "b0000", "b0001"}, got)
+}
+
+func TestCheckMigrations(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, outbox.CheckMigrations(migrations(2), "0001_outbox.sql", "0002_outbox_batches.sql"))
+	require.ErrorContains(t, outbox.CheckMigrations(migrations(1), "0001_outbox.sql", "0002_outbox_batches.sql"), "0002_outbox_batches.sql")
+	fs := migrations(2)
+	fs["0002_outbox_batches.sql"].Data = []byte("-- +goose Up\n" + outbox.BatchMigration)
+	require.ErrorContains(t, outbox.CheckMigrations(fs, "0001_outbox.sql", "0002_outbox_batches.sql"), "does not hold the library's SQL")
 }
