@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/razorbill/flo/libs/cmdline"
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/logging"
 	"github.com/razorbill/flo/services/devstack"
@@ -39,6 +40,9 @@ Ctrl-C stops everything cleanly.`,
 }
 
 func runDev(ctx context.Context, dataDir string, dataDirSet bool) error {
+	// The whole platform runs in this process: tune the collector as the
+	// service binaries do.
+	cmdline.TuneGC()
 	var cfg devstack.Config
 	if err := config.Load(ctx, &cfg); err != nil {
 		return fmt.Errorf("load configuration: %w", err)

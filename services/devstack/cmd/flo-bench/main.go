@@ -32,6 +32,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	flo "github.com/razorbill/flo-go"
+	"github.com/razorbill/flo/libs/cmdline"
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/services/devstack"
 )
@@ -102,6 +103,9 @@ func main() {
 		fmt.Fprintf(os.Stderr, "flo-bench: unknown -mode %q (actions, streams or workflows)\n", o.mode)
 		os.Exit(2)
 	}
+	// Every service runs in this process; tune the collector as their
+	// binaries do.
+	cmdline.TuneGC()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, o, bench); err != nil {
