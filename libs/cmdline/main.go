@@ -36,10 +36,9 @@ type Starter[C any] func(ctx context.Context, cfg C, log *slog.Logger, metrics h
 // Main is the whole main function of a service binary: it runs the command
 // os.Args names until SIGINT or SIGTERM and exits 1 with the error on
 // failure. Serving loads C and the log level from the environment, sets up
-// logging and telemetry under name, and runs what start returns. The
-// garbage collector runs at DefaultGCPercent unless GOGC is set.
+// logging and telemetry under name, tunes the garbage collector (TuneGC) and
+// runs what start returns.
 func Main[C any](name, schema string, migrations fs.FS, start Starter[C]) {
-	TuneGC()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := Run(ctx, os.Args[1:], os.Stdout, Service{
 		Name: name, Schema: schema, Migrations: migrations, Serve: serve(name, start),
@@ -64,6 +63,7 @@ func serve[C any](name string, start Starter[C]) func(context.Context) error {
 		if err != nil {
 			return fmt.Errorf("set up logging: %w", err)
 		}
+		TuneGC(log)
 		tel, err := telemetry.Setup(ctx, name)
 		if err != nil {
 			return fmt.Errorf("set up telemetry: %w", err)

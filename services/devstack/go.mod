@@ -16,7 +16,11 @@ require (
 	google.golang.org/protobuf v1.36.12
 )
 
-require github.com/ohler55/ojg v1.28.5 // indirect
+require (
+	github.com/KimMachineGun/automemlimit v0.7.5 // indirect
+	github.com/ohler55/ojg v1.28.5 // indirect
+	github.com/pbnjay/memory v0.0.0-20210728143218-7b4eea64cf58 // indirect
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect

@@ -40,9 +40,6 @@ Ctrl-C stops everything cleanly.`,
 }
 
 func runDev(ctx context.Context, dataDir string, dataDirSet bool) error {
-	// The whole platform runs in this process: tune the collector as the
-	// service binaries do.
-	cmdline.TuneGC()
 	var cfg devstack.Config
 	if err := config.Load(ctx, &cfg); err != nil {
 		return fmt.Errorf("load configuration: %w", err)
@@ -58,6 +55,9 @@ func runDev(ctx context.Context, dataDir string, dataDirSet bool) error {
 	if err != nil {
 		return fmt.Errorf("logger: %w", err)
 	}
+	// The whole platform runs in this process: tune the collector as the
+	// service binaries do.
+	cmdline.TuneGC(log)
 	stack, err := devstack.Start(ctx, cfg, log)
 	if err != nil {
 		return err

@@ -105,7 +105,7 @@ func main() {
 	}
 	// Every service runs in this process; tune the collector as their
 	// binaries do.
-	cmdline.TuneGC()
+	cmdline.TuneGC(slog.New(slog.DiscardHandler))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, o, bench); err != nil {
