@@ -73,6 +73,10 @@ const maxReceiveBytes = 256 << 20
 
 // Connect prepares the gRPC connection. The connection itself is established lazily and
 // re-established whenever it breaks, so Connect fails only on a malformed address or options.
+// Calls that are safe to repeat (reads, enable/disable, drain, ack, cancel) are retried up to
+// four times, within about 1.5 s, when the gateway answers UNAVAILABLE; invocations, appends,
+// starts and signals are not, since the first attempt may have taken effect (give them an
+// idempotency key and retry them yourself).
 // Plaintext is the default, which suits a local gateway; pass TLS credentials through
 // [WithDialOptions] for anything else. Calling Connect on a connected client does nothing.
 func (c *Client) Connect() error {
@@ -89,6 +93,7 @@ func (c *Client) Connect() error {
 		// 1 MiB each; gRPC's default 4 MiB would break the stream on the first
 		// batch of large payloads.
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxReceiveBytes)),
+		grpc.WithDefaultServiceConfig(serviceConfig()),
 	}
 	opts = append(opts, c.dialOpts...)
 	conn, err := grpc.NewClient(c.addr, opts...)
