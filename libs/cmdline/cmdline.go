@@ -113,14 +113,11 @@ func migrate(ctx context.Context, stdout io.Writer, svc Service) error {
 	if cfg.Postgres.URL == "" {
 		return errors.New("migrate: FLO_DATABASE_URL is required")
 	}
-	pool, err := pg.Connect(ctx, cfg.Postgres.URL, svc.Schema, 2, log)
+	pool, err := pg.Open(ctx, cfg.Postgres.URL, svc.Schema, 2, svc.Migrations, log)
 	if err != nil {
 		return fmt.Errorf("migrate %s: %w", svc.Schema, err)
 	}
-	defer pool.Close()
-	if err := pg.Migrate(ctx, pool, svc.Schema, svc.Migrations); err != nil {
-		return err
-	}
+	pool.Close()
 	log.InfoContext(ctx, "schema up to date", "schema", svc.Schema)
 	return nil
 }

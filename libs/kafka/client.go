@@ -67,6 +67,20 @@ func newClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
 	return cl, nil
 }
 
+// NewProducer is NewClient for a service that produces to topics: it creates
+// those that do not exist yet (EnsureTopics). On failure nothing stays open.
+func NewProducer(ctx context.Context, brokers []string, partitions int32, topics []string, opts ...kgo.Opt) (*kgo.Client, error) {
+	cl, err := NewClient(brokers, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := EnsureTopics(ctx, cl, partitions, topics...); err != nil {
+		cl.Close()
+		return nil, err
+	}
+	return cl, nil
+}
+
 // MaxRecordBytes is the largest record the topics we create accept.
 const MaxRecordBytes = 8 << 20
 

@@ -67,6 +67,20 @@ func Connect(ctx context.Context, url, schema string, maxConns int32, log *slog.
 	}
 }
 
+// Open is Connect then Migrate: a service's pool with its schema up to date.
+// On failure nothing stays open.
+func Open(ctx context.Context, url, schema string, maxConns int32, migrations fs.FS, log *slog.Logger) (*pgxpool.Pool, error) {
+	pool, err := Connect(ctx, url, schema, maxConns, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := Migrate(ctx, pool, schema, migrations); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}
+
 // Migrate creates schema if missing and applies the goose migrations found at
 // the root of migrations (files NNNN_name.sql) with search_path=<schema>, so
 // unqualified names in them land in the schema. The version table is

@@ -83,6 +83,19 @@ func HTTP(srv *http.Server, lis net.Listener, timeout time.Duration, log *slog.L
 		})
 }
 
+// Listen opens a service's gRPC and HTTP listeners, so their addresses are
+// known before it serves. On failure neither stays open.
+func Listen(grpcAddr, httpAddr string) (grpcLis, httpLis net.Listener, err error) {
+	if grpcLis, err = net.Listen("tcp", grpcAddr); err != nil {
+		return nil, nil, fmt.Errorf("listen grpc on %s: %w", grpcAddr, err)
+	}
+	if httpLis, err = net.Listen("tcp", httpAddr); err != nil {
+		_ = grpcLis.Close()
+		return nil, nil, fmt.Errorf("listen http on %s: %w", httpAddr, err)
+	}
+	return grpcLis, httpLis, nil
+}
+
 // Readiness is the stage to list last, so that it stops first: stopping it
 // calls off, which turns the service's readiness off, and then keeps every
 // other stage serving for delay, so that load balancers and Kubernetes

@@ -124,19 +124,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	s := &Service{cfg: cfg, log: log}
 	defer func() {
 		if err != nil {
-			for _, l := range []net.Listener{s.grpcLis, s.httpLis} {
-				if l != nil {
-					_ = l.Close()
-				}
-			}
 			s.closeResources()
 		}
 	}()
 
-	if s.pool, err = pg.Connect(ctx, cfg.Postgres.URL, Schema, cfg.Postgres.MaxConns, log); err != nil {
-		return nil, fmt.Errorf("dispatcher: %w", err)
-	}
-	if err = pg.Migrate(ctx, s.pool, Schema, migrations.FS); err != nil {
+	if s.pool, err = pg.Open(ctx, cfg.Postgres.URL, Schema, cfg.Postgres.MaxConns, migrations.FS, log); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	cat := catalog.New(s.pool)
@@ -144,11 +136,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 
-	if s.producer, err = kafka.NewClient(cfg.Kafka.Brokers); err != nil {
+	if s.producer, err = kafka.NewProducer(ctx, cfg.Kafka.Brokers, cfg.Kafka.Partitions, []string{intake.CommandsTopic, taskevent.Topic}); err != nil {
 		return nil, fmt.Errorf("dispatcher: producer: %w", err)
-	}
-	if err = kafka.EnsureTopics(ctx, s.producer, cfg.Kafka.Partitions, intake.CommandsTopic, taskevent.Topic); err != nil {
-		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	s.relay = outbox.NewRelay(s.pool, s.producer, log)
 	s.hub = wake.NewHub()
@@ -183,11 +172,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		Catalog: cat, Claimer: s.claimer, Reporter: s.reporter, Leases: s.leases,
 		Queue: queue.New(s.pool, cat, s.hub, s.relay), Log: log,
 	})
-	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
-		return nil, fmt.Errorf("dispatcher: listen grpc: %w", err)
-	}
-	if s.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-		return nil, fmt.Errorf("dispatcher: listen http: %w", err)
+	if s.grpcLis, s.httpLis, err = stage.Listen(cfg.GRPCAddr, cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	s.httpServer = &http.Server{Handler: probe.Handler(s.ready, o.metrics), ReadHeaderTimeout: 10 * time.Second}
 	// Last, because a consumer's client is only released by its Run.
@@ -236,7 +222,14 @@ func (s *Service) Run(ctx context.Context) error {
 	return err
 }
 
+// closeResources closes the listeners (if the servers did not), the
+// producer and the pool.
 func (s *Service) closeResources() {
+	for _, l := range []net.Listener{s.grpcLis, s.httpLis} {
+		if l != nil {
+			_ = l.Close()
+		}
+	}
 	if s.producer != nil {
 		s.producer.Close()
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/grpcserver"
 	"github.com/razorbill/flo/libs/kafka"
+	"github.com/razorbill/flo/libs/stage"
 	"github.com/razorbill/flo/libs/telemetry"
 	floproto "github.com/razorbill/flo/proto"
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
@@ -178,11 +179,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		}
 	}()
 
-	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
-		return nil, fmt.Errorf("listen for gRPC on %s: %w", cfg.GRPCAddr, err)
-	}
-	if s.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-		return nil, fmt.Errorf("listen for HTTP on %s: %w", cfg.HTTPAddr, err)
+	if s.grpcLis, s.httpLis, err = stage.Listen(cfg.GRPCAddr, cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
 	}
 
 	if o.metrics == nil {
@@ -240,17 +238,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		workflows = workflowv1.NewWorkflowsClient(s.workflowConn)
 	}
 
-	s.producer, err = kafka.NewClient(cfg.Kafka.Brokers,
+	tctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	s.producer, err = kafka.NewProducer(tctx, cfg.Kafka.Brokers, cfg.Kafka.Partitions,
+		[]string{invoke.Topic, taskwait.Topic, workerstream.WorkerEventsTopic},
 		kgo.ProducerBatchMaxBytes(int32(max(1<<20, cfg.MaxPayloadBytes+bodySlack))),
 	)
-	if err != nil {
-		return nil, fmt.Errorf("connect to kafka: %w", err)
-	}
-	tctx, cancel := context.WithTimeout(ctx, setupTimeout)
-	err = kafka.EnsureTopics(tctx, s.producer, cfg.Kafka.Partitions, invoke.Topic, taskwait.Topic, workerstream.WorkerEventsTopic)
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("ensure topics: %w", err)
+		return nil, fmt.Errorf("gateway: producer: %w", err)
 	}
 
 	s.waiters = taskwait.NewRegistry(maxWaiters)

@@ -112,26 +112,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	s := &Service{cfg: cfg, log: log}
 	defer func() {
 		if err != nil {
-			for _, l := range []net.Listener{s.grpcLis, s.httpLis} {
-				if l != nil {
-					_ = l.Close()
-				}
-			}
 			s.closeResources()
 		}
 	}()
 
-	if s.pool, err = pg.Connect(ctx, cfg.Postgres.URL, Schema, cfg.Postgres.MaxConns, log); err != nil {
+	if s.pool, err = pg.Open(ctx, cfg.Postgres.URL, Schema, cfg.Postgres.MaxConns, migrations.FS, log); err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
-	if err = pg.Migrate(ctx, s.pool, Schema, migrations.FS); err != nil {
-		return nil, fmt.Errorf("registry: %w", err)
-	}
-	if s.producer, err = kafka.NewClient(cfg.Kafka.Brokers); err != nil {
+	if s.producer, err = kafka.NewProducer(ctx, cfg.Kafka.Brokers, cfg.Kafka.Partitions, []string{workerevent.Topic, tally.Topic}); err != nil {
 		return nil, fmt.Errorf("registry: producer: %w", err)
-	}
-	if err = kafka.EnsureTopics(ctx, s.producer, cfg.Kafka.Partitions, workerevent.Topic, tally.Topic); err != nil {
-		return nil, fmt.Errorf("registry: %w", err)
 	}
 	s.relay = outbox.NewRelay(s.pool, s.producer, log)
 
@@ -151,11 +140,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	}
 
 	s.grpcServer = grpcapi.NewGRPCServer(r, log)
-	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
-		return nil, fmt.Errorf("registry: listen grpc: %w", err)
-	}
-	if s.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-		return nil, fmt.Errorf("registry: listen http: %w", err)
+	if s.grpcLis, s.httpLis, err = stage.Listen(cfg.GRPCAddr, cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
 	}
 	s.httpServer = &http.Server{Handler: probe.Handler(s.ready, o.metrics), ReadHeaderTimeout: 10 * time.Second}
 	// Last, because a consumer's client is only released by its Run.
@@ -214,7 +200,14 @@ func (s *Service) Run(ctx context.Context) error {
 	return err
 }
 
+// closeResources closes the listeners (if the servers did not), the
+// producer and the pool.
 func (s *Service) closeResources() {
+	for _, l := range []net.Listener{s.grpcLis, s.httpLis} {
+		if l != nil {
+			_ = l.Close()
+		}
+	}
 	if s.producer != nil {
 		s.producer.Close()
 	}

@@ -117,19 +117,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	s := &Service{cfg: cfg, log: log}
 	defer func() {
 		if err != nil {
-			for _, l := range []net.Listener{s.grpcLis, s.httpLis} {
-				if l != nil {
-					_ = l.Close()
-				}
-			}
 			s.closeResources()
 		}
 	}()
 
-	if s.pool, err = pg.Connect(ctx, cfg.Postgres.URL, Schema, cfg.Postgres.MaxConns, log); err != nil {
-		return nil, fmt.Errorf("streams: %w", err)
-	}
-	if err = pg.Migrate(ctx, s.pool, Schema, migrations.FS); err != nil {
+	if s.pool, err = pg.Open(ctx, cfg.Postgres.URL, Schema, cfg.Postgres.MaxConns, migrations.FS, log); err != nil {
 		return nil, fmt.Errorf("streams: %w", err)
 	}
 	if s.client, err = kafka.NewManagedTopicsClient(cfg.Kafka.Brokers, appender.ClientOptions(cfg.MaxRecordBytes)...); err != nil {
@@ -164,11 +156,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		Catalog: s.catalog, Appender: app, Groups: s.groups,
 		Scanner: scan.New(s.catalog, s.reader, s.hub, s.groups.Closing()), Log: log,
 	})
-	if s.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
-		return nil, fmt.Errorf("streams: listen grpc: %w", err)
-	}
-	if s.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-		return nil, fmt.Errorf("streams: listen http: %w", err)
+	if s.grpcLis, s.httpLis, err = stage.Listen(cfg.GRPCAddr, cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("streams: %w", err)
 	}
 	s.httpServer = &http.Server{Handler: probe.Handler(s.ready, o.metrics), ReadHeaderTimeout: 10 * time.Second}
 	return s, nil
@@ -220,7 +209,14 @@ func (s *Service) Run(ctx context.Context) error {
 	return err
 }
 
+// closeResources closes the listeners (if the servers did not), the broker
+// clients and the pool.
 func (s *Service) closeResources() {
+	for _, l := range []net.Listener{s.grpcLis, s.httpLis} {
+		if l != nil {
+			_ = l.Close()
+		}
+	}
 	for _, cl := range []*kgo.Client{s.client, s.watchCl} {
 		if cl != nil {
 			cl.Close()
