@@ -175,7 +175,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	if s.grpcLis, s.httpLis, err = stage.Listen(cfg.GRPCAddr, cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
-	s.httpServer = &http.Server{Handler: probe.Handler(s.ready, o.metrics), ReadHeaderTimeout: 10 * time.Second}
+	s.httpServer = &http.Server{Handler: probe.Handler(s.ready(), o.metrics), ReadHeaderTimeout: 10 * time.Second}
 	// Last, because a consumer's client is only released by its Run.
 	if s.consumer, err = kafka.NewConsumer(cfg.Kafka.Brokers, intake.ConsumerGroup, []string{intake.CommandsTopic}, in.HandleRecords, log); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
@@ -240,19 +240,8 @@ func (s *Service) closeResources() {
 
 // ready reports whether the dispatcher can do its work: not stopping, the
 // database answering and the commands consumer running.
-func (s *Service) ready(ctx context.Context) error {
-	if s.stopping.Load() {
-		return errors.New("stopping")
-	}
-	if !s.consuming.Load() {
-		return errors.New("commands consumer not running")
-	}
-	ctx, cancel := context.WithTimeout(ctx, readyPingTimeout)
-	defer cancel()
-	if err := s.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("database: %w", err)
-	}
-	return nil
+func (s *Service) ready() func(context.Context) error {
+	return probe.All(probe.Unset(&s.stopping, "stopping"), probe.Set(&s.consuming, "commands consumer not running"), probe.Ping("database", s.pool, readyPingTimeout))
 }
 
 func trimNames(names []string) []string {

@@ -159,7 +159,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	if s.grpcLis, s.httpLis, err = stage.Listen(cfg.GRPCAddr, cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("streams: %w", err)
 	}
-	s.httpServer = &http.Server{Handler: probe.Handler(s.ready, o.metrics), ReadHeaderTimeout: 10 * time.Second}
+	s.httpServer = &http.Server{Handler: probe.Handler(s.ready(), o.metrics), ReadHeaderTimeout: 10 * time.Second}
 	return s, nil
 }
 
@@ -230,14 +230,6 @@ func (s *Service) closeResources() {
 // ready reports whether the service can do its work: not stopping and the
 // database answering. The broker is not checked: reads and appends wait for
 // it a while, and a replica that cannot reach it cannot help by restarting.
-func (s *Service) ready(ctx context.Context) error {
-	if s.stopping.Load() {
-		return errors.New("stopping")
-	}
-	ctx, cancel := context.WithTimeout(ctx, readyPingTimeout)
-	defer cancel()
-	if err := s.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("database: %w", err)
-	}
-	return nil
+func (s *Service) ready() func(context.Context) error {
+	return probe.All(probe.Unset(&s.stopping, "stopping"), probe.Ping("database", s.pool, readyPingTimeout))
 }
