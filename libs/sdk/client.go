@@ -74,9 +74,9 @@ const maxReceiveBytes = 256 << 20
 // Connect prepares the gRPC connection. The connection itself is established lazily and
 // re-established whenever it breaks, so Connect fails only on a malformed address or options.
 // Calls that are safe to repeat (reads, enable/disable, drain, ack, cancel) are retried up to
-// four times, within about 1.5 s, when the gateway answers UNAVAILABLE; invocations, appends,
-// starts and signals are not, since the first attempt may have taken effect (give them an
-// idempotency key and retry them yourself).
+// four times, within about 1.5 s, when the gateway answers UNAVAILABLE, and so are invocations
+// and starts that carry an idempotency key; other invocations, appends, starts and signals are
+// not, since the first attempt may have taken effect.
 // Plaintext is the default, which suits a local gateway; pass TLS credentials through
 // [WithDialOptions] for anything else. Calling Connect on a connected client does nothing.
 func (c *Client) Connect() error {

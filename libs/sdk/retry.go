@@ -1,7 +1,14 @@
 package flo
 
 import (
+	"context"
 	"encoding/json"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 )
@@ -12,16 +19,17 @@ import (
 // 1.5 s over the four retries).
 const (
 	retryAttempts   = 5
-	retryBackoff    = "0.1s"
-	retryMaxBackoff = "1s"
+	retryBackoff    = 100 * time.Millisecond
+	retryMaxBackoff = time.Second
 )
 
 // retriedMethods are the calls that are safe to send again: they read, or
 // setting the same state twice is setting it once. Invocations, appends,
 // starts, signals, creates and deletes are not in it: a call that reached
 // the gateway before the connection broke may have taken effect, and
-// repeating it could do it twice (invoke or start with an idempotency key to
-// retry those safely).
+// repeating it could do it twice. An invocation or start with an idempotency
+// key names one task or run however often it is sent, so retryKeyed retries
+// those the same way.
 var retriedMethods = map[string][]string{
 	flov1.NamespaceService_ServiceDesc.ServiceName:      {"GetNamespace", "ListNamespaces"},
 	flov1.ActionService_ServiceDesc.ServiceName:         {"GetAction", "ListActions", "EnableAction", "DisableAction"},
@@ -52,7 +60,7 @@ func serviceConfig() string {
 		RetryPolicy retryPolicy `json:"retryPolicy"`
 	}
 	mc := methodConfig{RetryPolicy: retryPolicy{
-		MaxAttempts: retryAttempts, InitialBackoff: retryBackoff, MaxBackoff: retryMaxBackoff,
+		MaxAttempts: retryAttempts, InitialBackoff: seconds(retryBackoff), MaxBackoff: seconds(retryMaxBackoff),
 		BackoffMultiplier: 2, RetryableStatusCodes: []string{"UNAVAILABLE"},
 	}}
 	for service, methods := range retriedMethods {
@@ -63,4 +71,29 @@ func serviceConfig() string {
 	// Strings and numbers only: encoding cannot fail.
 	b, _ := json.Marshal(map[string][]methodConfig{"methodConfig": {mc}})
 	return string(b)
+}
+
+// seconds formats d as a service config duration ("0.1s").
+func seconds(d time.Duration) string {
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
+}
+
+// retryKeyed calls call, and when key is not empty calls it again while the
+// gateway answers UNAVAILABLE, as the service config retries safe calls: up
+// to retryAttempts in all, waiting a random time up to a doubling backoff
+// in between. A call with a key names one task or run however often it is
+// sent, so repeating it cannot do it twice.
+func retryKeyed[T any](ctx context.Context, key string, call func() (T, error)) (T, error) {
+	v, err := call()
+	backoff := retryBackoff
+	for attempt := 1; key != "" && attempt < retryAttempts && status.Code(err) == codes.Unavailable; attempt++ {
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(rand.N(backoff) + 1):
+		}
+		backoff = min(2*backoff, retryMaxBackoff)
+		v, err = call()
+	}
+	return v, err
 }

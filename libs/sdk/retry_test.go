@@ -55,23 +55,40 @@ func (f *flakyTasks) InvokeTask(context.Context, *flov1.InvokeTaskRequest) (*flo
 	return &flov1.InvokeTaskResponse{TaskId: "t-1"}, nil
 }
 
-func serveTasks(t *testing.T, lis net.Listener, f *flakyTasks) {
+// flakyWorkflows plays the WorkflowService's StartRun the same way.
+type flakyWorkflows struct {
+	flov1.UnimplementedWorkflowServiceServer
+	*flakyTasks
+}
+
+func (f flakyWorkflows) StartRun(context.Context, *flov1.StartRunRequest) (*flov1.StartRunResponse, error) {
+	if err := f.call("StartRun"); err != nil {
+		return nil, err
+	}
+	return &flov1.StartRunResponse{RunId: "r-1", Created: true}, nil
+}
+
+// startFlaky serves a gateway that fails the first failures calls of each
+// method, and returns it with a client connected to it.
+func startFlaky(t *testing.T, failures int) (*flakyTasks, *flo.Client) {
 	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	f := &flakyTasks{failures: failures, calls: map[string]int{}}
 	srv := grpc.NewServer()
 	flov1.RegisterTaskServiceServer(srv, f)
+	flov1.RegisterWorkflowServiceServer(srv, flakyWorkflows{flakyTasks: f})
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
+	client := flo.NewClient(lis.Addr().String(), flo.WithNamespace("myapp"))
+	require.NoError(t, client.Connect())
+	t.Cleanup(func() { _ = client.Close() })
+	return f, client
 }
 
 func TestSafeCallsRetryAnUnavailableGateway(t *testing.T) {
 	t.Parallel()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	f := &flakyTasks{failures: 2, calls: map[string]int{}}
-	serveTasks(t, lis, f)
-	client := flo.NewClient(lis.Addr().String(), flo.WithNamespace("myapp"))
-	require.NoError(t, client.Connect())
-	t.Cleanup(func() { _ = client.Close() })
+	f, client := startFlaky(t, 2)
 	ctx := context.Background()
 
 	task, err := client.GetTask(ctx, "t-9")
@@ -82,4 +99,26 @@ func TestSafeCallsRetryAnUnavailableGateway(t *testing.T) {
 	_, err = client.Invoke(ctx, "send-email", map[string]string{"to": "a"})
 	require.Equal(t, codes.Unavailable, status.Code(err), "an invoke is not sent twice: %v", err)
 	require.Equal(t, 1, f.count("InvokeTask"))
+	id, err := client.Invoke(ctx, "send-email", map[string]string{"to": "a"}, flo.WithIdempotencyKey("k"))
+	require.NoError(t, err, "an invoke with a key names one task: it is sent again")
+	require.Equal(t, "t-1", id)
+	require.Equal(t, 3, f.count("InvokeTask"))
+
+	run, err := client.StartWorkflow(ctx, "process-order", nil, flo.StartWorkflowOptions{IdempotencyKey: "order-1"})
+	require.NoError(t, err, "a start with a key is sent again")
+	require.Equal(t, "r-1", run.RunID)
+	require.Equal(t, 3, f.count("StartRun"))
+}
+
+func TestKeyedRetriesGiveUp(t *testing.T) {
+	t.Parallel()
+	f, client := startFlaky(t, 100)
+
+	_, err := client.StartWorkflow(context.Background(), "process-order", nil, flo.StartWorkflowOptions{IdempotencyKey: "order-1"})
+	require.Equal(t, codes.Unavailable, status.Code(err))
+	require.ErrorContains(t, err, "start workflow process-order")
+	require.Equal(t, 5, f.count("StartRun"), "five attempts in all")
+	_, err = client.StartWorkflow(context.Background(), "process-order", nil, flo.StartWorkflowOptions{})
+	require.Equal(t, codes.Unavailable, status.Code(err))
+	require.Equal(t, 6, f.count("StartRun"), "a start without a key is sent once")
 }

@@ -147,7 +147,9 @@ func WithDelay(d time.Duration) InvokeOption {
 
 // Invoke creates a task of action with payload as its input and returns the task's id.
 // A []byte or json.RawMessage payload is sent as it is, nil sends no payload, and anything
-// else is encoded as JSON.
+// else is encoded as JSON. With an idempotency key, an invocation the gateway answers
+// UNAVAILABLE is sent again (up to four times, within about 1.5 s); without one it is not,
+// since the first attempt may have created the task.
 func (c *Client) Invoke(ctx context.Context, action string, payload any, opts ...InvokeOption) (string, error) {
 	body, err := encodePayload(payload)
 	if err != nil {
@@ -161,7 +163,9 @@ func (c *Client) Invoke(ctx context.Context, action string, payload any, opts ..
 	for _, opt := range opts {
 		opt(req)
 	}
-	resp, err := svc.InvokeTask(ctx, req)
+	resp, err := retryKeyed(ctx, req.GetIdempotencyKey(), func() (*flov1.InvokeTaskResponse, error) {
+		return svc.InvokeTask(ctx, req)
+	})
 	if err != nil {
 		return "", fmt.Errorf("invoke %s: %w", action, err)
 	}

@@ -457,7 +457,8 @@ func (c *Client) EnableWorkflow(ctx context.Context, name string) (*Workflow, er
 
 // StartWorkflow starts a run of the workflow name with input as its $.input. A []byte or
 // json.RawMessage input is sent as it is, nil sends no input, and anything else is encoded as
-// JSON. A disabled workflow refuses the start (FailedPrecondition).
+// JSON. A disabled workflow refuses the start (FailedPrecondition). With an idempotency key, a
+// start the gateway answers UNAVAILABLE is sent again, as Invoke does.
 func (c *Client) StartWorkflow(ctx context.Context, name string, input any, opts StartWorkflowOptions) (*StartedRun, error) {
 	body, err := encodePayload(input)
 	if err != nil {
@@ -467,12 +468,15 @@ func (c *Client) StartWorkflow(ctx context.Context, name string, input any, opts
 	if err != nil {
 		return nil, err
 	}
-	resp, err := svc.StartRun(ctx, &flov1.StartRunRequest{
+	req := &flov1.StartRunRequest{
 		Namespace:      c.namespace,
 		Workflow:       name,
 		Version:        opts.Version,
 		Input:          body,
 		IdempotencyKey: opts.IdempotencyKey,
+	}
+	resp, err := retryKeyed(ctx, opts.IdempotencyKey, func() (*flov1.StartRunResponse, error) {
+		return svc.StartRun(ctx, req)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start workflow %s: %w", name, err)
