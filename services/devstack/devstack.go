@@ -69,6 +69,17 @@ type Config struct {
 	PostgresFsync bool `env:"FLO_DEV_POSTGRES_FSYNC, default=true"`
 }
 
+// OnEphemeralPorts makes every service listen on loopback at a port the
+// system picks, so several stacks (tests, benchmarks) run side by side;
+// Stack reports the addresses.
+func (c *Config) OnEphemeralPorts() {
+	for _, addr := range []*string{&c.GatewayGRPCAddr, &c.GatewayHTTPAddr, &c.DispatcherGRPCAddr,
+		&c.DispatcherHTTPAddr, &c.RegistryGRPCAddr, &c.RegistryHTTPAddr, &c.StreamsGRPCAddr,
+		&c.StreamsHTTPAddr, &c.WorkflowGRPCAddr, &c.WorkflowHTTPAddr} {
+		*addr = "127.0.0.1:0"
+	}
+}
+
 // Option adjusts Start.
 type Option func(*options)
 

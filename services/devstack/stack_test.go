@@ -49,22 +49,13 @@ func newEnvWith(t *testing.T, adjust func(cfg *devstack.Config), opts ...devstac
 		DatabaseURL:         dbURL,
 		KafkaBrokers:        broker.Addrs(),
 		Partitions:          4,
-		GatewayGRPCAddr:     "127.0.0.1:0",
-		GatewayHTTPAddr:     "127.0.0.1:0",
-		DispatcherGRPCAddr:  "127.0.0.1:0",
-		DispatcherHTTPAddr:  "127.0.0.1:0",
-		RegistryGRPCAddr:    "127.0.0.1:0",
-		RegistryHTTPAddr:    "127.0.0.1:0",
-		StreamsGRPCAddr:     "127.0.0.1:0",
-		StreamsHTTPAddr:     "127.0.0.1:0",
-		WorkflowGRPCAddr:    "127.0.0.1:0",
-		WorkflowHTTPAddr:    "127.0.0.1:0",
 		Namespaces:          []string{"default", "myapp"},
 		LeaseCheckInterval:  100 * time.Millisecond,
 		HeartbeatTimeout:    90 * time.Second,
 		HealthCheckInterval: time.Second,
 		MaxPayloadBytes:     64 << 10,
 	}
+	cfg.OnEphemeralPorts()
 	if adjust != nil {
 		adjust(&cfg)
 	}

@@ -115,22 +115,13 @@ func startWorkflowStack(t *testing.T) *workflowStack {
 		DatabaseURL:         harness.NewDatabase(t),
 		KafkaBrokers:        broker.Addrs(),
 		Partitions:          4,
-		GatewayGRPCAddr:     "127.0.0.1:0",
-		GatewayHTTPAddr:     "127.0.0.1:0",
-		DispatcherGRPCAddr:  "127.0.0.1:0",
-		DispatcherHTTPAddr:  "127.0.0.1:0",
-		RegistryGRPCAddr:    "127.0.0.1:0",
-		RegistryHTTPAddr:    "127.0.0.1:0",
-		StreamsGRPCAddr:     "127.0.0.1:0",
-		StreamsHTTPAddr:     "127.0.0.1:0",
-		WorkflowGRPCAddr:    "127.0.0.1:0",
-		WorkflowHTTPAddr:    "127.0.0.1:0",
 		Namespaces:          []string{"default", "myapp"},
 		LeaseCheckInterval:  100 * time.Millisecond,
 		HeartbeatTimeout:    90 * time.Second,
 		HealthCheckInterval: time.Second,
 		MaxPayloadBytes:     64 << 10,
 	}
+	cfg.OnEphemeralPorts()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))

@@ -164,11 +164,7 @@ func startPlatform(ctx context.Context, fsync bool) (_ *platform, err error) {
 	}
 	cfg.DataDir = dir
 	cfg.PostgresPort, cfg.BrokerPort = 0, 0
-	for _, addr := range []*string{&cfg.GatewayGRPCAddr, &cfg.GatewayHTTPAddr, &cfg.DispatcherGRPCAddr,
-		&cfg.DispatcherHTTPAddr, &cfg.RegistryGRPCAddr, &cfg.RegistryHTTPAddr, &cfg.StreamsGRPCAddr,
-		&cfg.StreamsHTTPAddr, &cfg.WorkflowGRPCAddr, &cfg.WorkflowHTTPAddr} {
-		*addr = "127.0.0.1:0"
-	}
+	cfg.OnEphemeralPorts()
 	cfg.Namespaces = []string{namespace}
 	cfg.PostgresFsync = fsync
 	if p.stack, err = devstack.Start(ctx, cfg, p.log); err != nil {
