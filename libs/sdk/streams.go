@@ -382,7 +382,7 @@ func (c *Client) ListGroups(ctx context.Context, stream string) ([]*ConsumerGrou
 	if err != nil {
 		return nil, err
 	}
-	resp, err := svc.ListGroups(ctx, &flov1.GetStreamRequest{Namespace: c.namespace, Stream: stream})
+	resp, err := svc.ListGroups(ctx, &flov1.ListGroupsRequest{Namespace: c.namespace, Stream: stream})
 	if err != nil {
 		return nil, fmt.Errorf("list groups of stream %s: %w", stream, err)
 	}

@@ -550,7 +550,11 @@ func (x *GetNamespaceRequest) GetName() string {
 }
 
 type ListNamespacesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Page size: zero means 100; at most 1,000, more is InvalidArgument.
+	Limit int32 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The next_page_token of the previous page; empty starts at the first.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -585,9 +589,26 @@ func (*ListNamespacesRequest) Descriptor() ([]byte, []int) {
 	return file_flo_v1_api_proto_rawDescGZIP(), []int{3}
 }
 
+func (x *ListNamespacesRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListNamespacesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// Namespaces by name.
 type ListNamespacesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespaces    []*Namespace           `protobuf:"bytes,1,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Namespaces []*Namespace           `protobuf:"bytes,1,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	// Continues the list where this page ended; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -627,6 +648,13 @@ func (x *ListNamespacesResponse) GetNamespaces() []*Namespace {
 		return x.Namespaces
 	}
 	return nil
+}
+
+func (x *ListNamespacesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // WorkerProcess is one action or stream/group a worker handles, with its counts.
@@ -1133,8 +1161,12 @@ func (x *GetWorkerRequest) GetWorkerId() string {
 }
 
 type ListWorkersRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Page size: zero means 100; at most 1,000, more is InvalidArgument.
+	Limit int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The next_page_token of the previous page; empty starts at the first.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1176,9 +1208,26 @@ func (x *ListWorkersRequest) GetNamespace() string {
 	return ""
 }
 
+func (x *ListWorkersRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListWorkersRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// Workers by id.
 type ListWorkersResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Workers       []*Worker              `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Workers []*Worker              `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
+	// Continues the list where this page ended; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1218,6 +1267,13 @@ func (x *ListWorkersResponse) GetWorkers() []*Worker {
 		return x.Workers
 	}
 	return nil
+}
+
+func (x *ListWorkersResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type DeregisterWorkerResponse struct {
@@ -1557,8 +1613,12 @@ func (x *GetActionRequest) GetName() string {
 }
 
 type ListActionsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Page size: zero means 100; at most 1,000, more is InvalidArgument.
+	Limit int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The next_page_token of the previous page; empty starts at the first.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1600,9 +1660,26 @@ func (x *ListActionsRequest) GetNamespace() string {
 	return ""
 }
 
+func (x *ListActionsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListActionsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// Actions by name.
 type ListActionsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Actions       []*Action              `protobuf:"bytes,1,rep,name=actions,proto3" json:"actions,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Actions []*Action              `protobuf:"bytes,1,rep,name=actions,proto3" json:"actions,omitempty"`
+	// Continues the list where this page ended; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1642,6 +1719,13 @@ func (x *ListActionsResponse) GetActions() []*Action {
 		return x.Actions
 	}
 	return nil
+}
+
+func (x *ListActionsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type InvokeTaskRequest struct {
@@ -2185,8 +2269,11 @@ type ListDeadLettersRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	// Empty lists every action's dead letters.
-	Action        string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
-	Limit         int32  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	// Page size: zero means 100; at most 1,000, more is InvalidArgument.
+	Limit int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The next_page_token of the previous page; empty starts at the first.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2242,9 +2329,19 @@ func (x *ListDeadLettersRequest) GetLimit() int32 {
 	return 0
 }
 
+func (x *ListDeadLettersRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// Dead letters newest first.
 type ListDeadLettersResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tasks         []*Task                `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Tasks []*Task                `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// Continues the list where this page ended; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2284,6 +2381,13 @@ func (x *ListDeadLettersResponse) GetTasks() []*Task {
 		return x.Tasks
 	}
 	return nil
+}
+
+func (x *ListDeadLettersResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // WorkerMessage is what a worker sends on its stream.
@@ -4191,8 +4295,12 @@ func (x *GetStreamRequest) GetStream() string {
 }
 
 type ListStreamsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Page size: zero means 100; at most 1,000, more is InvalidArgument.
+	Limit int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The next_page_token of the previous page; empty starts at the first.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4234,9 +4342,26 @@ func (x *ListStreamsRequest) GetNamespace() string {
 	return ""
 }
 
+func (x *ListStreamsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListStreamsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// Streams by name.
 type ListStreamsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Streams       []*Stream              `protobuf:"bytes,1,rep,name=streams,proto3" json:"streams,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Streams []*Stream              `protobuf:"bytes,1,rep,name=streams,proto3" json:"streams,omitempty"`
+	// Continues the list where this page ended; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4276,6 +4401,13 @@ func (x *ListStreamsResponse) GetStreams() []*Stream {
 		return x.Streams
 	}
 	return nil
+}
+
+func (x *ListStreamsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type DeleteStreamResponse struct {
@@ -5071,16 +5203,89 @@ func (x *GetGroupRequest) GetGroup() string {
 	return ""
 }
 
+type ListGroupsRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Stream    string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	// Page size: zero means 100; at most 1,000, more is InvalidArgument.
+	Limit int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The next_page_token of the previous page; empty starts at the first.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGroupsRequest) Reset() {
+	*x = ListGroupsRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGroupsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGroupsRequest) ProtoMessage() {}
+
+func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGroupsRequest.ProtoReflect.Descriptor instead.
+func (*ListGroupsRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *ListGroupsRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ListGroupsRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *ListGroupsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListGroupsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// Groups by name.
 type ListGroupsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Groups        []*ConsumerGroup       `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Groups []*ConsumerGroup       `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	// Continues the list where this page ended; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListGroupsResponse) Reset() {
 	*x = ListGroupsResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[67]
+	mi := &file_flo_v1_api_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5092,7 +5297,7 @@ func (x *ListGroupsResponse) String() string {
 func (*ListGroupsResponse) ProtoMessage() {}
 
 func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[67]
+	mi := &file_flo_v1_api_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5105,7 +5310,7 @@ func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ListGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{67}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListGroupsResponse) GetGroups() []*ConsumerGroup {
@@ -5113,6 +5318,13 @@ func (x *ListGroupsResponse) GetGroups() []*ConsumerGroup {
 		return x.Groups
 	}
 	return nil
+}
+
+func (x *ListGroupsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type DeleteGroupResponse struct {
@@ -5123,7 +5335,7 @@ type DeleteGroupResponse struct {
 
 func (x *DeleteGroupResponse) Reset() {
 	*x = DeleteGroupResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[68]
+	mi := &file_flo_v1_api_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5135,7 +5347,7 @@ func (x *DeleteGroupResponse) String() string {
 func (*DeleteGroupResponse) ProtoMessage() {}
 
 func (x *DeleteGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[68]
+	mi := &file_flo_v1_api_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5148,7 +5360,7 @@ func (x *DeleteGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroupResponse.ProtoReflect.Descriptor instead.
 func (*DeleteGroupResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{68}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{69}
 }
 
 type ListPendingRequest struct {
@@ -5158,15 +5370,17 @@ type ListPendingRequest struct {
 	Group     string                 `protobuf:"bytes,3,opt,name=group,proto3" json:"group,omitempty"`
 	// Empty lists every consumer's records.
 	Consumer string `protobuf:"bytes,4,opt,name=consumer,proto3" json:"consumer,omitempty"`
-	// Zero means 100; at most 10,000.
-	Limit         int32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Page size: zero means 100; at most 10,000, more is InvalidArgument.
+	Limit int32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The next_page_token of the previous page; empty starts at the first.
+	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListPendingRequest) Reset() {
 	*x = ListPendingRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[69]
+	mi := &file_flo_v1_api_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5178,7 +5392,7 @@ func (x *ListPendingRequest) String() string {
 func (*ListPendingRequest) ProtoMessage() {}
 
 func (x *ListPendingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[69]
+	mi := &file_flo_v1_api_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5191,7 +5405,7 @@ func (x *ListPendingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPendingRequest.ProtoReflect.Descriptor instead.
 func (*ListPendingRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{69}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListPendingRequest) GetNamespace() string {
@@ -5229,6 +5443,13 @@ func (x *ListPendingRequest) GetLimit() int32 {
 	return 0
 }
 
+func (x *ListPendingRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 // PendingEntry is a record handed out and not yet acked.
 type PendingEntry struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -5244,7 +5465,7 @@ type PendingEntry struct {
 
 func (x *PendingEntry) Reset() {
 	*x = PendingEntry{}
-	mi := &file_flo_v1_api_proto_msgTypes[70]
+	mi := &file_flo_v1_api_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5256,7 +5477,7 @@ func (x *PendingEntry) String() string {
 func (*PendingEntry) ProtoMessage() {}
 
 func (x *PendingEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[70]
+	mi := &file_flo_v1_api_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5269,7 +5490,7 @@ func (x *PendingEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingEntry.ProtoReflect.Descriptor instead.
 func (*PendingEntry) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{70}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *PendingEntry) GetId() string {
@@ -5311,14 +5532,16 @@ type ListPendingResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Entries []*PendingEntry        `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
 	// Every pending record of the group (or consumer), not only those listed.
-	Total         int64 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	Total int64 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	// Continues the list where this page ended; empty on the last page.
+	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListPendingResponse) Reset() {
 	*x = ListPendingResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[71]
+	mi := &file_flo_v1_api_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5330,7 +5553,7 @@ func (x *ListPendingResponse) String() string {
 func (*ListPendingResponse) ProtoMessage() {}
 
 func (x *ListPendingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[71]
+	mi := &file_flo_v1_api_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5343,7 +5566,7 @@ func (x *ListPendingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPendingResponse.ProtoReflect.Descriptor instead.
 func (*ListPendingResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{71}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ListPendingResponse) GetEntries() []*PendingEntry {
@@ -5358,6 +5581,13 @@ func (x *ListPendingResponse) GetTotal() int64 {
 		return x.Total
 	}
 	return 0
+}
+
+func (x *ListPendingResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type GroupReadRequest struct {
@@ -5379,7 +5609,7 @@ type GroupReadRequest struct {
 
 func (x *GroupReadRequest) Reset() {
 	*x = GroupReadRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[72]
+	mi := &file_flo_v1_api_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5391,7 +5621,7 @@ func (x *GroupReadRequest) String() string {
 func (*GroupReadRequest) ProtoMessage() {}
 
 func (x *GroupReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[72]
+	mi := &file_flo_v1_api_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5404,7 +5634,7 @@ func (x *GroupReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupReadRequest.ProtoReflect.Descriptor instead.
 func (*GroupReadRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{72}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *GroupReadRequest) GetNamespace() string {
@@ -5465,7 +5695,7 @@ type GroupReadResponse struct {
 
 func (x *GroupReadResponse) Reset() {
 	*x = GroupReadResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[73]
+	mi := &file_flo_v1_api_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5477,7 +5707,7 @@ func (x *GroupReadResponse) String() string {
 func (*GroupReadResponse) ProtoMessage() {}
 
 func (x *GroupReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[73]
+	mi := &file_flo_v1_api_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5490,7 +5720,7 @@ func (x *GroupReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupReadResponse.ProtoReflect.Descriptor instead.
 func (*GroupReadResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{73}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *GroupReadResponse) GetRecords() []*StreamRecord {
@@ -5512,7 +5742,7 @@ type AckRequest struct {
 
 func (x *AckRequest) Reset() {
 	*x = AckRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[74]
+	mi := &file_flo_v1_api_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5524,7 +5754,7 @@ func (x *AckRequest) String() string {
 func (*AckRequest) ProtoMessage() {}
 
 func (x *AckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[74]
+	mi := &file_flo_v1_api_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5537,7 +5767,7 @@ func (x *AckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
 func (*AckRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{74}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *AckRequest) GetNamespace() string {
@@ -5578,7 +5808,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[75]
+	mi := &file_flo_v1_api_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5590,7 +5820,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[75]
+	mi := &file_flo_v1_api_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5603,7 +5833,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{75}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *AckResponse) GetAcked() int32 {
@@ -5627,7 +5857,7 @@ type NackRequest struct {
 
 func (x *NackRequest) Reset() {
 	*x = NackRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[76]
+	mi := &file_flo_v1_api_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5639,7 +5869,7 @@ func (x *NackRequest) String() string {
 func (*NackRequest) ProtoMessage() {}
 
 func (x *NackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[76]
+	mi := &file_flo_v1_api_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5652,7 +5882,7 @@ func (x *NackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackRequest.ProtoReflect.Descriptor instead.
 func (*NackRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{76}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *NackRequest) GetNamespace() string {
@@ -5707,7 +5937,7 @@ type NackResponse struct {
 
 func (x *NackResponse) Reset() {
 	*x = NackResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[77]
+	mi := &file_flo_v1_api_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5719,7 +5949,7 @@ func (x *NackResponse) String() string {
 func (*NackResponse) ProtoMessage() {}
 
 func (x *NackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[77]
+	mi := &file_flo_v1_api_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5732,7 +5962,7 @@ func (x *NackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackResponse.ProtoReflect.Descriptor instead.
 func (*NackResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{77}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *NackResponse) GetNacked() int32 {
@@ -5761,7 +5991,7 @@ type Diagnostic struct {
 
 func (x *Diagnostic) Reset() {
 	*x = Diagnostic{}
-	mi := &file_flo_v1_api_proto_msgTypes[78]
+	mi := &file_flo_v1_api_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5773,7 +6003,7 @@ func (x *Diagnostic) String() string {
 func (*Diagnostic) ProtoMessage() {}
 
 func (x *Diagnostic) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[78]
+	mi := &file_flo_v1_api_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5786,7 +6016,7 @@ func (x *Diagnostic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Diagnostic.ProtoReflect.Descriptor instead.
 func (*Diagnostic) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{78}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *Diagnostic) GetCode() string {
@@ -5852,7 +6082,7 @@ type WorkflowDefinition struct {
 
 func (x *WorkflowDefinition) Reset() {
 	*x = WorkflowDefinition{}
-	mi := &file_flo_v1_api_proto_msgTypes[79]
+	mi := &file_flo_v1_api_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5864,7 +6094,7 @@ func (x *WorkflowDefinition) String() string {
 func (*WorkflowDefinition) ProtoMessage() {}
 
 func (x *WorkflowDefinition) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[79]
+	mi := &file_flo_v1_api_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5877,7 +6107,7 @@ func (x *WorkflowDefinition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowDefinition.ProtoReflect.Descriptor instead.
 func (*WorkflowDefinition) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{79}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *WorkflowDefinition) GetNamespace() string {
@@ -5960,7 +6190,7 @@ type CreateWorkflowRequest struct {
 
 func (x *CreateWorkflowRequest) Reset() {
 	*x = CreateWorkflowRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[80]
+	mi := &file_flo_v1_api_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5972,7 +6202,7 @@ func (x *CreateWorkflowRequest) String() string {
 func (*CreateWorkflowRequest) ProtoMessage() {}
 
 func (x *CreateWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[80]
+	mi := &file_flo_v1_api_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5985,7 +6215,7 @@ func (x *CreateWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*CreateWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{80}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *CreateWorkflowRequest) GetNamespace() string {
@@ -6012,7 +6242,7 @@ type CreateWorkflowResponse struct {
 
 func (x *CreateWorkflowResponse) Reset() {
 	*x = CreateWorkflowResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[81]
+	mi := &file_flo_v1_api_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6024,7 +6254,7 @@ func (x *CreateWorkflowResponse) String() string {
 func (*CreateWorkflowResponse) ProtoMessage() {}
 
 func (x *CreateWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[81]
+	mi := &file_flo_v1_api_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6037,7 +6267,7 @@ func (x *CreateWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*CreateWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{81}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *CreateWorkflowResponse) GetWorkflow() *WorkflowDefinition {
@@ -6064,7 +6294,7 @@ type ValidateWorkflowRequest struct {
 
 func (x *ValidateWorkflowRequest) Reset() {
 	*x = ValidateWorkflowRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[82]
+	mi := &file_flo_v1_api_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6076,7 +6306,7 @@ func (x *ValidateWorkflowRequest) String() string {
 func (*ValidateWorkflowRequest) ProtoMessage() {}
 
 func (x *ValidateWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[82]
+	mi := &file_flo_v1_api_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6089,7 +6319,7 @@ func (x *ValidateWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*ValidateWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{82}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ValidateWorkflowRequest) GetNamespace() string {
@@ -6118,7 +6348,7 @@ type ValidateWorkflowResponse struct {
 
 func (x *ValidateWorkflowResponse) Reset() {
 	*x = ValidateWorkflowResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[83]
+	mi := &file_flo_v1_api_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6130,7 +6360,7 @@ func (x *ValidateWorkflowResponse) String() string {
 func (*ValidateWorkflowResponse) ProtoMessage() {}
 
 func (x *ValidateWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[83]
+	mi := &file_flo_v1_api_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6143,7 +6373,7 @@ func (x *ValidateWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*ValidateWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{83}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ValidateWorkflowResponse) GetValid() bool {
@@ -6178,7 +6408,7 @@ type GetWorkflowRequest struct {
 
 func (x *GetWorkflowRequest) Reset() {
 	*x = GetWorkflowRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[84]
+	mi := &file_flo_v1_api_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6190,7 +6420,7 @@ func (x *GetWorkflowRequest) String() string {
 func (*GetWorkflowRequest) ProtoMessage() {}
 
 func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[84]
+	mi := &file_flo_v1_api_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6203,7 +6433,7 @@ func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*GetWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{84}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *GetWorkflowRequest) GetNamespace() string {
@@ -6233,14 +6463,18 @@ type ListWorkflowsRequest struct {
 	// Empty lists every workflow.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// True lists every version, false only the latest of each name.
-	AllVersions   bool `protobuf:"varint,3,opt,name=all_versions,json=allVersions,proto3" json:"all_versions,omitempty"`
+	AllVersions bool `protobuf:"varint,3,opt,name=all_versions,json=allVersions,proto3" json:"all_versions,omitempty"`
+	// Page size: zero means 100; at most 1,000, more is InvalidArgument.
+	Limit int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The next_page_token of the previous page; empty starts at the first.
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListWorkflowsRequest) Reset() {
 	*x = ListWorkflowsRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[85]
+	mi := &file_flo_v1_api_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6252,7 +6486,7 @@ func (x *ListWorkflowsRequest) String() string {
 func (*ListWorkflowsRequest) ProtoMessage() {}
 
 func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[85]
+	mi := &file_flo_v1_api_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6265,7 +6499,7 @@ func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{85}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ListWorkflowsRequest) GetNamespace() string {
@@ -6289,16 +6523,33 @@ func (x *ListWorkflowsRequest) GetAllVersions() bool {
 	return false
 }
 
+func (x *ListWorkflowsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListWorkflowsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// Workflows by name, then version.
 type ListWorkflowsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Workflows     []*WorkflowDefinition  `protobuf:"bytes,1,rep,name=workflows,proto3" json:"workflows,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Workflows []*WorkflowDefinition  `protobuf:"bytes,1,rep,name=workflows,proto3" json:"workflows,omitempty"`
+	// Continues the list where this page ended; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListWorkflowsResponse) Reset() {
 	*x = ListWorkflowsResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[86]
+	mi := &file_flo_v1_api_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6310,7 +6561,7 @@ func (x *ListWorkflowsResponse) String() string {
 func (*ListWorkflowsResponse) ProtoMessage() {}
 
 func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[86]
+	mi := &file_flo_v1_api_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6323,7 +6574,7 @@ func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{86}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ListWorkflowsResponse) GetWorkflows() []*WorkflowDefinition {
@@ -6331,6 +6582,13 @@ func (x *ListWorkflowsResponse) GetWorkflows() []*WorkflowDefinition {
 		return x.Workflows
 	}
 	return nil
+}
+
+func (x *ListWorkflowsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type WorkflowNameRequest struct {
@@ -6343,7 +6601,7 @@ type WorkflowNameRequest struct {
 
 func (x *WorkflowNameRequest) Reset() {
 	*x = WorkflowNameRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[87]
+	mi := &file_flo_v1_api_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6355,7 +6613,7 @@ func (x *WorkflowNameRequest) String() string {
 func (*WorkflowNameRequest) ProtoMessage() {}
 
 func (x *WorkflowNameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[87]
+	mi := &file_flo_v1_api_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6368,7 +6626,7 @@ func (x *WorkflowNameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowNameRequest.ProtoReflect.Descriptor instead.
 func (*WorkflowNameRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{87}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *WorkflowNameRequest) GetNamespace() string {
@@ -6402,7 +6660,7 @@ type StartRunRequest struct {
 
 func (x *StartRunRequest) Reset() {
 	*x = StartRunRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[88]
+	mi := &file_flo_v1_api_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6414,7 +6672,7 @@ func (x *StartRunRequest) String() string {
 func (*StartRunRequest) ProtoMessage() {}
 
 func (x *StartRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[88]
+	mi := &file_flo_v1_api_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6427,7 +6685,7 @@ func (x *StartRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRunRequest.ProtoReflect.Descriptor instead.
 func (*StartRunRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{88}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *StartRunRequest) GetNamespace() string {
@@ -6483,7 +6741,7 @@ type StartRunResponse struct {
 
 func (x *StartRunResponse) Reset() {
 	*x = StartRunResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[89]
+	mi := &file_flo_v1_api_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6495,7 +6753,7 @@ func (x *StartRunResponse) String() string {
 func (*StartRunResponse) ProtoMessage() {}
 
 func (x *StartRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[89]
+	mi := &file_flo_v1_api_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6508,7 +6766,7 @@ func (x *StartRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRunResponse.ProtoReflect.Descriptor instead.
 func (*StartRunResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{89}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *StartRunResponse) GetRunId() string {
@@ -6540,7 +6798,7 @@ type StepOutput struct {
 
 func (x *StepOutput) Reset() {
 	*x = StepOutput{}
-	mi := &file_flo_v1_api_proto_msgTypes[90]
+	mi := &file_flo_v1_api_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6552,7 +6810,7 @@ func (x *StepOutput) String() string {
 func (*StepOutput) ProtoMessage() {}
 
 func (x *StepOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[90]
+	mi := &file_flo_v1_api_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6565,7 +6823,7 @@ func (x *StepOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepOutput.ProtoReflect.Descriptor instead.
 func (*StepOutput) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{90}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *StepOutput) GetStep() string {
@@ -6638,7 +6896,7 @@ type WorkflowRun struct {
 
 func (x *WorkflowRun) Reset() {
 	*x = WorkflowRun{}
-	mi := &file_flo_v1_api_proto_msgTypes[91]
+	mi := &file_flo_v1_api_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6650,7 +6908,7 @@ func (x *WorkflowRun) String() string {
 func (*WorkflowRun) ProtoMessage() {}
 
 func (x *WorkflowRun) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[91]
+	mi := &file_flo_v1_api_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6663,7 +6921,7 @@ func (x *WorkflowRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowRun.ProtoReflect.Descriptor instead.
 func (*WorkflowRun) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{91}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *WorkflowRun) GetRunId() string {
@@ -6795,7 +7053,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[92]
+	mi := &file_flo_v1_api_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6807,7 +7065,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[92]
+	mi := &file_flo_v1_api_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6820,7 +7078,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{92}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *GetRunRequest) GetNamespace() string {
@@ -6844,8 +7102,9 @@ type ListRunsRequest struct {
 	Status        RunStatus              `protobuf:"varint,3,opt,name=status,proto3,enum=flo.v1.RunStatus" json:"status,omitempty"`
 	CreatedAfter  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_after,json=createdAfter,proto3" json:"created_after,omitempty"`
 	CreatedBefore *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_before,json=createdBefore,proto3" json:"created_before,omitempty"`
-	// Zero means 100; at most 1,000.
-	Limit         int32  `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Page size: zero means 100; at most 1,000, more is InvalidArgument.
+	Limit int32 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The next_page_token of the previous page; empty starts at the first.
 	PageToken     string `protobuf:"bytes,7,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -6853,7 +7112,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[93]
+	mi := &file_flo_v1_api_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6865,7 +7124,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[93]
+	mi := &file_flo_v1_api_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6878,7 +7137,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{93}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *ListRunsRequest) GetNamespace() string {
@@ -6930,17 +7189,19 @@ func (x *ListRunsRequest) GetPageToken() string {
 	return ""
 }
 
+// Runs newest first.
 type ListRunsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Runs          []*WorkflowRun         `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Runs  []*WorkflowRun         `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	// Continues the list where this page ended; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[94]
+	mi := &file_flo_v1_api_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6952,7 +7213,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[94]
+	mi := &file_flo_v1_api_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6965,7 +7226,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{94}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *ListRunsResponse) GetRuns() []*WorkflowRun {
@@ -6995,7 +7256,7 @@ type SignalRunRequest struct {
 
 func (x *SignalRunRequest) Reset() {
 	*x = SignalRunRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[95]
+	mi := &file_flo_v1_api_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7007,7 +7268,7 @@ func (x *SignalRunRequest) String() string {
 func (*SignalRunRequest) ProtoMessage() {}
 
 func (x *SignalRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[95]
+	mi := &file_flo_v1_api_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7020,7 +7281,7 @@ func (x *SignalRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRunRequest.ProtoReflect.Descriptor instead.
 func (*SignalRunRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{95}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *SignalRunRequest) GetNamespace() string {
@@ -7067,7 +7328,7 @@ type SignalRunResponse struct {
 
 func (x *SignalRunResponse) Reset() {
 	*x = SignalRunResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[96]
+	mi := &file_flo_v1_api_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7079,7 +7340,7 @@ func (x *SignalRunResponse) String() string {
 func (*SignalRunResponse) ProtoMessage() {}
 
 func (x *SignalRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[96]
+	mi := &file_flo_v1_api_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7092,7 +7353,7 @@ func (x *SignalRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRunResponse.ProtoReflect.Descriptor instead.
 func (*SignalRunResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{96}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *SignalRunResponse) GetSignalId() string {
@@ -7113,7 +7374,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[97]
+	mi := &file_flo_v1_api_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7125,7 +7386,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[97]
+	mi := &file_flo_v1_api_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7138,7 +7399,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{97}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *CancelRunRequest) GetNamespace() string {
@@ -7182,7 +7443,7 @@ type HistoryEvent struct {
 
 func (x *HistoryEvent) Reset() {
 	*x = HistoryEvent{}
-	mi := &file_flo_v1_api_proto_msgTypes[98]
+	mi := &file_flo_v1_api_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7194,7 +7455,7 @@ func (x *HistoryEvent) String() string {
 func (*HistoryEvent) ProtoMessage() {}
 
 func (x *HistoryEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[98]
+	mi := &file_flo_v1_api_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7207,7 +7468,7 @@ func (x *HistoryEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryEvent.ProtoReflect.Descriptor instead.
 func (*HistoryEvent) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{98}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *HistoryEvent) GetSeq() int64 {
@@ -7261,7 +7522,7 @@ type RunHistory struct {
 
 func (x *RunHistory) Reset() {
 	*x = RunHistory{}
-	mi := &file_flo_v1_api_proto_msgTypes[99]
+	mi := &file_flo_v1_api_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7273,7 +7534,7 @@ func (x *RunHistory) String() string {
 func (*RunHistory) ProtoMessage() {}
 
 func (x *RunHistory) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[99]
+	mi := &file_flo_v1_api_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7286,7 +7547,7 @@ func (x *RunHistory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunHistory.ProtoReflect.Descriptor instead.
 func (*RunHistory) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{99}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *RunHistory) GetEvents() []*HistoryEvent {
@@ -7308,12 +7569,16 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\x16CreateNamespaceRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\")\n" +
 	"\x13GetNamespaceRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x17\n" +
-	"\x15ListNamespacesRequest\"K\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"L\n" +
+	"\x15ListNamespacesRequest\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"s\n" +
 	"\x16ListNamespacesResponse\x121\n" +
 	"\n" +
 	"namespaces\x18\x01 \x03(\v2\x11.flo.v1.NamespaceR\n" +
-	"namespaces\"\xc4\x01\n" +
+	"namespaces\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc4\x01\n" +
 	"\rWorkerProcess\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x13.flo.v1.ProcessKindR\x04kind\x12\x1b\n" +
@@ -7362,11 +7627,15 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\x06status\x18\x01 \x01(\x0e2\x14.flo.v1.WorkerStatusR\x06status\"M\n" +
 	"\x10GetWorkerRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
-	"\tworker_id\x18\x02 \x01(\tR\bworkerId\"2\n" +
+	"\tworker_id\x18\x02 \x01(\tR\bworkerId\"g\n" +
 	"\x12ListWorkersRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"?\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"g\n" +
 	"\x13ListWorkersResponse\x12(\n" +
-	"\aworkers\x18\x01 \x03(\v2\x0e.flo.v1.WorkerR\aworkers\"\x1a\n" +
+	"\aworkers\x18\x01 \x03(\v2\x0e.flo.v1.WorkerR\aworkers\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x1a\n" +
 	"\x18DeregisterWorkerResponse\"\x9e\x01\n" +
 	"\aBackoff\x12'\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x13.flo.v1.BackoffKindR\x04kind\x12(\n" +
@@ -7397,11 +7666,15 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\abackoff\x18\x05 \x01(\v2\x0f.flo.v1.BackoffR\abackoff\"D\n" +
 	"\x10GetActionRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"2\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"g\n" +
 	"\x12ListActionsRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"?\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"g\n" +
 	"\x13ListActionsResponse\x12(\n" +
-	"\aactions\x18\x01 \x03(\v2\x0e.flo.v1.ActionR\aactions\"\xf1\x01\n" +
+	"\aactions\x18\x01 \x03(\v2\x0e.flo.v1.ActionR\aactions\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xf1\x01\n" +
 	"\x11InvokeTaskRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12\x18\n" +
@@ -7449,13 +7722,16 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\"d\n" +
+	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\"\x83\x01\n" +
 	"\x16ListDeadLettersRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\x05R\x05limit\"=\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"e\n" +
 	"\x17ListDeadLettersResponse\x12\"\n" +
-	"\x05tasks\x18\x01 \x03(\v2\f.flo.v1.TaskR\x05tasks\"\xe2\x03\n" +
+	"\x05tasks\x18\x01 \x03(\v2\f.flo.v1.TaskR\x05tasks\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xe2\x03\n" +
 	"\rWorkerMessage\x12%\n" +
 	"\x05hello\x18\x01 \x01(\v2\r.flo.v1.HelloH\x00R\x05hello\x12%\n" +
 	"\x05ready\x18\x02 \x01(\v2\r.flo.v1.ReadyH\x00R\x05ready\x12(\n" +
@@ -7603,11 +7879,15 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\x0fretention_bytes\x18\x05 \x01(\x03R\x0eretentionBytes\"H\n" +
 	"\x10GetStreamRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
-	"\x06stream\x18\x02 \x01(\tR\x06stream\"2\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\"g\n" +
 	"\x12ListStreamsRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"?\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"g\n" +
 	"\x13ListStreamsResponse\x12(\n" +
-	"\astreams\x18\x01 \x03(\v2\x0e.flo.v1.StreamR\astreams\"\x16\n" +
+	"\astreams\x18\x01 \x03(\v2\x0e.flo.v1.StreamR\astreams\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x16\n" +
 	"\x14DeleteStreamResponse\"\xaf\x01\n" +
 	"\n" +
 	"StreamInfo\x12&\n" +
@@ -7676,25 +7956,35 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\x0fGetGroupRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x14\n" +
-	"\x05group\x18\x03 \x01(\tR\x05group\"C\n" +
+	"\x05group\x18\x03 \x01(\tR\x05group\"~\n" +
+	"\x11ListGroupsRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"k\n" +
 	"\x12ListGroupsResponse\x12-\n" +
-	"\x06groups\x18\x01 \x03(\v2\x15.flo.v1.ConsumerGroupR\x06groups\"\x15\n" +
-	"\x13DeleteGroupResponse\"\x92\x01\n" +
+	"\x06groups\x18\x01 \x03(\v2\x15.flo.v1.ConsumerGroupR\x06groups\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x15\n" +
+	"\x13DeleteGroupResponse\"\xb1\x01\n" +
 	"\x12ListPendingRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x14\n" +
 	"\x05group\x18\x03 \x01(\tR\x05group\x12\x1a\n" +
 	"\bconsumer\x18\x04 \x01(\tR\bconsumer\x12\x14\n" +
-	"\x05limit\x18\x05 \x01(\x05R\x05limit\"\xdf\x01\n" +
+	"\x05limit\x18\x05 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\"\xdf\x01\n" +
 	"\fPendingEntry\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bconsumer\x18\x02 \x01(\tR\bconsumer\x12%\n" +
 	"\x0edelivery_count\x18\x03 \x01(\x05R\rdeliveryCount\x12=\n" +
 	"\fdelivered_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vdeliveredAt\x12=\n" +
-	"\fredeliver_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vredeliverAt\"[\n" +
+	"\fredeliver_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vredeliverAt\"\x83\x01\n" +
 	"\x13ListPendingResponse\x12.\n" +
 	"\aentries\x18\x01 \x03(\v2\x14.flo.v1.PendingEntryR\aentries\x12\x14\n" +
-	"\x05total\x18\x02 \x01(\x03R\x05total\"\xd9\x01\n" +
+	"\x05total\x18\x02 \x01(\x03R\x05total\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"\xd9\x01\n" +
 	"\x10GroupReadRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x14\n" +
@@ -7759,13 +8049,17 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\x12GetWorkflowRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
-	"\aversion\x18\x03 \x01(\tR\aversion\"k\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\"\xa0\x01\n" +
 	"\x14ListWorkflowsRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12!\n" +
-	"\fall_versions\x18\x03 \x01(\bR\vallVersions\"Q\n" +
+	"\fall_versions\x18\x03 \x01(\bR\vallVersions\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\"y\n" +
 	"\x15ListWorkflowsResponse\x128\n" +
-	"\tworkflows\x18\x01 \x03(\v2\x1a.flo.v1.WorkflowDefinitionR\tworkflows\"G\n" +
+	"\tworkflows\x18\x01 \x03(\v2\x1a.flo.v1.WorkflowDefinitionR\tworkflows\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"G\n" +
 	"\x13WorkflowNameRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"\xdd\x01\n" +
@@ -7919,7 +8213,7 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\vDrainWorker\x12\x18.flo.v1.GetWorkerRequest\x1a\x0e.flo.v1.Worker\x12N\n" +
 	"\x10DeregisterWorker\x12\x18.flo.v1.GetWorkerRequest\x1a .flo.v1.DeregisterWorkerResponse2K\n" +
 	"\rWorkerService\x12:\n" +
-	"\x06Stream\x12\x15.flo.v1.WorkerMessage\x1a\x15.flo.v1.ServerMessage(\x010\x012\xbb\x06\n" +
+	"\x06Stream\x12\x15.flo.v1.WorkerMessage\x1a\x15.flo.v1.ServerMessage(\x010\x012\xbc\x06\n" +
 	"\rStreamService\x12;\n" +
 	"\fCreateStream\x12\x1b.flo.v1.CreateStreamRequest\x1a\x0e.flo.v1.Stream\x129\n" +
 	"\tGetStream\x12\x18.flo.v1.GetStreamRequest\x1a\x12.flo.v1.StreamInfo\x12F\n" +
@@ -7927,9 +8221,9 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\fDeleteStream\x12\x18.flo.v1.GetStreamRequest\x1a\x1c.flo.v1.DeleteStreamResponse\x127\n" +
 	"\x06Append\x12\x15.flo.v1.AppendRequest\x1a\x16.flo.v1.AppendResponse\x121\n" +
 	"\x04Read\x12\x13.flo.v1.ReadRequest\x1a\x14.flo.v1.ReadResponse\x12@\n" +
-	"\vCreateGroup\x12\x1a.flo.v1.CreateGroupRequest\x1a\x15.flo.v1.ConsumerGroup\x12B\n" +
+	"\vCreateGroup\x12\x1a.flo.v1.CreateGroupRequest\x1a\x15.flo.v1.ConsumerGroup\x12C\n" +
 	"\n" +
-	"ListGroups\x12\x18.flo.v1.GetStreamRequest\x1a\x1a.flo.v1.ListGroupsResponse\x12C\n" +
+	"ListGroups\x12\x19.flo.v1.ListGroupsRequest\x1a\x1a.flo.v1.ListGroupsResponse\x12C\n" +
 	"\vDeleteGroup\x12\x17.flo.v1.GetGroupRequest\x1a\x1b.flo.v1.DeleteGroupResponse\x12F\n" +
 	"\vListPending\x12\x1a.flo.v1.ListPendingRequest\x1a\x1b.flo.v1.ListPendingResponse\x12@\n" +
 	"\tGroupRead\x12\x18.flo.v1.GroupReadRequest\x1a\x19.flo.v1.GroupReadResponse\x12.\n" +
@@ -7962,7 +8256,7 @@ func file_flo_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_flo_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_flo_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 105)
+var file_flo_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 106)
 var file_flo_v1_api_proto_goTypes = []any{
 	(WorkerType)(0),                  // 0: flo.v1.WorkerType
 	(WorkerStatus)(0),                // 1: flo.v1.WorkerStatus
@@ -8038,76 +8332,77 @@ var file_flo_v1_api_proto_goTypes = []any{
 	(*ConsumerGroup)(nil),            // 71: flo.v1.ConsumerGroup
 	(*CreateGroupRequest)(nil),       // 72: flo.v1.CreateGroupRequest
 	(*GetGroupRequest)(nil),          // 73: flo.v1.GetGroupRequest
-	(*ListGroupsResponse)(nil),       // 74: flo.v1.ListGroupsResponse
-	(*DeleteGroupResponse)(nil),      // 75: flo.v1.DeleteGroupResponse
-	(*ListPendingRequest)(nil),       // 76: flo.v1.ListPendingRequest
-	(*PendingEntry)(nil),             // 77: flo.v1.PendingEntry
-	(*ListPendingResponse)(nil),      // 78: flo.v1.ListPendingResponse
-	(*GroupReadRequest)(nil),         // 79: flo.v1.GroupReadRequest
-	(*GroupReadResponse)(nil),        // 80: flo.v1.GroupReadResponse
-	(*AckRequest)(nil),               // 81: flo.v1.AckRequest
-	(*AckResponse)(nil),              // 82: flo.v1.AckResponse
-	(*NackRequest)(nil),              // 83: flo.v1.NackRequest
-	(*NackResponse)(nil),             // 84: flo.v1.NackResponse
-	(*Diagnostic)(nil),               // 85: flo.v1.Diagnostic
-	(*WorkflowDefinition)(nil),       // 86: flo.v1.WorkflowDefinition
-	(*CreateWorkflowRequest)(nil),    // 87: flo.v1.CreateWorkflowRequest
-	(*CreateWorkflowResponse)(nil),   // 88: flo.v1.CreateWorkflowResponse
-	(*ValidateWorkflowRequest)(nil),  // 89: flo.v1.ValidateWorkflowRequest
-	(*ValidateWorkflowResponse)(nil), // 90: flo.v1.ValidateWorkflowResponse
-	(*GetWorkflowRequest)(nil),       // 91: flo.v1.GetWorkflowRequest
-	(*ListWorkflowsRequest)(nil),     // 92: flo.v1.ListWorkflowsRequest
-	(*ListWorkflowsResponse)(nil),    // 93: flo.v1.ListWorkflowsResponse
-	(*WorkflowNameRequest)(nil),      // 94: flo.v1.WorkflowNameRequest
-	(*StartRunRequest)(nil),          // 95: flo.v1.StartRunRequest
-	(*StartRunResponse)(nil),         // 96: flo.v1.StartRunResponse
-	(*StepOutput)(nil),               // 97: flo.v1.StepOutput
-	(*WorkflowRun)(nil),              // 98: flo.v1.WorkflowRun
-	(*GetRunRequest)(nil),            // 99: flo.v1.GetRunRequest
-	(*ListRunsRequest)(nil),          // 100: flo.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),         // 101: flo.v1.ListRunsResponse
-	(*SignalRunRequest)(nil),         // 102: flo.v1.SignalRunRequest
-	(*SignalRunResponse)(nil),        // 103: flo.v1.SignalRunResponse
-	(*CancelRunRequest)(nil),         // 104: flo.v1.CancelRunRequest
-	(*HistoryEvent)(nil),             // 105: flo.v1.HistoryEvent
-	(*RunHistory)(nil),               // 106: flo.v1.RunHistory
-	nil,                              // 107: flo.v1.TaskAssignment.TraceContextEntry
-	nil,                              // 108: flo.v1.Result.TraceContextEntry
-	nil,                              // 109: flo.v1.StreamRecord.HeadersEntry
-	nil,                              // 110: flo.v1.StreamRecord.TraceContextEntry
-	nil,                              // 111: flo.v1.AppendRecord.HeadersEntry
-	(*timestamppb.Timestamp)(nil),    // 112: google.protobuf.Timestamp
-	(*structpb.Value)(nil),           // 113: google.protobuf.Value
+	(*ListGroupsRequest)(nil),        // 74: flo.v1.ListGroupsRequest
+	(*ListGroupsResponse)(nil),       // 75: flo.v1.ListGroupsResponse
+	(*DeleteGroupResponse)(nil),      // 76: flo.v1.DeleteGroupResponse
+	(*ListPendingRequest)(nil),       // 77: flo.v1.ListPendingRequest
+	(*PendingEntry)(nil),             // 78: flo.v1.PendingEntry
+	(*ListPendingResponse)(nil),      // 79: flo.v1.ListPendingResponse
+	(*GroupReadRequest)(nil),         // 80: flo.v1.GroupReadRequest
+	(*GroupReadResponse)(nil),        // 81: flo.v1.GroupReadResponse
+	(*AckRequest)(nil),               // 82: flo.v1.AckRequest
+	(*AckResponse)(nil),              // 83: flo.v1.AckResponse
+	(*NackRequest)(nil),              // 84: flo.v1.NackRequest
+	(*NackResponse)(nil),             // 85: flo.v1.NackResponse
+	(*Diagnostic)(nil),               // 86: flo.v1.Diagnostic
+	(*WorkflowDefinition)(nil),       // 87: flo.v1.WorkflowDefinition
+	(*CreateWorkflowRequest)(nil),    // 88: flo.v1.CreateWorkflowRequest
+	(*CreateWorkflowResponse)(nil),   // 89: flo.v1.CreateWorkflowResponse
+	(*ValidateWorkflowRequest)(nil),  // 90: flo.v1.ValidateWorkflowRequest
+	(*ValidateWorkflowResponse)(nil), // 91: flo.v1.ValidateWorkflowResponse
+	(*GetWorkflowRequest)(nil),       // 92: flo.v1.GetWorkflowRequest
+	(*ListWorkflowsRequest)(nil),     // 93: flo.v1.ListWorkflowsRequest
+	(*ListWorkflowsResponse)(nil),    // 94: flo.v1.ListWorkflowsResponse
+	(*WorkflowNameRequest)(nil),      // 95: flo.v1.WorkflowNameRequest
+	(*StartRunRequest)(nil),          // 96: flo.v1.StartRunRequest
+	(*StartRunResponse)(nil),         // 97: flo.v1.StartRunResponse
+	(*StepOutput)(nil),               // 98: flo.v1.StepOutput
+	(*WorkflowRun)(nil),              // 99: flo.v1.WorkflowRun
+	(*GetRunRequest)(nil),            // 100: flo.v1.GetRunRequest
+	(*ListRunsRequest)(nil),          // 101: flo.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),         // 102: flo.v1.ListRunsResponse
+	(*SignalRunRequest)(nil),         // 103: flo.v1.SignalRunRequest
+	(*SignalRunResponse)(nil),        // 104: flo.v1.SignalRunResponse
+	(*CancelRunRequest)(nil),         // 105: flo.v1.CancelRunRequest
+	(*HistoryEvent)(nil),             // 106: flo.v1.HistoryEvent
+	(*RunHistory)(nil),               // 107: flo.v1.RunHistory
+	nil,                              // 108: flo.v1.TaskAssignment.TraceContextEntry
+	nil,                              // 109: flo.v1.Result.TraceContextEntry
+	nil,                              // 110: flo.v1.StreamRecord.HeadersEntry
+	nil,                              // 111: flo.v1.StreamRecord.TraceContextEntry
+	nil,                              // 112: flo.v1.AppendRecord.HeadersEntry
+	(*timestamppb.Timestamp)(nil),    // 113: google.protobuf.Timestamp
+	(*structpb.Value)(nil),           // 114: google.protobuf.Value
 }
 var file_flo_v1_api_proto_depIdxs = []int32{
-	112, // 0: flo.v1.Namespace.created_at:type_name -> google.protobuf.Timestamp
+	113, // 0: flo.v1.Namespace.created_at:type_name -> google.protobuf.Timestamp
 	7,   // 1: flo.v1.ListNamespacesResponse.namespaces:type_name -> flo.v1.Namespace
 	2,   // 2: flo.v1.WorkerProcess.kind:type_name -> flo.v1.ProcessKind
-	112, // 3: flo.v1.WorkerProcess.last_run_at:type_name -> google.protobuf.Timestamp
+	113, // 3: flo.v1.WorkerProcess.last_run_at:type_name -> google.protobuf.Timestamp
 	0,   // 4: flo.v1.Worker.worker_type:type_name -> flo.v1.WorkerType
 	1,   // 5: flo.v1.Worker.status:type_name -> flo.v1.WorkerStatus
 	12,  // 6: flo.v1.Worker.processes:type_name -> flo.v1.WorkerProcess
-	112, // 7: flo.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
-	112, // 8: flo.v1.Worker.last_heartbeat:type_name -> google.protobuf.Timestamp
+	113, // 7: flo.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
+	113, // 8: flo.v1.Worker.last_heartbeat:type_name -> google.protobuf.Timestamp
 	0,   // 9: flo.v1.RegisterWorkerRequest.worker_type:type_name -> flo.v1.WorkerType
 	12,  // 10: flo.v1.RegisterWorkerRequest.processes:type_name -> flo.v1.WorkerProcess
 	1,   // 11: flo.v1.HeartbeatResponse.status:type_name -> flo.v1.WorkerStatus
 	13,  // 12: flo.v1.ListWorkersResponse.workers:type_name -> flo.v1.Worker
 	3,   // 13: flo.v1.Backoff.kind:type_name -> flo.v1.BackoffKind
 	21,  // 14: flo.v1.Action.backoff:type_name -> flo.v1.Backoff
-	112, // 15: flo.v1.Action.created_at:type_name -> google.protobuf.Timestamp
-	112, // 16: flo.v1.Action.updated_at:type_name -> google.protobuf.Timestamp
+	113, // 15: flo.v1.Action.created_at:type_name -> google.protobuf.Timestamp
+	113, // 16: flo.v1.Action.updated_at:type_name -> google.protobuf.Timestamp
 	21,  // 17: flo.v1.RegisterActionRequest.backoff:type_name -> flo.v1.Backoff
 	22,  // 18: flo.v1.ListActionsResponse.actions:type_name -> flo.v1.Action
-	113, // 19: flo.v1.InvokeTaskRequest.input:type_name -> google.protobuf.Value
+	114, // 19: flo.v1.InvokeTaskRequest.input:type_name -> google.protobuf.Value
 	27,  // 20: flo.v1.InvokeTasksRequest.tasks:type_name -> flo.v1.InvokeTaskRequest
 	4,   // 21: flo.v1.Task.status:type_name -> flo.v1.TaskStatus
-	113, // 22: flo.v1.Task.output:type_name -> google.protobuf.Value
-	112, // 23: flo.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	112, // 24: flo.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	112, // 25: flo.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	112, // 26: flo.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	112, // 27: flo.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	114, // 22: flo.v1.Task.output:type_name -> google.protobuf.Value
+	113, // 23: flo.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	113, // 24: flo.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	113, // 25: flo.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	113, // 26: flo.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	113, // 27: flo.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
 	31,  // 28: flo.v1.ListDeadLettersResponse.tasks:type_name -> flo.v1.Task
 	39,  // 29: flo.v1.WorkerMessage.hello:type_name -> flo.v1.Hello
 	42,  // 30: flo.v1.WorkerMessage.ready:type_name -> flo.v1.Ready
@@ -8126,57 +8421,57 @@ var file_flo_v1_api_proto_depIdxs = []int32{
 	38,  // 43: flo.v1.ServerMessage.drain:type_name -> flo.v1.Drain
 	55,  // 44: flo.v1.ServerMessage.record_batch:type_name -> flo.v1.RecordBatch
 	40,  // 45: flo.v1.Hello.streams:type_name -> flo.v1.StreamSubscription
-	112, // 46: flo.v1.TaskAssignment.created_at:type_name -> google.protobuf.Timestamp
-	112, // 47: flo.v1.TaskAssignment.lease_until:type_name -> google.protobuf.Timestamp
-	107, // 48: flo.v1.TaskAssignment.trace_context:type_name -> flo.v1.TaskAssignment.TraceContextEntry
+	113, // 46: flo.v1.TaskAssignment.created_at:type_name -> google.protobuf.Timestamp
+	113, // 47: flo.v1.TaskAssignment.lease_until:type_name -> google.protobuf.Timestamp
+	108, // 48: flo.v1.TaskAssignment.trace_context:type_name -> flo.v1.TaskAssignment.TraceContextEntry
 	43,  // 49: flo.v1.TaskBatch.tasks:type_name -> flo.v1.TaskAssignment
 	46,  // 50: flo.v1.Result.completed:type_name -> flo.v1.Completed
 	47,  // 51: flo.v1.Result.failed:type_name -> flo.v1.Failed
-	108, // 52: flo.v1.Result.trace_context:type_name -> flo.v1.Result.TraceContextEntry
+	109, // 52: flo.v1.Result.trace_context:type_name -> flo.v1.Result.TraceContextEntry
 	45,  // 53: flo.v1.ResultBatch.results:type_name -> flo.v1.Result
-	112, // 54: flo.v1.TouchAck.lease_until:type_name -> google.protobuf.Timestamp
+	113, // 54: flo.v1.TouchAck.lease_until:type_name -> google.protobuf.Timestamp
 	65,  // 55: flo.v1.RecordBatch.records:type_name -> flo.v1.StreamRecord
-	112, // 56: flo.v1.Stream.created_at:type_name -> google.protobuf.Timestamp
+	113, // 56: flo.v1.Stream.created_at:type_name -> google.protobuf.Timestamp
 	58,  // 57: flo.v1.ListStreamsResponse.streams:type_name -> flo.v1.Stream
 	58,  // 58: flo.v1.StreamInfo.stream:type_name -> flo.v1.Stream
 	71,  // 59: flo.v1.StreamInfo.groups:type_name -> flo.v1.ConsumerGroup
-	113, // 60: flo.v1.StreamRecord.value:type_name -> google.protobuf.Value
-	109, // 61: flo.v1.StreamRecord.headers:type_name -> flo.v1.StreamRecord.HeadersEntry
-	112, // 62: flo.v1.StreamRecord.appended_at:type_name -> google.protobuf.Timestamp
-	110, // 63: flo.v1.StreamRecord.trace_context:type_name -> flo.v1.StreamRecord.TraceContextEntry
-	113, // 64: flo.v1.AppendRecord.value:type_name -> google.protobuf.Value
-	111, // 65: flo.v1.AppendRecord.headers:type_name -> flo.v1.AppendRecord.HeadersEntry
+	114, // 60: flo.v1.StreamRecord.value:type_name -> google.protobuf.Value
+	110, // 61: flo.v1.StreamRecord.headers:type_name -> flo.v1.StreamRecord.HeadersEntry
+	113, // 62: flo.v1.StreamRecord.appended_at:type_name -> google.protobuf.Timestamp
+	111, // 63: flo.v1.StreamRecord.trace_context:type_name -> flo.v1.StreamRecord.TraceContextEntry
+	114, // 64: flo.v1.AppendRecord.value:type_name -> google.protobuf.Value
+	112, // 65: flo.v1.AppendRecord.headers:type_name -> flo.v1.AppendRecord.HeadersEntry
 	66,  // 66: flo.v1.AppendRequest.records:type_name -> flo.v1.AppendRecord
 	65,  // 67: flo.v1.ReadResponse.records:type_name -> flo.v1.StreamRecord
-	112, // 68: flo.v1.ConsumerGroup.created_at:type_name -> google.protobuf.Timestamp
+	113, // 68: flo.v1.ConsumerGroup.created_at:type_name -> google.protobuf.Timestamp
 	71,  // 69: flo.v1.ListGroupsResponse.groups:type_name -> flo.v1.ConsumerGroup
-	112, // 70: flo.v1.PendingEntry.delivered_at:type_name -> google.protobuf.Timestamp
-	112, // 71: flo.v1.PendingEntry.redeliver_at:type_name -> google.protobuf.Timestamp
-	77,  // 72: flo.v1.ListPendingResponse.entries:type_name -> flo.v1.PendingEntry
+	113, // 70: flo.v1.PendingEntry.delivered_at:type_name -> google.protobuf.Timestamp
+	113, // 71: flo.v1.PendingEntry.redeliver_at:type_name -> google.protobuf.Timestamp
+	78,  // 72: flo.v1.ListPendingResponse.entries:type_name -> flo.v1.PendingEntry
 	65,  // 73: flo.v1.GroupReadResponse.records:type_name -> flo.v1.StreamRecord
 	5,   // 74: flo.v1.Diagnostic.severity:type_name -> flo.v1.DiagnosticSeverity
-	112, // 75: flo.v1.WorkflowDefinition.created_at:type_name -> google.protobuf.Timestamp
-	86,  // 76: flo.v1.CreateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
-	85,  // 77: flo.v1.CreateWorkflowResponse.warnings:type_name -> flo.v1.Diagnostic
-	85,  // 78: flo.v1.ValidateWorkflowResponse.diagnostics:type_name -> flo.v1.Diagnostic
-	86,  // 79: flo.v1.ValidateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
-	86,  // 80: flo.v1.ListWorkflowsResponse.workflows:type_name -> flo.v1.WorkflowDefinition
-	113, // 81: flo.v1.StartRunRequest.input_value:type_name -> google.protobuf.Value
-	113, // 82: flo.v1.StepOutput.output_value:type_name -> google.protobuf.Value
-	112, // 83: flo.v1.StepOutput.finished_at:type_name -> google.protobuf.Timestamp
+	113, // 75: flo.v1.WorkflowDefinition.created_at:type_name -> google.protobuf.Timestamp
+	87,  // 76: flo.v1.CreateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
+	86,  // 77: flo.v1.CreateWorkflowResponse.warnings:type_name -> flo.v1.Diagnostic
+	86,  // 78: flo.v1.ValidateWorkflowResponse.diagnostics:type_name -> flo.v1.Diagnostic
+	87,  // 79: flo.v1.ValidateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
+	87,  // 80: flo.v1.ListWorkflowsResponse.workflows:type_name -> flo.v1.WorkflowDefinition
+	114, // 81: flo.v1.StartRunRequest.input_value:type_name -> google.protobuf.Value
+	114, // 82: flo.v1.StepOutput.output_value:type_name -> google.protobuf.Value
+	113, // 83: flo.v1.StepOutput.finished_at:type_name -> google.protobuf.Timestamp
 	6,   // 84: flo.v1.WorkflowRun.status:type_name -> flo.v1.RunStatus
-	113, // 85: flo.v1.WorkflowRun.input_value:type_name -> google.protobuf.Value
-	97,  // 86: flo.v1.WorkflowRun.outputs:type_name -> flo.v1.StepOutput
-	112, // 87: flo.v1.WorkflowRun.created_at:type_name -> google.protobuf.Timestamp
-	112, // 88: flo.v1.WorkflowRun.updated_at:type_name -> google.protobuf.Timestamp
-	112, // 89: flo.v1.WorkflowRun.finished_at:type_name -> google.protobuf.Timestamp
+	114, // 85: flo.v1.WorkflowRun.input_value:type_name -> google.protobuf.Value
+	98,  // 86: flo.v1.WorkflowRun.outputs:type_name -> flo.v1.StepOutput
+	113, // 87: flo.v1.WorkflowRun.created_at:type_name -> google.protobuf.Timestamp
+	113, // 88: flo.v1.WorkflowRun.updated_at:type_name -> google.protobuf.Timestamp
+	113, // 89: flo.v1.WorkflowRun.finished_at:type_name -> google.protobuf.Timestamp
 	6,   // 90: flo.v1.ListRunsRequest.status:type_name -> flo.v1.RunStatus
-	112, // 91: flo.v1.ListRunsRequest.created_after:type_name -> google.protobuf.Timestamp
-	112, // 92: flo.v1.ListRunsRequest.created_before:type_name -> google.protobuf.Timestamp
-	98,  // 93: flo.v1.ListRunsResponse.runs:type_name -> flo.v1.WorkflowRun
-	113, // 94: flo.v1.SignalRunRequest.value:type_name -> google.protobuf.Value
-	112, // 95: flo.v1.HistoryEvent.at:type_name -> google.protobuf.Timestamp
-	105, // 96: flo.v1.RunHistory.events:type_name -> flo.v1.HistoryEvent
+	113, // 91: flo.v1.ListRunsRequest.created_after:type_name -> google.protobuf.Timestamp
+	113, // 92: flo.v1.ListRunsRequest.created_before:type_name -> google.protobuf.Timestamp
+	99,  // 93: flo.v1.ListRunsResponse.runs:type_name -> flo.v1.WorkflowRun
+	114, // 94: flo.v1.SignalRunRequest.value:type_name -> google.protobuf.Value
+	113, // 95: flo.v1.HistoryEvent.at:type_name -> google.protobuf.Timestamp
+	106, // 96: flo.v1.RunHistory.events:type_name -> flo.v1.HistoryEvent
 	8,   // 97: flo.v1.NamespaceService.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
 	9,   // 98: flo.v1.NamespaceService.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
 	10,  // 99: flo.v1.NamespaceService.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
@@ -8205,24 +8500,24 @@ var file_flo_v1_api_proto_depIdxs = []int32{
 	67,  // 122: flo.v1.StreamService.Append:input_type -> flo.v1.AppendRequest
 	69,  // 123: flo.v1.StreamService.Read:input_type -> flo.v1.ReadRequest
 	72,  // 124: flo.v1.StreamService.CreateGroup:input_type -> flo.v1.CreateGroupRequest
-	60,  // 125: flo.v1.StreamService.ListGroups:input_type -> flo.v1.GetStreamRequest
+	74,  // 125: flo.v1.StreamService.ListGroups:input_type -> flo.v1.ListGroupsRequest
 	73,  // 126: flo.v1.StreamService.DeleteGroup:input_type -> flo.v1.GetGroupRequest
-	76,  // 127: flo.v1.StreamService.ListPending:input_type -> flo.v1.ListPendingRequest
-	79,  // 128: flo.v1.StreamService.GroupRead:input_type -> flo.v1.GroupReadRequest
-	81,  // 129: flo.v1.StreamService.Ack:input_type -> flo.v1.AckRequest
-	83,  // 130: flo.v1.StreamService.Nack:input_type -> flo.v1.NackRequest
-	87,  // 131: flo.v1.WorkflowService.CreateWorkflow:input_type -> flo.v1.CreateWorkflowRequest
-	89,  // 132: flo.v1.WorkflowService.ValidateWorkflow:input_type -> flo.v1.ValidateWorkflowRequest
-	91,  // 133: flo.v1.WorkflowService.GetWorkflow:input_type -> flo.v1.GetWorkflowRequest
-	92,  // 134: flo.v1.WorkflowService.ListWorkflows:input_type -> flo.v1.ListWorkflowsRequest
-	94,  // 135: flo.v1.WorkflowService.DisableWorkflow:input_type -> flo.v1.WorkflowNameRequest
-	94,  // 136: flo.v1.WorkflowService.EnableWorkflow:input_type -> flo.v1.WorkflowNameRequest
-	95,  // 137: flo.v1.WorkflowService.StartRun:input_type -> flo.v1.StartRunRequest
-	99,  // 138: flo.v1.WorkflowService.GetRun:input_type -> flo.v1.GetRunRequest
-	100, // 139: flo.v1.WorkflowService.ListRuns:input_type -> flo.v1.ListRunsRequest
-	102, // 140: flo.v1.WorkflowService.SignalRun:input_type -> flo.v1.SignalRunRequest
-	104, // 141: flo.v1.WorkflowService.CancelRun:input_type -> flo.v1.CancelRunRequest
-	99,  // 142: flo.v1.WorkflowService.GetRunHistory:input_type -> flo.v1.GetRunRequest
+	77,  // 127: flo.v1.StreamService.ListPending:input_type -> flo.v1.ListPendingRequest
+	80,  // 128: flo.v1.StreamService.GroupRead:input_type -> flo.v1.GroupReadRequest
+	82,  // 129: flo.v1.StreamService.Ack:input_type -> flo.v1.AckRequest
+	84,  // 130: flo.v1.StreamService.Nack:input_type -> flo.v1.NackRequest
+	88,  // 131: flo.v1.WorkflowService.CreateWorkflow:input_type -> flo.v1.CreateWorkflowRequest
+	90,  // 132: flo.v1.WorkflowService.ValidateWorkflow:input_type -> flo.v1.ValidateWorkflowRequest
+	92,  // 133: flo.v1.WorkflowService.GetWorkflow:input_type -> flo.v1.GetWorkflowRequest
+	93,  // 134: flo.v1.WorkflowService.ListWorkflows:input_type -> flo.v1.ListWorkflowsRequest
+	95,  // 135: flo.v1.WorkflowService.DisableWorkflow:input_type -> flo.v1.WorkflowNameRequest
+	95,  // 136: flo.v1.WorkflowService.EnableWorkflow:input_type -> flo.v1.WorkflowNameRequest
+	96,  // 137: flo.v1.WorkflowService.StartRun:input_type -> flo.v1.StartRunRequest
+	100, // 138: flo.v1.WorkflowService.GetRun:input_type -> flo.v1.GetRunRequest
+	101, // 139: flo.v1.WorkflowService.ListRuns:input_type -> flo.v1.ListRunsRequest
+	103, // 140: flo.v1.WorkflowService.SignalRun:input_type -> flo.v1.SignalRunRequest
+	105, // 141: flo.v1.WorkflowService.CancelRun:input_type -> flo.v1.CancelRunRequest
+	100, // 142: flo.v1.WorkflowService.GetRunHistory:input_type -> flo.v1.GetRunRequest
 	7,   // 143: flo.v1.NamespaceService.CreateNamespace:output_type -> flo.v1.Namespace
 	7,   // 144: flo.v1.NamespaceService.GetNamespace:output_type -> flo.v1.Namespace
 	11,  // 145: flo.v1.NamespaceService.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
@@ -8251,24 +8546,24 @@ var file_flo_v1_api_proto_depIdxs = []int32{
 	68,  // 168: flo.v1.StreamService.Append:output_type -> flo.v1.AppendResponse
 	70,  // 169: flo.v1.StreamService.Read:output_type -> flo.v1.ReadResponse
 	71,  // 170: flo.v1.StreamService.CreateGroup:output_type -> flo.v1.ConsumerGroup
-	74,  // 171: flo.v1.StreamService.ListGroups:output_type -> flo.v1.ListGroupsResponse
-	75,  // 172: flo.v1.StreamService.DeleteGroup:output_type -> flo.v1.DeleteGroupResponse
-	78,  // 173: flo.v1.StreamService.ListPending:output_type -> flo.v1.ListPendingResponse
-	80,  // 174: flo.v1.StreamService.GroupRead:output_type -> flo.v1.GroupReadResponse
-	82,  // 175: flo.v1.StreamService.Ack:output_type -> flo.v1.AckResponse
-	84,  // 176: flo.v1.StreamService.Nack:output_type -> flo.v1.NackResponse
-	88,  // 177: flo.v1.WorkflowService.CreateWorkflow:output_type -> flo.v1.CreateWorkflowResponse
-	90,  // 178: flo.v1.WorkflowService.ValidateWorkflow:output_type -> flo.v1.ValidateWorkflowResponse
-	86,  // 179: flo.v1.WorkflowService.GetWorkflow:output_type -> flo.v1.WorkflowDefinition
-	93,  // 180: flo.v1.WorkflowService.ListWorkflows:output_type -> flo.v1.ListWorkflowsResponse
-	86,  // 181: flo.v1.WorkflowService.DisableWorkflow:output_type -> flo.v1.WorkflowDefinition
-	86,  // 182: flo.v1.WorkflowService.EnableWorkflow:output_type -> flo.v1.WorkflowDefinition
-	96,  // 183: flo.v1.WorkflowService.StartRun:output_type -> flo.v1.StartRunResponse
-	98,  // 184: flo.v1.WorkflowService.GetRun:output_type -> flo.v1.WorkflowRun
-	101, // 185: flo.v1.WorkflowService.ListRuns:output_type -> flo.v1.ListRunsResponse
-	103, // 186: flo.v1.WorkflowService.SignalRun:output_type -> flo.v1.SignalRunResponse
-	98,  // 187: flo.v1.WorkflowService.CancelRun:output_type -> flo.v1.WorkflowRun
-	106, // 188: flo.v1.WorkflowService.GetRunHistory:output_type -> flo.v1.RunHistory
+	75,  // 171: flo.v1.StreamService.ListGroups:output_type -> flo.v1.ListGroupsResponse
+	76,  // 172: flo.v1.StreamService.DeleteGroup:output_type -> flo.v1.DeleteGroupResponse
+	79,  // 173: flo.v1.StreamService.ListPending:output_type -> flo.v1.ListPendingResponse
+	81,  // 174: flo.v1.StreamService.GroupRead:output_type -> flo.v1.GroupReadResponse
+	83,  // 175: flo.v1.StreamService.Ack:output_type -> flo.v1.AckResponse
+	85,  // 176: flo.v1.StreamService.Nack:output_type -> flo.v1.NackResponse
+	89,  // 177: flo.v1.WorkflowService.CreateWorkflow:output_type -> flo.v1.CreateWorkflowResponse
+	91,  // 178: flo.v1.WorkflowService.ValidateWorkflow:output_type -> flo.v1.ValidateWorkflowResponse
+	87,  // 179: flo.v1.WorkflowService.GetWorkflow:output_type -> flo.v1.WorkflowDefinition
+	94,  // 180: flo.v1.WorkflowService.ListWorkflows:output_type -> flo.v1.ListWorkflowsResponse
+	87,  // 181: flo.v1.WorkflowService.DisableWorkflow:output_type -> flo.v1.WorkflowDefinition
+	87,  // 182: flo.v1.WorkflowService.EnableWorkflow:output_type -> flo.v1.WorkflowDefinition
+	97,  // 183: flo.v1.WorkflowService.StartRun:output_type -> flo.v1.StartRunResponse
+	99,  // 184: flo.v1.WorkflowService.GetRun:output_type -> flo.v1.WorkflowRun
+	102, // 185: flo.v1.WorkflowService.ListRuns:output_type -> flo.v1.ListRunsResponse
+	104, // 186: flo.v1.WorkflowService.SignalRun:output_type -> flo.v1.SignalRunResponse
+	99,  // 187: flo.v1.WorkflowService.CancelRun:output_type -> flo.v1.WorkflowRun
+	107, // 188: flo.v1.WorkflowService.GetRunHistory:output_type -> flo.v1.RunHistory
 	143, // [143:189] is the sub-list for method output_type
 	97,  // [97:143] is the sub-list for method input_type
 	97,  // [97:97] is the sub-list for extension type_name
@@ -8311,7 +8606,7 @@ func file_flo_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flo_v1_api_proto_rawDesc), len(file_flo_v1_api_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   105,
+			NumMessages:   106,
 			NumExtensions: 0,
 			NumServices:   7,
 		},

@@ -1209,10 +1209,10 @@ type StreamServiceClient interface {
 	// appended after the call, waiting up to block_ms for them.
 	Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (*ReadResponse, error)
 	CreateGroup(ctx context.Context, in *CreateGroupRequest, opts ...grpc.CallOption) (*ConsumerGroup, error)
-	ListGroups(ctx context.Context, in *GetStreamRequest, opts ...grpc.CallOption) (*ListGroupsResponse, error)
+	ListGroups(ctx context.Context, in *ListGroupsRequest, opts ...grpc.CallOption) (*ListGroupsResponse, error)
 	DeleteGroup(ctx context.Context, in *GetGroupRequest, opts ...grpc.CallOption) (*DeleteGroupResponse, error)
 	// ListPending lists records delivered to the group's consumers and not yet
-	// acked, oldest first.
+	// acked, by partition and then offset (oldest first within a partition).
 	ListPending(ctx context.Context, in *ListPendingRequest, opts ...grpc.CallOption) (*ListPendingResponse, error)
 	// GroupRead hands up to count records to one consumer: due redeliveries
 	// first, then records no consumer of the group has seen.
@@ -1299,7 +1299,7 @@ func (c *streamServiceClient) CreateGroup(ctx context.Context, in *CreateGroupRe
 	return out, nil
 }
 
-func (c *streamServiceClient) ListGroups(ctx context.Context, in *GetStreamRequest, opts ...grpc.CallOption) (*ListGroupsResponse, error) {
+func (c *streamServiceClient) ListGroups(ctx context.Context, in *ListGroupsRequest, opts ...grpc.CallOption) (*ListGroupsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListGroupsResponse)
 	err := c.cc.Invoke(ctx, StreamService_ListGroups_FullMethodName, in, out, cOpts...)
@@ -1380,10 +1380,10 @@ type StreamServiceServer interface {
 	// appended after the call, waiting up to block_ms for them.
 	Read(context.Context, *ReadRequest) (*ReadResponse, error)
 	CreateGroup(context.Context, *CreateGroupRequest) (*ConsumerGroup, error)
-	ListGroups(context.Context, *GetStreamRequest) (*ListGroupsResponse, error)
+	ListGroups(context.Context, *ListGroupsRequest) (*ListGroupsResponse, error)
 	DeleteGroup(context.Context, *GetGroupRequest) (*DeleteGroupResponse, error)
 	// ListPending lists records delivered to the group's consumers and not yet
-	// acked, oldest first.
+	// acked, by partition and then offset (oldest first within a partition).
 	ListPending(context.Context, *ListPendingRequest) (*ListPendingResponse, error)
 	// GroupRead hands up to count records to one consumer: due redeliveries
 	// first, then records no consumer of the group has seen.
@@ -1421,7 +1421,7 @@ func (UnimplementedStreamServiceServer) Read(context.Context, *ReadRequest) (*Re
 func (UnimplementedStreamServiceServer) CreateGroup(context.Context, *CreateGroupRequest) (*ConsumerGroup, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateGroup not implemented")
 }
-func (UnimplementedStreamServiceServer) ListGroups(context.Context, *GetStreamRequest) (*ListGroupsResponse, error) {
+func (UnimplementedStreamServiceServer) ListGroups(context.Context, *ListGroupsRequest) (*ListGroupsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListGroups not implemented")
 }
 func (UnimplementedStreamServiceServer) DeleteGroup(context.Context, *GetGroupRequest) (*DeleteGroupResponse, error) {
@@ -1587,7 +1587,7 @@ func _StreamService_CreateGroup_Handler(srv interface{}, ctx context.Context, de
 }
 
 func _StreamService_ListGroups_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(GetStreamRequest)
+	in := new(ListGroupsRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -1599,7 +1599,7 @@ func _StreamService_ListGroups_Handler(srv interface{}, ctx context.Context, dec
 		FullMethod: StreamService_ListGroups_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(StreamServiceServer).ListGroups(ctx, req.(*GetStreamRequest))
+		return srv.(StreamServiceServer).ListGroups(ctx, req.(*ListGroupsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }

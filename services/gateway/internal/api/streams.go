@@ -221,7 +221,7 @@ func (s *StreamServer) CreateGroup(ctx context.Context, req *flov1.CreateGroupRe
 }
 
 // ListGroups lists a stream's consumer groups with their lag.
-func (s *StreamServer) ListGroups(ctx context.Context, req *flov1.GetStreamRequest) (*flov1.ListGroupsResponse, error) {
+func (s *StreamServer) ListGroups(ctx context.Context, req *flov1.ListGroupsRequest) (*flov1.ListGroupsResponse, error) {
 	if err := s.check(ctx, req.GetNamespace(), "stream", req.GetStream()); err != nil {
 		return nil, err
 	}
@@ -353,7 +353,7 @@ func (noStreams) CreateGroup(context.Context, *flov1.CreateGroupRequest, ...grpc
 	return nil, ErrNoStreams
 }
 
-func (noStreams) ListGroups(context.Context, *flov1.GetStreamRequest, ...grpc.CallOption) (*flov1.ListGroupsResponse, error) {
+func (noStreams) ListGroups(context.Context, *flov1.ListGroupsRequest, ...grpc.CallOption) (*flov1.ListGroupsResponse, error) {
 	return nil, ErrNoStreams
 }
 

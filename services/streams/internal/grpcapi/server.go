@@ -185,7 +185,7 @@ func (s *Server) CreateGroup(ctx context.Context, req *flov1.CreateGroupRequest)
 }
 
 // ListGroups lists a stream's groups with their lag.
-func (s *Server) ListGroups(ctx context.Context, req *flov1.GetStreamRequest) (*flov1.ListGroupsResponse, error) {
+func (s *Server) ListGroups(ctx context.Context, req *flov1.ListGroupsRequest) (*flov1.ListGroupsResponse, error) {
 	gs, err := s.d.Catalog.ListGroups(ctx, req.GetNamespace(), req.GetStream())
 	if err != nil {
 		return nil, err

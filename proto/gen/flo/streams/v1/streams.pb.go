@@ -27,7 +27,7 @@ var File_flo_streams_v1_streams_proto protoreflect.FileDescriptor
 
 const file_flo_streams_v1_streams_proto_rawDesc = "" +
 	"\n" +
-	"\x1cflo/streams/v1/streams.proto\x12\x0eflo.streams.v1\x1a\x10flo/v1/api.proto2\xb5\x06\n" +
+	"\x1cflo/streams/v1/streams.proto\x12\x0eflo.streams.v1\x1a\x10flo/v1/api.proto2\xb6\x06\n" +
 	"\aStreams\x12;\n" +
 	"\fCreateStream\x12\x1b.flo.v1.CreateStreamRequest\x1a\x0e.flo.v1.Stream\x129\n" +
 	"\tGetStream\x12\x18.flo.v1.GetStreamRequest\x1a\x12.flo.v1.StreamInfo\x12F\n" +
@@ -35,9 +35,9 @@ const file_flo_streams_v1_streams_proto_rawDesc = "" +
 	"\fDeleteStream\x12\x18.flo.v1.GetStreamRequest\x1a\x1c.flo.v1.DeleteStreamResponse\x127\n" +
 	"\x06Append\x12\x15.flo.v1.AppendRequest\x1a\x16.flo.v1.AppendResponse\x121\n" +
 	"\x04Read\x12\x13.flo.v1.ReadRequest\x1a\x14.flo.v1.ReadResponse\x12@\n" +
-	"\vCreateGroup\x12\x1a.flo.v1.CreateGroupRequest\x1a\x15.flo.v1.ConsumerGroup\x12B\n" +
+	"\vCreateGroup\x12\x1a.flo.v1.CreateGroupRequest\x1a\x15.flo.v1.ConsumerGroup\x12C\n" +
 	"\n" +
-	"ListGroups\x12\x18.flo.v1.GetStreamRequest\x1a\x1a.flo.v1.ListGroupsResponse\x12C\n" +
+	"ListGroups\x12\x19.flo.v1.ListGroupsRequest\x1a\x1a.flo.v1.ListGroupsResponse\x12C\n" +
 	"\vDeleteGroup\x12\x17.flo.v1.GetGroupRequest\x1a\x1b.flo.v1.DeleteGroupResponse\x12F\n" +
 	"\vListPending\x12\x1a.flo.v1.ListPendingRequest\x1a\x1b.flo.v1.ListPendingResponse\x12@\n" +
 	"\tGroupRead\x12\x18.flo.v1.GroupReadRequest\x1a\x19.flo.v1.GroupReadResponse\x12.\n" +
@@ -51,24 +51,25 @@ var file_flo_streams_v1_streams_proto_goTypes = []any{
 	(*v1.AppendRequest)(nil),        // 3: flo.v1.AppendRequest
 	(*v1.ReadRequest)(nil),          // 4: flo.v1.ReadRequest
 	(*v1.CreateGroupRequest)(nil),   // 5: flo.v1.CreateGroupRequest
-	(*v1.GetGroupRequest)(nil),      // 6: flo.v1.GetGroupRequest
-	(*v1.ListPendingRequest)(nil),   // 7: flo.v1.ListPendingRequest
-	(*v1.GroupReadRequest)(nil),     // 8: flo.v1.GroupReadRequest
-	(*v1.AckRequest)(nil),           // 9: flo.v1.AckRequest
-	(*v1.NackRequest)(nil),          // 10: flo.v1.NackRequest
-	(*v1.Stream)(nil),               // 11: flo.v1.Stream
-	(*v1.StreamInfo)(nil),           // 12: flo.v1.StreamInfo
-	(*v1.ListStreamsResponse)(nil),  // 13: flo.v1.ListStreamsResponse
-	(*v1.DeleteStreamResponse)(nil), // 14: flo.v1.DeleteStreamResponse
-	(*v1.AppendResponse)(nil),       // 15: flo.v1.AppendResponse
-	(*v1.ReadResponse)(nil),         // 16: flo.v1.ReadResponse
-	(*v1.ConsumerGroup)(nil),        // 17: flo.v1.ConsumerGroup
-	(*v1.ListGroupsResponse)(nil),   // 18: flo.v1.ListGroupsResponse
-	(*v1.DeleteGroupResponse)(nil),  // 19: flo.v1.DeleteGroupResponse
-	(*v1.ListPendingResponse)(nil),  // 20: flo.v1.ListPendingResponse
-	(*v1.GroupReadResponse)(nil),    // 21: flo.v1.GroupReadResponse
-	(*v1.AckResponse)(nil),          // 22: flo.v1.AckResponse
-	(*v1.NackResponse)(nil),         // 23: flo.v1.NackResponse
+	(*v1.ListGroupsRequest)(nil),    // 6: flo.v1.ListGroupsRequest
+	(*v1.GetGroupRequest)(nil),      // 7: flo.v1.GetGroupRequest
+	(*v1.ListPendingRequest)(nil),   // 8: flo.v1.ListPendingRequest
+	(*v1.GroupReadRequest)(nil),     // 9: flo.v1.GroupReadRequest
+	(*v1.AckRequest)(nil),           // 10: flo.v1.AckRequest
+	(*v1.NackRequest)(nil),          // 11: flo.v1.NackRequest
+	(*v1.Stream)(nil),               // 12: flo.v1.Stream
+	(*v1.StreamInfo)(nil),           // 13: flo.v1.StreamInfo
+	(*v1.ListStreamsResponse)(nil),  // 14: flo.v1.ListStreamsResponse
+	(*v1.DeleteStreamResponse)(nil), // 15: flo.v1.DeleteStreamResponse
+	(*v1.AppendResponse)(nil),       // 16: flo.v1.AppendResponse
+	(*v1.ReadResponse)(nil),         // 17: flo.v1.ReadResponse
+	(*v1.ConsumerGroup)(nil),        // 18: flo.v1.ConsumerGroup
+	(*v1.ListGroupsResponse)(nil),   // 19: flo.v1.ListGroupsResponse
+	(*v1.DeleteGroupResponse)(nil),  // 20: flo.v1.DeleteGroupResponse
+	(*v1.ListPendingResponse)(nil),  // 21: flo.v1.ListPendingResponse
+	(*v1.GroupReadResponse)(nil),    // 22: flo.v1.GroupReadResponse
+	(*v1.AckResponse)(nil),          // 23: flo.v1.AckResponse
+	(*v1.NackResponse)(nil),         // 24: flo.v1.NackResponse
 }
 var file_flo_streams_v1_streams_proto_depIdxs = []int32{
 	0,  // 0: flo.streams.v1.Streams.CreateStream:input_type -> flo.v1.CreateStreamRequest
@@ -78,25 +79,25 @@ var file_flo_streams_v1_streams_proto_depIdxs = []int32{
 	3,  // 4: flo.streams.v1.Streams.Append:input_type -> flo.v1.AppendRequest
 	4,  // 5: flo.streams.v1.Streams.Read:input_type -> flo.v1.ReadRequest
 	5,  // 6: flo.streams.v1.Streams.CreateGroup:input_type -> flo.v1.CreateGroupRequest
-	1,  // 7: flo.streams.v1.Streams.ListGroups:input_type -> flo.v1.GetStreamRequest
-	6,  // 8: flo.streams.v1.Streams.DeleteGroup:input_type -> flo.v1.GetGroupRequest
-	7,  // 9: flo.streams.v1.Streams.ListPending:input_type -> flo.v1.ListPendingRequest
-	8,  // 10: flo.streams.v1.Streams.GroupRead:input_type -> flo.v1.GroupReadRequest
-	9,  // 11: flo.streams.v1.Streams.Ack:input_type -> flo.v1.AckRequest
-	10, // 12: flo.streams.v1.Streams.Nack:input_type -> flo.v1.NackRequest
-	11, // 13: flo.streams.v1.Streams.CreateStream:output_type -> flo.v1.Stream
-	12, // 14: flo.streams.v1.Streams.GetStream:output_type -> flo.v1.StreamInfo
-	13, // 15: flo.streams.v1.Streams.ListStreams:output_type -> flo.v1.ListStreamsResponse
-	14, // 16: flo.streams.v1.Streams.DeleteStream:output_type -> flo.v1.DeleteStreamResponse
-	15, // 17: flo.streams.v1.Streams.Append:output_type -> flo.v1.AppendResponse
-	16, // 18: flo.streams.v1.Streams.Read:output_type -> flo.v1.ReadResponse
-	17, // 19: flo.streams.v1.Streams.CreateGroup:output_type -> flo.v1.ConsumerGroup
-	18, // 20: flo.streams.v1.Streams.ListGroups:output_type -> flo.v1.ListGroupsResponse
-	19, // 21: flo.streams.v1.Streams.DeleteGroup:output_type -> flo.v1.DeleteGroupResponse
-	20, // 22: flo.streams.v1.Streams.ListPending:output_type -> flo.v1.ListPendingResponse
-	21, // 23: flo.streams.v1.Streams.GroupRead:output_type -> flo.v1.GroupReadResponse
-	22, // 24: flo.streams.v1.Streams.Ack:output_type -> flo.v1.AckResponse
-	23, // 25: flo.streams.v1.Streams.Nack:output_type -> flo.v1.NackResponse
+	6,  // 7: flo.streams.v1.Streams.ListGroups:input_type -> flo.v1.ListGroupsRequest
+	7,  // 8: flo.streams.v1.Streams.DeleteGroup:input_type -> flo.v1.GetGroupRequest
+	8,  // 9: flo.streams.v1.Streams.ListPending:input_type -> flo.v1.ListPendingRequest
+	9,  // 10: flo.streams.v1.Streams.GroupRead:input_type -> flo.v1.GroupReadRequest
+	10, // 11: flo.streams.v1.Streams.Ack:input_type -> flo.v1.AckRequest
+	11, // 12: flo.streams.v1.Streams.Nack:input_type -> flo.v1.NackRequest
+	12, // 13: flo.streams.v1.Streams.CreateStream:output_type -> flo.v1.Stream
+	13, // 14: flo.streams.v1.Streams.GetStream:output_type -> flo.v1.StreamInfo
+	14, // 15: flo.streams.v1.Streams.ListStreams:output_type -> flo.v1.ListStreamsResponse
+	15, // 16: flo.streams.v1.Streams.DeleteStream:output_type -> flo.v1.DeleteStreamResponse
+	16, // 17: flo.streams.v1.Streams.Append:output_type -> flo.v1.AppendResponse
+	17, // 18: flo.streams.v1.Streams.Read:output_type -> flo.v1.ReadResponse
+	18, // 19: flo.streams.v1.Streams.CreateGroup:output_type -> flo.v1.ConsumerGroup
+	19, // 20: flo.streams.v1.Streams.ListGroups:output_type -> flo.v1.ListGroupsResponse
+	20, // 21: flo.streams.v1.Streams.DeleteGroup:output_type -> flo.v1.DeleteGroupResponse
+	21, // 22: flo.streams.v1.Streams.ListPending:output_type -> flo.v1.ListPendingResponse
+	22, // 23: flo.streams.v1.Streams.GroupRead:output_type -> flo.v1.GroupReadResponse
+	23, // 24: flo.streams.v1.Streams.Ack:output_type -> flo.v1.AckResponse
+	24, // 25: flo.streams.v1.Streams.Nack:output_type -> flo.v1.NackResponse
 	13, // [13:26] is the sub-list for method output_type
 	0,  // [0:13] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name

@@ -52,7 +52,7 @@ type StreamsClient interface {
 	Append(ctx context.Context, in *v1.AppendRequest, opts ...grpc.CallOption) (*v1.AppendResponse, error)
 	Read(ctx context.Context, in *v1.ReadRequest, opts ...grpc.CallOption) (*v1.ReadResponse, error)
 	CreateGroup(ctx context.Context, in *v1.CreateGroupRequest, opts ...grpc.CallOption) (*v1.ConsumerGroup, error)
-	ListGroups(ctx context.Context, in *v1.GetStreamRequest, opts ...grpc.CallOption) (*v1.ListGroupsResponse, error)
+	ListGroups(ctx context.Context, in *v1.ListGroupsRequest, opts ...grpc.CallOption) (*v1.ListGroupsResponse, error)
 	DeleteGroup(ctx context.Context, in *v1.GetGroupRequest, opts ...grpc.CallOption) (*v1.DeleteGroupResponse, error)
 	ListPending(ctx context.Context, in *v1.ListPendingRequest, opts ...grpc.CallOption) (*v1.ListPendingResponse, error)
 	GroupRead(ctx context.Context, in *v1.GroupReadRequest, opts ...grpc.CallOption) (*v1.GroupReadResponse, error)
@@ -138,7 +138,7 @@ func (c *streamsClient) CreateGroup(ctx context.Context, in *v1.CreateGroupReque
 	return out, nil
 }
 
-func (c *streamsClient) ListGroups(ctx context.Context, in *v1.GetStreamRequest, opts ...grpc.CallOption) (*v1.ListGroupsResponse, error) {
+func (c *streamsClient) ListGroups(ctx context.Context, in *v1.ListGroupsRequest, opts ...grpc.CallOption) (*v1.ListGroupsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(v1.ListGroupsResponse)
 	err := c.cc.Invoke(ctx, Streams_ListGroups_FullMethodName, in, out, cOpts...)
@@ -213,7 +213,7 @@ type StreamsServer interface {
 	Append(context.Context, *v1.AppendRequest) (*v1.AppendResponse, error)
 	Read(context.Context, *v1.ReadRequest) (*v1.ReadResponse, error)
 	CreateGroup(context.Context, *v1.CreateGroupRequest) (*v1.ConsumerGroup, error)
-	ListGroups(context.Context, *v1.GetStreamRequest) (*v1.ListGroupsResponse, error)
+	ListGroups(context.Context, *v1.ListGroupsRequest) (*v1.ListGroupsResponse, error)
 	DeleteGroup(context.Context, *v1.GetGroupRequest) (*v1.DeleteGroupResponse, error)
 	ListPending(context.Context, *v1.ListPendingRequest) (*v1.ListPendingResponse, error)
 	GroupRead(context.Context, *v1.GroupReadRequest) (*v1.GroupReadResponse, error)
@@ -250,7 +250,7 @@ func (UnimplementedStreamsServer) Read(context.Context, *v1.ReadRequest) (*v1.Re
 func (UnimplementedStreamsServer) CreateGroup(context.Context, *v1.CreateGroupRequest) (*v1.ConsumerGroup, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateGroup not implemented")
 }
-func (UnimplementedStreamsServer) ListGroups(context.Context, *v1.GetStreamRequest) (*v1.ListGroupsResponse, error) {
+func (UnimplementedStreamsServer) ListGroups(context.Context, *v1.ListGroupsRequest) (*v1.ListGroupsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListGroups not implemented")
 }
 func (UnimplementedStreamsServer) DeleteGroup(context.Context, *v1.GetGroupRequest) (*v1.DeleteGroupResponse, error) {
@@ -416,7 +416,7 @@ func _Streams_CreateGroup_Handler(srv interface{}, ctx context.Context, dec func
 }
 
 func _Streams_ListGroups_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(v1.GetStreamRequest)
+	in := new(v1.ListGroupsRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -428,7 +428,7 @@ func _Streams_ListGroups_Handler(srv interface{}, ctx context.Context, dec func(
 		FullMethod: Streams_ListGroups_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(StreamsServer).ListGroups(ctx, req.(*v1.GetStreamRequest))
+		return srv.(StreamsServer).ListGroups(ctx, req.(*v1.ListGroupsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
