@@ -55,6 +55,15 @@ func New(limit int32, token string, max, parts int) (Page, error) {
 
 var errBadToken = fault.Invalidf("page_token is not a token this call returned")
 
+// Part returns part i of the After key, or "" on the first page: a key of
+// one name resumes with WHERE name > Part(0), which "" starts at the first.
+func (p Page) Part(i int) string {
+	if p.After == nil {
+		return ""
+	}
+	return p.After[i]
+}
+
 // Int returns part i of the After key as an integer, or an Invalid error
 // naming page_token when it is not one.
 func (p Page) Int(i int) (int64, error) {

@@ -193,15 +193,13 @@ func (c *Client) ListActions(ctx context.Context) ([]*Action, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := svc.ListActions(ctx, &flov1.ListActionsRequest{Namespace: c.namespace})
-	if err != nil {
-		return nil, fmt.Errorf("list actions: %w", err)
-	}
-	out := make([]*Action, 0, len(resp.GetActions()))
-	for _, a := range resp.GetActions() {
-		out = append(out, actionFromProto(a))
-	}
-	return out, nil
+	return listPages(0, func(size int32, token string) ([]*flov1.Action, string, error) {
+		resp, err := svc.ListActions(ctx, &flov1.ListActionsRequest{Namespace: c.namespace, Limit: size, PageToken: token})
+		if err != nil {
+			return nil, "", fmt.Errorf("list actions: %w", err)
+		}
+		return resp.GetActions(), resp.GetNextPageToken(), nil
+	}, actionFromProto)
 }
 
 // EnableAction turns a disabled action back on.

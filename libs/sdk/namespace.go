@@ -47,15 +47,13 @@ func (c *Client) ListNamespaces(ctx context.Context) ([]*Namespace, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := svc.ListNamespaces(ctx, &flov1.ListNamespacesRequest{})
-	if err != nil {
-		return nil, fmt.Errorf("list namespaces: %w", err)
-	}
-	out := make([]*Namespace, 0, len(resp.GetNamespaces()))
-	for _, ns := range resp.GetNamespaces() {
-		out = append(out, namespaceFromProto(ns))
-	}
-	return out, nil
+	return listPages(0, func(size int32, token string) ([]*flov1.Namespace, string, error) {
+		resp, err := svc.ListNamespaces(ctx, &flov1.ListNamespacesRequest{Limit: size, PageToken: token})
+		if err != nil {
+			return nil, "", fmt.Errorf("list namespaces: %w", err)
+		}
+		return resp.GetNamespaces(), resp.GetNextPageToken(), nil
+	}, namespaceFromProto)
 }
 
 func namespaceFromProto(ns *flov1.Namespace) *Namespace {

@@ -139,15 +139,13 @@ func (c *Client) ListWorkers(ctx context.Context) ([]*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := svc.ListWorkers(ctx, &flov1.ListWorkersRequest{Namespace: c.namespace})
-	if err != nil {
-		return nil, fmt.Errorf("list workers: %w", err)
-	}
-	out := make([]*Worker, 0, len(resp.GetWorkers()))
-	for _, w := range resp.GetWorkers() {
-		out = append(out, workerFromProto(w))
-	}
-	return out, nil
+	return listPages(0, func(size int32, token string) ([]*flov1.Worker, string, error) {
+		resp, err := svc.ListWorkers(ctx, &flov1.ListWorkersRequest{Namespace: c.namespace, Limit: size, PageToken: token})
+		if err != nil {
+			return nil, "", fmt.Errorf("list workers: %w", err)
+		}
+		return resp.GetWorkers(), resp.GetNextPageToken(), nil
+	}, workerFromProto)
 }
 
 // GetWorker returns the worker id's record.

@@ -192,7 +192,7 @@ type GroupOptions struct {
 type PendingOptions struct {
 	// Consumer limits the list to one consumer's records; empty lists every consumer's.
 	Consumer string
-	// Limit is the most entries to return (at most 10,000); zero means 100.
+	// Limit is the most entries to return; zero returns every one, a page at a time.
 	Limit int
 }
 
@@ -252,15 +252,13 @@ func (c *Client) ListStreams(ctx context.Context) ([]*Stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := svc.ListStreams(ctx, &flov1.ListStreamsRequest{Namespace: c.namespace})
-	if err != nil {
-		return nil, fmt.Errorf("list streams: %w", err)
-	}
-	out := make([]*Stream, 0, len(resp.GetStreams()))
-	for _, s := range resp.GetStreams() {
-		out = append(out, streamFromProto(s))
-	}
-	return out, nil
+	return listPages(0, func(size int32, token string) ([]*flov1.Stream, string, error) {
+		resp, err := svc.ListStreams(ctx, &flov1.ListStreamsRequest{Namespace: c.namespace, Limit: size, PageToken: token})
+		if err != nil {
+			return nil, "", fmt.Errorf("list streams: %w", err)
+		}
+		return resp.GetStreams(), resp.GetNextPageToken(), nil
+	}, streamFromProto)
 }
 
 // DeleteStream removes the stream name with its records and consumer groups.
@@ -382,15 +380,13 @@ func (c *Client) ListGroups(ctx context.Context, stream string) ([]*ConsumerGrou
 	if err != nil {
 		return nil, err
 	}
-	resp, err := svc.ListGroups(ctx, &flov1.ListGroupsRequest{Namespace: c.namespace, Stream: stream})
-	if err != nil {
-		return nil, fmt.Errorf("list groups of stream %s: %w", stream, err)
-	}
-	out := make([]*ConsumerGroup, 0, len(resp.GetGroups()))
-	for _, g := range resp.GetGroups() {
-		out = append(out, groupFromProto(g))
-	}
-	return out, nil
+	return listPages(0, func(size int32, token string) ([]*flov1.ConsumerGroup, string, error) {
+		resp, err := svc.ListGroups(ctx, &flov1.ListGroupsRequest{Namespace: c.namespace, Stream: stream, Limit: size, PageToken: token})
+		if err != nil {
+			return nil, "", fmt.Errorf("list groups of stream %s: %w", stream, err)
+		}
+		return resp.GetGroups(), resp.GetNextPageToken(), nil
+	}, groupFromProto)
 }
 
 // DeleteGroup removes the consumer group group of stream with its pending records; the
@@ -413,27 +409,33 @@ func (c *Client) ListPending(ctx context.Context, stream, group string, opts Pen
 	if err != nil {
 		return nil, 0, err
 	}
-	resp, err := svc.ListPending(ctx, &flov1.ListPendingRequest{
-		Namespace: c.namespace,
-		Stream:    stream,
-		Group:     group,
-		Consumer:  opts.Consumer,
-		Limit:     int32(opts.Limit),
-	})
-	if err != nil {
-		return nil, 0, fmt.Errorf("list pending records of group %s of stream %s: %w", group, stream, err)
-	}
-	entries = make([]*PendingEntry, 0, len(resp.GetEntries()))
-	for _, e := range resp.GetEntries() {
-		entries = append(entries, &PendingEntry{
+	entries, err = listPages(opts.Limit, func(size int32, token string) ([]*flov1.PendingEntry, string, error) {
+		resp, err := svc.ListPending(ctx, &flov1.ListPendingRequest{
+			Namespace: c.namespace,
+			Stream:    stream,
+			Group:     group,
+			Consumer:  opts.Consumer,
+			Limit:     size,
+			PageToken: token,
+		})
+		if err != nil {
+			return nil, "", fmt.Errorf("list pending records of group %s of stream %s: %w", group, stream, err)
+		}
+		total = resp.GetTotal()
+		return resp.GetEntries(), resp.GetNextPageToken(), nil
+	}, func(e *flov1.PendingEntry) *PendingEntry {
+		return &PendingEntry{
 			ID:            e.GetId(),
 			Consumer:      e.GetConsumer(),
 			DeliveryCount: int(e.GetDeliveryCount()),
 			DeliveredAt:   timeFromProto(e.GetDeliveredAt()),
 			RedeliverAt:   timeFromProto(e.GetRedeliverAt()),
-		})
+		}
+	})
+	if err != nil {
+		return nil, 0, err
 	}
-	return entries, resp.GetTotal(), nil
+	return entries, total, nil
 }
 
 func streamFromProto(s *flov1.Stream) *Stream {

@@ -144,7 +144,7 @@ func (s *streamsPeer) Read(_ context.Context, req *flov1.ReadRequest) (*flov1.Re
 	}, nil
 }
 
-func (s *streamsPeer) ListGroups(_ context.Context, req *flov1.GetStreamRequest) (*flov1.ListGroupsResponse, error) {
+func (s *streamsPeer) ListGroups(_ context.Context, req *flov1.ListGroupsRequest) (*flov1.ListGroupsResponse, error) {
 	s.keep(req)
 	return &flov1.ListGroupsResponse{Groups: []*flov1.ConsumerGroup{{
 		Namespace: req.GetNamespace(), Stream: req.GetStream(), Name: "processors", MaxDeliveries: 5, Lag: 7, Pending: 2,

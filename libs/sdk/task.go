@@ -259,26 +259,25 @@ func (c *Client) AwaitTask(ctx context.Context, id string, timeout time.Duration
 	return taskFromProto(t), nil
 }
 
-// ListDeadLetters returns up to limit dead-lettered tasks of action; an empty action means
-// every action, a zero limit the server's default.
+// ListDeadLetters returns up to limit dead-lettered tasks of action, newest first; an empty
+// action means every action, a zero limit every dead letter, fetched a page at a time.
 func (c *Client) ListDeadLetters(ctx context.Context, action string, limit int) ([]*Task, error) {
 	svc, err := c.taskService()
 	if err != nil {
 		return nil, err
 	}
-	resp, err := svc.ListDeadLetters(ctx, &flov1.ListDeadLettersRequest{
-		Namespace: c.namespace,
-		Action:    action,
-		Limit:     int32(limit),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list dead letters: %w", err)
-	}
-	out := make([]*Task, 0, len(resp.GetTasks()))
-	for _, t := range resp.GetTasks() {
-		out = append(out, taskFromProto(t))
-	}
-	return out, nil
+	return listPages(limit, func(size int32, token string) ([]*flov1.Task, string, error) {
+		resp, err := svc.ListDeadLetters(ctx, &flov1.ListDeadLettersRequest{
+			Namespace: c.namespace,
+			Action:    action,
+			Limit:     size,
+			PageToken: token,
+		})
+		if err != nil {
+			return nil, "", fmt.Errorf("list dead letters: %w", err)
+		}
+		return resp.GetTasks(), resp.GetNextPageToken(), nil
+	}, taskFromProto)
 }
 
 // RequeueDeadLetter puts the dead-lettered task id back in its queue for another round of

@@ -416,15 +416,15 @@ func (c *Client) ListWorkflows(ctx context.Context, opts ListWorkflowsOptions) (
 	if err != nil {
 		return nil, err
 	}
-	resp, err := svc.ListWorkflows(ctx, &flov1.ListWorkflowsRequest{Namespace: c.namespace, Name: opts.Name, AllVersions: opts.AllVersions})
-	if err != nil {
-		return nil, fmt.Errorf("list workflows: %w", err)
-	}
-	out := make([]*Workflow, 0, len(resp.GetWorkflows()))
-	for _, w := range resp.GetWorkflows() {
-		out = append(out, workflowFromProto(w))
-	}
-	return out, nil
+	return listPages(0, func(size int32, token string) ([]*flov1.WorkflowDefinition, string, error) {
+		resp, err := svc.ListWorkflows(ctx, &flov1.ListWorkflowsRequest{
+			Namespace: c.namespace, Name: opts.Name, AllVersions: opts.AllVersions, Limit: size, PageToken: token,
+		})
+		if err != nil {
+			return nil, "", fmt.Errorf("list workflows: %w", err)
+		}
+		return resp.GetWorkflows(), resp.GetNextPageToken(), nil
+	}, workflowFromProto)
 }
 
 // DisableWorkflow refuses new starts of every version of the workflow name until

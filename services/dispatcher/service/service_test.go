@@ -441,7 +441,7 @@ func testRetryThenDeadLetter(t *testing.T, e *env) {
 	require.NoError(t, err)
 	require.Len(t, dead.GetTasks(), 1)
 	require.Equal(t, id, dead.GetTasks()[0].GetId())
-	dead, err = e.client.ListDeadLetters(t.Context(), &flov1.ListDeadLettersRequest{Namespace: ns, Action: "flaky", Limit: 5000})
+	dead, err = e.client.ListDeadLetters(t.Context(), &flov1.ListDeadLettersRequest{Namespace: ns, Action: "flaky", Limit: 1000})
 	require.NoError(t, err)
 	require.Len(t, dead.GetTasks(), 1)
 }

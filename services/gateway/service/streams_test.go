@@ -664,7 +664,7 @@ func TestStreamWorkerProtocolErrors(t *testing.T) {
 // groupLag returns how many records of the group no consumer has been handed.
 func groupLag(t *testing.T, s *stack, stream, group string) int64 {
 	t.Helper()
-	resp, err := s.streams.ListGroups(testContext(t), &flov1.GetStreamRequest{Namespace: "default", Stream: stream})
+	resp, err := s.streams.ListGroups(testContext(t), &flov1.ListGroupsRequest{Namespace: "default", Stream: stream})
 	require.NoError(t, err)
 	for _, g := range resp.GetGroups() {
 		if g.GetName() == group {

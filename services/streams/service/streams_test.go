@@ -389,7 +389,7 @@ func testInfo(t *testing.T, _ *env, c streamsv1.StreamsClient) {
 	require.Equal(t, int64(8), billing.GetPending())
 	require.Equal(t, int32(5), billing.GetMaxDeliveries(), "the default")
 
-	list, err := c.ListGroups(ctx, &flov1.GetStreamRequest{Namespace: ns, Stream: "orders"})
+	list, err := c.ListGroups(ctx, &flov1.ListGroupsRequest{Namespace: ns, Stream: "orders"})
 	require.NoError(t, err)
 	require.Len(t, list.GetGroups(), 2)
 	require.Equal(t, int64(18), list.GetGroups()[1].GetLag())
@@ -418,7 +418,7 @@ func testDeleteStream(t *testing.T, _ *env, c streamsv1.StreamsClient) {
 	resp, err := c.Read(ctx, &flov1.ReadRequest{Namespace: ns, Stream: "tmp"})
 	require.NoError(t, err)
 	require.Empty(t, resp.GetRecords())
-	list, err := c.ListGroups(ctx, &flov1.GetStreamRequest{Namespace: ns, Stream: "tmp"})
+	list, err := c.ListGroups(ctx, &flov1.ListGroupsRequest{Namespace: ns, Stream: "tmp"})
 	require.NoError(t, err)
 	require.Empty(t, list.GetGroups())
 

@@ -106,7 +106,7 @@ func (r *recordingStreams) CreateGroup(_ context.Context, req *flov1.CreateGroup
 	return &flov1.ConsumerGroup{Namespace: req.GetNamespace(), Stream: req.GetStream(), Name: req.GetName(), MaxDeliveries: max(req.GetMaxDeliveries(), 5)}, nil
 }
 
-func (r *recordingStreams) ListGroups(_ context.Context, req *flov1.GetStreamRequest) (*flov1.ListGroupsResponse, error) {
+func (r *recordingStreams) ListGroups(_ context.Context, req *flov1.ListGroupsRequest) (*flov1.ListGroupsResponse, error) {
 	r.keep(req)
 	return &flov1.ListGroupsResponse{Groups: []*flov1.ConsumerGroup{{Namespace: req.GetNamespace(), Stream: req.GetStream(), Name: "processors", MaxDeliveries: 5, Lag: 4}}}, nil
 }

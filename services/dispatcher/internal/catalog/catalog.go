@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/razorbill/flo/libs/page"
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/services/dispatcher/internal/store"
 )
@@ -86,9 +87,15 @@ func (c *Catalog) GetNamespace(ctx context.Context, name string) (store.Namespac
 	return n, err
 }
 
-// ListNamespaces lists every namespace.
-func (c *Catalog) ListNamespaces(ctx context.Context) ([]store.Namespace, error) {
-	return store.ListNamespaces(ctx, c.pool)
+// ListNamespaces lists a page of namespaces by name, with the token of the
+// next page.
+func (c *Catalog) ListNamespaces(ctx context.Context, p page.Page) ([]store.Namespace, string, error) {
+	ns, err := store.ListNamespaces(ctx, c.pool, p.Part(0), p.Fetch())
+	if err != nil {
+		return nil, "", err
+	}
+	ns, next := page.Cut(p, ns, func(n store.Namespace) []string { return []string{n.Name} })
+	return ns, next, nil
 }
 
 // CheckNamespace returns a NotFound error unless the namespace exists.
@@ -212,12 +219,18 @@ func (c *Catalog) Get(ctx context.Context, namespace, name string) (store.Action
 	return a, err
 }
 
-// List returns a namespace's actions.
-func (c *Catalog) List(ctx context.Context, namespace string) ([]store.Action, error) {
+// List returns a page of a namespace's actions by name, with the token of
+// the next page.
+func (c *Catalog) List(ctx context.Context, namespace string, p page.Page) ([]store.Action, string, error) {
 	if err := c.CheckNamespace(ctx, namespace); err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return store.ListActions(ctx, c.pool, namespace)
+	as, err := store.ListActions(ctx, c.pool, namespace, p.Part(0), p.Fetch())
+	if err != nil {
+		return nil, "", err
+	}
+	as, next := page.Cut(p, as, func(a store.Action) []string { return []string{a.Name} })
+	return as, next, nil
 }
 
 // SetEnabled enables or disables an action. A disabled action's queued tasks

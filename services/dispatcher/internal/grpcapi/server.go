@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/razorbill/flo/libs/grpcserver"
+	"github.com/razorbill/flo/libs/page"
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
@@ -71,12 +72,16 @@ func (s *Server) GetNamespace(ctx context.Context, req *flov1.GetNamespaceReques
 }
 
 // ListNamespaces lists namespaces.
-func (s *Server) ListNamespaces(ctx context.Context, _ *flov1.ListNamespacesRequest) (*flov1.ListNamespacesResponse, error) {
-	ns, err := s.d.Catalog.ListNamespaces(ctx)
+func (s *Server) ListNamespaces(ctx context.Context, req *flov1.ListNamespacesRequest) (*flov1.ListNamespacesResponse, error) {
+	p, err := page.New(req.GetLimit(), req.GetPageToken(), page.MaxLimit, 1)
 	if err != nil {
 		return nil, err
 	}
-	out := &flov1.ListNamespacesResponse{Namespaces: make([]*flov1.Namespace, len(ns))}
+	ns, next, err := s.d.Catalog.ListNamespaces(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	out := &flov1.ListNamespacesResponse{Namespaces: make([]*flov1.Namespace, len(ns)), NextPageToken: next}
 	for i, n := range ns {
 		out.Namespaces[i] = namespaceProto(n)
 	}
@@ -119,11 +124,15 @@ func (s *Server) GetAction(ctx context.Context, req *flov1.GetActionRequest) (*f
 
 // ListActions lists a namespace's actions.
 func (s *Server) ListActions(ctx context.Context, req *flov1.ListActionsRequest) (*flov1.ListActionsResponse, error) {
-	as, err := s.d.Catalog.List(ctx, req.GetNamespace())
+	p, err := page.New(req.GetLimit(), req.GetPageToken(), page.MaxLimit, 1)
 	if err != nil {
 		return nil, err
 	}
-	return &flov1.ListActionsResponse{Actions: actionsProto(as)}, nil
+	as, next, err := s.d.Catalog.List(ctx, req.GetNamespace(), p)
+	if err != nil {
+		return nil, err
+	}
+	return &flov1.ListActionsResponse{Actions: actionsProto(as), NextPageToken: next}, nil
 }
 
 // SetActionEnabled enables or disables an action.
@@ -146,11 +155,15 @@ func (s *Server) GetTask(ctx context.Context, req *flov1.GetTaskRequest) (*flov1
 
 // ListDeadLetters lists dead-lettered tasks.
 func (s *Server) ListDeadLetters(ctx context.Context, req *flov1.ListDeadLettersRequest) (*flov1.ListDeadLettersResponse, error) {
-	ts, err := s.d.Queue.ListDeadLetters(ctx, req.GetNamespace(), req.GetAction(), int(req.GetLimit()))
+	p, err := page.New(req.GetLimit(), req.GetPageToken(), page.MaxLimit, 2)
 	if err != nil {
 		return nil, err
 	}
-	out := &flov1.ListDeadLettersResponse{Tasks: make([]*flov1.Task, len(ts))}
+	ts, next, err := s.d.Queue.ListDeadLetters(ctx, req.GetNamespace(), req.GetAction(), p)
+	if err != nil {
+		return nil, err
+	}
+	out := &flov1.ListDeadLettersResponse{Tasks: make([]*flov1.Task, len(ts)), NextPageToken: next}
 	for i, t := range ts {
 		out.Tasks[i] = taskProto(t)
 	}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -15,17 +16,12 @@ import (
 
 	"github.com/razorbill/flo/libs/fault"
 	"github.com/razorbill/flo/libs/outbox"
+	"github.com/razorbill/flo/libs/page"
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/wake"
 	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
 	"github.com/razorbill/flo/services/dispatcher/internal/store"
 	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
-)
-
-// Dead-letter listing limits.
-const (
-	DefaultListLimit = 100
-	MaxListLimit     = 1000
 )
 
 // Notifier is told that the outbox has new rows.
@@ -57,27 +53,36 @@ func (q *Queue) Get(ctx context.Context, namespace, taskID string) (store.Task, 
 	return t, err
 }
 
-// ListDeadLetters returns up to limit dead letters of a namespace, of one
-// action when action is set. Zero limit means DefaultListLimit; larger than
-// MaxListLimit means MaxListLimit.
-func (q *Queue) ListDeadLetters(ctx context.Context, namespace, action string, limit int) ([]store.Task, error) {
+// ListDeadLetters returns a page of a namespace's dead letters, newest
+// first, of one action when action is set, with the token of the next page.
+func (q *Queue) ListDeadLetters(ctx context.Context, namespace, action string, p page.Page) ([]store.Task, string, error) {
 	if err := q.catalog.CheckNamespace(ctx, namespace); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if action != "" {
 		if _, err := q.catalog.Get(ctx, namespace, action); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 	}
-	switch {
-	case limit < 0:
-		return nil, fault.Invalidf("limit must not be negative, got %d", limit)
-	case limit == 0:
-		limit = DefaultListLimit
-	case limit > MaxListLimit:
-		limit = MaxListLimit
+	var after store.DeadLetterKey
+	if p.After != nil {
+		us, err := p.Int(0)
+		if err != nil {
+			return nil, "", err
+		}
+		if after.ID, err = uuid.Parse(p.After[1]); err != nil {
+			return nil, "", page.BadToken()
+		}
+		after.UpdatedAt = time.UnixMicro(us)
 	}
-	return store.ListDeadLetters(ctx, q.pool, namespace, action, limit)
+	ts, err := store.ListDeadLetters(ctx, q.pool, namespace, action, after, p.Fetch())
+	if err != nil {
+		return nil, "", err
+	}
+	ts, next := page.Cut(p, ts, func(t store.Task) []string {
+		return []string{strconv.FormatInt(t.UpdatedAt.UnixMicro(), 10), t.ID.String()}
+	})
+	return ts, next, nil
 }
 
 // Requeue queues a dead-lettered task again from attempt zero.

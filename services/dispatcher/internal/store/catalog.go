@@ -31,8 +31,8 @@ func GetNamespace(ctx context.Context, db DB, name string) (Namespace, error) {
 }
 
 // ListNamespaces returns every namespace by name.
-func ListNamespaces(ctx context.Context, db DB) ([]Namespace, error) {
-	rows, err := db.Query(ctx, `SELECT name, created_at FROM namespaces ORDER BY name`)
+func ListNamespaces(ctx context.Context, db DB, after string, limit int) ([]Namespace, error) {
+	rows, err := db.Query(ctx, `SELECT name, created_at FROM namespaces WHERE name > $1 ORDER BY name LIMIT $2`, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("select namespaces: %w", err)
 	}
@@ -118,8 +118,9 @@ func GetAction(ctx context.Context, db DB, namespace, name string) (Action, erro
 }
 
 // ListActions returns a namespace's actions by name.
-func ListActions(ctx context.Context, db DB, namespace string) ([]Action, error) {
-	rows, err := db.Query(ctx, `SELECT `+actionColumns+` FROM actions WHERE namespace = $1 ORDER BY name`, namespace)
+func ListActions(ctx context.Context, db DB, namespace, after string, limit int) ([]Action, error) {
+	rows, err := db.Query(ctx, `SELECT `+actionColumns+` FROM actions WHERE namespace = $1 AND name > $2 ORDER BY name LIMIT $3`,
+		namespace, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("select actions in %s: %w", namespace, err)
 	}

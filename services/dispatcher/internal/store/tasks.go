@@ -383,9 +383,20 @@ func GetTask(ctx context.Context, db DB, namespace string, id uuid.UUID) (Task, 
 	return t, nil
 }
 
-// ListDeadLetters returns a namespace's dead letters, newest first, of one
-// action or of all when action is empty.
-func ListDeadLetters(ctx context.Context, db DB, namespace, action string, limit int) ([]Task, error) {
+// DeadLetterKey is where a listing of dead letters resumes: after the task
+// with this update time and id. The zero key starts at the newest.
+type DeadLetterKey struct {
+	UpdatedAt time.Time
+	ID        uuid.UUID
+}
+
+// ListDeadLetters returns up to limit of a namespace's dead letters after
+// key, newest first, of one action or of all when action is empty.
+func ListDeadLetters(ctx context.Context, db DB, namespace, action string, after DeadLetterKey, limit int) ([]Task, error) {
+	var afterAt *time.Time
+	if !after.UpdatedAt.IsZero() {
+		afterAt = &after.UpdatedAt
+	}
 	// Two statements rather than "($2 = '' OR action = $2)" so each gets a
 	// plan that uses the dead-letter index.
 	var (
@@ -395,15 +406,15 @@ func ListDeadLetters(ctx context.Context, db DB, namespace, action string, limit
 	if action == "" {
 		rows, err = db.Query(ctx, `
 SELECT `+taskColumns+` FROM tasks
-WHERE namespace = $1 AND state = 'dead_lettered'
-ORDER BY updated_at DESC, id
-LIMIT $2`, namespace, limit)
+WHERE namespace = $1 AND state = 'dead_lettered' AND ($2::timestamptz IS NULL OR (updated_at, id) < ($2, $3))
+ORDER BY updated_at DESC, id DESC
+LIMIT $4`, namespace, afterAt, after.ID, limit)
 	} else {
 		rows, err = db.Query(ctx, `
 SELECT `+taskColumns+` FROM tasks
-WHERE namespace = $1 AND action = $2 AND state = 'dead_lettered'
-ORDER BY updated_at DESC, id
-LIMIT $3`, namespace, action, limit)
+WHERE namespace = $1 AND action = $2 AND state = 'dead_lettered' AND ($3::timestamptz IS NULL OR (updated_at, id) < ($3, $4))
+ORDER BY updated_at DESC, id DESC
+LIMIT $5`, namespace, action, afterAt, after.ID, limit)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("select dead letters of %s: %w", namespace, err)

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/razorbill/flo/libs/grpcserver"
+	"github.com/razorbill/flo/libs/page"
 	registryv1 "github.com/razorbill/flo/proto/gen/flo/registry/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	"github.com/razorbill/flo/services/registry/internal/roster"
@@ -74,11 +75,15 @@ func (s *Server) GetWorker(ctx context.Context, req *flov1.GetWorkerRequest) (*f
 
 // ListWorkers lists a namespace's workers by id.
 func (s *Server) ListWorkers(ctx context.Context, req *flov1.ListWorkersRequest) (*flov1.ListWorkersResponse, error) {
-	ws, err := s.roster.List(ctx, req.GetNamespace())
+	p, err := page.New(req.GetLimit(), req.GetPageToken(), page.MaxLimit, 1)
 	if err != nil {
 		return nil, err
 	}
-	out := &flov1.ListWorkersResponse{Workers: make([]*flov1.Worker, len(ws))}
+	ws, next, err := s.roster.List(ctx, req.GetNamespace(), p)
+	if err != nil {
+		return nil, err
+	}
+	out := &flov1.ListWorkersResponse{Workers: make([]*flov1.Worker, len(ws)), NextPageToken: next}
 	for i, w := range ws {
 		out.Workers[i] = workerProto(w)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/razorbill/flo/libs/fault"
 	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/outbox"
+	"github.com/razorbill/flo/libs/page"
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/services/registry/internal/store"
 	"github.com/razorbill/flo/services/registry/internal/workerevent"
@@ -263,12 +264,18 @@ func (r *Roster) Get(ctx context.Context, namespace, id string) (store.Worker, e
 	return w, err
 }
 
-// List reads every worker of a namespace with its processes, by id.
-func (r *Roster) List(ctx context.Context, namespace string) ([]store.Worker, error) {
+// List reads a page of a namespace's workers with their processes, by id,
+// with the token of the next page.
+func (r *Roster) List(ctx context.Context, namespace string, p page.Page) ([]store.Worker, string, error) {
 	if namespace == "" {
-		return nil, fault.Invalidf("namespace is required")
+		return nil, "", fault.Invalidf("namespace is required")
 	}
-	return store.ListWorkers(ctx, r.pool, namespace)
+	ws, err := store.ListWorkers(ctx, r.pool, namespace, p.Part(0), p.Fetch())
+	if err != nil {
+		return nil, "", err
+	}
+	ws, next := page.Cut(p, ws, func(w store.Worker) []string { return []string{w.ID} })
+	return ws, next, nil
 }
 
 func notFound(namespace, id string) error {

@@ -206,8 +206,11 @@ func GetWorker(ctx context.Context, db DB, namespace, id string) (Worker, error)
 
 // ListWorkers reads every worker of namespace with its processes, by id in
 // byte order.
-func ListWorkers(ctx context.Context, db DB, namespace string) ([]Worker, error) {
-	ws, err := selectWorkers(ctx, db, `w.namespace = $1`, namespace)
+func ListWorkers(ctx context.Context, db DB, namespace, after string, limit int) ([]Worker, error) {
+	// The limit counts workers, not the joined rows of their processes.
+	ws, err := selectWorkers(ctx, db, `w.namespace = $1 AND w.worker_id IN (
+		SELECT worker_id FROM workers WHERE namespace = $1 AND worker_id COLLATE "C" > $2
+		ORDER BY worker_id COLLATE "C" LIMIT $3)`, namespace, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("select workers of %s: %w", namespace, err)
 	}

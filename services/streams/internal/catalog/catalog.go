@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/razorbill/flo/libs/fault"
+	"github.com/razorbill/flo/libs/page"
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/services/streams/internal/logread"
 	"github.com/razorbill/flo/services/streams/internal/record"
@@ -208,12 +209,18 @@ func streamNotFound(namespace, name string) error {
 	return fault.NotFoundf("stream %q not found in namespace %q", name, namespace)
 }
 
-// ListStreams lists a namespace's streams by name.
-func (c *Catalog) ListStreams(ctx context.Context, namespace string) ([]store.Stream, error) {
+// ListStreams lists a page of a namespace's streams by name, with the token
+// of the next page.
+func (c *Catalog) ListStreams(ctx context.Context, namespace string, p page.Page) ([]store.Stream, string, error) {
 	if err := validateNamespace(namespace); err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return store.ListStreams(ctx, c.pool, namespace)
+	sts, err := store.ListStreams(ctx, c.pool, namespace, p.Part(0), p.Fetch())
+	if err != nil {
+		return nil, "", err
+	}
+	sts, next := page.Cut(p, sts, func(st store.Stream) []string { return []string{st.Name} })
+	return sts, next, nil
 }
 
 // DeleteStream deletes a stream, its groups and its records. The topic goes
@@ -343,7 +350,7 @@ func (c *Catalog) Info(ctx context.Context, namespace, name string) (Info, error
 			return Info{}, err
 		}
 	}
-	states, err := store.ListGroups(ctx, c.pool, st.ID, "")
+	states, err := store.ListGroups(ctx, c.pool, st.ID, "", 0)
 	if err != nil {
 		return Info{}, err
 	}
@@ -500,25 +507,27 @@ func GroupNotFound(k store.GroupKey) error {
 	return fault.NotFoundf("group %q not found on stream %q", k.Group, k.Stream)
 }
 
-// ListGroups lists a stream's groups with their lag.
-func (c *Catalog) ListGroups(ctx context.Context, namespace, stream string) ([]GroupInfo, error) {
+// ListGroups lists a page of a stream's groups by name with their lag, with
+// the token of the next page.
+func (c *Catalog) ListGroups(ctx context.Context, namespace, stream string, p page.Page) ([]GroupInfo, string, error) {
 	st, err := c.GetStream(ctx, namespace, stream)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	states, err := store.ListGroups(ctx, c.pool, st.ID, "")
+	states, err := store.ListGroups(ctx, c.pool, st.ID, p.Part(0), p.Fetch())
 	if err != nil || len(states) == 0 {
-		return nil, err
+		return nil, "", err
 	}
+	states, next := page.Cut(p, states, func(gs store.GroupState) []string { return []string{gs.Group.Name} })
 	starts, ends, err := c.bounds(ctx, st)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	out := make([]GroupInfo, len(states))
 	for i, gs := range states {
 		out[i] = groupInfo(st, gs, starts, ends)
 	}
-	return out, nil
+	return out, next, nil
 }
 
 // AllGroups lists every group of every stream with its lag: one query and

@@ -43,7 +43,6 @@ const (
 	DefaultMessageTimeout = 5 * time.Minute
 	MaxMessageTimeout     = 24 * time.Hour
 	MaxBlock              = 10 * time.Minute
-	DefaultPendingLimit   = 100
 	MaxPendingLimit       = 10_000
 	MaxNackDelay          = 7 * 24 * time.Hour
 	// minDueWait keeps a blocked read from spinning on a due range that

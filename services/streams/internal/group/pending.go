@@ -2,10 +2,10 @@ package group
 
 import (
 	"context"
-	"slices"
+	"strconv"
 	"time"
 
-	"github.com/razorbill/flo/libs/fault"
+	"github.com/razorbill/flo/libs/page"
 	"github.com/razorbill/flo/services/streams/internal/record"
 	"github.com/razorbill/flo/services/streams/internal/store"
 )
@@ -19,27 +19,41 @@ type Entry struct {
 	RedeliverAt   time.Time
 }
 
-// Pending lists up to limit of a group's pending records (of one consumer
-// when consumer is not empty), oldest first, and how many there are in all.
-func (g *Groups) Pending(ctx context.Context, key store.GroupKey, consumer string, limit int) ([]Entry, int64, error) {
-	switch {
-	case limit < 0:
-		return nil, 0, fault.Invalidf("limit must not be negative, got %d", limit)
-	case limit == 0:
-		limit = DefaultPendingLimit
+// Pending lists a page of a group's pending records (of one consumer when
+// consumer is not empty) by partition and offset, how many there are in
+// all, and the token of the next page.
+//
+// The page token is the partition and offset of the page's last record.
+// Ranges are read by their (partition, offset) key, so a page costs an index
+// scan whatever page it is.
+func (g *Groups) Pending(ctx context.Context, key store.GroupKey, consumer string, p page.Page) ([]Entry, int64, string, error) {
+	after := store.Target{Partition: -1, Offset: -1}
+	if p.After != nil {
+		part, err := p.Int(0)
+		if err != nil {
+			return nil, 0, "", err
+		}
+		if after.Offset, err = p.Int(1); err != nil {
+			return nil, 0, "", err
+		}
+		after.Partition = int32(part)
 	}
-	limit = min(limit, MaxPendingLimit)
 	grp, err := g.catalog.GetGroup(ctx, key)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, "", err
 	}
-	ranges, total, err := store.ListPending(ctx, g.pool, grp.Group.ID, consumer, limit)
+	// A range holds at least one pending record, so a page's worth of
+	// ranges fills a page unless the list ends.
+	ranges, total, err := store.ListPending(ctx, g.pool, grp.Group.ID, consumer, after, p.Limit)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, "", err
 	}
 	var out []Entry
 	for _, r := range ranges {
 		for _, off := range r.Open() {
+			if r.Partition == after.Partition && off <= after.Offset {
+				continue
+			}
 			out = append(out, Entry{
 				ID:            record.NewID(r.Stamp(off), r.Partition, off),
 				Consumer:      r.Consumer,
@@ -47,11 +61,19 @@ func (g *Groups) Pending(ctx context.Context, key store.GroupKey, consumer strin
 				DeliveredAt:   r.DeliveredAt,
 				RedeliverAt:   r.RedeliverAt,
 			})
+			after.Partition, after.Offset = r.Partition, off
 		}
 	}
-	slices.SortFunc(out, func(a, b Entry) int { return a.ID.Compare(b.ID) })
-	if len(out) > limit {
-		out = out[:limit]
+	if len(out) > p.Limit {
+		out = out[:p.Limit]
+		last := out[len(out)-1].ID
+		after.Partition, after.Offset = last.Partition(), last.Offset()
+	} else if len(ranges) < p.Limit {
+		return out, total, "", nil
+	} else if len(out) == 0 {
+		// Every open record of the one range read was on the previous page.
+		last := ranges[len(ranges)-1]
+		after.Partition, after.Offset = last.Partition, last.Last
 	}
-	return out, total, nil
+	return out, total, page.Token(strconv.Itoa(int(after.Partition)), strconv.FormatInt(after.Offset, 10)), nil
 }

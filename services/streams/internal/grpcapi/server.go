@@ -22,6 +22,7 @@ import (
 	"github.com/razorbill/flo/libs/coalesce"
 	"github.com/razorbill/flo/libs/fault"
 	"github.com/razorbill/flo/libs/grpcserver"
+	"github.com/razorbill/flo/libs/page"
 	streamsv1 "github.com/razorbill/flo/proto/gen/flo/streams/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	"github.com/razorbill/flo/services/streams/internal/appender"
@@ -110,11 +111,15 @@ func (s *Server) GetStream(ctx context.Context, req *flov1.GetStreamRequest) (*f
 
 // ListStreams lists a namespace's streams.
 func (s *Server) ListStreams(ctx context.Context, req *flov1.ListStreamsRequest) (*flov1.ListStreamsResponse, error) {
-	sts, err := s.d.Catalog.ListStreams(ctx, req.GetNamespace())
+	p, err := page.New(req.GetLimit(), req.GetPageToken(), page.MaxLimit, 1)
 	if err != nil {
 		return nil, err
 	}
-	out := &flov1.ListStreamsResponse{Streams: make([]*flov1.Stream, len(sts))}
+	sts, next, err := s.d.Catalog.ListStreams(ctx, req.GetNamespace(), p)
+	if err != nil {
+		return nil, err
+	}
+	out := &flov1.ListStreamsResponse{Streams: make([]*flov1.Stream, len(sts)), NextPageToken: next}
 	for i, st := range sts {
 		out.Streams[i] = streamProto(st)
 	}
@@ -186,11 +191,15 @@ func (s *Server) CreateGroup(ctx context.Context, req *flov1.CreateGroupRequest)
 
 // ListGroups lists a stream's groups with their lag.
 func (s *Server) ListGroups(ctx context.Context, req *flov1.ListGroupsRequest) (*flov1.ListGroupsResponse, error) {
-	gs, err := s.d.Catalog.ListGroups(ctx, req.GetNamespace(), req.GetStream())
+	p, err := page.New(req.GetLimit(), req.GetPageToken(), page.MaxLimit, 1)
 	if err != nil {
 		return nil, err
 	}
-	out := &flov1.ListGroupsResponse{Groups: make([]*flov1.ConsumerGroup, len(gs))}
+	gs, next, err := s.d.Catalog.ListGroups(ctx, req.GetNamespace(), req.GetStream(), p)
+	if err != nil {
+		return nil, err
+	}
+	out := &flov1.ListGroupsResponse{Groups: make([]*flov1.ConsumerGroup, len(gs)), NextPageToken: next}
 	for i, g := range gs {
 		out.Groups[i] = groupProto(g)
 	}
@@ -209,11 +218,15 @@ func (s *Server) DeleteGroup(ctx context.Context, req *flov1.GetGroupRequest) (*
 // ListPending lists a group's pending records.
 func (s *Server) ListPending(ctx context.Context, req *flov1.ListPendingRequest) (*flov1.ListPendingResponse, error) {
 	k := store.GroupKey{Namespace: req.GetNamespace(), Stream: req.GetStream(), Group: req.GetGroup()}
-	entries, total, err := s.d.Groups.Pending(ctx, k, req.GetConsumer(), int(req.GetLimit()))
+	p, err := page.New(req.GetLimit(), req.GetPageToken(), group.MaxPendingLimit, 2)
 	if err != nil {
 		return nil, err
 	}
-	out := &flov1.ListPendingResponse{Entries: make([]*flov1.PendingEntry, len(entries)), Total: total}
+	entries, total, next, err := s.d.Groups.Pending(ctx, k, req.GetConsumer(), p)
+	if err != nil {
+		return nil, err
+	}
+	out := &flov1.ListPendingResponse{Entries: make([]*flov1.PendingEntry, len(entries)), Total: total, NextPageToken: next}
 	for i, e := range entries {
 		out.Entries[i] = &flov1.PendingEntry{
 			Id: e.ID.String(), Consumer: e.Consumer, DeliveryCount: int32(e.DeliveryCount),

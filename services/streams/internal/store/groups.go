@@ -113,16 +113,17 @@ func ResolveGroups(ctx context.Context, db DB, keys []GroupKey) (map[GroupKey]Gr
 	return out, nil
 }
 
-// ListGroups lists a stream's groups by name with their cursors and pending
-// counts; only is empty for every group, or one group's name.
-func ListGroups(ctx context.Context, db DB, streamID int64, only string) ([]GroupState, error) {
+// ListGroups lists a stream's groups named after after, by name, with their
+// cursors and pending counts: up to limit of them, or all when limit is zero.
+func ListGroups(ctx context.Context, db DB, streamID int64, after string, limit int) ([]GroupState, error) {
 	rows, err := db.Query(ctx, `
 		SELECT `+groupCols+`,
 			ARRAY(SELECT c.next_offset FROM cursors c WHERE c.group_id = g.id ORDER BY c.partition),
 			COALESCE((SELECT sum(p.unsettled) FROM pending p WHERE p.group_id = g.id), 0)
 		FROM groups g
-		WHERE g.stream_id = $1 AND ($2 = '' OR g.name = $2)
-		ORDER BY g.name`, streamID, only)
+		WHERE g.stream_id = $1 AND g.name > $2
+		ORDER BY g.name
+		LIMIT NULLIF($3, 0)`, streamID, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list groups: %w", err)
 	}

@@ -139,14 +139,15 @@ func NextDue(ctx context.Context, db DB, groupID int64) (at time.Time, ok bool, 
 }
 
 // ListPending returns up to limit of a group's ranges (of one consumer when
-// consumer is not empty), oldest records first, and how many records all of
-// them hold.
-func ListPending(ctx context.Context, db DB, groupID int64, consumer string, limit int) ([]pending.Range, int64, error) {
+// consumer is not empty) holding offsets after after (its GroupID unused),
+// by partition and offset, and how many pending records the group (or
+// consumer) has in all.
+func ListPending(ctx context.Context, db DB, groupID int64, consumer string, after Target, limit int) ([]pending.Range, int64, error) {
 	rows, err := db.Query(ctx, `
 		SELECT `+rangeCols+` FROM pending
-		WHERE group_id = $1 AND ($2 = '' OR consumer = $2)
-		ORDER BY first_ms, first_offset, partition
-		LIMIT $3`, groupID, consumer, limit)
+		WHERE group_id = $1 AND ($2 = '' OR consumer = $2) AND (partition, last_offset) > ($3, $4)
+		ORDER BY partition, first_offset
+		LIMIT $5`, groupID, consumer, after.Partition, after.Offset, limit)
 	if err != nil {
 		return nil, 0, fmt.Errorf("list pending: %w", err)
 	}

@@ -78,9 +78,11 @@ func GetStream(ctx context.Context, db DB, namespace, name string) (Stream, erro
 	return s, nil
 }
 
-// ListStreams lists a namespace's streams by name.
-func ListStreams(ctx context.Context, db DB, namespace string) ([]Stream, error) {
-	rows, err := db.Query(ctx, `SELECT `+streamCols+` FROM streams s WHERE s.namespace = $1 ORDER BY s.name`, namespace)
+// ListStreams lists up to limit of a namespace's streams by name, those
+// named after after.
+func ListStreams(ctx context.Context, db DB, namespace, after string, limit int) ([]Stream, error) {
+	rows, err := db.Query(ctx, `SELECT `+streamCols+` FROM streams s WHERE s.namespace = $1 AND s.name > $2 ORDER BY s.name LIMIT $3`,
+		namespace, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list streams of %s: %w", namespace, err)
 	}

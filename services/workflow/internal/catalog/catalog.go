@@ -10,12 +10,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/razorbill/flo/libs/fault"
+	"github.com/razorbill/flo/libs/page"
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/services/workflow/internal/definition"
 	"github.com/razorbill/flo/services/workflow/internal/store"
@@ -122,13 +125,29 @@ func (c *Catalog) Get(ctx context.Context, namespace, name, version string) (sto
 	return w, err
 }
 
-// List lists a namespace's workflows: the latest version of each, or every
-// version; name, when set, lists one workflow.
-func (c *Catalog) List(ctx context.Context, namespace, name string, allVersions bool) ([]store.Workflow, error) {
+// List lists a page of a namespace's workflows: the latest version of each,
+// or every version; name, when set, lists one workflow. It returns the
+// token of the next page.
+func (c *Catalog) List(ctx context.Context, namespace, name string, allVersions bool, p page.Page) ([]store.Workflow, string, error) {
 	if namespace == "" {
-		return nil, fault.Invalidf("namespace is required")
+		return nil, "", fault.Invalidf("namespace is required")
 	}
-	return store.ListWorkflows(ctx, c.pool, namespace, name, allVersions)
+	var after store.WorkflowKey
+	if p.After != nil {
+		us, err := p.Int(1)
+		if err != nil {
+			return nil, "", err
+		}
+		after = store.WorkflowKey{Name: p.After[0], CreatedAt: time.UnixMicro(us), Version: p.After[2]}
+	}
+	ws, err := store.ListWorkflows(ctx, c.pool, namespace, name, allVersions, after, p.Fetch())
+	if err != nil {
+		return nil, "", err
+	}
+	ws, next := page.Cut(p, ws, func(w store.Workflow) []string {
+		return []string{w.Name, strconv.FormatInt(w.CreatedAt.UnixMicro(), 10), w.Version}
+	})
+	return ws, next, nil
 }
 
 // SetEnabled lets new runs of every version of a workflow start, or refuses

@@ -2,15 +2,12 @@ package grpcapi
 
 import (
 	"cmp"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -19,7 +16,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/razorbill/flo/libs/coalesce"
-	"github.com/razorbill/flo/libs/fault"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	"github.com/razorbill/flo/services/workflow/internal/definition"
 	"github.com/razorbill/flo/services/workflow/internal/engine"
@@ -173,30 +169,4 @@ func timestamp(t time.Time) *timestamppb.Timestamp {
 		return nil
 	}
 	return timestamppb.New(t)
-}
-
-// A page token is the creation time (Unix microseconds) and id of a page's
-// last run, base64url-encoded; listing resumes after it.
-func encodePageToken(createdAt time.Time, id string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(createdAt.UnixMicro(), 10) + "/" + id))
-}
-
-func decodePageToken(tok string) (time.Time, string, error) {
-	bad := fault.Invalidf("page_token is not a token this service returned")
-	raw, err := base64.RawURLEncoding.DecodeString(tok)
-	if err != nil {
-		return time.Time{}, "", bad
-	}
-	micros, id, ok := strings.Cut(string(raw), "/")
-	if !ok {
-		return time.Time{}, "", bad
-	}
-	us, err := strconv.ParseInt(micros, 10, 64)
-	if err != nil {
-		return time.Time{}, "", bad
-	}
-	if _, err := uuid.Parse(id); err != nil {
-		return time.Time{}, "", bad
-	}
-	return time.UnixMicro(us), id, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/razorbill/flo/libs/fault"
 	"github.com/razorbill/flo/libs/grpcserver"
 	"github.com/razorbill/flo/libs/kafka"
+	"github.com/razorbill/flo/libs/page"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	workflowv1 "github.com/razorbill/flo/proto/gen/flo/workflow/v1"
 	"github.com/razorbill/flo/services/workflow/internal/catalog"
@@ -87,11 +88,15 @@ func (s *Server) GetWorkflow(ctx context.Context, req *flov1.GetWorkflowRequest)
 
 // ListWorkflows lists workflows, latest versions only unless asked for all.
 func (s *Server) ListWorkflows(ctx context.Context, req *flov1.ListWorkflowsRequest) (*flov1.ListWorkflowsResponse, error) {
-	ws, err := s.catalog.List(ctx, req.GetNamespace(), req.GetName(), req.GetAllVersions())
+	p, err := page.New(req.GetLimit(), req.GetPageToken(), page.MaxLimit, 3)
 	if err != nil {
 		return nil, err
 	}
-	out := &flov1.ListWorkflowsResponse{Workflows: make([]*flov1.WorkflowDefinition, len(ws))}
+	ws, next, err := s.catalog.List(ctx, req.GetNamespace(), req.GetName(), req.GetAllVersions(), p)
+	if err != nil {
+		return nil, err
+	}
+	out := &flov1.ListWorkflowsResponse{Workflows: make([]*flov1.WorkflowDefinition, len(ws)), NextPageToken: next}
 	for i, w := range ws {
 		out.Workflows[i] = definitionProto(w)
 	}
@@ -143,7 +148,11 @@ func (s *Server) GetRun(ctx context.Context, req *flov1.GetRunRequest) (*flov1.W
 
 // ListRuns lists runs newest first, a page at a time.
 func (s *Server) ListRuns(ctx context.Context, req *flov1.ListRunsRequest) (*flov1.ListRunsResponse, error) {
-	f := store.RunFilter{Namespace: req.GetNamespace(), Workflow: req.GetWorkflow(), Limit: int(req.GetLimit())}
+	p, err := page.New(req.GetLimit(), req.GetPageToken(), page.MaxLimit, 2)
+	if err != nil {
+		return nil, err
+	}
+	f := store.RunFilter{Namespace: req.GetNamespace(), Workflow: req.GetWorkflow()}
 	if req.GetStatus() != flov1.RunStatus_RUN_STATUS_UNSPECIFIED {
 		st, ok := runner.StatusOf(req.GetStatus())
 		if !ok {
@@ -157,21 +166,11 @@ func (s *Server) ListRuns(ctx context.Context, req *flov1.ListRunsRequest) (*flo
 	if req.GetCreatedBefore() != nil {
 		f.CreatedBefore = req.GetCreatedBefore().AsTime()
 	}
-	if t := req.GetPageToken(); t != "" {
-		var err error
-		if f.AfterCreatedAt, f.AfterID, err = decodePageToken(t); err != nil {
-			return nil, err
-		}
-	}
-	runs, more, err := s.runner.List(ctx, f)
+	runs, next, err := s.runner.List(ctx, f, p)
 	if err != nil {
 		return nil, err
 	}
-	out := &flov1.ListRunsResponse{}
-	if more {
-		last := runs[len(runs)-1]
-		out.NextPageToken = encodePageToken(last.CreatedAt, last.ID)
-	}
+	out := &flov1.ListRunsResponse{NextPageToken: next}
 	out.Runs = make([]*flov1.WorkflowRun, len(runs))
 	for i, r := range runs {
 		out.Runs[i] = runProto(r)

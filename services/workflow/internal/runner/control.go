@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
+	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/razorbill/flo/libs/fault"
+	"github.com/razorbill/flo/libs/page"
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/services/workflow/internal/engine"
 	"github.com/razorbill/flo/services/workflow/internal/store"
@@ -132,36 +135,31 @@ func (r *Runner) History(ctx context.Context, namespace, runID string) ([]store.
 	return store.History(ctx, r.pool, runID)
 }
 
-// Listing limits.
-const (
-	DefaultListLimit = 100
-	MaxListLimit     = 1000
-)
-
-// List lists a page of runs newest first; f.AfterCreatedAt and f.AfterID
-// continue a listing after a page's last run, and more reports that another
-// page follows.
-func (r *Runner) List(ctx context.Context, f store.RunFilter) (runs []*store.Run, more bool, err error) {
+// List lists a page of runs newest first, with the token of the next page.
+func (r *Runner) List(ctx context.Context, f store.RunFilter, p page.Page) ([]*store.Run, string, error) {
 	switch {
 	case f.Namespace == "":
-		return nil, false, fault.Invalidf("namespace is required")
-	case f.Limit < 0 || f.Limit > MaxListLimit:
-		return nil, false, fault.Invalidf("limit must be between 0 and %d, got %d", MaxListLimit, f.Limit)
+		return nil, "", fault.Invalidf("namespace is required")
 	case !f.CreatedAfter.IsZero() && !f.CreatedBefore.IsZero() && !f.CreatedAfter.Before(f.CreatedBefore):
-		return nil, false, fault.Invalidf("created_after must be before created_before")
+		return nil, "", fault.Invalidf("created_after must be before created_before")
 	}
-	if f.Limit == 0 {
-		f.Limit = DefaultListLimit
+	if p.After != nil {
+		us, err := p.Int(0)
+		if err != nil {
+			return nil, "", err
+		}
+		if _, err := uuid.Parse(p.After[1]); err != nil {
+			return nil, "", page.BadToken()
+		}
+		f.AfterCreatedAt, f.AfterID = time.UnixMicro(us), p.After[1]
 	}
-	page := f.Limit
-	// One more than a page tells whether another page follows.
-	f.Limit++
-	runs, err = store.ListRuns(ctx, r.pool, f)
+	f.Limit = p.Fetch()
+	runs, err := store.ListRuns(ctx, r.pool, f)
 	if err != nil {
-		return nil, false, fmt.Errorf("list runs: %w", err)
+		return nil, "", fmt.Errorf("list runs: %w", err)
 	}
-	if len(runs) > page {
-		return runs[:page], true, nil
-	}
-	return runs, false, nil
+	runs, next := page.Cut(p, runs, func(run *store.Run) []string {
+		return []string{strconv.FormatInt(run.CreatedAt.UnixMicro(), 10), run.ID}
+	})
+	return runs, next, nil
 }

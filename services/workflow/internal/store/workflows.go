@@ -108,16 +108,26 @@ WHERE w.namespace = $1 AND w.name = $2 AND v.version = CASE WHEN $3 = '' THEN w.
 	return ws[0], nil
 }
 
-// ListWorkflows lists the workflows of a namespace by name, only the latest
-// version of each unless allVersions (then newest first per name); name
-// filters to one workflow when set.
-func ListWorkflows(ctx context.Context, db DB, namespace, name string, allVersions bool) ([]Workflow, error) {
+// WorkflowKey is where a listing of workflows resumes: after this version.
+// The zero key starts at the first.
+type WorkflowKey struct {
+	Name      string
+	CreatedAt time.Time
+	Version   string
+}
+
+// ListWorkflows lists up to limit workflows of a namespace after key, by
+// name, only the latest version of each unless allVersions (then newest
+// first per name); name filters to one workflow when set.
+func ListWorkflows(ctx context.Context, db DB, namespace, name string, allVersions bool, after WorkflowKey, limit int) ([]Workflow, error) {
 	rows, err := db.Query(ctx, `
 SELECT `+workflowColumns+`
 FROM workflows w JOIN workflow_versions v ON v.namespace = w.namespace AND v.name = w.name
 WHERE w.namespace = $1 AND ($2 = '' OR w.name = $2) AND ($3 OR v.version = w.latest_version)
-ORDER BY v.name, v.created_at DESC, v.version`,
-		namespace, name, allVersions)
+	AND (v.name > $4 OR (v.name = $4 AND (v.created_at < $5 OR (v.created_at = $5 AND v.version > $6))))
+ORDER BY v.name, v.created_at DESC, v.version
+LIMIT $7`,
+		namespace, name, allVersions, after.Name, after.CreatedAt, after.Version, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list workflows: %w", err)
 	}
