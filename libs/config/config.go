@@ -38,6 +38,11 @@ type Kafka struct {
 	Partitions int32    `env:"FLO_KAFKA_PARTITIONS, default=8"`
 }
 
+// DefaultMaxPayloadBytes is the default of FLO_MAX_PAYLOAD_BYTES, the
+// platform's payload limit, for a service whose config was built in code
+// with the limit left zero.
+const DefaultMaxPayloadBytes = 1 << 20
+
 // Log is the shared logging setting.
 type Log struct {
 	Level string `env:"FLO_LOG_LEVEL, default=info"`

@@ -19,11 +19,11 @@ import (
 
 // NewClient returns a franz-go client for brokers with defaults tuned for
 // throughput at low latency: a 1 ms linger so concurrent produces share a
-// batch without adding visible delay, 1 MiB batches, acks from all in-sync
-// replicas with the idempotent producer (franz-go's default), retries until
-// the record's context ends, and a bounded produce buffer (produce blocks
-// when it is full, which is our back-pressure). opts are applied last and
-// override any default.
+// batch without adding visible delay, 1 MiB batches (NewProducer sizes them
+// for the payload limit), acks from all in-sync replicas with the idempotent
+// producer (franz-go's default), retries until the record's context ends,
+// and a bounded produce buffer (produce blocks when it is full, which is our
+// back-pressure). opts are applied last and override any default.
 func NewClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
 	// Lets a dev broker (kfake) create a topic on first use; brokers with
 	// auto-creation disabled ignore it, and services create their topics
@@ -47,7 +47,7 @@ func newClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
 	base := []kgo.Opt{
 		kgo.SeedBrokers(brokers...),
 		kgo.ProducerLinger(time.Millisecond),
-		kgo.ProducerBatchMaxBytes(1 << 20),
+		kgo.ProducerBatchMaxBytes(defaultBatchBytes),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordRetries(math.MaxInt),
 		kgo.MaxBufferedRecords(50_000),
@@ -67,10 +67,28 @@ func newClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
 	return cl, nil
 }
 
-// NewProducer is NewClient for a service that produces to topics: it creates
-// those that do not exist yet (EnsureTopics). On failure nothing stays open.
-func NewProducer(ctx context.Context, brokers []string, partitions int32, topics []string, opts ...kgo.Opt) (*kgo.Client, error) {
-	cl, err := NewClient(brokers, opts...)
+// RecordEnvelopeBytes is the room a record needs above the largest payload
+// it carries: ids, names, capped free text (errors, outcomes), timestamps,
+// trace headers, protobuf framing and the record batch's own header.
+const RecordEnvelopeBytes = 256 << 10
+
+// MaxRecordSize is the largest record the platform can legally make when
+// payloads, results and run inputs are at most maxPayloadBytes
+// (FLO_MAX_PAYLOAD_BYTES): a COMPLETED task event carrying a result, an
+// InvokeTask carrying a run's input.
+func MaxRecordSize(maxPayloadBytes int) int { return maxPayloadBytes + RecordEnvelopeBytes }
+
+// NewProducer is NewClient for a service that produces to topics: its
+// batches hold the largest record the platform can legally make with
+// payloads of maxPayloadBytes (MaxRecordSize), and it creates the topics
+// that do not exist yet (EnsureTopics). A payload limit whose records the
+// topics could not accept is an error. On failure nothing stays open.
+func NewProducer(ctx context.Context, brokers []string, partitions int32, maxPayloadBytes int, topics []string, opts ...kgo.Opt) (*kgo.Client, error) {
+	if maxPayloadBytes <= 0 || MaxRecordSize(maxPayloadBytes) > MaxRecordBytes {
+		return nil, fmt.Errorf("new producer: FLO_MAX_PAYLOAD_BYTES must be between 1 and %d, got %d", MaxRecordBytes-RecordEnvelopeBytes, maxPayloadBytes)
+	}
+	size := kgo.ProducerBatchMaxBytes(int32(max(MaxRecordSize(maxPayloadBytes), defaultBatchBytes)))
+	cl, err := NewClient(brokers, append([]kgo.Opt{size}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -80,6 +98,11 @@ func NewProducer(ctx context.Context, brokers []string, partitions int32, topics
 	}
 	return cl, nil
 }
+
+// defaultBatchBytes bounds a produced batch unless NewProducer sizes it for
+// the payload limit; it is also the smallest batch NewProducer makes, so a
+// small payload limit does not make batches of small records smaller.
+const defaultBatchBytes = 1 << 20
 
 // MaxRecordBytes is the largest record the topics we create accept.
 const MaxRecordBytes = 8 << 20

@@ -62,18 +62,49 @@ INSERT INTO outbox (topic, key, value, headers, created_at)
 SELECT topic, key, value, COALESCE(headers, '{}'), created_at FROM outbox_records ORDER BY id, n;
 `
 
+// DeadMigration is the SQL a service puts in a migration after
+// BatchMigration to create outbox_dead, where the relay moves a record the
+// log refuses for good (too large, invalid), a row per record: its topic,
+// key, value and headers as written, the outbox row it came from, when it
+// was written, why it was refused and when.
+const DeadMigration = `CREATE TABLE IF NOT EXISTS outbox_dead (
+    id         bigserial   PRIMARY KEY,
+    outbox_id  bigint      NOT NULL,
+    topic      text        NOT NULL,
+    key        bytea,
+    value      bytea,
+    headers    jsonb       NOT NULL,
+    error      text        NOT NULL,
+    written_at timestamptz NOT NULL,
+    dead_at    timestamptz NOT NULL DEFAULT now()
+);
+`
+
+// DeadMigrationDown undoes DeadMigration. It drops the records the table
+// holds: list them first (flo outbox dead list).
+const DeadMigrationDown = `DROP TABLE IF EXISTS outbox_dead;
+`
+
 // CheckMigrations reports whether a service's migrations fsys hold the
 // outbox as the relay reads it: Migration in the file first, BatchMigration
-// and BatchMigrationDown in the file batches. Services' tests call it.
-func CheckMigrations(fsys fs.FS, first, batches string) error {
-	for file, want := range map[string][]string{first: {Migration}, batches: {BatchMigration, BatchMigrationDown}} {
-		b, err := fs.ReadFile(fsys, file)
+// and BatchMigrationDown in the file batches, DeadMigration and
+// DeadMigrationDown in the file dead. Services' tests call it.
+func CheckMigrations(fsys fs.FS, first, batches, dead string) error {
+	for _, m := range []struct {
+		file string
+		want []string
+	}{
+		{first, []string{Migration}},
+		{batches, []string{BatchMigration, BatchMigrationDown}},
+		{dead, []string{DeadMigration, DeadMigrationDown}},
+	} {
+		b, err := fs.ReadFile(fsys, m.file)
 		if err != nil {
 			return fmt.Errorf("outbox migrations: %w", err)
 		}
-		for _, sql := range want {
+		for _, sql := range m.want {
 			if !strings.Contains(string(b), sql) {
-				return fmt.Errorf("outbox migrations: %s does not hold the library's SQL:\n%s", file, sql)
+				return fmt.Errorf("outbox migrations: %s does not hold the library's SQL:\n%s", m.file, sql)
 			}
 		}
 	}

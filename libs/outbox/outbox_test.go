@@ -41,7 +41,7 @@ func setup(t *testing.T) env {
 	pool, err := pg.Connect(ctx, harness.NewDatabase(t), "svc", 8, quiet)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	require.NoError(t, pg.Migrate(ctx, pool, "svc", migrations(2)))
+	require.NoError(t, pg.Migrate(ctx, pool, "svc", migrations(3)))
 	broker := harness.NewBroker(t)
 	producer, err := kafka.NewClient(broker.Addrs())
 	require.NoError(t, err)
@@ -56,6 +56,9 @@ func migrations(n int) fstest.MapFS {
 	fs := fstest.MapFS{"0001_outbox.sql": {Data: []byte("-- +goose Up\n" + outbox.Migration)}}
 	if n > 1 {
 		fs["0002_outbox_batches.sql"] = &fstest.MapFile{Data: []byte("-- +goose Up\n" + outbox.BatchMigration + "\n-- +goose Down\n" + outbox.BatchMigrationDown)}
+	}
+	if n > 2 {
+		fs["0003_outbox_dead.sql"] = &fstest.MapFile{Data: []byte("-- +goose Up\n" + outbox.DeadMigration + "\n-- +goose Down\n" + outbox.DeadMigrationDown)}
 	}
 	return fs
 }
@@ -375,9 +378,11 @@ func TestBatchMigrationDownKeepsEveryRecord(t *testing.T) {
 
 func TestCheckMigrations(t *testing.T) {
 	t.Parallel()
-	require.NoError(t, outbox.CheckMigrations(migrations(2), "0001_outbox.sql", "0002_outbox_batches.sql"))
-	require.ErrorContains(t, outbox.CheckMigrations(migrations(1), "0001_outbox.sql", "0002_outbox_batches.sql"), "0002_outbox_batches.sql")
-	fs := migrations(2)
-	fs["0002_outbox_batches.sql"].Data = []byte("-- +goose Up\n" + outbox.BatchMigration)
-	require.ErrorContains(t, outbox.CheckMigrations(fs, "0001_outbox.sql", "0002_outbox_batches.sql"), "does not hold the library's SQL")
+	const first, batches, dead = "0001_outbox.sql", "0002_outbox_batches.sql", "0003_outbox_dead.sql"
+	require.NoError(t, outbox.CheckMigrations(migrations(3), first, batches, dead))
+	require.ErrorContains(t, outbox.CheckMigrations(migrations(1), first, batches, dead), batches)
+	require.ErrorContains(t, outbox.CheckMigrations(migrations(2), first, batches, dead), dead)
+	fs := migrations(3)
+	fs[batches].Data = []byte("-- +goose Up\n" + outbox.BatchMigration)
+	require.ErrorContains(t, outbox.CheckMigrations(fs, first, batches, dead), "does not hold the library's SQL")
 }

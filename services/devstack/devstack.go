@@ -63,7 +63,8 @@ type Config struct {
 	HeartbeatTimeout time.Duration `env:"FLO_WORKER_HEARTBEAT_TIMEOUT, default=90s"`
 	// HealthCheckInterval is how often silent workers are looked for.
 	HealthCheckInterval time.Duration `env:"FLO_WORKER_HEALTH_CHECK_INTERVAL, default=5s"`
-	// MaxPayloadBytes bounds an invocation's payload.
+	// MaxPayloadBytes bounds an invocation's payload, a task's result and a
+	// run's input; every service's producer is sized for it.
 	MaxPayloadBytes int `env:"FLO_MAX_PAYLOAD_BYTES, default=1048576"`
 	// PostgresFsync keeps the private Postgres crash-safe; tests turn it off.
 	PostgresFsync bool `env:"FLO_DEV_POSTGRES_FSYNC, default=true"`
@@ -208,6 +209,7 @@ func (s *Stack) StartDispatcher(ctx context.Context) error {
 		HTTPAddr:            s.cfg.DispatcherHTTPAddr,
 		BootstrapNamespaces: s.cfg.Namespaces,
 		LeaseCheckInterval:  s.cfg.LeaseCheckInterval,
+		MaxPayloadBytes:     s.cfg.MaxPayloadBytes,
 		Postgres:            config.Postgres{URL: s.dbURL, MaxConns: 16},
 		Kafka:               config.Kafka{Brokers: s.kafka, Partitions: s.cfg.Partitions},
 	}, s.log.With("component", "dispatcher"), dispatcher.WithMetricsHandler(s.telemetry.MetricsHandler()))
@@ -233,6 +235,7 @@ func (s *Stack) StartRegistry(ctx context.Context) error {
 		HeartbeatTimeout:       s.cfg.HeartbeatTimeout,
 		HealthCheckInterval:    s.cfg.HealthCheckInterval,
 		MaxWorkersPerNamespace: 10000,
+		MaxPayloadBytes:        s.cfg.MaxPayloadBytes,
 		Postgres:               config.Postgres{URL: s.dbURL, MaxConns: 8},
 		Kafka:                  config.Kafka{Brokers: s.kafka, Partitions: s.cfg.Partitions},
 	}, s.log.With("component", "registry"), registry.WithMetricsHandler(s.telemetry.MetricsHandler()))

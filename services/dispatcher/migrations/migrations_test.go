@@ -12,5 +12,5 @@ import (
 // The outbox table must be the one the relay expects.
 func TestOutboxMigrationsMatchLibrary(t *testing.T) {
 	t.Parallel()
-	require.NoError(t, outbox.CheckMigrations(migrations.FS, "0001_outbox.sql", "0004_outbox_batches.sql"))
+	require.NoError(t, outbox.CheckMigrations(migrations.FS, "0001_outbox.sql", "0004_outbox_batches.sql", "0005_outbox_dead.sql"))
 }

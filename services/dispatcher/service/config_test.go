@@ -22,6 +22,7 @@ func TestConfigFromEnvironment(t *testing.T) {
 		HTTPAddr:            ":9111",
 		BootstrapNamespaces: []string{"default", "payments"},
 		LeaseCheckInterval:  250 * time.Millisecond,
+		MaxPayloadBytes:     config.DefaultMaxPayloadBytes,
 		Postgres:            config.Postgres{URL: "postgres://db/flo", MaxConns: 16},
 		Kafka:               config.Kafka{Brokers: []string{"k1:9092", "k2:9092"}, Partitions: 8},
 	}, cfg)

@@ -4,6 +4,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,9 +58,13 @@ type Config struct {
 	HTTPAddr            string        `env:"FLO_DISPATCHER_HTTP_ADDR, default=:9111"`
 	BootstrapNamespaces []string      `env:"FLO_BOOTSTRAP_NAMESPACES, default=default"`
 	LeaseCheckInterval  time.Duration `env:"FLO_LEASE_CHECK_INTERVAL, default=1s"`
-	Postgres            config.Postgres
-	Kafka               config.Kafka
-	Shutdown            config.Shutdown
+	// MaxPayloadBytes is the platform's payload limit, which bounds the
+	// results task events carry; the producer is sized for it. Zero means
+	// the default.
+	MaxPayloadBytes int `env:"FLO_MAX_PAYLOAD_BYTES, default=1048576"`
+	Postgres        config.Postgres
+	Kafka           config.Kafka
+	Shutdown        config.Shutdown
 }
 
 // Option adjusts a Service.
@@ -136,7 +141,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 
-	if s.producer, err = kafka.NewProducer(ctx, cfg.Kafka.Brokers, cfg.Kafka.Partitions, []string{intake.CommandsTopic, taskevent.Topic}); err != nil {
+	if s.producer, err = kafka.NewProducer(ctx, cfg.Kafka.Brokers, cfg.Kafka.Partitions, cmp.Or(cfg.MaxPayloadBytes, config.DefaultMaxPayloadBytes),
+		[]string{intake.CommandsTopic, taskevent.Topic}); err != nil {
 		return nil, fmt.Errorf("dispatcher: producer: %w", err)
 	}
 	s.relay = outbox.NewRelay(s.pool, s.producer, log)

@@ -82,7 +82,7 @@ const (
 	// maxWaiters caps concurrent AwaitTask calls per process.
 	maxWaiters = 100_000
 	// bodySlack is room above the payload limit for the fields around a
-	// payload: in a REST body, in a gRPC message, in a produced record.
+	// payload: in a REST body, in a gRPC message.
 	bodySlack = 64 << 10
 	// minRecvMsgBytes keeps gRPC's usual 4 MiB receive limit when the payload
 	// limit is smaller, so a ResultBatch of several results still fits.
@@ -239,10 +239,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	}
 
 	tctx, cancel := context.WithTimeout(ctx, setupTimeout)
-	s.producer, err = kafka.NewProducer(tctx, cfg.Kafka.Brokers, cfg.Kafka.Partitions,
-		[]string{invoke.Topic, taskwait.Topic, workerstream.WorkerEventsTopic},
-		kgo.ProducerBatchMaxBytes(int32(max(1<<20, cfg.MaxPayloadBytes+bodySlack))),
-	)
+	s.producer, err = kafka.NewProducer(tctx, cfg.Kafka.Brokers, cfg.Kafka.Partitions, cfg.MaxPayloadBytes,
+		[]string{invoke.Topic, taskwait.Topic, workerstream.WorkerEventsTopic})
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("gateway: producer: %w", err)

@@ -13,7 +13,7 @@ import (
 // The outbox and inbox tables must be the ones the libraries expect.
 func TestLibraryTablesMatch(t *testing.T) {
 	t.Parallel()
-	require.NoError(t, outbox.CheckMigrations(migrations.FS, "0001_outbox.sql", "0003_outbox_batches.sql"))
+	require.NoError(t, outbox.CheckMigrations(migrations.FS, "0001_outbox.sql", "0003_outbox_batches.sql", "0004_outbox_dead.sql"))
 	b, err := migrations.FS.ReadFile("0001_outbox.sql")
 	require.NoError(t, err)
 	require.Contains(t, string(b), inbox.Migration)

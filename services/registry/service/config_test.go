@@ -25,6 +25,7 @@ func TestConfigFromEnvironment(t *testing.T) {
 		HeartbeatTimeout:       2 * time.Minute,
 		HealthCheckInterval:    250 * time.Millisecond,
 		MaxWorkersPerNamespace: 50,
+		MaxPayloadBytes:        config.DefaultMaxPayloadBytes,
 		Postgres:               config.Postgres{URL: "postgres://db/flo", MaxConns: 16},
 		Kafka:                  config.Kafka{Brokers: []string{"k1:9092", "k2:9092"}, Partitions: 8},
 	}, cfg)

@@ -4,6 +4,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -55,9 +56,12 @@ type Config struct {
 	HealthCheckInterval time.Duration `env:"FLO_WORKER_HEALTH_CHECK_INTERVAL, default=5s"`
 	// MaxWorkersPerNamespace refuses registrations past this many workers.
 	MaxWorkersPerNamespace int `env:"FLO_MAX_WORKERS_PER_NAMESPACE, default=10000"`
-	Postgres               config.Postgres
-	Kafka                  config.Kafka
-	Shutdown               config.Shutdown
+	// MaxPayloadBytes is the platform's payload limit; the producer is sized
+	// for it like every service's. Zero means the default.
+	MaxPayloadBytes int `env:"FLO_MAX_PAYLOAD_BYTES, default=1048576"`
+	Postgres        config.Postgres
+	Kafka           config.Kafka
+	Shutdown        config.Shutdown
 }
 
 // Option adjusts a Service.
@@ -119,7 +123,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	if s.pool, err = pg.Open(ctx, cfg.Postgres.URL, Schema, cfg.Postgres.MaxConns, migrations.FS, log); err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
-	if s.producer, err = kafka.NewProducer(ctx, cfg.Kafka.Brokers, cfg.Kafka.Partitions, []string{workerevent.Topic, tally.Topic}); err != nil {
+	if s.producer, err = kafka.NewProducer(ctx, cfg.Kafka.Brokers, cfg.Kafka.Partitions, cmp.Or(cfg.MaxPayloadBytes, config.DefaultMaxPayloadBytes),
+		[]string{workerevent.Topic, tally.Topic}); err != nil {
 		return nil, fmt.Errorf("registry: producer: %w", err)
 	}
 	s.relay = outbox.NewRelay(s.pool, s.producer, log)

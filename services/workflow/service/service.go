@@ -121,7 +121,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	if s.pool, err = pg.Open(ctx, cfg.Postgres.URL, Schema, cfg.Postgres.MaxConns, migrations.FS, log); err != nil {
 		return nil, fmt.Errorf("workflow: %w", err)
 	}
-	if s.producer, err = kafka.NewProducer(ctx, cfg.Kafka.Brokers, cfg.Kafka.Partitions, []string{runner.CommandsTopic, runner.TaskEventsTopic, runner.RunEventsTopic}); err != nil {
+	if s.producer, err = kafka.NewProducer(ctx, cfg.Kafka.Brokers, cfg.Kafka.Partitions, cfg.MaxPayloadBytes,
+		[]string{runner.CommandsTopic, runner.TaskEventsTopic, runner.RunEventsTopic}); err != nil {
 		return nil, fmt.Errorf("workflow: producer: %w", err)
 	}
 	s.relay = outbox.NewRelay(s.pool, s.producer, log)
