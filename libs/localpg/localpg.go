@@ -298,11 +298,16 @@ func (s *Server) waitReady(ctx context.Context, p *process) error {
 	}
 }
 
-func (s *Server) urlLocked(db string) string {
+func (s *Server) urlLocked(db string) string { return URLAt(s.port, db) }
+
+// URLAt is the connection URL of database db of a server of this package
+// listening on port, for a process that did not start it (the CLI reading
+// the tables of `flo dev`'s Postgres).
+func URLAt(port int, db string) string {
 	u := url.URL{
 		Scheme:   "postgres",
 		User:     url.User(superuser),
-		Host:     net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)),
+		Host:     net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		Path:     "/" + db,
 		RawQuery: "sslmode=disable",
 	}

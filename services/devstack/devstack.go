@@ -70,6 +70,18 @@ type Config struct {
 	PostgresFsync bool `env:"FLO_DEV_POSTGRES_FSYNC, default=true"`
 }
 
+// privateDatabase is the database the stack creates in its private Postgres.
+const privateDatabase = "flo"
+
+// PostgresURL is the database the stack's services use: DatabaseURL, or the
+// private Postgres at PostgresPort, as `flo dev` runs it.
+func (c Config) PostgresURL() string {
+	if c.DatabaseURL != "" {
+		return c.DatabaseURL
+	}
+	return localpg.URLAt(c.PostgresPort, privateDatabase)
+}
+
 // OnEphemeralPorts makes every service listen on loopback at a port the
 // system picks, so several stacks (tests, benchmarks) run side by side;
 // Stack reports the addresses.
@@ -178,10 +190,10 @@ func (s *Stack) startInfra(ctx context.Context) error {
 			return fmt.Errorf("start postgres: %w", err)
 		}
 		s.pg = pg
-		if err := pg.CreateDatabase(ctx, "flo"); err != nil {
+		if err := pg.CreateDatabase(ctx, privateDatabase); err != nil {
 			return fmt.Errorf("create database: %w", err)
 		}
-		s.dbURL = pg.URL("flo")
+		s.dbURL = pg.URL(privateDatabase)
 	}
 	if len(s.kafka) == 0 {
 		dir, err := filepath.Abs(filepath.Join(s.cfg.DataDir, "kafka"))

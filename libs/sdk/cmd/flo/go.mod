@@ -3,6 +3,7 @@ module github.com/razorbill/flo-go/cmd/flo
 go 1.26.0
 
 require (
+	github.com/jackc/pgx/v5 v5.12.0
 	github.com/razorbill/flo-go v0.0.0-00010101000000-000000000000
 	github.com/razorbill/flo/libs v0.0.0-00010101000000-000000000000
 	github.com/razorbill/flo/proto v0.0.0-00010101000000-000000000000
@@ -26,7 +27,6 @@ require (
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
-	github.com/jackc/pgx/v5 v5.12.0 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/mfridman/interpolate v0.0.2 // indirect

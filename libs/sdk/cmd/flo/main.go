@@ -74,6 +74,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newWorkerCmd(g))
 	root.AddCommand(newWorkflowCmd(g))
 	root.AddCommand(newDevCmd())
+	root.AddCommand(newOutboxCmd())
 	return root
 }
 
