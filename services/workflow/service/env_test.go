@@ -87,15 +87,18 @@ type wfReplica struct {
 	stop   func()
 }
 
-// startWorkflow runs a workflow service; stop shuts it down gracefully and
-// checks that Run returned nil.
-func startWorkflow(t testing.TB, dbURL string, brokers []string) *wfReplica {
+// startWorkflow runs a workflow service, its config adjusted by opts; stop
+// shuts it down gracefully and checks that Run returned nil.
+func startWorkflow(t testing.TB, dbURL string, brokers []string, opts ...func(*service.Config)) *wfReplica {
 	t.Helper()
 	cfg := service.Config{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		MaxPayloadBytes: 64 << 10, TimerTick: 200 * time.Millisecond,
 		Postgres: config.Postgres{URL: dbURL, MaxConns: 8},
 		Kafka:    config.Kafka{Brokers: brokers, Partitions: 4},
+	}
+	for _, opt := range opts {
+		opt(&cfg)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	svc, err := service.New(ctx, cfg, testLog())
