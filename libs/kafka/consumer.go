@@ -19,10 +19,16 @@ import (
 )
 
 // BatchHandler handles the records one poll returned for one partition, in
-// offset order. Returning an error retries the same batch with backoff (it is
-// never skipped), so handlers must be idempotent; they should return promptly
-// once ctx is done. A Consumer may call its handler concurrently for
-// different partitions; calls for one partition never overlap.
+// offset order. Consumers and tails run it behind one chain of middleware: a
+// panic becomes an error, the call runs in a span continuing the records'
+// traces, and a transient error (IsTransient) runs the same batch again with
+// backoff, so handlers must be idempotent; they should return promptly once
+// ctx is done. Any other error isolates the failure: the batch runs again on
+// its own (Isolated), then record by record, and a record that fails alone
+// is dead-lettered by a Consumer and skipped by a Tail. A handler that knows
+// which records are bad returns Poison errors for them instead. A Consumer
+// may call its handler concurrently for different partitions; calls for one
+// partition never overlap.
 type BatchHandler func(ctx context.Context, records []*kgo.Record) error
 
 const (
@@ -30,8 +36,6 @@ const (
 	maxPollRecords = 10_000
 	// commitTimeout bounds the final commits made while shutting down.
 	commitTimeout = 10 * time.Second
-	retryMin      = 100 * time.Millisecond
-	retryMax      = 5 * time.Second
 )
 
 // Consumer is a consumer-group member that commits a partition's offsets only
@@ -39,7 +43,7 @@ const (
 type Consumer struct {
 	cl    *kgo.Client
 	group string
-	h     BatchHandler
+	h     *isolator
 	log   *slog.Logger
 
 	mu sync.Mutex
@@ -58,8 +62,13 @@ type Consumer struct {
 // partition through h, partitions in parallel; the poll's offsets are
 // committed after every handled partition succeeded, and the group cannot
 // rebalance between a poll and its commit (BlockRebalanceOnPoll), so a
-// partition moves to another member only with its progress committed. opts
-// are passed to NewClient after the group options.
+// partition moves to another member only with its progress committed. A
+// record h cannot handle even alone goes to its topic's dead-letter topic
+// (DeadLetterTopic, created with one partition before its first record) with
+// headers saying why and where it came from, and is counted as
+// flo.consumer.dead_lettered by topic and group; its offset is committed
+// only once the dead-letter topic has it. opts are passed to NewClient after
+// the group options.
 func NewConsumer(brokers []string, group string, topics []string, h BatchHandler, log *slog.Logger, opts ...kgo.Opt) (*Consumer, error) {
 	if len(topics) == 0 {
 		return nil, fmt.Errorf("new consumer %s: no topics", group)
@@ -68,7 +77,7 @@ func NewConsumer(brokers []string, group string, topics []string, h BatchHandler
 		log = slog.New(slog.DiscardHandler)
 	}
 	c := &Consumer{
-		group: group, h: h, log: log.With("group", group),
+		group: group, log: log.With("group", group),
 		pending: map[string]map[int32]kgo.EpochOffset{}, lag: map[string]map[int32]int64{},
 	}
 	groupOpts := []kgo.Opt{
@@ -90,6 +99,7 @@ func NewConsumer(brokers []string, group string, topics []string, h BatchHandler
 		return nil, fmt.Errorf("new consumer %s: %w", group, err)
 	}
 	c.cl = cl
+	c.h = &isolator{h: newChain(h, c.log), reject: newDeadLetterer(cl, group, c.log).deadLetter, log: c.log}
 	return c, nil
 }
 
@@ -122,7 +132,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 				return
 			}
 			wg.Go(func() {
-				if !handleWithRetry(ctx, c.log, c.h, p.Records) {
+				if !c.h.handle(ctx, p.Records) {
 					return
 				}
 				last := p.Records[len(p.Records)-1]
@@ -280,32 +290,6 @@ func containsPartition(parts map[string][]int32, topic string, partition int32) 
 		}
 	}
 	return false
-}
-
-// handleWithRetry calls h until it succeeds or ctx ends, backing off from
-// 100 ms to 5 s between tries. It reports whether the batch was handled.
-func handleWithRetry(ctx context.Context, log *slog.Logger, h BatchHandler, records []*kgo.Record) bool {
-	delay := retryMin
-	for attempt := 1; ; attempt++ {
-		err := h(ctx, records)
-		if err == nil {
-			return true
-		}
-		if ctx.Err() != nil {
-			return false
-		}
-		first, last := records[0], records[len(records)-1]
-		log.WarnContext(ctx, "handle records failed; retrying",
-			"topic", first.Topic, "partition", first.Partition,
-			"first_offset", first.Offset, "last_offset", last.Offset,
-			"attempt", attempt, "retry_in", delay, "error", err)
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(delay):
-		}
-		delay = min(delay*2, retryMax)
-	}
 }
 
 func logFetchErrors(ctx context.Context, log *slog.Logger, fetches kgo.Fetches) {

@@ -2,11 +2,12 @@ package kafka_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -63,7 +64,11 @@ func run(t *testing.T, r func(context.Context) error) (stop func()) {
 	return stop
 }
 
-// collector records handled values and fails the first failures calls.
+// lost is a transient error: the connection was reset.
+var lost = &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+
+// collector records handled values and fails the first failures calls with a
+// transient error.
 type collector struct {
 	mu       sync.Mutex
 	failures int
@@ -77,7 +82,7 @@ func (c *collector) handle(_ context.Context, rs []*kgo.Record) error {
 	c.calls++
 	if c.failures > 0 {
 		c.failures--
-		return errors.New("not yet")
+		return fmt.Errorf("not yet: %w", lost)
 	}
 	for _, r := range rs {
 		c.values = append(c.values, string(r.Value))
@@ -224,6 +229,19 @@ func TestTail(t *testing.T) {
 	require.Equal(t, []string{"after1", "after2"}, got)
 }
 
+// startTail runs a tail over topic and waits until it is ready.
+func startTail(t *testing.T, brokers []string, topic string, h kafka.BatchHandler) {
+	t.Helper()
+	tail, err := kafka.NewTail(brokers, []string{topic}, h, quiet)
+	require.NoError(t, err)
+	run(t, tail.Run)
+	select {
+	case <-tail.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("tail not ready")
+	}
+}
+
 func TestTailStartsAtEnd(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -233,14 +251,7 @@ func TestTailStartsAtEnd(t *testing.T) {
 	produce(t, prod, "feed", "old1", "old2")
 
 	col := &collector{}
-	tail, err := kafka.NewTail(broker.Addrs(), []string{"feed"}, col.handle, quiet)
-	require.NoError(t, err)
-	run(t, tail.Run)
-	select {
-	case <-tail.Ready():
-	case <-time.After(10 * time.Second):
-		t.Fatal("tail not ready")
-	}
+	startTail(t, broker.Addrs(), "feed", col.handle)
 	produce(t, prod, "feed", "new")
 	require.Eventually(t, func() bool { return len(col.got()) > 0 }, 20*time.Second, 10*time.Millisecond)
 	require.Equal(t, []string{"new"}, col.got())

@@ -9,6 +9,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/razorbill/flo/libs/retry"
 )
 
 // Tail reads topics from their current end without a consumer group, so
@@ -17,12 +19,20 @@ import (
 type Tail struct {
 	cl     *kgo.Client
 	topics []string
-	h      BatchHandler
+	h      *isolator
 	log    *slog.Logger
 	ready  chan struct{}
 }
 
-// NewTail returns a tail over topics; nothing is read until Run.
+// topicWait is how often a tail asks again for the end offsets of topics
+// that do not exist yet.
+var topicWait = retry.Policy{Initial: 100 * time.Millisecond, Max: time.Second}
+
+// NewTail returns a tail over topics; nothing is read until Run. h runs
+// behind the same chain as a Consumer's handler, but a record it cannot
+// handle even alone is skipped with an error log and counted as
+// flo.tail.skipped by topic: every replica reads every record of a tail, so
+// none of them may dead-letter it.
 func NewTail(brokers []string, topics []string, h BatchHandler, log *slog.Logger) (*Tail, error) {
 	if len(topics) == 0 {
 		// kadm would list every topic of the cluster instead.
@@ -38,13 +48,15 @@ func NewTail(brokers []string, topics []string, h BatchHandler, log *slog.Logger
 	if err != nil {
 		return nil, fmt.Errorf("new tail: %w", err)
 	}
-	return &Tail{cl: cl, topics: topics, h: h, log: log.With("tail", topics), ready: make(chan struct{})}, nil
+	log = log.With("tail", topics)
+	is := &isolator{h: newChain(h, log), reject: newSkipper(log).skip, log: log}
+	return &Tail{cl: cl, topics: topics, h: is, log: log, ready: make(chan struct{})}, nil
 }
 
 // Run looks up the end offset of every partition of the topics (waiting, with
 // a log line now and then, until all topics exist), closes Ready, then hands
 // every record from those offsets on to the handler, partition batch by
-// partition batch, retrying a failing batch with backoff. It returns nil when
+// partition batch, through the handler chain (see NewTail). It returns nil when
 // ctx ends and closes the client.
 func (t *Tail) Run(ctx context.Context) error {
 	defer t.cl.Close()
@@ -68,7 +80,7 @@ func (t *Tail) Run(ctx context.Context) error {
 			if stopped || len(p.Records) == 0 {
 				return
 			}
-			stopped = !handleWithRetry(ctx, t.log, t.h, p.Records)
+			stopped = !t.h.handle(ctx, p.Records)
 		})
 		if stopped {
 			return nil
@@ -88,40 +100,34 @@ func (t *Tail) Ready() <-chan struct{} { return t.ready }
 // exists or ctx ends.
 func (t *Tail) endOffsets(ctx context.Context) (map[string]map[int32]kgo.Offset, error) {
 	adm := kadm.NewClient(t.cl)
-	delay := retryMin
-	for attempt := 1; ; attempt++ {
+	var start map[string]map[int32]kgo.Offset
+	err := retry.Do(ctx, topicWait, func() error {
 		listed, err := adm.ListEndOffsets(ctx, t.topics...)
 		if err == nil {
 			err = listed.Error()
 		}
-		if err == nil {
-			start := make(map[string]map[int32]kgo.Offset, len(t.topics))
-			for _, topic := range t.topics {
-				ps, ok := listed[topic]
-				if !ok || len(ps) == 0 {
-					err = fmt.Errorf("topic %s: no partitions", topic)
-					break
-				}
-				start[topic] = make(map[int32]kgo.Offset, len(ps))
-				for p, o := range ps {
-					start[topic][p] = kgo.NewOffset().At(o.Offset)
-				}
+		if err != nil {
+			return err
+		}
+		start = make(map[string]map[int32]kgo.Offset, len(t.topics))
+		for _, topic := range t.topics {
+			ps, ok := listed[topic]
+			if !ok || len(ps) == 0 {
+				return fmt.Errorf("topic %s: no partitions", topic)
 			}
-			if err == nil {
-				return start, nil
+			start[topic] = make(map[int32]kgo.Offset, len(ps))
+			for p, o := range ps {
+				start[topic][p] = kgo.NewOffset().At(o.Offset)
 			}
 		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
+		return nil
+	}, func(err error, attempt int, _ time.Duration) {
 		if attempt == 1 || attempt%10 == 0 {
 			t.log.InfoContext(ctx, "tail waiting for topics", "attempt", attempt, "error", err)
 		}
-		select {
-		case <-ctx.Done():
-			return nil, errors.Join(ctx.Err(), err)
-		case <-time.After(delay):
-		}
-		delay = min(delay*2, time.Second)
+	})
+	if err != nil {
+		return nil, err
 	}
+	return start, nil
 }
