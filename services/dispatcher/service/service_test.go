@@ -59,6 +59,7 @@ func TestDispatcher(t *testing.T) {
 	t.Run("disabled action", func(t *testing.T) { t.Parallel(); testDisabled(t, e) })
 	t.Run("http", func(t *testing.T) { t.Parallel(); testHTTP(t, e) })
 	t.Run("origin", func(t *testing.T) { t.Parallel(); testOrigin(t, e) })
+	t.Run("huge error", func(t *testing.T) { t.Parallel(); testHugeError(t, e) })
 }
 
 // testOrigin: a task invoked with an origin carries it in every event, its

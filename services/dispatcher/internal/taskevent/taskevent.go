@@ -6,6 +6,7 @@ package taskevent
 import (
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
@@ -70,6 +71,26 @@ func Status(s store.Status) flov1.TaskStatus {
 	}
 }
 
+// MaxTextBytes caps each free-text field an event carries (a worker's error,
+// an outcome), so that an event stays within kafka.RecordEnvelopeBytes of
+// its result whatever a worker sent; the task keeps the text whole.
+const MaxTextBytes = 16 << 10
+
+// truncated ends a capped text.
+const truncated = "…[truncated]"
+
+// capText cuts s to MaxTextBytes at a character boundary, marking the cut.
+func capText(s string) string {
+	if len(s) <= MaxTextBytes {
+		return s
+	}
+	cut := MaxTextBytes - len(truncated)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + truncated
+}
+
 // Record encodes one event about c, which happened at at.
 func Record(typ Type, c store.Change, at time.Time) (outbox.Record, error) {
 	ev := &eventsv1.TaskEvent{
@@ -81,8 +102,8 @@ func Record(typ Type, c store.Change, at time.Time) (outbox.Record, error) {
 		Status:     Status(c.Status),
 		Attempt:    c.Attempt,
 		WorkerId:   c.WorkerID,
-		Outcome:    c.Outcome,
-		Error:      c.Error,
+		Outcome:    capText(c.Outcome),
+		Error:      capText(c.Error),
 		OccurredAt: timestamppb.New(at),
 		CreatedAt:  timestamppb.New(c.CreatedAt),
 		Origin:     c.Origin,
@@ -91,6 +112,9 @@ func Record(typ Type, c store.Change, at time.Time) (outbox.Record, error) {
 		NonRetryable: typ == Failed,
 	}
 	if c.Origin != "" && typ == Completed {
+		// Whole: results are at most FLO_MAX_PAYLOAD_BYTES (the gateway
+		// refuses larger ones), and producers are sized for that plus the
+		// envelope (kafka.MaxRecordSize).
 		ev.Result = c.Result
 	}
 	value, err := proto.Marshal(ev)
