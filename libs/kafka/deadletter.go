@@ -126,8 +126,9 @@ func (d *deadLetterer) deadLetter(ctx context.Context, r *kgo.Record, cause erro
 		return false
 	}
 	d.counter.Add(ctx, 1, metric.WithAttributes(attribute.String("topic", r.Topic), attribute.String("group", d.group)))
+	// d.log names the group.
 	d.log.ErrorContext(rctx, "record dead-lettered", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset,
-		"group", d.group, "dead_letter_topic", topic, "error", cause)
+		"dead_letter_topic", topic, "error", cause)
 	return true
 }
 
@@ -334,4 +335,52 @@ func Replay(ctx context.Context, brokers []string, topic string, letters []*Dead
 		return fmt.Errorf("note the replay of %d records in %s (they were replayed): %w", len(letters), topic, err)
 	}
 	return nil
+}
+
+// Selection names the records of a dead-letter topic to replay.
+type Selection struct {
+	// Offsets are the records' offsets in the dead-letter topic.
+	Offsets []int64
+	// All takes every record not replayed before.
+	All bool
+	// Again allows records that were replayed before.
+	Again bool
+}
+
+// ReplayDeadLetters reads the dead-letter topic topic, picks the records sel
+// names and replays them (Replay); it returns those it replayed. A record
+// replayed before is refused unless sel.Again is set, so replaying one twice
+// by mistake takes a deliberate flag.
+func ReplayDeadLetters(ctx context.Context, brokers []string, topic string, sel Selection) ([]*DeadLetter, error) {
+	if sel.All == (len(sel.Offsets) > 0) {
+		return nil, errors.New("replay dead letters: name the offsets to replay, or all of them")
+	}
+	letters, err := ReadDeadLetters(ctx, brokers, topic)
+	if err != nil {
+		return nil, err
+	}
+	var picked []*DeadLetter
+	if sel.All {
+		for _, dl := range letters {
+			if sel.Again || len(dl.Replays) == 0 {
+				picked = append(picked, dl)
+			}
+		}
+	}
+	for _, o := range sel.Offsets {
+		i := slices.IndexFunc(letters, func(dl *DeadLetter) bool { return dl.Offset == o })
+		if i < 0 {
+			return nil, fmt.Errorf("replay dead letters: %s has no record at offset %d", topic, o)
+		}
+		dl := letters[i]
+		if len(dl.Replays) > 0 && !sel.Again {
+			return nil, fmt.Errorf("replay dead letters: the record at offset %d of %s was replayed at %s; replay it again on purpose with again",
+				o, topic, dl.Replays[len(dl.Replays)-1].UTC().Format(time.RFC3339))
+		}
+		picked = append(picked, dl)
+	}
+	if err := Replay(ctx, brokers, topic, picked); err != nil {
+		return nil, err
+	}
+	return picked, nil
 }

@@ -2,6 +2,7 @@ package intake
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -28,15 +29,18 @@ var tracer = otel.Tracer("github.com/razorbill/flo/services/dispatcher/internal/
 
 // HandleRecords is the kafka.BatchHandler for CommandsTopic. Each valid record
 // gets a span continuing the invoker's trace; that span's context is stored
-// on the task so the worker's handler span joins the same trace.
+// on the task so the worker's handler span joins the same trace. A record
+// that does not decode, or whose ids and names are impossible, is returned
+// as kafka.Poison once the others are enqueued: the consumer dead-letters it
+// without enqueueing the batch again.
 func (in *Intake) HandleRecords(ctx context.Context, records []*kgo.Record) error {
 	invs := make([]Invocation, 0, len(records))
 	spans := make([]trace.Span, 0, len(records))
+	var poison []error
 	for _, r := range records {
 		inv, err := decode(r)
 		if err != nil {
-			in.dropped.Add(ctx, 1)
-			in.log.WarnContext(ctx, "dropping undecodable command", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "error", err)
+			poison = append(poison, kafka.Poison(r, err))
 			continue
 		}
 		rctx, span := tracer.Start(kafka.ExtractTrace(ctx, r), "enqueue "+inv.Action,
@@ -54,7 +58,10 @@ func (in *Intake) HandleRecords(ctx context.Context, records []*kgo.Record) erro
 		}
 		s.End()
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return errors.Join(poison...)
 }
 
 func decode(r *kgo.Record) (Invocation, error) {

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/razorbill/flo/libs/coalesce"
+	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/outbox"
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/wake"
@@ -38,7 +39,6 @@ type Intake struct {
 	relay   Notifier
 	log     *slog.Logger
 	tasks   *taskevent.Counters
-	dropped metric.Int64Counter
 	batch   *coalesce.Batcher[[]Invocation, struct{}]
 }
 
@@ -55,12 +55,7 @@ func New(pool *pgxpool.Pool, cat *catalog.Catalog, hub *wake.Hub, relay Notifier
 	if err != nil {
 		return nil, err
 	}
-	dropped, err := meter.Int64Counter("flo.dispatcher.invocations.dropped", metric.WithUnit("{record}"),
-		metric.WithDescription("Invocation records dropped as undecodable."))
-	if err != nil {
-		return nil, fmt.Errorf("create metric: %w", err)
-	}
-	in := &Intake{pool: pool, catalog: cat, hub: hub, relay: relay, log: log, tasks: tasks, dropped: dropped}
+	in := &Intake{pool: pool, catalog: cat, hub: hub, relay: relay, log: log, tasks: tasks}
 	in.batch = coalesce.New(queueSize, batchSize, in.exec)
 	return in, nil
 }
@@ -93,9 +88,20 @@ type Invocation struct {
 // a disabled one, create no task and a REJECTED event instead, because
 // retrying them cannot succeed and must not hold up the partition. An error
 // means none of the call's invocations was applied.
+//
+// When the consumer isolates a failed batch (kafka.Isolated), the call runs
+// in a transaction of its own: in a shared one, a bad invocation of another
+// partition would fail it again, and the consumer would dead-letter a good
+// record for it. Isolating at the consumer, rather than having the
+// coalescer split every failed transaction, keeps the cost of a failure on
+// the partition that has it, and keeps libs/coalesce unaware of what a
+// failure means.
 func (in *Intake) Enqueue(ctx context.Context, invs []Invocation) error {
 	if len(invs) == 0 {
 		return nil
+	}
+	if kafka.Isolated(ctx) {
+		return in.enqueue(ctx, invs)
 	}
 	_, err := in.batch.Do(ctx, invs)
 	return err
