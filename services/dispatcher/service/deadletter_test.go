@@ -2,7 +2,6 @@ package service_test
 
 import (
 	"fmt"
-	"slices"
 	"testing"
 
 	"github.com/google/uuid"
@@ -29,7 +28,10 @@ func TestPoisonCommands(t *testing.T) {
 	r := startReplica(t, dbURL, broker.Addrs())
 	e := &env{svc: r.svc, client: r.client, producer: newProducer(t, broker.Addrs()), events: newEventLog()}
 	e.events.start(t, broker.Addrs())
-	dl := &deadLetters{brokers: broker.Addrs()}
+	waitDeadLetter := func(t *testing.T, match func(*kafka.DeadLetter) bool) *kafka.DeadLetter {
+		t.Helper()
+		return harness.WaitDeadLetter(t, broker.Addrs(), commandsTopic, match)
+	}
 
 	t.Run("garbage and impossible", func(t *testing.T) {
 		t.Parallel()
@@ -43,14 +45,14 @@ func TestPoisonCommands(t *testing.T) {
 		e.produce(t, key, nil, badID, badNamespace)
 		ids := e.produceOrdinary(t, ns, key, 20)
 
-		got := dl.wait(t, func(l *kafka.DeadLetter) bool { return string(l.Value) == string(garbage) })
+		got := waitDeadLetter(t, func(l *kafka.DeadLetter) bool { return string(l.Value) == string(garbage) })
 		require.Equal(t, commandsTopic, got.SourceTopic)
 		require.Equal(t, "flo-dispatcher", got.Group)
 		require.Contains(t, got.Error, "decode InvokeTask")
 		require.Equal(t, key, string(got.Key))
-		got = dl.wait(t, invocationOf(badID.GetTaskId()))
+		got = waitDeadLetter(t, invocationOf(badID.GetTaskId()))
 		require.Contains(t, got.Error, "task_id")
-		got = dl.wait(t, invocationOf(badNamespace.GetTaskId()))
+		got = waitDeadLetter(t, invocationOf(badNamespace.GetTaskId()))
 		require.Contains(t, got.Error, "namespace")
 		for _, id := range ids {
 			e.waitTask(t, ns, id)
@@ -67,7 +69,7 @@ func TestPoisonCommands(t *testing.T) {
 		e.produce(t, "", nil, nul)
 		ids := e.produceOrdinary(t, ns, "", 20)
 
-		got := dl.wait(t, invocationOf(nul.GetTaskId()))
+		got := waitDeadLetter(t, invocationOf(nul.GetTaskId()))
 		require.Equal(t, "flo-dispatcher", got.Group)
 		for _, id := range ids {
 			e.waitTask(t, ns, id)
@@ -106,7 +108,7 @@ func TestPoisonCommands(t *testing.T) {
 		fragile := &eventsv1.InvokeTask{Namespace: ns, Action: "fragile", Payload: []byte(`"once"`)}
 		e.produce(t, key, nil, fragile)
 		ids := e.produceOrdinary(t, ns, key, 5)
-		got := dl.wait(t, invocationOf(fragile.GetTaskId()))
+		got := waitDeadLetter(t, invocationOf(fragile.GetTaskId()))
 		require.Contains(t, got.Error, "refused for maintenance")
 		for _, id := range ids {
 			e.waitTask(t, ns, id)
@@ -118,13 +120,13 @@ func TestPoisonCommands(t *testing.T) {
 		_, err = conn.Exec(t.Context(), fmt.Sprintf(`DROP TRIGGER %[1]s ON dispatcher.tasks; DROP FUNCTION dispatcher.%[1]s()`, trigger))
 		require.NoError(t, err)
 		dlq := kafka.DeadLetterTopic(commandsTopic)
-		replayed, err := kafka.ReplayDeadLetters(t.Context(), dl.brokers, dlq, kafka.Selection{Offsets: []int64{got.Offset}})
+		replayed, err := kafka.ReplayDeadLetters(t.Context(), broker.Addrs(), dlq, kafka.Selection{Offsets: []int64{got.Offset}})
 		require.NoError(t, err)
 		require.Len(t, replayed, 1)
 		task := e.waitTask(t, ns, fragile.GetTaskId())
 		require.Equal(t, []byte(`"once"`), task.GetPayload())
 		e.events.waitEvents(t, fragile.GetTaskId(), evCreated)
-		_, err = kafka.ReplayDeadLetters(t.Context(), dl.brokers, dlq, kafka.Selection{Offsets: []int64{got.Offset}})
+		_, err = kafka.ReplayDeadLetters(t.Context(), broker.Addrs(), dlq, kafka.Selection{Offsets: []int64{got.Offset}})
 		require.ErrorContains(t, err, "was replayed at")
 	})
 }
@@ -143,26 +145,6 @@ func (e *env) produceOrdinary(t *testing.T, ns, key string, n int) []string {
 		ids[i] = c.GetTaskId()
 	}
 	return ids
-}
-
-// deadLetters reads the commands' dead-letter topic.
-type deadLetters struct{ brokers []string }
-
-// wait waits until a record of the dead-letter topic matches and returns it.
-func (d *deadLetters) wait(t *testing.T, match func(*kafka.DeadLetter) bool) *kafka.DeadLetter {
-	t.Helper()
-	var found *kafka.DeadLetter
-	require.Eventually(t, func() bool {
-		letters, err := kafka.ReadDeadLetters(t.Context(), d.brokers, kafka.DeadLetterTopic(commandsTopic))
-		if err != nil {
-			return false
-		}
-		if i := slices.IndexFunc(letters, match); i >= 0 {
-			found = letters[i]
-		}
-		return found != nil
-	}, waitFor, tick, "record never dead-lettered")
-	return found
 }
 
 // invocationOf matches the dead-lettered InvokeTask of a task id.

@@ -8,10 +8,13 @@ package tally
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -20,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/razorbill/flo/libs/inbox"
+	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/sweep"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
@@ -86,7 +90,6 @@ type Tally struct {
 	pool    *pgxpool.Pool
 	log     *slog.Logger
 	applied metric.Int64Counter
-	dropped metric.Int64Counter
 }
 
 // New returns a Tally.
@@ -95,35 +98,47 @@ func New(pool *pgxpool.Pool, log *slog.Logger, meter metric.Meter) (*Tally, erro
 	if err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
-	dropped, err := meter.Int64Counter("flo.registry.task_events.undecodable", metric.WithUnit("{record}"), metric.WithDescription("Task event records that could not be decoded."))
-	if err != nil {
-		return nil, fmt.Errorf("create metric: %w", err)
-	}
-	return &Tally{pool: pool, log: log, applied: applied, dropped: dropped}, nil
+	return &Tally{pool: pool, log: log, applied: applied}, nil
 }
 
-// HandleRecords is the kafka.BatchHandler for Topic. Records that cannot be
-// decoded are logged and skipped: retrying them cannot succeed and must not
-// hold up the partition.
+// HandleRecords is the kafka.BatchHandler for Topic. A record that does not
+// decode, or names a worker or namespace no store could hold, is returned as
+// kafka.Poison once the others are counted: the consumer dead-letters it.
 func (t *Tally) HandleRecords(ctx context.Context, records []*kgo.Record) error {
 	events := make([]Event, 0, len(records))
+	var poison []error
 	for _, r := range records {
-		var ev eventsv1.TaskEvent
-		if err := proto.Unmarshal(r.Value, &ev); err != nil {
-			t.dropped.Add(ctx, 1)
-			t.log.WarnContext(ctx, "skipping undecodable task event", "partition", r.Partition, "offset", r.Offset, "error", err)
+		e, err := decode(r)
+		if err != nil {
+			poison = append(poison, kafka.Poison(r, err))
 			continue
-		}
-		e := Event{
-			ID: ev.GetEventId(), Outcome: OutcomeOf(ev.GetType()), Namespace: ev.GetNamespace(),
-			WorkerID: ev.GetWorkerId(), Action: ev.GetAction(), OccurredAt: ev.GetOccurredAt().AsTime(),
-		}
-		if ev.GetOccurredAt() == nil {
-			e.OccurredAt = r.Timestamp
 		}
 		events = append(events, e)
 	}
-	return t.Apply(ctx, events)
+	if err := t.Apply(ctx, events); err != nil {
+		return err
+	}
+	return errors.Join(poison...)
+}
+
+func decode(r *kgo.Record) (Event, error) {
+	var ev eventsv1.TaskEvent
+	if err := proto.Unmarshal(r.Value, &ev); err != nil {
+		return Event{}, fmt.Errorf("decode TaskEvent: %w", err)
+	}
+	e := Event{
+		ID: ev.GetEventId(), Outcome: OutcomeOf(ev.GetType()), Namespace: ev.GetNamespace(),
+		WorkerID: ev.GetWorkerId(), Action: ev.GetAction(), OccurredAt: ev.GetOccurredAt().AsTime(),
+	}
+	if ev.GetOccurredAt() == nil {
+		e.OccurredAt = r.Timestamp
+	}
+	for _, f := range []struct{ name, v string }{{"namespace", e.Namespace}, {"worker_id", e.WorkerID}, {"action", e.Action}, {"event_id", e.ID}} {
+		if !utf8.ValidString(f.v) || strings.ContainsRune(f.v, 0) {
+			return Event{}, fmt.Errorf("task event %s %q: not valid UTF-8 text without NUL", f.name, f.v)
+		}
+	}
+	return e, nil
 }
 
 // Apply counts the events that are about a worker's attempt and were not
