@@ -7,6 +7,11 @@
 // One row holds every record one Write wrote, in order, as parallel arrays:
 // a transaction that emits a hundred records costs Postgres one row to
 // insert, index and delete, not a hundred.
+//
+// A record the log refuses for good (too large, invalid) cannot hold up the
+// rows behind it: the relay moves it to the service's outbox_dead table,
+// counts and logs it, and publishes the rest; ListDead and Requeue are what
+// `flo outbox dead` runs on that table.
 package outbox
 
 import (
