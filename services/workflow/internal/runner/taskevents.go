@@ -3,6 +3,8 @@ package runner
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -30,19 +32,34 @@ type taskEvent struct {
 // HandleTaskEvents is the kafka.BatchHandler for TaskEventsTopic. It keeps
 // the events that end tasks runs invoked (COMPLETED, FAILED, DEAD_LETTERED,
 // REJECTED with a workflow origin) and applies them in one transaction with
-// the events of the poll's other partitions. Undecodable records and events
-// of other tasks are skipped: retrying them cannot help and must not hold up
-// the partition.
+// the events of the poll's other partitions; events of other tasks are
+// skipped. A record that does not decode, or whose origin says it is a run's
+// task but names no run, is returned as kafka.Poison once the others are
+// applied: the consumer dead-letters it.
+//
+// When the consumer isolates a failed batch (kafka.Isolated), the events are
+// applied in a transaction of their own: in the shared one, a bad event of
+// another partition would fail them again, and the consumer would
+// dead-letter a good record for it. Isolating at the consumer keeps the cost
+// of a failure on the partition that has it and libs/coalesce unaware of
+// what a failure means.
 func (r *Runner) HandleTaskEvents(ctx context.Context, records []*kgo.Record) error {
 	var (
-		evs   []taskEvent
-		spans []trace.Span
+		evs    []taskEvent
+		spans  []trace.Span
+		poison []error
 	)
 	for _, rec := range records {
 		var ev eventsv1.TaskEvent
 		if err := proto.Unmarshal(rec.Value, &ev); err != nil {
-			r.log.WarnContext(ctx, "skipping undecodable task event", "partition", rec.Partition, "offset", rec.Offset, "error", err)
+			poison = append(poison, kafka.Poison(rec, fmt.Errorf("decode TaskEvent: %w", err)))
 			continue
+		}
+		if o := ev.GetOrigin(); strings.HasPrefix(o, engine.OriginPrefix) {
+			if _, _, ok := parseOrigin(o); !ok {
+				poison = append(poison, kafka.Poison(rec, fmt.Errorf("task event origin %q names no run", o)))
+				continue
+			}
 		}
 		te, ok := taskEnded(&ev)
 		if !ok {
@@ -57,10 +74,14 @@ func (r *Runner) HandleTaskEvents(ctx context.Context, records []*kgo.Record) er
 		evs = append(evs, te)
 		spans = append(spans, span)
 	}
-	if len(evs) == 0 {
-		return nil
+	var err error
+	switch {
+	case len(evs) == 0:
+	case kafka.Isolated(ctx):
+		err = r.applyEvents(ctx, evs)
+	default:
+		_, err = r.events.Do(ctx, evs)
 	}
-	_, err := r.events.Do(ctx, evs)
 	for _, s := range spans {
 		if err != nil {
 			s.RecordError(err)
@@ -68,7 +89,10 @@ func (r *Runner) HandleTaskEvents(ctx context.Context, records []*kgo.Record) er
 		}
 		s.End()
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return errors.Join(poison...)
 }
 
 // taskEnded maps a task event to the engine's TaskEnded; ok is false for
@@ -115,14 +139,19 @@ func outputJSON(b []byte) json.RawMessage {
 	return s
 }
 
-// execEvents applies the task events of a consumer poll in one transaction,
-// in log order per run. Events whose token the run has left (redeliveries,
-// the second end event of a task, tasks of a cancelled run) change nothing.
+// execEvents applies the task events of a consumer poll in one transaction.
 func (r *Runner) execEvents(ctx context.Context, calls []*coalesce.Call[[]taskEvent, struct{}]) error {
 	var evs []taskEvent
 	for _, c := range calls {
 		evs = append(evs, c.Req...)
 	}
+	return r.applyEvents(ctx, evs)
+}
+
+// applyEvents applies task events in one transaction, in log order per run.
+// Events whose token the run has left (redeliveries, the second end event of
+// a task, tasks of a cancelled run) change nothing.
+func (r *Runner) applyEvents(ctx context.Context, evs []taskEvent) error {
 	ids := make([]string, 0, len(evs))
 	seen := map[string]bool{}
 	for _, ev := range evs {
