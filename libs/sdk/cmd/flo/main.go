@@ -75,6 +75,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newWorkflowCmd(g))
 	root.AddCommand(newDevCmd())
 	root.AddCommand(newOutboxCmd())
+	root.AddCommand(newDeadLetterTopicsCmd())
 	return root
 }
 
