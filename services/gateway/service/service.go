@@ -318,11 +318,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	}
 
 	// Last, because only Run releases the tails' clients.
-	s.tail, err = kafka.NewTail(cfg.Kafka.Brokers, []string{taskwait.Topic}, s.waiters.Handler(log), log)
+	s.tail, err = kafka.NewTail(cfg.Kafka.Brokers, []string{taskwait.Topic}, s.waiters.Handler(), log)
 	if err != nil {
 		return nil, fmt.Errorf("tail task events: %w", err)
 	}
-	s.workerTail, err = kafka.NewTail(cfg.Kafka.Brokers, []string{workerstream.WorkerEventsTopic}, s.streams.WorkerEventsHandler(log), log)
+	s.workerTail, err = kafka.NewTail(cfg.Kafka.Brokers, []string{workerstream.WorkerEventsTopic}, s.streams.WorkerEventsHandler(), log)
 	if err != nil {
 		return nil, fmt.Errorf("tail worker events: %w", err)
 	}

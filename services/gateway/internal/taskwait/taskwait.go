@@ -8,12 +8,13 @@ package taskwait
 import (
 	"context"
 	"errors"
-	"log/slog"
+	"fmt"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/razorbill/flo/libs/kafka"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 )
@@ -125,26 +126,25 @@ func (r *Registry) Len() int {
 
 // Handler returns the batch handler of the task-events tail. Records of tasks
 // nobody here waits for are skipped without decoding, which keeps the tail
-// cheap under load; a record that does not decode is logged and skipped,
-// since retrying it could never succeed.
-func (r *Registry) Handler(log *slog.Logger) func(ctx context.Context, records []*kgo.Record) error {
-	return func(ctx context.Context, records []*kgo.Record) error {
+// cheap under load; a record that does not decode is returned as
+// kafka.Poison, which the tail logs, counts and skips.
+func (r *Registry) Handler() func(ctx context.Context, records []*kgo.Record) error {
+	return func(_ context.Context, records []*kgo.Record) error {
+		var poison []error
 		for _, rec := range records {
-			taskID := string(rec.Key)
-			if !r.waited(taskID) {
+			if !r.waited(string(rec.Key)) {
 				continue
 			}
 			var ev eventsv1.TaskEvent
 			if err := proto.Unmarshal(rec.Value, &ev); err != nil {
-				log.WarnContext(ctx, "skip undecodable task event",
-					slog.String("task_id", taskID), slog.Int64("offset", rec.Offset), slog.Any("error", err))
+				poison = append(poison, kafka.Poison(rec, fmt.Errorf("decode TaskEvent: %w", err)))
 				continue
 			}
 			if finishes(&ev) {
 				r.Notify(ev.GetTaskId())
 			}
 		}
-		return nil
+		return errors.Join(poison...)
 	}
 }
 

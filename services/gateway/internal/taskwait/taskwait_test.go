@@ -2,13 +2,13 @@ package taskwait
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/razorbill/flo/libs/kafka"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 )
@@ -30,7 +30,7 @@ func record(t *testing.T, ev *eventsv1.TaskEvent) *kgo.Record {
 
 func TestHandlerWakesOnFinalEventsOnly(t *testing.T) {
 	r := NewRegistry(10)
-	h := r.Handler(slog.New(slog.DiscardHandler))
+	h := r.Handler()
 	a, releaseA, err := r.Register("a")
 	require.NoError(t, err)
 	defer releaseA()
@@ -38,12 +38,16 @@ func TestHandlerWakesOnFinalEventsOnly(t *testing.T) {
 	require.NoError(t, err)
 	defer releaseB()
 
-	require.NoError(t, h(context.Background(), []*kgo.Record{
+	garbage := &kgo.Record{Key: []byte("b"), Value: []byte("not protobuf")}
+	err = h(context.Background(), []*kgo.Record{
 		record(t, &eventsv1.TaskEvent{TaskId: "a", Type: eventsv1.TaskEventType_TASK_EVENT_TYPE_STARTED, Status: flov1.TaskStatus_TASK_STATUS_RUNNING}),
 		record(t, &eventsv1.TaskEvent{TaskId: "b", Type: eventsv1.TaskEventType_TASK_EVENT_TYPE_RETRY_SCHEDULED, Status: flov1.TaskStatus_TASK_STATUS_QUEUED}),
-		{Key: []byte("b"), Value: []byte("not protobuf")},
+		garbage,
 		record(t, &eventsv1.TaskEvent{TaskId: "nobody-waits", Status: flov1.TaskStatus_TASK_STATUS_COMPLETED}),
-	}))
+	})
+	var poison *kafka.PoisonError
+	require.ErrorAs(t, err, &poison, "a record that does not decode is poison; the tail skips it")
+	require.Same(t, garbage, poison.Record)
 	require.False(t, closed(a))
 	require.False(t, closed(b))
 

@@ -2,11 +2,14 @@ package workerstream
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/razorbill/flo/libs/kafka"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 )
@@ -66,25 +69,25 @@ func (s *Server) DrainWorker(namespace, workerID string) {
 // WorkerEventsHandler returns the batch handler of the worker-events tail: a
 // worker turning DRAINING is drained on the streams this server holds.
 // Records about workers without a stream here are skipped without decoding;
-// one that does not decode is logged and skipped, since retrying it could
-// never succeed.
-func (s *Server) WorkerEventsHandler(log *slog.Logger) func(ctx context.Context, records []*kgo.Record) error {
-	return func(ctx context.Context, records []*kgo.Record) error {
+// one that does not decode is returned as kafka.Poison, which the tail logs,
+// counts and skips.
+func (s *Server) WorkerEventsHandler() func(ctx context.Context, records []*kgo.Record) error {
+	return func(_ context.Context, records []*kgo.Record) error {
+		var poison []error
 		for _, rec := range records {
 			if !s.serves(string(rec.Key)) {
 				continue
 			}
 			var ev eventsv1.WorkerEvent
 			if err := proto.Unmarshal(rec.Value, &ev); err != nil {
-				log.WarnContext(ctx, "skip undecodable worker event",
-					slog.String("key", string(rec.Key)), slog.Int64("offset", rec.Offset), slog.Any("error", err))
+				poison = append(poison, kafka.Poison(rec, fmt.Errorf("decode WorkerEvent: %w", err)))
 				continue
 			}
 			if ev.GetStatus() == flov1.WorkerStatus_WORKER_STATUS_DRAINING {
 				s.DrainWorker(ev.GetNamespace(), ev.GetWorkerId())
 			}
 		}
-		return nil
+		return errors.Join(poison...)
 	}
 }
 
