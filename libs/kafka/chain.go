@@ -129,33 +129,40 @@ func tracing(next BatchHandler) BatchHandler {
 // IsTransient reports whether another try may succeed where err failed,
 // with nothing about the records changed: the connection to Postgres or the
 // broker was lost or refused, Postgres is shutting down or out of
-// connections, the transaction lost a serialization race or a deadlock, or
-// one attempt ran out of time.
+// connections or other resources, the transaction lost a serialization race,
+// a deadlock or a lock wait, or one attempt ran out of time.
 func IsTransient(err error) bool {
 	if err == nil {
 		return false
+	}
+	// Not reaching Postgres at all (down, refusing, a rotated password) is
+	// never the records' fault, whatever the server answered.
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
+		return true
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
 		case "40001", // serialization_failure
 			"40P01", // deadlock_detected
-			"53300", // too_many_connections
+			"55P03", // lock_not_available
+			"57014", // query_canceled: a statement timeout
 			"57P01", // admin_shutdown
 			"57P02", // crash_shutdown
 			"57P03": // cannot_connect_now
 			return true
 		}
-		return strings.HasPrefix(pgErr.Code, "08") // connection_exception
+		// connection_exception; insufficient_resources (too many
+		// connections, disk full, out of memory).
+		return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "53")
 	}
 	var (
-		connErr  *pgconn.ConnectError
 		netErr   net.Error
 		kafkaErr *kerr.Error
 	)
 	switch {
-	case pgconn.SafeToRetry(err), pgconn.Timeout(err),
-		errors.As(err, &connErr), errors.As(err, &netErr),
+	case pgconn.SafeToRetry(err), pgconn.Timeout(err), errors.As(err, &netErr),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EPIPE),
 		errors.Is(err, context.DeadlineExceeded):

@@ -98,8 +98,13 @@ func NewConsumer(brokers []string, group string, topics []string, h BatchHandler
 	if err != nil {
 		return nil, fmt.Errorf("new consumer %s: %w", group, err)
 	}
+	dl, err := newDeadLetterer(cl, group, c.log)
+	if err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("new consumer %s: %w", group, err)
+	}
 	c.cl = cl
-	c.h = &isolator{h: newChain(h, c.log), reject: newDeadLetterer(cl, group, c.log).deadLetter, log: c.log}
+	c.h = &isolator{h: newChain(h, c.log), reject: dl.deadLetter, log: c.log}
 	return c, nil
 }
 

@@ -64,15 +64,14 @@ const deadLetterPartitions = 1
 // DeadLetterTopic returns the dead-letter topic of topic.
 func DeadLetterTopic(topic string) string { return topic + DeadLetterSuffix }
 
-// poisonCounter counts records isolated by a consumer or a tail.
-func poisonCounter(name, desc string) metric.Int64Counter {
+// poisonCounter counts records isolated by a consumer or a tail, through
+// the global meter provider like the consumer's lag.
+func poisonCounter(name, desc string) (metric.Int64Counter, error) {
 	c, err := otel.Meter("github.com/razorbill/flo/libs/kafka").Int64Counter(name, metric.WithUnit("{record}"), metric.WithDescription(desc))
 	if err != nil {
-		// Only an invalid name fails; the no-op counter keeps the
-		// consumer running, and the name is a constant.
-		otel.Handle(err)
+		return nil, fmt.Errorf("create metric %s: %w", name, err)
 	}
-	return c
+	return c, nil
 }
 
 // deadLetterer writes the records a consumer group cannot handle to their
@@ -87,12 +86,13 @@ type deadLetterer struct {
 	created map[string]bool
 }
 
-func newDeadLetterer(cl *kgo.Client, group string, log *slog.Logger) *deadLetterer {
-	return &deadLetterer{
-		cl: cl, group: group, log: log, created: map[string]bool{},
-		counter: poisonCounter("flo.consumer.dead_lettered",
-			"Records a consumer group could not handle, written to their topic's dead-letter topic (<topic>.dlq)."),
+func newDeadLetterer(cl *kgo.Client, group string, log *slog.Logger) (*deadLetterer, error) {
+	counter, err := poisonCounter("flo.consumer.dead_lettered",
+		"Records a consumer group could not handle, written to their topic's dead-letter topic (<topic>.dlq).")
+	if err != nil {
+		return nil, err
 	}
+	return &deadLetterer{cl: cl, group: group, log: log, created: map[string]bool{}, counter: counter}, nil
 }
 
 // deadLetter writes r with cause to its dead-letter topic and waits for the
@@ -155,9 +155,13 @@ type skipper struct {
 	counter metric.Int64Counter
 }
 
-func newSkipper(log *slog.Logger) *skipper {
-	return &skipper{log: log, counter: poisonCounter("flo.tail.skipped",
-		"Records a group-less tail could not handle and skipped (tails never dead-letter: every replica reads every record).")}
+func newSkipper(log *slog.Logger) (*skipper, error) {
+	counter, err := poisonCounter("flo.tail.skipped",
+		"Records a group-less tail could not handle and skipped (tails never dead-letter: every replica reads every record).")
+	if err != nil {
+		return nil, err
+	}
+	return &skipper{log: log, counter: counter}, nil
 }
 
 func (s *skipper) skip(ctx context.Context, r *kgo.Record, cause error) bool {
@@ -219,9 +223,16 @@ func ReadDeadLetters(ctx context.Context, brokers []string, topic string) ([]*De
 		return nil, err
 	}
 	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err == nil {
 		err = ends.Error()
+	}
+	var starts kadm.ListedOffsets
+	if err == nil {
+		if starts, err = adm.ListStartOffsets(ctx, topic); err == nil {
+			err = starts.Error()
+		}
 	}
 	if errors.Is(err, kerr.UnknownTopicOrPartition) || (err == nil && len(ends[topic]) == 0) {
 		return nil, fmt.Errorf("read dead letters: topic %s does not exist", topic)
@@ -232,8 +243,9 @@ func ReadDeadLetters(ctx context.Context, brokers []string, topic string) ([]*De
 	from := map[int32]kgo.Offset{}
 	left := map[int32]int64{}
 	for p, o := range ends[topic] {
-		if o.Offset > 0 {
-			from[p] = kgo.NewOffset().AtStart()
+		// A partition emptied by retention has nothing to wait for.
+		if start, ok := starts.Lookup(topic, p); ok && start.Offset < o.Offset {
+			from[p] = kgo.NewOffset().At(start.Offset)
 			left[p] = o.Offset
 		}
 	}

@@ -49,7 +49,12 @@ func NewTail(brokers []string, topics []string, h BatchHandler, log *slog.Logger
 		return nil, fmt.Errorf("new tail: %w", err)
 	}
 	log = log.With("tail", topics)
-	is := &isolator{h: newChain(h, log), reject: newSkipper(log).skip, log: log}
+	skip, err := newSkipper(log)
+	if err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("new tail: %w", err)
+	}
+	is := &isolator{h: newChain(h, log), reject: skip.skip, log: log}
 	return &Tail{cl: cl, topics: topics, h: is, log: log, ready: make(chan struct{})}, nil
 }
 
