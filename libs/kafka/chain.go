@@ -281,11 +281,12 @@ func (is *isolator) handle(ctx context.Context, records []*kgo.Record) bool {
 		"first_offset", first.Offset, "records", len(records), "error", err)
 	alone := context.WithValue(ctx, isolatedKey{}, true)
 	err = is.h(alone, records)
-	if done, ok := is.settled(ctx, records, err); done || len(records) == 1 {
-		if !done {
-			return is.reject(ctx, first, err)
-		}
+	done, ok := is.settled(ctx, records, err)
+	switch {
+	case done:
 		return ok
+	case len(records) == 1:
+		return is.reject(ctx, first, err)
 	}
 	for _, r := range records {
 		one := []*kgo.Record{r}
