@@ -402,8 +402,9 @@ func (c *Client) DeleteGroup(ctx context.Context, stream, group string) error {
 	return nil
 }
 
-// ListPending returns the records group handed out and that are not acked yet, oldest first,
-// and total: how many there are in all, not only those listed.
+// ListPending returns the records group handed out and that are not acked yet, by partition
+// and then offset (oldest first within a partition), and total: how many there are in all,
+// not only those listed.
 func (c *Client) ListPending(ctx context.Context, stream, group string, opts PendingOptions) (entries []*PendingEntry, total int64, err error) {
 	svc, err := c.streamService()
 	if err != nil {

@@ -217,7 +217,7 @@ func TestClientManagesStreams(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, list, 2)
 	require.Equal(t, "events.dlq", list[1].Name)
-	requireSent(t, &flov1.ListStreamsRequest{Namespace: "myapp"}, s.last())
+	requireSent(t, &flov1.ListStreamsRequest{Namespace: "myapp", Limit: 1000}, s.last())
 
 	require.NoError(t, client.DeleteStream(ctx, "events"))
 	requireSent(t, &flov1.GetStreamRequest{Namespace: "myapp", Stream: "events"}, s.last())

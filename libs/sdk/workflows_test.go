@@ -242,7 +242,7 @@ func TestClientManagesWorkflows(t *testing.T) {
 
 	list, err := client.ListWorkflows(ctx, flo.ListWorkflowsOptions{Name: "process-order", AllVersions: true})
 	require.NoError(t, err)
-	requireSent(t, &flov1.ListWorkflowsRequest{Namespace: "myapp", Name: "process-order", AllVersions: true}, w.last())
+	requireSent(t, &flov1.ListWorkflowsRequest{Namespace: "myapp", Name: "process-order", AllVersions: true, Limit: 1000}, w.last())
 	require.Equal(t, []*flo.Workflow{want}, list)
 
 	disabled, err := client.DisableWorkflow(ctx, "process-order")

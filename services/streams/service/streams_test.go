@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -620,7 +621,12 @@ func testPending(t *testing.T, _ *env, c streamsv1.StreamsClient) {
 	require.NoError(t, err)
 	require.Equal(t, int64(11), all.GetTotal())
 	require.Len(t, all.GetEntries(), 11)
-	require.True(t, slices.IsSortedFunc(all.GetEntries(), func(x, y *flov1.PendingEntry) int { return compareIDs(t, x.GetId(), y.GetId()) }))
+	// By partition, then offset: the order the page token resumes in.
+	require.True(t, slices.IsSortedFunc(all.GetEntries(), func(x, y *flov1.PendingEntry) int {
+		_, xseq := splitID(t, x.GetId())
+		_, yseq := splitID(t, y.GetId())
+		return cmp.Or(cmp.Compare(xseq%1000, yseq%1000), cmp.Compare(xseq/1000, yseq/1000))
+	}))
 	byID := map[string]*flov1.PendingEntry{}
 	for _, e := range all.GetEntries() {
 		byID[e.GetId()] = e
@@ -632,13 +638,27 @@ func testPending(t *testing.T, _ *env, c streamsv1.StreamsClient) {
 	require.Equal(t, "", byID[b[0].GetId()].GetConsumer(), "a nacked record waits for any consumer")
 	require.Equal(t, "bob", byID[b[1].GetId()].GetConsumer())
 
-	alice, err := c.ListPending(ctx, &flov1.ListPendingRequest{Namespace: ns, Stream: "s", Group: "g", Consumer: "alice", Limit: 2})
-	require.NoError(t, err)
-	require.Equal(t, int64(4), alice.GetTotal())
-	require.Len(t, alice.GetEntries(), 2)
-	for _, e := range alice.GetEntries() {
-		require.Equal(t, "alice", e.GetConsumer())
+	// Alice's records, two a page, are those of the whole list, in order.
+	var alices, paged []string
+	for _, e := range all.GetEntries() {
+		if e.GetConsumer() == "alice" {
+			alices = append(alices, e.GetId())
+		}
 	}
+	token := ""
+	for {
+		alice, err := c.ListPending(ctx, &flov1.ListPendingRequest{Namespace: ns, Stream: "s", Group: "g", Consumer: "alice", Limit: 2, PageToken: token})
+		require.NoError(t, err)
+		require.Equal(t, int64(4), alice.GetTotal())
+		require.LessOrEqual(t, len(alice.GetEntries()), 2)
+		for _, e := range alice.GetEntries() {
+			paged = append(paged, e.GetId())
+		}
+		if token = alice.GetNextPageToken(); token == "" {
+			break
+		}
+	}
+	require.Equal(t, alices, paged)
 }
 
 func testBlockedGroupRead(t *testing.T, _ *env, c streamsv1.StreamsClient) {

@@ -371,7 +371,7 @@ func newStreamGroupCmd(g *globals) *cobra.Command {
 	var pending flo.PendingOptions
 	pendingCmd := &cobra.Command{
 		Use:   "pending STREAM GROUP",
-		Short: "List the records a group handed out and that are not acked yet, oldest first",
+		Short: "List the records a group handed out and that are not acked yet, by partition and offset",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if pending.Limit < 0 {
@@ -390,7 +390,7 @@ func newStreamGroupCmd(g *globals) *cobra.Command {
 		},
 	}
 	pendingCmd.Flags().StringVar(&pending.Consumer, "consumer", "", "only this consumer's records")
-	pendingCmd.Flags().IntVar(&pending.Limit, "limit", 0, "list at most this many, at most 10000 (default 100)")
+	pendingCmd.Flags().IntVar(&pending.Limit, "limit", 0, "list at most this many (default: every one, fetched a page at a time)")
 	cmd.AddCommand(pendingCmd)
 
 	cmd.AddCommand(&cobra.Command{

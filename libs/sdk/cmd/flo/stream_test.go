@@ -219,7 +219,7 @@ func TestStreamCommands(t *testing.T) {
 	require.Equal(t, "processors", info["groups"].([]any)[0].(map[string]any)["name"])
 
 	out = cli("stream", "list")
-	requireSent(t, &flov1.ListStreamsRequest{Namespace: "myapp"}, last())
+	requireSent(t, &flov1.ListStreamsRequest{Namespace: "myapp", Limit: 1000}, last())
 	require.JSONEq(t, `[{"namespace":"myapp","name":"events","partitions":2,"retention":"0s","retention_bytes":0}]`, out)
 
 	out = cli("stream", "delete", "events")
@@ -233,7 +233,7 @@ func TestStreamCommands(t *testing.T) {
 	requireSent(t, &flov1.CreateGroupRequest{Namespace: "myapp", Stream: "events", Name: "processors", Start: "-"}, last())
 
 	out = cli("stream", "group", "list", "events")
-	requireSent(t, &flov1.GetStreamRequest{Namespace: "myapp", Stream: "events"}, last())
+	requireSent(t, &flov1.ListGroupsRequest{Namespace: "myapp", Stream: "events", Limit: 1000}, last())
 	require.JSONEq(t, `[{"namespace":"myapp","stream":"events","name":"processors","max_deliveries":5,"lag":4,"pending":0}]`, out)
 
 	out = cli("stream", "group", "pending", "events", "processors", "--consumer", "w-1", "--limit", "50")

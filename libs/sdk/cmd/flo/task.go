@@ -69,7 +69,7 @@ func newDLQCmd(g *globals) *cobra.Command {
 		},
 	}
 	list.Flags().StringVar(&action, "action", "", "only this action's dead letters")
-	list.Flags().IntVar(&limit, "limit", 0, "at most this many (default: the server's limit)")
+	list.Flags().IntVar(&limit, "limit", 0, "at most this many, newest first (default: every one, fetched a page at a time)")
 	cmd.AddCommand(list)
 	cmd.AddCommand(&cobra.Command{
 		Use:   "requeue ID",
