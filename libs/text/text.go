@@ -1,0 +1,123 @@
+// Package text holds the rules every service applies to the text a client or
+// worker sends, so that nothing Postgres cannot store (invalid UTF-8, NUL)
+// and nothing unbounded reaches a shared transaction. There is one function
+// per rule: identifiers (Name, WorkerID) and keys (Key) are refused with a
+// fault.Invalid error naming the field, since a changed identifier would name
+// something else; free text (Clean) is repaired and truncated instead, since
+// refusing a worker's error message would fail the report it rides in.
+package text
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/razorbill/flo/libs/fault"
+)
+
+// Limits of the rules.
+const (
+	// MaxNameBytes bounds a name: namespaces, actions, workflows.
+	MaxNameBytes = 128
+	// MaxWorkerIDBytes bounds a worker id and a stream consumer name.
+	MaxWorkerIDBytes = 128
+	// MaxKeyBytes bounds an idempotency key.
+	MaxKeyBytes = 256
+	// MaxFreeBytes bounds free text: task errors, nack reasons, cancel
+	// reasons. Longer text is cut to this size, marker included.
+	MaxFreeBytes = 16 << 10
+	// MaxOutcomeBytes bounds a completed task's outcome, which workflows
+	// match against transition names of at most MaxNameBytes.
+	MaxOutcomeBytes = 256
+)
+
+var (
+	// namePattern excludes "/" so a namespace and a name joined by a slash
+	// name one thing unambiguously.
+	namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+	// workerIDPattern also excludes "/", which joins namespace and id in
+	// record keys, and allows ':' for host:pid style ids.
+	workerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+)
+
+// Name checks a namespace, action or workflow name: 1 to 128 letters, digits,
+// '.', '_' or '-', starting with a letter or digit.
+func Name(field, s string) error {
+	if s == "" {
+		return fault.Invalidf("%s is required", field)
+	}
+	if !namePattern.MatchString(s) {
+		return fault.Invalidf("%s %q is invalid: use 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit", field, s, MaxNameBytes)
+	}
+	return nil
+}
+
+// WorkerID checks a worker id or consumer name: 1 to 128 letters, digits,
+// '.', '_', ':' or '-', starting with a letter or digit.
+func WorkerID(field, s string) error {
+	if s == "" {
+		return fault.Invalidf("%s is required", field)
+	}
+	if !workerIDPattern.MatchString(s) {
+		return fault.Invalidf("%s %q is invalid: use 1 to %d letters, digits, '.', '_', ':' or '-', starting with a letter or digit", field, s, MaxWorkerIDBytes)
+	}
+	return nil
+}
+
+// Key checks an idempotency key, which may be empty: valid UTF-8 without NUL,
+// at most MaxKeyBytes bytes.
+func Key(field, s string) error {
+	if len(s) > MaxKeyBytes {
+		return fault.Invalidf("%s is %d bytes, at most %d", field, len(s), MaxKeyBytes)
+	}
+	return Storable(field, s)
+}
+
+// Storable checks that s is text Postgres can store: valid UTF-8 without NUL.
+// It is the rule for identifiers whose shape another rule does not fix.
+func Storable(field, s string) error {
+	if !utf8.ValidString(s) {
+		return fault.Invalidf("%s is not valid UTF-8", field)
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		return fault.Invalidf("%s must not contain NUL characters", field)
+	}
+	return nil
+}
+
+// Clean returns free text as Postgres can store it and at most limit bytes
+// long: invalid UTF-8 becomes U+FFFD, NUL becomes U+FFFD, and text longer than
+// limit is cut at a character boundary and ends with a marker saying how many
+// bytes were dropped. A limit too small to hold the marker cuts without one.
+func Clean(s string, limit int) string {
+	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+		return truncate(s, limit)
+	}
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	return truncate(strings.ReplaceAll(s, "\x00", "\uFFFD"), limit)
+}
+
+func truncate(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	// The marker's digits depend on the cut; the count printed is at most
+	// len(s), so sizing it for that keeps the result within limit.
+	room := limit - len(marker(len(s)))
+	if room < 0 {
+		return s[:cutPoint(s, limit)]
+	}
+	cut := cutPoint(s, room)
+	return s[:cut] + marker(len(s)-cut)
+}
+
+func marker(dropped int) string { return fmt.Sprintf("…[truncated %d bytes]", dropped) }
+
+// cutPoint returns the largest index at most n that starts a character.
+func cutPoint(s string, n int) int {
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return n
+}

@@ -1,0 +1,86 @@
+package text_test
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/razorbill/flo/libs/fault"
+	"github.com/razorbill/flo/libs/text"
+)
+
+func TestRules(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		check   func(field, s string) error
+		in      string
+		message string // empty: accepted
+	}{
+		{name: "name ok", check: text.Name, in: "billing.v2_x-y"},
+		{name: "name empty", check: text.Name, in: "", message: "f is required"},
+		{name: "name NUL", check: text.Name, in: "a\x00b", message: `f "a\x00b" is invalid`},
+		{name: "name slash", check: text.Name, in: "a/b", message: "is invalid"},
+		{name: "name too long", check: text.Name, in: strings.Repeat("a", 129), message: "is invalid"},
+		{name: "worker id colon", check: text.WorkerID, in: "host:42"},
+		{name: "worker id NUL", check: text.WorkerID, in: "w\x00", message: "is invalid"},
+		{name: "worker id empty", check: text.WorkerID, in: "", message: "f is required"},
+		{name: "key empty", check: text.Key, in: ""},
+		{name: "key any text", check: text.Key, in: "order 42 / é ✓"},
+		{name: "key NUL", check: text.Key, in: "k\x00", message: "f must not contain NUL characters"},
+		{name: "key invalid UTF-8", check: text.Key, in: "k\xff", message: "f is not valid UTF-8"},
+		{name: "key 256 bytes", check: text.Key, in: strings.Repeat("k", 256)},
+		{name: "key 257 bytes", check: text.Key, in: strings.Repeat("k", 257), message: "f is 257 bytes, at most 256"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tt.check("f", tt.in)
+			if tt.message == "" {
+				require.NoError(t, err)
+				return
+			}
+			kind, msg, ok := fault.KindOf(err)
+			require.True(t, ok, "want a fault error, got %v", err)
+			require.Equal(t, fault.Invalid, kind)
+			require.Contains(t, msg, tt.message)
+		})
+	}
+}
+
+func TestClean(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		in    string
+		limit int
+		want  string
+	}{
+		{name: "clean text unchanged", in: "boom: é", limit: 100, want: "boom: é"},
+		{name: "NUL replaced", in: "a\x00b", limit: 100, want: "a\uFFFDb"},
+		{name: "invalid UTF-8 replaced", in: "a\xffb", limit: 100, want: "a\uFFFDb"},
+		{name: "cut with marker", in: strings.Repeat("x", 100), limit: 40, want: strings.Repeat("x", 16) + "…[truncated 84 bytes]"},
+		{name: "limit below marker cuts bare", in: "abcdef", limit: 3, want: "abc"},
+		{name: "cut on a character boundary", in: "ééééé", limit: 3, want: "é"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := text.Clean(tt.in, tt.limit)
+			require.Equal(t, tt.want, got)
+			require.LessOrEqual(t, len(got), tt.limit)
+		})
+	}
+}
+
+func TestCleanHugeText(t *testing.T) {
+	t.Parallel()
+	in := strings.Repeat("é\x00\xff", 1<<20)
+	got := text.Clean(in, text.MaxFreeBytes)
+	require.LessOrEqual(t, len(got), text.MaxFreeBytes)
+	require.True(t, utf8.ValidString(got))
+	require.NotContains(t, got, "\x00")
+	require.Contains(t, got, "bytes]")
+}
