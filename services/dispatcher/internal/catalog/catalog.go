@@ -15,6 +15,7 @@ import (
 
 	"github.com/razorbill/flo/libs/page"
 	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/libs/text"
 	"github.com/razorbill/flo/services/dispatcher/internal/store"
 )
 
@@ -66,7 +67,7 @@ func (c *Catalog) Bootstrap(ctx context.Context, names []string) error {
 
 // CreateNamespace creates a namespace, or returns it when it already exists.
 func (c *Catalog) CreateNamespace(ctx context.Context, name string) (store.Namespace, error) {
-	if err := ValidateName("name", name); err != nil {
+	if err := text.Name("name", name); err != nil {
 		return store.Namespace{}, err
 	}
 	if err := store.CreateNamespaces(ctx, c.pool, []string{name}); err != nil {
@@ -77,7 +78,7 @@ func (c *Catalog) CreateNamespace(ctx context.Context, name string) (store.Names
 
 // GetNamespace reads a namespace.
 func (c *Catalog) GetNamespace(ctx context.Context, name string) (store.Namespace, error) {
-	if err := ValidateName("name", name); err != nil {
+	if err := text.Name("name", name); err != nil {
 		return store.Namespace{}, err
 	}
 	n, err := store.GetNamespace(ctx, c.pool, name)
@@ -105,7 +106,7 @@ func (c *Catalog) CheckNamespace(ctx context.Context, name string) error {
 }
 
 func (c *Catalog) checkNamespace(ctx context.Context, db store.DB, name string) error {
-	if err := ValidateName("namespace", name); err != nil {
+	if err := text.Name("namespace", name); err != nil {
 		return err
 	}
 	c.mu.Lock()
@@ -128,10 +129,10 @@ func (c *Catalog) checkNamespace(ctx context.Context, db store.DB, name string) 
 
 // Register creates an action or replaces its settings.
 func (c *Catalog) Register(ctx context.Context, namespace, name string, spec Spec) (store.Action, error) {
-	if err := ValidateName("namespace", namespace); err != nil {
+	if err := text.Name("namespace", namespace); err != nil {
 		return store.Action{}, err
 	}
-	if err := ValidateName("name", name); err != nil {
+	if err := text.Name("name", name); err != nil {
 		return store.Action{}, err
 	}
 	settings, err := spec.Settings()
@@ -159,7 +160,7 @@ func (c *Catalog) Register(ctx context.Context, namespace, name string, spec Spe
 // Ensure makes the named actions known with default settings, leaving
 // existing ones unchanged, and returns all of them in the order named.
 func (c *Catalog) Ensure(ctx context.Context, namespace string, names []string) ([]store.Action, error) {
-	if err := ValidateName("namespace", namespace); err != nil {
+	if err := text.Name("namespace", namespace); err != nil {
 		return nil, err
 	}
 	if err := validateNames("names", names); err != nil {
@@ -209,7 +210,7 @@ func (c *Catalog) Get(ctx context.Context, namespace, name string) (store.Action
 	if err := c.CheckNamespace(ctx, namespace); err != nil {
 		return store.Action{}, err
 	}
-	if err := ValidateName("name", name); err != nil {
+	if err := text.Name("name", name); err != nil {
 		return store.Action{}, err
 	}
 	a, err := store.GetAction(ctx, c.pool, namespace, name)
@@ -239,7 +240,7 @@ func (c *Catalog) SetEnabled(ctx context.Context, namespace, name string, enable
 	if err := c.CheckNamespace(ctx, namespace); err != nil {
 		return store.Action{}, err
 	}
-	if err := ValidateName("name", name); err != nil {
+	if err := text.Name("name", name); err != nil {
 		return store.Action{}, err
 	}
 	var a store.Action

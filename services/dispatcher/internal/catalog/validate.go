@@ -1,11 +1,11 @@
 package catalog
 
 import (
-	"regexp"
 	"time"
 
 	"github.com/razorbill/flo/libs/backoff"
 	"github.com/razorbill/flo/libs/fault"
+	"github.com/razorbill/flo/libs/text"
 	"github.com/razorbill/flo/services/dispatcher/internal/store"
 )
 
@@ -19,21 +19,6 @@ const (
 	// MaxBackoffDelay bounds backoff delays so millisecond values cannot overflow.
 	MaxBackoffDelay = 7 * 24 * time.Hour
 )
-
-// namePattern is shared by namespaces and actions; it excludes "/" so a
-// namespace and action joined by a slash name one queue unambiguously.
-var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-
-// ValidateName checks a namespace or action name; field names it in the error.
-func ValidateName(field, name string) error {
-	if name == "" {
-		return fault.Invalidf("%s is required", field)
-	}
-	if !namePattern.MatchString(name) {
-		return fault.Invalidf("%s %q is invalid: use 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit", field, name)
-	}
-	return nil
-}
 
 // Spec is requested action settings as the caller sent them: zero values
 // mean defaults, and the units are the API's milliseconds.
@@ -105,7 +90,7 @@ func (b BackoffSpec) policy() (backoff.Policy, error) {
 
 func validateNames(field string, names []string) error {
 	for _, n := range names {
-		if err := ValidateName(field, n); err != nil {
+		if err := text.Name(field, n); err != nil {
 			return err
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/razorbill/flo/libs/outbox"
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/telemetry"
+	"github.com/razorbill/flo/libs/text"
 	"github.com/razorbill/flo/libs/wake"
 	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
 	"github.com/razorbill/flo/services/dispatcher/internal/store"
@@ -156,14 +157,14 @@ func (c *Claimer) validate(ctx context.Context, req Request) (Request, error) {
 	if err := c.catalog.CheckNamespace(ctx, req.Namespace); err != nil {
 		return req, err
 	}
-	if req.WorkerID == "" {
-		return req, fault.Invalidf("worker_id is required")
+	if err := text.WorkerID("worker_id", req.WorkerID); err != nil {
+		return req, err
 	}
 	if len(req.Actions) == 0 {
 		return req, fault.Invalidf("actions must name at least one action")
 	}
 	for _, a := range req.Actions {
-		if err := catalog.ValidateName("actions", a); err != nil {
+		if err := text.Name("actions", a); err != nil {
 			return req, err
 		}
 	}

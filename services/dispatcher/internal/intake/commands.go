@@ -15,8 +15,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/razorbill/flo/libs/kafka"
+	"github.com/razorbill/flo/libs/text"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
-	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
 )
 
 // CommandsTopic carries InvokeTask commands.
@@ -73,10 +73,13 @@ func decode(r *kgo.Record) (Invocation, error) {
 	if err != nil {
 		return Invocation{}, fmt.Errorf("task_id %q: %w", cmd.GetTaskId(), err)
 	}
-	if err := catalog.ValidateName("namespace", cmd.GetNamespace()); err != nil {
+	if err := text.Name("namespace", cmd.GetNamespace()); err != nil {
 		return Invocation{}, err
 	}
-	if err := catalog.ValidateName("action", cmd.GetAction()); err != nil {
+	if err := text.Name("action", cmd.GetAction()); err != nil {
+		return Invocation{}, err
+	}
+	if err := text.Key("idempotency_key", cmd.GetIdempotencyKey()); err != nil {
 		return Invocation{}, err
 	}
 	inv := Invocation{

@@ -19,6 +19,7 @@ import (
 	"github.com/razorbill/flo/libs/coalesce"
 	"github.com/razorbill/flo/libs/outbox"
 	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/libs/text"
 	"github.com/razorbill/flo/libs/wake"
 	"github.com/razorbill/flo/services/dispatcher/internal/store"
 	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
@@ -113,6 +114,13 @@ func (r *Reporter) Run(ctx context.Context) error { return r.batch.Run(ctx) }
 func (r *Reporter) Report(ctx context.Context, req Request) ([]string, error) {
 	if len(req.Reports) == 0 {
 		return nil, nil
+	}
+	// Free text is repaired, not refused: one worker's NUL-bearing or huge
+	// error must not fail the transaction it shares with other reports.
+	for i := range req.Reports {
+		rep := &req.Reports[i]
+		rep.Error = text.Clean(rep.Error, text.MaxFreeBytes)
+		rep.Outcome = text.Clean(rep.Outcome, text.MaxOutcomeBytes)
 	}
 	return r.batch.Do(ctx, req)
 }
