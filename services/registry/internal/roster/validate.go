@@ -4,11 +4,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"math"
-	"regexp"
 	"strings"
 
 	"github.com/razorbill/flo/libs/fault"
+	"github.com/razorbill/flo/libs/text"
 	"github.com/razorbill/flo/services/registry/internal/store"
 )
 
@@ -28,10 +29,6 @@ const (
 	MaxMachineIDBytes = 256
 )
 
-// workerIDPattern keeps ids printable and free of "/", which joins namespace
-// and id in record keys.
-var workerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
-
 // newWorkerID makes up an id for a worker that sent none.
 func newWorkerID() string {
 	var b [4]byte
@@ -42,13 +39,13 @@ func newWorkerID() string {
 // normalize validates a registration and fills its defaults. It reports
 // whether the id was made up here.
 func normalize(r *store.Registration) (generated bool, err error) {
-	if r.Namespace == "" {
-		return false, fault.Invalidf("namespace is required")
+	if err := text.Name("namespace", r.Namespace); err != nil {
+		return false, err
 	}
 	if r.ID == "" {
 		r.ID, generated = newWorkerID(), true
-	} else if !workerIDPattern.MatchString(r.ID) {
-		return false, fault.Invalidf("worker_id %q must start with a letter or digit and hold at most 128 letters, digits, '.', '_', ':' or '-'", r.ID)
+	} else if err := text.WorkerID("worker_id", r.ID); err != nil {
+		return false, err
 	}
 	var defaultKind store.Kind
 	switch r.Type {
@@ -70,6 +67,9 @@ func normalize(r *store.Registration) (generated bool, err error) {
 	if len(r.MachineID) > MaxMachineIDBytes {
 		return false, fault.Invalidf("machine_id is %d bytes, at most %d", len(r.MachineID), MaxMachineIDBytes)
 	}
+	if err := text.Storable("machine_id", r.MachineID); err != nil {
+		return false, err
+	}
 	if r.Metadata, err = normalizeMetadata(r.Metadata); err != nil {
 		return false, err
 	}
@@ -86,6 +86,9 @@ func normalize(r *store.Registration) (generated bool, err error) {
 			return false, fault.Invalidf("processes[%d].name is %d bytes, at most %d", i, len(p.Name), MaxProcessNameBytes)
 		case seen[p.Name]:
 			return false, fault.Invalidf("processes[%d].name %q is listed twice", i, p.Name)
+		}
+		if err := text.Storable(fmt.Sprintf("processes[%d].name", i), p.Name); err != nil {
+			return false, err
 		}
 		seen[p.Name] = true
 		switch p.Kind {
@@ -104,6 +107,10 @@ func normalize(r *store.Registration) (generated bool, err error) {
 func normalizeMetadata(md string) (string, error) {
 	if len(md) > MaxMetadataBytes {
 		return "", fault.Invalidf("metadata is %d bytes, at most %d", len(md), MaxMetadataBytes)
+	}
+	// jsonb refuses NUL and invalid UTF-8 that json.Valid lets through.
+	if err := text.Storable("metadata", md); err != nil {
+		return "", err
 	}
 	trimmed := strings.TrimSpace(md)
 	if trimmed == "" {
@@ -138,11 +145,8 @@ func validateBeat(b store.Beat) error {
 }
 
 func requireIDs(namespace, id string) error {
-	if namespace == "" {
-		return fault.Invalidf("namespace is required")
+	if err := text.Name("namespace", namespace); err != nil {
+		return err
 	}
-	if id == "" {
-		return fault.Invalidf("worker_id is required")
-	}
-	return nil
+	return text.WorkerID("worker_id", id)
 }

@@ -50,3 +50,27 @@ func TestNormalizeLimits(t *testing.T) {
 	_, err = normalize(&r)
 	require.ErrorContains(t, err, "machine_id")
 }
+
+func TestNormalizeRefusesUnstorableText(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		edit  func(r *store.Registration)
+		field string
+	}{
+		{name: "worker id NUL", edit: func(r *store.Registration) { r.ID = "w\x00" }, field: "worker_id"},
+		{name: "namespace NUL", edit: func(r *store.Registration) { r.Namespace = "ns\x00" }, field: "namespace"},
+		{name: "machine id NUL", edit: func(r *store.Registration) { r.MachineID = "m\x00" }, field: "machine_id"},
+		{name: "metadata invalid UTF-8", edit: func(r *store.Registration) { r.Metadata = "{\"a\":\"\xff\"}" }, field: "metadata"},
+		{name: "process name NUL", edit: func(r *store.Registration) { r.Processes = []store.Process{{Name: "a\x00"}} }, field: "processes[0].name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := store.Registration{Namespace: "ns", ID: "w", Type: store.ActionWorker}
+			tt.edit(&r)
+			_, err := normalize(&r)
+			require.ErrorContains(t, err, tt.field)
+		})
+	}
+}
