@@ -22,6 +22,7 @@ import (
 	"github.com/razorbill/flo/libs/fault"
 	"github.com/razorbill/flo/libs/page"
 	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/libs/text"
 	"github.com/razorbill/flo/services/streams/internal/logread"
 	"github.com/razorbill/flo/services/streams/internal/record"
 	"github.com/razorbill/flo/services/streams/internal/store"
@@ -76,11 +77,18 @@ func validateLookup(field, name string) error {
 	return nil
 }
 
-func validateNamespace(ns string) error {
-	if ns == "" {
-		return fault.Invalidf("namespace is required")
+func validateNamespace(ns string) error { return text.Name("namespace", ns) }
+
+// ValidateGroupKey checks the names a call on a group refers to, so that a
+// bad one is refused before it joins a transaction shared with other calls.
+func ValidateGroupKey(k store.GroupKey) error {
+	if err := validateNamespace(k.Namespace); err != nil {
+		return err
 	}
-	return nil
+	if err := validateLookup("stream", k.Stream); err != nil {
+		return err
+	}
+	return validateLookup("group", k.Group)
 }
 
 // Catalog manages streams and groups.
@@ -482,13 +490,7 @@ func (c *Catalog) OffsetsOf(ctx context.Context, st store.Stream, id record.ID) 
 
 // GetGroup reads a group; unknown streams and groups are NotFound faults.
 func (c *Catalog) GetGroup(ctx context.Context, k store.GroupKey) (store.GroupOf, error) {
-	if err := validateNamespace(k.Namespace); err != nil {
-		return store.GroupOf{}, err
-	}
-	if err := validateLookup("stream", k.Stream); err != nil {
-		return store.GroupOf{}, err
-	}
-	if err := validateLookup("group", k.Group); err != nil {
+	if err := ValidateGroupKey(k); err != nil {
 		return store.GroupOf{}, err
 	}
 	g, err := store.GetGroup(ctx, c.pool, k)

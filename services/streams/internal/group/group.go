@@ -27,6 +27,7 @@ import (
 	"github.com/razorbill/flo/libs/coalesce"
 	"github.com/razorbill/flo/libs/fault"
 	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/libs/text"
 	"github.com/razorbill/flo/libs/wake"
 	"github.com/razorbill/flo/services/streams/internal/appender"
 	"github.com/razorbill/flo/services/streams/internal/catalog"
@@ -146,8 +147,11 @@ type ReadRequest struct {
 }
 
 func (req *ReadRequest) validate() error {
-	if req.Consumer == "" {
-		return fault.Invalidf("consumer is required")
+	if err := catalog.ValidateGroupKey(req.Key); err != nil {
+		return err
+	}
+	if err := text.WorkerID("consumer", req.Consumer); err != nil {
+		return err
 	}
 	switch {
 	case req.Count < 0:

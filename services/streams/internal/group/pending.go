@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/razorbill/flo/libs/page"
+	"github.com/razorbill/flo/libs/text"
 	"github.com/razorbill/flo/services/streams/internal/record"
 	"github.com/razorbill/flo/services/streams/internal/store"
 )
@@ -37,6 +38,11 @@ func (g *Groups) Pending(ctx context.Context, key store.GroupKey, consumer strin
 			return nil, 0, "", err
 		}
 		after.Partition = int32(part)
+	}
+	if consumer != "" {
+		if err := text.WorkerID("consumer", consumer); err != nil {
+			return nil, 0, "", err
+		}
 	}
 	grp, err := g.catalog.GetGroup(ctx, key)
 	if err != nil {

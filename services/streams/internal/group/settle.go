@@ -9,6 +9,7 @@ import (
 	"github.com/razorbill/flo/libs/coalesce"
 	"github.com/razorbill/flo/libs/fault"
 	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/libs/text"
 	"github.com/razorbill/flo/services/streams/internal/catalog"
 	"github.com/razorbill/flo/services/streams/internal/pending"
 	"github.com/razorbill/flo/services/streams/internal/record"
@@ -51,7 +52,9 @@ func (g *Groups) Nack(ctx context.Context, key store.GroupKey, ids []string, del
 	if err != nil {
 		return 0, err
 	}
-	s.nack, s.delay, s.reason = true, min(delay, MaxNackDelay), reason
+	// The reason is free text: repaired and capped, never refused, since a
+	// settle shares its transaction with other calls.
+	s.nack, s.delay, s.reason = true, min(delay, MaxNackDelay), text.Clean(reason, text.MaxFreeBytes)
 	n, err := g.settler.Do(ctx, s)
 	if err == nil {
 		g.nacked.Add(ctx, int64(n))
@@ -60,13 +63,10 @@ func (g *Groups) Nack(ctx context.Context, key store.GroupKey, ids []string, del
 }
 
 func newSettlement(key store.GroupKey, ids []string) (settlement, error) {
+	if err := catalog.ValidateGroupKey(key); err != nil {
+		return settlement{}, err
+	}
 	switch {
-	case key.Namespace == "":
-		return settlement{}, fault.Invalidf("namespace is required")
-	case key.Stream == "":
-		return settlement{}, fault.Invalidf("stream is required")
-	case key.Group == "":
-		return settlement{}, fault.Invalidf("group is required")
 	case len(ids) > MaxSettleIDs:
 		return settlement{}, fault.Invalidf("ids: %d ids, at most %d", len(ids), MaxSettleIDs)
 	}
