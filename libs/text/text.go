@@ -1,7 +1,7 @@
 // Package text holds the rules every service applies to the text a client or
 // worker sends, so that nothing Postgres cannot store (invalid UTF-8, NUL)
 // and nothing unbounded reaches a shared transaction. There is one function
-// per rule: identifiers (Name, WorkerID) and keys (Key) are refused with a
+// per rule: identifiers (Name, WorkerID, SignalType) and keys (Key) are refused with a
 // fault.Invalid error naming the field, since a changed identifier would name
 // something else; free text (Clean) is repaired and truncated instead, since
 // refusing a worker's error message would fail the report it rides in.
@@ -22,6 +22,8 @@ const (
 	MaxNameBytes = 128
 	// MaxWorkerIDBytes bounds a worker id and a stream consumer name.
 	MaxWorkerIDBytes = 128
+	// MaxSignalTypeBytes bounds a workflow signal type.
+	MaxSignalTypeBytes = 128
 	// MaxKeyBytes bounds an idempotency key.
 	MaxKeyBytes = 256
 	// MaxFreeBytes bounds free text: task errors, nack reasons, cancel
@@ -39,6 +41,8 @@ var (
 	// workerIDPattern also excludes "/", which joins namespace and id in
 	// record keys, and allows ':' for host:pid style ids.
 	workerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+	// signalTypePattern allows a leading '_' for internal-looking types.
+	signalTypePattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$`)
 )
 
 // Name checks a namespace, action or workflow name: 1 to 128 letters, digits,
@@ -61,6 +65,18 @@ func WorkerID(field, s string) error {
 	}
 	if !workerIDPattern.MatchString(s) {
 		return fault.Invalidf("%s %q is invalid: use 1 to %d letters, digits, '.', '_', ':' or '-', starting with a letter or digit", field, s, MaxWorkerIDBytes)
+	}
+	return nil
+}
+
+// SignalType checks a workflow signal type: 1 to 128 letters, digits, '_',
+// '.', ':' or '-', not starting with '.', ':' or '-'.
+func SignalType(field, s string) error {
+	if s == "" {
+		return fault.Invalidf("%s is required", field)
+	}
+	if !signalTypePattern.MatchString(s) {
+		return fault.Invalidf("%s %q is invalid: use 1 to %d letters, digits, '_', '.', ':' or '-', not starting with '.', ':' or '-'", field, s, MaxSignalTypeBytes)
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/razorbill/flo/libs/backoff"
+	"github.com/razorbill/flo/libs/text"
 	"github.com/razorbill/flo/services/workflow/internal/mapping"
 )
 
@@ -34,19 +35,14 @@ const (
 	maxAliasHops      = 100
 	nameMaxLen        = 128
 	versionMaxLen     = 64
-	signalTypeMaxLen  = 128
 	outcomeNameMaxLen = 64
 )
 
 var (
-	// namePattern matches workflow and action names, as the dispatcher does
-	// for actions.
-	namePattern       = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
-	versionPattern    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]*$`)
-	terminalPattern   = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]*$`)
-	outcomePattern    = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
-	signalTypePattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.:-]*$`)
-	yamlLinePattern   = regexp.MustCompile(`^yaml: line (\d+): `)
+	versionPattern  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]*$`)
+	terminalPattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]*$`)
+	outcomePattern  = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
+	yamlLinePattern = regexp.MustCompile(`^yaml: line (\d+): `)
 )
 
 // Parse reads a workflow definition. It returns the definition when it has
@@ -439,7 +435,7 @@ func (p *parser) definition(root *yaml.Node) *Definition {
 	}
 	if f, ok := required("name"); ok {
 		if v, ok := p.str(f, false); ok {
-			if len(v) > nameMaxLen || !namePattern.MatchString(v) {
+			if text.Name("name", v) != nil {
 				p.errorf(CodeName, f.value, f.path, "workflow name %q is invalid: use 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit", clip(v), nameMaxLen)
 			}
 			def.Name = v
@@ -650,7 +646,7 @@ func (p *parser) target(f field, v string) *Target {
 		p.errorf(CodeTarget, f.value, f.path, "run target %q names nothing after @%s/", clip(v), kind)
 		return nil
 	}
-	if len(t.Name) > nameMaxLen || !namePattern.MatchString(t.Name) {
+	if text.Name("name", t.Name) != nil {
 		p.errorf(CodeTargetName, f.value, f.path, "name %q in %q is invalid: use 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit", clip(t.Name), clip(v), nameMaxLen)
 		return nil
 	}
@@ -690,8 +686,8 @@ func (p *parser) waitForSignal(f field) *WaitForSignal {
 	if tf, ok := fields["type"]; !ok {
 		p.errorf(CodeSignalType, f.key, f.path, "waitForSignal needs the type of signal it waits for")
 	} else if v, ok := p.str(tf, false); ok {
-		if v == "" || len(v) > signalTypeMaxLen || !signalTypePattern.MatchString(v) {
-			p.errorf(CodeSignalType, tf.value, tf.path, "signal type %q is invalid: use 1 to %d letters, digits, '_', '.', ':' or '-'", clip(v), signalTypeMaxLen)
+		if text.SignalType("type", v) != nil {
+			p.errorf(CodeSignalType, tf.value, tf.path, "signal type %q is invalid: use 1 to %d letters, digits, '_', '.', ':' or '-'", clip(v), text.MaxSignalTypeBytes)
 		}
 		w.Type = v
 	}

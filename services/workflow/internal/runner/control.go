@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"time"
 
@@ -13,13 +12,10 @@ import (
 	"github.com/razorbill/flo/libs/fault"
 	"github.com/razorbill/flo/libs/page"
 	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/libs/text"
 	"github.com/razorbill/flo/services/workflow/internal/engine"
 	"github.com/razorbill/flo/services/workflow/internal/store"
 )
-
-// signalTypePattern is what a signal type may look like; waitForSignal
-// types are checked against the same form when a definition is created.
-var signalTypePattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$`)
 
 // Signal stores a signal with a run and advances the run with it: a step
 // waiting for its type resumes; otherwise it is kept for a later step. Runs
@@ -28,8 +24,8 @@ func (r *Runner) Signal(ctx context.Context, namespace, runID, typ string, paylo
 	if err := checkRun(namespace, runID); err != nil {
 		return "", err
 	}
-	if !signalTypePattern.MatchString(typ) {
-		return "", fault.Invalidf("type %q is not a signal type (1-128 letters, digits, '_', '.', ':', '-')", typ)
+	if err := text.SignalType("type", typ); err != nil {
+		return "", err
 	}
 	payload, err := checkJSON("payload", payload, r.cfg.MaxPayloadBytes)
 	if err != nil {
@@ -81,7 +77,7 @@ func (r *Runner) Cancel(ctx context.Context, namespace, runID, reason string) (*
 		case e.run.Status.Ended():
 			return fault.Preconditionf("run %s has already ended (%s)", runID, e.run.Status)
 		}
-		return u.advance(ctx, e, engine.Cancel{Reason: store.Text(reason)})
+		return u.advance(ctx, e, engine.Cancel{Reason: text.Clean(reason, text.MaxFreeBytes)})
 	})
 	if err != nil {
 		return nil, err
@@ -103,8 +99,8 @@ func (u *unit) lockIn(ctx context.Context, namespace, runID string) (*entry, err
 
 // checkRun validates the names every run call carries.
 func checkRun(namespace, runID string) error {
-	if namespace == "" {
-		return fault.Invalidf("namespace is required")
+	if err := text.Name("namespace", namespace); err != nil {
+		return err
 	}
 	if runID == "" {
 		return fault.Invalidf("run_id is required")

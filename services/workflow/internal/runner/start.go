@@ -3,18 +3,15 @@ package runner
 import (
 	"context"
 	"encoding/json"
-	"unicode/utf8"
 
 	"github.com/razorbill/flo/libs/coalesce"
 	"github.com/razorbill/flo/libs/fault"
+	"github.com/razorbill/flo/libs/text"
 	"github.com/razorbill/flo/services/workflow/internal/catalog"
 	"github.com/razorbill/flo/services/workflow/internal/definition"
 	"github.com/razorbill/flo/services/workflow/internal/engine"
 	"github.com/razorbill/flo/services/workflow/internal/store"
 )
-
-// maxIdempotencyKeyLen bounds idempotency keys.
-const maxIdempotencyKeyLen = 256
 
 // StartRequest asks for a run of a workflow.
 type StartRequest struct {
@@ -49,15 +46,14 @@ func (r *Runner) Start(ctx context.Context, req StartRequest) (StartResult, erro
 }
 
 func (r *Runner) checkStart(req *StartRequest) error {
-	switch {
-	case req.Namespace == "":
-		return fault.Invalidf("namespace is required")
-	case req.Workflow == "":
-		return fault.Invalidf("workflow is required")
-	case len(req.IdempotencyKey) > maxIdempotencyKeyLen:
-		return fault.Invalidf("idempotency_key is longer than %d bytes", maxIdempotencyKeyLen)
-	case !utf8.ValidString(req.IdempotencyKey):
-		return fault.Invalidf("idempotency_key is not valid UTF-8")
+	if err := text.Name("namespace", req.Namespace); err != nil {
+		return err
+	}
+	if err := text.Name("workflow", req.Workflow); err != nil {
+		return err
+	}
+	if err := text.Key("idempotency_key", req.IdempotencyKey); err != nil {
+		return err
 	}
 	input, err := checkJSON("input", req.Input, r.cfg.MaxPayloadBytes)
 	if err != nil {

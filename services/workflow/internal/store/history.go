@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/razorbill/flo/libs/text"
 	"github.com/razorbill/flo/services/workflow/internal/engine"
 )
 
@@ -31,8 +32,8 @@ func (w *Writes) AppendHistory(rows []HistoryRow) {
 		ats      = make([]time.Time, n)
 	)
 	for i, r := range rows {
-		ids[i], seqs[i], types[i], steps[i] = r.RunID, int32(r.Seq), r.Type, Text(r.Step)
-		details[i], attempts[i], ats[i] = Text(r.Detail), int32(r.Attempt), r.At
+		ids[i], seqs[i], types[i], steps[i] = r.RunID, int32(r.Seq), r.Type, text.Clean(r.Step, text.MaxFreeBytes)
+		details[i], attempts[i], ats[i] = text.Clean(r.Detail, text.MaxFreeBytes), int32(r.Attempt), r.At
 	}
 	w.queue(fmt.Sprintf("append %d history events", n), `
 INSERT INTO history (run_id, seq, type, step, detail, attempt, at)

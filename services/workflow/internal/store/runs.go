@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/libs/text"
 	"github.com/razorbill/flo/services/workflow/internal/engine"
 )
 
@@ -255,7 +256,7 @@ func columns(runs []*Run) (*runArrays, error) {
 		}
 		a.ids[i], a.namespaces[i], a.workflows[i], a.versions[i] = r.ID, r.Namespace, r.Workflow, r.Version
 		a.statuses[i], a.steps[i], a.waitingFor[i], a.terminals[i] = string(r.Status), r.Step, r.WaitingFor, r.Terminal
-		a.errors[i], a.keys[i], a.parents[i] = Text(r.Error), r.IdempotencyKey, r.ParentRunID
+		a.errors[i], a.keys[i], a.parents[i] = text.Clean(r.Error, text.MaxFreeBytes), r.IdempotencyKey, r.ParentRunID
 		a.depths[i], a.seqs[i] = int32(r.Depth), int32(r.HistorySeq)
 		a.inputs[i], a.states[i] = r.Input, state
 		if a.inputs[i] == nil {

@@ -11,7 +11,6 @@ package store
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -48,17 +47,6 @@ func IsRetryable(err error) bool {
 func IsUniqueViolation(err error, constraint string) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == constraint
-}
-
-// Text makes s storable in a text column: Postgres refuses invalid UTF-8
-// and NUL characters, and one bad worker error message must not make a whole
-// consumer batch fail forever.
-func Text(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	if strings.IndexByte(s, 0) >= 0 {
-		s = strings.ReplaceAll(s, "\x00", "")
-	}
-	return s
 }
 
 // nullTime maps the zero time to NULL.
