@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/razorbill/flo/libs/text"
 	"github.com/razorbill/flo/services/gateway/internal/action"
 	"github.com/razorbill/flo/services/gateway/internal/namespace"
 
@@ -50,8 +51,14 @@ func ActionLookup(d dispatcherv1.DispatcherClient) action.LookupFunc {
 }
 
 // CheckNamespace checks that a call's namespace exists and maps the answer to
-// a gRPC status: InvalidArgument when empty, NotFound when unknown.
+// a gRPC status: InvalidArgument when empty or malformed, NotFound when
+// unknown.
 func CheckNamespace(ctx context.Context, log *slog.Logger, namespaces *namespace.Cache, name string) error {
+	if name != "" {
+		if err := text.Name("namespace", name); err != nil {
+			return Invalid(err)
+		}
+	}
 	err := namespaces.Check(ctx, name)
 	switch {
 	case err == nil:
@@ -63,6 +70,12 @@ func CheckNamespace(ctx context.Context, log *slog.Logger, namespaces *namespace
 	default:
 		return upstream(ctx, log, "check namespace", err)
 	}
+}
+
+// Invalid returns the InvalidArgument status of a libs/text rule's error,
+// whose message names the field.
+func Invalid(err error) error {
+	return status.Error(codes.InvalidArgument, err.Error())
 }
 
 // checkTaskID rejects ids that cannot name a task before they reach the

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/razorbill/flo/libs/text"
 	"github.com/razorbill/flo/services/gateway/internal/namespace"
 	"github.com/razorbill/flo/services/gateway/internal/streamname"
 
@@ -263,7 +264,7 @@ func (s *StreamServer) GroupRead(ctx context.Context, req *flov1.GroupReadReques
 	if err := s.check(ctx, req.GetNamespace(), "stream", req.GetStream(), "group", req.GetGroup()); err != nil {
 		return nil, err
 	}
-	if err := streamname.CheckConsumer(req.GetConsumer()); err != nil {
+	if err := text.WorkerID("consumer", req.GetConsumer()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	fwd := proto.CloneOf(req)

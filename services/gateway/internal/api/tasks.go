@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/razorbill/flo/libs/text"
 	"github.com/razorbill/flo/services/gateway/internal/action"
 	"github.com/razorbill/flo/services/gateway/internal/invoke"
 	"github.com/razorbill/flo/services/gateway/internal/namespace"
@@ -23,6 +24,11 @@ import (
 )
 
 const (
+	// MaxDelay bounds an invocation's delay_ms: far enough for any schedule
+	// a queue should hold, and far from where milliseconds overflow a
+	// time.Duration (292 years) or a timestamp leaves year 9999.
+	MaxDelay     = 365 * 24 * time.Hour
+	maxDelayText = "365 days"
 	// DefaultAwait is how long AwaitTask waits when the request names no timeout.
 	DefaultAwait = 30 * time.Second
 	// MaxAwait caps AwaitTask's timeout; longer requests wait this long.
@@ -154,11 +160,14 @@ func (s *TaskServer) InvokeTasks(ctx context.Context, req *flov1.InvokeTasksRequ
 // parse checks what one invocation of namespace ns says on its own and
 // returns its command; the namespace and action are checked separately.
 func (s *TaskServer) parse(ns string, req *flov1.InvokeTaskRequest) (invoke.Command, error) {
-	if req.GetAction() == "" {
-		return invoke.Command{}, status.Error(codes.InvalidArgument, "action is required")
+	if err := text.Name("action", req.GetAction()); err != nil {
+		return invoke.Command{}, Invalid(err)
 	}
-	if req.GetDelayMs() < 0 {
-		return invoke.Command{}, status.Errorf(codes.InvalidArgument, "delay_ms must not be negative, got %d", req.GetDelayMs())
+	if err := text.Key("idempotency_key", req.GetIdempotencyKey()); err != nil {
+		return invoke.Command{}, Invalid(err)
+	}
+	if d := req.GetDelayMs(); d < 0 || d > MaxDelay.Milliseconds() {
+		return invoke.Command{}, status.Errorf(codes.InvalidArgument, "delay_ms must be between 0 and %d (%s), got %d", MaxDelay.Milliseconds(), maxDelayText, d)
 	}
 	payload := req.GetPayload()
 	if len(payload) == 0 && req.GetInput() != nil {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/razorbill/flo/libs/text"
 	"github.com/razorbill/flo/services/gateway/internal/namespace"
 
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
@@ -22,15 +23,9 @@ import (
 // The forms of the names a workflow call carries, as the workflow service
 // judges them, so a bad one is refused here before a round trip.
 var (
-	// workflowNamePattern: 1–128 letters, digits, '.', '_' or '-', starting
-	// with a letter or digit.
-	workflowNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 	// workflowVersionPattern: 1–64 letters, digits, '.', '_', '+' or '-',
 	// starting with a letter or digit.
 	workflowVersionPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$`)
-	// signalTypePattern: 1–128 letters, digits, '_', '.', ':' or '-', not
-	// starting with '.', ':' or '-'.
-	signalTypePattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$`)
 )
 
 // ErrNoWorkflows is the status of every workflow call on a gateway without a
@@ -96,7 +91,7 @@ func (s *WorkflowServer) ValidateWorkflow(ctx context.Context, req *flov1.Valida
 
 // GetWorkflow returns one version of a workflow, the latest by default.
 func (s *WorkflowServer) GetWorkflow(ctx context.Context, req *flov1.GetWorkflowRequest) (*flov1.WorkflowDefinition, error) {
-	if err := s.check(ctx, req.GetNamespace(), checkWorkflowName("name", req.GetName()), checkVersion(req.GetVersion())); err != nil {
+	if err := s.check(ctx, req.GetNamespace(), text.Name("name", req.GetName()), checkVersion(req.GetVersion())); err != nil {
 		return nil, err
 	}
 	return forward(ctx, s.log, "get workflow", s.workflows.GetWorkflow, req)
@@ -112,7 +107,7 @@ func (s *WorkflowServer) ListWorkflows(ctx context.Context, req *flov1.ListWorkf
 
 // DisableWorkflow refuses new runs of every version of a workflow.
 func (s *WorkflowServer) DisableWorkflow(ctx context.Context, req *flov1.WorkflowNameRequest) (*flov1.WorkflowDefinition, error) {
-	if err := s.check(ctx, req.GetNamespace(), checkWorkflowName("name", req.GetName())); err != nil {
+	if err := s.check(ctx, req.GetNamespace(), text.Name("name", req.GetName())); err != nil {
 		return nil, err
 	}
 	return forward(ctx, s.log, "disable workflow", s.workflows.DisableWorkflow, req)
@@ -120,7 +115,7 @@ func (s *WorkflowServer) DisableWorkflow(ctx context.Context, req *flov1.Workflo
 
 // EnableWorkflow lets new runs of a workflow start again.
 func (s *WorkflowServer) EnableWorkflow(ctx context.Context, req *flov1.WorkflowNameRequest) (*flov1.WorkflowDefinition, error) {
-	if err := s.check(ctx, req.GetNamespace(), checkWorkflowName("name", req.GetName())); err != nil {
+	if err := s.check(ctx, req.GetNamespace(), text.Name("name", req.GetName())); err != nil {
 		return nil, err
 	}
 	return forward(ctx, s.log, "enable workflow", s.workflows.EnableWorkflow, req)
@@ -129,7 +124,8 @@ func (s *WorkflowServer) EnableWorkflow(ctx context.Context, req *flov1.Workflow
 // StartRun starts a run; the workflow service refuses disabled workflows
 // (FailedPrecondition) and input that is not JSON.
 func (s *WorkflowServer) StartRun(ctx context.Context, req *flov1.StartRunRequest) (*flov1.StartRunResponse, error) {
-	if err := s.check(ctx, req.GetNamespace(), checkWorkflowName("workflow", req.GetWorkflow()), checkVersion(req.GetVersion())); err != nil {
+	if err := s.check(ctx, req.GetNamespace(), text.Name("workflow", req.GetWorkflow()), checkVersion(req.GetVersion()),
+		text.Key("idempotency_key", req.GetIdempotencyKey())); err != nil {
 		return nil, err
 	}
 	input, err := s.payload("input", req.GetInput(), req.GetInputValue())
@@ -162,7 +158,7 @@ func (s *WorkflowServer) ListRuns(ctx context.Context, req *flov1.ListRunsReques
 // SignalRun delivers a signal to a run; runs that ended refuse it
 // (FailedPrecondition).
 func (s *WorkflowServer) SignalRun(ctx context.Context, req *flov1.SignalRunRequest) (*flov1.SignalRunResponse, error) {
-	if err := s.check(ctx, req.GetNamespace(), checkRunID(req.GetRunId()), checkSignalType(req.GetType())); err != nil {
+	if err := s.check(ctx, req.GetNamespace(), checkRunID(req.GetRunId()), text.SignalType("type", req.GetType())); err != nil {
 		return nil, err
 	}
 	payload, err := s.payload("payload", req.GetPayload(), req.GetValue())
@@ -216,18 +212,12 @@ func (s *WorkflowServer) payload(field string, raw []byte, value *structpb.Value
 	return raw, nil
 }
 
-func checkWorkflowName(field, name string) error {
-	if name == "" {
-		return fmt.Errorf("%s is required", field)
-	}
-	return checkOptionalWorkflowName(field, name)
-}
-
+// checkOptionalWorkflowName accepts an empty name, which filters nothing.
 func checkOptionalWorkflowName(field, name string) error {
-	if name != "" && !workflowNamePattern.MatchString(name) {
-		return fmt.Errorf("%s %q is invalid: want 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit", field, name)
+	if name == "" {
+		return nil
 	}
-	return nil
+	return text.Name(field, name)
 }
 
 // checkVersion accepts an empty version, which means the latest.
@@ -245,16 +235,6 @@ func checkRunID(id string) error {
 	}
 	if _, err := uuid.Parse(id); err != nil {
 		return fmt.Errorf("run_id %q is not a UUID", id)
-	}
-	return nil
-}
-
-func checkSignalType(typ string) error {
-	if typ == "" {
-		return errors.New("type is required")
-	}
-	if !signalTypePattern.MatchString(typ) {
-		return fmt.Errorf("type %q is invalid: want 1 to 128 letters, digits, '_', '.', ':' or '-', not starting with '.', ':' or '-'", typ)
 	}
 	return nil
 }

@@ -78,7 +78,7 @@ func TestWorkflowCallsAreCheckedAtTheEdge(t *testing.T) {
 		{"workflow name too long", func(ctx context.Context) error {
 			_, err := s.EnableWorkflow(ctx, &flov1.WorkflowNameRequest{Namespace: "default", Name: strings.Repeat("a", 129)})
 			return err
-		}, codes.InvalidArgument, "is invalid: want 1 to 128"},
+		}, codes.InvalidArgument, "is invalid: use 1 to 128"},
 		{"bad name filter", func(ctx context.Context) error {
 			_, err := s.ListRuns(ctx, &flov1.ListRunsRequest{Namespace: "default", Workflow: "a b"})
 			return err

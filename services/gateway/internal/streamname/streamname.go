@@ -1,7 +1,8 @@
-// Package streamname checks the names of streams, consumer groups and
-// consumers and the shape of record ids the way the streams service judges
-// them, so the gateway refuses a bad one before a round trip and, on the
-// worker stream, before it is merged into a coalesced call with good ones.
+// Package streamname checks the names of streams and consumer groups and the
+// shape of record ids the way the streams service judges them, so the gateway
+// refuses a bad one before a round trip and, on the worker stream, before it
+// is merged into a coalesced call with good ones. Consumers are worker ids,
+// checked by libs/text.
 package streamname
 
 import (
@@ -14,14 +15,9 @@ import (
 // MaxLen is the longest stream or group name.
 const MaxLen = 128
 
-var (
-	// namePattern: 1–128 characters of [A-Za-z0-9._-], not starting with
-	// '.' or '-'.
-	namePattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
-	// consumerPattern is the worker-id rule of the registry, since a
-	// consumer defaults to its worker's id.
-	consumerPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
-)
+// namePattern: 1–128 characters of [A-Za-z0-9._-], not starting with '.' or
+// '-'.
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
 
 // Check returns an error naming field when name is not a valid stream or
 // group name.
@@ -31,14 +27,6 @@ func Check(field, name string) error {
 	}
 	if !namePattern.MatchString(name) {
 		return fmt.Errorf("%s %q is invalid: want 1 to %d letters, digits, '.', '_' or '-', not starting with '.' or '-'", field, name, MaxLen)
-	}
-	return nil
-}
-
-// CheckConsumer returns an error when name is not a valid consumer name.
-func CheckConsumer(name string) error {
-	if !consumerPattern.MatchString(name) {
-		return fmt.Errorf("consumer %q is invalid: want 1 to 128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit", name)
 	}
 	return nil
 }

@@ -39,16 +39,6 @@ func TestCheck(t *testing.T) {
 	}
 }
 
-func TestCheckConsumer(t *testing.T) {
-	require.NoError(t, CheckConsumer("host-1a2b"))
-	require.NoError(t, CheckConsumer("worker-0195c1a0-0000-7000-8000-000000000000"))
-	require.NoError(t, CheckConsumer("pod:7"))
-	require.Error(t, CheckConsumer(""))
-	require.Error(t, CheckConsumer(".x"))
-	require.Error(t, CheckConsumer("a/b"))
-	require.Error(t, CheckConsumer(strings.Repeat("c", 129)))
-}
-
 func TestCheckID(t *testing.T) {
 	for _, ok := range []string{"0-0", "1700000000000-5001", "18446744073709551615-1"} {
 		require.NoError(t, CheckID(ok), ok)

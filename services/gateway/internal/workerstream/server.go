@@ -27,6 +27,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -40,6 +41,8 @@ import (
 
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
+
+	"github.com/razorbill/flo/libs/text"
 )
 
 const (
@@ -62,6 +65,9 @@ const (
 	// stream; past it the reader stops reading and gRPC flow control pushes
 	// back on the worker.
 	maxInFlight = 64
+	// MaxHelloActions caps the actions one Hello may declare: each becomes a
+	// row the dispatcher ensures and a name every claim carries.
+	MaxHelloActions = 1024
 	// maxPools caps the distinct (actions, lease) combinations one stream's
 	// Ready messages may name; each gets its own claim loop.
 	maxPools = 16
@@ -229,6 +235,8 @@ func (s *Server) Stream(stream flov1.WorkerService_StreamServer) error {
 	workerID := hello.GetWorkerId()
 	if workerID == "" {
 		workerID = "worker-" + uuid.NewString()
+	} else if err := text.WorkerID("worker_id", workerID); err != nil {
+		return status.Errorf(codes.InvalidArgument, "Hello's %v", err)
 	}
 	subs, err := helloStreams(hello.GetStreams(), workerID)
 	if err != nil {
@@ -300,12 +308,15 @@ func (s *Server) receiveHello(stream flov1.WorkerService_StreamServer) (*flov1.H
 }
 
 // helloActions returns the Hello's action names sorted and without
-// duplicates, rejecting empty names.
+// duplicates, rejecting malformed names and more than MaxHelloActions.
 func helloActions(names []string) ([]string, error) {
+	if len(names) > MaxHelloActions {
+		return nil, status.Errorf(codes.InvalidArgument, "Hello names %d actions, at most %d", len(names), MaxHelloActions)
+	}
 	out := make([]string, 0, len(names))
-	for _, n := range names {
-		if n == "" {
-			return nil, status.Error(codes.InvalidArgument, "Hello names an empty action")
+	for i, n := range names {
+		if err := text.Name(fmt.Sprintf("actions[%d]", i), n); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "Hello's %v", err)
 		}
 		out = append(out, n)
 	}

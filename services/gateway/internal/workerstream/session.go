@@ -16,6 +16,8 @@ import (
 
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
+
+	"github.com/razorbill/flo/libs/text"
 )
 
 // outgoing is one message for the writer. tasks lists the claimed tasks it
@@ -289,6 +291,7 @@ func (s *session) handle(msg *flov1.WorkerMessage) error {
 		s.queueResults(m.ResultBatch.GetResults())
 	case *flov1.WorkerMessage_Nack:
 		n := m.Nack
+		n.Reason = text.Clean(n.GetReason(), text.MaxFreeBytes)
 		s.spawn(func() {
 			s.reportAndAck([]*dispatcherv1.Report{{
 				TaskId: n.GetTaskId(), Attempt: n.GetAttempt(), Kind: &dispatcherv1.Report_Nack{Nack: n},
@@ -314,7 +317,8 @@ func (s *session) handle(msg *flov1.WorkerMessage) error {
 		if n.GetDelayMs() < 0 {
 			return status.Errorf(codes.InvalidArgument, "StreamNack's delay_ms %d must not be negative", n.GetDelayMs())
 		}
-		return s.queueSettle(settle{stream: n.GetStream(), group: n.GetGroup(), ids: n.GetIds(), nack: true, delayMS: n.GetDelayMs(), reason: n.GetReason()})
+		return s.queueSettle(settle{stream: n.GetStream(), group: n.GetGroup(), ids: n.GetIds(), nack: true, delayMS: n.GetDelayMs(),
+			reason: text.Clean(n.GetReason(), text.MaxFreeBytes)})
 	default:
 		return status.Error(codes.InvalidArgument, "empty worker message")
 	}
@@ -471,9 +475,13 @@ func (s *session) reportResults(results []*flov1.Result) {
 					Error: fmt.Sprintf("result is %d bytes, limit is %d", n, s.srv.opts.MaxPayloadBytes),
 				}}
 			} else {
+				o.Completed.Outcome = text.Clean(o.Completed.GetOutcome(), text.MaxOutcomeBytes)
 				rep.Kind = &dispatcherv1.Report_Completed{Completed: o.Completed}
 			}
 		case *flov1.Result_Failed:
+			// Free text is cleaned and capped here, before it travels, and
+			// again by the dispatcher for records that skip the gateway.
+			o.Failed.Error = text.Clean(o.Failed.GetError(), text.MaxFreeBytes)
 			rep.Kind = &dispatcherv1.Report_Failed{Failed: o.Failed}
 		default:
 			invalid = append(invalid, r.GetTaskId())

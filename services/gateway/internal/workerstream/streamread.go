@@ -13,6 +13,7 @@ import (
 
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 
+	"github.com/razorbill/flo/libs/text"
 	"github.com/razorbill/flo/services/gateway/internal/streamname"
 )
 
@@ -82,7 +83,8 @@ func helloStreams(in []*flov1.StreamSubscription, workerID string) (map[string]*
 		if err := streamname.Check("group", group); err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "Hello's streams[%d]: %v", i, err)
 		}
-		if err := streamname.CheckConsumer(consumer); err != nil {
+		// A consumer defaults to its worker's id, so it follows that rule.
+		if err := text.WorkerID("consumer", consumer); err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "Hello's streams[%d]: %v", i, err)
 		}
 		key := subscriptionKey(sub.GetStream(), group)
