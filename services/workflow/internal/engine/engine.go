@@ -508,7 +508,7 @@ func (a *advancer) input(step *definition.Step) (json.RawMessage, error) {
 	for name, r := range a.run.Outputs {
 		steps[name] = mapping.StepResult{Outcome: r.Outcome, Output: r.Output}
 	}
-	return step.InputMapping.Resolve(&mapping.Context{Step: step.Name, RunID: a.run.ID, Now: a.now(), Input: a.run.Input, Steps: steps})
+	return step.InputMapping.Resolve(&mapping.Context{Step: step.Name, RunID: a.run.ID, Now: a.now(), Input: a.run.Input, Steps: steps, MaxBytes: a.env.MaxPayloadBytes})
 }
 
 // stepOutcome decides what an outcome of the current visit leads to: another

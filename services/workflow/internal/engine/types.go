@@ -219,4 +219,7 @@ type Env struct {
 	Pending []Signal
 	// NewID returns child run ids.
 	NewID func() string
+	// MaxPayloadBytes bounds a step input an inputMapping builds; one that
+	// would be larger fails the step. Zero means mapping.DefaultMaxBytes.
+	MaxPayloadBytes int
 }

@@ -2,6 +2,7 @@ package mapping_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -245,6 +246,9 @@ func FuzzResolve(f *testing.F) {
 		{`"$.steps.enrich.output[-1]"`, `""`, `[1,2,3]`},
 		{`{"a":{"b":["$.input['k-1']"]}}`, `{"k-1":true}`, ``},
 		{`{"bad":"$.input.["}`, `{`, `}`},
+		{`["$.input","$.input","$.input","$.input"]`, `"` + strings.Repeat("x", 300_000) + `"`, `{}`},
+		{`"$.input[0,0,0,0][0,0,0,0][0,0,0,0][0,0,0,0][0,0,0,0]"`, `[[[[[1]]]]]`, `{}`},
+		{`"$.steps.enrich.output..*..*..*"`, `{}`, `[[[[1,2]]],[[[3]]]]`},
 	}
 	for _, s := range seeds {
 		f.Add(s.tmpl, s.input, s.output)
@@ -270,5 +274,66 @@ func FuzzResolve(f *testing.F) {
 			return
 		}
 		require.True(t, json.Valid(out), "template %q resolved to invalid JSON %q", tmpl, out)
+	})
+}
+
+// TestResolveStopsAtTheLimit covers every way a template expands user input:
+// each must fail with a ResolveError once the input would pass the bound,
+// and an input exactly at the bound still resolves.
+func TestResolveStopsAtTheLimit(t *testing.T) {
+	t.Parallel()
+	const limit = 4096
+	manyInputs := `[` + strings.Repeat(`"$.input",`, 20_000) + `"$.input"]`
+	unions := `"$.input` + strings.Repeat(`[0,0,0,0,0,0,0,0,0,0]`, 8) + `"`
+	nested := strings.Repeat(`[`, 8) + `1` + strings.Repeat(`]`, 8)
+	tests := []struct {
+		name    string
+		tmpl    string
+		input   string
+		problem string
+	}{
+		{"a path repeated", manyInputs, `{"order":"ORD-123"}`, `inputMapping path "$.input": makes the input grow past the payload limit of 4096 bytes`},
+		{"literals", `[` + strings.Repeat(`"literal text",`, 400) + `1]`, `{}`, `inputMapping resolves to more than 4096 bytes, the payload limit`},
+		{"a wildcard over a large array", `"$.input[*]"`, `[` + strings.Repeat(`1,`, 3000) + `1]`, `inputMapping path "$.input[*]": makes the input grow past the payload limit`},
+		{"unions selecting a value many times", unions, nested, `inputMapping path "` + unions[1:len(unions)-1] + `": makes the input grow past the payload limit`},
+		{"recursive descent repeated", `"$.input..*..*..*..*"`, `[` + strings.Repeat(nested+`,`, 50) + `1]`, `inputMapping path "$.input..*..*..*..*": makes the input grow past the payload limit`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			compiled, err := mapping.Compile(tt.tmpl)
+			require.NoError(t, err)
+			c := testContext()
+			c.Input, c.MaxBytes = json.RawMessage(tt.input), limit
+			_, err = compiled.Resolve(c)
+			var re *mapping.ResolveError
+			require.ErrorAs(t, err, &re)
+			require.ErrorContains(t, err, `step "charge": `+tt.problem)
+		})
+	}
+
+	t.Run("exactly at the limit", func(t *testing.T) {
+		t.Parallel()
+		value := strings.Repeat("x", limit-2)
+		compiled, err := mapping.Compile(`"$.input"`)
+		require.NoError(t, err)
+		c := testContext()
+		c.Input, c.MaxBytes = json.RawMessage(`"`+value+`"`), limit
+		out, err := compiled.Resolve(c)
+		require.NoError(t, err)
+		require.Len(t, out, limit)
+		c.MaxBytes = limit - 1
+		_, err = compiled.Resolve(c)
+		require.ErrorContains(t, err, "past the payload limit of 4095 bytes")
+	})
+
+	t.Run("zero means the default", func(t *testing.T) {
+		t.Parallel()
+		compiled, err := mapping.Compile(`"$.input"`)
+		require.NoError(t, err)
+		c := testContext()
+		c.Input = json.RawMessage(`"` + strings.Repeat("x", mapping.DefaultMaxBytes) + `"`)
+		_, err = compiled.Resolve(c)
+		require.ErrorContains(t, err, "past the payload limit of 1048576 bytes")
 	})
 }

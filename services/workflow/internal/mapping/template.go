@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -160,7 +161,14 @@ type Context struct {
 	// Steps holds the steps that ran so far by name; the start step is
 	// StartStep.
 	Steps map[string]StepResult
+	// MaxBytes bounds the resolved input: the service's payload limit, since
+	// a larger input could not be sent anyway. Zero means DefaultMaxBytes.
+	MaxBytes int
 }
+
+// DefaultMaxBytes is the bound on a resolved input when Context.MaxBytes is
+// zero: the platform's default payload limit.
+const DefaultMaxBytes = 1 << 20
 
 // ResolveError is a path that could not be resolved for a step.
 type ResolveError struct {
@@ -170,71 +178,136 @@ type ResolveError struct {
 }
 
 func (e *ResolveError) Error() string {
+	if e.Path == "" {
+		return fmt.Sprintf("step %q: inputMapping %s", e.Step, e.Problem)
+	}
 	return fmt.Sprintf("step %q: inputMapping path %q: %s", e.Step, e.Path, e.Problem)
 }
 
 // resolver holds the documents decoded for one Resolve call, so each is
-// decoded at most once however many paths read it.
+// decoded at most once however many paths read it, and the input built so
+// far, which never grows past max bytes.
 type resolver struct {
 	c       *Context
 	input   any
 	inputOK bool
 	outputs map[string]any
+	buf     bytes.Buffer
+	max     int
 }
 
 // Resolve builds the step input: the template with every path replaced by
 // the value it selects. It never panics on bad input; anything it cannot
-// resolve is a *ResolveError naming the step and the path.
+// resolve is a *ResolveError naming the step and the path. An input that
+// would grow past c.MaxBytes is such an error too, found while it is being
+// built: a small template repeating a path, or a path selecting a value many
+// times over, cannot make it allocate more than about the bound.
 func (t *Template) Resolve(c *Context) (json.RawMessage, error) {
-	r := &resolver{c: c, outputs: map[string]any{}}
-	var buf bytes.Buffer
-	if err := r.write(&buf, t.root); err != nil {
+	r := &resolver{c: c, outputs: map[string]any{}, max: c.MaxBytes}
+	if r.max <= 0 {
+		r.max = DefaultMaxBytes
+	}
+	if err := r.write(t.root); err != nil {
 		return nil, err
 	}
-	return buf.Bytes(), nil
+	return r.buf.Bytes(), nil
 }
 
-func (r *resolver) write(buf *bytes.Buffer, n node) error {
+// emit appends b to the input unless that takes it past the bound; p is the
+// path being written, nil for the template's own text.
+func (r *resolver) emit(p *Path, b ...byte) error {
+	if r.buf.Len()+len(b) > r.max {
+		return r.tooLarge(p)
+	}
+	r.buf.Write(b)
+	return nil
+}
+
+func (r *resolver) tooLarge(p *Path) error {
+	problem := fmt.Sprintf("resolves to more than %d bytes, the payload limit", r.max)
+	if p == nil {
+		return &ResolveError{Step: r.c.Step, Problem: problem}
+	}
+	return r.fail(p, "makes the input grow past the payload limit of "+strconv.Itoa(r.max)+" bytes")
+}
+
+// write appends node n.
+func (r *resolver) write(n node) error {
 	switch {
 	case n.path != nil:
 		v, err := r.resolve(n.path)
 		if err != nil {
 			return err
 		}
-		b, err := encode(v)
-		if err != nil {
-			return r.fail(n.path, "selects a value that cannot be encoded as JSON: "+err.Error())
+		if many, ok := v.(selected); ok {
+			return r.writeMany(n.path, many)
 		}
-		buf.Write(b)
+		return r.writeValue(n.path, v)
 	case n.isObj:
-		buf.WriteByte('{')
+		if err := r.emit(nil, '{'); err != nil {
+			return err
+		}
 		for i, m := range n.object {
 			if i > 0 {
-				buf.WriteByte(',')
+				if err := r.emit(nil, ','); err != nil {
+					return err
+				}
 			}
 			k, _ := encode(m.key)
-			buf.Write(k)
-			buf.WriteByte(':')
-			if err := r.write(buf, m.value); err != nil {
+			if err := r.emit(nil, append(k, ':')...); err != nil {
+				return err
+			}
+			if err := r.write(m.value); err != nil {
 				return err
 			}
 		}
-		buf.WriteByte('}')
+		return r.emit(nil, '}')
 	case n.isArr:
-		buf.WriteByte('[')
+		if err := r.emit(nil, '['); err != nil {
+			return err
+		}
 		for i, e := range n.array {
 			if i > 0 {
-				buf.WriteByte(',')
+				if err := r.emit(nil, ','); err != nil {
+					return err
+				}
 			}
-			if err := r.write(buf, e); err != nil {
+			if err := r.write(e); err != nil {
 				return err
 			}
 		}
-		buf.WriteByte(']')
-	default:
-		buf.Write(n.literal)
+		return r.emit(nil, ']')
 	}
-	return nil
+	return r.emit(nil, n.literal...)
+}
+
+// writeValue appends one selected value. It is a part of one document read
+// by the template, so encoding it whole costs at most about that document.
+func (r *resolver) writeValue(p *Path, v any) error {
+	b, err := encode(v)
+	if err != nil {
+		return r.fail(p, "selects a value that cannot be encoded as JSON: "+err.Error())
+	}
+	return r.emit(p, b...)
+}
+
+// writeMany appends what a non-singular path selected as an array, one value
+// at a time, so the bound holds however many times a value was selected.
+func (r *resolver) writeMany(p *Path, vs selected) error {
+	if err := r.emit(p, '['); err != nil {
+		return err
+	}
+	for i, v := range vs {
+		if i > 0 {
+			if err := r.emit(p, ','); err != nil {
+				return err
+			}
+		}
+		if err := r.writeValue(p, v); err != nil {
+			return err
+		}
+	}
+	return r.emit(p, ']')
 }
 
 func (r *resolver) fail(p *Path, problem string) error {
@@ -293,11 +366,16 @@ func (r *resolver) selectIn(p *Path, doc any, what string) (v any, err error) {
 		}
 	}()
 	if !p.singular {
-		found := p.rest.Get(doc)
-		if found == nil {
-			found = []any{}
+		// Each value in the array takes at least two bytes (itself and a
+		// comma), so more than that many cannot fit. Locate counts them
+		// and stops there before Get builds the list: unions and ".."
+		// select a value once per way to reach it, so a short path can
+		// select a small document's values billions of times.
+		most := (r.max-r.buf.Len())/2 + 1
+		if len(p.rest.Locate(doc, most+1)) > most {
+			return nil, r.tooLarge(p)
 		}
-		return found, nil
+		return selected(p.rest.Get(doc)), nil
 	}
 	v, ok := p.rest.FirstFound(doc)
 	if !ok {
@@ -305,6 +383,9 @@ func (r *resolver) selectIn(p *Path, doc any, what string) (v any, err error) {
 	}
 	return v, nil
 }
+
+// selected is what a non-singular path found, written as a JSON array.
+type selected []any
 
 // describe prints a JSONPath below its root for messages: "$.a.b" becomes ".a.b".
 func describe(x jp.Expr) string {

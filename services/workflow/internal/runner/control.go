@@ -40,6 +40,13 @@ func (r *Runner) Signal(ctx context.Context, namespace, runID, typ string, paylo
 		if e.run.Status.Ended() {
 			return fault.Preconditionf("run %s has ended (%s); it takes no more signals", runID, e.run.Status)
 		}
+		// A signal the run waits for is taken at once and joins no backlog.
+		waited := e.run.Wait == engine.WaitSignal && e.run.WaitingFor == typ
+		if !waited {
+			if err := checkBacklog(runID, u.pending[runID], len(payload), r.cfg.MaxPayloadBytes); err != nil {
+				return err
+			}
+		}
 		sig := engine.Signal{ID: newRunID(), Type: typ, Payload: payload, ReceivedAt: u.now}
 		if err := store.InsertSignal(ctx, u.tx, runID, sig); err != nil {
 			return err
@@ -53,6 +60,27 @@ func (r *Runner) Signal(ctx context.Context, namespace, runID, typ string, paylo
 	}
 	return id, nil
 }
+
+// checkBacklog refuses a signal that would take a run's unconsumed signals
+// past store.MaxPendingSignals or their payloads past
+// PendingPayloadFactor payload limits: every advance of the run loads them.
+func checkBacklog(runID string, pending []engine.Signal, size, maxPayload int) error {
+	if len(pending) >= store.MaxPendingSignals {
+		return fault.Exhaustedf("run %s holds %d signals no step has taken, the most a run may hold", runID, len(pending))
+	}
+	total := size
+	for _, s := range pending {
+		total += len(s.Payload)
+	}
+	if limit := PendingPayloadFactor * maxPayload; maxPayload > 0 && total > limit {
+		return fault.Exhaustedf("run %s: the payloads of the signals no step has taken would total %d bytes, more than the limit of %d", runID, total, limit)
+	}
+	return nil
+}
+
+// PendingPayloadFactor bounds the payloads of a run's unconsumed signals, in
+// payload limits (FLO_MAX_PAYLOAD_BYTES).
+const PendingPayloadFactor = 4
 
 // Cancel cancels a run and, with it, the children it waits for. Cancelling a
 // cancelled run returns it unchanged; a run that ended otherwise refuses

@@ -66,7 +66,9 @@ type TimerWaker interface{ Wake(at time.Time) }
 
 // Config are the runner's settings.
 type Config struct {
-	// MaxPayloadBytes bounds a start's input and a signal's payload.
+	// MaxPayloadBytes bounds a start's input, a signal's payload, a step
+	// input an inputMapping builds, and (times PendingPayloadFactor) the
+	// payloads of a run's unconsumed signals.
 	MaxPayloadBytes int
 	// SafetyTick is the timer loop's slowest wake-up; timers set to fire
 	// sooner than this are announced to every replica with NOTIFY.

@@ -130,7 +130,7 @@ func (u *unit) advance(ctx context.Context, e *entry, ev any) error {
 		saved := *run
 		saved.Outputs = cloneOutputs(run.Outputs)
 		eff, err = engine.Advance(def, run, ev, engine.Env{
-			Now: u.now, Rand: random, Pending: u.pending[run.ID], NewID: newRunID,
+			Now: u.now, Rand: random, Pending: u.pending[run.ID], NewID: newRunID, MaxPayloadBytes: u.r.cfg.MaxPayloadBytes,
 		})
 		if err != nil {
 			u.r.log.ErrorContext(ctx, "engine could not advance run; failing it", "run_id", run.ID, "event", fmt.Sprintf("%T", ev), "error", err)

@@ -23,12 +23,22 @@ func InsertSignal(ctx context.Context, db DB, runID string, s engine.Signal) err
 	return nil
 }
 
+// MaxPendingSignals is how many unconsumed signals a run may hold. Every
+// advance loads them, so the runner refuses signals past it, and the load
+// reads no more than this many oldest ones of a run in any case.
+const MaxPendingSignals = 100
+
 // pendingSignalsSQL reads the unconsumed signals of runs, oldest first per
-// run (scanSignals).
-const pendingSignalsSQL = `
-SELECT run_id::text, id::text, type, payload, received_at FROM signals
-WHERE run_id = ANY($1::text[]::uuid[]) AND consumed_at IS NULL
-ORDER BY run_id, received_at, id`
+// run (scanSignals), at most MaxPendingSignals per run.
+var pendingSignalsSQL = fmt.Sprintf(`
+SELECT run_id::text, id::text, type, payload, received_at FROM (
+	SELECT run_id, id, type, payload, received_at,
+		row_number() OVER (PARTITION BY run_id ORDER BY received_at, id) AS n
+	FROM signals
+	WHERE run_id = ANY($1::text[]::uuid[]) AND consumed_at IS NULL
+) s
+WHERE n <= %d
+ORDER BY run_id, received_at, id`, MaxPendingSignals)
 
 func scanSignals(rows pgx.Rows) (map[string][]engine.Signal, error) {
 	defer rows.Close()
