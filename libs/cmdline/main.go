@@ -2,6 +2,7 @@ package cmdline
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -55,6 +56,7 @@ func serve[C any](name string, start Starter[C]) func(context.Context) error {
 		var env struct {
 			Service C
 			Log     config.Log
+			Addr    addrConfig
 		}
 		if err := config.Load(ctx, &env); err != nil {
 			return fmt.Errorf("load config: %w", err)
@@ -80,6 +82,58 @@ func serve[C any](name string, start Starter[C]) func(context.Context) error {
 			return fmt.Errorf("start %s: %w", name, err)
 		}
 		log.InfoContext(ctx, name+" listening", "grpc", svc.GRPCAddr(), "http", svc.HTTPAddr())
+		if err := writeAddrs(env.Addr.File, svc); err != nil {
+			return err
+		}
 		return svc.Run(ctx)
 	}
+}
+
+// addrConfig says where a service reports the addresses it listens on.
+type addrConfig struct {
+	// File, when set, is written with the service's addresses once it
+	// listens, so whoever started it with port 0 (":0") learns the ports
+	// the system picked rather than reserving one beforehand.
+	File string `env:"FLO_ADDR_FILE"`
+}
+
+// Addrs is the content of FLO_ADDR_FILE, as JSON.
+type Addrs struct {
+	GRPC string `json:"grpc"`
+	HTTP string `json:"http"`
+}
+
+// writeAddrs writes srv's addresses to path, when path is set. The file
+// appears whole (written aside, then renamed), so a reader polling for it
+// never sees half of it.
+func writeAddrs(path string, srv Server) error {
+	if path == "" {
+		return nil
+	}
+	b, err := json.Marshal(Addrs{GRPC: srv.GRPCAddr(), HTTP: srv.HTTPAddr()})
+	if err != nil {
+		return fmt.Errorf("encode addresses: %w", err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("write FLO_ADDR_FILE: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write FLO_ADDR_FILE: %w", err)
+	}
+	return nil
+}
+
+// ReadAddrs reads a file written through FLO_ADDR_FILE; the error wraps
+// fs.ErrNotExist until the service has written it.
+func ReadAddrs(path string) (Addrs, error) {
+	var a Addrs
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return a, fmt.Errorf("read addresses: %w", err)
+	}
+	if err := json.Unmarshal(b, &a); err != nil {
+		return a, fmt.Errorf("read addresses from %s: %w", path, err)
+	}
+	return a, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -42,4 +43,17 @@ func TestServeRejectsBadConfig(t *testing.T) {
 		return nil, nil
 	})(t.Context())
 	require.Error(t, err)
+}
+
+func TestServeWritesItsAddresses(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "addrs.json")
+	t.Setenv("FLO_ADDR_FILE", path)
+	t.Setenv("FLO_LOG_LEVEL", "warn")
+	err := serve("svc", func(context.Context, fakeConfig, *slog.Logger, http.Handler) (Server, error) {
+		return &fakeServer{}, nil
+	})(t.Context())
+	require.NoError(t, err)
+	got, err := ReadAddrs(path)
+	require.NoError(t, err)
+	require.Equal(t, Addrs{GRPC: "grpc", HTTP: "http"}, got)
 }

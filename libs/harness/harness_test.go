@@ -2,6 +2,7 @@ package harness_test
 
 import (
 	"context"
+	"net"
 	"os"
 	"testing"
 
@@ -38,4 +39,16 @@ func TestBrokersAreSeparate(t *testing.T) {
 	t.Parallel()
 	a, b := harness.NewBroker(t), harness.NewBroker(t)
 	require.NotEqual(t, a.Addrs(), b.Addrs())
+}
+
+func TestDeadPeerRefusesEveryConnection(t *testing.T) {
+	addr := harness.DeadPeer(t)
+	for range 3 {
+		conn, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		n, err := conn.Read(make([]byte, 1))
+		require.Zero(t, n)
+		require.Error(t, err, "the dead peer closes the connection")
+		require.NoError(t, conn.Close())
+	}
 }

@@ -2,7 +2,6 @@ package devstack_test
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -88,25 +87,15 @@ func TestBrokerRestartUnderLoadLosesNothing(t *testing.T) {
 	requireEachCompletedOnce(t, e, e.broker.Addrs(), ids)
 }
 
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func TestDispatcherKilledUnderLoadLosesNothing(t *testing.T) {
 	broker := harness.NewBroker(t)
 	dbURL := harness.NewDatabase(t)
-	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
 	// The real binary, so the test can kill it with SIGKILL like an
 	// orchestrator would.
-	proc := newProc(t, "dispatcher", httpAddr, []string{
+	proc := newProc(t, "dispatcher", []string{
 		"FLO_DATABASE_URL=" + dbURL,
 		"FLO_KAFKA_BROKERS=" + strings.Join(broker.Addrs(), ","),
 		"FLO_KAFKA_PARTITIONS=4",
-		"FLO_DISPATCHER_GRPC_ADDR=" + grpcAddr,
-		"FLO_DISPATCHER_HTTP_ADDR=" + httpAddr,
 		"FLO_BOOTSTRAP_NAMESPACES=default",
 		"FLO_LEASE_CHECK_INTERVAL=100ms",
 		"FLO_LOG_LEVEL=warn",
@@ -118,7 +107,7 @@ func TestDispatcherKilledUnderLoadLosesNothing(t *testing.T) {
 	gw, err := gateway.New(ctx, gateway.Config{
 		GRPCAddr:        "127.0.0.1:0",
 		HTTPAddr:        "127.0.0.1:0",
-		DispatcherAddr:  grpcAddr,
+		DispatcherAddr:  proc.grpcAddr,
 		MaxPayloadBytes: 64 << 10,
 		Kafka:           config.Kafka{Brokers: broker.Addrs(), Partitions: 4},
 	}, testLogger(t))

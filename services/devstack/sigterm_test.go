@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
@@ -20,10 +21,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	flo "github.com/razorbill/flo-go"
+	"github.com/razorbill/flo/libs/cmdline"
 	"github.com/razorbill/flo/libs/harness"
 )
 
-// services are the five service binaries, each under cmd/<name>.
+// services are the five service binaries, each under cmd/<name>; the
+// gateway, which is given the others' addresses, comes last.
 var services = []string{"dispatcher", "registry", "streams", "workflow", "gateway"}
 
 // shutdownDelay is FLO_SHUTDOWN_DELAY for the processes: long enough that a
@@ -63,21 +66,27 @@ type proc struct {
 	name     string
 	bin      string
 	env      []string
-	httpAddr string
+	addrFile string
 	logs     *os.File
+	// grpcAddr and httpAddr are where the process listens: empty until its
+	// first start, which binds port 0 and reports the ports it got through
+	// FLO_ADDR_FILE; later starts listen there again, as a restarted pod
+	// keeps its address.
+	grpcAddr, httpAddr string
 
 	cmd    *exec.Cmd
 	exited chan struct{}
 }
 
-// newProc prepares the service name to run as a process answering probes on
-// httpAddr, with env added to the test's environment. Its output goes to a
-// file shown when the test fails; at cleanup it gets SIGTERM.
-func newProc(t *testing.T, name, httpAddr string, env []string) *proc {
+// newProc prepares the service name to run as a process, with env added to
+// the test's environment. Its output goes to a file shown when the test
+// fails; at cleanup it gets SIGTERM.
+func newProc(t *testing.T, name string, env []string) *proc {
 	t.Helper()
-	logs, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
+	dir := t.TempDir()
+	logs, err := os.Create(filepath.Join(dir, name+".log"))
 	require.NoError(t, err)
-	p := &proc{name: name, bin: filepath.Join(serviceBinaries(t), name), env: env, httpAddr: httpAddr, logs: logs}
+	p := &proc{name: name, bin: filepath.Join(serviceBinaries(t), name), env: env, addrFile: filepath.Join(dir, name+".addr"), logs: logs}
 	t.Cleanup(func() {
 		if p.exited != nil {
 			_ = p.cmd.Process.Signal(syscall.SIGTERM)
@@ -97,10 +106,19 @@ func newProc(t *testing.T, name, httpAddr string, env []string) *proc {
 	return p
 }
 
+// start starts the process and, on its first start, waits until it has
+// reported the addresses it listens on.
 func (p *proc) start(t *testing.T) {
 	t.Helper()
+	first := p.grpcAddr == ""
+	grpcAddr, httpAddr := p.grpcAddr, p.httpAddr
+	if first {
+		grpcAddr, httpAddr = "127.0.0.1:0", "127.0.0.1:0"
+	}
+	upper := strings.ToUpper(p.name)
 	p.cmd = exec.Command(p.bin)
 	p.cmd.Env = append(os.Environ(), p.env...)
+	p.cmd.Env = append(p.cmd.Env, "FLO_"+upper+"_GRPC_ADDR="+grpcAddr, "FLO_"+upper+"_HTTP_ADDR="+httpAddr, "FLO_ADDR_FILE="+p.addrFile)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	require.NoError(t, p.cmd.Start(), "start %s", p.name)
 	p.exited = make(chan struct{})
@@ -108,6 +126,23 @@ func (p *proc) start(t *testing.T) {
 		_ = p.cmd.Wait()
 		close(p.exited)
 	}()
+	if !first {
+		return
+	}
+	require.Eventually(t, func() bool {
+		select {
+		case <-p.exited:
+			t.Fatalf("%s exited while starting: %s", p.name, p.cmd.ProcessState)
+		default:
+		}
+		addrs, err := cmdline.ReadAddrs(p.addrFile)
+		if errors.Is(err, fs.ErrNotExist) {
+			return false
+		}
+		require.NoError(t, err)
+		p.grpcAddr, p.httpAddr = addrs.GRPC, addrs.HTTP
+		return true
+	}, time.Minute, 10*time.Millisecond, "%s never reported its addresses", p.name)
 }
 
 // readyz returns the status of GET /readyz, or 0 when nothing answered.
@@ -221,31 +256,23 @@ func startProcessPlatform(t *testing.T) *processPlatform {
 		"FLO_LEASE_CHECK_INTERVAL=100ms",
 		"FLO_MAX_PAYLOAD_BYTES=65536",
 	}
-	grpcAddr := map[string]string{}
+	pl := &processPlatform{procs: map[string]*proc{}, brokers: broker.Addrs(), env: &env{db: openPool(t, dbURL)}}
+	// services lists the gateway last: it is started once the others have
+	// reported their addresses, which it is given.
 	for _, s := range services {
-		grpcAddr[s] = freeAddr(t)
-	}
-	pl := &processPlatform{procs: map[string]*proc{}, gatewayGRPC: grpcAddr["gateway"], brokers: broker.Addrs(), env: &env{db: openPool(t, dbURL)}}
-	for _, s := range services {
-		upper := strings.ToUpper(s)
-		vars := append([]string{
-			"FLO_" + upper + "_GRPC_ADDR=" + grpcAddr[s],
-			"FLO_DATABASE_URL=" + withApplicationName(t, dbURL, s),
-		}, common...)
+		vars := append([]string{"FLO_DATABASE_URL=" + withApplicationName(t, dbURL, s)}, common...)
 		if s == "gateway" {
 			for _, dep := range []string{"dispatcher", "registry", "streams", "workflow"} {
-				vars = append(vars, "FLO_"+strings.ToUpper(dep)+"_ADDR="+grpcAddr[dep])
+				vars = append(vars, "FLO_"+strings.ToUpper(dep)+"_ADDR="+pl.procs[dep].grpcAddr)
 			}
 		}
-		httpAddr := freeAddr(t)
-		pl.procs[s] = newProc(t, s, httpAddr, append(vars, "FLO_"+upper+"_HTTP_ADDR="+httpAddr))
-	}
-	for _, s := range services {
+		pl.procs[s] = newProc(t, s, vars)
 		pl.procs[s].start(t)
 	}
 	for _, s := range services {
 		pl.procs[s].waitReady(t)
 	}
+	pl.gatewayGRPC = pl.procs["gateway"].grpcAddr
 	return pl
 }
 

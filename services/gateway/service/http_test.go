@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -52,10 +51,7 @@ func TestOperationalEndpoints(t *testing.T) {
 // answers: it is alive but not ready.
 func TestNotReadyWithoutDispatcher(t *testing.T) {
 	broker := harness.NewBroker(t)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	deadAddr := lis.Addr().String()
-	require.NoError(t, lis.Close())
+	deadAddr := harness.DeadPeer(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	gw, err := service.New(ctx, service.Config{

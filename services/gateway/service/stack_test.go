@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"sync"
@@ -137,7 +136,7 @@ func newStack(t *testing.T, opts stackOptions) *stack {
 	if opts.registry {
 		s.startRegistry(t)
 	} else {
-		s.registryAddr = unusedAddr(t)
+		s.registryAddr = harness.DeadPeer(t)
 	}
 	if opts.streams {
 		s.startStreams(t)
@@ -179,16 +178,6 @@ func newStack(t *testing.T, opts stackOptions) *stack {
 	s.streams = flov1.NewStreamServiceClient(s.conn)
 	s.workflows = flov1.NewWorkflowServiceClient(s.conn)
 	return s
-}
-
-// unusedAddr returns a loopback address nothing listens on.
-func unusedAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := lis.Addr().String()
-	require.NoError(t, lis.Close())
-	return addr
 }
 
 // startRegistry starts a registry over the stack's database and broker.

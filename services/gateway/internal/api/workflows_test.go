@@ -3,7 +3,6 @@ package api_test
 import (
 	"context"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 
@@ -14,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/razorbill/flo/libs/harness"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	workflowv1 "github.com/razorbill/flo/proto/gen/flo/workflow/v1"
 	"github.com/razorbill/flo/services/gateway/internal/api"
@@ -37,11 +37,7 @@ func namespaces() *namespace.Cache {
 // refused with another code was refused at the edge.
 func downWorkflowServer(t *testing.T) *api.WorkflowServer {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := lis.Addr().String()
-	require.NoError(t, lis.Close())
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(harness.DeadPeer(t), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	return api.NewWorkflowServer(workflowv1.NewWorkflowsClient(conn), namespaces(), testMaxPayload, slog.New(slog.DiscardHandler))
