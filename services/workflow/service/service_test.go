@@ -769,7 +769,7 @@ func testBadInput(t *testing.T, e *env) {
 	_, err = c.GetRunHistory(ctx, &flov1.GetRunRequest{Namespace: ns, RunId: unknown})
 	requireCode(t, codes.NotFound, err, "not found")
 	_, err = c.SignalRun(ctx, &flov1.SignalRunRequest{Namespace: ns, RunId: id, Type: "has space"})
-	requireCode(t, codes.InvalidArgument, err, "not a signal type")
+	requireCode(t, codes.InvalidArgument, err, `type "has space" is invalid`)
 	_, err = c.SignalRun(ctx, &flov1.SignalRunRequest{Namespace: ns, RunId: id, Type: "go", Payload: []byte("{")})
 	requireCode(t, codes.InvalidArgument, err, "payload is not valid JSON")
 	_, err = c.SignalRun(ctx, &flov1.SignalRunRequest{Namespace: ns, RunId: unknown, Type: "go"})
