@@ -6,13 +6,13 @@ package taskevent
 import (
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/razorbill/flo/libs/outbox"
+	"github.com/razorbill/flo/libs/text"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	"github.com/razorbill/flo/services/dispatcher/internal/store"
@@ -76,21 +76,6 @@ func Status(s store.Status) flov1.TaskStatus {
 // its result whatever a worker sent; the task keeps the text whole.
 const MaxTextBytes = 16 << 10
 
-// truncated ends a capped text.
-const truncated = "…[truncated]"
-
-// capText cuts s to MaxTextBytes at a character boundary, marking the cut.
-func capText(s string) string {
-	if len(s) <= MaxTextBytes {
-		return s
-	}
-	cut := MaxTextBytes - len(truncated)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + truncated
-}
-
 // Record encodes one event about c, which happened at at.
 func Record(typ Type, c store.Change, at time.Time) (outbox.Record, error) {
 	ev := &eventsv1.TaskEvent{
@@ -102,8 +87,8 @@ func Record(typ Type, c store.Change, at time.Time) (outbox.Record, error) {
 		Status:     Status(c.Status),
 		Attempt:    c.Attempt,
 		WorkerId:   c.WorkerID,
-		Outcome:    capText(c.Outcome),
-		Error:      capText(c.Error),
+		Outcome:    text.Clean(c.Outcome, MaxTextBytes),
+		Error:      text.Clean(c.Error, MaxTextBytes),
 		OccurredAt: timestamppb.New(at),
 		CreatedAt:  timestamppb.New(c.CreatedAt),
 		Origin:     c.Origin,
