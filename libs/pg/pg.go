@@ -20,6 +20,8 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
 	"github.com/pressly/goose/v3/lock"
+
+	"github.com/razorbill/flo/libs/retry"
 )
 
 // ErrNotFound is returned (wrapped) when a row that must exist does not.
@@ -43,29 +45,37 @@ func Connect(ctx context.Context, url, schema string, maxConns int32, log *slog.
 	if schema != "" {
 		cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
 	}
-	delay := 100 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	var (
+		pool    *pgxpool.Pool
+		lastErr error
+	)
+	err = retry.Do(ctx, connectRetry, func() error {
+		p, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err == nil {
-			if err = pool.Ping(ctx); err == nil {
-				return pool, nil
+			if err = p.Ping(ctx); err == nil {
+				pool = p
+				return nil
 			}
-			pool.Close()
+			p.Close()
 		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("connect to database: %w (last error: %v)", ctx.Err(), err)
-		}
+		lastErr = err
+		return err
+	}, func(err error, attempt int, next time.Duration) {
 		if log != nil {
-			log.WarnContext(ctx, "database not reachable yet", "attempt", attempt, "retry_in", delay, "error", err)
+			log.WarnContext(ctx, "database not reachable yet", "attempt", attempt, "retry_in", next, "error", err)
 		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("connect to database: %w (last error: %v)", ctx.Err(), err)
-		case <-time.After(delay):
-		}
-		delay = min(delay*2, 2*time.Second)
+	})
+	switch {
+	case err == nil:
+		return pool, nil
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("connect to database: %w (last error: %v)", ctx.Err(), lastErr)
 	}
+	return nil, fmt.Errorf("connect to database: %w", err)
 }
+
+// connectRetry is how Connect waits for a database that is not up yet.
+var connectRetry = retry.Policy{Initial: 100 * time.Millisecond, Max: 2 * time.Second}
 
 // Open is Connect then Migrate: a service's pool with its schema up to date.
 // On failure nothing stays open.

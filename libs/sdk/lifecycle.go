@@ -226,7 +226,7 @@ func (l *lifecycle) run(ctx context.Context) error {
 	}
 	beating.Go(func() { l.heartbeatLoop(beats) })
 
-	delay := reconnectMin
+	delays := newBackoff(reconnectMin, reconnectMax)
 	for {
 		if l.stopping.Load() && l.nothingToReport() {
 			return nil
@@ -243,13 +243,13 @@ func (l *lifecycle) run(ctx context.Context) error {
 			return fmt.Errorf("flo: worker %s: %w", l.set.workerID, err)
 		}
 		if connected {
-			delay = reconnectMin
+			delays.Reset()
 		}
+		delay := delays.NextBackOff()
 		l.log.Warn("flo: worker stream down; reconnecting", "error", err, "retry_in", delay)
 		if !l.sleep(delay) {
 			return nil
 		}
-		delay = min(delay*2, reconnectMax)
 	}
 }
 

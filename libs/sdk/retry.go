@@ -3,10 +3,10 @@ package flo
 import (
 	"context"
 	"encoding/json"
-	"math/rand/v2"
 	"strconv"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -14,9 +14,9 @@ import (
 )
 
 // Retries of calls the gateway answered UNAVAILABLE (the service behind it
-// restarting, say): attempts in all, and the backoff between them (gRPC
-// waits a random time up to the backoff, which doubles, so at most about
-// 1.5 s over the four retries).
+// restarting, say): attempts in all, and the backoff between them, which
+// doubles up to the maximum (gRPC waits a random time up to it, retryKeyed
+// the backoff ±20%: at most about 1.5 s and 1.8 s over the four retries).
 const (
 	retryAttempts   = 5
 	retryBackoff    = 100 * time.Millisecond
@@ -80,20 +80,38 @@ func seconds(d time.Duration) string {
 
 // retryKeyed calls call, and when key is not empty calls it again while the
 // gateway answers UNAVAILABLE, as the service config retries safe calls: up
-// to retryAttempts in all, waiting a random time up to a doubling backoff
-// in between. A call with a key names one task or run however often it is
-// sent, so repeating it cannot do it twice.
+// to retryAttempts in all, with a doubling backoff in between. A call with a
+// key names one task or run however often it is sent, so repeating it
+// cannot do it twice. It returns the last answer, also when ctx ends first.
 func retryKeyed[T any](ctx context.Context, key string, call func() (T, error)) (T, error) {
-	v, err := call()
-	backoff := retryBackoff
-	for attempt := 1; key != "" && attempt < retryAttempts && status.Code(err) == codes.Unavailable; attempt++ {
-		select {
-		case <-ctx.Done():
-			return v, err
-		case <-time.After(rand.N(backoff) + 1):
-		}
-		backoff = min(2*backoff, retryMaxBackoff)
-		v, err = call()
+	if key == "" {
+		return call()
 	}
+	var (
+		v   T
+		err error
+	)
+	_, _ = backoff.Retry(ctx, func() (struct{}, error) {
+		v, err = call()
+		if err != nil && status.Code(err) != codes.Unavailable {
+			return struct{}{}, backoff.Permanent(err)
+		}
+		return struct{}{}, err
+	}, backoff.WithBackOff(newBackoff(retryBackoff, retryMaxBackoff)), backoff.WithMaxTries(retryAttempts), backoff.WithMaxElapsedTime(0))
 	return v, err
+}
+
+// newBackoff is every wait between attempts in the SDK: from initial,
+// doubling up to ceiling, each drawn from ±20% of its nominal value so
+// clients that failed together do not come back together. It is the shape
+// of the server's retry policies (libs/retry), on the same library.
+func newBackoff(initial, ceiling time.Duration) *backoff.ExponentialBackOff {
+	b := &backoff.ExponentialBackOff{
+		InitialInterval:     initial,
+		RandomizationFactor: 0.2,
+		Multiplier:          2,
+		MaxInterval:         ceiling,
+	}
+	b.Reset()
+	return b
 }

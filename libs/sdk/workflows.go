@@ -602,7 +602,7 @@ const (
 // run as it last saw it (nil if it never read it) with an error wrapping ctx's.
 func (c *Client) AwaitRun(ctx context.Context, id string) (*Run, error) {
 	var last *Run
-	wait := awaitRunFirstPoll
+	waits := newBackoff(awaitRunFirstPoll, awaitRunMaxPoll)
 	for {
 		run, err := c.GetRun(ctx, id)
 		switch {
@@ -616,7 +616,7 @@ func (c *Client) AwaitRun(ctx context.Context, id string) (*Run, error) {
 		case status.Code(err) != codes.Unavailable:
 			return last, fmt.Errorf("await run %s: %w", id, err)
 		}
-		t := time.NewTimer(wait)
+		t := time.NewTimer(waits.NextBackOff())
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -626,7 +626,6 @@ func (c *Client) AwaitRun(ctx context.Context, id string) (*Run, error) {
 			return nil, fmt.Errorf("await run %s: %w", id, ctx.Err())
 		case <-t.C:
 		}
-		wait = min(wait*2, awaitRunMaxPoll)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/razorbill/flo/libs/retry"
 )
 
 // Listener holds one dedicated Postgres connection that LISTENs on channels
@@ -28,25 +30,28 @@ func NewListener(connect func(ctx context.Context) (*pgx.Conn, error), handlers 
 
 // Run listens until ctx ends.
 func (l *Listener) Run(ctx context.Context) error {
-	delay := 100 * time.Millisecond
+	b := reconnectRetry.Backoff()
 	for first := true; ; first = false {
 		started := time.Now()
 		err := l.listen(ctx, !first)
 		if ctx.Err() != nil {
 			return nil
 		}
+		// A connection that held for a while was a success: the next
+		// loss starts the delays over.
 		if time.Since(started) > time.Minute {
-			delay = 100 * time.Millisecond
+			b.Reset()
 		}
+		delay := b.NextBackOff()
 		l.log.WarnContext(ctx, "notification listener lost its connection", "error", err, "retry_in", delay)
-		select {
-		case <-ctx.Done():
+		if !retry.Sleep(ctx, delay) {
 			return nil
-		case <-time.After(delay):
 		}
-		delay = min(2*delay, 5*time.Second)
 	}
 }
+
+// reconnectRetry is how Run waits between connections.
+var reconnectRetry = retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 
 func (l *Listener) listen(ctx context.Context, reconnected bool) error {
 	conn, err := l.connect(ctx)

@@ -30,6 +30,7 @@ import (
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/grpcserver"
 	"github.com/razorbill/flo/libs/kafka"
+	"github.com/razorbill/flo/libs/retry"
 	"github.com/razorbill/flo/libs/stage"
 	"github.com/razorbill/flo/libs/telemetry"
 	floproto "github.com/razorbill/flo/proto"
@@ -494,23 +495,19 @@ func (s *Service) closeResources(ctx context.Context) {
 // probeDispatcher calls the dispatcher until it answers once; from then on
 // readiness follows the connection's state.
 func (s *Service) probeDispatcher(ctx context.Context) {
-	delay := 100 * time.Millisecond
-	for {
+	probe := func() error {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
 		_, err := s.dispatcher.ListNamespaces(pctx, &flov1.ListNamespacesRequest{})
-		cancel()
 		switch status.Code(err) {
 		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
-		default:
-			s.answered.Store(true)
-			s.log.InfoContext(ctx, "dispatcher answered", slog.String("addr", s.cfg.DispatcherAddr))
-			return
+			return err
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 2*time.Second)
+		return nil
 	}
+	if retry.Do(ctx, retry.Policy{Initial: 100 * time.Millisecond, Max: 2 * time.Second}, probe, nil) != nil {
+		return
+	}
+	s.answered.Store(true)
+	s.log.InfoContext(ctx, "dispatcher answered", slog.String("addr", s.cfg.DispatcherAddr))
 }

@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	backoffretry "github.com/razorbill/flo/libs/retry"
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 )
@@ -119,7 +120,7 @@ func (p *pool) consume(n int) {
 // restarting is retried with backoff; the worker's stream stays open
 // meanwhile.
 func (s *session) claimLoop(p *pool) {
-	var b backoff
+	b := dispatcherRetry.Backoff()
 	for {
 		count, wait, ok := s.awaitCredit(p)
 		if !ok {
@@ -135,12 +136,12 @@ func (s *session) claimLoop(p *pool) {
 				return
 			}
 			s.log.WarnContext(s.ctx, "claim tasks failed; retrying", slog.Any("error", err))
-			if !sleep(s.claimCtx, b.next()) {
+			if !backoffretry.Sleep(s.claimCtx, b.NextBackOff()) {
 				return
 			}
 			continue
 		}
-		b.reset()
+		b.Reset()
 		if len(tasks) == 0 {
 			continue
 		}

@@ -2,11 +2,14 @@ package workerstream
 
 import (
 	"context"
-	"math/rand/v2"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	// Named apart from this package's retry function, which its callers
+	// use all over the package.
+	backoffretry "github.com/razorbill/flo/libs/retry"
 )
 
 // permanent reports whether retrying a dispatcher call that failed with err
@@ -22,44 +25,20 @@ func permanent(err error) bool {
 	return false
 }
 
+// dispatcherRetry is how calls to the dispatcher and the streams service
+// wait between attempts.
+var dispatcherRetry = backoffretry.Policy{Initial: 50 * time.Millisecond, Max: 2 * time.Second}
+
 // retry runs op until it succeeds, fails permanently or ctx ends, backing off
 // between attempts. It returns op's last error.
 func retry(ctx context.Context, op func(context.Context) error) error {
-	var b backoff
-	for {
-		err := op(ctx)
-		if err == nil || permanent(err) || ctx.Err() != nil {
-			return err
+	var last error
+	_ = backoffretry.Do(ctx, dispatcherRetry, func() error {
+		last = op(ctx)
+		if last != nil && permanent(last) {
+			return backoffretry.Permanent(last)
 		}
-		if !sleep(ctx, b.next()) {
-			return err
-		}
-	}
-}
-
-// backoff yields exponentially growing, jittered delays from 50 ms to 2 s.
-type backoff struct{ d time.Duration }
-
-func (b *backoff) next() time.Duration {
-	const first, ceiling = 50 * time.Millisecond, 2 * time.Second
-	if b.d == 0 {
-		b.d = first
-	} else {
-		b.d = min(2*b.d, ceiling)
-	}
-	return b.d/2 + rand.N(b.d/2+1)
-}
-
-func (b *backoff) reset() { b.d = 0 }
-
-// sleep waits d or until ctx ends, reporting whether the full wait happened.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+		return last
+	}, nil)
+	return last
 }

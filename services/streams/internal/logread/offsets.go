@@ -8,6 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/razorbill/flo/libs/retry"
 )
 
 // Special ListOffsets timestamps.
@@ -64,7 +66,7 @@ func (r *Reader) ListAfter(ctx context.Context, topic string, partitions int32, 
 // for offsets by timestamp, retrying for up to retryFor.
 func (r *Reader) listOffsets(ctx context.Context, topic string, partitions int32, ts int64) ([]int64, error) {
 	start := time.Now()
-	delay := 20 * time.Millisecond
+	b := readRetry.Backoff()
 	for {
 		out, err := r.listOffsetsOnce(ctx, topic, partitions, ts)
 		if err == nil {
@@ -77,12 +79,9 @@ func (r *Reader) listOffsets(ctx context.Context, topic string, partitions int32
 		if time.Since(start) > retryFor || (errors.Is(err, kerr.UnknownTopicOrPartition) && time.Since(start) > time.Second) {
 			return nil, fmt.Errorf("%w: list offsets of %s: %w", ErrUnavailable, topic, err)
 		}
-		select {
-		case <-ctx.Done():
+		if !retry.Sleep(ctx, b.NextBackOff()) {
 			return nil, ctx.Err()
-		case <-time.After(delay):
 		}
-		delay = min(delay*2, time.Second)
 	}
 }
 

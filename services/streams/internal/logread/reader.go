@@ -16,6 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/razorbill/flo/libs/retry"
 )
 
 // ErrUnavailable is returned (wrapped) when the broker could not answer in
@@ -35,6 +37,9 @@ const (
 	// retryFor bounds how long a read retries a broker that does not answer.
 	retryFor = 10 * time.Second
 )
+
+// readRetry is how a read waits between attempts within retryFor.
+var readRetry = retry.Policy{Initial: 20 * time.Millisecond, Max: time.Second}
 
 // Reader reads stream topics.
 type Reader struct {
@@ -170,10 +175,10 @@ func (r *Reader) fetch(ctx context.Context, topic string, parts []fetchPart) ([]
 		todo[i] = i
 	}
 	deadline := time.Now().Add(retryFor)
-	delay := 20 * time.Millisecond
+	b := readRetry.Backoff()
 	for attempt := 0; ; attempt++ {
-		retry, err := r.fetchOnce(ctx, topic, parts, out, todo)
-		if err == nil && len(retry) == 0 {
+		again, err := r.fetchOnce(ctx, topic, parts, out, todo)
+		if err == nil && len(again) == 0 {
 			return out, nil
 		}
 		if ctx.Err() != nil {
@@ -187,16 +192,13 @@ func (r *Reader) fetch(ctx context.Context, topic string, parts []fetchPart) ([]
 		}
 		if attempt > 0 {
 			r.log.DebugContext(ctx, "fetch retrying", "topic", topic, "error", err)
-			select {
-			case <-ctx.Done():
+			if !retry.Sleep(ctx, b.NextBackOff()) {
 				return nil, ctx.Err()
-			case <-time.After(delay):
 			}
-			delay = min(delay*2, time.Second)
 		}
 		r.forgetTopic(topic)
-		if len(retry) > 0 {
-			todo = retry
+		if len(again) > 0 {
+			todo = again
 		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/razorbill/flo/libs/retry"
 )
 
 // watchWait is how long one long-poll fetch of the watcher waits for
@@ -53,7 +55,7 @@ func (r *Reader) Watch(topic string, partitions int32) (release func()) {
 
 // Run runs the watcher until ctx ends.
 func (r *Reader) Run(ctx context.Context) error {
-	delay := 100 * time.Millisecond
+	b := watchRetry.Backoff()
 	for {
 		r.mu.Lock()
 		topics := make(map[string]int32, len(r.watches))
@@ -74,18 +76,18 @@ func (r *Reader) Run(ctx context.Context) error {
 			return nil
 		}
 		if err == nil {
-			delay = 100 * time.Millisecond
+			b.Reset()
 			continue
 		}
 		r.log.DebugContext(ctx, "stream watch failed; retrying", "error", err)
-		select {
-		case <-ctx.Done():
+		if !retry.Sleep(ctx, b.NextBackOff()) {
 			return nil
-		case <-time.After(delay):
 		}
-		delay = min(delay*2, time.Second)
 	}
 }
+
+// watchRetry is how the watcher waits after a failed round.
+var watchRetry = retry.Policy{Initial: 100 * time.Millisecond, Max: time.Second}
 
 // watchRound long-polls every watched topic once, from the known ends.
 func (r *Reader) watchRound(ctx context.Context, topics map[string]int32) error {

@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/razorbill/flo/libs/retry"
 )
 
 // Batch is how many timers one transaction fires at most.
@@ -23,9 +25,18 @@ const (
 	busyRetry = 50 * time.Millisecond
 	// minWait keeps a loop from spinning when a timer is due but was not
 	// there to fire (another replica took it meanwhile).
-	minWait  = 5 * time.Millisecond
-	retryMax = 5 * time.Second
+	minWait = 5 * time.Millisecond
 )
+
+// failRetry is how the loop waits after a pass that failed.
+var failRetry = retry.Policy{Initial: busyRetry, Max: 5 * time.Second}
+
+// delays is the sequence of waits after failures that pass draws from
+// (failRetry.Backoff()).
+type delays interface {
+	NextBackOff() time.Duration
+	Reset()
+}
 
 // Firer fires due timers and finds the next one.
 type Firer interface {
@@ -81,12 +92,12 @@ func (l *Loop) WakeNow() {
 
 // Run fires timers until ctx ends and returns nil then.
 func (l *Loop) Run(ctx context.Context) error {
-	delay := busyRetry
+	b := failRetry.Backoff()
 	sleep := time.NewTimer(time.Hour)
 	defer sleep.Stop()
 	for {
 		l.setSleepUntil(farFuture)
-		wait, full := l.pass(ctx, &delay)
+		wait, full := l.pass(ctx, b)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -110,19 +121,19 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 }
 
-// pass fires one batch and decides how long to sleep; full reports a full
-// batch, after which the loop goes on at once.
-func (l *Loop) pass(ctx context.Context, delay *time.Duration) (wait time.Duration, full bool) {
+// pass fires one batch and decides how long to sleep, drawing the wait after
+// a failure from b; full reports a full batch, after which the loop goes on
+// at once.
+func (l *Loop) pass(ctx context.Context, b delays) (wait time.Duration, full bool) {
 	fired, busy, err := l.f.FireTimers(ctx, Batch)
 	if err != nil {
+		wait = b.NextBackOff()
 		if ctx.Err() == nil {
-			l.log.WarnContext(ctx, "fire timers failed; retrying", "retry_in", *delay, "error", err)
+			l.log.WarnContext(ctx, "fire timers failed; retrying", "retry_in", wait, "error", err)
 		}
-		wait = *delay
-		*delay = min(2**delay, retryMax)
 		return wait, false
 	}
-	*delay = busyRetry
+	b.Reset()
 	if fired == Batch {
 		return 0, true
 	}
