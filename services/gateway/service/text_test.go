@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -79,6 +80,10 @@ func textCases(s *stack) []textCase {
 		}},
 		{"idempotency key over 256 bytes", "idempotency_key is 257 bytes", http.MethodPost, "/v1/namespaces/default/actions/known/invoke", map[string]any{"idempotencyKey": longKey}, func(ctx context.Context) error {
 			_, err := s.tasks.InvokeTask(ctx, &flov1.InvokeTaskRequest{Namespace: "default", Action: "known", IdempotencyKey: longKey})
+			return err
+		}},
+		{"delay over 365 days", "delay_ms must be between 0 and 31536000000", http.MethodPost, "/v1/namespaces/default/actions/known/invoke", map[string]any{"delayMs": 31536000001}, func(ctx context.Context) error {
+			_, err := s.tasks.InvokeTask(ctx, &flov1.InvokeTaskRequest{Namespace: "default", Action: "known", DelayMs: math.MaxInt64})
 			return err
 		}},
 		{"batch item idempotency key", "tasks[1]: idempotency_key", http.MethodPost, "/v1/namespaces/default/tasks:invoke",
@@ -213,6 +218,11 @@ func TestNULInEveryClientTextField(t *testing.T) {
 		again = append(again, r.GetRecords()...)
 		return len(again) == 2
 	}, wait, 10*time.Millisecond, "the nacked records never came back")
+
+	// A nack delay past what a duration holds is capped, not misread.
+	n, err = s.streams.Nack(ctx, &flov1.NackRequest{Namespace: "default", Stream: "events", Group: "g", Ids: []string{again[0].GetId()}, DelayMs: math.MaxInt64})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n.GetNacked())
 
 	run, err := s.workflows.StartRun(ctx, &flov1.StartRunRequest{Namespace: "default", Workflow: "process-order", IdempotencyKey: "order-1", Input: []byte(`{"a":"\u0000"}`)})
 	require.NoError(t, err)

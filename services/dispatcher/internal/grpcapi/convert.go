@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/razorbill/flo/libs/backoff"
+	"github.com/razorbill/flo/libs/millis"
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	"github.com/razorbill/flo/services/dispatcher/internal/report"
@@ -141,7 +142,7 @@ func reportDomain(r *dispatcherv1.Report) report.Report {
 		out.Kind, out.Error = report.Fail, k.Failed.GetError()
 		out.Retry, out.NonRetryable = k.Failed.GetRetry(), k.Failed.GetNonRetryable()
 	case *dispatcherv1.Report_Nack:
-		out.Kind, out.Error, out.Delay = report.Nack, k.Nack.GetReason(), millis(k.Nack.GetDelayMs())
+		out.Kind, out.Error, out.Delay = report.Nack, k.Nack.GetReason(), millis.Duration(k.Nack.GetDelayMs())
 	case *dispatcherv1.Report_Abandon:
 		out.Kind = report.Abandon
 	}

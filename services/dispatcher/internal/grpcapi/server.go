@@ -7,11 +7,11 @@ package grpcapi
 import (
 	"context"
 	"log/slog"
-	"time"
 
 	"google.golang.org/grpc"
 
 	"github.com/razorbill/flo/libs/grpcserver"
+	"github.com/razorbill/flo/libs/millis"
 	"github.com/razorbill/flo/libs/page"
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
@@ -186,8 +186,8 @@ func (s *Server) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest) (*di
 		WorkerID:  req.GetWorkerId(),
 		Actions:   req.GetActions(),
 		Count:     int(req.GetCount()),
-		Wait:      millis(req.GetWaitMs()),
-		Lease:     millis(req.GetLeaseMs()),
+		Wait:      millis.Duration(req.GetWaitMs()),
+		Lease:     millis.Duration(req.GetLeaseMs()),
 	})
 	if err != nil {
 		return nil, err
@@ -216,7 +216,7 @@ func (s *Server) Report(ctx context.Context, req *dispatcherv1.ReportRequest) (*
 // a malformed request) is answered with ok=false and the reason, not an RPC
 // error, because the worker stream relays it as a TouchAck.
 func (s *Server) Touch(ctx context.Context, req *dispatcherv1.TouchRequest) (*flov1.TouchAck, error) {
-	until, err := s.d.Leases.Touch(ctx, req.GetNamespace(), req.GetTaskId(), req.GetAttempt(), millis(req.GetExtendMs()))
+	until, err := s.d.Leases.Touch(ctx, req.GetNamespace(), req.GetTaskId(), req.GetAttempt(), millis.Duration(req.GetExtendMs()))
 	if err != nil {
 		msg, ok := touchRefusal(err)
 		if !ok {
@@ -225,16 +225,4 @@ func (s *Server) Touch(ctx context.Context, req *dispatcherv1.TouchRequest) (*fl
 		return &flov1.TouchAck{TaskId: req.GetTaskId(), Ok: false, Error: msg}, nil
 	}
 	return &flov1.TouchAck{TaskId: req.GetTaskId(), Ok: true, LeaseUntil: timestamp(until)}, nil
-}
-
-// millis converts API milliseconds, saturating instead of overflowing.
-func millis(v int64) time.Duration {
-	const maxMS = int64(1<<63-1) / int64(time.Millisecond)
-	switch {
-	case v > maxMS:
-		return time.Duration(1<<63 - 1)
-	case v < -maxMS:
-		return -time.Duration(1<<63 - 1)
-	}
-	return time.Duration(v) * time.Millisecond
 }

@@ -17,6 +17,7 @@ import (
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 
+	"github.com/razorbill/flo/libs/millis"
 	"github.com/razorbill/flo/libs/text"
 )
 
@@ -419,7 +420,7 @@ func (s *session) ready(r *flov1.Ready) error {
 	}
 	block := defaultBlock
 	if r.GetBlockMs() > 0 {
-		block = min(time.Duration(r.GetBlockMs())*time.Millisecond, maxBlock)
+		block = min(millis.Duration(r.GetBlockMs()), maxBlock)
 	}
 	if s.workerDraining.Load() {
 		// A draining worker gets nothing new; its Ready is answered by

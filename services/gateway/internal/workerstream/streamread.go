@@ -13,6 +13,7 @@ import (
 
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 
+	"github.com/razorbill/flo/libs/millis"
 	"github.com/razorbill/flo/libs/text"
 	"github.com/razorbill/flo/services/gateway/internal/streamname"
 )
@@ -37,6 +38,9 @@ const (
 	// defaultMessageTimeout is the streams service's message timeout when a
 	// read names none; a record sent to the worker counts as held this long.
 	defaultMessageTimeout = 5 * time.Minute
+	// maxMessageTimeout is the streams service's cap on a read's message
+	// timeout, so a huge message_timeout_ms cannot overflow a deadline here.
+	maxMessageTimeout = 24 * time.Hour
 )
 
 // subscription is one stream/group a worker consumes as consumer.
@@ -127,7 +131,7 @@ func (s *session) streamRead(r *flov1.StreamRead) error {
 	}
 	block := defaultBlock
 	if r.GetBlockMs() > 0 {
-		block = min(time.Duration(r.GetBlockMs())*time.Millisecond, maxBlock)
+		block = min(millis.Duration(r.GetBlockMs()), maxBlock)
 	}
 	count := r.GetCount()
 	if count == 0 {
@@ -204,7 +208,7 @@ func (s *session) groupRead(sub *subscription, rc *readCall) {
 func (s *session) finishRead(sub *subscription, rc *readCall, records []*flov1.StreamRecord) {
 	d := &delivery{stream: sub.stream, group: sub.group, timeout: defaultMessageTimeout}
 	if ms := rc.req.GetMessageTimeoutMs(); ms > 0 {
-		d.timeout = time.Duration(ms) * time.Millisecond
+		d.timeout = min(millis.Duration(ms), maxMessageTimeout)
 	}
 	for _, r := range records {
 		d.ids = append(d.ids, r.GetId())

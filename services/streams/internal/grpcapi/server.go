@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -22,6 +21,7 @@ import (
 	"github.com/razorbill/flo/libs/coalesce"
 	"github.com/razorbill/flo/libs/fault"
 	"github.com/razorbill/flo/libs/grpcserver"
+	"github.com/razorbill/flo/libs/millis"
 	"github.com/razorbill/flo/libs/page"
 	streamsv1 "github.com/razorbill/flo/proto/gen/flo/streams/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
@@ -165,7 +165,7 @@ func (s *Server) Append(ctx context.Context, req *flov1.AppendRequest) (*flov1.A
 func (s *Server) Read(ctx context.Context, req *flov1.ReadRequest) (*flov1.ReadResponse, error) {
 	res, err := s.d.Scanner.Read(ctx, scan.Request{
 		Namespace: req.GetNamespace(), Stream: req.GetStream(), Start: req.GetStart(), End: req.GetEnd(),
-		Count: int(req.GetCount()), Block: time.Duration(req.GetBlockMs()) * time.Millisecond, Tail: int(req.GetTail()),
+		Count: int(req.GetCount()), Block: millis.Duration(req.GetBlockMs()), Tail: int(req.GetTail()),
 	})
 	if err != nil {
 		return nil, err
@@ -241,8 +241,8 @@ func (s *Server) GroupRead(ctx context.Context, req *flov1.GroupReadRequest) (*f
 	recs, err := s.d.Groups.Read(ctx, group.ReadRequest{
 		Key:      store.GroupKey{Namespace: req.GetNamespace(), Stream: req.GetStream(), Group: req.GetGroup()},
 		Consumer: req.GetConsumer(), Count: int(req.GetCount()),
-		Block:          time.Duration(req.GetBlockMs()) * time.Millisecond,
-		MessageTimeout: time.Duration(req.GetMessageTimeoutMs()) * time.Millisecond,
+		Block:          millis.Duration(req.GetBlockMs()),
+		MessageTimeout: millis.Duration(req.GetMessageTimeoutMs()),
 	})
 	if err != nil {
 		return nil, err
@@ -269,7 +269,7 @@ func (s *Server) Ack(ctx context.Context, req *flov1.AckRequest) (*flov1.AckResp
 // Nack hands records back for redelivery.
 func (s *Server) Nack(ctx context.Context, req *flov1.NackRequest) (*flov1.NackResponse, error) {
 	k := store.GroupKey{Namespace: req.GetNamespace(), Stream: req.GetStream(), Group: req.GetGroup()}
-	n, err := s.d.Groups.Nack(ctx, k, req.GetIds(), time.Duration(req.GetDelayMs())*time.Millisecond, req.GetReason())
+	n, err := s.d.Groups.Nack(ctx, k, req.GetIds(), millis.Duration(req.GetDelayMs()), req.GetReason())
 	if err != nil {
 		return nil, err
 	}
