@@ -59,6 +59,10 @@ type Server struct {
 	cred    *syscall.Credential
 	tail    *tailBuffer
 
+	// socketOnly is a server started with port 0: it listens on no TCP
+	// port, only on its unix socket in the data directory.
+	socketOnly bool
+
 	mu   sync.Mutex
 	port int
 	proc *process
@@ -72,8 +76,11 @@ type process struct {
 }
 
 // Start initialises dataDir if it holds no cluster yet (initdb) and starts
-// postgres on 127.0.0.1:port (0 picks a free port, kept across Restart) with
-// its unix socket in dataDir. When running as root, initdb and postgres run as
+// postgres on 127.0.0.1:port with its unix socket in dataDir. With port 0 it
+// listens on the unix socket only: a private socket cannot be taken by
+// another process, as a TCP port picked beforehand could be before postgres
+// binds it (postgres cannot bind port 0 and report what it got). dataDir
+// must then be short enough for a socket path (about 90 bytes). When running as root, initdb and postgres run as
 // the `postgres` user (or `nobody`), and the directories Start creates are
 // chowned to that user; every existing parent of dataDir must be searchable by
 // it. A server left running on dataDir by a crashed earlier process is shut
@@ -103,26 +110,22 @@ func Start(ctx context.Context, dataDir string, port int, opts Options) (*Server
 	if err := s.clearStaleServer(); err != nil {
 		return nil, err
 	}
-	autoPort := port == 0
-	for attempt := 0; ; attempt++ {
-		if autoPort {
-			if port, err = freePort(); err != nil {
-				return nil, err
-			}
-		}
-		s.port = port
-		err = s.start(ctx)
-		// A port picked by us can be taken by someone else before postgres
-		// binds it; try another one a few times.
-		if err == nil || !autoPort || attempt == 2 || ctx.Err() != nil || !errors.Is(err, errExited) {
-			break
+	s.port, s.socketOnly = port, port == 0
+	if s.socketOnly {
+		// The port only names the socket file, .s.PGSQL.<port>.
+		s.port = socketPort
+		if len(dir)+len("/.s.PGSQL.5432") > maxSocketPath {
+			return nil, fmt.Errorf("start postgres: data dir %s is too long for a unix socket; give a TCP port", dir)
 		}
 	}
-	if err != nil {
+	if err := s.start(ctx); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
+
+// socketPort names the socket of a server listening on its unix socket only.
+const socketPort = 5432
 
 // URL returns the connection URL of database db.
 func (s *Server) URL(db string) string {
@@ -131,8 +134,12 @@ func (s *Server) URL(db string) string {
 	return s.urlLocked(db)
 }
 
-// Port returns the TCP port the server listens on.
+// Port returns the TCP port the server listens on, 0 when it listens on its
+// unix socket only.
 func (s *Server) Port() int {
+	if s.socketOnly {
+		return 0
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.port
@@ -219,16 +226,20 @@ func (s *Server) start(ctx context.Context) error {
 	if s.proc != nil {
 		return errors.New("start postgres: already running")
 	}
+	listen := "127.0.0.1"
+	if s.socketOnly {
+		listen = ""
+	}
 	args := []string{
 		"-D", s.dataDir,
 		"-p", strconv.Itoa(s.port),
-		"-c", "listen_addresses=127.0.0.1",
+		"-c", "listen_addresses=" + listen,
 		"-c", "max_connections=200",
 		// mmap keeps dynamic shared memory in the data directory, so a small
 		// /dev/shm (common in containers) cannot break parallel queries.
 		"-c", "dynamic_shared_memory_type=mmap",
 	}
-	if len(s.dataDir)+len("/.s.PGSQL.65535") <= maxSocketPath {
+	if s.socketOnly || len(s.dataDir)+len("/.s.PGSQL.65535") <= maxSocketPath {
 		args = append(args, "-k", s.dataDir)
 	} else {
 		args = append(args, "-c", "unix_socket_directories=")
@@ -298,7 +309,14 @@ func (s *Server) waitReady(ctx context.Context, p *process) error {
 	}
 }
 
-func (s *Server) urlLocked(db string) string { return URLAt(s.port, db) }
+func (s *Server) urlLocked(db string) string {
+	if !s.socketOnly {
+		return URLAt(s.port, db)
+	}
+	q := url.Values{"host": {s.dataDir}, "port": {strconv.Itoa(s.port)}, "sslmode": {"disable"}}
+	u := url.URL{Scheme: "postgres", User: url.User(superuser), Path: "/" + db, RawQuery: q.Encode()}
+	return u.String()
+}
 
 // URLAt is the connection URL of database db of a server of this package
 // listening on port, for a process that did not start it (the CLI reading
@@ -584,15 +602,6 @@ func unprivilegedCredential() (*syscall.Credential, error) {
 		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 	}
 	return nil, fmt.Errorf("find an unprivileged user to run postgres: %w", lastErr)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pick a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // tailBuffer keeps the last max bytes written to it.

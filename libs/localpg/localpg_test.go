@@ -45,7 +45,8 @@ func TestStartCreateRestart(t *testing.T) {
 	srv, err := localpg.Start(ctx, dir, 0, localpg.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Stop() })
-	require.NotZero(t, srv.Port())
+	require.Zero(t, srv.Port(), "port 0: the unix socket only")
+	require.Equal(t, "", query(t, srv.URL("postgres"), "SHOW listen_addresses"))
 	require.Equal(t, "off", query(t, srv.URL("postgres"), "SHOW fsync"))
 	require.Equal(t, "200", query(t, srv.URL("postgres"), "SHOW max_connections"))
 
@@ -58,9 +59,9 @@ func TestStartCreateRestart(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, conn.Close(ctx))
 
-	port := srv.Port()
+	url := srv.URL("app")
 	require.NoError(t, srv.Restart(ctx))
-	require.Equal(t, port, srv.Port())
+	require.Equal(t, url, srv.URL("app"))
 	require.Equal(t, "yes", query(t, srv.URL("app"), "SELECT v FROM kept"))
 
 	require.NoError(t, srv.Stop())
