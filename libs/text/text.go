@@ -1,7 +1,7 @@
 // Package text holds the rules every service applies to the text a client or
 // worker sends, so that nothing Postgres cannot store (invalid UTF-8, NUL)
 // and nothing unbounded reaches a shared transaction. There is one function
-// per rule: identifiers (Name, WorkerID, SignalType) and keys (Key) are refused with a
+// per rule: identifiers (Name, StreamName, WorkerID, SignalType) and keys (Key) are refused with a
 // fault.Invalid error naming the field, since a changed identifier would name
 // something else; free text (Clean) is repaired and truncated instead, since
 // refusing a worker's error message would fail the report it rides in.
@@ -41,6 +41,9 @@ var (
 	// workerIDPattern also excludes "/", which joins namespace and id in
 	// record keys, and allows ':' for host:pid style ids.
 	workerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+	// streamNamePattern, for streams and consumer groups, also allows a
+	// leading '_'.
+	streamNamePattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
 	// signalTypePattern allows a leading '_' for internal-looking types.
 	signalTypePattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$`)
 )
@@ -53,6 +56,18 @@ func Name(field, s string) error {
 	}
 	if !namePattern.MatchString(s) {
 		return fault.Invalidf("%s %q is invalid: use 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit", field, s, MaxNameBytes)
+	}
+	return nil
+}
+
+// StreamName checks a stream or consumer group name: 1 to 128 letters,
+// digits, '.', '_' or '-', not starting with '.' or '-'.
+func StreamName(field, s string) error {
+	if s == "" {
+		return fault.Invalidf("%s is required", field)
+	}
+	if !streamNamePattern.MatchString(s) {
+		return fault.Invalidf("%s %q is invalid: use 1 to %d letters, digits, '.', '_' or '-', not starting with '.' or '-'", field, s, MaxNameBytes)
 	}
 	return nil
 }

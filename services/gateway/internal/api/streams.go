@@ -13,7 +13,6 @@ import (
 
 	"github.com/razorbill/flo/libs/text"
 	"github.com/razorbill/flo/services/gateway/internal/namespace"
-	"github.com/razorbill/flo/services/gateway/internal/streamname"
 
 	streamsv1 "github.com/razorbill/flo/proto/gen/flo/streams/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
@@ -101,7 +100,7 @@ func (s *StreamServer) check(ctx context.Context, ns string, names ...string) er
 		return err
 	}
 	for i := 0; i+1 < len(names); i += 2 {
-		if err := streamname.Check(names[i], names[i+1]); err != nil {
+		if err := text.StreamName(names[i], names[i+1]); err != nil {
 			return status.Error(codes.InvalidArgument, err.Error())
 		}
 	}

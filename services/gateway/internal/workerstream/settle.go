@@ -11,6 +11,7 @@ import (
 
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 
+	"github.com/razorbill/flo/libs/text"
 	"github.com/razorbill/flo/services/gateway/internal/streamname"
 )
 
@@ -48,10 +49,10 @@ func (s *session) queueSettle(st settle) error {
 		return errNoStreams
 	}
 	st.group = cmp.Or(st.group, defaultGroup)
-	if err := streamname.Check("stream", st.stream); err != nil {
+	if err := text.StreamName("stream", st.stream); err != nil {
 		return status.Errorf(codes.InvalidArgument, "%s: %v", kind, err)
 	}
-	if err := streamname.Check("group", st.group); err != nil {
+	if err := text.StreamName("group", st.group); err != nil {
 		return status.Errorf(codes.InvalidArgument, "%s: %v", kind, err)
 	}
 	for _, id := range st.ids {

@@ -15,7 +15,6 @@ import (
 
 	"github.com/razorbill/flo/libs/millis"
 	"github.com/razorbill/flo/libs/text"
-	"github.com/razorbill/flo/services/gateway/internal/streamname"
 )
 
 const (
@@ -81,10 +80,10 @@ func helloStreams(in []*flov1.StreamSubscription, workerID string) (map[string]*
 	for i, sub := range in {
 		group := cmp.Or(sub.GetGroup(), defaultGroup)
 		consumer := cmp.Or(sub.GetConsumer(), workerID)
-		if err := streamname.Check("stream", sub.GetStream()); err != nil {
+		if err := text.StreamName("stream", sub.GetStream()); err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "Hello's streams[%d]: %v", i, err)
 		}
-		if err := streamname.Check("group", group); err != nil {
+		if err := text.StreamName("group", group); err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "Hello's streams[%d]: %v", i, err)
 		}
 		// A consumer defaults to its worker's id, so it follows that rule.

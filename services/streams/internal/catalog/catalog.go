@@ -40,11 +40,7 @@ const (
 	DeadLetterSuffix = ".dlq"
 )
 
-// namePattern is stream and group names: 1 to 128 of [A-Za-z0-9._-], not
-// starting with '.' or '-'.
-var namePattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
-
-// lookupPattern accepts the names reads may use: those of namePattern and
+// lookupPattern accepts the names reads may use: those of text.StreamName and
 // dead-letter streams, whose names are a stream's plus ".dlq" (and may so be
 // longer than 128).
 var lookupPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,255}$`)
@@ -53,18 +49,6 @@ var lookupPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,255}$`)
 type ExistsError struct{ Message string }
 
 func (e *ExistsError) Error() string { return e.Message }
-
-// ValidateName checks a stream or group name to create; field names it in
-// the error.
-func ValidateName(field, name string) error {
-	if name == "" {
-		return fault.Invalidf("%s is required", field)
-	}
-	if !namePattern.MatchString(name) {
-		return fault.Invalidf("%s %q is invalid: use 1 to 128 letters, digits, '.', '_' or '-', not starting with '.' or '-'", field, name)
-	}
-	return nil
-}
 
 // validateLookup checks a name a call refers to.
 func validateLookup(field, name string) error {
@@ -122,7 +106,7 @@ func (s *Spec) validate() error {
 	if err := validateNamespace(s.Namespace); err != nil {
 		return err
 	}
-	if err := ValidateName("name", s.Name); err != nil {
+	if err := text.StreamName("name", s.Name); err != nil {
 		return err
 	}
 	switch {
@@ -419,7 +403,7 @@ type GroupSpec struct {
 
 // CreateGroup creates a group positioned at its start.
 func (c *Catalog) CreateGroup(ctx context.Context, spec GroupSpec) (GroupInfo, error) {
-	if err := ValidateName("name", spec.Name); err != nil {
+	if err := text.StreamName("name", spec.Name); err != nil {
 		return GroupInfo{}, err
 	}
 	switch {
