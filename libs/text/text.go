@@ -34,67 +34,54 @@ const (
 	MaxOutcomeBytes = 256
 )
 
+// identifier is one identifier rule: the pattern and how the error
+// describes it.
+type identifier struct {
+	pattern *regexp.Regexp
+	form    string
+}
+
+func (r identifier) check(field, s string) error {
+	if s == "" {
+		return fault.Invalidf("%s is required", field)
+	}
+	if !r.pattern.MatchString(s) {
+		return fault.Invalidf("%s %q is invalid: use %s", field, s, r.form)
+	}
+	return nil
+}
+
 var (
-	// namePattern excludes "/" so a namespace and a name joined by a slash
-	// name one thing unambiguously.
-	namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-	// workerIDPattern also excludes "/", which joins namespace and id in
-	// record keys, and allows ':' for host:pid style ids.
-	workerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
-	// streamNamePattern, for streams and consumer groups, also allows a
-	// leading '_'.
-	streamNamePattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
-	// signalTypePattern allows a leading '_' for internal-looking types.
-	signalTypePattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$`)
+	// names exclude "/" so a namespace and a name joined by a slash name one
+	// thing unambiguously.
+	names = identifier{regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`),
+		"1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit"}
+	// streamNames, for streams and consumer groups, also allow a leading '_'.
+	streamNames = identifier{regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`),
+		"1 to 128 letters, digits, '.', '_' or '-', not starting with '.' or '-'"}
+	// workerIDs also exclude "/", which joins namespace and id in record
+	// keys, and allow ':' for host:pid style ids.
+	workerIDs = identifier{regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`),
+		"1 to 128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit"}
+	signalTypes = identifier{regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$`),
+		"1 to 128 letters, digits, '_', '.', ':' or '-', not starting with '.', ':' or '-'"}
 )
 
-// Name checks a namespace, action or workflow name: 1 to 128 letters, digits,
-// '.', '_' or '-', starting with a letter or digit.
-func Name(field, s string) error {
-	if s == "" {
-		return fault.Invalidf("%s is required", field)
-	}
-	if !namePattern.MatchString(s) {
-		return fault.Invalidf("%s %q is invalid: use 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit", field, s, MaxNameBytes)
-	}
-	return nil
-}
+// Name checks a namespace, action or workflow name: 1 to MaxNameBytes
+// letters, digits, '.', '_' or '-', starting with a letter or digit.
+func Name(field, s string) error { return names.check(field, s) }
 
-// StreamName checks a stream or consumer group name: 1 to 128 letters,
-// digits, '.', '_' or '-', not starting with '.' or '-'.
-func StreamName(field, s string) error {
-	if s == "" {
-		return fault.Invalidf("%s is required", field)
-	}
-	if !streamNamePattern.MatchString(s) {
-		return fault.Invalidf("%s %q is invalid: use 1 to %d letters, digits, '.', '_' or '-', not starting with '.' or '-'", field, s, MaxNameBytes)
-	}
-	return nil
-}
+// StreamName checks a stream or consumer group name: 1 to MaxNameBytes
+// letters, digits, '.', '_' or '-', not starting with '.' or '-'.
+func StreamName(field, s string) error { return streamNames.check(field, s) }
 
-// WorkerID checks a worker id or consumer name: 1 to 128 letters, digits,
-// '.', '_', ':' or '-', starting with a letter or digit.
-func WorkerID(field, s string) error {
-	if s == "" {
-		return fault.Invalidf("%s is required", field)
-	}
-	if !workerIDPattern.MatchString(s) {
-		return fault.Invalidf("%s %q is invalid: use 1 to %d letters, digits, '.', '_', ':' or '-', starting with a letter or digit", field, s, MaxWorkerIDBytes)
-	}
-	return nil
-}
+// WorkerID checks a worker id or consumer name: 1 to MaxWorkerIDBytes
+// letters, digits, '.', '_', ':' or '-', starting with a letter or digit.
+func WorkerID(field, s string) error { return workerIDs.check(field, s) }
 
-// SignalType checks a workflow signal type: 1 to 128 letters, digits, '_',
-// '.', ':' or '-', not starting with '.', ':' or '-'.
-func SignalType(field, s string) error {
-	if s == "" {
-		return fault.Invalidf("%s is required", field)
-	}
-	if !signalTypePattern.MatchString(s) {
-		return fault.Invalidf("%s %q is invalid: use 1 to %d letters, digits, '_', '.', ':' or '-', not starting with '.', ':' or '-'", field, s, MaxSignalTypeBytes)
-	}
-	return nil
-}
+// SignalType checks a workflow signal type: 1 to MaxSignalTypeBytes letters,
+// digits, '_', '.', ':' or '-', not starting with '.', ':' or '-'.
+func SignalType(field, s string) error { return signalTypes.check(field, s) }
 
 // Key checks an idempotency key, which may be empty: valid UTF-8 without NUL,
 // at most MaxKeyBytes bytes.
