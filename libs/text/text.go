@@ -22,6 +22,8 @@ const (
 	MaxNameBytes = 128
 	// MaxWorkerIDBytes bounds a worker id and a stream consumer name.
 	MaxWorkerIDBytes = 128
+	// MaxVersionBytes bounds a workflow version.
+	MaxVersionBytes = 64
 	// MaxSignalTypeBytes bounds a workflow signal type.
 	MaxSignalTypeBytes = 128
 	// MaxKeyBytes bounds an idempotency key.
@@ -63,6 +65,8 @@ var (
 	// keys, and allow ':' for host:pid style ids.
 	workerIDs = identifier{regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`),
 		"1 to 128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit"}
+	versions = identifier{regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$`),
+		"1 to 64 letters, digits, '.', '_', '+' or '-', starting with a letter or digit"}
 	signalTypes = identifier{regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$`),
 		"1 to 128 letters, digits, '_', '.', ':' or '-', not starting with '.', ':' or '-'"}
 )
@@ -78,6 +82,10 @@ func StreamName(field, s string) error { return streamNames.check(field, s) }
 // WorkerID checks a worker id or consumer name: 1 to MaxWorkerIDBytes
 // letters, digits, '.', '_', ':' or '-', starting with a letter or digit.
 func WorkerID(field, s string) error { return workerIDs.check(field, s) }
+
+// Version checks a workflow version: 1 to MaxVersionBytes letters, digits,
+// '.', '_', '+' or '-', starting with a letter or digit.
+func Version(field, s string) error { return versions.check(field, s) }
 
 // SignalType checks a workflow signal type: 1 to MaxSignalTypeBytes letters,
 // digits, '_', '.', ':' or '-', not starting with '.', ':' or '-'.

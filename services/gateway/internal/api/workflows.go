@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
@@ -18,14 +17,6 @@ import (
 
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	workflowv1 "github.com/razorbill/flo/proto/gen/flo/workflow/v1"
-)
-
-// The forms of the names a workflow call carries, as the workflow service
-// judges them, so a bad one is refused here before a round trip.
-var (
-	// workflowVersionPattern: 1–64 letters, digits, '.', '_', '+' or '-',
-	// starting with a letter or digit.
-	workflowVersionPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$`)
 )
 
 // ErrNoWorkflows is the status of every workflow call on a gateway without a
@@ -222,10 +213,10 @@ func checkOptionalWorkflowName(field, name string) error {
 
 // checkVersion accepts an empty version, which means the latest.
 func checkVersion(version string) error {
-	if version != "" && !workflowVersionPattern.MatchString(version) {
-		return fmt.Errorf("version %q is invalid: want 1 to 64 letters, digits, '.', '_', '+' or '-', starting with a letter or digit", version)
+	if version == "" {
+		return nil
 	}
-	return nil
+	return text.Version("version", version)
 }
 
 // checkRunID refuses ids that cannot name a run; run ids are UUIDs.

@@ -34,12 +34,10 @@ const (
 	maxDiagnostics    = 100
 	maxAliasHops      = 100
 	nameMaxLen        = 128
-	versionMaxLen     = 64
 	outcomeNameMaxLen = 64
 )
 
 var (
-	versionPattern  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]*$`)
 	terminalPattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]*$`)
 	outcomePattern  = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
 	yamlLinePattern = regexp.MustCompile(`^yaml: line (\d+): `)
@@ -443,8 +441,8 @@ func (p *parser) definition(root *yaml.Node) *Definition {
 	}
 	if f, ok := required("version"); ok {
 		if v, ok := p.str(f, true); ok {
-			if len(v) > versionMaxLen || !versionPattern.MatchString(v) {
-				p.errorf(CodeName, f.value, f.path, "version %q is invalid: use 1 to %d letters, digits, '.', '_', '+' or '-', starting with a letter or digit", clip(v), versionMaxLen)
+			if text.Version("version", v) != nil {
+				p.errorf(CodeName, f.value, f.path, "version %q is invalid: use 1 to %d letters, digits, '.', '_', '+' or '-', starting with a letter or digit", clip(v), text.MaxVersionBytes)
 			}
 			def.Version = v
 		}
@@ -633,8 +631,8 @@ func (p *parser) target(f field, v string) *Target {
 	case TargetWorkflow:
 		if name, version, hasVersion := strings.Cut(rest, ":"); hasVersion {
 			t.Name, t.Version = name, version
-			if len(version) > versionMaxLen || !versionPattern.MatchString(version) {
-				p.errorf(CodeTargetVersion, f.value, f.path, "version %q in %q is invalid: use 1 to %d letters, digits, '.', '_', '+' or '-', or leave out :VERSION for the latest", clip(version), clip(v), versionMaxLen)
+			if text.Version("version", version) != nil {
+				p.errorf(CodeTargetVersion, f.value, f.path, "version %q in %q is invalid: use 1 to %d letters, digits, '.', '_', '+' or '-', or leave out :VERSION for the latest", clip(version), clip(v), text.MaxVersionBytes)
 				return nil
 			}
 		}

@@ -52,6 +52,11 @@ func (r *Runner) checkStart(req *StartRequest) error {
 	if err := text.Name("workflow", req.Workflow); err != nil {
 		return err
 	}
+	if req.Version != "" {
+		if err := text.Version("version", req.Version); err != nil {
+			return err
+		}
+	}
 	if err := text.Key("idempotency_key", req.IdempotencyKey); err != nil {
 		return err
 	}
