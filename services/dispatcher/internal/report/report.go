@@ -115,6 +115,9 @@ func (r *Reporter) Report(ctx context.Context, req Request) ([]string, error) {
 	if len(req.Reports) == 0 {
 		return nil, nil
 	}
+	if err := text.Name("namespace", req.Namespace); err != nil {
+		return nil, err
+	}
 	// Free text is repaired, not refused: one worker's NUL-bearing or huge
 	// error must not fail the transaction it shares with other reports.
 	for i := range req.Reports {
