@@ -296,6 +296,13 @@ func TestWorkerTextIsRefusedOrCleaned(t *testing.T) {
 	err = refused(t, &flov1.Hello{Token: testToken, Namespace: "default", Actions: []string{nul}})
 	require.Contains(t, status.Convert(err).Message(), "actions[0]")
 
+	// A Ready naming an action with a NUL ends its stream.
+	bad := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "w0", Namespace: "default", Actions: []string{"known"}})
+	bad.ready(t, 1, 1000, nul)
+	err = bad.ended(t)
+	require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+	require.Contains(t, status.Convert(err).Message(), "Ready's action")
+
 	w := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "w1", Namespace: "default", Actions: []string{"known"}})
 	loud := invoke(t, s, "known", `{}`)
 	nacked := invoke(t, s, "known", `{}`)

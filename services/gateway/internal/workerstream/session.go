@@ -412,8 +412,13 @@ func (s *session) ready(r *flov1.Ready) error {
 	if len(actions) == 0 {
 		return status.Error(codes.InvalidArgument, "Ready names no actions and the Hello named none")
 	}
-	if slices.Contains(actions, "") {
-		return status.Error(codes.InvalidArgument, "Ready names an empty action")
+	if len(actions) > MaxHelloActions {
+		return status.Errorf(codes.InvalidArgument, "Ready names %d actions, at most %d", len(actions), MaxHelloActions)
+	}
+	for _, name := range actions {
+		if err := text.Name("Ready's action", name); err != nil {
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
 	}
 	if r.GetLeaseMs() < 0 || r.GetBlockMs() < 0 {
 		return status.Error(codes.InvalidArgument, "Ready's lease_ms and block_ms must not be negative")
