@@ -235,7 +235,7 @@ func ReadDeadLetters(ctx context.Context, brokers []string, topic string) ([]*De
 		}
 	}
 	if errors.Is(err, kerr.UnknownTopicOrPartition) || (err == nil && len(ends[topic]) == 0) {
-		return nil, fmt.Errorf("read dead letters: topic %s does not exist", topic)
+		return nil, fmt.Errorf("read dead letters: topic %s does not exist: nothing was dead-lettered there yet, or the name is wrong", topic)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read dead letters of %s: %w", topic, err)
