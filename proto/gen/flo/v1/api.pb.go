@@ -1985,8 +1985,11 @@ type Task struct {
 	StartedAt      *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
 	FinishedAt     *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
 	UpdatedAt      *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// True when the latest attempt ran out of time: its handler passed its
+	// deadline (Failed.timed_out) or its lease expired.
+	TimedOut      bool `protobuf:"varint,20,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -2150,6 +2153,13 @@ func (x *Task) GetUpdatedAt() *timestamppb.Timestamp {
 		return x.UpdatedAt
 	}
 	return nil
+}
+
+func (x *Task) GetTimedOut() bool {
+	if x != nil {
+		return x.TimedOut
+	}
+	return false
 }
 
 type GetTaskRequest struct {
@@ -3382,7 +3392,12 @@ type Failed struct {
 	// False sends the task to dead letters at once.
 	Retry bool `protobuf:"varint,2,opt,name=retry,proto3" json:"retry,omitempty"`
 	// True fails the task at once, without retries or dead-lettering.
-	NonRetryable  bool `protobuf:"varint,3,opt,name=non_retryable,json=nonRetryable,proto3" json:"non_retryable,omitempty"`
+	NonRetryable bool `protobuf:"varint,3,opt,name=non_retryable,json=nonRetryable,proto3" json:"non_retryable,omitempty"`
+	// True when the handler ran out of time: its context's deadline passed
+	// before it returned. The attempt is failed as retry and non_retryable
+	// say; a task whose final attempt timed out ends with the timeout outcome
+	// in workflows.
+	TimedOut      bool `protobuf:"varint,4,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3434,6 +3449,13 @@ func (x *Failed) GetRetry() bool {
 func (x *Failed) GetNonRetryable() bool {
 	if x != nil {
 		return x.NonRetryable
+	}
+	return false
+}
+
+func (x *Failed) GetTimedOut() bool {
+	if x != nil {
+		return x.TimedOut
 	}
 	return false
 }
@@ -7689,7 +7711,7 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12/\n" +
 	"\x05tasks\x18\x02 \x03(\v2\x19.flo.v1.InvokeTaskRequestR\x05tasks\"0\n" +
 	"\x13InvokeTasksResponse\x12\x19\n" +
-	"\btask_ids\x18\x01 \x03(\tR\ataskIds\"\xca\x05\n" +
+	"\btask_ids\x18\x01 \x03(\tR\ataskIds\"\xe7\x05\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x16\n" +
@@ -7714,7 +7736,8 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\vfinished_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"finishedAt\x129\n" +
 	"\n" +
-	"updated_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"G\n" +
+	"updated_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x1b\n" +
+	"\ttimed_out\x18\x14 \x01(\bR\btimedOut\"G\n" +
 	"\x0eGetTaskRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\"h\n" +
@@ -7808,11 +7831,12 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\aoutcome\"9\n" +
 	"\tCompleted\x12\x12\n" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12\x18\n" +
-	"\aoutcome\x18\x02 \x01(\tR\aoutcome\"Y\n" +
+	"\aoutcome\x18\x02 \x01(\tR\aoutcome\"v\n" +
 	"\x06Failed\x12\x14\n" +
 	"\x05error\x18\x01 \x01(\tR\x05error\x12\x14\n" +
 	"\x05retry\x18\x02 \x01(\bR\x05retry\x12#\n" +
-	"\rnon_retryable\x18\x03 \x01(\bR\fnonRetryable\"7\n" +
+	"\rnon_retryable\x18\x03 \x01(\bR\fnonRetryable\x12\x1b\n" +
+	"\ttimed_out\x18\x04 \x01(\bR\btimedOut\"7\n" +
 	"\vResultBatch\x12(\n" +
 	"\aresults\x18\x01 \x03(\v2\x0e.flo.v1.ResultR\aresults\"l\n" +
 	"\x04Nack\x12\x17\n" +

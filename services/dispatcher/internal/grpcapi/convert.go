@@ -98,6 +98,7 @@ func taskProto(t store.Task) *flov1.Task {
 		Output:         jsonValue(t.Result),
 		Outcome:        t.Outcome,
 		Error:          t.Error,
+		TimedOut:       t.TimedOut,
 		IdempotencyKey: t.IdempotencyKey,
 		WorkerId:       t.WorkerID,
 		CreatedAt:      timestamp(t.CreatedAt),
@@ -140,7 +141,7 @@ func reportDomain(r *dispatcherv1.Report) report.Report {
 		out.Kind, out.Result, out.Outcome = report.Complete, k.Completed.GetBody(), k.Completed.GetOutcome()
 	case *dispatcherv1.Report_Failed:
 		out.Kind, out.Error = report.Fail, k.Failed.GetError()
-		out.Retry, out.NonRetryable = k.Failed.GetRetry(), k.Failed.GetNonRetryable()
+		out.Retry, out.NonRetryable, out.TimedOut = k.Failed.GetRetry(), k.Failed.GetNonRetryable(), k.Failed.GetTimedOut()
 	case *dispatcherv1.Report_Nack:
 		out.Kind, out.Error, out.Delay = report.Nack, k.Nack.GetReason(), millis.Duration(k.Nack.GetDelayMs())
 	case *dispatcherv1.Report_Abandon:

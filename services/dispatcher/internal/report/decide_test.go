@@ -50,6 +50,24 @@ func TestDecide(t *testing.T) {
 			want:   plan{store.Disposition{ID: id, Status: store.Failed, Error: "bad input"}, []taskevent.Type{taskevent.Failed}},
 		},
 		{
+			name:   "a timed-out non-retryable failure records the timeout on the failed task",
+			report: Report{Kind: Fail, Error: "context deadline exceeded", NonRetryable: true, TimedOut: true},
+			task:   running(1, 3),
+			want:   plan{store.Disposition{ID: id, Status: store.Failed, Error: "context deadline exceeded", TimedOut: true}, []taskevent.Type{taskevent.Failed}},
+		},
+		{
+			name:   "a timed-out retryable failure with attempts left is retried and records the timeout",
+			report: Report{Kind: Fail, Error: "slow", Retry: true, TimedOut: true},
+			task:   running(1, 2),
+			want:   plan{store.Disposition{ID: id, Status: store.Queued, Delay: time.Second, Error: "slow", TimedOut: true}, []taskevent.Type{taskevent.RetryScheduled}},
+		},
+		{
+			name:   "a timed-out retryable failure of the last attempt dead-letters it as timed out",
+			report: Report{Kind: Fail, Error: "slow", Retry: true, TimedOut: true},
+			task:   running(2, 2),
+			want:   plan{store.Disposition{ID: id, Status: store.DeadLettered, Error: "slow", TimedOut: true}, []taskevent.Type{taskevent.DeadLettered}},
+		},
+		{
 			name:   "nack waits its own delay",
 			report: Report{Kind: Nack, Error: "busy", Delay: 5 * time.Second},
 			task:   running(1, 3),

@@ -63,6 +63,9 @@ type Report struct {
 	Retry bool
 	// NonRetryable, for Fail: fail the task at once, without dead-lettering.
 	NonRetryable bool
+	// TimedOut, for Fail: the handler ran out of time. It does not change
+	// what happens next; the task and its events record it.
+	TimedOut bool
 	// Delay, for Nack.
 	Delay time.Duration
 	// TraceContext is the W3C trace context of the worker's handler span,
@@ -148,11 +151,12 @@ type plan struct {
 
 // decide maps a non-completion report on a running task to its next state.
 func decide(rep Report, t store.RunningTask) plan {
+	timedOut := rep.Kind == Fail && rep.TimedOut
 	retry := func(delay time.Duration, msg string) plan {
 		if t.Attempt < t.MaxAttempts {
-			return plan{store.Disposition{ID: t.ID, Status: store.Queued, Delay: delay, Error: msg}, []taskevent.Type{taskevent.RetryScheduled}}
+			return plan{store.Disposition{ID: t.ID, Status: store.Queued, Delay: delay, Error: msg, TimedOut: timedOut}, []taskevent.Type{taskevent.RetryScheduled}}
 		}
-		return plan{store.Disposition{ID: t.ID, Status: store.DeadLettered, Error: msg}, []taskevent.Type{taskevent.DeadLettered}}
+		return plan{store.Disposition{ID: t.ID, Status: store.DeadLettered, Error: msg, TimedOut: timedOut}, []taskevent.Type{taskevent.DeadLettered}}
 	}
 	switch rep.Kind {
 	case Abandon:
@@ -166,9 +170,9 @@ func decide(rep Report, t store.RunningTask) plan {
 	default:
 		switch {
 		case rep.NonRetryable:
-			return plan{store.Disposition{ID: t.ID, Status: store.Failed, Error: rep.Error}, []taskevent.Type{taskevent.Failed}}
+			return plan{store.Disposition{ID: t.ID, Status: store.Failed, Error: rep.Error, TimedOut: timedOut}, []taskevent.Type{taskevent.Failed}}
 		case !rep.Retry:
-			return plan{store.Disposition{ID: t.ID, Status: store.DeadLettered, Error: rep.Error}, []taskevent.Type{taskevent.DeadLettered}}
+			return plan{store.Disposition{ID: t.ID, Status: store.DeadLettered, Error: rep.Error, TimedOut: timedOut}, []taskevent.Type{taskevent.DeadLettered}}
 		default:
 			return retry(t.Backoff.Delay(int(t.Attempt)), rep.Error)
 		}

@@ -72,15 +72,17 @@ type Action struct {
 
 // Task is a row of tasks. Zero times mean NULL.
 type Task struct {
-	ID             uuid.UUID
-	Namespace      string
-	Action         string
-	Status         Status
-	Priority       int32
-	Payload        []byte
-	Result         []byte
-	Outcome        string
-	Error          string
+	ID        uuid.UUID
+	Namespace string
+	Action    string
+	Status    Status
+	Priority  int32
+	Payload   []byte
+	Result    []byte
+	Outcome   string
+	Error     string
+	// TimedOut says the latest attempt ran out of time.
+	TimedOut       bool
 	IdempotencyKey string
 	Attempt        int32
 	MaxAttempts    int32
@@ -94,14 +96,16 @@ type Task struct {
 
 // Change is a task as a state change left it: what a task event reports.
 type Change struct {
-	ID           uuid.UUID
-	Namespace    string
-	Action       string
-	Status       Status
-	Attempt      int32
-	WorkerID     string
-	Outcome      string
-	Error        string
+	ID        uuid.UUID
+	Namespace string
+	Action    string
+	Status    Status
+	Attempt   int32
+	WorkerID  string
+	Outcome   string
+	Error     string
+	// TimedOut says the latest attempt ran out of time.
+	TimedOut     bool
 	CreatedAt    time.Time
 	RunAt        time.Time
 	TraceContext map[string]string
@@ -116,11 +120,11 @@ func (c Change) Key() string { return Key(c.Namespace, c.Action) }
 
 // changeColumns is the RETURNING list scanned by scanChange; every statement
 // that changes tasks returns it so each change becomes an event.
-const changeColumns = `t.id, t.namespace, t.action, t.state, t.attempt, t.worker_id, t.outcome, t.error, t.created_at, t.run_at, t.trace_context,
+const changeColumns = `t.id, t.namespace, t.action, t.state, t.attempt, t.worker_id, t.outcome, t.error, t.timed_out, t.created_at, t.run_at, t.trace_context,
 	t.origin, CASE WHEN t.origin <> '' THEN t.result END`
 
 func changeDest(c *Change) []any {
-	return []any{&c.ID, &c.Namespace, &c.Action, &c.Status, &c.Attempt, &c.WorkerID, &c.Outcome, &c.Error, &c.CreatedAt, &c.RunAt, &c.TraceContext, &c.Origin, &c.Result}
+	return []any{&c.ID, &c.Namespace, &c.Action, &c.Status, &c.Attempt, &c.WorkerID, &c.Outcome, &c.Error, &c.TimedOut, &c.CreatedAt, &c.RunAt, &c.TraceContext, &c.Origin, &c.Result}
 }
 
 func collectChanges(rows pgx.Rows) ([]Change, error) {

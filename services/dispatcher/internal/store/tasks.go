@@ -215,7 +215,7 @@ func CompleteTasks(ctx context.Context, db DB, cs []Completion) ([]Change, error
 		}
 	}
 	rows, err := db.Query(ctx, `
-UPDATE tasks t SET state = 'completed', result = r.result, outcome = r.outcome, error = '',
+UPDATE tasks t SET state = 'completed', result = r.result, outcome = r.outcome, error = '', timed_out = false,
 	lease_until = NULL, finished_at = now(), updated_at = now()
 FROM unnest($1::uuid[], $2::text[], $3::int[], $4::bytea[], $5::text[]) AS r(id, namespace, attempt, result, outcome)
 WHERE t.id = r.id AND t.namespace = r.namespace AND t.attempt = r.attempt AND t.state = 'running'
@@ -274,8 +274,9 @@ type Disposition struct {
 	Delay time.Duration
 	// Uncount takes the attempt back (abandon).
 	Uncount bool
-	// Error replaces the task's error unless KeepError is set.
+	// Error and TimedOut replace the task's unless KeepError is set.
 	Error     string
+	TimedOut  bool
 	KeepError bool
 }
 
@@ -284,25 +285,28 @@ type Disposition struct {
 func DisposeTasks(ctx context.Context, db DB, ds []Disposition) ([]Change, error) {
 	n := len(ds)
 	ids, states, uncount, errs, delays := make([]uuid.UUID, n), make([]string, n), make([]int32, n), make([]pgtype.Text, n), make([]int64, n)
+	timedOut := make([]pgtype.Bool, n)
 	for i, d := range ds {
 		ids[i], states[i], delays[i] = d.ID, string(d.Status), ms(d.Delay)
 		if d.Uncount {
 			uncount[i] = 1
 		}
 		errs[i] = pgtype.Text{String: d.Error, Valid: !d.KeepError}
+		timedOut[i] = pgtype.Bool{Bool: d.TimedOut, Valid: !d.KeepError}
 	}
 	rows, err := db.Query(ctx, `
 UPDATE tasks t SET
 	state = u.state,
 	attempt = t.attempt - u.uncount,
 	error = COALESCE(u.error, t.error),
+	timed_out = COALESCE(u.timed_out, t.timed_out),
 	run_at = CASE WHEN u.state = 'queued' THEN now() + u.delay_ms * interval '1 millisecond' ELSE t.run_at END,
 	finished_at = CASE WHEN u.state = 'queued' THEN NULL ELSE now() END,
 	lease_until = NULL,
 	updated_at = now()
-FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::bigint[]) AS u(id, state, uncount, error, delay_ms)
+FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::bigint[], $6::bool[]) AS u(id, state, uncount, error, delay_ms, timed_out)
 WHERE t.id = u.id AND t.state = 'running'
-RETURNING `+changeColumns, ids, states, uncount, errs, delays)
+RETURNING `+changeColumns, ids, states, uncount, errs, delays, timedOut)
 	if err != nil {
 		return nil, fmt.Errorf("dispose tasks: %w", err)
 	}
@@ -330,6 +334,7 @@ UPDATE tasks t SET
 	run_at = CASE WHEN t.attempt >= t.max_attempts THEN t.run_at ELSE now() END,
 	finished_at = CASE WHEN t.attempt >= t.max_attempts THEN now() END,
 	error = 'lease expired',
+	timed_out = true,
 	lease_until = NULL,
 	updated_at = now()
 FROM expired WHERE t.id = expired.id
@@ -360,7 +365,7 @@ RETURNING lease_until`, id, namespace, attempt, ms(extend)).Scan(&until)
 	return until, nil
 }
 
-const taskColumns = `id, namespace, action, state, priority, payload, result, outcome, error, idempotency_key, attempt, max_attempts,
+const taskColumns = `id, namespace, action, state, priority, payload, result, outcome, error, timed_out, idempotency_key, attempt, max_attempts,
 	worker_id, created_at, run_at, started_at, finished_at, updated_at`
 
 func scanTask(r pgx.Row) (Task, error) {
@@ -368,7 +373,7 @@ func scanTask(r pgx.Row) (Task, error) {
 		t                 Task
 		started, finished *time.Time
 	)
-	err := r.Scan(&t.ID, &t.Namespace, &t.Action, &t.Status, &t.Priority, &t.Payload, &t.Result, &t.Outcome, &t.Error,
+	err := r.Scan(&t.ID, &t.Namespace, &t.Action, &t.Status, &t.Priority, &t.Payload, &t.Result, &t.Outcome, &t.Error, &t.TimedOut,
 		&t.IdempotencyKey, &t.Attempt, &t.MaxAttempts, &t.WorkerID, &t.CreatedAt, &t.RunAt, &started, &finished, &t.UpdatedAt)
 	t.StartedAt, t.FinishedAt = timeOrZero(started), timeOrZero(finished)
 	return t, err
@@ -431,7 +436,7 @@ LIMIT $5`, namespace, action, afterAt, after.ID, limit)
 func RequeueDeadLetter(ctx context.Context, db DB, namespace string, id uuid.UUID) (Change, error) {
 	var c Change
 	err := db.QueryRow(ctx, `
-UPDATE tasks t SET state = 'queued', attempt = 0, error = '', run_at = now(), finished_at = NULL,
+UPDATE tasks t SET state = 'queued', attempt = 0, error = '', timed_out = false, run_at = now(), finished_at = NULL,
 	lease_until = NULL, updated_at = now()
 WHERE t.id = $1 AND t.namespace = $2 AND t.state = 'dead_lettered'
 RETURNING `+changeColumns, id, namespace).Scan(changeDest(&c)...)

@@ -95,6 +95,7 @@ func Record(typ Type, c store.Change, at time.Time) (outbox.Record, error) {
 		// Only the workflow service reads results off the log; other
 		// consumers read them from the dispatcher when they need them.
 		NonRetryable: typ == Failed,
+		TimedOut:     c.TimedOut,
 	}
 	if c.Origin != "" && typ == Completed {
 		// Whole: results are at most FLO_MAX_PAYLOAD_BYTES (the gateway

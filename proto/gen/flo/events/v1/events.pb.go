@@ -354,7 +354,11 @@ type TaskEvent struct {
 	// The result body of a COMPLETED event, set only when origin is set.
 	Result []byte `protobuf:"bytes,14,opt,name=result,proto3" json:"result,omitempty"`
 	// True on a FAILED event whose error was NonRetryable.
-	NonRetryable  bool `protobuf:"varint,15,opt,name=non_retryable,json=nonRetryable,proto3" json:"non_retryable,omitempty"`
+	NonRetryable bool `protobuf:"varint,15,opt,name=non_retryable,json=nonRetryable,proto3" json:"non_retryable,omitempty"`
+	// True when the task's latest attempt ran out of time: its handler passed
+	// its deadline or its lease expired. On a FAILED or DEAD_LETTERED event it
+	// makes the task's outcome timeout for the workflow that invoked it.
+	TimedOut      bool `protobuf:"varint,16,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -490,6 +494,13 @@ func (x *TaskEvent) GetResult() []byte {
 func (x *TaskEvent) GetNonRetryable() bool {
 	if x != nil {
 		return x.NonRetryable
+	}
+	return false
+}
+
+func (x *TaskEvent) GetTimedOut() bool {
+	if x != nil {
+		return x.TimedOut
 	}
 	return false
 }
@@ -725,7 +736,7 @@ const file_flo_events_v1_events_proto_rawDesc = "" +
 	"\x06run_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12\x16\n" +
 	"\x06origin\x18\n" +
 	" \x01(\tR\x06origin\x12!\n" +
-	"\fmax_attempts\x18\v \x01(\x05R\vmaxAttempts\"\x87\x04\n" +
+	"\fmax_attempts\x18\v \x01(\x05R\vmaxAttempts\"\xa4\x04\n" +
 	"\tTaskEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x120\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x1c.flo.events.v1.TaskEventTypeR\x04type\x12\x17\n" +
@@ -744,7 +755,8 @@ const file_flo_events_v1_events_proto_rawDesc = "" +
 	"created_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x16\n" +
 	"\x06origin\x18\r \x01(\tR\x06origin\x12\x16\n" +
 	"\x06result\x18\x0e \x01(\fR\x06result\x12#\n" +
-	"\rnon_retryable\x18\x0f \x01(\bR\fnonRetryable\"\xc1\x02\n" +
+	"\rnon_retryable\x18\x0f \x01(\bR\fnonRetryable\x12\x1b\n" +
+	"\ttimed_out\x18\x10 \x01(\bR\btimedOut\"\xc1\x02\n" +
 	"\vWorkerEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x122\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x1e.flo.events.v1.WorkerEventTypeR\x04type\x12\x1c\n" +
