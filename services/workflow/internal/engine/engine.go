@@ -171,9 +171,13 @@ type stepEnd struct {
 	// errors, polls used up).
 	final bool
 	// orFailure lets the outcome take the failure transition when it has
-	// none of its own: polls running out are a timeout, and a step without
-	// a timeout transition fails like any failure.
+	// none of its own: polls running out and tasks that ran out of time are
+	// a timeout, and a step without a timeout transition fails like any
+	// failure.
 	orFailure bool
+	// timedOut says a task ran out of time: its timeout outcome is retried
+	// like a failure, as it was before it had an outcome of its own.
+	timedOut bool
 }
 
 func (a *advancer) now() time.Time { return a.env.Now }
@@ -252,8 +256,12 @@ func (a *advancer) taskEnded(e TaskEnded) bool {
 		return true
 	}
 	outcome := e.Outcome
-	if outcome == "" {
+	timedOut := e.TimedOut && outcome == definition.OutcomeFailure
+	switch {
+	case outcome == "":
 		outcome = definition.OutcomeSuccess
+	case timedOut:
+		outcome = definition.OutcomeTimeout
 	}
 	switch {
 	case waited == WaitChild:
@@ -265,7 +273,8 @@ func (a *advancer) taskEnded(e TaskEnded) bool {
 	default:
 		a.history(HistoryActionCompleted, withError(outcome, e.Error))
 	}
-	a.follow(a.stepOutcome(step, stepEnd{step: step.Name, outcome: outcome, output: e.Output, err: e.Error, final: e.NonRetryable}))
+	a.follow(a.stepOutcome(step, stepEnd{step: step.Name, outcome: outcome, output: e.Output, err: e.Error, final: e.NonRetryable,
+		orFailure: timedOut, timedOut: timedOut}))
 	return true
 }
 
@@ -540,7 +549,7 @@ func (a *advancer) retry(step *definition.Step, end stepEnd) (string, bool) {
 	if step.Retry == nil || end.final || a.run.Attempt >= step.Retry.MaxAttempts {
 		return "", false
 	}
-	if end.outcome != definition.OutcomeFailure && end.outcome != definition.OutcomeExecutionFailure {
+	if end.outcome != definition.OutcomeFailure && end.outcome != definition.OutcomeExecutionFailure && !end.timedOut {
 		return "", false
 	}
 	delay, ok := step.Retry.Policy().NextWithDraw(a.run.Attempt, a.now().Sub(a.run.VisitStarted), a.draw())

@@ -229,3 +229,67 @@ func countType(hs []HistoryEvent, typ string) int {
 	}
 	return n
 }
+
+// A task that ran out of time ends its step with the timeout outcome: the
+// timeout transition when the step has one, the failure transition when not,
+// and retried like a failure while the step's retry policy allows.
+func TestTaskTimeoutOutcome(t *testing.T) {
+	t.Parallel()
+	flow := func(transitions string) string {
+		return `
+kind: Workflow
+name: slow
+version: "1"
+start:
+  run: "@actions/slow"
+  retry: {max_attempts: 2, backoff: constant, initial_delay_ms: 10}
+  transitions:
+` + transitions + `
+terminals:
+  TooSlow: {status: failed}
+`
+	}
+	withTimeout := flow("    success: flo.Completed\n    failure: flo.Failed\n    timeout: TooSlow")
+	tests := []struct {
+		name         string
+		src          string
+		ev           TaskEnded
+		wantTerminal string
+		wantOutcome  string
+	}{
+		{name: "timeout transition", src: withTimeout, ev: TaskEnded{Outcome: "failure", TimedOut: true, NonRetryable: true, Error: "context deadline exceeded"},
+			wantTerminal: "TooSlow", wantOutcome: "timeout"},
+		{name: "no timeout transition fails", src: flow("    success: flo.Completed\n    failure: flo.Failed"), ev: TaskEnded{Outcome: "failure", TimedOut: true, NonRetryable: true},
+			wantTerminal: "flo.Failed", wantOutcome: "timeout"},
+		{name: "an ordinary failure still fails", src: withTimeout, ev: TaskEnded{Outcome: "failure", NonRetryable: true},
+			wantTerminal: "flo.Failed", wantOutcome: "failure"},
+		{name: "a named outcome is not a timeout", src: flow("    success: flo.Completed\n    declined: flo.Failed\n    timeout: TooSlow"), ev: TaskEnded{Outcome: "declined", TimedOut: true},
+			wantTerminal: "flo.Failed", wantOutcome: "declined"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := newSim(t, tt.src, `{}`)
+			s.start()
+			ev := tt.ev
+			ev.Token = s.run.Token
+			eff := s.do(ev)
+			require.True(t, eff.Ended)
+			require.Equal(t, tt.wantTerminal, s.run.Terminal)
+			require.Equal(t, tt.wantOutcome, s.run.Outputs[StartStep].Outcome)
+		})
+	}
+
+	t.Run("retried while attempts are left", func(t *testing.T) {
+		t.Parallel()
+		s := newSim(t, withTimeout, `{}`)
+		s.start()
+		s.do(TaskEnded{Token: s.run.Token, Outcome: "failure", TimedOut: true, Error: "lease expired"})
+		require.Equal(t, WaitRetry, s.run.Wait)
+		s.fire()
+		eff := s.do(TaskEnded{Token: s.run.Token, Outcome: "failure", TimedOut: true, Error: "lease expired"})
+		require.True(t, eff.Ended)
+		require.Equal(t, "TooSlow", s.run.Terminal)
+		require.Equal(t, 2, s.run.Outputs[StartStep].Attempts)
+	})
+}

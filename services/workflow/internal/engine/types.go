@@ -96,11 +96,17 @@ type Started struct{}
 // Outcome is "success", a named outcome or "pending" for COMPLETED;
 // "failure" for FAILED and DEAD_LETTERED; "target_not_found" or
 // "target_disabled" for REJECTED.
+//
+// TimedOut says a failed task's last attempt ran out of time (its handler
+// passed its deadline, or its lease expired): the step's outcome is then
+// "timeout", which is retried like a failure and takes the failure
+// transition when the step has no timeout transition.
 type TaskEnded struct {
 	Token, Outcome string
 	Output         json.RawMessage
 	Error          string
 	NonRetryable   bool
+	TimedOut       bool
 }
 
 // SignalArrived is a signal delivered to the run. The store stores it first

@@ -111,9 +111,9 @@ func taskEnded(ev *eventsv1.TaskEvent) (taskEvent, bool) {
 		}
 		te.Output = outputJSON(ev.GetResult())
 	case eventsv1.TaskEventType_TASK_EVENT_TYPE_FAILED:
-		te.Outcome, te.Error, te.NonRetryable = definition.OutcomeFailure, ev.GetError(), ev.GetNonRetryable()
+		te.Outcome, te.Error, te.NonRetryable, te.TimedOut = definition.OutcomeFailure, ev.GetError(), ev.GetNonRetryable(), ev.GetTimedOut()
 	case eventsv1.TaskEventType_TASK_EVENT_TYPE_DEAD_LETTERED:
-		te.Outcome, te.Error = definition.OutcomeFailure, ev.GetError()
+		te.Outcome, te.Error, te.TimedOut = definition.OutcomeFailure, ev.GetError(), ev.GetTimedOut()
 	case eventsv1.TaskEventType_TASK_EVENT_TYPE_REJECTED:
 		te.Outcome, te.Error = ev.GetOutcome(), ev.GetError()
 		if te.Outcome == "" {
