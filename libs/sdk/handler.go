@@ -87,8 +87,10 @@ func call(h handlerFunc, actx *ActionContext) (outcome string, body []byte, err 
 	return h(actx)
 }
 
-// report turns the end of one attempt into the message that tells the server.
-func report(task *flov1.TaskAssignment, outcome string, body []byte, err error) *flov1.WorkerMessage {
+// report turns the end of one attempt into the message that tells the server. timedOut says
+// the handler's context reached its deadline before the handler returned: a failure then
+// says so, and a workflow step sees the task's timeout outcome when that was its last attempt.
+func report(task *flov1.TaskAssignment, outcome string, body []byte, err error, timedOut bool) *flov1.WorkerMessage {
 	id, attempt := task.GetTaskId(), task.GetAttempt()
 	if err == nil {
 		return resultMessage(&flov1.Result{
@@ -106,7 +108,7 @@ func report(task *flov1.TaskAssignment, outcome string, body []byte, err error) 
 			TaskId: id, Attempt: attempt, DelayMs: delay.Milliseconds(), Reason: err.Error(),
 		}}}
 	}
-	failed := &flov1.Failed{Error: err.Error()}
+	failed := &flov1.Failed{Error: err.Error(), TimedOut: timedOut}
 	switch kind {
 	case dispositionNonRetryable:
 		failed.NonRetryable = true
@@ -165,7 +167,7 @@ func (w *ActionWorker) execute(base context.Context, task *flov1.TaskAssignment,
 	} else if outcome != "" {
 		span.SetAttributes(attribute.String("flo.outcome", outcome))
 	}
-	msg := report(task, outcome, body, err)
+	msg := report(task, outcome, body, err, errors.Is(ctx.Err(), context.DeadlineExceeded))
 	if r := msg.GetResult(); r != nil {
 		// The server records the result under the handler's span.
 		r.TraceContext = map[string]string{}

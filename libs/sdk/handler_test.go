@@ -127,9 +127,10 @@ func TestReport(t *testing.T) {
 	t.Parallel()
 	task := &flov1.TaskAssignment{TaskId: "t-1", Attempt: 3}
 	tests := []struct {
-		name string
-		err  error
-		want *flov1.WorkerMessage
+		name     string
+		err      error
+		timedOut bool
+		want     *flov1.WorkerMessage
 	}{
 		{
 			name: "success",
@@ -161,6 +162,29 @@ func TestReport(t *testing.T) {
 			name: "deadline exceeded fails at once",
 			err:  fmt.Errorf("call upstream: %w", context.DeadlineExceeded),
 			want: failedMessage("call upstream: context deadline exceeded", false, true),
+		},
+		{
+			name:     "a handler past its deadline fails at once as timed out",
+			err:      fmt.Errorf("call upstream: %w", context.DeadlineExceeded),
+			timedOut: true,
+			want: resultMessage(&flov1.Result{TaskId: "t-1", Attempt: 3, Outcome: &flov1.Result_Failed{
+				Failed: &flov1.Failed{Error: "call upstream: context deadline exceeded", NonRetryable: true, TimedOut: true},
+			}}),
+		},
+		{
+			name:     "a handler past its deadline whose error is retryable is retried as timed out",
+			err:      errors.New("upstream: i/o timeout"),
+			timedOut: true,
+			want: resultMessage(&flov1.Result{TaskId: "t-1", Attempt: 3, Outcome: &flov1.Result_Failed{
+				Failed: &flov1.Failed{Error: "upstream: i/o timeout", Retry: true, TimedOut: true},
+			}}),
+		},
+		{
+			name:     "a result that arrives past the deadline still completes",
+			timedOut: true,
+			want: resultMessage(&flov1.Result{TaskId: "t-1", Attempt: 3, Outcome: &flov1.Result_Completed{
+				Completed: &flov1.Completed{Body: []byte("body"), Outcome: "approved"},
+			}}),
 		},
 		{
 			name: "cancellation fails at once",
@@ -200,7 +224,7 @@ func TestReport(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got := report(task, "approved", []byte("body"), tt.err)
+			got := report(task, "approved", []byte("body"), tt.err, tt.timedOut)
 			require.Equal(t, tt.want.String(), got.String())
 		})
 	}

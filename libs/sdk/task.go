@@ -49,7 +49,10 @@ type Task struct {
 	// Outcome is the named outcome of a completed task; empty means plain success.
 	Outcome string
 	// Error is the message of the last failed attempt.
-	Error          string
+	Error string
+	// TimedOut says the latest attempt ran out of time: its handler passed its deadline, or
+	// its worker went silent until its lease expired.
+	TimedOut       bool
 	IdempotencyKey string
 	WorkerID       string
 	CreatedAt      time.Time
@@ -75,6 +78,7 @@ func (t Task) MarshalJSON() ([]byte, error) {
 		Result         json.RawMessage `json:"result,omitempty"`
 		Outcome        string          `json:"outcome,omitempty"`
 		Error          string          `json:"error,omitempty"`
+		TimedOut       bool            `json:"timed_out,omitempty"`
 		IdempotencyKey string          `json:"idempotency_key,omitempty"`
 		WorkerID       string          `json:"worker_id,omitempty"`
 		CreatedAt      time.Time       `json:"created_at,omitzero"`
@@ -86,7 +90,7 @@ func (t Task) MarshalJSON() ([]byte, error) {
 		ID: t.ID, Namespace: t.Namespace, Action: t.Action, Status: t.Status,
 		Attempt: t.Attempt, MaxAttempts: t.MaxAttempts, Priority: t.Priority,
 		Payload: jsonOrBase64(t.Payload), Result: jsonOrBase64(t.Result),
-		Outcome: t.Outcome, Error: t.Error, IdempotencyKey: t.IdempotencyKey, WorkerID: t.WorkerID,
+		Outcome: t.Outcome, Error: t.Error, TimedOut: t.TimedOut, IdempotencyKey: t.IdempotencyKey, WorkerID: t.WorkerID,
 		CreatedAt: t.CreatedAt, RunAt: t.RunAt, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt,
 		UpdatedAt: t.UpdatedAt,
 	})
@@ -116,6 +120,7 @@ func taskFromProto(t *flov1.Task) *Task {
 		Result:         t.GetResult(),
 		Outcome:        t.GetOutcome(),
 		Error:          t.GetError(),
+		TimedOut:       t.GetTimedOut(),
 		IdempotencyKey: t.GetIdempotencyKey(),
 		WorkerID:       t.GetWorkerId(),
 		CreatedAt:      timeFromProto(t.GetCreatedAt()),
