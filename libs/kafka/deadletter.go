@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/razorbill/flo/libs/retry"
+	"github.com/razorbill/flo/libs/text"
 )
 
 // DeadLetterSuffix makes a topic's dead-letter topic: orders -> orders.dlq.
@@ -102,10 +103,7 @@ func newDeadLetterer(cl *kgo.Client, group string, log *slog.Logger) (*deadLette
 func (d *deadLetterer) deadLetter(ctx context.Context, r *kgo.Record, cause error) bool {
 	topic := DeadLetterTopic(r.Topic)
 	rec := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: withoutHeaders(r.Headers, dlqHeaders...)}
-	msg := cause.Error()
-	if len(msg) > maxErrorHeader {
-		msg = strings.ToValidUTF8(msg[:maxErrorHeader], "") + "…(truncated)"
-	}
+	msg := text.Clean(cause.Error(), maxErrorHeader)
 	rec.Headers = append(rec.Headers,
 		kgo.RecordHeader{Key: HeaderError, Value: []byte(msg)},
 		kgo.RecordHeader{Key: HeaderTopic, Value: []byte(r.Topic)},
