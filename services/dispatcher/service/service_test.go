@@ -457,7 +457,9 @@ func testNonRetryable(t *testing.T, e *env) {
 	require.Equal(t, stFailed, task.GetStatus())
 	require.Equal(t, int32(1), task.GetAttempt())
 	require.Equal(t, "invalid input", task.GetError())
-	e.events.waitEvents(t, id, evCreated, evStarted, evFailed)
+	require.False(t, task.GetTimedOut())
+	evs := e.events.waitEvents(t, id, evCreated, evStarted, evFailed)
+	require.False(t, evs[2].GetTimedOut())
 	dead, err := e.client.ListDeadLetters(t.Context(), &flov1.ListDeadLettersRequest{Namespace: ns})
 	require.NoError(t, err)
 	require.Empty(t, dead.GetTasks())
@@ -539,9 +541,11 @@ func testLeaseExpiry(t *testing.T, e *env) {
 	task := e.waitStatus(t, ns, id, stDead)
 	require.Equal(t, "lease expired", task.GetError())
 	require.Equal(t, int32(2), task.GetAttempt())
+	require.True(t, task.GetTimedOut(), "a lease that ran out is a timeout")
 	evs := e.events.waitEvents(t, id, evCreated, evStarted, evExpired, evStarted, evExpired, evDead)
 	require.Equal(t, stQueued, evs[2].GetStatus())
 	require.Equal(t, stDead, evs[4].GetStatus())
+	require.True(t, evs[5].GetTimedOut(), "the final event says the task timed out")
 }
 
 func testTouch(t *testing.T, e *env) {
