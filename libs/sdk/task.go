@@ -50,7 +50,7 @@ type Task struct {
 	Outcome string
 	// Error is the message of the last failed attempt.
 	Error string
-	// TimedOut says the latest attempt ran out of time: its handler passed its deadline, or
+	// TimedOut says the last attempt that ended ran out of time: its handler passed its deadline, or
 	// its worker went silent until its lease expired.
 	TimedOut       bool
 	IdempotencyKey string

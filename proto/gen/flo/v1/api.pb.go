@@ -1985,7 +1985,7 @@ type Task struct {
 	StartedAt      *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
 	FinishedAt     *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
 	UpdatedAt      *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	// True when the latest attempt ran out of time: its handler passed its
+	// True when the last attempt that ended ran out of time: its handler passed its
 	// deadline (Failed.timed_out) or its lease expired.
 	TimedOut      bool `protobuf:"varint,20,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
 	unknownFields protoimpl.UnknownFields

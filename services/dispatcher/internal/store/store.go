@@ -81,7 +81,7 @@ type Task struct {
 	Result    []byte
 	Outcome   string
 	Error     string
-	// TimedOut says the latest attempt ran out of time.
+	// TimedOut says the last attempt that ended ran out of time.
 	TimedOut       bool
 	IdempotencyKey string
 	Attempt        int32
@@ -104,7 +104,7 @@ type Change struct {
 	WorkerID  string
 	Outcome   string
 	Error     string
-	// TimedOut says the latest attempt ran out of time.
+	// TimedOut says the last attempt that ended ran out of time.
 	TimedOut     bool
 	CreatedAt    time.Time
 	RunAt        time.Time

@@ -355,7 +355,7 @@ type TaskEvent struct {
 	Result []byte `protobuf:"bytes,14,opt,name=result,proto3" json:"result,omitempty"`
 	// True on a FAILED event whose error was NonRetryable.
 	NonRetryable bool `protobuf:"varint,15,opt,name=non_retryable,json=nonRetryable,proto3" json:"non_retryable,omitempty"`
-	// True when the task's latest attempt ran out of time: its handler passed
+	// True when the task's last attempt that ended ran out of time: its handler passed
 	// its deadline or its lease expired. On a FAILED or DEAD_LETTERED event it
 	// makes the task's outcome timeout for the workflow that invoked it.
 	TimedOut      bool `protobuf:"varint,16,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
