@@ -26,6 +26,8 @@ const (
 	MaxVersionBytes = 64
 	// MaxSignalTypeBytes bounds a workflow signal type.
 	MaxSignalTypeBytes = 128
+	// MaxErrorCodeBytes bounds a failed task's error code.
+	MaxErrorCodeBytes = 64
 	// MaxKeyBytes bounds an idempotency key.
 	MaxKeyBytes = 256
 	// MaxFreeBytes bounds free text: task errors, nack reasons, cancel
@@ -69,6 +71,8 @@ var (
 		"1 to 64 letters, digits, '.', '_', '+' or '-', starting with a letter or digit"}
 	signalTypes = identifier{regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$`),
 		"1 to 128 letters, digits, '_', '.', ':' or '-', not starting with '.', ':' or '-'"}
+	errorCodes = identifier{regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,63}$`),
+		"1 to 64 letters, digits, '_', '.', ':' or '-', not starting with '.', ':' or '-'"}
 )
 
 // Name checks a namespace, action or workflow name: 1 to MaxNameBytes
@@ -90,6 +94,25 @@ func Version(field, s string) error { return versions.check(field, s) }
 // SignalType checks a workflow signal type: 1 to MaxSignalTypeBytes letters,
 // digits, '_', '.', ':' or '-', not starting with '.', ':' or '-'.
 func SignalType(field, s string) error { return signalTypes.check(field, s) }
+
+// ErrorCode checks a failed task's error code ("card_declined"): 1 to
+// MaxErrorCodeBytes letters, digits, '_', '.', ':' or '-', not starting with
+// '.', ':' or '-'.
+func ErrorCode(field, s string) error { return errorCodes.check(field, s) }
+
+// CleanFailure returns a worker's failure as the server records it: its
+// message cleaned as Clean does, and its error code kept when it is empty or
+// follows ErrorCode. An invalid code is dropped with a note in the message,
+// not refused: refusing it would fail the report and leave the task running
+// until its lease expired, while the failure itself is what the user needs.
+func CleanFailure(msg, code string) (string, string) {
+	if code != "" {
+		if err := ErrorCode("error code", code); err != nil {
+			msg, code = msg+" [dropped: "+err.Error()+"]", ""
+		}
+	}
+	return Clean(msg, MaxFreeBytes), code
+}
 
 // Key checks an idempotency key, which may be empty: valid UTF-8 without NUL,
 // at most MaxKeyBytes bytes.

@@ -42,6 +42,11 @@ func TestRules(t *testing.T) {
 		{name: "signal type", check: text.SignalType, in: "_approved:v1"},
 		{name: "signal type NUL", check: text.SignalType, in: "ok\x00", message: "is invalid"},
 		{name: "signal type empty", check: text.SignalType, in: "", message: "f is required"},
+		{name: "error code", check: text.ErrorCode, in: "card_declined"},
+		{name: "error code dotted", check: text.ErrorCode, in: "_payments.v2:rate-limited"},
+		{name: "error code space", check: text.ErrorCode, in: "card declined", message: "is invalid"},
+		{name: "error code 65 bytes", check: text.ErrorCode, in: strings.Repeat("c", 65), message: "is invalid"},
+		{name: "error code empty", check: text.ErrorCode, in: "", message: "f is required"},
 		{name: "key empty", check: text.Key, in: ""},
 		{name: "key any text", check: text.Key, in: "order 42 / é ✓"},
 		{name: "key NUL", check: text.Key, in: "k\x00", message: "f must not contain NUL characters"},
@@ -98,4 +103,25 @@ func TestCleanHugeText(t *testing.T) {
 	require.True(t, utf8.ValidString(got))
 	require.NotContains(t, got, "\x00")
 	require.Contains(t, got, "bytes]")
+}
+
+// A failure keeps a valid code or none; an invalid code is dropped and the
+// message, cleaned, says so instead of the failure being refused.
+func TestCleanFailure(t *testing.T) {
+	t.Parallel()
+	msg, code := text.CleanFailure("declined", "card_declined")
+	require.Equal(t, "declined", msg)
+	require.Equal(t, "card_declined", code)
+
+	msg, code = text.CleanFailure("a\x00b", "")
+	require.Equal(t, "a\uFFFDb", msg)
+	require.Empty(t, code)
+
+	msg, code = text.CleanFailure("declined", "card declined!")
+	require.Empty(t, code)
+	require.Equal(t, `declined [dropped: error code "card declined!" is invalid: use 1 to 64 letters, digits, '_', '.', ':' or '-', not starting with '.', ':' or '-']`, msg)
+
+	msg, code = text.CleanFailure(strings.Repeat("x", 2*text.MaxFreeBytes), strings.Repeat("c", 100))
+	require.Empty(t, code)
+	require.LessOrEqual(t, len(msg), text.MaxFreeBytes)
 }

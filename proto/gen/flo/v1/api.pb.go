@@ -1987,7 +1987,10 @@ type Task struct {
 	UpdatedAt      *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
 	// True when the last attempt that ended ran out of time: its handler passed its
 	// deadline (Failed.timed_out) or its lease expired.
-	TimedOut      bool `protobuf:"varint,20,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	TimedOut bool `protobuf:"varint,20,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	// The error code of the last failed attempt (Failed.error_code); empty
+	// when it had none, and after a nack, a completion or a requeue.
+	ErrorCode     string `protobuf:"bytes,21,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2160,6 +2163,13 @@ func (x *Task) GetTimedOut() bool {
 		return x.TimedOut
 	}
 	return false
+}
+
+func (x *Task) GetErrorCode() string {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ""
 }
 
 type GetTaskRequest struct {
@@ -3397,7 +3407,12 @@ type Failed struct {
 	// before it returned. The attempt is failed as retry and non_retryable
 	// say; a task whose final attempt timed out ends with the timeout outcome
 	// in workflows.
-	TimedOut      bool `protobuf:"varint,4,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	TimedOut bool `protobuf:"varint,4,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	// A short identifier classifying the failure ("card_declined",
+	// "rate_limited"): 1 to 64 letters, digits, '_', '.', ':' or '-', not
+	// starting with '.', ':' or '-'. Empty means none. An invalid code is
+	// dropped and the failure recorded with a note saying so in its error.
+	ErrorCode     string `protobuf:"bytes,5,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3458,6 +3473,13 @@ func (x *Failed) GetTimedOut() bool {
 		return x.TimedOut
 	}
 	return false
+}
+
+func (x *Failed) GetErrorCode() string {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ""
 }
 
 type ResultBatch struct {
@@ -7711,7 +7733,7 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12/\n" +
 	"\x05tasks\x18\x02 \x03(\v2\x19.flo.v1.InvokeTaskRequestR\x05tasks\"0\n" +
 	"\x13InvokeTasksResponse\x12\x19\n" +
-	"\btask_ids\x18\x01 \x03(\tR\ataskIds\"\xe7\x05\n" +
+	"\btask_ids\x18\x01 \x03(\tR\ataskIds\"\x86\x06\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x16\n" +
@@ -7737,7 +7759,9 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"finishedAt\x129\n" +
 	"\n" +
 	"updated_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x1b\n" +
-	"\ttimed_out\x18\x14 \x01(\bR\btimedOut\"G\n" +
+	"\ttimed_out\x18\x14 \x01(\bR\btimedOut\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x15 \x01(\tR\terrorCode\"G\n" +
 	"\x0eGetTaskRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\"h\n" +
@@ -7831,12 +7855,14 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\aoutcome\"9\n" +
 	"\tCompleted\x12\x12\n" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12\x18\n" +
-	"\aoutcome\x18\x02 \x01(\tR\aoutcome\"v\n" +
+	"\aoutcome\x18\x02 \x01(\tR\aoutcome\"\x95\x01\n" +
 	"\x06Failed\x12\x14\n" +
 	"\x05error\x18\x01 \x01(\tR\x05error\x12\x14\n" +
 	"\x05retry\x18\x02 \x01(\bR\x05retry\x12#\n" +
 	"\rnon_retryable\x18\x03 \x01(\bR\fnonRetryable\x12\x1b\n" +
-	"\ttimed_out\x18\x04 \x01(\bR\btimedOut\"7\n" +
+	"\ttimed_out\x18\x04 \x01(\bR\btimedOut\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x05 \x01(\tR\terrorCode\"7\n" +
 	"\vResultBatch\x12(\n" +
 	"\aresults\x18\x01 \x03(\v2\x0e.flo.v1.ResultR\aresults\"l\n" +
 	"\x04Nack\x12\x17\n" +

@@ -99,6 +99,7 @@ func taskProto(t store.Task) *flov1.Task {
 		Outcome:        t.Outcome,
 		Error:          t.Error,
 		TimedOut:       t.TimedOut,
+		ErrorCode:      t.ErrorCode,
 		IdempotencyKey: t.IdempotencyKey,
 		WorkerId:       t.WorkerID,
 		CreatedAt:      timestamp(t.CreatedAt),
@@ -142,6 +143,7 @@ func reportDomain(r *dispatcherv1.Report) report.Report {
 	case *dispatcherv1.Report_Failed:
 		out.Kind, out.Error = report.Fail, k.Failed.GetError()
 		out.Retry, out.NonRetryable, out.TimedOut = k.Failed.GetRetry(), k.Failed.GetNonRetryable(), k.Failed.GetTimedOut()
+		out.ErrorCode = k.Failed.GetErrorCode()
 	case *dispatcherv1.Report_Nack:
 		out.Kind, out.Error, out.Delay = report.Nack, k.Nack.GetReason(), millis.Duration(k.Nack.GetDelayMs())
 	case *dispatcherv1.Report_Abandon:

@@ -68,6 +68,18 @@ func TestDecide(t *testing.T) {
 			want:   plan{store.Disposition{ID: id, Status: store.DeadLettered, Error: "slow", TimedOut: true}, []taskevent.Type{taskevent.DeadLettered}},
 		},
 		{
+			name:   "a coded failure with attempts left is retried and records its code",
+			report: Report{Kind: Fail, Error: "declined", Retry: true, ErrorCode: "card_declined"},
+			task:   running(1, 2),
+			want:   plan{store.Disposition{ID: id, Status: store.Queued, Delay: time.Second, Error: "declined", ErrorCode: "card_declined"}, []taskevent.Type{taskevent.RetryScheduled}},
+		},
+		{
+			name:   "a coded non-retryable failure records its code on the failed task",
+			report: Report{Kind: Fail, Error: "declined", NonRetryable: true, ErrorCode: "card_declined"},
+			task:   running(1, 3),
+			want:   plan{store.Disposition{ID: id, Status: store.Failed, Error: "declined", ErrorCode: "card_declined"}, []taskevent.Type{taskevent.Failed}},
+		},
+		{
 			name:   "nack waits its own delay",
 			report: Report{Kind: Nack, Error: "busy", Delay: 5 * time.Second},
 			task:   running(1, 3),

@@ -66,6 +66,9 @@ type Report struct {
 	// TimedOut, for Fail: the handler ran out of time. It does not change
 	// what happens next; the task and its events record it.
 	TimedOut bool
+	// ErrorCode, for Fail: the worker's code for the failure, which the
+	// task and its events record; an invalid one is dropped (text.CleanFailure).
+	ErrorCode string
 	// Delay, for Nack.
 	Delay time.Duration
 	// TraceContext is the W3C trace context of the worker's handler span,
@@ -125,7 +128,7 @@ func (r *Reporter) Report(ctx context.Context, req Request) ([]string, error) {
 	// error must not fail the transaction it shares with other reports.
 	for i := range req.Reports {
 		rep := &req.Reports[i]
-		rep.Error = text.Clean(rep.Error, text.MaxFreeBytes)
+		rep.Error, rep.ErrorCode = text.CleanFailure(rep.Error, rep.ErrorCode)
 		rep.Outcome = text.Clean(rep.Outcome, text.MaxOutcomeBytes)
 	}
 	return r.batch.Do(ctx, req)
@@ -150,13 +153,20 @@ type plan struct {
 }
 
 // decide maps a non-completion report on a running task to its next state.
+// A failure's TimedOut and ErrorCode go on the task; a nack clears them.
 func decide(rep Report, t store.RunningTask) plan {
-	timedOut := rep.Kind == Fail && rep.TimedOut
+	end := func(status store.Status, delay time.Duration, msg string) store.Disposition {
+		d := store.Disposition{ID: t.ID, Status: status, Delay: delay, Error: msg}
+		if rep.Kind == Fail {
+			d.TimedOut, d.ErrorCode = rep.TimedOut, rep.ErrorCode
+		}
+		return d
+	}
 	retry := func(delay time.Duration, msg string) plan {
 		if t.Attempt < t.MaxAttempts {
-			return plan{store.Disposition{ID: t.ID, Status: store.Queued, Delay: delay, Error: msg, TimedOut: timedOut}, []taskevent.Type{taskevent.RetryScheduled}}
+			return plan{end(store.Queued, delay, msg), []taskevent.Type{taskevent.RetryScheduled}}
 		}
-		return plan{store.Disposition{ID: t.ID, Status: store.DeadLettered, Error: msg, TimedOut: timedOut}, []taskevent.Type{taskevent.DeadLettered}}
+		return plan{end(store.DeadLettered, 0, msg), []taskevent.Type{taskevent.DeadLettered}}
 	}
 	switch rep.Kind {
 	case Abandon:
@@ -170,9 +180,9 @@ func decide(rep Report, t store.RunningTask) plan {
 	default:
 		switch {
 		case rep.NonRetryable:
-			return plan{store.Disposition{ID: t.ID, Status: store.Failed, Error: rep.Error, TimedOut: timedOut}, []taskevent.Type{taskevent.Failed}}
+			return plan{end(store.Failed, 0, rep.Error), []taskevent.Type{taskevent.Failed}}
 		case !rep.Retry:
-			return plan{store.Disposition{ID: t.ID, Status: store.DeadLettered, Error: rep.Error, TimedOut: timedOut}, []taskevent.Type{taskevent.DeadLettered}}
+			return plan{end(store.DeadLettered, 0, rep.Error), []taskevent.Type{taskevent.DeadLettered}}
 		default:
 			return retry(t.Backoff.Delay(int(t.Attempt)), rep.Error)
 		}

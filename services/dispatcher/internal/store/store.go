@@ -82,7 +82,9 @@ type Task struct {
 	Outcome   string
 	Error     string
 	// TimedOut says the last attempt that ended ran out of time.
-	TimedOut       bool
+	TimedOut bool
+	// ErrorCode is the worker's code for the last failed attempt.
+	ErrorCode      string
 	IdempotencyKey string
 	Attempt        int32
 	MaxAttempts    int32
@@ -105,7 +107,9 @@ type Change struct {
 	Outcome   string
 	Error     string
 	// TimedOut says the last attempt that ended ran out of time.
-	TimedOut     bool
+	TimedOut bool
+	// ErrorCode is the worker's code for the last failed attempt.
+	ErrorCode    string
 	CreatedAt    time.Time
 	RunAt        time.Time
 	TraceContext map[string]string
@@ -120,11 +124,11 @@ func (c Change) Key() string { return Key(c.Namespace, c.Action) }
 
 // changeColumns is the RETURNING list scanned by scanChange; every statement
 // that changes tasks returns it so each change becomes an event.
-const changeColumns = `t.id, t.namespace, t.action, t.state, t.attempt, t.worker_id, t.outcome, t.error, t.timed_out, t.created_at, t.run_at, t.trace_context,
+const changeColumns = `t.id, t.namespace, t.action, t.state, t.attempt, t.worker_id, t.outcome, t.error, t.timed_out, t.error_code, t.created_at, t.run_at, t.trace_context,
 	t.origin, CASE WHEN t.origin <> '' THEN t.result END`
 
 func changeDest(c *Change) []any {
-	return []any{&c.ID, &c.Namespace, &c.Action, &c.Status, &c.Attempt, &c.WorkerID, &c.Outcome, &c.Error, &c.TimedOut, &c.CreatedAt, &c.RunAt, &c.TraceContext, &c.Origin, &c.Result}
+	return []any{&c.ID, &c.Namespace, &c.Action, &c.Status, &c.Attempt, &c.WorkerID, &c.Outcome, &c.Error, &c.TimedOut, &c.ErrorCode, &c.CreatedAt, &c.RunAt, &c.TraceContext, &c.Origin, &c.Result}
 }
 
 func collectChanges(rows pgx.Rows) ([]Change, error) {

@@ -215,7 +215,7 @@ func CompleteTasks(ctx context.Context, db DB, cs []Completion) ([]Change, error
 		}
 	}
 	rows, err := db.Query(ctx, `
-UPDATE tasks t SET state = 'completed', result = r.result, outcome = r.outcome, error = '', timed_out = false,
+UPDATE tasks t SET state = 'completed', result = r.result, outcome = r.outcome, error = '', timed_out = false, error_code = '',
 	lease_until = NULL, finished_at = now(), updated_at = now()
 FROM unnest($1::uuid[], $2::text[], $3::int[], $4::bytea[], $5::text[]) AS r(id, namespace, attempt, result, outcome)
 WHERE t.id = r.id AND t.namespace = r.namespace AND t.attempt = r.attempt AND t.state = 'running'
@@ -274,9 +274,10 @@ type Disposition struct {
 	Delay time.Duration
 	// Uncount takes the attempt back (abandon).
 	Uncount bool
-	// Error and TimedOut replace the task's unless KeepError is set.
+	// Error, TimedOut and ErrorCode replace the task's unless KeepError is set.
 	Error     string
 	TimedOut  bool
+	ErrorCode string
 	KeepError bool
 }
 
@@ -285,7 +286,7 @@ type Disposition struct {
 func DisposeTasks(ctx context.Context, db DB, ds []Disposition) ([]Change, error) {
 	n := len(ds)
 	ids, states, uncount, errs, delays := make([]uuid.UUID, n), make([]string, n), make([]int32, n), make([]pgtype.Text, n), make([]int64, n)
-	timedOut := make([]pgtype.Bool, n)
+	timedOut, codes := make([]pgtype.Bool, n), make([]pgtype.Text, n)
 	for i, d := range ds {
 		ids[i], states[i], delays[i] = d.ID, string(d.Status), ms(d.Delay)
 		if d.Uncount {
@@ -293,6 +294,7 @@ func DisposeTasks(ctx context.Context, db DB, ds []Disposition) ([]Change, error
 		}
 		errs[i] = pgtype.Text{String: d.Error, Valid: !d.KeepError}
 		timedOut[i] = pgtype.Bool{Bool: d.TimedOut, Valid: !d.KeepError}
+		codes[i] = pgtype.Text{String: d.ErrorCode, Valid: !d.KeepError}
 	}
 	rows, err := db.Query(ctx, `
 UPDATE tasks t SET
@@ -300,13 +302,14 @@ UPDATE tasks t SET
 	attempt = t.attempt - u.uncount,
 	error = COALESCE(u.error, t.error),
 	timed_out = COALESCE(u.timed_out, t.timed_out),
+	error_code = COALESCE(u.error_code, t.error_code),
 	run_at = CASE WHEN u.state = 'queued' THEN now() + u.delay_ms * interval '1 millisecond' ELSE t.run_at END,
 	finished_at = CASE WHEN u.state = 'queued' THEN NULL ELSE now() END,
 	lease_until = NULL,
 	updated_at = now()
-FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::bigint[], $6::bool[]) AS u(id, state, uncount, error, delay_ms, timed_out)
+FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::bigint[], $6::bool[], $7::text[]) AS u(id, state, uncount, error, delay_ms, timed_out, error_code)
 WHERE t.id = u.id AND t.state = 'running'
-RETURNING `+changeColumns, ids, states, uncount, errs, delays, timedOut)
+RETURNING `+changeColumns, ids, states, uncount, errs, delays, timedOut, codes)
 	if err != nil {
 		return nil, fmt.Errorf("dispose tasks: %w", err)
 	}
@@ -335,6 +338,7 @@ UPDATE tasks t SET
 	finished_at = CASE WHEN t.attempt >= t.max_attempts THEN now() END,
 	error = 'lease expired',
 	timed_out = true,
+	error_code = '',
 	lease_until = NULL,
 	updated_at = now()
 FROM expired WHERE t.id = expired.id
@@ -365,7 +369,7 @@ RETURNING lease_until`, id, namespace, attempt, ms(extend)).Scan(&until)
 	return until, nil
 }
 
-const taskColumns = `id, namespace, action, state, priority, payload, result, outcome, error, timed_out, idempotency_key, attempt, max_attempts,
+const taskColumns = `id, namespace, action, state, priority, payload, result, outcome, error, timed_out, error_code, idempotency_key, attempt, max_attempts,
 	worker_id, created_at, run_at, started_at, finished_at, updated_at`
 
 func scanTask(r pgx.Row) (Task, error) {
@@ -373,7 +377,7 @@ func scanTask(r pgx.Row) (Task, error) {
 		t                 Task
 		started, finished *time.Time
 	)
-	err := r.Scan(&t.ID, &t.Namespace, &t.Action, &t.Status, &t.Priority, &t.Payload, &t.Result, &t.Outcome, &t.Error, &t.TimedOut,
+	err := r.Scan(&t.ID, &t.Namespace, &t.Action, &t.Status, &t.Priority, &t.Payload, &t.Result, &t.Outcome, &t.Error, &t.TimedOut, &t.ErrorCode,
 		&t.IdempotencyKey, &t.Attempt, &t.MaxAttempts, &t.WorkerID, &t.CreatedAt, &t.RunAt, &started, &finished, &t.UpdatedAt)
 	t.StartedAt, t.FinishedAt = timeOrZero(started), timeOrZero(finished)
 	return t, err
@@ -436,7 +440,7 @@ LIMIT $5`, namespace, action, afterAt, after.ID, limit)
 func RequeueDeadLetter(ctx context.Context, db DB, namespace string, id uuid.UUID) (Change, error) {
 	var c Change
 	err := db.QueryRow(ctx, `
-UPDATE tasks t SET state = 'queued', attempt = 0, error = '', timed_out = false, run_at = now(), finished_at = NULL,
+UPDATE tasks t SET state = 'queued', attempt = 0, error = '', timed_out = false, error_code = '', run_at = now(), finished_at = NULL,
 	lease_until = NULL, updated_at = now()
 WHERE t.id = $1 AND t.namespace = $2 AND t.state = 'dead_lettered'
 RETURNING `+changeColumns, id, namespace).Scan(changeDest(&c)...)

@@ -96,6 +96,7 @@ func Record(typ Type, c store.Change, at time.Time) (outbox.Record, error) {
 		// consumers read them from the dispatcher when they need them.
 		NonRetryable: typ == Failed,
 		TimedOut:     c.TimedOut,
+		ErrorCode:    c.ErrorCode,
 	}
 	if c.Origin != "" && typ == Completed {
 		// Whole: results are at most FLO_MAX_PAYLOAD_BYTES (the gateway

@@ -28,3 +28,17 @@ func TestRecordCarriesTimedOut(t *testing.T) {
 		require.False(t, ev.GetNonRetryable())
 	}
 }
+
+// A failed task's error code rides on its event, for the workflow that
+// invoked it.
+func TestRecordCarriesErrorCode(t *testing.T) {
+	t.Parallel()
+	c := store.Change{ID: uuid.New(), Namespace: "ns", Action: "a", Status: store.Failed, Attempt: 1,
+		Error: "declined", ErrorCode: "card_declined", Origin: "workflow:run-1/1"}
+	rec, err := Record(Failed, c, time.Now())
+	require.NoError(t, err)
+	var ev eventsv1.TaskEvent
+	require.NoError(t, proto.Unmarshal(rec.Value, &ev))
+	require.Equal(t, "card_declined", ev.GetErrorCode())
+	require.Equal(t, "declined", ev.GetError())
+}

@@ -486,8 +486,9 @@ func (s *session) reportResults(results []*flov1.Result) {
 			}
 		case *flov1.Result_Failed:
 			// Free text is cleaned and capped here, before it travels, and
-			// again by the dispatcher for records that skip the gateway.
-			o.Failed.Error = text.Clean(o.Failed.GetError(), text.MaxFreeBytes)
+			// again by the dispatcher for records that skip the gateway; an
+			// invalid error code is dropped with a note, not refused.
+			o.Failed.Error, o.Failed.ErrorCode = text.CleanFailure(o.Failed.GetError(), o.Failed.GetErrorCode())
 			rep.Kind = &dispatcherv1.Report_Failed{Failed: o.Failed}
 		default:
 			invalid = append(invalid, r.GetTaskId())

@@ -358,7 +358,10 @@ type TaskEvent struct {
 	// True when the task's last attempt that ended ran out of time: its handler passed
 	// its deadline or its lease expired. On a FAILED or DEAD_LETTERED event it
 	// makes the task's outcome timeout for the workflow that invoked it.
-	TimedOut      bool `protobuf:"varint,16,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	TimedOut bool `protobuf:"varint,16,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	// The error code of the failed attempt (Failed.error_code) on a
+	// RETRY_SCHEDULED, FAILED or DEAD_LETTERED event; empty when it had none.
+	ErrorCode     string `protobuf:"bytes,17,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -503,6 +506,13 @@ func (x *TaskEvent) GetTimedOut() bool {
 		return x.TimedOut
 	}
 	return false
+}
+
+func (x *TaskEvent) GetErrorCode() string {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ""
 }
 
 // WorkerEvent is a worker registry change on flo.workers.events, keyed by
@@ -736,7 +746,7 @@ const file_flo_events_v1_events_proto_rawDesc = "" +
 	"\x06run_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12\x16\n" +
 	"\x06origin\x18\n" +
 	" \x01(\tR\x06origin\x12!\n" +
-	"\fmax_attempts\x18\v \x01(\x05R\vmaxAttempts\"\xa4\x04\n" +
+	"\fmax_attempts\x18\v \x01(\x05R\vmaxAttempts\"\xc3\x04\n" +
 	"\tTaskEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x120\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x1c.flo.events.v1.TaskEventTypeR\x04type\x12\x17\n" +
@@ -756,7 +766,9 @@ const file_flo_events_v1_events_proto_rawDesc = "" +
 	"\x06origin\x18\r \x01(\tR\x06origin\x12\x16\n" +
 	"\x06result\x18\x0e \x01(\fR\x06result\x12#\n" +
 	"\rnon_retryable\x18\x0f \x01(\bR\fnonRetryable\x12\x1b\n" +
-	"\ttimed_out\x18\x10 \x01(\bR\btimedOut\"\xc1\x02\n" +
+	"\ttimed_out\x18\x10 \x01(\bR\btimedOut\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x11 \x01(\tR\terrorCode\"\xc1\x02\n" +
 	"\vWorkerEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x122\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x1e.flo.events.v1.WorkerEventTypeR\x04type\x12\x1c\n" +
