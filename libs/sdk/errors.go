@@ -77,6 +77,38 @@ func (e *NackError) Error() string { return errorText(e.Err) }
 // Unwrap returns the wrapped error.
 func (e *NackError) Unwrap() error { return e.Err }
 
+// CodedError is a failure carrying a code: a short identifier ("card_declined", "rate_limited")
+// that classifies it. The task, its events and `flo task get` show the code, and workflows can
+// tell failures apart by it. The code does not change how the task is retried: wrap a CodedError
+// in NewNonRetryableError (or a NonRetryableError in NewErrorWithCode's %w) to fail at once.
+// A code is 1 to 64 letters, digits, '_', '.', ':' or '-', not starting with '.', ':' or '-';
+// the server drops an invalid code, keeping the failure and noting the drop in its error.
+type CodedError struct {
+	Code string
+	Err  error
+}
+
+// NewErrorWithCode formats a message (with %w support) as a failure with code. It is retried
+// as the action's policy says, like any error.
+func NewErrorWithCode(code, format string, args ...any) error {
+	return &CodedError{Code: code, Err: fmt.Errorf(format, args...)}
+}
+
+// Error returns the wrapped error's message.
+func (e *CodedError) Error() string { return errorText(e.Err) }
+
+// Unwrap returns the wrapped error.
+func (e *CodedError) Unwrap() error { return e.Err }
+
+// ErrorCode returns the code of the first CodedError in err's chain, or "" when there is none.
+func ErrorCode(err error) string {
+	var coded *CodedError
+	if errors.As(err, &coded) {
+		return coded.Code
+	}
+	return ""
+}
+
 func errorText(err error) string {
 	if err == nil {
 		return "unknown error"

@@ -108,7 +108,7 @@ func report(task *flov1.TaskAssignment, outcome string, body []byte, err error, 
 			TaskId: id, Attempt: attempt, DelayMs: delay.Milliseconds(), Reason: err.Error(),
 		}}}
 	}
-	failed := &flov1.Failed{Error: err.Error(), TimedOut: timedOut}
+	failed := &flov1.Failed{Error: err.Error(), TimedOut: timedOut, ErrorCode: ErrorCode(err)}
 	switch kind {
 	case dispositionNonRetryable:
 		failed.NonRetryable = true

@@ -202,6 +202,27 @@ func TestReport(t *testing.T) {
 			want: failedMessage("gave up: context deadline exceeded", false, false),
 		},
 		{
+			name: "a coded error is retried and carries its code",
+			err:  fmt.Errorf("charge: %w", NewErrorWithCode("rate_limited", "upstream busy")),
+			want: resultMessage(&flov1.Result{TaskId: "t-1", Attempt: 3, Outcome: &flov1.Result_Failed{
+				Failed: &flov1.Failed{Error: "charge: upstream busy", Retry: true, ErrorCode: "rate_limited"},
+			}}),
+		},
+		{
+			name: "a non-retryable coded error fails at once with its code",
+			err:  NewNonRetryableError(NewErrorWithCode("card_declined", "card %s declined", "4242")),
+			want: resultMessage(&flov1.Result{TaskId: "t-1", Attempt: 3, Outcome: &flov1.Result_Failed{
+				Failed: &flov1.Failed{Error: "card 4242 declined", NonRetryable: true, ErrorCode: "card_declined"},
+			}}),
+		},
+		{
+			name: "a nack drops the code",
+			err:  NewNackErrorf(time.Second, "later: %w", NewErrorWithCode("rate_limited", "busy")),
+			want: &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Nack{Nack: &flov1.Nack{
+				TaskId: "t-1", Attempt: 3, DelayMs: 1000, Reason: "later: busy",
+			}}},
+		},
+		{
 			name: "abandon",
 			err:  fmt.Errorf("shutting down: %w", ErrAbandon),
 			want: &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Abandon{Abandon: &flov1.Abandon{TaskId: "t-1", Attempt: 3}}},
@@ -413,4 +434,36 @@ func TestEncodePayload(t *testing.T) {
 	}
 	_, err := encodePayload(make(chan int))
 	require.ErrorContains(t, err, "encode payload")
+}
+
+// ErrorCode finds a code anywhere in an error's chain: through fmt.Errorf wrapping, inside and
+// outside the retry markers, and the outermost code wins.
+func TestErrorCode(t *testing.T) {
+	t.Parallel()
+	coded := NewErrorWithCode("card_declined", "card %s declined", "4242")
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{name: "nil", err: nil, want: ""},
+		{name: "plain error", err: errors.New("boom"), want: ""},
+		{name: "coded", err: coded, want: "card_declined"},
+		{name: "wrapped by fmt.Errorf", err: fmt.Errorf("charge: %w", coded), want: "card_declined"},
+		{name: "inside non-retryable", err: NewNonRetryableError(coded), want: "card_declined"},
+		{name: "wrapping non-retryable", err: NewErrorWithCode("fraud_detected", "stop: %w", NewNonRetryableErrorf("fraud")), want: "fraud_detected"},
+		{name: "inside dead letter", err: NewDeadLetterErrorf("gave up: %w", coded), want: "card_declined"},
+		{name: "in a joined error", err: errors.Join(errors.New("a"), coded), want: "card_declined"},
+		{name: "outermost wins", err: NewErrorWithCode("rate_limited", "retry: %w", coded), want: "rate_limited"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, ErrorCode(tt.err))
+		})
+	}
+	require.Equal(t, "card 4242 declined", coded.Error())
+	var nonRetryable *NonRetryableError
+	require.True(t, errors.As(NewErrorWithCode("fraud_detected", "stop: %w", NewNonRetryableErrorf("fraud")), &nonRetryable),
+		"a code around a non-retryable error keeps it non-retryable")
 }

@@ -52,7 +52,9 @@ type Task struct {
 	Error string
 	// TimedOut says the last attempt that ended ran out of time: its handler passed its deadline, or
 	// its worker went silent until its lease expired.
-	TimedOut       bool
+	TimedOut bool
+	// ErrorCode is the code of the last failed attempt (see CodedError); empty when it had none.
+	ErrorCode      string
 	IdempotencyKey string
 	WorkerID       string
 	CreatedAt      time.Time
@@ -79,6 +81,7 @@ func (t Task) MarshalJSON() ([]byte, error) {
 		Outcome        string          `json:"outcome,omitempty"`
 		Error          string          `json:"error,omitempty"`
 		TimedOut       bool            `json:"timed_out,omitempty"`
+		ErrorCode      string          `json:"error_code,omitempty"`
 		IdempotencyKey string          `json:"idempotency_key,omitempty"`
 		WorkerID       string          `json:"worker_id,omitempty"`
 		CreatedAt      time.Time       `json:"created_at,omitzero"`
@@ -90,7 +93,7 @@ func (t Task) MarshalJSON() ([]byte, error) {
 		ID: t.ID, Namespace: t.Namespace, Action: t.Action, Status: t.Status,
 		Attempt: t.Attempt, MaxAttempts: t.MaxAttempts, Priority: t.Priority,
 		Payload: jsonOrBase64(t.Payload), Result: jsonOrBase64(t.Result),
-		Outcome: t.Outcome, Error: t.Error, TimedOut: t.TimedOut, IdempotencyKey: t.IdempotencyKey, WorkerID: t.WorkerID,
+		Outcome: t.Outcome, Error: t.Error, TimedOut: t.TimedOut, ErrorCode: t.ErrorCode, IdempotencyKey: t.IdempotencyKey, WorkerID: t.WorkerID,
 		CreatedAt: t.CreatedAt, RunAt: t.RunAt, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt,
 		UpdatedAt: t.UpdatedAt,
 	})
@@ -121,6 +124,7 @@ func taskFromProto(t *flov1.Task) *Task {
 		Outcome:        t.GetOutcome(),
 		Error:          t.GetError(),
 		TimedOut:       t.GetTimedOut(),
+		ErrorCode:      t.GetErrorCode(),
 		IdempotencyKey: t.GetIdempotencyKey(),
 		WorkerID:       t.GetWorkerId(),
 		CreatedAt:      timeFromProto(t.GetCreatedAt()),
