@@ -178,6 +178,9 @@ type stepEnd struct {
 	// timedOut says a task ran out of time: its timeout outcome is retried
 	// like a failure, as it was before it had an outcome of its own.
 	timedOut bool
+	// code is the failed task's error code (TaskEnded.ErrorCode); err
+	// already names it for people.
+	code string
 }
 
 func (a *advancer) now() time.Time { return a.env.Now }
@@ -263,18 +266,19 @@ func (a *advancer) taskEnded(e TaskEnded) bool {
 	case timedOut:
 		outcome = definition.OutcomeTimeout
 	}
+	errText := withCode(e.Error, e.ErrorCode)
 	switch {
 	case waited == WaitChild:
-		a.history(HistoryChildCompleted, withError(outcome, e.Error))
+		a.history(HistoryChildCompleted, withError(outcome, errText))
 	case outcome == definition.OutcomeTargetNotFound:
 		a.history(HistoryActionNotFound, targetName(step))
 	case outcome == definition.OutcomeTargetDisabled:
 		a.history(HistoryActionDisabled, targetName(step))
 	default:
-		a.history(HistoryActionCompleted, withError(outcome, e.Error))
+		a.history(HistoryActionCompleted, withError(outcome, errText))
 	}
-	a.follow(a.stepOutcome(step, stepEnd{step: step.Name, outcome: outcome, output: e.Output, err: e.Error, final: e.NonRetryable,
-		orFailure: timedOut, timedOut: timedOut}))
+	a.follow(a.stepOutcome(step, stepEnd{step: step.Name, outcome: outcome, output: e.Output, err: errText, final: e.NonRetryable,
+		orFailure: timedOut, timedOut: timedOut, code: e.ErrorCode}))
 	return true
 }
 
@@ -594,7 +598,8 @@ func (a *advancer) recordStep(end stepEnd) {
 		}
 		a.outputsCopied = true
 	}
-	a.run.Outputs[end.step] = StepResult{Outcome: end.outcome, Output: end.output, Attempts: a.run.Attempt, FinishedAt: a.now(), Error: end.err}
+	a.run.Outputs[end.step] = StepResult{Outcome: end.outcome, Output: end.output, Attempts: a.run.Attempt, FinishedAt: a.now(), Error: end.err,
+		ErrorCode: end.code}
 	a.last = &end
 	a.history(HistoryStepCompleted, withError(end.outcome, end.err))
 }
@@ -688,6 +693,15 @@ func withError(s, err string) string {
 		return s
 	}
 	return s + ": " + err
+}
+
+// withCode adds a task's error code to its error, so that history and the
+// run's error show it.
+func withCode(err, code string) string {
+	if code == "" {
+		return err
+	}
+	return err + " (error code " + code + ")"
 }
 
 func statusOrUnknown(s Status) string {

@@ -293,3 +293,35 @@ terminals:
 		require.Equal(t, 2, s.run.Outputs[StartStep].Attempts)
 	})
 }
+
+// A failed task's error code is recorded with its step and named in the
+// step's error, its history and the run's error.
+func TestTaskErrorCode(t *testing.T) {
+	t.Parallel()
+	s := newSim(t, `
+kind: Workflow
+name: pay
+version: "1"
+start:
+  run: "@actions/charge"
+  retry: {max_attempts: 2, backoff: constant, initial_delay_ms: 10}
+  transitions:
+    success: flo.Completed
+`, `{}`)
+	s.start()
+	s.do(TaskEnded{Token: s.run.Token, Outcome: "failure", Error: "busy", ErrorCode: "rate_limited"})
+	require.Equal(t, WaitRetry, s.run.Wait)
+	s.fire()
+	eff := s.do(TaskEnded{Token: s.run.Token, Outcome: "failure", Error: "card declined", NonRetryable: true, ErrorCode: "card_declined"})
+	require.True(t, eff.Ended)
+	res := s.run.Outputs[StartStep]
+	require.Equal(t, "card_declined", res.ErrorCode)
+	require.Equal(t, "card declined (error code card_declined)", res.Error)
+	require.Contains(t, s.run.Error, "card declined (error code card_declined)")
+	var details []string
+	for _, h := range s.history {
+		details = append(details, h.Type+" "+h.Detail)
+	}
+	require.Contains(t, details, HistoryActionCompleted+" failure: busy (error code rate_limited)")
+	require.Contains(t, details, HistoryStepCompleted+" failure: card declined (error code card_declined)")
+}

@@ -86,6 +86,8 @@ type StepResult struct {
 	// Error is the error of the last attempt when it failed (added to the
 	// contract: the status and inputMapping errors need somewhere to go).
 	Error string `json:",omitempty"`
+	// ErrorCode is the code the worker gave the last attempt's failure.
+	ErrorCode string `json:",omitempty"`
 }
 
 // Started starts a pending run.
@@ -107,6 +109,9 @@ type TaskEnded struct {
 	Error          string
 	NonRetryable   bool
 	TimedOut       bool
+	// ErrorCode is the code the worker gave the task's failure (FAILED and
+	// DEAD_LETTERED); the step's error and history name it.
+	ErrorCode string
 }
 
 // SignalArrived is a signal delivered to the run. The store stores it first

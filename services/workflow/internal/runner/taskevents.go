@@ -112,8 +112,10 @@ func taskEnded(ev *eventsv1.TaskEvent) (taskEvent, bool) {
 		te.Output = outputJSON(ev.GetResult())
 	case eventsv1.TaskEventType_TASK_EVENT_TYPE_FAILED:
 		te.Outcome, te.Error, te.NonRetryable, te.TimedOut = definition.OutcomeFailure, ev.GetError(), ev.GetNonRetryable(), ev.GetTimedOut()
+		te.ErrorCode = ev.GetErrorCode()
 	case eventsv1.TaskEventType_TASK_EVENT_TYPE_DEAD_LETTERED:
 		te.Outcome, te.Error, te.TimedOut = definition.OutcomeFailure, ev.GetError(), ev.GetTimedOut()
+		te.ErrorCode = ev.GetErrorCode()
 	case eventsv1.TaskEventType_TASK_EVENT_TYPE_REJECTED:
 		te.Outcome, te.Error = ev.GetOutcome(), ev.GetError()
 		if te.Outcome == "" {
