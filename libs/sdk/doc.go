@@ -24,6 +24,12 @@
 // the action's backoff policy, a panic is recovered and retried, [NewNonRetryableErrorf] fails
 // the task at once, [NewDeadLetterErrorf] sends it to the dead-letter queue, [ErrAbandon] hands it
 // back without counting the attempt and [NewNackErrorf] retries it after a chosen delay.
+// [NewErrorWithCode] gives a failure a code ("card_declined") that the task, its events and a
+// workflow run's history show; it is retried like any error unless wrapped in
+// [NewNonRetryableError] (or wrapping a non-retryable error with %w), and [ErrorCode] finds the
+// code anywhere in an error's chain:
+//
+//	return nil, flo.NewNonRetryableError(flo.NewErrorWithCode("card_declined", "card %s declined", last4))
 //
 // A worker registers itself in the worker registry when it starts (its id, concurrency, actions,
 // [ActionWorkerOptions.Metadata] and machine), sends a heartbeat with its load every

@@ -185,3 +185,14 @@ func ExampleTask_MarshalJSON() {
 	//   }
 	// }
 }
+
+// A handler fails with a code that the task, its events and a workflow run's history show;
+// wrapped in NewNonRetryableError the task fails at once.
+func ExampleNewErrorWithCode() {
+	charge := func(actx *flo.ActionContext) ([]byte, error) {
+		return nil, flo.NewNonRetryableError(flo.NewErrorWithCode("card_declined", "card %s declined", "4242"))
+	}
+	_, err := charge(nil)
+	fmt.Println(flo.ErrorCode(fmt.Errorf("charge: %w", err)), err)
+	// Output: card_declined card 4242 declined
+}

@@ -4,7 +4,8 @@
 // per rule: identifiers (Name, StreamName, WorkerID, SignalType) and keys (Key) are refused with a
 // fault.Invalid error naming the field, since a changed identifier would name
 // something else; free text (Clean) is repaired and truncated instead, since
-// refusing a worker's error message would fail the report it rides in.
+// refusing a worker's error message would fail the report it rides in; for
+// the same reason a worker's invalid error code is dropped (CleanFailure).
 package text
 
 import (
