@@ -50,6 +50,7 @@ func TestDispatcher(t *testing.T) {
 	t.Run("non retryable", func(t *testing.T) { t.Parallel(); testNonRetryable(t, e) })
 	t.Run("retry false", func(t *testing.T) { t.Parallel(); testRetryFalse(t, e) })
 	t.Run("nack", func(t *testing.T) { t.Parallel(); testNack(t, e) })
+	t.Run("error code", func(t *testing.T) { t.Parallel(); testErrorCode(t, e) })
 	t.Run("abandon", func(t *testing.T) { t.Parallel(); testAbandon(t, e) })
 	t.Run("lease expiry", func(t *testing.T) { t.Parallel(); testLeaseExpiry(t, e) })
 	t.Run("touch", func(t *testing.T) { t.Parallel(); testTouch(t, e) })
@@ -502,6 +503,42 @@ func testNack(t *testing.T, e *env) {
 	require.Empty(t, e.report(t, ns, nack))
 	require.Equal(t, stDead, e.task(t, ns, id).GetStatus())
 	e.events.waitEvents(t, id, evCreated, evStarted, evRetry, evStarted, evDead)
+}
+
+// A failure's error code is on the task and its event; a nack clears it; an
+// invalid code is dropped with a note in the error, and a completion clears it.
+func testErrorCode(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	e.register(t, ns, "coded", &flov1.RegisterActionRequest{MaxAttempts: 4})
+	id := e.invoke(t, ns, "coded", `{}`)
+	withCode := func(a *flov1.TaskAssignment, msg, code string) *dispatcherv1.Report {
+		r := failed(a, msg, true, false)
+		r.GetFailed().ErrorCode = code
+		return r
+	}
+	a := e.claimOne(t, ns, "coded", 0)
+	require.Empty(t, e.report(t, ns, withCode(a, "busy", "rate_limited")))
+	require.Equal(t, "rate_limited", e.task(t, ns, id).GetErrorCode())
+
+	a = e.claimOne(t, ns, "coded", 0)
+	nack := &dispatcherv1.Report{TaskId: id, Attempt: a.GetAttempt(), Kind: &dispatcherv1.Report_Nack{Nack: &flov1.Nack{Reason: "later"}}}
+	require.Empty(t, e.report(t, ns, nack))
+	require.Empty(t, e.task(t, ns, id).GetErrorCode(), "a nack clears the code")
+
+	a = e.claimOne(t, ns, "coded", 0)
+	require.Empty(t, e.report(t, ns, withCode(a, "declined", "card declined")), "an invalid code does not refuse the report")
+	task := e.task(t, ns, id)
+	require.Empty(t, task.GetErrorCode())
+	require.Equal(t, `declined [dropped: error code "card declined" is invalid: use 1 to 64 letters, digits, '_', '.', ':' or '-', not starting with '.', ':' or '-']`, task.GetError())
+
+	a = e.claimOne(t, ns, "coded", 0)
+	require.Empty(t, e.report(t, ns, completed(a, `{}`, "")))
+	require.Empty(t, e.task(t, ns, id).GetErrorCode(), "a completion clears the code")
+	evs := e.events.waitEvents(t, id, evCreated, evStarted, evRetry, evStarted, evRetry, evStarted, evRetry, evStarted, evCompleted)
+	require.Equal(t, "rate_limited", evs[2].GetErrorCode())
+	require.Empty(t, evs[4].GetErrorCode())
+	require.Empty(t, evs[6].GetErrorCode())
+	require.Empty(t, evs[8].GetErrorCode())
 }
 
 func testAbandon(t *testing.T, e *env) {
