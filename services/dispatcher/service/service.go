@@ -30,6 +30,7 @@ import (
 	"github.com/razorbill/flo/libs/wake"
 	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
 	"github.com/razorbill/flo/services/dispatcher/internal/claim"
+	"github.com/razorbill/flo/services/dispatcher/internal/completion"
 	"github.com/razorbill/flo/services/dispatcher/internal/grpcapi"
 	"github.com/razorbill/flo/services/dispatcher/internal/intake"
 	"github.com/razorbill/flo/services/dispatcher/internal/lease"
@@ -95,6 +96,7 @@ type Service struct {
 	reporter *report.Reporter
 	intake   *intake.Intake
 	leases   *lease.Leases
+	done     *completion.Completions
 	gauges   *telemetry.Gauges
 
 	grpcServer *grpc.Server
@@ -163,6 +165,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	if s.leases, err = lease.New(s.pool, s.hub, s.relay, log, meter); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
+	if s.done, err = completion.New(s.pool, s.relay, log, meter); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
 	if s.gauges, err = queue.NewGauges(s.pool, meter); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
@@ -176,7 +181,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 
 	s.grpcServer = grpcapi.NewGRPCServer(grpcapi.Deps{
 		Catalog: cat, Claimer: s.claimer, Reporter: s.reporter, Leases: s.leases,
-		Queue: queue.New(s.pool, cat, s.hub, s.relay), Log: log,
+		Queue: queue.New(s.pool, cat, s.hub, s.relay), Completions: s.done, Log: log,
 	})
 	if s.grpcLis, s.httpLis, err = stage.Listen(cfg.GRPCAddr, cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
@@ -215,6 +220,7 @@ func (s *Service) Run(ctx context.Context) error {
 			Go("wake hub", func(ctx context.Context) error { return s.hub.Run(ctx, safetyTick) }).
 			Go("listener", s.listener.Run).
 			Go("lease reaper", func(ctx context.Context) error { return s.leases.Run(ctx, s.cfg.LeaseCheckInterval) }).
+			Go("async deadlines", func(ctx context.Context) error { return s.done.Run(ctx, s.cfg.LeaseCheckInterval) }).
 			Go("queue gauges", s.gauges.Run),
 		stage.New("consumer").Go("commands consumer", func(ctx context.Context) error {
 			defer s.consuming.Store(false)

@@ -247,6 +247,9 @@ const (
 	TaskStatus_TASK_STATUS_COMPLETED     TaskStatus = 3
 	TaskStatus_TASK_STATUS_FAILED        TaskStatus = 4
 	TaskStatus_TASK_STATUS_DEAD_LETTERED TaskStatus = 5
+	// Its handler accepted the work and the result comes later, by
+	// CompleteTask or FailTask with the attempt's completion token.
+	TaskStatus_TASK_STATUS_WAITING TaskStatus = 6
 )
 
 // Enum value maps for TaskStatus.
@@ -258,6 +261,7 @@ var (
 		3: "TASK_STATUS_COMPLETED",
 		4: "TASK_STATUS_FAILED",
 		5: "TASK_STATUS_DEAD_LETTERED",
+		6: "TASK_STATUS_WAITING",
 	}
 	TaskStatus_value = map[string]int32{
 		"TASK_STATUS_UNSPECIFIED":   0,
@@ -266,6 +270,7 @@ var (
 		"TASK_STATUS_COMPLETED":     3,
 		"TASK_STATUS_FAILED":        4,
 		"TASK_STATUS_DEAD_LETTERED": 5,
+		"TASK_STATUS_WAITING":       6,
 	}
 )
 
@@ -1990,7 +1995,10 @@ type Task struct {
 	TimedOut bool `protobuf:"varint,20,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
 	// The error code of the last failed attempt (Failed.error_code); empty
 	// when it had none, and after a nack, a completion or a requeue.
-	ErrorCode     string `protobuf:"bytes,21,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorCode string `protobuf:"bytes,21,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	// While the task is waiting: when it fails as timed out unless CompleteTask
+	// or FailTask finishes it first.
+	CompleteBy    *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=complete_by,json=completeBy,proto3" json:"complete_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2172,6 +2180,13 @@ func (x *Task) GetErrorCode() string {
 	return ""
 }
 
+func (x *Task) GetCompleteBy() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CompleteBy
+	}
+	return nil
+}
+
 type GetTaskRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
@@ -2224,6 +2239,156 @@ func (x *GetTaskRequest) GetTaskId() string {
 	return ""
 }
 
+type CompleteTaskRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The completion token the attempt's handler got (TaskAssignment.completion_token).
+	Token string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	// Raw result bytes.
+	Result []byte `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
+	// A JSON value, for REST callers; used when result is empty.
+	Output *structpb.Value `protobuf:"bytes,4,opt,name=output,proto3" json:"output,omitempty"`
+	// A named outcome for workflow routing; empty means success.
+	Outcome       string `protobuf:"bytes,5,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteTaskRequest) Reset() {
+	*x = CompleteTaskRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteTaskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteTaskRequest) ProtoMessage() {}
+
+func (x *CompleteTaskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteTaskRequest.ProtoReflect.Descriptor instead.
+func (*CompleteTaskRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *CompleteTaskRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *CompleteTaskRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *CompleteTaskRequest) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *CompleteTaskRequest) GetOutput() *structpb.Value {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
+func (x *CompleteTaskRequest) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+type FailTaskRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The completion token the attempt's handler got.
+	Token string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	Error string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	// As Failed.error_code.
+	ErrorCode     string `protobuf:"bytes,4,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FailTaskRequest) Reset() {
+	*x = FailTaskRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FailTaskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FailTaskRequest) ProtoMessage() {}
+
+func (x *FailTaskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FailTaskRequest.ProtoReflect.Descriptor instead.
+func (*FailTaskRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *FailTaskRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *FailTaskRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *FailTaskRequest) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *FailTaskRequest) GetErrorCode() string {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ""
+}
+
 type AwaitTaskRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
@@ -2236,7 +2401,7 @@ type AwaitTaskRequest struct {
 
 func (x *AwaitTaskRequest) Reset() {
 	*x = AwaitTaskRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[26]
+	mi := &file_flo_v1_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2248,7 +2413,7 @@ func (x *AwaitTaskRequest) String() string {
 func (*AwaitTaskRequest) ProtoMessage() {}
 
 func (x *AwaitTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[26]
+	mi := &file_flo_v1_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2261,7 +2426,7 @@ func (x *AwaitTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AwaitTaskRequest.ProtoReflect.Descriptor instead.
 func (*AwaitTaskRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{26}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AwaitTaskRequest) GetNamespace() string {
@@ -2300,7 +2465,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[27]
+	mi := &file_flo_v1_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2312,7 +2477,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[27]
+	mi := &file_flo_v1_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2325,7 +2490,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{27}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListDeadLettersRequest) GetNamespace() string {
@@ -2368,7 +2533,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[28]
+	mi := &file_flo_v1_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2380,7 +2545,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[28]
+	mi := &file_flo_v1_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2393,7 +2558,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{28}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListDeadLettersResponse) GetTasks() []*Task {
@@ -2432,7 +2597,7 @@ type WorkerMessage struct {
 
 func (x *WorkerMessage) Reset() {
 	*x = WorkerMessage{}
-	mi := &file_flo_v1_api_proto_msgTypes[29]
+	mi := &file_flo_v1_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2444,7 +2609,7 @@ func (x *WorkerMessage) String() string {
 func (*WorkerMessage) ProtoMessage() {}
 
 func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[29]
+	mi := &file_flo_v1_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2457,7 +2622,7 @@ func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerMessage.ProtoReflect.Descriptor instead.
 func (*WorkerMessage) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{29}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WorkerMessage) GetMsg() isWorkerMessage_Msg {
@@ -2639,7 +2804,7 @@ type ServerMessage struct {
 
 func (x *ServerMessage) Reset() {
 	*x = ServerMessage{}
-	mi := &file_flo_v1_api_proto_msgTypes[30]
+	mi := &file_flo_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2651,7 +2816,7 @@ func (x *ServerMessage) String() string {
 func (*ServerMessage) ProtoMessage() {}
 
 func (x *ServerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[30]
+	mi := &file_flo_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2664,7 +2829,7 @@ func (x *ServerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerMessage.ProtoReflect.Descriptor instead.
 func (*ServerMessage) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{30}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ServerMessage) GetMsg() isServerMessage_Msg {
@@ -2778,7 +2943,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_flo_v1_api_proto_msgTypes[31]
+	mi := &file_flo_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2790,7 +2955,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[31]
+	mi := &file_flo_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2803,7 +2968,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{31}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 // Hello opens a worker stream; it is sent once, first.
@@ -2825,7 +2990,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_flo_v1_api_proto_msgTypes[32]
+	mi := &file_flo_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2837,7 +3002,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[32]
+	mi := &file_flo_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2850,7 +3015,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{32}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Hello) GetToken() string {
@@ -2914,7 +3079,7 @@ type StreamSubscription struct {
 
 func (x *StreamSubscription) Reset() {
 	*x = StreamSubscription{}
-	mi := &file_flo_v1_api_proto_msgTypes[33]
+	mi := &file_flo_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2926,7 +3091,7 @@ func (x *StreamSubscription) String() string {
 func (*StreamSubscription) ProtoMessage() {}
 
 func (x *StreamSubscription) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[33]
+	mi := &file_flo_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2939,7 +3104,7 @@ func (x *StreamSubscription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamSubscription.ProtoReflect.Descriptor instead.
 func (*StreamSubscription) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{33}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StreamSubscription) GetStream() string {
@@ -2973,7 +3138,7 @@ type HelloAck struct {
 
 func (x *HelloAck) Reset() {
 	*x = HelloAck{}
-	mi := &file_flo_v1_api_proto_msgTypes[34]
+	mi := &file_flo_v1_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2985,7 +3150,7 @@ func (x *HelloAck) String() string {
 func (*HelloAck) ProtoMessage() {}
 
 func (x *HelloAck) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[34]
+	mi := &file_flo_v1_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2998,7 +3163,7 @@ func (x *HelloAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HelloAck.ProtoReflect.Descriptor instead.
 func (*HelloAck) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{34}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *HelloAck) GetWorkerId() string {
@@ -3030,7 +3195,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_flo_v1_api_proto_msgTypes[35]
+	mi := &file_flo_v1_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3042,7 +3207,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[35]
+	mi := &file_flo_v1_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3055,7 +3220,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{35}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Ready) GetActions() []string {
@@ -3097,14 +3262,17 @@ type TaskAssignment struct {
 	CreatedAt   *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	LeaseUntil  *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=lease_until,json=leaseUntil,proto3" json:"lease_until,omitempty"`
 	// W3C trace context of the invocation.
-	TraceContext  map[string]string `protobuf:"bytes,8,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TraceContext map[string]string `protobuf:"bytes,8,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Identifies this attempt to CompleteTask and FailTask when its handler
+	// answers with Pending; not guessable from the task id.
+	CompletionToken string `protobuf:"bytes,9,opt,name=completion_token,json=completionToken,proto3" json:"completion_token,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TaskAssignment) Reset() {
 	*x = TaskAssignment{}
-	mi := &file_flo_v1_api_proto_msgTypes[36]
+	mi := &file_flo_v1_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3116,7 +3284,7 @@ func (x *TaskAssignment) String() string {
 func (*TaskAssignment) ProtoMessage() {}
 
 func (x *TaskAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[36]
+	mi := &file_flo_v1_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3129,7 +3297,7 @@ func (x *TaskAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskAssignment.ProtoReflect.Descriptor instead.
 func (*TaskAssignment) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{36}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TaskAssignment) GetTaskId() string {
@@ -3188,6 +3356,13 @@ func (x *TaskAssignment) GetTraceContext() map[string]string {
 	return nil
 }
 
+func (x *TaskAssignment) GetCompletionToken() string {
+	if x != nil {
+		return x.CompletionToken
+	}
+	return ""
+}
+
 // TaskBatch carries claimed tasks. An empty batch answers a Ready whose block
 // timeout passed with nothing to hand out.
 type TaskBatch struct {
@@ -3199,7 +3374,7 @@ type TaskBatch struct {
 
 func (x *TaskBatch) Reset() {
 	*x = TaskBatch{}
-	mi := &file_flo_v1_api_proto_msgTypes[37]
+	mi := &file_flo_v1_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3211,7 +3386,7 @@ func (x *TaskBatch) String() string {
 func (*TaskBatch) ProtoMessage() {}
 
 func (x *TaskBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[37]
+	mi := &file_flo_v1_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3224,7 +3399,7 @@ func (x *TaskBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskBatch.ProtoReflect.Descriptor instead.
 func (*TaskBatch) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TaskBatch) GetTasks() []*TaskAssignment {
@@ -3243,6 +3418,7 @@ type Result struct {
 	//
 	//	*Result_Completed
 	//	*Result_Failed
+	//	*Result_Pending
 	Outcome isResult_Outcome `protobuf_oneof:"outcome"`
 	// W3C trace context of the handler's span, so the server's record of the
 	// result joins the task's trace under it.
@@ -3253,7 +3429,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_flo_v1_api_proto_msgTypes[38]
+	mi := &file_flo_v1_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3265,7 +3441,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[38]
+	mi := &file_flo_v1_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3278,7 +3454,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{38}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Result) GetTaskId() string {
@@ -3320,6 +3496,15 @@ func (x *Result) GetFailed() *Failed {
 	return nil
 }
 
+func (x *Result) GetPending() *Pending {
+	if x != nil {
+		if x, ok := x.Outcome.(*Result_Pending); ok {
+			return x.Pending
+		}
+	}
+	return nil
+}
+
 func (x *Result) GetTraceContext() map[string]string {
 	if x != nil {
 		return x.TraceContext
@@ -3339,9 +3524,15 @@ type Result_Failed struct {
 	Failed *Failed `protobuf:"bytes,4,opt,name=failed,proto3,oneof"`
 }
 
+type Result_Pending struct {
+	Pending *Pending `protobuf:"bytes,6,opt,name=pending,proto3,oneof"`
+}
+
 func (*Result_Completed) isResult_Outcome() {}
 
 func (*Result_Failed) isResult_Outcome() {}
+
+func (*Result_Pending) isResult_Outcome() {}
 
 type Completed struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3354,7 +3545,7 @@ type Completed struct {
 
 func (x *Completed) Reset() {
 	*x = Completed{}
-	mi := &file_flo_v1_api_proto_msgTypes[39]
+	mi := &file_flo_v1_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3366,7 +3557,7 @@ func (x *Completed) String() string {
 func (*Completed) ProtoMessage() {}
 
 func (x *Completed) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[39]
+	mi := &file_flo_v1_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3379,7 +3570,7 @@ func (x *Completed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Completed.ProtoReflect.Descriptor instead.
 func (*Completed) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{39}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Completed) GetBody() []byte {
@@ -3419,7 +3610,7 @@ type Failed struct {
 
 func (x *Failed) Reset() {
 	*x = Failed{}
-	mi := &file_flo_v1_api_proto_msgTypes[40]
+	mi := &file_flo_v1_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3431,7 +3622,7 @@ func (x *Failed) String() string {
 func (*Failed) ProtoMessage() {}
 
 func (x *Failed) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[40]
+	mi := &file_flo_v1_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3444,7 +3635,7 @@ func (x *Failed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failed.ProtoReflect.Descriptor instead.
 func (*Failed) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{40}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Failed) GetError() string {
@@ -3482,6 +3673,55 @@ func (x *Failed) GetErrorCode() string {
 	return ""
 }
 
+// Pending says the handler accepted the work and its result comes later:
+// someone holding the attempt's completion token calls CompleteTask or
+// FailTask. The task waits without a lease; the worker's slot is free.
+type Pending struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How long to wait for the result; zero means 24 hours, at most 7 days.
+	// No result by then fails the task as timed out.
+	TimeoutMs     int64 `protobuf:"varint,1,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Pending) Reset() {
+	*x = Pending{}
+	mi := &file_flo_v1_api_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Pending) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Pending) ProtoMessage() {}
+
+func (x *Pending) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Pending.ProtoReflect.Descriptor instead.
+func (*Pending) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *Pending) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
 type ResultBatch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Results       []*Result              `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
@@ -3491,7 +3731,7 @@ type ResultBatch struct {
 
 func (x *ResultBatch) Reset() {
 	*x = ResultBatch{}
-	mi := &file_flo_v1_api_proto_msgTypes[41]
+	mi := &file_flo_v1_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3503,7 +3743,7 @@ func (x *ResultBatch) String() string {
 func (*ResultBatch) ProtoMessage() {}
 
 func (x *ResultBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[41]
+	mi := &file_flo_v1_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3516,7 +3756,7 @@ func (x *ResultBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultBatch.ProtoReflect.Descriptor instead.
 func (*ResultBatch) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{41}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ResultBatch) GetResults() []*Result {
@@ -3539,7 +3779,7 @@ type Nack struct {
 
 func (x *Nack) Reset() {
 	*x = Nack{}
-	mi := &file_flo_v1_api_proto_msgTypes[42]
+	mi := &file_flo_v1_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3551,7 +3791,7 @@ func (x *Nack) String() string {
 func (*Nack) ProtoMessage() {}
 
 func (x *Nack) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[42]
+	mi := &file_flo_v1_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3564,7 +3804,7 @@ func (x *Nack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Nack.ProtoReflect.Descriptor instead.
 func (*Nack) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{42}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Nack) GetTaskId() string {
@@ -3606,7 +3846,7 @@ type Abandon struct {
 
 func (x *Abandon) Reset() {
 	*x = Abandon{}
-	mi := &file_flo_v1_api_proto_msgTypes[43]
+	mi := &file_flo_v1_api_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3618,7 +3858,7 @@ func (x *Abandon) String() string {
 func (*Abandon) ProtoMessage() {}
 
 func (x *Abandon) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[43]
+	mi := &file_flo_v1_api_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3631,7 +3871,7 @@ func (x *Abandon) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Abandon.ProtoReflect.Descriptor instead.
 func (*Abandon) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{43}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Abandon) GetTaskId() string {
@@ -3660,7 +3900,7 @@ type Touch struct {
 
 func (x *Touch) Reset() {
 	*x = Touch{}
-	mi := &file_flo_v1_api_proto_msgTypes[44]
+	mi := &file_flo_v1_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3672,7 +3912,7 @@ func (x *Touch) String() string {
 func (*Touch) ProtoMessage() {}
 
 func (x *Touch) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[44]
+	mi := &file_flo_v1_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3685,7 +3925,7 @@ func (x *Touch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Touch.ProtoReflect.Descriptor instead.
 func (*Touch) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{44}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Touch) GetTaskId() string {
@@ -3721,7 +3961,7 @@ type TouchAck struct {
 
 func (x *TouchAck) Reset() {
 	*x = TouchAck{}
-	mi := &file_flo_v1_api_proto_msgTypes[45]
+	mi := &file_flo_v1_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3733,7 +3973,7 @@ func (x *TouchAck) String() string {
 func (*TouchAck) ProtoMessage() {}
 
 func (x *TouchAck) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[45]
+	mi := &file_flo_v1_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3746,7 +3986,7 @@ func (x *TouchAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TouchAck.ProtoReflect.Descriptor instead.
 func (*TouchAck) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{45}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TouchAck) GetTaskId() string {
@@ -3789,7 +4029,7 @@ type ResultAck struct {
 
 func (x *ResultAck) Reset() {
 	*x = ResultAck{}
-	mi := &file_flo_v1_api_proto_msgTypes[46]
+	mi := &file_flo_v1_api_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3801,7 +4041,7 @@ func (x *ResultAck) String() string {
 func (*ResultAck) ProtoMessage() {}
 
 func (x *ResultAck) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[46]
+	mi := &file_flo_v1_api_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3814,7 +4054,7 @@ func (x *ResultAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultAck.ProtoReflect.Descriptor instead.
 func (*ResultAck) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ResultAck) GetRejectedTaskIds() []string {
@@ -3852,7 +4092,7 @@ type StreamRead struct {
 
 func (x *StreamRead) Reset() {
 	*x = StreamRead{}
-	mi := &file_flo_v1_api_proto_msgTypes[47]
+	mi := &file_flo_v1_api_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3864,7 +4104,7 @@ func (x *StreamRead) String() string {
 func (*StreamRead) ProtoMessage() {}
 
 func (x *StreamRead) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[47]
+	mi := &file_flo_v1_api_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3877,7 +4117,7 @@ func (x *StreamRead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRead.ProtoReflect.Descriptor instead.
 func (*StreamRead) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{47}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *StreamRead) GetStream() string {
@@ -3934,7 +4174,7 @@ type RecordBatch struct {
 
 func (x *RecordBatch) Reset() {
 	*x = RecordBatch{}
-	mi := &file_flo_v1_api_proto_msgTypes[48]
+	mi := &file_flo_v1_api_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3946,7 +4186,7 @@ func (x *RecordBatch) String() string {
 func (*RecordBatch) ProtoMessage() {}
 
 func (x *RecordBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[48]
+	mi := &file_flo_v1_api_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3959,7 +4199,7 @@ func (x *RecordBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordBatch.ProtoReflect.Descriptor instead.
 func (*RecordBatch) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{48}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RecordBatch) GetStream() string {
@@ -3995,7 +4235,7 @@ type StreamAck struct {
 
 func (x *StreamAck) Reset() {
 	*x = StreamAck{}
-	mi := &file_flo_v1_api_proto_msgTypes[49]
+	mi := &file_flo_v1_api_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4007,7 +4247,7 @@ func (x *StreamAck) String() string {
 func (*StreamAck) ProtoMessage() {}
 
 func (x *StreamAck) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[49]
+	mi := &file_flo_v1_api_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4020,7 +4260,7 @@ func (x *StreamAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAck.ProtoReflect.Descriptor instead.
 func (*StreamAck) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *StreamAck) GetStream() string {
@@ -4058,7 +4298,7 @@ type StreamNack struct {
 
 func (x *StreamNack) Reset() {
 	*x = StreamNack{}
-	mi := &file_flo_v1_api_proto_msgTypes[50]
+	mi := &file_flo_v1_api_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4070,7 +4310,7 @@ func (x *StreamNack) String() string {
 func (*StreamNack) ProtoMessage() {}
 
 func (x *StreamNack) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[50]
+	mi := &file_flo_v1_api_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4083,7 +4323,7 @@ func (x *StreamNack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamNack.ProtoReflect.Descriptor instead.
 func (*StreamNack) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *StreamNack) GetStream() string {
@@ -4137,7 +4377,7 @@ type Stream struct {
 
 func (x *Stream) Reset() {
 	*x = Stream{}
-	mi := &file_flo_v1_api_proto_msgTypes[51]
+	mi := &file_flo_v1_api_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4149,7 +4389,7 @@ func (x *Stream) String() string {
 func (*Stream) ProtoMessage() {}
 
 func (x *Stream) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[51]
+	mi := &file_flo_v1_api_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4162,7 +4402,7 @@ func (x *Stream) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stream.ProtoReflect.Descriptor instead.
 func (*Stream) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{51}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Stream) GetNamespace() string {
@@ -4223,7 +4463,7 @@ type CreateStreamRequest struct {
 
 func (x *CreateStreamRequest) Reset() {
 	*x = CreateStreamRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[52]
+	mi := &file_flo_v1_api_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4235,7 +4475,7 @@ func (x *CreateStreamRequest) String() string {
 func (*CreateStreamRequest) ProtoMessage() {}
 
 func (x *CreateStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[52]
+	mi := &file_flo_v1_api_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4248,7 +4488,7 @@ func (x *CreateStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateStreamRequest.ProtoReflect.Descriptor instead.
 func (*CreateStreamRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{52}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CreateStreamRequest) GetNamespace() string {
@@ -4296,7 +4536,7 @@ type GetStreamRequest struct {
 
 func (x *GetStreamRequest) Reset() {
 	*x = GetStreamRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[53]
+	mi := &file_flo_v1_api_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4308,7 +4548,7 @@ func (x *GetStreamRequest) String() string {
 func (*GetStreamRequest) ProtoMessage() {}
 
 func (x *GetStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[53]
+	mi := &file_flo_v1_api_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4321,7 +4561,7 @@ func (x *GetStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStreamRequest.ProtoReflect.Descriptor instead.
 func (*GetStreamRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{53}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GetStreamRequest) GetNamespace() string {
@@ -4351,7 +4591,7 @@ type ListStreamsRequest struct {
 
 func (x *ListStreamsRequest) Reset() {
 	*x = ListStreamsRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[54]
+	mi := &file_flo_v1_api_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4363,7 +4603,7 @@ func (x *ListStreamsRequest) String() string {
 func (*ListStreamsRequest) ProtoMessage() {}
 
 func (x *ListStreamsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[54]
+	mi := &file_flo_v1_api_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4376,7 +4616,7 @@ func (x *ListStreamsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStreamsRequest.ProtoReflect.Descriptor instead.
 func (*ListStreamsRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{54}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListStreamsRequest) GetNamespace() string {
@@ -4412,7 +4652,7 @@ type ListStreamsResponse struct {
 
 func (x *ListStreamsResponse) Reset() {
 	*x = ListStreamsResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[55]
+	mi := &file_flo_v1_api_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4424,7 +4664,7 @@ func (x *ListStreamsResponse) String() string {
 func (*ListStreamsResponse) ProtoMessage() {}
 
 func (x *ListStreamsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[55]
+	mi := &file_flo_v1_api_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4437,7 +4677,7 @@ func (x *ListStreamsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStreamsResponse.ProtoReflect.Descriptor instead.
 func (*ListStreamsResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{55}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListStreamsResponse) GetStreams() []*Stream {
@@ -4462,7 +4702,7 @@ type DeleteStreamResponse struct {
 
 func (x *DeleteStreamResponse) Reset() {
 	*x = DeleteStreamResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[56]
+	mi := &file_flo_v1_api_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4474,7 +4714,7 @@ func (x *DeleteStreamResponse) String() string {
 func (*DeleteStreamResponse) ProtoMessage() {}
 
 func (x *DeleteStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[56]
+	mi := &file_flo_v1_api_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4487,7 +4727,7 @@ func (x *DeleteStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteStreamResponse.ProtoReflect.Descriptor instead.
 func (*DeleteStreamResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{56}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{59}
 }
 
 // StreamInfo is a stream with what it holds and who reads it.
@@ -4505,7 +4745,7 @@ type StreamInfo struct {
 
 func (x *StreamInfo) Reset() {
 	*x = StreamInfo{}
-	mi := &file_flo_v1_api_proto_msgTypes[57]
+	mi := &file_flo_v1_api_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4517,7 +4757,7 @@ func (x *StreamInfo) String() string {
 func (*StreamInfo) ProtoMessage() {}
 
 func (x *StreamInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[57]
+	mi := &file_flo_v1_api_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4530,7 +4770,7 @@ func (x *StreamInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamInfo.ProtoReflect.Descriptor instead.
 func (*StreamInfo) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{57}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *StreamInfo) GetStream() *Stream {
@@ -4592,7 +4832,7 @@ type StreamRecord struct {
 
 func (x *StreamRecord) Reset() {
 	*x = StreamRecord{}
-	mi := &file_flo_v1_api_proto_msgTypes[58]
+	mi := &file_flo_v1_api_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4604,7 +4844,7 @@ func (x *StreamRecord) String() string {
 func (*StreamRecord) ProtoMessage() {}
 
 func (x *StreamRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[58]
+	mi := &file_flo_v1_api_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4617,7 +4857,7 @@ func (x *StreamRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRecord.ProtoReflect.Descriptor instead.
 func (*StreamRecord) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{58}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *StreamRecord) GetId() string {
@@ -4698,7 +4938,7 @@ type AppendRecord struct {
 
 func (x *AppendRecord) Reset() {
 	*x = AppendRecord{}
-	mi := &file_flo_v1_api_proto_msgTypes[59]
+	mi := &file_flo_v1_api_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4710,7 +4950,7 @@ func (x *AppendRecord) String() string {
 func (*AppendRecord) ProtoMessage() {}
 
 func (x *AppendRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[59]
+	mi := &file_flo_v1_api_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4723,7 +4963,7 @@ func (x *AppendRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendRecord.ProtoReflect.Descriptor instead.
 func (*AppendRecord) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{59}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *AppendRecord) GetPayload() []byte {
@@ -4765,7 +5005,7 @@ type AppendRequest struct {
 
 func (x *AppendRequest) Reset() {
 	*x = AppendRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[60]
+	mi := &file_flo_v1_api_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4777,7 +5017,7 @@ func (x *AppendRequest) String() string {
 func (*AppendRequest) ProtoMessage() {}
 
 func (x *AppendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[60]
+	mi := &file_flo_v1_api_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4790,7 +5030,7 @@ func (x *AppendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendRequest.ProtoReflect.Descriptor instead.
 func (*AppendRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{60}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *AppendRequest) GetNamespace() string {
@@ -4823,7 +5063,7 @@ type AppendResponse struct {
 
 func (x *AppendResponse) Reset() {
 	*x = AppendResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[61]
+	mi := &file_flo_v1_api_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4835,7 +5075,7 @@ func (x *AppendResponse) String() string {
 func (*AppendResponse) ProtoMessage() {}
 
 func (x *AppendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[61]
+	mi := &file_flo_v1_api_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4848,7 +5088,7 @@ func (x *AppendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendResponse.ProtoReflect.Descriptor instead.
 func (*AppendResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{61}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *AppendResponse) GetIds() []string {
@@ -4880,7 +5120,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[62]
+	mi := &file_flo_v1_api_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4892,7 +5132,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[62]
+	mi := &file_flo_v1_api_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4905,7 +5145,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{62}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ReadRequest) GetNamespace() string {
@@ -4969,7 +5209,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[63]
+	mi := &file_flo_v1_api_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4981,7 +5221,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[63]
+	mi := &file_flo_v1_api_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4994,7 +5234,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{63}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ReadResponse) GetRecords() []*StreamRecord {
@@ -5030,7 +5270,7 @@ type ConsumerGroup struct {
 
 func (x *ConsumerGroup) Reset() {
 	*x = ConsumerGroup{}
-	mi := &file_flo_v1_api_proto_msgTypes[64]
+	mi := &file_flo_v1_api_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5042,7 +5282,7 @@ func (x *ConsumerGroup) String() string {
 func (*ConsumerGroup) ProtoMessage() {}
 
 func (x *ConsumerGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[64]
+	mi := &file_flo_v1_api_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5055,7 +5295,7 @@ func (x *ConsumerGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerGroup.ProtoReflect.Descriptor instead.
 func (*ConsumerGroup) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{64}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ConsumerGroup) GetNamespace() string {
@@ -5124,7 +5364,7 @@ type CreateGroupRequest struct {
 
 func (x *CreateGroupRequest) Reset() {
 	*x = CreateGroupRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[65]
+	mi := &file_flo_v1_api_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5136,7 +5376,7 @@ func (x *CreateGroupRequest) String() string {
 func (*CreateGroupRequest) ProtoMessage() {}
 
 func (x *CreateGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[65]
+	mi := &file_flo_v1_api_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5149,7 +5389,7 @@ func (x *CreateGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGroupRequest.ProtoReflect.Descriptor instead.
 func (*CreateGroupRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{65}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *CreateGroupRequest) GetNamespace() string {
@@ -5198,7 +5438,7 @@ type GetGroupRequest struct {
 
 func (x *GetGroupRequest) Reset() {
 	*x = GetGroupRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[66]
+	mi := &file_flo_v1_api_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5210,7 +5450,7 @@ func (x *GetGroupRequest) String() string {
 func (*GetGroupRequest) ProtoMessage() {}
 
 func (x *GetGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[66]
+	mi := &file_flo_v1_api_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5223,7 +5463,7 @@ func (x *GetGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGroupRequest.ProtoReflect.Descriptor instead.
 func (*GetGroupRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{66}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *GetGroupRequest) GetNamespace() string {
@@ -5261,7 +5501,7 @@ type ListGroupsRequest struct {
 
 func (x *ListGroupsRequest) Reset() {
 	*x = ListGroupsRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[67]
+	mi := &file_flo_v1_api_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5273,7 +5513,7 @@ func (x *ListGroupsRequest) String() string {
 func (*ListGroupsRequest) ProtoMessage() {}
 
 func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[67]
+	mi := &file_flo_v1_api_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5286,7 +5526,7 @@ func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{67}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListGroupsRequest) GetNamespace() string {
@@ -5329,7 +5569,7 @@ type ListGroupsResponse struct {
 
 func (x *ListGroupsResponse) Reset() {
 	*x = ListGroupsResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[68]
+	mi := &file_flo_v1_api_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5341,7 +5581,7 @@ func (x *ListGroupsResponse) String() string {
 func (*ListGroupsResponse) ProtoMessage() {}
 
 func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[68]
+	mi := &file_flo_v1_api_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5354,7 +5594,7 @@ func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ListGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{68}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ListGroupsResponse) GetGroups() []*ConsumerGroup {
@@ -5379,7 +5619,7 @@ type DeleteGroupResponse struct {
 
 func (x *DeleteGroupResponse) Reset() {
 	*x = DeleteGroupResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[69]
+	mi := &file_flo_v1_api_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5391,7 +5631,7 @@ func (x *DeleteGroupResponse) String() string {
 func (*DeleteGroupResponse) ProtoMessage() {}
 
 func (x *DeleteGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[69]
+	mi := &file_flo_v1_api_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5404,7 +5644,7 @@ func (x *DeleteGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroupResponse.ProtoReflect.Descriptor instead.
 func (*DeleteGroupResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{69}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{72}
 }
 
 type ListPendingRequest struct {
@@ -5424,7 +5664,7 @@ type ListPendingRequest struct {
 
 func (x *ListPendingRequest) Reset() {
 	*x = ListPendingRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[70]
+	mi := &file_flo_v1_api_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5436,7 +5676,7 @@ func (x *ListPendingRequest) String() string {
 func (*ListPendingRequest) ProtoMessage() {}
 
 func (x *ListPendingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[70]
+	mi := &file_flo_v1_api_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5449,7 +5689,7 @@ func (x *ListPendingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPendingRequest.ProtoReflect.Descriptor instead.
 func (*ListPendingRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{70}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ListPendingRequest) GetNamespace() string {
@@ -5509,7 +5749,7 @@ type PendingEntry struct {
 
 func (x *PendingEntry) Reset() {
 	*x = PendingEntry{}
-	mi := &file_flo_v1_api_proto_msgTypes[71]
+	mi := &file_flo_v1_api_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5521,7 +5761,7 @@ func (x *PendingEntry) String() string {
 func (*PendingEntry) ProtoMessage() {}
 
 func (x *PendingEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[71]
+	mi := &file_flo_v1_api_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5534,7 +5774,7 @@ func (x *PendingEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingEntry.ProtoReflect.Descriptor instead.
 func (*PendingEntry) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{71}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *PendingEntry) GetId() string {
@@ -5585,7 +5825,7 @@ type ListPendingResponse struct {
 
 func (x *ListPendingResponse) Reset() {
 	*x = ListPendingResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[72]
+	mi := &file_flo_v1_api_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5597,7 +5837,7 @@ func (x *ListPendingResponse) String() string {
 func (*ListPendingResponse) ProtoMessage() {}
 
 func (x *ListPendingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[72]
+	mi := &file_flo_v1_api_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5610,7 +5850,7 @@ func (x *ListPendingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPendingResponse.ProtoReflect.Descriptor instead.
 func (*ListPendingResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{72}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ListPendingResponse) GetEntries() []*PendingEntry {
@@ -5653,7 +5893,7 @@ type GroupReadRequest struct {
 
 func (x *GroupReadRequest) Reset() {
 	*x = GroupReadRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[73]
+	mi := &file_flo_v1_api_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5665,7 +5905,7 @@ func (x *GroupReadRequest) String() string {
 func (*GroupReadRequest) ProtoMessage() {}
 
 func (x *GroupReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[73]
+	mi := &file_flo_v1_api_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5678,7 +5918,7 @@ func (x *GroupReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupReadRequest.ProtoReflect.Descriptor instead.
 func (*GroupReadRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{73}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *GroupReadRequest) GetNamespace() string {
@@ -5739,7 +5979,7 @@ type GroupReadResponse struct {
 
 func (x *GroupReadResponse) Reset() {
 	*x = GroupReadResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[74]
+	mi := &file_flo_v1_api_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5751,7 +5991,7 @@ func (x *GroupReadResponse) String() string {
 func (*GroupReadResponse) ProtoMessage() {}
 
 func (x *GroupReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[74]
+	mi := &file_flo_v1_api_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5764,7 +6004,7 @@ func (x *GroupReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupReadResponse.ProtoReflect.Descriptor instead.
 func (*GroupReadResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{74}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *GroupReadResponse) GetRecords() []*StreamRecord {
@@ -5786,7 +6026,7 @@ type AckRequest struct {
 
 func (x *AckRequest) Reset() {
 	*x = AckRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[75]
+	mi := &file_flo_v1_api_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5798,7 +6038,7 @@ func (x *AckRequest) String() string {
 func (*AckRequest) ProtoMessage() {}
 
 func (x *AckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[75]
+	mi := &file_flo_v1_api_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5811,7 +6051,7 @@ func (x *AckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
 func (*AckRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{75}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *AckRequest) GetNamespace() string {
@@ -5852,7 +6092,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[76]
+	mi := &file_flo_v1_api_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5864,7 +6104,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[76]
+	mi := &file_flo_v1_api_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5877,7 +6117,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{76}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *AckResponse) GetAcked() int32 {
@@ -5901,7 +6141,7 @@ type NackRequest struct {
 
 func (x *NackRequest) Reset() {
 	*x = NackRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[77]
+	mi := &file_flo_v1_api_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5913,7 +6153,7 @@ func (x *NackRequest) String() string {
 func (*NackRequest) ProtoMessage() {}
 
 func (x *NackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[77]
+	mi := &file_flo_v1_api_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5926,7 +6166,7 @@ func (x *NackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackRequest.ProtoReflect.Descriptor instead.
 func (*NackRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{77}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *NackRequest) GetNamespace() string {
@@ -5981,7 +6221,7 @@ type NackResponse struct {
 
 func (x *NackResponse) Reset() {
 	*x = NackResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[78]
+	mi := &file_flo_v1_api_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5993,7 +6233,7 @@ func (x *NackResponse) String() string {
 func (*NackResponse) ProtoMessage() {}
 
 func (x *NackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[78]
+	mi := &file_flo_v1_api_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6006,7 +6246,7 @@ func (x *NackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackResponse.ProtoReflect.Descriptor instead.
 func (*NackResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{78}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *NackResponse) GetNacked() int32 {
@@ -6035,7 +6275,7 @@ type Diagnostic struct {
 
 func (x *Diagnostic) Reset() {
 	*x = Diagnostic{}
-	mi := &file_flo_v1_api_proto_msgTypes[79]
+	mi := &file_flo_v1_api_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6047,7 +6287,7 @@ func (x *Diagnostic) String() string {
 func (*Diagnostic) ProtoMessage() {}
 
 func (x *Diagnostic) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[79]
+	mi := &file_flo_v1_api_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6060,7 +6300,7 @@ func (x *Diagnostic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Diagnostic.ProtoReflect.Descriptor instead.
 func (*Diagnostic) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{79}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *Diagnostic) GetCode() string {
@@ -6126,7 +6366,7 @@ type WorkflowDefinition struct {
 
 func (x *WorkflowDefinition) Reset() {
 	*x = WorkflowDefinition{}
-	mi := &file_flo_v1_api_proto_msgTypes[80]
+	mi := &file_flo_v1_api_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6138,7 +6378,7 @@ func (x *WorkflowDefinition) String() string {
 func (*WorkflowDefinition) ProtoMessage() {}
 
 func (x *WorkflowDefinition) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[80]
+	mi := &file_flo_v1_api_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6151,7 +6391,7 @@ func (x *WorkflowDefinition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowDefinition.ProtoReflect.Descriptor instead.
 func (*WorkflowDefinition) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{80}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *WorkflowDefinition) GetNamespace() string {
@@ -6234,7 +6474,7 @@ type CreateWorkflowRequest struct {
 
 func (x *CreateWorkflowRequest) Reset() {
 	*x = CreateWorkflowRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[81]
+	mi := &file_flo_v1_api_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6246,7 +6486,7 @@ func (x *CreateWorkflowRequest) String() string {
 func (*CreateWorkflowRequest) ProtoMessage() {}
 
 func (x *CreateWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[81]
+	mi := &file_flo_v1_api_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6259,7 +6499,7 @@ func (x *CreateWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*CreateWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{81}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *CreateWorkflowRequest) GetNamespace() string {
@@ -6286,7 +6526,7 @@ type CreateWorkflowResponse struct {
 
 func (x *CreateWorkflowResponse) Reset() {
 	*x = CreateWorkflowResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[82]
+	mi := &file_flo_v1_api_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6298,7 +6538,7 @@ func (x *CreateWorkflowResponse) String() string {
 func (*CreateWorkflowResponse) ProtoMessage() {}
 
 func (x *CreateWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[82]
+	mi := &file_flo_v1_api_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6311,7 +6551,7 @@ func (x *CreateWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*CreateWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{82}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *CreateWorkflowResponse) GetWorkflow() *WorkflowDefinition {
@@ -6338,7 +6578,7 @@ type ValidateWorkflowRequest struct {
 
 func (x *ValidateWorkflowRequest) Reset() {
 	*x = ValidateWorkflowRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[83]
+	mi := &file_flo_v1_api_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6350,7 +6590,7 @@ func (x *ValidateWorkflowRequest) String() string {
 func (*ValidateWorkflowRequest) ProtoMessage() {}
 
 func (x *ValidateWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[83]
+	mi := &file_flo_v1_api_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6363,7 +6603,7 @@ func (x *ValidateWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*ValidateWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{83}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ValidateWorkflowRequest) GetNamespace() string {
@@ -6392,7 +6632,7 @@ type ValidateWorkflowResponse struct {
 
 func (x *ValidateWorkflowResponse) Reset() {
 	*x = ValidateWorkflowResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[84]
+	mi := &file_flo_v1_api_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6404,7 +6644,7 @@ func (x *ValidateWorkflowResponse) String() string {
 func (*ValidateWorkflowResponse) ProtoMessage() {}
 
 func (x *ValidateWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[84]
+	mi := &file_flo_v1_api_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6417,7 +6657,7 @@ func (x *ValidateWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*ValidateWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{84}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ValidateWorkflowResponse) GetValid() bool {
@@ -6452,7 +6692,7 @@ type GetWorkflowRequest struct {
 
 func (x *GetWorkflowRequest) Reset() {
 	*x = GetWorkflowRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[85]
+	mi := &file_flo_v1_api_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6464,7 +6704,7 @@ func (x *GetWorkflowRequest) String() string {
 func (*GetWorkflowRequest) ProtoMessage() {}
 
 func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[85]
+	mi := &file_flo_v1_api_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6477,7 +6717,7 @@ func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*GetWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{85}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *GetWorkflowRequest) GetNamespace() string {
@@ -6518,7 +6758,7 @@ type ListWorkflowsRequest struct {
 
 func (x *ListWorkflowsRequest) Reset() {
 	*x = ListWorkflowsRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[86]
+	mi := &file_flo_v1_api_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6530,7 +6770,7 @@ func (x *ListWorkflowsRequest) String() string {
 func (*ListWorkflowsRequest) ProtoMessage() {}
 
 func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[86]
+	mi := &file_flo_v1_api_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6543,7 +6783,7 @@ func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{86}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *ListWorkflowsRequest) GetNamespace() string {
@@ -6593,7 +6833,7 @@ type ListWorkflowsResponse struct {
 
 func (x *ListWorkflowsResponse) Reset() {
 	*x = ListWorkflowsResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[87]
+	mi := &file_flo_v1_api_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6605,7 +6845,7 @@ func (x *ListWorkflowsResponse) String() string {
 func (*ListWorkflowsResponse) ProtoMessage() {}
 
 func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[87]
+	mi := &file_flo_v1_api_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6618,7 +6858,7 @@ func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{87}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ListWorkflowsResponse) GetWorkflows() []*WorkflowDefinition {
@@ -6645,7 +6885,7 @@ type WorkflowNameRequest struct {
 
 func (x *WorkflowNameRequest) Reset() {
 	*x = WorkflowNameRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[88]
+	mi := &file_flo_v1_api_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6657,7 +6897,7 @@ func (x *WorkflowNameRequest) String() string {
 func (*WorkflowNameRequest) ProtoMessage() {}
 
 func (x *WorkflowNameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[88]
+	mi := &file_flo_v1_api_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6670,7 +6910,7 @@ func (x *WorkflowNameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowNameRequest.ProtoReflect.Descriptor instead.
 func (*WorkflowNameRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{88}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *WorkflowNameRequest) GetNamespace() string {
@@ -6704,7 +6944,7 @@ type StartRunRequest struct {
 
 func (x *StartRunRequest) Reset() {
 	*x = StartRunRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[89]
+	mi := &file_flo_v1_api_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6716,7 +6956,7 @@ func (x *StartRunRequest) String() string {
 func (*StartRunRequest) ProtoMessage() {}
 
 func (x *StartRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[89]
+	mi := &file_flo_v1_api_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6729,7 +6969,7 @@ func (x *StartRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRunRequest.ProtoReflect.Descriptor instead.
 func (*StartRunRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{89}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *StartRunRequest) GetNamespace() string {
@@ -6785,7 +7025,7 @@ type StartRunResponse struct {
 
 func (x *StartRunResponse) Reset() {
 	*x = StartRunResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[90]
+	mi := &file_flo_v1_api_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6797,7 +7037,7 @@ func (x *StartRunResponse) String() string {
 func (*StartRunResponse) ProtoMessage() {}
 
 func (x *StartRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[90]
+	mi := &file_flo_v1_api_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6810,7 +7050,7 @@ func (x *StartRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRunResponse.ProtoReflect.Descriptor instead.
 func (*StartRunResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{90}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *StartRunResponse) GetRunId() string {
@@ -6842,7 +7082,7 @@ type StepOutput struct {
 
 func (x *StepOutput) Reset() {
 	*x = StepOutput{}
-	mi := &file_flo_v1_api_proto_msgTypes[91]
+	mi := &file_flo_v1_api_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6854,7 +7094,7 @@ func (x *StepOutput) String() string {
 func (*StepOutput) ProtoMessage() {}
 
 func (x *StepOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[91]
+	mi := &file_flo_v1_api_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6867,7 +7107,7 @@ func (x *StepOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepOutput.ProtoReflect.Descriptor instead.
 func (*StepOutput) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{91}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *StepOutput) GetStep() string {
@@ -6940,7 +7180,7 @@ type WorkflowRun struct {
 
 func (x *WorkflowRun) Reset() {
 	*x = WorkflowRun{}
-	mi := &file_flo_v1_api_proto_msgTypes[92]
+	mi := &file_flo_v1_api_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6952,7 +7192,7 @@ func (x *WorkflowRun) String() string {
 func (*WorkflowRun) ProtoMessage() {}
 
 func (x *WorkflowRun) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[92]
+	mi := &file_flo_v1_api_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6965,7 +7205,7 @@ func (x *WorkflowRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowRun.ProtoReflect.Descriptor instead.
 func (*WorkflowRun) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{92}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *WorkflowRun) GetRunId() string {
@@ -7097,7 +7337,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[93]
+	mi := &file_flo_v1_api_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7109,7 +7349,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[93]
+	mi := &file_flo_v1_api_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7122,7 +7362,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{93}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *GetRunRequest) GetNamespace() string {
@@ -7156,7 +7396,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[94]
+	mi := &file_flo_v1_api_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7168,7 +7408,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[94]
+	mi := &file_flo_v1_api_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7181,7 +7421,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{94}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *ListRunsRequest) GetNamespace() string {
@@ -7245,7 +7485,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[95]
+	mi := &file_flo_v1_api_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7257,7 +7497,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[95]
+	mi := &file_flo_v1_api_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7270,7 +7510,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{95}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *ListRunsResponse) GetRuns() []*WorkflowRun {
@@ -7300,7 +7540,7 @@ type SignalRunRequest struct {
 
 func (x *SignalRunRequest) Reset() {
 	*x = SignalRunRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[96]
+	mi := &file_flo_v1_api_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7312,7 +7552,7 @@ func (x *SignalRunRequest) String() string {
 func (*SignalRunRequest) ProtoMessage() {}
 
 func (x *SignalRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[96]
+	mi := &file_flo_v1_api_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7325,7 +7565,7 @@ func (x *SignalRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRunRequest.ProtoReflect.Descriptor instead.
 func (*SignalRunRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{96}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *SignalRunRequest) GetNamespace() string {
@@ -7372,7 +7612,7 @@ type SignalRunResponse struct {
 
 func (x *SignalRunResponse) Reset() {
 	*x = SignalRunResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[97]
+	mi := &file_flo_v1_api_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7384,7 +7624,7 @@ func (x *SignalRunResponse) String() string {
 func (*SignalRunResponse) ProtoMessage() {}
 
 func (x *SignalRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[97]
+	mi := &file_flo_v1_api_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7397,7 +7637,7 @@ func (x *SignalRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRunResponse.ProtoReflect.Descriptor instead.
 func (*SignalRunResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{97}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *SignalRunResponse) GetSignalId() string {
@@ -7418,7 +7658,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[98]
+	mi := &file_flo_v1_api_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7430,7 +7670,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[98]
+	mi := &file_flo_v1_api_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7443,7 +7683,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{98}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *CancelRunRequest) GetNamespace() string {
@@ -7487,7 +7727,7 @@ type HistoryEvent struct {
 
 func (x *HistoryEvent) Reset() {
 	*x = HistoryEvent{}
-	mi := &file_flo_v1_api_proto_msgTypes[99]
+	mi := &file_flo_v1_api_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7499,7 +7739,7 @@ func (x *HistoryEvent) String() string {
 func (*HistoryEvent) ProtoMessage() {}
 
 func (x *HistoryEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[99]
+	mi := &file_flo_v1_api_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7512,7 +7752,7 @@ func (x *HistoryEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryEvent.ProtoReflect.Descriptor instead.
 func (*HistoryEvent) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{99}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *HistoryEvent) GetSeq() int64 {
@@ -7566,7 +7806,7 @@ type RunHistory struct {
 
 func (x *RunHistory) Reset() {
 	*x = RunHistory{}
-	mi := &file_flo_v1_api_proto_msgTypes[100]
+	mi := &file_flo_v1_api_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7578,7 +7818,7 @@ func (x *RunHistory) String() string {
 func (*RunHistory) ProtoMessage() {}
 
 func (x *RunHistory) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[100]
+	mi := &file_flo_v1_api_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7591,7 +7831,7 @@ func (x *RunHistory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunHistory.ProtoReflect.Descriptor instead.
 func (*RunHistory) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{100}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *RunHistory) GetEvents() []*HistoryEvent {
@@ -7733,7 +7973,7 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12/\n" +
 	"\x05tasks\x18\x02 \x03(\v2\x19.flo.v1.InvokeTaskRequestR\x05tasks\"0\n" +
 	"\x13InvokeTasksResponse\x12\x19\n" +
-	"\btask_ids\x18\x01 \x03(\tR\ataskIds\"\x86\x06\n" +
+	"\btask_ids\x18\x01 \x03(\tR\ataskIds\"\xc3\x06\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x16\n" +
@@ -7761,10 +8001,24 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"updated_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x1b\n" +
 	"\ttimed_out\x18\x14 \x01(\bR\btimedOut\x12\x1d\n" +
 	"\n" +
-	"error_code\x18\x15 \x01(\tR\terrorCode\"G\n" +
+	"error_code\x18\x15 \x01(\tR\terrorCode\x12;\n" +
+	"\vcomplete_by\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"completeBy\"G\n" +
 	"\x0eGetTaskRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
-	"\atask_id\x18\x02 \x01(\tR\x06taskId\"h\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\"\xab\x01\n" +
+	"\x13CompleteTaskRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\x12\x16\n" +
+	"\x06result\x18\x03 \x01(\fR\x06result\x12.\n" +
+	"\x06output\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\x06output\x12\x18\n" +
+	"\aoutcome\x18\x05 \x01(\tR\aoutcome\"z\n" +
+	"\x0fFailTaskRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x04 \x01(\tR\terrorCode\"h\n" +
 	"\x10AwaitTaskRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x1d\n" +
@@ -7826,7 +8080,7 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\aactions\x18\x01 \x03(\tR\aactions\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x05R\x05count\x12\x19\n" +
 	"\bblock_ms\x18\x03 \x01(\x03R\ablockMs\x12\x19\n" +
-	"\blease_ms\x18\x04 \x01(\x03R\aleaseMs\"\xa0\x03\n" +
+	"\blease_ms\x18\x04 \x01(\x03R\aleaseMs\"\xcb\x03\n" +
 	"\x0eTaskAssignment\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12\x18\n" +
@@ -7837,17 +8091,19 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
 	"\vlease_until\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"leaseUntil\x12M\n" +
-	"\rtrace_context\x18\b \x03(\v2(.flo.v1.TaskAssignment.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\rtrace_context\x18\b \x03(\v2(.flo.v1.TaskAssignment.TraceContextEntryR\ftraceContext\x12)\n" +
+	"\x10completion_token\x18\t \x01(\tR\x0fcompletionToken\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"9\n" +
 	"\tTaskBatch\x12,\n" +
-	"\x05tasks\x18\x01 \x03(\v2\x16.flo.v1.TaskAssignmentR\x05tasks\"\xab\x02\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x16.flo.v1.TaskAssignmentR\x05tasks\"\xd8\x02\n" +
 	"\x06Result\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x121\n" +
 	"\tcompleted\x18\x03 \x01(\v2\x11.flo.v1.CompletedH\x00R\tcompleted\x12(\n" +
-	"\x06failed\x18\x04 \x01(\v2\x0e.flo.v1.FailedH\x00R\x06failed\x12E\n" +
+	"\x06failed\x18\x04 \x01(\v2\x0e.flo.v1.FailedH\x00R\x06failed\x12+\n" +
+	"\apending\x18\x06 \x01(\v2\x0f.flo.v1.PendingH\x00R\apending\x12E\n" +
 	"\rtrace_context\x18\x05 \x03(\v2 .flo.v1.Result.TraceContextEntryR\ftraceContext\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -7862,7 +8118,10 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\rnon_retryable\x18\x03 \x01(\bR\fnonRetryable\x12\x1b\n" +
 	"\ttimed_out\x18\x04 \x01(\bR\btimedOut\x12\x1d\n" +
 	"\n" +
-	"error_code\x18\x05 \x01(\tR\terrorCode\"7\n" +
+	"error_code\x18\x05 \x01(\tR\terrorCode\"(\n" +
+	"\aPending\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x01 \x01(\x03R\ttimeoutMs\"7\n" +
 	"\vResultBatch\x12(\n" +
 	"\aresults\x18\x01 \x03(\v2\x0e.flo.v1.ResultR\aresults\"l\n" +
 	"\x04Nack\x12\x17\n" +
@@ -8215,7 +8474,7 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\x13BACKOFF_KIND_LINEAR\x10\x02\x12\x1c\n" +
 	"\x18BACKOFF_KIND_EXPONENTIAL\x10\x03\x12#\n" +
 	"\x1fBACKOFF_KIND_EXPONENTIAL_JITTER\x10\x04\x12\x17\n" +
-	"\x13BACKOFF_KIND_CAPPED\x10\x05*\xac\x01\n" +
+	"\x13BACKOFF_KIND_CAPPED\x10\x05*\xc5\x01\n" +
 	"\n" +
 	"TaskStatus\x12\x1b\n" +
 	"\x17TASK_STATUS_UNSPECIFIED\x10\x00\x12\x16\n" +
@@ -8223,7 +8482,8 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\x13TASK_STATUS_RUNNING\x10\x02\x12\x19\n" +
 	"\x15TASK_STATUS_COMPLETED\x10\x03\x12\x16\n" +
 	"\x12TASK_STATUS_FAILED\x10\x04\x12\x1d\n" +
-	"\x19TASK_STATUS_DEAD_LETTERED\x10\x05*y\n" +
+	"\x19TASK_STATUS_DEAD_LETTERED\x10\x05\x12\x17\n" +
+	"\x13TASK_STATUS_WAITING\x10\x06*y\n" +
 	"\x12DiagnosticSeverity\x12#\n" +
 	"\x1fDIAGNOSTIC_SEVERITY_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19DIAGNOSTIC_SEVERITY_ERROR\x10\x01\x12\x1f\n" +
@@ -8246,7 +8506,7 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\tGetAction\x12\x18.flo.v1.GetActionRequest\x1a\x0e.flo.v1.Action\x12F\n" +
 	"\vListActions\x12\x1a.flo.v1.ListActionsRequest\x1a\x1b.flo.v1.ListActionsResponse\x128\n" +
 	"\fEnableAction\x12\x18.flo.v1.GetActionRequest\x1a\x0e.flo.v1.Action\x129\n" +
-	"\rDisableAction\x12\x18.flo.v1.GetActionRequest\x1a\x0e.flo.v1.Action2\x8f\x03\n" +
+	"\rDisableAction\x12\x18.flo.v1.GetActionRequest\x1a\x0e.flo.v1.Action2\xfd\x03\n" +
 	"\vTaskService\x12C\n" +
 	"\n" +
 	"InvokeTask\x12\x19.flo.v1.InvokeTaskRequest\x1a\x1a.flo.v1.InvokeTaskResponse\x12F\n" +
@@ -8254,7 +8514,9 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\aGetTask\x12\x16.flo.v1.GetTaskRequest\x1a\f.flo.v1.Task\x123\n" +
 	"\tAwaitTask\x12\x18.flo.v1.AwaitTaskRequest\x1a\f.flo.v1.Task\x12R\n" +
 	"\x0fListDeadLetters\x12\x1e.flo.v1.ListDeadLettersRequest\x1a\x1f.flo.v1.ListDeadLettersResponse\x129\n" +
-	"\x11RequeueDeadLetter\x12\x16.flo.v1.GetTaskRequest\x1a\f.flo.v1.Task2\xa2\x03\n" +
+	"\x11RequeueDeadLetter\x12\x16.flo.v1.GetTaskRequest\x1a\f.flo.v1.Task\x129\n" +
+	"\fCompleteTask\x12\x1b.flo.v1.CompleteTaskRequest\x1a\f.flo.v1.Task\x121\n" +
+	"\bFailTask\x12\x17.flo.v1.FailTaskRequest\x1a\f.flo.v1.Task2\xa2\x03\n" +
 	"\x15WorkerRegistryService\x12?\n" +
 	"\x0eRegisterWorker\x12\x1d.flo.v1.RegisterWorkerRequest\x1a\x0e.flo.v1.Worker\x12@\n" +
 	"\tHeartbeat\x12\x18.flo.v1.HeartbeatRequest\x1a\x19.flo.v1.HeartbeatResponse\x125\n" +
@@ -8306,7 +8568,7 @@ func file_flo_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_flo_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_flo_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 106)
+var file_flo_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 109)
 var file_flo_v1_api_proto_goTypes = []any{
 	(WorkerType)(0),                  // 0: flo.v1.WorkerType
 	(WorkerStatus)(0),                // 1: flo.v1.WorkerStatus
@@ -8341,284 +8603,294 @@ var file_flo_v1_api_proto_goTypes = []any{
 	(*InvokeTasksResponse)(nil),      // 30: flo.v1.InvokeTasksResponse
 	(*Task)(nil),                     // 31: flo.v1.Task
 	(*GetTaskRequest)(nil),           // 32: flo.v1.GetTaskRequest
-	(*AwaitTaskRequest)(nil),         // 33: flo.v1.AwaitTaskRequest
-	(*ListDeadLettersRequest)(nil),   // 34: flo.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),  // 35: flo.v1.ListDeadLettersResponse
-	(*WorkerMessage)(nil),            // 36: flo.v1.WorkerMessage
-	(*ServerMessage)(nil),            // 37: flo.v1.ServerMessage
-	(*Drain)(nil),                    // 38: flo.v1.Drain
-	(*Hello)(nil),                    // 39: flo.v1.Hello
-	(*StreamSubscription)(nil),       // 40: flo.v1.StreamSubscription
-	(*HelloAck)(nil),                 // 41: flo.v1.HelloAck
-	(*Ready)(nil),                    // 42: flo.v1.Ready
-	(*TaskAssignment)(nil),           // 43: flo.v1.TaskAssignment
-	(*TaskBatch)(nil),                // 44: flo.v1.TaskBatch
-	(*Result)(nil),                   // 45: flo.v1.Result
-	(*Completed)(nil),                // 46: flo.v1.Completed
-	(*Failed)(nil),                   // 47: flo.v1.Failed
-	(*ResultBatch)(nil),              // 48: flo.v1.ResultBatch
-	(*Nack)(nil),                     // 49: flo.v1.Nack
-	(*Abandon)(nil),                  // 50: flo.v1.Abandon
-	(*Touch)(nil),                    // 51: flo.v1.Touch
-	(*TouchAck)(nil),                 // 52: flo.v1.TouchAck
-	(*ResultAck)(nil),                // 53: flo.v1.ResultAck
-	(*StreamRead)(nil),               // 54: flo.v1.StreamRead
-	(*RecordBatch)(nil),              // 55: flo.v1.RecordBatch
-	(*StreamAck)(nil),                // 56: flo.v1.StreamAck
-	(*StreamNack)(nil),               // 57: flo.v1.StreamNack
-	(*Stream)(nil),                   // 58: flo.v1.Stream
-	(*CreateStreamRequest)(nil),      // 59: flo.v1.CreateStreamRequest
-	(*GetStreamRequest)(nil),         // 60: flo.v1.GetStreamRequest
-	(*ListStreamsRequest)(nil),       // 61: flo.v1.ListStreamsRequest
-	(*ListStreamsResponse)(nil),      // 62: flo.v1.ListStreamsResponse
-	(*DeleteStreamResponse)(nil),     // 63: flo.v1.DeleteStreamResponse
-	(*StreamInfo)(nil),               // 64: flo.v1.StreamInfo
-	(*StreamRecord)(nil),             // 65: flo.v1.StreamRecord
-	(*AppendRecord)(nil),             // 66: flo.v1.AppendRecord
-	(*AppendRequest)(nil),            // 67: flo.v1.AppendRequest
-	(*AppendResponse)(nil),           // 68: flo.v1.AppendResponse
-	(*ReadRequest)(nil),              // 69: flo.v1.ReadRequest
-	(*ReadResponse)(nil),             // 70: flo.v1.ReadResponse
-	(*ConsumerGroup)(nil),            // 71: flo.v1.ConsumerGroup
-	(*CreateGroupRequest)(nil),       // 72: flo.v1.CreateGroupRequest
-	(*GetGroupRequest)(nil),          // 73: flo.v1.GetGroupRequest
-	(*ListGroupsRequest)(nil),        // 74: flo.v1.ListGroupsRequest
-	(*ListGroupsResponse)(nil),       // 75: flo.v1.ListGroupsResponse
-	(*DeleteGroupResponse)(nil),      // 76: flo.v1.DeleteGroupResponse
-	(*ListPendingRequest)(nil),       // 77: flo.v1.ListPendingRequest
-	(*PendingEntry)(nil),             // 78: flo.v1.PendingEntry
-	(*ListPendingResponse)(nil),      // 79: flo.v1.ListPendingResponse
-	(*GroupReadRequest)(nil),         // 80: flo.v1.GroupReadRequest
-	(*GroupReadResponse)(nil),        // 81: flo.v1.GroupReadResponse
-	(*AckRequest)(nil),               // 82: flo.v1.AckRequest
-	(*AckResponse)(nil),              // 83: flo.v1.AckResponse
-	(*NackRequest)(nil),              // 84: flo.v1.NackRequest
-	(*NackResponse)(nil),             // 85: flo.v1.NackResponse
-	(*Diagnostic)(nil),               // 86: flo.v1.Diagnostic
-	(*WorkflowDefinition)(nil),       // 87: flo.v1.WorkflowDefinition
-	(*CreateWorkflowRequest)(nil),    // 88: flo.v1.CreateWorkflowRequest
-	(*CreateWorkflowResponse)(nil),   // 89: flo.v1.CreateWorkflowResponse
-	(*ValidateWorkflowRequest)(nil),  // 90: flo.v1.ValidateWorkflowRequest
-	(*ValidateWorkflowResponse)(nil), // 91: flo.v1.ValidateWorkflowResponse
-	(*GetWorkflowRequest)(nil),       // 92: flo.v1.GetWorkflowRequest
-	(*ListWorkflowsRequest)(nil),     // 93: flo.v1.ListWorkflowsRequest
-	(*ListWorkflowsResponse)(nil),    // 94: flo.v1.ListWorkflowsResponse
-	(*WorkflowNameRequest)(nil),      // 95: flo.v1.WorkflowNameRequest
-	(*StartRunRequest)(nil),          // 96: flo.v1.StartRunRequest
-	(*StartRunResponse)(nil),         // 97: flo.v1.StartRunResponse
-	(*StepOutput)(nil),               // 98: flo.v1.StepOutput
-	(*WorkflowRun)(nil),              // 99: flo.v1.WorkflowRun
-	(*GetRunRequest)(nil),            // 100: flo.v1.GetRunRequest
-	(*ListRunsRequest)(nil),          // 101: flo.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),         // 102: flo.v1.ListRunsResponse
-	(*SignalRunRequest)(nil),         // 103: flo.v1.SignalRunRequest
-	(*SignalRunResponse)(nil),        // 104: flo.v1.SignalRunResponse
-	(*CancelRunRequest)(nil),         // 105: flo.v1.CancelRunRequest
-	(*HistoryEvent)(nil),             // 106: flo.v1.HistoryEvent
-	(*RunHistory)(nil),               // 107: flo.v1.RunHistory
-	nil,                              // 108: flo.v1.TaskAssignment.TraceContextEntry
-	nil,                              // 109: flo.v1.Result.TraceContextEntry
-	nil,                              // 110: flo.v1.StreamRecord.HeadersEntry
-	nil,                              // 111: flo.v1.StreamRecord.TraceContextEntry
-	nil,                              // 112: flo.v1.AppendRecord.HeadersEntry
-	(*timestamppb.Timestamp)(nil),    // 113: google.protobuf.Timestamp
-	(*structpb.Value)(nil),           // 114: google.protobuf.Value
+	(*CompleteTaskRequest)(nil),      // 33: flo.v1.CompleteTaskRequest
+	(*FailTaskRequest)(nil),          // 34: flo.v1.FailTaskRequest
+	(*AwaitTaskRequest)(nil),         // 35: flo.v1.AwaitTaskRequest
+	(*ListDeadLettersRequest)(nil),   // 36: flo.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),  // 37: flo.v1.ListDeadLettersResponse
+	(*WorkerMessage)(nil),            // 38: flo.v1.WorkerMessage
+	(*ServerMessage)(nil),            // 39: flo.v1.ServerMessage
+	(*Drain)(nil),                    // 40: flo.v1.Drain
+	(*Hello)(nil),                    // 41: flo.v1.Hello
+	(*StreamSubscription)(nil),       // 42: flo.v1.StreamSubscription
+	(*HelloAck)(nil),                 // 43: flo.v1.HelloAck
+	(*Ready)(nil),                    // 44: flo.v1.Ready
+	(*TaskAssignment)(nil),           // 45: flo.v1.TaskAssignment
+	(*TaskBatch)(nil),                // 46: flo.v1.TaskBatch
+	(*Result)(nil),                   // 47: flo.v1.Result
+	(*Completed)(nil),                // 48: flo.v1.Completed
+	(*Failed)(nil),                   // 49: flo.v1.Failed
+	(*Pending)(nil),                  // 50: flo.v1.Pending
+	(*ResultBatch)(nil),              // 51: flo.v1.ResultBatch
+	(*Nack)(nil),                     // 52: flo.v1.Nack
+	(*Abandon)(nil),                  // 53: flo.v1.Abandon
+	(*Touch)(nil),                    // 54: flo.v1.Touch
+	(*TouchAck)(nil),                 // 55: flo.v1.TouchAck
+	(*ResultAck)(nil),                // 56: flo.v1.ResultAck
+	(*StreamRead)(nil),               // 57: flo.v1.StreamRead
+	(*RecordBatch)(nil),              // 58: flo.v1.RecordBatch
+	(*StreamAck)(nil),                // 59: flo.v1.StreamAck
+	(*StreamNack)(nil),               // 60: flo.v1.StreamNack
+	(*Stream)(nil),                   // 61: flo.v1.Stream
+	(*CreateStreamRequest)(nil),      // 62: flo.v1.CreateStreamRequest
+	(*GetStreamRequest)(nil),         // 63: flo.v1.GetStreamRequest
+	(*ListStreamsRequest)(nil),       // 64: flo.v1.ListStreamsRequest
+	(*ListStreamsResponse)(nil),      // 65: flo.v1.ListStreamsResponse
+	(*DeleteStreamResponse)(nil),     // 66: flo.v1.DeleteStreamResponse
+	(*StreamInfo)(nil),               // 67: flo.v1.StreamInfo
+	(*StreamRecord)(nil),             // 68: flo.v1.StreamRecord
+	(*AppendRecord)(nil),             // 69: flo.v1.AppendRecord
+	(*AppendRequest)(nil),            // 70: flo.v1.AppendRequest
+	(*AppendResponse)(nil),           // 71: flo.v1.AppendResponse
+	(*ReadRequest)(nil),              // 72: flo.v1.ReadRequest
+	(*ReadResponse)(nil),             // 73: flo.v1.ReadResponse
+	(*ConsumerGroup)(nil),            // 74: flo.v1.ConsumerGroup
+	(*CreateGroupRequest)(nil),       // 75: flo.v1.CreateGroupRequest
+	(*GetGroupRequest)(nil),          // 76: flo.v1.GetGroupRequest
+	(*ListGroupsRequest)(nil),        // 77: flo.v1.ListGroupsRequest
+	(*ListGroupsResponse)(nil),       // 78: flo.v1.ListGroupsResponse
+	(*DeleteGroupResponse)(nil),      // 79: flo.v1.DeleteGroupResponse
+	(*ListPendingRequest)(nil),       // 80: flo.v1.ListPendingRequest
+	(*PendingEntry)(nil),             // 81: flo.v1.PendingEntry
+	(*ListPendingResponse)(nil),      // 82: flo.v1.ListPendingResponse
+	(*GroupReadRequest)(nil),         // 83: flo.v1.GroupReadRequest
+	(*GroupReadResponse)(nil),        // 84: flo.v1.GroupReadResponse
+	(*AckRequest)(nil),               // 85: flo.v1.AckRequest
+	(*AckResponse)(nil),              // 86: flo.v1.AckResponse
+	(*NackRequest)(nil),              // 87: flo.v1.NackRequest
+	(*NackResponse)(nil),             // 88: flo.v1.NackResponse
+	(*Diagnostic)(nil),               // 89: flo.v1.Diagnostic
+	(*WorkflowDefinition)(nil),       // 90: flo.v1.WorkflowDefinition
+	(*CreateWorkflowRequest)(nil),    // 91: flo.v1.CreateWorkflowRequest
+	(*CreateWorkflowResponse)(nil),   // 92: flo.v1.CreateWorkflowResponse
+	(*ValidateWorkflowRequest)(nil),  // 93: flo.v1.ValidateWorkflowRequest
+	(*ValidateWorkflowResponse)(nil), // 94: flo.v1.ValidateWorkflowResponse
+	(*GetWorkflowRequest)(nil),       // 95: flo.v1.GetWorkflowRequest
+	(*ListWorkflowsRequest)(nil),     // 96: flo.v1.ListWorkflowsRequest
+	(*ListWorkflowsResponse)(nil),    // 97: flo.v1.ListWorkflowsResponse
+	(*WorkflowNameRequest)(nil),      // 98: flo.v1.WorkflowNameRequest
+	(*StartRunRequest)(nil),          // 99: flo.v1.StartRunRequest
+	(*StartRunResponse)(nil),         // 100: flo.v1.StartRunResponse
+	(*StepOutput)(nil),               // 101: flo.v1.StepOutput
+	(*WorkflowRun)(nil),              // 102: flo.v1.WorkflowRun
+	(*GetRunRequest)(nil),            // 103: flo.v1.GetRunRequest
+	(*ListRunsRequest)(nil),          // 104: flo.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),         // 105: flo.v1.ListRunsResponse
+	(*SignalRunRequest)(nil),         // 106: flo.v1.SignalRunRequest
+	(*SignalRunResponse)(nil),        // 107: flo.v1.SignalRunResponse
+	(*CancelRunRequest)(nil),         // 108: flo.v1.CancelRunRequest
+	(*HistoryEvent)(nil),             // 109: flo.v1.HistoryEvent
+	(*RunHistory)(nil),               // 110: flo.v1.RunHistory
+	nil,                              // 111: flo.v1.TaskAssignment.TraceContextEntry
+	nil,                              // 112: flo.v1.Result.TraceContextEntry
+	nil,                              // 113: flo.v1.StreamRecord.HeadersEntry
+	nil,                              // 114: flo.v1.StreamRecord.TraceContextEntry
+	nil,                              // 115: flo.v1.AppendRecord.HeadersEntry
+	(*timestamppb.Timestamp)(nil),    // 116: google.protobuf.Timestamp
+	(*structpb.Value)(nil),           // 117: google.protobuf.Value
 }
 var file_flo_v1_api_proto_depIdxs = []int32{
-	113, // 0: flo.v1.Namespace.created_at:type_name -> google.protobuf.Timestamp
+	116, // 0: flo.v1.Namespace.created_at:type_name -> google.protobuf.Timestamp
 	7,   // 1: flo.v1.ListNamespacesResponse.namespaces:type_name -> flo.v1.Namespace
 	2,   // 2: flo.v1.WorkerProcess.kind:type_name -> flo.v1.ProcessKind
-	113, // 3: flo.v1.WorkerProcess.last_run_at:type_name -> google.protobuf.Timestamp
+	116, // 3: flo.v1.WorkerProcess.last_run_at:type_name -> google.protobuf.Timestamp
 	0,   // 4: flo.v1.Worker.worker_type:type_name -> flo.v1.WorkerType
 	1,   // 5: flo.v1.Worker.status:type_name -> flo.v1.WorkerStatus
 	12,  // 6: flo.v1.Worker.processes:type_name -> flo.v1.WorkerProcess
-	113, // 7: flo.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
-	113, // 8: flo.v1.Worker.last_heartbeat:type_name -> google.protobuf.Timestamp
+	116, // 7: flo.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
+	116, // 8: flo.v1.Worker.last_heartbeat:type_name -> google.protobuf.Timestamp
 	0,   // 9: flo.v1.RegisterWorkerRequest.worker_type:type_name -> flo.v1.WorkerType
 	12,  // 10: flo.v1.RegisterWorkerRequest.processes:type_name -> flo.v1.WorkerProcess
 	1,   // 11: flo.v1.HeartbeatResponse.status:type_name -> flo.v1.WorkerStatus
 	13,  // 12: flo.v1.ListWorkersResponse.workers:type_name -> flo.v1.Worker
 	3,   // 13: flo.v1.Backoff.kind:type_name -> flo.v1.BackoffKind
 	21,  // 14: flo.v1.Action.backoff:type_name -> flo.v1.Backoff
-	113, // 15: flo.v1.Action.created_at:type_name -> google.protobuf.Timestamp
-	113, // 16: flo.v1.Action.updated_at:type_name -> google.protobuf.Timestamp
+	116, // 15: flo.v1.Action.created_at:type_name -> google.protobuf.Timestamp
+	116, // 16: flo.v1.Action.updated_at:type_name -> google.protobuf.Timestamp
 	21,  // 17: flo.v1.RegisterActionRequest.backoff:type_name -> flo.v1.Backoff
 	22,  // 18: flo.v1.ListActionsResponse.actions:type_name -> flo.v1.Action
-	114, // 19: flo.v1.InvokeTaskRequest.input:type_name -> google.protobuf.Value
+	117, // 19: flo.v1.InvokeTaskRequest.input:type_name -> google.protobuf.Value
 	27,  // 20: flo.v1.InvokeTasksRequest.tasks:type_name -> flo.v1.InvokeTaskRequest
 	4,   // 21: flo.v1.Task.status:type_name -> flo.v1.TaskStatus
-	114, // 22: flo.v1.Task.output:type_name -> google.protobuf.Value
-	113, // 23: flo.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	113, // 24: flo.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	113, // 25: flo.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	113, // 26: flo.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	113, // 27: flo.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	31,  // 28: flo.v1.ListDeadLettersResponse.tasks:type_name -> flo.v1.Task
-	39,  // 29: flo.v1.WorkerMessage.hello:type_name -> flo.v1.Hello
-	42,  // 30: flo.v1.WorkerMessage.ready:type_name -> flo.v1.Ready
-	45,  // 31: flo.v1.WorkerMessage.result:type_name -> flo.v1.Result
-	48,  // 32: flo.v1.WorkerMessage.result_batch:type_name -> flo.v1.ResultBatch
-	49,  // 33: flo.v1.WorkerMessage.nack:type_name -> flo.v1.Nack
-	50,  // 34: flo.v1.WorkerMessage.abandon:type_name -> flo.v1.Abandon
-	51,  // 35: flo.v1.WorkerMessage.touch:type_name -> flo.v1.Touch
-	54,  // 36: flo.v1.WorkerMessage.stream_read:type_name -> flo.v1.StreamRead
-	56,  // 37: flo.v1.WorkerMessage.stream_ack:type_name -> flo.v1.StreamAck
-	57,  // 38: flo.v1.WorkerMessage.stream_nack:type_name -> flo.v1.StreamNack
-	41,  // 39: flo.v1.ServerMessage.hello_ack:type_name -> flo.v1.HelloAck
-	44,  // 40: flo.v1.ServerMessage.task_batch:type_name -> flo.v1.TaskBatch
-	52,  // 41: flo.v1.ServerMessage.touch_ack:type_name -> flo.v1.TouchAck
-	53,  // 42: flo.v1.ServerMessage.result_ack:type_name -> flo.v1.ResultAck
-	38,  // 43: flo.v1.ServerMessage.drain:type_name -> flo.v1.Drain
-	55,  // 44: flo.v1.ServerMessage.record_batch:type_name -> flo.v1.RecordBatch
-	40,  // 45: flo.v1.Hello.streams:type_name -> flo.v1.StreamSubscription
-	113, // 46: flo.v1.TaskAssignment.created_at:type_name -> google.protobuf.Timestamp
-	113, // 47: flo.v1.TaskAssignment.lease_until:type_name -> google.protobuf.Timestamp
-	108, // 48: flo.v1.TaskAssignment.trace_context:type_name -> flo.v1.TaskAssignment.TraceContextEntry
-	43,  // 49: flo.v1.TaskBatch.tasks:type_name -> flo.v1.TaskAssignment
-	46,  // 50: flo.v1.Result.completed:type_name -> flo.v1.Completed
-	47,  // 51: flo.v1.Result.failed:type_name -> flo.v1.Failed
-	109, // 52: flo.v1.Result.trace_context:type_name -> flo.v1.Result.TraceContextEntry
-	45,  // 53: flo.v1.ResultBatch.results:type_name -> flo.v1.Result
-	113, // 54: flo.v1.TouchAck.lease_until:type_name -> google.protobuf.Timestamp
-	65,  // 55: flo.v1.RecordBatch.records:type_name -> flo.v1.StreamRecord
-	113, // 56: flo.v1.Stream.created_at:type_name -> google.protobuf.Timestamp
-	58,  // 57: flo.v1.ListStreamsResponse.streams:type_name -> flo.v1.Stream
-	58,  // 58: flo.v1.StreamInfo.stream:type_name -> flo.v1.Stream
-	71,  // 59: flo.v1.StreamInfo.groups:type_name -> flo.v1.ConsumerGroup
-	114, // 60: flo.v1.StreamRecord.value:type_name -> google.protobuf.Value
-	110, // 61: flo.v1.StreamRecord.headers:type_name -> flo.v1.StreamRecord.HeadersEntry
-	113, // 62: flo.v1.StreamRecord.appended_at:type_name -> google.protobuf.Timestamp
-	111, // 63: flo.v1.StreamRecord.trace_context:type_name -> flo.v1.StreamRecord.TraceContextEntry
-	114, // 64: flo.v1.AppendRecord.value:type_name -> google.protobuf.Value
-	112, // 65: flo.v1.AppendRecord.headers:type_name -> flo.v1.AppendRecord.HeadersEntry
-	66,  // 66: flo.v1.AppendRequest.records:type_name -> flo.v1.AppendRecord
-	65,  // 67: flo.v1.ReadResponse.records:type_name -> flo.v1.StreamRecord
-	113, // 68: flo.v1.ConsumerGroup.created_at:type_name -> google.protobuf.Timestamp
-	71,  // 69: flo.v1.ListGroupsResponse.groups:type_name -> flo.v1.ConsumerGroup
-	113, // 70: flo.v1.PendingEntry.delivered_at:type_name -> google.protobuf.Timestamp
-	113, // 71: flo.v1.PendingEntry.redeliver_at:type_name -> google.protobuf.Timestamp
-	78,  // 72: flo.v1.ListPendingResponse.entries:type_name -> flo.v1.PendingEntry
-	65,  // 73: flo.v1.GroupReadResponse.records:type_name -> flo.v1.StreamRecord
-	5,   // 74: flo.v1.Diagnostic.severity:type_name -> flo.v1.DiagnosticSeverity
-	113, // 75: flo.v1.WorkflowDefinition.created_at:type_name -> google.protobuf.Timestamp
-	87,  // 76: flo.v1.CreateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
-	86,  // 77: flo.v1.CreateWorkflowResponse.warnings:type_name -> flo.v1.Diagnostic
-	86,  // 78: flo.v1.ValidateWorkflowResponse.diagnostics:type_name -> flo.v1.Diagnostic
-	87,  // 79: flo.v1.ValidateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
-	87,  // 80: flo.v1.ListWorkflowsResponse.workflows:type_name -> flo.v1.WorkflowDefinition
-	114, // 81: flo.v1.StartRunRequest.input_value:type_name -> google.protobuf.Value
-	114, // 82: flo.v1.StepOutput.output_value:type_name -> google.protobuf.Value
-	113, // 83: flo.v1.StepOutput.finished_at:type_name -> google.protobuf.Timestamp
-	6,   // 84: flo.v1.WorkflowRun.status:type_name -> flo.v1.RunStatus
-	114, // 85: flo.v1.WorkflowRun.input_value:type_name -> google.protobuf.Value
-	98,  // 86: flo.v1.WorkflowRun.outputs:type_name -> flo.v1.StepOutput
-	113, // 87: flo.v1.WorkflowRun.created_at:type_name -> google.protobuf.Timestamp
-	113, // 88: flo.v1.WorkflowRun.updated_at:type_name -> google.protobuf.Timestamp
-	113, // 89: flo.v1.WorkflowRun.finished_at:type_name -> google.protobuf.Timestamp
-	6,   // 90: flo.v1.ListRunsRequest.status:type_name -> flo.v1.RunStatus
-	113, // 91: flo.v1.ListRunsRequest.created_after:type_name -> google.protobuf.Timestamp
-	113, // 92: flo.v1.ListRunsRequest.created_before:type_name -> google.protobuf.Timestamp
-	99,  // 93: flo.v1.ListRunsResponse.runs:type_name -> flo.v1.WorkflowRun
-	114, // 94: flo.v1.SignalRunRequest.value:type_name -> google.protobuf.Value
-	113, // 95: flo.v1.HistoryEvent.at:type_name -> google.protobuf.Timestamp
-	106, // 96: flo.v1.RunHistory.events:type_name -> flo.v1.HistoryEvent
-	8,   // 97: flo.v1.NamespaceService.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
-	9,   // 98: flo.v1.NamespaceService.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
-	10,  // 99: flo.v1.NamespaceService.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
-	23,  // 100: flo.v1.ActionService.RegisterAction:input_type -> flo.v1.RegisterActionRequest
-	24,  // 101: flo.v1.ActionService.GetAction:input_type -> flo.v1.GetActionRequest
-	25,  // 102: flo.v1.ActionService.ListActions:input_type -> flo.v1.ListActionsRequest
-	24,  // 103: flo.v1.ActionService.EnableAction:input_type -> flo.v1.GetActionRequest
-	24,  // 104: flo.v1.ActionService.DisableAction:input_type -> flo.v1.GetActionRequest
-	27,  // 105: flo.v1.TaskService.InvokeTask:input_type -> flo.v1.InvokeTaskRequest
-	29,  // 106: flo.v1.TaskService.InvokeTasks:input_type -> flo.v1.InvokeTasksRequest
-	32,  // 107: flo.v1.TaskService.GetTask:input_type -> flo.v1.GetTaskRequest
-	33,  // 108: flo.v1.TaskService.AwaitTask:input_type -> flo.v1.AwaitTaskRequest
-	34,  // 109: flo.v1.TaskService.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
-	32,  // 110: flo.v1.TaskService.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
-	14,  // 111: flo.v1.WorkerRegistryService.RegisterWorker:input_type -> flo.v1.RegisterWorkerRequest
-	15,  // 112: flo.v1.WorkerRegistryService.Heartbeat:input_type -> flo.v1.HeartbeatRequest
-	17,  // 113: flo.v1.WorkerRegistryService.GetWorker:input_type -> flo.v1.GetWorkerRequest
-	18,  // 114: flo.v1.WorkerRegistryService.ListWorkers:input_type -> flo.v1.ListWorkersRequest
-	17,  // 115: flo.v1.WorkerRegistryService.DrainWorker:input_type -> flo.v1.GetWorkerRequest
-	17,  // 116: flo.v1.WorkerRegistryService.DeregisterWorker:input_type -> flo.v1.GetWorkerRequest
-	36,  // 117: flo.v1.WorkerService.Stream:input_type -> flo.v1.WorkerMessage
-	59,  // 118: flo.v1.StreamService.CreateStream:input_type -> flo.v1.CreateStreamRequest
-	60,  // 119: flo.v1.StreamService.GetStream:input_type -> flo.v1.GetStreamRequest
-	61,  // 120: flo.v1.StreamService.ListStreams:input_type -> flo.v1.ListStreamsRequest
-	60,  // 121: flo.v1.StreamService.DeleteStream:input_type -> flo.v1.GetStreamRequest
-	67,  // 122: flo.v1.StreamService.Append:input_type -> flo.v1.AppendRequest
-	69,  // 123: flo.v1.StreamService.Read:input_type -> flo.v1.ReadRequest
-	72,  // 124: flo.v1.StreamService.CreateGroup:input_type -> flo.v1.CreateGroupRequest
-	74,  // 125: flo.v1.StreamService.ListGroups:input_type -> flo.v1.ListGroupsRequest
-	73,  // 126: flo.v1.StreamService.DeleteGroup:input_type -> flo.v1.GetGroupRequest
-	77,  // 127: flo.v1.StreamService.ListPending:input_type -> flo.v1.ListPendingRequest
-	80,  // 128: flo.v1.StreamService.GroupRead:input_type -> flo.v1.GroupReadRequest
-	82,  // 129: flo.v1.StreamService.Ack:input_type -> flo.v1.AckRequest
-	84,  // 130: flo.v1.StreamService.Nack:input_type -> flo.v1.NackRequest
-	88,  // 131: flo.v1.WorkflowService.CreateWorkflow:input_type -> flo.v1.CreateWorkflowRequest
-	90,  // 132: flo.v1.WorkflowService.ValidateWorkflow:input_type -> flo.v1.ValidateWorkflowRequest
-	92,  // 133: flo.v1.WorkflowService.GetWorkflow:input_type -> flo.v1.GetWorkflowRequest
-	93,  // 134: flo.v1.WorkflowService.ListWorkflows:input_type -> flo.v1.ListWorkflowsRequest
-	95,  // 135: flo.v1.WorkflowService.DisableWorkflow:input_type -> flo.v1.WorkflowNameRequest
-	95,  // 136: flo.v1.WorkflowService.EnableWorkflow:input_type -> flo.v1.WorkflowNameRequest
-	96,  // 137: flo.v1.WorkflowService.StartRun:input_type -> flo.v1.StartRunRequest
-	100, // 138: flo.v1.WorkflowService.GetRun:input_type -> flo.v1.GetRunRequest
-	101, // 139: flo.v1.WorkflowService.ListRuns:input_type -> flo.v1.ListRunsRequest
-	103, // 140: flo.v1.WorkflowService.SignalRun:input_type -> flo.v1.SignalRunRequest
-	105, // 141: flo.v1.WorkflowService.CancelRun:input_type -> flo.v1.CancelRunRequest
-	100, // 142: flo.v1.WorkflowService.GetRunHistory:input_type -> flo.v1.GetRunRequest
-	7,   // 143: flo.v1.NamespaceService.CreateNamespace:output_type -> flo.v1.Namespace
-	7,   // 144: flo.v1.NamespaceService.GetNamespace:output_type -> flo.v1.Namespace
-	11,  // 145: flo.v1.NamespaceService.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
-	22,  // 146: flo.v1.ActionService.RegisterAction:output_type -> flo.v1.Action
-	22,  // 147: flo.v1.ActionService.GetAction:output_type -> flo.v1.Action
-	26,  // 148: flo.v1.ActionService.ListActions:output_type -> flo.v1.ListActionsResponse
-	22,  // 149: flo.v1.ActionService.EnableAction:output_type -> flo.v1.Action
-	22,  // 150: flo.v1.ActionService.DisableAction:output_type -> flo.v1.Action
-	28,  // 151: flo.v1.TaskService.InvokeTask:output_type -> flo.v1.InvokeTaskResponse
-	30,  // 152: flo.v1.TaskService.InvokeTasks:output_type -> flo.v1.InvokeTasksResponse
-	31,  // 153: flo.v1.TaskService.GetTask:output_type -> flo.v1.Task
-	31,  // 154: flo.v1.TaskService.AwaitTask:output_type -> flo.v1.Task
-	35,  // 155: flo.v1.TaskService.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
-	31,  // 156: flo.v1.TaskService.RequeueDeadLetter:output_type -> flo.v1.Task
-	13,  // 157: flo.v1.WorkerRegistryService.RegisterWorker:output_type -> flo.v1.Worker
-	16,  // 158: flo.v1.WorkerRegistryService.Heartbeat:output_type -> flo.v1.HeartbeatResponse
-	13,  // 159: flo.v1.WorkerRegistryService.GetWorker:output_type -> flo.v1.Worker
-	19,  // 160: flo.v1.WorkerRegistryService.ListWorkers:output_type -> flo.v1.ListWorkersResponse
-	13,  // 161: flo.v1.WorkerRegistryService.DrainWorker:output_type -> flo.v1.Worker
-	20,  // 162: flo.v1.WorkerRegistryService.DeregisterWorker:output_type -> flo.v1.DeregisterWorkerResponse
-	37,  // 163: flo.v1.WorkerService.Stream:output_type -> flo.v1.ServerMessage
-	58,  // 164: flo.v1.StreamService.CreateStream:output_type -> flo.v1.Stream
-	64,  // 165: flo.v1.StreamService.GetStream:output_type -> flo.v1.StreamInfo
-	62,  // 166: flo.v1.StreamService.ListStreams:output_type -> flo.v1.ListStreamsResponse
-	63,  // 167: flo.v1.StreamService.DeleteStream:output_type -> flo.v1.DeleteStreamResponse
-	68,  // 168: flo.v1.StreamService.Append:output_type -> flo.v1.AppendResponse
-	70,  // 169: flo.v1.StreamService.Read:output_type -> flo.v1.ReadResponse
-	71,  // 170: flo.v1.StreamService.CreateGroup:output_type -> flo.v1.ConsumerGroup
-	75,  // 171: flo.v1.StreamService.ListGroups:output_type -> flo.v1.ListGroupsResponse
-	76,  // 172: flo.v1.StreamService.DeleteGroup:output_type -> flo.v1.DeleteGroupResponse
-	79,  // 173: flo.v1.StreamService.ListPending:output_type -> flo.v1.ListPendingResponse
-	81,  // 174: flo.v1.StreamService.GroupRead:output_type -> flo.v1.GroupReadResponse
-	83,  // 175: flo.v1.StreamService.Ack:output_type -> flo.v1.AckResponse
-	85,  // 176: flo.v1.StreamService.Nack:output_type -> flo.v1.NackResponse
-	89,  // 177: flo.v1.WorkflowService.CreateWorkflow:output_type -> flo.v1.CreateWorkflowResponse
-	91,  // 178: flo.v1.WorkflowService.ValidateWorkflow:output_type -> flo.v1.ValidateWorkflowResponse
-	87,  // 179: flo.v1.WorkflowService.GetWorkflow:output_type -> flo.v1.WorkflowDefinition
-	94,  // 180: flo.v1.WorkflowService.ListWorkflows:output_type -> flo.v1.ListWorkflowsResponse
-	87,  // 181: flo.v1.WorkflowService.DisableWorkflow:output_type -> flo.v1.WorkflowDefinition
-	87,  // 182: flo.v1.WorkflowService.EnableWorkflow:output_type -> flo.v1.WorkflowDefinition
-	97,  // 183: flo.v1.WorkflowService.StartRun:output_type -> flo.v1.StartRunResponse
-	99,  // 184: flo.v1.WorkflowService.GetRun:output_type -> flo.v1.WorkflowRun
-	102, // 185: flo.v1.WorkflowService.ListRuns:output_type -> flo.v1.ListRunsResponse
-	104, // 186: flo.v1.WorkflowService.SignalRun:output_type -> flo.v1.SignalRunResponse
-	99,  // 187: flo.v1.WorkflowService.CancelRun:output_type -> flo.v1.WorkflowRun
-	107, // 188: flo.v1.WorkflowService.GetRunHistory:output_type -> flo.v1.RunHistory
-	143, // [143:189] is the sub-list for method output_type
-	97,  // [97:143] is the sub-list for method input_type
-	97,  // [97:97] is the sub-list for extension type_name
-	97,  // [97:97] is the sub-list for extension extendee
-	0,   // [0:97] is the sub-list for field type_name
+	117, // 22: flo.v1.Task.output:type_name -> google.protobuf.Value
+	116, // 23: flo.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	116, // 24: flo.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	116, // 25: flo.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	116, // 26: flo.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	116, // 27: flo.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	116, // 28: flo.v1.Task.complete_by:type_name -> google.protobuf.Timestamp
+	117, // 29: flo.v1.CompleteTaskRequest.output:type_name -> google.protobuf.Value
+	31,  // 30: flo.v1.ListDeadLettersResponse.tasks:type_name -> flo.v1.Task
+	41,  // 31: flo.v1.WorkerMessage.hello:type_name -> flo.v1.Hello
+	44,  // 32: flo.v1.WorkerMessage.ready:type_name -> flo.v1.Ready
+	47,  // 33: flo.v1.WorkerMessage.result:type_name -> flo.v1.Result
+	51,  // 34: flo.v1.WorkerMessage.result_batch:type_name -> flo.v1.ResultBatch
+	52,  // 35: flo.v1.WorkerMessage.nack:type_name -> flo.v1.Nack
+	53,  // 36: flo.v1.WorkerMessage.abandon:type_name -> flo.v1.Abandon
+	54,  // 37: flo.v1.WorkerMessage.touch:type_name -> flo.v1.Touch
+	57,  // 38: flo.v1.WorkerMessage.stream_read:type_name -> flo.v1.StreamRead
+	59,  // 39: flo.v1.WorkerMessage.stream_ack:type_name -> flo.v1.StreamAck
+	60,  // 40: flo.v1.WorkerMessage.stream_nack:type_name -> flo.v1.StreamNack
+	43,  // 41: flo.v1.ServerMessage.hello_ack:type_name -> flo.v1.HelloAck
+	46,  // 42: flo.v1.ServerMessage.task_batch:type_name -> flo.v1.TaskBatch
+	55,  // 43: flo.v1.ServerMessage.touch_ack:type_name -> flo.v1.TouchAck
+	56,  // 44: flo.v1.ServerMessage.result_ack:type_name -> flo.v1.ResultAck
+	40,  // 45: flo.v1.ServerMessage.drain:type_name -> flo.v1.Drain
+	58,  // 46: flo.v1.ServerMessage.record_batch:type_name -> flo.v1.RecordBatch
+	42,  // 47: flo.v1.Hello.streams:type_name -> flo.v1.StreamSubscription
+	116, // 48: flo.v1.TaskAssignment.created_at:type_name -> google.protobuf.Timestamp
+	116, // 49: flo.v1.TaskAssignment.lease_until:type_name -> google.protobuf.Timestamp
+	111, // 50: flo.v1.TaskAssignment.trace_context:type_name -> flo.v1.TaskAssignment.TraceContextEntry
+	45,  // 51: flo.v1.TaskBatch.tasks:type_name -> flo.v1.TaskAssignment
+	48,  // 52: flo.v1.Result.completed:type_name -> flo.v1.Completed
+	49,  // 53: flo.v1.Result.failed:type_name -> flo.v1.Failed
+	50,  // 54: flo.v1.Result.pending:type_name -> flo.v1.Pending
+	112, // 55: flo.v1.Result.trace_context:type_name -> flo.v1.Result.TraceContextEntry
+	47,  // 56: flo.v1.ResultBatch.results:type_name -> flo.v1.Result
+	116, // 57: flo.v1.TouchAck.lease_until:type_name -> google.protobuf.Timestamp
+	68,  // 58: flo.v1.RecordBatch.records:type_name -> flo.v1.StreamRecord
+	116, // 59: flo.v1.Stream.created_at:type_name -> google.protobuf.Timestamp
+	61,  // 60: flo.v1.ListStreamsResponse.streams:type_name -> flo.v1.Stream
+	61,  // 61: flo.v1.StreamInfo.stream:type_name -> flo.v1.Stream
+	74,  // 62: flo.v1.StreamInfo.groups:type_name -> flo.v1.ConsumerGroup
+	117, // 63: flo.v1.StreamRecord.value:type_name -> google.protobuf.Value
+	113, // 64: flo.v1.StreamRecord.headers:type_name -> flo.v1.StreamRecord.HeadersEntry
+	116, // 65: flo.v1.StreamRecord.appended_at:type_name -> google.protobuf.Timestamp
+	114, // 66: flo.v1.StreamRecord.trace_context:type_name -> flo.v1.StreamRecord.TraceContextEntry
+	117, // 67: flo.v1.AppendRecord.value:type_name -> google.protobuf.Value
+	115, // 68: flo.v1.AppendRecord.headers:type_name -> flo.v1.AppendRecord.HeadersEntry
+	69,  // 69: flo.v1.AppendRequest.records:type_name -> flo.v1.AppendRecord
+	68,  // 70: flo.v1.ReadResponse.records:type_name -> flo.v1.StreamRecord
+	116, // 71: flo.v1.ConsumerGroup.created_at:type_name -> google.protobuf.Timestamp
+	74,  // 72: flo.v1.ListGroupsResponse.groups:type_name -> flo.v1.ConsumerGroup
+	116, // 73: flo.v1.PendingEntry.delivered_at:type_name -> google.protobuf.Timestamp
+	116, // 74: flo.v1.PendingEntry.redeliver_at:type_name -> google.protobuf.Timestamp
+	81,  // 75: flo.v1.ListPendingResponse.entries:type_name -> flo.v1.PendingEntry
+	68,  // 76: flo.v1.GroupReadResponse.records:type_name -> flo.v1.StreamRecord
+	5,   // 77: flo.v1.Diagnostic.severity:type_name -> flo.v1.DiagnosticSeverity
+	116, // 78: flo.v1.WorkflowDefinition.created_at:type_name -> google.protobuf.Timestamp
+	90,  // 79: flo.v1.CreateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
+	89,  // 80: flo.v1.CreateWorkflowResponse.warnings:type_name -> flo.v1.Diagnostic
+	89,  // 81: flo.v1.ValidateWorkflowResponse.diagnostics:type_name -> flo.v1.Diagnostic
+	90,  // 82: flo.v1.ValidateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
+	90,  // 83: flo.v1.ListWorkflowsResponse.workflows:type_name -> flo.v1.WorkflowDefinition
+	117, // 84: flo.v1.StartRunRequest.input_value:type_name -> google.protobuf.Value
+	117, // 85: flo.v1.StepOutput.output_value:type_name -> google.protobuf.Value
+	116, // 86: flo.v1.StepOutput.finished_at:type_name -> google.protobuf.Timestamp
+	6,   // 87: flo.v1.WorkflowRun.status:type_name -> flo.v1.RunStatus
+	117, // 88: flo.v1.WorkflowRun.input_value:type_name -> google.protobuf.Value
+	101, // 89: flo.v1.WorkflowRun.outputs:type_name -> flo.v1.StepOutput
+	116, // 90: flo.v1.WorkflowRun.created_at:type_name -> google.protobuf.Timestamp
+	116, // 91: flo.v1.WorkflowRun.updated_at:type_name -> google.protobuf.Timestamp
+	116, // 92: flo.v1.WorkflowRun.finished_at:type_name -> google.protobuf.Timestamp
+	6,   // 93: flo.v1.ListRunsRequest.status:type_name -> flo.v1.RunStatus
+	116, // 94: flo.v1.ListRunsRequest.created_after:type_name -> google.protobuf.Timestamp
+	116, // 95: flo.v1.ListRunsRequest.created_before:type_name -> google.protobuf.Timestamp
+	102, // 96: flo.v1.ListRunsResponse.runs:type_name -> flo.v1.WorkflowRun
+	117, // 97: flo.v1.SignalRunRequest.value:type_name -> google.protobuf.Value
+	116, // 98: flo.v1.HistoryEvent.at:type_name -> google.protobuf.Timestamp
+	109, // 99: flo.v1.RunHistory.events:type_name -> flo.v1.HistoryEvent
+	8,   // 100: flo.v1.NamespaceService.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
+	9,   // 101: flo.v1.NamespaceService.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
+	10,  // 102: flo.v1.NamespaceService.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
+	23,  // 103: flo.v1.ActionService.RegisterAction:input_type -> flo.v1.RegisterActionRequest
+	24,  // 104: flo.v1.ActionService.GetAction:input_type -> flo.v1.GetActionRequest
+	25,  // 105: flo.v1.ActionService.ListActions:input_type -> flo.v1.ListActionsRequest
+	24,  // 106: flo.v1.ActionService.EnableAction:input_type -> flo.v1.GetActionRequest
+	24,  // 107: flo.v1.ActionService.DisableAction:input_type -> flo.v1.GetActionRequest
+	27,  // 108: flo.v1.TaskService.InvokeTask:input_type -> flo.v1.InvokeTaskRequest
+	29,  // 109: flo.v1.TaskService.InvokeTasks:input_type -> flo.v1.InvokeTasksRequest
+	32,  // 110: flo.v1.TaskService.GetTask:input_type -> flo.v1.GetTaskRequest
+	35,  // 111: flo.v1.TaskService.AwaitTask:input_type -> flo.v1.AwaitTaskRequest
+	36,  // 112: flo.v1.TaskService.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
+	32,  // 113: flo.v1.TaskService.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
+	33,  // 114: flo.v1.TaskService.CompleteTask:input_type -> flo.v1.CompleteTaskRequest
+	34,  // 115: flo.v1.TaskService.FailTask:input_type -> flo.v1.FailTaskRequest
+	14,  // 116: flo.v1.WorkerRegistryService.RegisterWorker:input_type -> flo.v1.RegisterWorkerRequest
+	15,  // 117: flo.v1.WorkerRegistryService.Heartbeat:input_type -> flo.v1.HeartbeatRequest
+	17,  // 118: flo.v1.WorkerRegistryService.GetWorker:input_type -> flo.v1.GetWorkerRequest
+	18,  // 119: flo.v1.WorkerRegistryService.ListWorkers:input_type -> flo.v1.ListWorkersRequest
+	17,  // 120: flo.v1.WorkerRegistryService.DrainWorker:input_type -> flo.v1.GetWorkerRequest
+	17,  // 121: flo.v1.WorkerRegistryService.DeregisterWorker:input_type -> flo.v1.GetWorkerRequest
+	38,  // 122: flo.v1.WorkerService.Stream:input_type -> flo.v1.WorkerMessage
+	62,  // 123: flo.v1.StreamService.CreateStream:input_type -> flo.v1.CreateStreamRequest
+	63,  // 124: flo.v1.StreamService.GetStream:input_type -> flo.v1.GetStreamRequest
+	64,  // 125: flo.v1.StreamService.ListStreams:input_type -> flo.v1.ListStreamsRequest
+	63,  // 126: flo.v1.StreamService.DeleteStream:input_type -> flo.v1.GetStreamRequest
+	70,  // 127: flo.v1.StreamService.Append:input_type -> flo.v1.AppendRequest
+	72,  // 128: flo.v1.StreamService.Read:input_type -> flo.v1.ReadRequest
+	75,  // 129: flo.v1.StreamService.CreateGroup:input_type -> flo.v1.CreateGroupRequest
+	77,  // 130: flo.v1.StreamService.ListGroups:input_type -> flo.v1.ListGroupsRequest
+	76,  // 131: flo.v1.StreamService.DeleteGroup:input_type -> flo.v1.GetGroupRequest
+	80,  // 132: flo.v1.StreamService.ListPending:input_type -> flo.v1.ListPendingRequest
+	83,  // 133: flo.v1.StreamService.GroupRead:input_type -> flo.v1.GroupReadRequest
+	85,  // 134: flo.v1.StreamService.Ack:input_type -> flo.v1.AckRequest
+	87,  // 135: flo.v1.StreamService.Nack:input_type -> flo.v1.NackRequest
+	91,  // 136: flo.v1.WorkflowService.CreateWorkflow:input_type -> flo.v1.CreateWorkflowRequest
+	93,  // 137: flo.v1.WorkflowService.ValidateWorkflow:input_type -> flo.v1.ValidateWorkflowRequest
+	95,  // 138: flo.v1.WorkflowService.GetWorkflow:input_type -> flo.v1.GetWorkflowRequest
+	96,  // 139: flo.v1.WorkflowService.ListWorkflows:input_type -> flo.v1.ListWorkflowsRequest
+	98,  // 140: flo.v1.WorkflowService.DisableWorkflow:input_type -> flo.v1.WorkflowNameRequest
+	98,  // 141: flo.v1.WorkflowService.EnableWorkflow:input_type -> flo.v1.WorkflowNameRequest
+	99,  // 142: flo.v1.WorkflowService.StartRun:input_type -> flo.v1.StartRunRequest
+	103, // 143: flo.v1.WorkflowService.GetRun:input_type -> flo.v1.GetRunRequest
+	104, // 144: flo.v1.WorkflowService.ListRuns:input_type -> flo.v1.ListRunsRequest
+	106, // 145: flo.v1.WorkflowService.SignalRun:input_type -> flo.v1.SignalRunRequest
+	108, // 146: flo.v1.WorkflowService.CancelRun:input_type -> flo.v1.CancelRunRequest
+	103, // 147: flo.v1.WorkflowService.GetRunHistory:input_type -> flo.v1.GetRunRequest
+	7,   // 148: flo.v1.NamespaceService.CreateNamespace:output_type -> flo.v1.Namespace
+	7,   // 149: flo.v1.NamespaceService.GetNamespace:output_type -> flo.v1.Namespace
+	11,  // 150: flo.v1.NamespaceService.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
+	22,  // 151: flo.v1.ActionService.RegisterAction:output_type -> flo.v1.Action
+	22,  // 152: flo.v1.ActionService.GetAction:output_type -> flo.v1.Action
+	26,  // 153: flo.v1.ActionService.ListActions:output_type -> flo.v1.ListActionsResponse
+	22,  // 154: flo.v1.ActionService.EnableAction:output_type -> flo.v1.Action
+	22,  // 155: flo.v1.ActionService.DisableAction:output_type -> flo.v1.Action
+	28,  // 156: flo.v1.TaskService.InvokeTask:output_type -> flo.v1.InvokeTaskResponse
+	30,  // 157: flo.v1.TaskService.InvokeTasks:output_type -> flo.v1.InvokeTasksResponse
+	31,  // 158: flo.v1.TaskService.GetTask:output_type -> flo.v1.Task
+	31,  // 159: flo.v1.TaskService.AwaitTask:output_type -> flo.v1.Task
+	37,  // 160: flo.v1.TaskService.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
+	31,  // 161: flo.v1.TaskService.RequeueDeadLetter:output_type -> flo.v1.Task
+	31,  // 162: flo.v1.TaskService.CompleteTask:output_type -> flo.v1.Task
+	31,  // 163: flo.v1.TaskService.FailTask:output_type -> flo.v1.Task
+	13,  // 164: flo.v1.WorkerRegistryService.RegisterWorker:output_type -> flo.v1.Worker
+	16,  // 165: flo.v1.WorkerRegistryService.Heartbeat:output_type -> flo.v1.HeartbeatResponse
+	13,  // 166: flo.v1.WorkerRegistryService.GetWorker:output_type -> flo.v1.Worker
+	19,  // 167: flo.v1.WorkerRegistryService.ListWorkers:output_type -> flo.v1.ListWorkersResponse
+	13,  // 168: flo.v1.WorkerRegistryService.DrainWorker:output_type -> flo.v1.Worker
+	20,  // 169: flo.v1.WorkerRegistryService.DeregisterWorker:output_type -> flo.v1.DeregisterWorkerResponse
+	39,  // 170: flo.v1.WorkerService.Stream:output_type -> flo.v1.ServerMessage
+	61,  // 171: flo.v1.StreamService.CreateStream:output_type -> flo.v1.Stream
+	67,  // 172: flo.v1.StreamService.GetStream:output_type -> flo.v1.StreamInfo
+	65,  // 173: flo.v1.StreamService.ListStreams:output_type -> flo.v1.ListStreamsResponse
+	66,  // 174: flo.v1.StreamService.DeleteStream:output_type -> flo.v1.DeleteStreamResponse
+	71,  // 175: flo.v1.StreamService.Append:output_type -> flo.v1.AppendResponse
+	73,  // 176: flo.v1.StreamService.Read:output_type -> flo.v1.ReadResponse
+	74,  // 177: flo.v1.StreamService.CreateGroup:output_type -> flo.v1.ConsumerGroup
+	78,  // 178: flo.v1.StreamService.ListGroups:output_type -> flo.v1.ListGroupsResponse
+	79,  // 179: flo.v1.StreamService.DeleteGroup:output_type -> flo.v1.DeleteGroupResponse
+	82,  // 180: flo.v1.StreamService.ListPending:output_type -> flo.v1.ListPendingResponse
+	84,  // 181: flo.v1.StreamService.GroupRead:output_type -> flo.v1.GroupReadResponse
+	86,  // 182: flo.v1.StreamService.Ack:output_type -> flo.v1.AckResponse
+	88,  // 183: flo.v1.StreamService.Nack:output_type -> flo.v1.NackResponse
+	92,  // 184: flo.v1.WorkflowService.CreateWorkflow:output_type -> flo.v1.CreateWorkflowResponse
+	94,  // 185: flo.v1.WorkflowService.ValidateWorkflow:output_type -> flo.v1.ValidateWorkflowResponse
+	90,  // 186: flo.v1.WorkflowService.GetWorkflow:output_type -> flo.v1.WorkflowDefinition
+	97,  // 187: flo.v1.WorkflowService.ListWorkflows:output_type -> flo.v1.ListWorkflowsResponse
+	90,  // 188: flo.v1.WorkflowService.DisableWorkflow:output_type -> flo.v1.WorkflowDefinition
+	90,  // 189: flo.v1.WorkflowService.EnableWorkflow:output_type -> flo.v1.WorkflowDefinition
+	100, // 190: flo.v1.WorkflowService.StartRun:output_type -> flo.v1.StartRunResponse
+	102, // 191: flo.v1.WorkflowService.GetRun:output_type -> flo.v1.WorkflowRun
+	105, // 192: flo.v1.WorkflowService.ListRuns:output_type -> flo.v1.ListRunsResponse
+	107, // 193: flo.v1.WorkflowService.SignalRun:output_type -> flo.v1.SignalRunResponse
+	102, // 194: flo.v1.WorkflowService.CancelRun:output_type -> flo.v1.WorkflowRun
+	110, // 195: flo.v1.WorkflowService.GetRunHistory:output_type -> flo.v1.RunHistory
+	148, // [148:196] is the sub-list for method output_type
+	100, // [100:148] is the sub-list for method input_type
+	100, // [100:100] is the sub-list for extension type_name
+	100, // [100:100] is the sub-list for extension extendee
+	0,   // [0:100] is the sub-list for field type_name
 }
 
 func init() { file_flo_v1_api_proto_init() }
@@ -8626,7 +8898,7 @@ func file_flo_v1_api_proto_init() {
 	if File_flo_v1_api_proto != nil {
 		return
 	}
-	file_flo_v1_api_proto_msgTypes[29].OneofWrappers = []any{
+	file_flo_v1_api_proto_msgTypes[31].OneofWrappers = []any{
 		(*WorkerMessage_Hello)(nil),
 		(*WorkerMessage_Ready)(nil),
 		(*WorkerMessage_Result)(nil),
@@ -8638,7 +8910,7 @@ func file_flo_v1_api_proto_init() {
 		(*WorkerMessage_StreamAck)(nil),
 		(*WorkerMessage_StreamNack)(nil),
 	}
-	file_flo_v1_api_proto_msgTypes[30].OneofWrappers = []any{
+	file_flo_v1_api_proto_msgTypes[32].OneofWrappers = []any{
 		(*ServerMessage_HelloAck)(nil),
 		(*ServerMessage_TaskBatch)(nil),
 		(*ServerMessage_TouchAck)(nil),
@@ -8646,9 +8918,10 @@ func file_flo_v1_api_proto_init() {
 		(*ServerMessage_Drain)(nil),
 		(*ServerMessage_RecordBatch)(nil),
 	}
-	file_flo_v1_api_proto_msgTypes[38].OneofWrappers = []any{
+	file_flo_v1_api_proto_msgTypes[40].OneofWrappers = []any{
 		(*Result_Completed)(nil),
 		(*Result_Failed)(nil),
+		(*Result_Pending)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -8656,7 +8929,7 @@ func file_flo_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flo_v1_api_proto_rawDesc), len(file_flo_v1_api_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   106,
+			NumMessages:   109,
 			NumExtensions: 0,
 			NumServices:   7,
 		},

@@ -467,6 +467,8 @@ const (
 	TaskService_AwaitTask_FullMethodName         = "/flo.v1.TaskService/AwaitTask"
 	TaskService_ListDeadLetters_FullMethodName   = "/flo.v1.TaskService/ListDeadLetters"
 	TaskService_RequeueDeadLetter_FullMethodName = "/flo.v1.TaskService/RequeueDeadLetter"
+	TaskService_CompleteTask_FullMethodName      = "/flo.v1.TaskService/CompleteTask"
+	TaskService_FailTask_FullMethodName          = "/flo.v1.TaskService/FailTask"
 )
 
 // TaskServiceClient is the client API for TaskService service.
@@ -485,6 +487,12 @@ type TaskServiceClient interface {
 	AwaitTask(ctx context.Context, in *AwaitTaskRequest, opts ...grpc.CallOption) (*Task, error)
 	ListDeadLetters(ctx context.Context, in *ListDeadLettersRequest, opts ...grpc.CallOption) (*ListDeadLettersResponse, error)
 	RequeueDeadLetter(ctx context.Context, in *GetTaskRequest, opts ...grpc.CallOption) (*Task, error)
+	// CompleteTask finishes a task waiting for its result (its handler
+	// returned the pending result) with a success, by its completion token.
+	CompleteTask(ctx context.Context, in *CompleteTaskRequest, opts ...grpc.CallOption) (*Task, error)
+	// FailTask finishes a task waiting for its result with a failure, by its
+	// completion token. The failure is final: no further attempt runs.
+	FailTask(ctx context.Context, in *FailTaskRequest, opts ...grpc.CallOption) (*Task, error)
 }
 
 type taskServiceClient struct {
@@ -555,6 +563,26 @@ func (c *taskServiceClient) RequeueDeadLetter(ctx context.Context, in *GetTaskRe
 	return out, nil
 }
 
+func (c *taskServiceClient) CompleteTask(ctx context.Context, in *CompleteTaskRequest, opts ...grpc.CallOption) (*Task, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Task)
+	err := c.cc.Invoke(ctx, TaskService_CompleteTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *taskServiceClient) FailTask(ctx context.Context, in *FailTaskRequest, opts ...grpc.CallOption) (*Task, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Task)
+	err := c.cc.Invoke(ctx, TaskService_FailTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TaskServiceServer is the server API for TaskService service.
 // All implementations must embed UnimplementedTaskServiceServer
 // for forward compatibility.
@@ -571,6 +599,12 @@ type TaskServiceServer interface {
 	AwaitTask(context.Context, *AwaitTaskRequest) (*Task, error)
 	ListDeadLetters(context.Context, *ListDeadLettersRequest) (*ListDeadLettersResponse, error)
 	RequeueDeadLetter(context.Context, *GetTaskRequest) (*Task, error)
+	// CompleteTask finishes a task waiting for its result (its handler
+	// returned the pending result) with a success, by its completion token.
+	CompleteTask(context.Context, *CompleteTaskRequest) (*Task, error)
+	// FailTask finishes a task waiting for its result with a failure, by its
+	// completion token. The failure is final: no further attempt runs.
+	FailTask(context.Context, *FailTaskRequest) (*Task, error)
 	mustEmbedUnimplementedTaskServiceServer()
 }
 
@@ -598,6 +632,12 @@ func (UnimplementedTaskServiceServer) ListDeadLetters(context.Context, *ListDead
 }
 func (UnimplementedTaskServiceServer) RequeueDeadLetter(context.Context, *GetTaskRequest) (*Task, error) {
 	return nil, status.Error(codes.Unimplemented, "method RequeueDeadLetter not implemented")
+}
+func (UnimplementedTaskServiceServer) CompleteTask(context.Context, *CompleteTaskRequest) (*Task, error) {
+	return nil, status.Error(codes.Unimplemented, "method CompleteTask not implemented")
+}
+func (UnimplementedTaskServiceServer) FailTask(context.Context, *FailTaskRequest) (*Task, error) {
+	return nil, status.Error(codes.Unimplemented, "method FailTask not implemented")
 }
 func (UnimplementedTaskServiceServer) mustEmbedUnimplementedTaskServiceServer() {}
 func (UnimplementedTaskServiceServer) testEmbeddedByValue()                     {}
@@ -728,6 +768,42 @@ func _TaskService_RequeueDeadLetter_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TaskService_CompleteTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompleteTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskServiceServer).CompleteTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskService_CompleteTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskServiceServer).CompleteTask(ctx, req.(*CompleteTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TaskService_FailTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FailTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TaskServiceServer).FailTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TaskService_FailTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TaskServiceServer).FailTask(ctx, req.(*FailTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TaskService_ServiceDesc is the grpc.ServiceDesc for TaskService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -758,6 +834,14 @@ var TaskService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RequeueDeadLetter",
 			Handler:    _TaskService_RequeueDeadLetter_Handler,
+		},
+		{
+			MethodName: "CompleteTask",
+			Handler:    _TaskService_CompleteTask_Handler,
+		},
+		{
+			MethodName: "FailTask",
+			Handler:    _TaskService_FailTask_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

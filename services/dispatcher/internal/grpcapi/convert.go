@@ -13,6 +13,7 @@ import (
 	"github.com/razorbill/flo/libs/millis"
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
+	"github.com/razorbill/flo/services/dispatcher/internal/completion"
 	"github.com/razorbill/flo/services/dispatcher/internal/report"
 	"github.com/razorbill/flo/services/dispatcher/internal/store"
 	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
@@ -107,6 +108,7 @@ func taskProto(t store.Task) *flov1.Task {
 		StartedAt:      timestamp(t.StartedAt),
 		FinishedAt:     timestamp(t.FinishedAt),
 		UpdatedAt:      timestamp(t.UpdatedAt),
+		CompleteBy:     timestamp(t.CompleteBy),
 	}
 }
 
@@ -132,6 +134,8 @@ func assignmentProto(t store.Claimed) *flov1.TaskAssignment {
 		CreatedAt:    timestamp(t.CreatedAt),
 		LeaseUntil:   timestamp(t.LeaseUntil),
 		TraceContext: t.TraceContext,
+		// A claimed attempt always has a secret; Token refuses anything else.
+		CompletionToken: completion.Token(t.ID, t.Attempt, t.CompletionSecret),
 	}
 }
 
@@ -148,6 +152,8 @@ func reportDomain(r *dispatcherv1.Report) report.Report {
 		out.Kind, out.Error, out.Delay = report.Nack, k.Nack.GetReason(), millis.Duration(k.Nack.GetDelayMs())
 	case *dispatcherv1.Report_Abandon:
 		out.Kind = report.Abandon
+	case *dispatcherv1.Report_Pending:
+		out.Kind, out.Delay = report.Pending, millis.Duration(k.Pending.GetTimeoutMs())
 	}
 	return out
 }

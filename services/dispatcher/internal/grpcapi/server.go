@@ -17,6 +17,7 @@ import (
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
 	"github.com/razorbill/flo/services/dispatcher/internal/claim"
+	"github.com/razorbill/flo/services/dispatcher/internal/completion"
 	"github.com/razorbill/flo/services/dispatcher/internal/lease"
 	"github.com/razorbill/flo/services/dispatcher/internal/queue"
 	"github.com/razorbill/flo/services/dispatcher/internal/report"
@@ -32,7 +33,9 @@ type Deps struct {
 	Reporter *report.Reporter
 	Leases   *lease.Leases
 	Queue    *queue.Queue
-	Log      *slog.Logger
+	// Completions finishes waiting tasks by completion token.
+	Completions *completion.Completions
+	Log         *slog.Logger
 }
 
 // Server implements dispatcherv1.DispatcherServer.
@@ -173,6 +176,24 @@ func (s *Server) ListDeadLetters(ctx context.Context, req *flov1.ListDeadLetters
 // RequeueDeadLetter queues a dead-lettered task again.
 func (s *Server) RequeueDeadLetter(ctx context.Context, req *flov1.GetTaskRequest) (*flov1.Task, error) {
 	t, err := s.d.Queue.Requeue(ctx, req.GetNamespace(), req.GetTaskId())
+	if err != nil {
+		return nil, err
+	}
+	return taskProto(t), nil
+}
+
+// CompleteTask finishes a waiting task successfully by its completion token.
+func (s *Server) CompleteTask(ctx context.Context, req *flov1.CompleteTaskRequest) (*flov1.Task, error) {
+	t, err := s.d.Completions.Complete(ctx, req.GetNamespace(), req.GetToken(), req.GetResult(), req.GetOutcome())
+	if err != nil {
+		return nil, err
+	}
+	return taskProto(t), nil
+}
+
+// FailTask finishes a waiting task with a failure by its completion token.
+func (s *Server) FailTask(ctx context.Context, req *flov1.FailTaskRequest) (*flov1.Task, error) {
+	t, err := s.d.Completions.Fail(ctx, req.GetNamespace(), req.GetToken(), req.GetError(), req.GetErrorCode())
 	if err != nil {
 		return nil, err
 	}

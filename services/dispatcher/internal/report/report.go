@@ -34,6 +34,13 @@ const (
 // MaxNackDelay bounds a nack's delay.
 const MaxNackDelay = 7 * 24 * time.Hour
 
+// How long a pending attempt waits for its result by completion token:
+// DefaultAsyncTimeout when the worker named no time, at most MaxAsyncTimeout.
+const (
+	DefaultAsyncTimeout = 24 * time.Hour
+	MaxAsyncTimeout     = 7 * 24 * time.Hour
+)
+
 // Kind is how an attempt ended.
 type Kind int
 
@@ -47,6 +54,9 @@ const (
 	Nack
 	// Abandon: the worker hands the task back at once without counting the attempt.
 	Abandon
+	// Pending: the handler accepted the work and its result comes later, by
+	// completion token, within Delay.
+	Pending
 )
 
 // Report is one worker's account of one attempt.
@@ -69,7 +79,8 @@ type Report struct {
 	// ErrorCode, for Fail: the worker's code for the failure, which the
 	// task and its events record; an invalid one is dropped (text.CleanFailure).
 	ErrorCode string
-	// Delay, for Nack.
+	// Delay, for Nack; for Pending, how long to wait for the result (zero:
+	// DefaultAsyncTimeout).
 	Delay time.Duration
 	// TraceContext is the W3C trace context of the worker's handler span,
 	// when the worker sent it.
@@ -171,6 +182,12 @@ func decide(rep Report, t store.RunningTask) plan {
 	switch rep.Kind {
 	case Abandon:
 		return plan{store.Disposition{ID: t.ID, Status: store.Queued, Uncount: true, KeepError: true}, []taskevent.Type{taskevent.Abandoned}}
+	case Pending:
+		wait := rep.Delay
+		if wait <= 0 {
+			wait = DefaultAsyncTimeout
+		}
+		return plan{store.Disposition{ID: t.ID, Status: store.Waiting, Delay: min(wait, MaxAsyncTimeout), KeepError: true}, []taskevent.Type{taskevent.Waiting}}
 	case Nack:
 		msg := rep.Error
 		if msg == "" {
@@ -195,7 +212,7 @@ func (r *Reporter) exec(ctx context.Context, calls []*coalesce.Call[Request, []s
 	for i, call := range calls {
 		for _, rep := range call.Req.Reports {
 			id, err := uuid.Parse(rep.TaskID)
-			if err != nil || rep.Kind < Complete || rep.Kind > Abandon {
+			if err != nil || rep.Kind < Complete || rep.Kind > Pending {
 				// A malformed id or a report of no kind can match nothing.
 				calls[i].Resp = append(calls[i].Resp, rep.TaskID)
 				continue
@@ -312,7 +329,7 @@ func (r *Reporter) complete(ctx context.Context, tx pgx.Tx, calls []*coalesce.Ca
 	return nil
 }
 
-// dispose applies the failures, nacks and abandons among entries and returns
+// dispose applies the failures, nacks, abandons and pendings among entries and returns
 // the tasks that went back to the queue.
 func (r *Reporter) dispose(ctx context.Context, tx pgx.Tx, calls []*coalesce.Call[Request, []string], entries []entry, events *taskevent.Builder) ([]requeued, error) {
 	var ids []uuid.UUID

@@ -26,10 +26,12 @@ type DB interface {
 type Status string
 
 // Task states. Completed, Failed and DeadLettered are final; a dead letter can
-// be requeued by hand.
+// be requeued by hand. Waiting is a running attempt whose result comes later,
+// by completion token, without a lease.
 const (
 	Queued       Status = "queued"
 	Running      Status = "running"
+	Waiting      Status = "waiting"
 	Completed    Status = "completed"
 	Failed       Status = "failed"
 	DeadLettered Status = "dead_lettered"
@@ -94,6 +96,8 @@ type Task struct {
 	StartedAt      time.Time
 	FinishedAt     time.Time
 	UpdatedAt      time.Time
+	// CompleteBy is the deadline of a waiting task; zero otherwise.
+	CompleteBy time.Time
 }
 
 // Change is a task as a state change left it: what a task event reports.

@@ -115,6 +115,9 @@ type Claimed struct {
 	Payload     []byte
 	MaxAttempts int32
 	LeaseUntil  time.Time
+	// CompletionSecret is drawn for this attempt; with the id and attempt
+	// it makes the attempt's completion token.
+	CompletionSecret []byte
 }
 
 // claimSQL takes the best queued tasks of a set of actions. Each action is
@@ -144,9 +147,10 @@ UPDATE tasks t SET
 	worker_id = ($4::text[])[p.slot],
 	lease_until = now() + (CASE WHEN ($5::bigint[])[p.slot] > 0 THEN ($5::bigint[])[p.slot] ELSE t.timeout_ms END) * interval '1 millisecond',
 	started_at = now(),
+	completion_secret = uuid_send(gen_random_uuid()),
 	updated_at = now()
 FROM picked p WHERE t.id = p.id
-RETURNING p.slot, ` + changeColumns + `, t.payload, t.max_attempts, t.lease_until`
+RETURNING p.slot, ` + changeColumns + `, t.payload, t.max_attempts, t.lease_until, t.completion_secret`
 
 // ClaimTasks runs one claim statement per group in a single batch (one round
 // trip) and returns the tasks each group got, in group order. Statements run
@@ -174,7 +178,7 @@ func ClaimTasks(ctx context.Context, db DB, groups []ClaimGroup) ([][]Claimed, e
 				c    Claimed
 				slot int64
 			)
-			if err := rows.Scan(append([]any{&slot}, append(changeDest(&c.Change), &c.Payload, &c.MaxAttempts, &c.LeaseUntil)...)...); err != nil {
+			if err := rows.Scan(append([]any{&slot}, append(changeDest(&c.Change), &c.Payload, &c.MaxAttempts, &c.LeaseUntil, &c.CompletionSecret)...)...); err != nil {
 				rows.Close()
 				_ = br.Close()
 				return nil, fmt.Errorf("scan claimed task: %w", err)
@@ -268,9 +272,10 @@ FOR UPDATE`, ids)
 // Disposition moves a running task that did not complete to its next state.
 type Disposition struct {
 	ID uuid.UUID
-	// Status is Queued, Failed or DeadLettered.
+	// Status is Queued, Waiting, Failed or DeadLettered.
 	Status Status
-	// Delay is how long a queued task waits before it can be claimed again.
+	// Delay is how long a queued task waits before it can be claimed again,
+	// or how long a waiting one waits for its result.
 	Delay time.Duration
 	// Uncount takes the attempt back (abandon).
 	Uncount bool
@@ -304,7 +309,8 @@ UPDATE tasks t SET
 	timed_out = COALESCE(u.timed_out, t.timed_out),
 	error_code = COALESCE(u.error_code, t.error_code),
 	run_at = CASE WHEN u.state = 'queued' THEN now() + u.delay_ms * interval '1 millisecond' ELSE t.run_at END,
-	finished_at = CASE WHEN u.state = 'queued' THEN NULL ELSE now() END,
+	complete_by = CASE WHEN u.state = 'waiting' THEN now() + u.delay_ms * interval '1 millisecond' END,
+	finished_at = CASE WHEN u.state IN ('queued', 'waiting') THEN NULL ELSE now() END,
 	lease_until = NULL,
 	updated_at = now()
 FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::bigint[], $6::bool[], $7::text[]) AS u(id, state, uncount, error, delay_ms, timed_out, error_code)
@@ -370,16 +376,16 @@ RETURNING lease_until`, id, namespace, attempt, ms(extend)).Scan(&until)
 }
 
 const taskColumns = `id, namespace, action, state, priority, payload, result, outcome, error, timed_out, error_code, idempotency_key, attempt, max_attempts,
-	worker_id, created_at, run_at, started_at, finished_at, updated_at`
+	worker_id, created_at, run_at, started_at, finished_at, updated_at, CASE WHEN state = 'waiting' THEN complete_by END`
 
 func scanTask(r pgx.Row) (Task, error) {
 	var (
-		t                 Task
-		started, finished *time.Time
+		t                             Task
+		started, finished, completeBy *time.Time
 	)
 	err := r.Scan(&t.ID, &t.Namespace, &t.Action, &t.Status, &t.Priority, &t.Payload, &t.Result, &t.Outcome, &t.Error, &t.TimedOut, &t.ErrorCode,
-		&t.IdempotencyKey, &t.Attempt, &t.MaxAttempts, &t.WorkerID, &t.CreatedAt, &t.RunAt, &started, &finished, &t.UpdatedAt)
-	t.StartedAt, t.FinishedAt = timeOrZero(started), timeOrZero(finished)
+		&t.IdempotencyKey, &t.Attempt, &t.MaxAttempts, &t.WorkerID, &t.CreatedAt, &t.RunAt, &started, &finished, &t.UpdatedAt, &completeBy)
+	t.StartedAt, t.FinishedAt, t.CompleteBy = timeOrZero(started), timeOrZero(finished), timeOrZero(completeBy)
 	return t, err
 }
 

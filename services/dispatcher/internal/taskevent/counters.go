@@ -17,11 +17,12 @@ var counterSpecs = map[Type]struct{ name, desc string }{
 	Created:        {"flo.tasks.invoked", "Tasks created from invocations; an invocation of a task that already exists is not counted again."},
 	Started:        {"flo.tasks.claimed", "Task attempts handed to workers."},
 	Completed:      {"flo.tasks.completed", "Tasks completed."},
-	Failed:         {"flo.tasks.failed", "Tasks failed for good by a non-retryable error."},
+	Failed:         {"flo.tasks.failed", "Tasks failed for good: a non-retryable error, FailTask, or no result by the async deadline."},
 	RetryScheduled: {"flo.tasks.retried", "Failed or nacked attempts scheduled to run again."},
 	DeadLettered:   {"flo.tasks.dead_lettered", "Tasks moved to the dead letters: attempts used up, a failure without retry, or the last attempt's lease expired."},
 	Abandoned:      {"flo.tasks.abandoned", "Attempts handed back by workers without counting."},
 	LeaseExpired:   {"flo.tasks.leases.expired", "Leases that ran out because their worker went silent."},
+	Waiting:        {"flo.tasks.waiting", "Attempts whose handler answered that the result comes later, by completion token."},
 	Rejected:       {"flo.tasks.rejected", "Invocations of unknown or disabled actions, answered with a REJECTED event."},
 }
 

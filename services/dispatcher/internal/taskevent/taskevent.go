@@ -38,6 +38,8 @@ const (
 	// Rejected: the invocation named an unknown or disabled action and no
 	// task was created; the change's Outcome says which.
 	Rejected
+	// Waiting: the attempt's handler answered that its result comes later.
+	Waiting
 )
 
 var protoTypes = map[Type]eventsv1.TaskEventType{
@@ -51,6 +53,7 @@ var protoTypes = map[Type]eventsv1.TaskEventType{
 	Abandoned:      eventsv1.TaskEventType_TASK_EVENT_TYPE_ABANDONED,
 	LeaseExpired:   eventsv1.TaskEventType_TASK_EVENT_TYPE_LEASE_EXPIRED,
 	Rejected:       eventsv1.TaskEventType_TASK_EVENT_TYPE_REJECTED,
+	Waiting:        eventsv1.TaskEventType_TASK_EVENT_TYPE_WAITING,
 }
 
 // Status maps a task state to its API status.
@@ -60,6 +63,8 @@ func Status(s store.Status) flov1.TaskStatus {
 		return flov1.TaskStatus_TASK_STATUS_QUEUED
 	case store.Running:
 		return flov1.TaskStatus_TASK_STATUS_RUNNING
+	case store.Waiting:
+		return flov1.TaskStatus_TASK_STATUS_WAITING
 	case store.Completed:
 		return flov1.TaskStatus_TASK_STATUS_COMPLETED
 	case store.Failed:

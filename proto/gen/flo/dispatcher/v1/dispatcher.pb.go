@@ -320,6 +320,7 @@ type Report struct {
 	//	*Report_Failed
 	//	*Report_Nack
 	//	*Report_Abandon
+	//	*Report_Pending
 	Kind isReport_Kind `protobuf_oneof:"kind"`
 	// W3C trace context of the worker's handler span, when the worker sent it.
 	TraceContext  map[string]string `protobuf:"bytes,7,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
@@ -414,6 +415,15 @@ func (x *Report) GetAbandon() *v1.Abandon {
 	return nil
 }
 
+func (x *Report) GetPending() *v1.Pending {
+	if x != nil {
+		if x, ok := x.Kind.(*Report_Pending); ok {
+			return x.Pending
+		}
+	}
+	return nil
+}
+
 func (x *Report) GetTraceContext() map[string]string {
 	if x != nil {
 		return x.TraceContext
@@ -441,6 +451,10 @@ type Report_Abandon struct {
 	Abandon *v1.Abandon `protobuf:"bytes,6,opt,name=abandon,proto3,oneof"`
 }
 
+type Report_Pending struct {
+	Pending *v1.Pending `protobuf:"bytes,8,opt,name=pending,proto3,oneof"`
+}
+
 func (*Report_Completed) isReport_Kind() {}
 
 func (*Report_Failed) isReport_Kind() {}
@@ -448,6 +462,8 @@ func (*Report_Failed) isReport_Kind() {}
 func (*Report_Nack) isReport_Kind() {}
 
 func (*Report_Abandon) isReport_Kind() {}
+
+func (*Report_Pending) isReport_Kind() {}
 
 type ReportRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -652,14 +668,15 @@ const file_flo_dispatcher_v1_dispatcher_proto_rawDesc = "" +
 	"\await_ms\x18\x05 \x01(\x03R\x06waitMs\x12\x19\n" +
 	"\blease_ms\x18\x06 \x01(\x03R\aleaseMs\"=\n" +
 	"\rClaimResponse\x12,\n" +
-	"\x05tasks\x18\x01 \x03(\v2\x16.flo.v1.TaskAssignmentR\x05tasks\"\x84\x03\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x16.flo.v1.TaskAssignmentR\x05tasks\"\xb1\x03\n" +
 	"\x06Report\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x121\n" +
 	"\tcompleted\x18\x03 \x01(\v2\x11.flo.v1.CompletedH\x00R\tcompleted\x12(\n" +
 	"\x06failed\x18\x04 \x01(\v2\x0e.flo.v1.FailedH\x00R\x06failed\x12\"\n" +
 	"\x04nack\x18\x05 \x01(\v2\f.flo.v1.NackH\x00R\x04nack\x12+\n" +
-	"\aabandon\x18\x06 \x01(\v2\x0f.flo.v1.AbandonH\x00R\aabandon\x12P\n" +
+	"\aabandon\x18\x06 \x01(\v2\x0f.flo.v1.AbandonH\x00R\aabandon\x12+\n" +
+	"\apending\x18\b \x01(\v2\x0f.flo.v1.PendingH\x00R\apending\x12P\n" +
 	"\rtrace_context\x18\a \x03(\v2+.flo.dispatcher.v1.Report.TraceContextEntryR\ftraceContext\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -676,7 +693,7 @@ const file_flo_dispatcher_v1_dispatcher_proto_rawDesc = "" +
 	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x17\n" +
 	"\atask_id\x18\x03 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x04 \x01(\x05R\aattempt\x12\x1b\n" +
-	"\textend_ms\x18\x05 \x01(\x03R\bextendMs2\xee\a\n" +
+	"\textend_ms\x18\x05 \x01(\x03R\bextendMs2\xdc\b\n" +
 	"\n" +
 	"Dispatcher\x12D\n" +
 	"\x0fCreateNamespace\x12\x1e.flo.v1.CreateNamespaceRequest\x1a\x11.flo.v1.Namespace\x12>\n" +
@@ -689,7 +706,9 @@ const file_flo_dispatcher_v1_dispatcher_proto_rawDesc = "" +
 	"\x10SetActionEnabled\x12*.flo.dispatcher.v1.SetActionEnabledRequest\x1a\x0e.flo.v1.Action\x12/\n" +
 	"\aGetTask\x12\x16.flo.v1.GetTaskRequest\x1a\f.flo.v1.Task\x12R\n" +
 	"\x0fListDeadLetters\x12\x1e.flo.v1.ListDeadLettersRequest\x1a\x1f.flo.v1.ListDeadLettersResponse\x129\n" +
-	"\x11RequeueDeadLetter\x12\x16.flo.v1.GetTaskRequest\x1a\f.flo.v1.Task\x12J\n" +
+	"\x11RequeueDeadLetter\x12\x16.flo.v1.GetTaskRequest\x1a\f.flo.v1.Task\x129\n" +
+	"\fCompleteTask\x12\x1b.flo.v1.CompleteTaskRequest\x1a\f.flo.v1.Task\x121\n" +
+	"\bFailTask\x12\x17.flo.v1.FailTaskRequest\x1a\f.flo.v1.Task\x12J\n" +
 	"\x05Claim\x12\x1f.flo.dispatcher.v1.ClaimRequest\x1a .flo.dispatcher.v1.ClaimResponse\x12M\n" +
 	"\x06Report\x12 .flo.dispatcher.v1.ReportRequest\x1a!.flo.dispatcher.v1.ReportResponse\x12:\n" +
 	"\x05Touch\x12\x1f.flo.dispatcher.v1.TouchRequest\x1a\x10.flo.v1.TouchAckBCZAgithub.com/razorbill/flo/proto/gen/flo/dispatcher/v1;dispatcherv1b\x06proto3"
@@ -724,20 +743,23 @@ var file_flo_dispatcher_v1_dispatcher_proto_goTypes = []any{
 	(*v1.Failed)(nil),                  // 13: flo.v1.Failed
 	(*v1.Nack)(nil),                    // 14: flo.v1.Nack
 	(*v1.Abandon)(nil),                 // 15: flo.v1.Abandon
-	(*v1.CreateNamespaceRequest)(nil),  // 16: flo.v1.CreateNamespaceRequest
-	(*v1.GetNamespaceRequest)(nil),     // 17: flo.v1.GetNamespaceRequest
-	(*v1.ListNamespacesRequest)(nil),   // 18: flo.v1.ListNamespacesRequest
-	(*v1.RegisterActionRequest)(nil),   // 19: flo.v1.RegisterActionRequest
-	(*v1.GetActionRequest)(nil),        // 20: flo.v1.GetActionRequest
-	(*v1.ListActionsRequest)(nil),      // 21: flo.v1.ListActionsRequest
-	(*v1.GetTaskRequest)(nil),          // 22: flo.v1.GetTaskRequest
-	(*v1.ListDeadLettersRequest)(nil),  // 23: flo.v1.ListDeadLettersRequest
-	(*v1.Namespace)(nil),               // 24: flo.v1.Namespace
-	(*v1.ListNamespacesResponse)(nil),  // 25: flo.v1.ListNamespacesResponse
-	(*v1.ListActionsResponse)(nil),     // 26: flo.v1.ListActionsResponse
-	(*v1.Task)(nil),                    // 27: flo.v1.Task
-	(*v1.ListDeadLettersResponse)(nil), // 28: flo.v1.ListDeadLettersResponse
-	(*v1.TouchAck)(nil),                // 29: flo.v1.TouchAck
+	(*v1.Pending)(nil),                 // 16: flo.v1.Pending
+	(*v1.CreateNamespaceRequest)(nil),  // 17: flo.v1.CreateNamespaceRequest
+	(*v1.GetNamespaceRequest)(nil),     // 18: flo.v1.GetNamespaceRequest
+	(*v1.ListNamespacesRequest)(nil),   // 19: flo.v1.ListNamespacesRequest
+	(*v1.RegisterActionRequest)(nil),   // 20: flo.v1.RegisterActionRequest
+	(*v1.GetActionRequest)(nil),        // 21: flo.v1.GetActionRequest
+	(*v1.ListActionsRequest)(nil),      // 22: flo.v1.ListActionsRequest
+	(*v1.GetTaskRequest)(nil),          // 23: flo.v1.GetTaskRequest
+	(*v1.ListDeadLettersRequest)(nil),  // 24: flo.v1.ListDeadLettersRequest
+	(*v1.CompleteTaskRequest)(nil),     // 25: flo.v1.CompleteTaskRequest
+	(*v1.FailTaskRequest)(nil),         // 26: flo.v1.FailTaskRequest
+	(*v1.Namespace)(nil),               // 27: flo.v1.Namespace
+	(*v1.ListNamespacesResponse)(nil),  // 28: flo.v1.ListNamespacesResponse
+	(*v1.ListActionsResponse)(nil),     // 29: flo.v1.ListActionsResponse
+	(*v1.Task)(nil),                    // 30: flo.v1.Task
+	(*v1.ListDeadLettersResponse)(nil), // 31: flo.v1.ListDeadLettersResponse
+	(*v1.TouchAck)(nil),                // 32: flo.v1.TouchAck
 }
 var file_flo_dispatcher_v1_dispatcher_proto_depIdxs = []int32{
 	10, // 0: flo.dispatcher.v1.EnsureActionsResponse.actions:type_name -> flo.v1.Action
@@ -746,41 +768,46 @@ var file_flo_dispatcher_v1_dispatcher_proto_depIdxs = []int32{
 	13, // 3: flo.dispatcher.v1.Report.failed:type_name -> flo.v1.Failed
 	14, // 4: flo.dispatcher.v1.Report.nack:type_name -> flo.v1.Nack
 	15, // 5: flo.dispatcher.v1.Report.abandon:type_name -> flo.v1.Abandon
-	9,  // 6: flo.dispatcher.v1.Report.trace_context:type_name -> flo.dispatcher.v1.Report.TraceContextEntry
-	5,  // 7: flo.dispatcher.v1.ReportRequest.reports:type_name -> flo.dispatcher.v1.Report
-	16, // 8: flo.dispatcher.v1.Dispatcher.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
-	17, // 9: flo.dispatcher.v1.Dispatcher.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
-	18, // 10: flo.dispatcher.v1.Dispatcher.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
-	19, // 11: flo.dispatcher.v1.Dispatcher.RegisterAction:input_type -> flo.v1.RegisterActionRequest
-	0,  // 12: flo.dispatcher.v1.Dispatcher.EnsureActions:input_type -> flo.dispatcher.v1.EnsureActionsRequest
-	20, // 13: flo.dispatcher.v1.Dispatcher.GetAction:input_type -> flo.v1.GetActionRequest
-	21, // 14: flo.dispatcher.v1.Dispatcher.ListActions:input_type -> flo.v1.ListActionsRequest
-	2,  // 15: flo.dispatcher.v1.Dispatcher.SetActionEnabled:input_type -> flo.dispatcher.v1.SetActionEnabledRequest
-	22, // 16: flo.dispatcher.v1.Dispatcher.GetTask:input_type -> flo.v1.GetTaskRequest
-	23, // 17: flo.dispatcher.v1.Dispatcher.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
-	22, // 18: flo.dispatcher.v1.Dispatcher.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
-	3,  // 19: flo.dispatcher.v1.Dispatcher.Claim:input_type -> flo.dispatcher.v1.ClaimRequest
-	6,  // 20: flo.dispatcher.v1.Dispatcher.Report:input_type -> flo.dispatcher.v1.ReportRequest
-	8,  // 21: flo.dispatcher.v1.Dispatcher.Touch:input_type -> flo.dispatcher.v1.TouchRequest
-	24, // 22: flo.dispatcher.v1.Dispatcher.CreateNamespace:output_type -> flo.v1.Namespace
-	24, // 23: flo.dispatcher.v1.Dispatcher.GetNamespace:output_type -> flo.v1.Namespace
-	25, // 24: flo.dispatcher.v1.Dispatcher.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
-	10, // 25: flo.dispatcher.v1.Dispatcher.RegisterAction:output_type -> flo.v1.Action
-	1,  // 26: flo.dispatcher.v1.Dispatcher.EnsureActions:output_type -> flo.dispatcher.v1.EnsureActionsResponse
-	10, // 27: flo.dispatcher.v1.Dispatcher.GetAction:output_type -> flo.v1.Action
-	26, // 28: flo.dispatcher.v1.Dispatcher.ListActions:output_type -> flo.v1.ListActionsResponse
-	10, // 29: flo.dispatcher.v1.Dispatcher.SetActionEnabled:output_type -> flo.v1.Action
-	27, // 30: flo.dispatcher.v1.Dispatcher.GetTask:output_type -> flo.v1.Task
-	28, // 31: flo.dispatcher.v1.Dispatcher.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
-	27, // 32: flo.dispatcher.v1.Dispatcher.RequeueDeadLetter:output_type -> flo.v1.Task
-	4,  // 33: flo.dispatcher.v1.Dispatcher.Claim:output_type -> flo.dispatcher.v1.ClaimResponse
-	7,  // 34: flo.dispatcher.v1.Dispatcher.Report:output_type -> flo.dispatcher.v1.ReportResponse
-	29, // 35: flo.dispatcher.v1.Dispatcher.Touch:output_type -> flo.v1.TouchAck
-	22, // [22:36] is the sub-list for method output_type
-	8,  // [8:22] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	16, // 6: flo.dispatcher.v1.Report.pending:type_name -> flo.v1.Pending
+	9,  // 7: flo.dispatcher.v1.Report.trace_context:type_name -> flo.dispatcher.v1.Report.TraceContextEntry
+	5,  // 8: flo.dispatcher.v1.ReportRequest.reports:type_name -> flo.dispatcher.v1.Report
+	17, // 9: flo.dispatcher.v1.Dispatcher.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
+	18, // 10: flo.dispatcher.v1.Dispatcher.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
+	19, // 11: flo.dispatcher.v1.Dispatcher.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
+	20, // 12: flo.dispatcher.v1.Dispatcher.RegisterAction:input_type -> flo.v1.RegisterActionRequest
+	0,  // 13: flo.dispatcher.v1.Dispatcher.EnsureActions:input_type -> flo.dispatcher.v1.EnsureActionsRequest
+	21, // 14: flo.dispatcher.v1.Dispatcher.GetAction:input_type -> flo.v1.GetActionRequest
+	22, // 15: flo.dispatcher.v1.Dispatcher.ListActions:input_type -> flo.v1.ListActionsRequest
+	2,  // 16: flo.dispatcher.v1.Dispatcher.SetActionEnabled:input_type -> flo.dispatcher.v1.SetActionEnabledRequest
+	23, // 17: flo.dispatcher.v1.Dispatcher.GetTask:input_type -> flo.v1.GetTaskRequest
+	24, // 18: flo.dispatcher.v1.Dispatcher.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
+	23, // 19: flo.dispatcher.v1.Dispatcher.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
+	25, // 20: flo.dispatcher.v1.Dispatcher.CompleteTask:input_type -> flo.v1.CompleteTaskRequest
+	26, // 21: flo.dispatcher.v1.Dispatcher.FailTask:input_type -> flo.v1.FailTaskRequest
+	3,  // 22: flo.dispatcher.v1.Dispatcher.Claim:input_type -> flo.dispatcher.v1.ClaimRequest
+	6,  // 23: flo.dispatcher.v1.Dispatcher.Report:input_type -> flo.dispatcher.v1.ReportRequest
+	8,  // 24: flo.dispatcher.v1.Dispatcher.Touch:input_type -> flo.dispatcher.v1.TouchRequest
+	27, // 25: flo.dispatcher.v1.Dispatcher.CreateNamespace:output_type -> flo.v1.Namespace
+	27, // 26: flo.dispatcher.v1.Dispatcher.GetNamespace:output_type -> flo.v1.Namespace
+	28, // 27: flo.dispatcher.v1.Dispatcher.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
+	10, // 28: flo.dispatcher.v1.Dispatcher.RegisterAction:output_type -> flo.v1.Action
+	1,  // 29: flo.dispatcher.v1.Dispatcher.EnsureActions:output_type -> flo.dispatcher.v1.EnsureActionsResponse
+	10, // 30: flo.dispatcher.v1.Dispatcher.GetAction:output_type -> flo.v1.Action
+	29, // 31: flo.dispatcher.v1.Dispatcher.ListActions:output_type -> flo.v1.ListActionsResponse
+	10, // 32: flo.dispatcher.v1.Dispatcher.SetActionEnabled:output_type -> flo.v1.Action
+	30, // 33: flo.dispatcher.v1.Dispatcher.GetTask:output_type -> flo.v1.Task
+	31, // 34: flo.dispatcher.v1.Dispatcher.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
+	30, // 35: flo.dispatcher.v1.Dispatcher.RequeueDeadLetter:output_type -> flo.v1.Task
+	30, // 36: flo.dispatcher.v1.Dispatcher.CompleteTask:output_type -> flo.v1.Task
+	30, // 37: flo.dispatcher.v1.Dispatcher.FailTask:output_type -> flo.v1.Task
+	4,  // 38: flo.dispatcher.v1.Dispatcher.Claim:output_type -> flo.dispatcher.v1.ClaimResponse
+	7,  // 39: flo.dispatcher.v1.Dispatcher.Report:output_type -> flo.dispatcher.v1.ReportResponse
+	32, // 40: flo.dispatcher.v1.Dispatcher.Touch:output_type -> flo.v1.TouchAck
+	25, // [25:41] is the sub-list for method output_type
+	9,  // [9:25] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_flo_dispatcher_v1_dispatcher_proto_init() }
@@ -793,6 +820,7 @@ func file_flo_dispatcher_v1_dispatcher_proto_init() {
 		(*Report_Failed)(nil),
 		(*Report_Nack)(nil),
 		(*Report_Abandon)(nil),
+		(*Report_Pending)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

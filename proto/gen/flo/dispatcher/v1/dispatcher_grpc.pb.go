@@ -33,6 +33,8 @@ const (
 	Dispatcher_GetTask_FullMethodName           = "/flo.dispatcher.v1.Dispatcher/GetTask"
 	Dispatcher_ListDeadLetters_FullMethodName   = "/flo.dispatcher.v1.Dispatcher/ListDeadLetters"
 	Dispatcher_RequeueDeadLetter_FullMethodName = "/flo.dispatcher.v1.Dispatcher/RequeueDeadLetter"
+	Dispatcher_CompleteTask_FullMethodName      = "/flo.dispatcher.v1.Dispatcher/CompleteTask"
+	Dispatcher_FailTask_FullMethodName          = "/flo.dispatcher.v1.Dispatcher/FailTask"
 	Dispatcher_Claim_FullMethodName             = "/flo.dispatcher.v1.Dispatcher/Claim"
 	Dispatcher_Report_FullMethodName            = "/flo.dispatcher.v1.Dispatcher/Report"
 	Dispatcher_Touch_FullMethodName             = "/flo.dispatcher.v1.Dispatcher/Touch"
@@ -58,6 +60,8 @@ type DispatcherClient interface {
 	GetTask(ctx context.Context, in *v1.GetTaskRequest, opts ...grpc.CallOption) (*v1.Task, error)
 	ListDeadLetters(ctx context.Context, in *v1.ListDeadLettersRequest, opts ...grpc.CallOption) (*v1.ListDeadLettersResponse, error)
 	RequeueDeadLetter(ctx context.Context, in *v1.GetTaskRequest, opts ...grpc.CallOption) (*v1.Task, error)
+	CompleteTask(ctx context.Context, in *v1.CompleteTaskRequest, opts ...grpc.CallOption) (*v1.Task, error)
+	FailTask(ctx context.Context, in *v1.FailTaskRequest, opts ...grpc.CallOption) (*v1.Task, error)
 	// Claim leases up to count queued tasks to a worker, waiting up to wait_ms
 	// for work to arrive when none is ready.
 	Claim(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*ClaimResponse, error)
@@ -184,6 +188,26 @@ func (c *dispatcherClient) RequeueDeadLetter(ctx context.Context, in *v1.GetTask
 	return out, nil
 }
 
+func (c *dispatcherClient) CompleteTask(ctx context.Context, in *v1.CompleteTaskRequest, opts ...grpc.CallOption) (*v1.Task, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.Task)
+	err := c.cc.Invoke(ctx, Dispatcher_CompleteTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *dispatcherClient) FailTask(ctx context.Context, in *v1.FailTaskRequest, opts ...grpc.CallOption) (*v1.Task, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.Task)
+	err := c.cc.Invoke(ctx, Dispatcher_FailTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *dispatcherClient) Claim(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*ClaimResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ClaimResponse)
@@ -234,6 +258,8 @@ type DispatcherServer interface {
 	GetTask(context.Context, *v1.GetTaskRequest) (*v1.Task, error)
 	ListDeadLetters(context.Context, *v1.ListDeadLettersRequest) (*v1.ListDeadLettersResponse, error)
 	RequeueDeadLetter(context.Context, *v1.GetTaskRequest) (*v1.Task, error)
+	CompleteTask(context.Context, *v1.CompleteTaskRequest) (*v1.Task, error)
+	FailTask(context.Context, *v1.FailTaskRequest) (*v1.Task, error)
 	// Claim leases up to count queued tasks to a worker, waiting up to wait_ms
 	// for work to arrive when none is ready.
 	Claim(context.Context, *ClaimRequest) (*ClaimResponse, error)
@@ -282,6 +308,12 @@ func (UnimplementedDispatcherServer) ListDeadLetters(context.Context, *v1.ListDe
 }
 func (UnimplementedDispatcherServer) RequeueDeadLetter(context.Context, *v1.GetTaskRequest) (*v1.Task, error) {
 	return nil, status.Error(codes.Unimplemented, "method RequeueDeadLetter not implemented")
+}
+func (UnimplementedDispatcherServer) CompleteTask(context.Context, *v1.CompleteTaskRequest) (*v1.Task, error) {
+	return nil, status.Error(codes.Unimplemented, "method CompleteTask not implemented")
+}
+func (UnimplementedDispatcherServer) FailTask(context.Context, *v1.FailTaskRequest) (*v1.Task, error) {
+	return nil, status.Error(codes.Unimplemented, "method FailTask not implemented")
 }
 func (UnimplementedDispatcherServer) Claim(context.Context, *ClaimRequest) (*ClaimResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Claim not implemented")
@@ -511,6 +543,42 @@ func _Dispatcher_RequeueDeadLetter_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Dispatcher_CompleteTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(v1.CompleteTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DispatcherServer).CompleteTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Dispatcher_CompleteTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DispatcherServer).CompleteTask(ctx, req.(*v1.CompleteTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Dispatcher_FailTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(v1.FailTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DispatcherServer).FailTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Dispatcher_FailTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DispatcherServer).FailTask(ctx, req.(*v1.FailTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Dispatcher_Claim_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ClaimRequest)
 	if err := dec(in); err != nil {
@@ -615,6 +683,14 @@ var Dispatcher_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RequeueDeadLetter",
 			Handler:    _Dispatcher_RequeueDeadLetter_Handler,
+		},
+		{
+			MethodName: "CompleteTask",
+			Handler:    _Dispatcher_CompleteTask_Handler,
+		},
+		{
+			MethodName: "FailTask",
+			Handler:    _Dispatcher_FailTask_Handler,
 		},
 		{
 			MethodName: "Claim",

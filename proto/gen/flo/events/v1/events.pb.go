@@ -42,6 +42,9 @@ const (
 	// (outcome target_not_found) or is disabled (outcome target_disabled); no
 	// task was created.
 	TaskEventType_TASK_EVENT_TYPE_REJECTED TaskEventType = 10
+	// WAITING: the attempt's handler answered that its result comes later, by
+	// CompleteTask or FailTask; the task waits without a lease.
+	TaskEventType_TASK_EVENT_TYPE_WAITING TaskEventType = 11
 )
 
 // Enum value maps for TaskEventType.
@@ -58,6 +61,7 @@ var (
 		8:  "TASK_EVENT_TYPE_ABANDONED",
 		9:  "TASK_EVENT_TYPE_LEASE_EXPIRED",
 		10: "TASK_EVENT_TYPE_REJECTED",
+		11: "TASK_EVENT_TYPE_WAITING",
 	}
 	TaskEventType_value = map[string]int32{
 		"TASK_EVENT_TYPE_UNSPECIFIED":     0,
@@ -71,6 +75,7 @@ var (
 		"TASK_EVENT_TYPE_ABANDONED":       8,
 		"TASK_EVENT_TYPE_LEASE_EXPIRED":   9,
 		"TASK_EVENT_TYPE_REJECTED":        10,
+		"TASK_EVENT_TYPE_WAITING":         11,
 	}
 )
 
@@ -790,7 +795,7 @@ const file_flo_events_v1_events_proto_rawDesc = "" +
 	"\rparent_run_id\x18\t \x01(\tR\vparentRunId\x12;\n" +
 	"\voccurred_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"occurredAt*\xeb\x02\n" +
+	"occurredAt*\x88\x03\n" +
 	"\rTaskEventType\x12\x1f\n" +
 	"\x1bTASK_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17TASK_EVENT_TYPE_CREATED\x10\x01\x12\x1b\n" +
@@ -803,7 +808,8 @@ const file_flo_events_v1_events_proto_rawDesc = "" +
 	"\x19TASK_EVENT_TYPE_ABANDONED\x10\b\x12!\n" +
 	"\x1dTASK_EVENT_TYPE_LEASE_EXPIRED\x10\t\x12\x1c\n" +
 	"\x18TASK_EVENT_TYPE_REJECTED\x10\n" +
-	"*\xa0\x01\n" +
+	"\x12\x1b\n" +
+	"\x17TASK_EVENT_TYPE_WAITING\x10\v*\xa0\x01\n" +
 	"\x0fWorkerEventType\x12!\n" +
 	"\x1dWORKER_EVENT_TYPE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cWORKER_EVENT_TYPE_REGISTERED\x10\x01\x12$\n" +
