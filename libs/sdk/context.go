@@ -20,11 +20,18 @@ type ActionContext struct {
 	maxAttempts int
 	createdAt   time.Time
 	payload     []byte
+	token       string
 	touch       func(ctx context.Context, extendMS int64) error
 }
 
 // TaskID returns the id of the task being run.
 func (a *ActionContext) TaskID() string { return a.taskID }
+
+// CompletionToken returns this attempt's completion token. A handler that returns
+// ErrResultPending hands it to whoever will deliver the result (a webhook's sender, another
+// service), who calls Client.CompleteTask or Client.FailTask with it. It names this attempt
+// only and cannot be derived from the task id.
+func (a *ActionContext) CompletionToken() string { return a.token }
 
 // ActionName returns the action the task belongs to.
 func (a *ActionContext) ActionName() string { return a.action }

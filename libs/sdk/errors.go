@@ -12,6 +12,31 @@ import (
 // now for reasons that have nothing to do with the task.
 var ErrAbandon = errors.New("flo: task abandoned")
 
+// ErrResultPending, returned by a handler, says it accepted the work and the result comes
+// later, as in Temporal's asynchronous activity completion: whoever holds the attempt's
+// ActionContext.CompletionToken calls Client.CompleteTask or Client.FailTask. The worker's slot
+// is free at once and the task waits, without a lease, for 24 hours (see ResultPendingWithin);
+// no result by then fails it as timed out, with no further attempt.
+var ErrResultPending = errors.New("flo: result pending")
+
+// ResultPendingError is ErrResultPending with its own deadline.
+type ResultPendingError struct {
+	// Timeout is how long the task waits for its result; zero means 24 hours, and the
+	// server caps it at 7 days.
+	Timeout time.Duration
+}
+
+// ResultPendingWithin says the result comes later, within timeout.
+func ResultPendingWithin(timeout time.Duration) error { return &ResultPendingError{Timeout: timeout} }
+
+// Error says the result is pending.
+func (e *ResultPendingError) Error() string {
+	return fmt.Sprintf("flo: result pending within %s", e.Timeout)
+}
+
+// Is makes errors.Is(err, ErrResultPending) true.
+func (e *ResultPendingError) Is(target error) bool { return target == ErrResultPending }
+
 // NonRetryableError marks a failure that retrying cannot fix (invalid input, a business rule).
 // The task fails at once: no further attempts, no dead-letter queue.
 type NonRetryableError struct {
@@ -125,6 +150,7 @@ const (
 	dispositionDeadLetter                      // Failed{retry: false}
 	dispositionNack                            // Nack{delay}
 	dispositionAbandon                         // Abandon
+	dispositionPending                         // Result{pending: {timeout}}
 )
 
 // classify decides what a handler's error means for its task. The order matters when one error
@@ -134,7 +160,12 @@ func classify(err error) (disposition, time.Duration) {
 	var nack *NackError
 	var nonRetryable *NonRetryableError
 	var deadLetter *DeadLetterError
+	var pending *ResultPendingError
 	switch {
+	case errors.As(err, &pending):
+		return dispositionPending, max(pending.Timeout, 0)
+	case errors.Is(err, ErrResultPending):
+		return dispositionPending, 0
 	case errors.Is(err, ErrAbandon):
 		return dispositionAbandon, 0
 	case errors.As(err, &nack):

@@ -101,6 +101,8 @@ func report(task *flov1.TaskAssignment, outcome string, body []byte, err error, 
 	}
 	kind, delay := classify(err)
 	switch kind {
+	case dispositionPending:
+		return resultMessage(&flov1.Result{TaskId: id, Attempt: attempt, Outcome: &flov1.Result_Pending{Pending: &flov1.Pending{TimeoutMs: delay.Milliseconds()}}})
 	case dispositionAbandon:
 		return &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Abandon{Abandon: &flov1.Abandon{TaskId: id, Attempt: attempt}}}
 	case dispositionNack:
@@ -148,6 +150,7 @@ func (w *ActionWorker) execute(base context.Context, task *flov1.TaskAssignment,
 		maxAttempts: int(task.GetMaxAttempts()),
 		createdAt:   timeFromProto(task.GetCreatedAt()),
 		payload:     task.GetPayload(),
+		token:       task.GetCompletionToken(),
 	}
 	actx.touch = func(ctx context.Context, extendMS int64) error {
 		return w.touch(ctx, task, extendMS)

@@ -216,6 +216,16 @@ func TestReport(t *testing.T) {
 			}}),
 		},
 		{
+			name: "a pending result waits the default time",
+			err:  fmt.Errorf("sent to the carrier: %w", ErrResultPending),
+			want: resultMessage(&flov1.Result{TaskId: "t-1", Attempt: 3, Outcome: &flov1.Result_Pending{Pending: &flov1.Pending{}}}),
+		},
+		{
+			name: "a pending result with its own deadline",
+			err:  ResultPendingWithin(90 * time.Second),
+			want: resultMessage(&flov1.Result{TaskId: "t-1", Attempt: 3, Outcome: &flov1.Result_Pending{Pending: &flov1.Pending{TimeoutMs: 90000}}}),
+		},
+		{
 			name: "a nack drops the code",
 			err:  NewNackErrorf(time.Second, "later: %w", NewErrorWithCode("rate_limited", "busy")),
 			want: &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Nack{Nack: &flov1.Nack{

@@ -14,8 +14,10 @@ type TaskStatus string
 
 // The states of a task. Completed, failed and dead-lettered are final.
 const (
-	TaskQueued       TaskStatus = "queued"
-	TaskRunning      TaskStatus = "running"
+	TaskQueued  TaskStatus = "queued"
+	TaskRunning TaskStatus = "running"
+	// TaskWaiting: its handler returned ErrResultPending; CompleteTask or FailTask finishes it.
+	TaskWaiting      TaskStatus = "waiting"
 	TaskCompleted    TaskStatus = "completed"
 	TaskFailed       TaskStatus = "failed"
 	TaskDeadLettered TaskStatus = "dead_lettered"
@@ -29,6 +31,7 @@ func (s TaskStatus) Final() bool {
 var taskStatuses = map[flov1.TaskStatus]TaskStatus{
 	flov1.TaskStatus_TASK_STATUS_QUEUED:        TaskQueued,
 	flov1.TaskStatus_TASK_STATUS_RUNNING:       TaskRunning,
+	flov1.TaskStatus_TASK_STATUS_WAITING:       TaskWaiting,
 	flov1.TaskStatus_TASK_STATUS_COMPLETED:     TaskCompleted,
 	flov1.TaskStatus_TASK_STATUS_FAILED:        TaskFailed,
 	flov1.TaskStatus_TASK_STATUS_DEAD_LETTERED: TaskDeadLettered,
@@ -62,6 +65,9 @@ type Task struct {
 	StartedAt      time.Time
 	FinishedAt     time.Time
 	UpdatedAt      time.Time
+	// CompleteBy is, while the task is waiting, when it fails as timed out unless it was
+	// completed or failed by its completion token first.
+	CompleteBy time.Time
 }
 
 // MarshalJSON writes payload and result as JSON values when they hold JSON (the common case,
@@ -89,13 +95,14 @@ func (t Task) MarshalJSON() ([]byte, error) {
 		StartedAt      time.Time       `json:"started_at,omitzero"`
 		FinishedAt     time.Time       `json:"finished_at,omitzero"`
 		UpdatedAt      time.Time       `json:"updated_at,omitzero"`
+		CompleteBy     time.Time       `json:"complete_by,omitzero"`
 	}{
 		ID: t.ID, Namespace: t.Namespace, Action: t.Action, Status: t.Status,
 		Attempt: t.Attempt, MaxAttempts: t.MaxAttempts, Priority: t.Priority,
 		Payload: jsonOrBase64(t.Payload), Result: jsonOrBase64(t.Result),
 		Outcome: t.Outcome, Error: t.Error, TimedOut: t.TimedOut, ErrorCode: t.ErrorCode, IdempotencyKey: t.IdempotencyKey, WorkerID: t.WorkerID,
 		CreatedAt: t.CreatedAt, RunAt: t.RunAt, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt,
-		UpdatedAt: t.UpdatedAt,
+		UpdatedAt: t.UpdatedAt, CompleteBy: t.CompleteBy,
 	})
 }
 
@@ -132,6 +139,7 @@ func taskFromProto(t *flov1.Task) *Task {
 		StartedAt:      timeFromProto(t.GetStartedAt()),
 		FinishedAt:     timeFromProto(t.GetFinishedAt()),
 		UpdatedAt:      timeFromProto(t.GetUpdatedAt()),
+		CompleteBy:     timeFromProto(t.GetCompleteBy()),
 	}
 }
 
@@ -299,6 +307,38 @@ func (c *Client) RequeueDeadLetter(ctx context.Context, id string) (*Task, error
 	t, err := svc.RequeueDeadLetter(ctx, &flov1.GetTaskRequest{Namespace: c.namespace, TaskId: id})
 	if err != nil {
 		return nil, fmt.Errorf("requeue dead letter %s: %w", id, err)
+	}
+	return taskFromProto(t), nil
+}
+
+// CompleteTask finishes a task whose handler returned ErrResultPending, successfully: token is
+// the attempt's ActionContext.CompletionToken, result the task's result (JSON for a workflow
+// step's output) and outcome a named outcome for workflow routing ("" is success). A task
+// finishes once: a second call, or one after its async deadline, fails with
+// FailedPrecondition; a token no task waits for fails with NotFound.
+func (c *Client) CompleteTask(ctx context.Context, token string, result []byte, outcome string) (*Task, error) {
+	svc, err := c.taskService()
+	if err != nil {
+		return nil, err
+	}
+	t, err := svc.CompleteTask(ctx, &flov1.CompleteTaskRequest{Namespace: c.namespace, Token: token, Result: result, Outcome: outcome})
+	if err != nil {
+		return nil, fmt.Errorf("complete task by token: %w", err)
+	}
+	return taskFromProto(t), nil
+}
+
+// FailTask finishes a task whose handler returned ErrResultPending with a failure: cause's
+// message is the task's error and ErrorCode(cause) its code. The failure is final: no further
+// attempt runs, whatever attempts remain. It answers a second call as CompleteTask does.
+func (c *Client) FailTask(ctx context.Context, token string, cause error) (*Task, error) {
+	svc, err := c.taskService()
+	if err != nil {
+		return nil, err
+	}
+	t, err := svc.FailTask(ctx, &flov1.FailTaskRequest{Namespace: c.namespace, Token: token, Error: errorText(cause), ErrorCode: ErrorCode(cause)})
+	if err != nil {
+		return nil, fmt.Errorf("fail task by token: %w", err)
 	}
 	return taskFromProto(t), nil
 }

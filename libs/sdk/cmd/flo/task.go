@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -41,7 +42,65 @@ func newTaskCmd(g *globals) *cobra.Command {
 	}
 	await.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "how long to wait")
 	cmd.AddCommand(await)
+	cmd.AddCommand(newCompleteCmd(g), newFailCmd(g))
 	cmd.AddCommand(newDLQCmd(g))
+	return cmd
+}
+
+// newCompleteCmd finishes, by completion token, a task whose handler said its result comes later.
+func newCompleteCmd(g *globals) *cobra.Command {
+	var outcome string
+	cmd := &cobra.Command{
+		Use:   "complete TOKEN ['JSON']",
+		Short: "Complete a task waiting for its result, by its completion token, and show it",
+		Args:  cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var result json.RawMessage
+			if len(args) == 2 {
+				var err error
+				if result, err = parsePayload(args[1]); err != nil {
+					return err
+				}
+			}
+			return g.withClient(func(c *flo.Client) error {
+				task, err := c.CompleteTask(cmd.Context(), args[0], result, outcome)
+				if err != nil {
+					return err
+				}
+				return printJSON(cmd, task)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&outcome, "outcome", "", "a named outcome for workflow routing (default: success)")
+	return cmd
+}
+
+// newFailCmd fails, by completion token, a task whose handler said its result comes later.
+func newFailCmd(g *globals) *cobra.Command {
+	var msg, code string
+	cmd := &cobra.Command{
+		Use:   "fail TOKEN --error MESSAGE",
+		Short: "Fail a task waiting for its result, by its completion token, and show it; no further attempt runs",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if msg == "" {
+				return errors.New("--error is required")
+			}
+			cause := errors.New(msg)
+			if code != "" {
+				cause = flo.NewErrorWithCode(code, "%s", msg)
+			}
+			return g.withClient(func(c *flo.Client) error {
+				task, err := c.FailTask(cmd.Context(), args[0], cause)
+				if err != nil {
+					return err
+				}
+				return printJSON(cmd, task)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&msg, "error", "", "the failure's message")
+	cmd.Flags().StringVar(&code, "code", "", "the failure's error code (letters, digits, '_', '.', ':', '-')")
 	return cmd
 }
 

@@ -336,6 +336,54 @@ func (s *TaskServer) RequeueDeadLetter(ctx context.Context, req *flov1.GetTaskRe
 	return t, nil
 }
 
+// maxTokenBytes bounds a completion token; real ones are far shorter.
+const maxTokenBytes = 256
+
+// CompleteTask finishes a task waiting for its result successfully, by the
+// completion token its handler got.
+func (s *TaskServer) CompleteTask(ctx context.Context, req *flov1.CompleteTaskRequest) (*flov1.Task, error) {
+	if err := s.checkToken(ctx, req.GetNamespace(), req.GetToken()); err != nil {
+		return nil, err
+	}
+	result := req.GetResult()
+	if len(result) == 0 && req.GetOutput() != nil {
+		var err error
+		if result, err = encodeJSON(req.GetOutput()); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "encode output as JSON: %v", err)
+		}
+	}
+	if len(result) > s.maxPayloadBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "result is %d bytes, limit is %d", len(result), s.maxPayloadBytes)
+	}
+	t, err := s.dispatcher.CompleteTask(ctx, &flov1.CompleteTaskRequest{
+		Namespace: req.GetNamespace(), Token: req.GetToken(), Result: result, Outcome: req.GetOutcome(),
+	})
+	if err != nil {
+		return nil, upstream(ctx, s.log, "complete task", err)
+	}
+	return t, nil
+}
+
+// FailTask finishes a task waiting for its result with a final failure, by
+// the completion token its handler got.
+func (s *TaskServer) FailTask(ctx context.Context, req *flov1.FailTaskRequest) (*flov1.Task, error) {
+	if err := s.checkToken(ctx, req.GetNamespace(), req.GetToken()); err != nil {
+		return nil, err
+	}
+	t, err := s.dispatcher.FailTask(ctx, req)
+	if err != nil {
+		return nil, upstream(ctx, s.log, "fail task", err)
+	}
+	return t, nil
+}
+
+func (s *TaskServer) checkToken(ctx context.Context, ns, token string) error {
+	if token == "" || len(token) > maxTokenBytes {
+		return status.Errorf(codes.InvalidArgument, "token must be a completion token of 1 to %d bytes", maxTokenBytes)
+	}
+	return CheckNamespace(ctx, s.log, s.namespaces, ns)
+}
+
 func (s *TaskServer) checkTask(ctx context.Context, ns, taskID string) error {
 	if err := checkTaskID(taskID); err != nil {
 		return err

@@ -490,6 +490,8 @@ func (s *session) reportResults(results []*flov1.Result) {
 			// invalid error code is dropped with a note, not refused.
 			o.Failed.Error, o.Failed.ErrorCode = text.CleanFailure(o.Failed.GetError(), o.Failed.GetErrorCode())
 			rep.Kind = &dispatcherv1.Report_Failed{Failed: o.Failed}
+		case *flov1.Result_Pending:
+			rep.Kind = &dispatcherv1.Report_Pending{Pending: o.Pending}
 		default:
 			invalid = append(invalid, r.GetTaskId())
 			continue
