@@ -32,6 +32,7 @@ func TestAsyncCompletion(t *testing.T) {
 	t.Run("fail", func(t *testing.T) { t.Parallel(); testAsyncFail(t, e) })
 	t.Run("bad tokens", func(t *testing.T) { t.Parallel(); testAsyncBadTokens(t, e) })
 	t.Run("deadline", func(t *testing.T) { t.Parallel(); testAsyncDeadline(t, e) })
+	t.Run("before pending", func(t *testing.T) { t.Parallel(); testAsyncBeforePending(t, e) })
 }
 
 // waitFor claims a task and reports it pending.
@@ -105,11 +106,9 @@ func testAsyncBadTokens(t *testing.T, e *env) {
 	a := e.claimOne(t, ns, "hook", 0)
 	tok := a.GetCompletionToken()
 
-	// Still running: its handler has not answered pending.
-	_, err := e.client.CompleteTask(t.Context(), &flov1.CompleteTaskRequest{Namespace: ns, Token: tok})
-	requireCode(t, codes.FailedPrecondition, err, "still running")
 	require.Empty(t, e.report(t, ns, pending(a, 0)))
 
+	var err error
 	for _, bad := range []string{"", "nope", id, "flo1." + strings.Repeat("A", 10)} {
 		_, err = e.client.CompleteTask(t.Context(), &flov1.CompleteTaskRequest{Namespace: ns, Token: bad})
 		requireCode(t, codes.InvalidArgument, err, "not a completion token")
@@ -150,4 +149,19 @@ func testAsyncDeadline(t *testing.T, e *env) {
 
 	_, err := e.client.CompleteTask(t.Context(), &flov1.CompleteTaskRequest{Namespace: ns, Token: a.GetCompletionToken()})
 	requireCode(t, codes.FailedPrecondition, err, "async deadline passed")
+}
+
+// testAsyncBeforePending: a webhook may beat the handler's pending answer; the
+// token finishes the running attempt and the late answer is refused.
+func testAsyncBeforePending(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	e.register(t, ns, "quick", nil)
+	id := e.invoke(t, ns, "quick", `{}`)
+	a := e.claimOne(t, ns, "quick", 0)
+	done, err := e.client.CompleteTask(t.Context(), &flov1.CompleteTaskRequest{Namespace: ns, Token: a.GetCompletionToken(), Result: []byte(`"early"`)})
+	require.NoError(t, err)
+	require.Equal(t, stCompleted, done.GetStatus())
+	require.Equal(t, []string{id}, e.report(t, ns, pending(a, 0)))
+	e.events.waitEvents(t, id, evCreated, evStarted, evCompleted)
+	require.Equal(t, stCompleted, e.task(t, ns, id).GetStatus())
 }

@@ -35,8 +35,10 @@ type WaitingState struct {
 	SecretMatches bool
 }
 
-// FinishWaiting ends the waiting attempt f names, when its secret matches,
-// and returns the change; pg.ErrNotFound when no such attempt is waiting.
+// FinishWaiting ends the attempt f names, when its secret matches, and
+// returns the change; pg.ErrNotFound when no such attempt is waiting or
+// running. A running one is finished too: a webhook may beat its handler's
+// pending answer, which then matches nothing.
 func FinishWaiting(ctx context.Context, db DB, f Finish) (Change, error) {
 	state, result := string(Completed), f.Result
 	if f.Failed {
@@ -48,8 +50,8 @@ func FinishWaiting(ctx context.Context, db DB, f Finish) (Change, error) {
 	var c Change
 	err := db.QueryRow(ctx, `
 UPDATE tasks t SET state = $5, result = CASE WHEN $5 = 'completed' THEN $6::bytea END, outcome = $7, error = $8, error_code = $9,
-	timed_out = false, complete_by = NULL, finished_at = now(), updated_at = now()
-WHERE t.id = $1 AND t.namespace = $2 AND t.attempt = $3 AND t.completion_secret = $4 AND t.state = 'waiting'
+	timed_out = false, complete_by = NULL, lease_until = NULL, finished_at = now(), updated_at = now()
+WHERE t.id = $1 AND t.namespace = $2 AND t.attempt = $3 AND t.completion_secret = $4 AND t.state IN ('running', 'waiting')
 RETURNING `+changeColumns, f.ID, f.Namespace, f.Attempt, f.Secret, state, result, f.Outcome, f.Error, f.ErrorCode).Scan(changeDest(&c)...)
 	if err != nil {
 		return Change{}, fmt.Errorf("finish waiting task %s: %w", f.ID, pg.MapError(err))
