@@ -17,11 +17,16 @@ import (
 // token that finishes it.
 type pendingTask struct{ id, token string }
 
-// asyncWorker starts a worker with one slot whose handler for action hands
-// its task to the returned channel and answers that the result comes later,
-// within the payload's wait_ms (zero: the default).
-func asyncWorker(t *testing.T, e *env, action string) <-chan pendingTask {
+// asyncStack starts a platform, registers action with maxAttempts, and
+// starts a worker with one slot whose handler for it hands its task to the
+// returned channel and answers that the result comes later, within the
+// payload's wait_ms (zero: the default).
+func asyncStack(t *testing.T, action string, maxAttempts int) (*env, *flo.Client, <-chan pendingTask) {
 	t.Helper()
+	e := newEnv(t)
+	c := e.client(t, "default")
+	_, err := c.RegisterAction(context.Background(), action, flo.ActionOptions{MaxAttempts: maxAttempts})
+	require.NoError(t, err)
 	handed := make(chan pendingTask, 8)
 	e.worker(t, "default", flo.ActionWorkerOptions{Concurrency: 1}, func(w *flo.ActionWorker) {
 		w.MustRegisterAction(action, func(actx *flo.ActionContext) ([]byte, error) {
@@ -35,7 +40,8 @@ func asyncWorker(t *testing.T, e *env, action string) <-chan pendingTask {
 			return nil, flo.ResultPendingWithin(time.Duration(in.WaitMS) * time.Millisecond)
 		})
 	})
-	return handed
+	waitActions(t, c, action)
+	return e, c, handed
 }
 
 // TestAsyncCompletionByToken: a handler returning ErrResultPending frees its
@@ -43,13 +49,8 @@ func asyncWorker(t *testing.T, e *env, action string) <-chan pendingTask {
 // first waits), and a "webhook" finishes each task by token: the first over
 // REST, exactly once, the second over gRPC with a final, coded failure.
 func TestAsyncCompletionByToken(t *testing.T) {
-	e := newEnv(t)
-	c := e.client(t, "default")
+	e, c, handed := asyncStack(t, "charge", 3)
 	ctx := context.Background()
-	_, err := c.RegisterAction(ctx, "charge", flo.ActionOptions{MaxAttempts: 3})
-	require.NoError(t, err)
-	handed := asyncWorker(t, e, "charge")
-	waitActions(t, c, "charge")
 
 	first, err := c.Invoke(ctx, "charge", map[string]any{})
 	require.NoError(t, err)
@@ -136,13 +137,8 @@ func postJSONAsync(url string, body any) (int, map[string]any) {
 // follows success with the result as its output; one whose async deadline
 // passes follows timeout.
 func TestAsyncStepOutcomes(t *testing.T) {
-	e := newEnv(t)
-	c := e.client(t, "default")
+	_, c, handed := asyncStack(t, "approve", 1)
 	ctx := context.Background()
-	_, err := c.RegisterAction(ctx, "approve", flo.ActionOptions{MaxAttempts: 1})
-	require.NoError(t, err)
-	handed := asyncWorker(t, e, "approve")
-	waitActions(t, c, "approve")
 	createWorkflow(t, c, timeoutFlow("approval", "approve"))
 
 	// Completed by token.
