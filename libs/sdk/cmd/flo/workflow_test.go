@@ -166,6 +166,12 @@ func (s *workflowStack) serveActions(t *testing.T, log *slog.Logger) {
 		}
 		return map[string]any{"charged": in}, nil
 	})
+	startWorker(t, w)
+}
+
+// startWorker runs w until the test ends.
+func startWorker(t *testing.T, w *flo.ActionWorker) {
+	t.Helper()
 	wctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Start(wctx) }()
