@@ -31,6 +31,22 @@
 //
 //	return nil, flo.NewNonRetryableError(flo.NewErrorWithCode("card_declined", "card %s declined", last4))
 //
+// A handler whose result arrives later (a webhook, another service) returns [ErrResultPending]
+// (or [ResultPendingWithin] for its own deadline) after handing [ActionContext.CompletionToken] to
+// whoever will deliver it; the worker's slot is free at once and the task waits, as Temporal's
+// asynchronous activity completion does. That party calls [Client.CompleteTask] or
+// [Client.FailTask] (final: no further attempt) with the token; no result within 24 hours (at
+// most 7 days) fails the task as timed out, so a workflow step takes its timeout transition:
+//
+//	w.MustRegisterAction("ship", func(actx *flo.ActionContext) ([]byte, error) {
+//		if err := carrier.Book(actx, order, actx.CompletionToken()); err != nil {
+//			return nil, err
+//		}
+//		return nil, flo.ErrResultPending
+//	})
+//	// later, in the carrier's webhook handler:
+//	_, err := client.CompleteTask(ctx, token, body, "")
+//
 // A worker registers itself in the worker registry when it starts (its id, concurrency, actions,
 // [ActionWorkerOptions.Metadata] and machine), sends a heartbeat with its load every
 // [ActionWorkerOptions.HeartbeatInterval], and deregisters when Start returns. Draining it
