@@ -20,7 +20,6 @@ import (
 
 	"github.com/razorbill/flo/libs/coalesce"
 	"github.com/razorbill/flo/libs/fault"
-	"github.com/razorbill/flo/libs/outbox"
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/telemetry"
 	"github.com/razorbill/flo/libs/text"
@@ -234,12 +233,8 @@ func (c *Claimer) exec(ctx context.Context, calls []*coalesce.Call[Request, []st
 		if total == 0 {
 			return nil
 		}
-		records, err := events.Records()
-		if err != nil {
+		if err := events.Write(ctx, tx, "started"); err != nil {
 			return err
-		}
-		if err := outbox.Write(ctx, tx, records...); err != nil {
-			return fmt.Errorf("write started events: %w", err)
 		}
 		return nil
 	})

@@ -22,7 +22,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/razorbill/flo/libs/fault"
-	"github.com/razorbill/flo/libs/outbox"
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/sweep"
 	"github.com/razorbill/flo/libs/text"
@@ -131,12 +130,8 @@ func (c *Completions) finish(ctx context.Context, namespace, tok string, f store
 		}
 		events = taskevent.NewBuilder(time.Now())
 		events.Add(typ, ch)
-		records, err := events.Records()
-		if err != nil {
+		if err := events.Write(ctx, tx, "completion"); err != nil {
 			return err
-		}
-		if err := outbox.Write(ctx, tx, records...); err != nil {
-			return fmt.Errorf("write completion event: %w", err)
 		}
 		task, err = store.GetTask(ctx, tx, namespace, t.id)
 		return err
@@ -188,12 +183,8 @@ func (c *Completions) expireBatch(ctx context.Context) (int, error) {
 		for _, ch := range changes {
 			events.Add(taskevent.Failed, ch)
 		}
-		records, err := events.Records()
-		if err != nil {
+		if err := events.Write(ctx, tx, "expiry"); err != nil {
 			return err
-		}
-		if err := outbox.Write(ctx, tx, records...); err != nil {
-			return fmt.Errorf("write expiry events: %w", err)
 		}
 		return nil
 	})

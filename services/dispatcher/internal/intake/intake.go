@@ -20,7 +20,6 @@ import (
 
 	"github.com/razorbill/flo/libs/coalesce"
 	"github.com/razorbill/flo/libs/kafka"
-	"github.com/razorbill/flo/libs/outbox"
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/wake"
 	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
@@ -183,12 +182,8 @@ func (in *Intake) enqueue(ctx context.Context, invs []Invocation) error {
 		for _, c := range rejected {
 			events.Add(taskevent.Rejected, c)
 		}
-		records, err := events.Records()
-		if err != nil {
+		if err := events.Write(ctx, tx, "created"); err != nil {
 			return err
-		}
-		if err := outbox.Write(ctx, tx, records...); err != nil {
-			return fmt.Errorf("write created events: %w", err)
 		}
 		return store.Notify(ctx, tx, store.TasksChannel, dueKeys(changes, delayed))
 	})

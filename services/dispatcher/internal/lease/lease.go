@@ -16,7 +16,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/razorbill/flo/libs/fault"
-	"github.com/razorbill/flo/libs/outbox"
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/sweep"
 	"github.com/razorbill/flo/libs/wake"
@@ -110,12 +109,8 @@ func (l *Leases) expireBatch(ctx context.Context) (int, error) {
 				due = append(due, c.Key())
 			}
 		}
-		records, err := events.Records()
-		if err != nil {
+		if err := events.Write(ctx, tx, "lease"); err != nil {
 			return err
-		}
-		if err := outbox.Write(ctx, tx, records...); err != nil {
-			return fmt.Errorf("write lease events: %w", err)
 		}
 		return store.Notify(ctx, tx, store.TasksChannel, due)
 	})

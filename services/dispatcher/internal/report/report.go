@@ -17,7 +17,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/razorbill/flo/libs/coalesce"
-	"github.com/razorbill/flo/libs/outbox"
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/text"
 	"github.com/razorbill/flo/libs/wake"
@@ -234,12 +233,8 @@ func (r *Reporter) exec(ctx context.Context, calls []*coalesce.Call[Request, []s
 		if queued, err = r.dispose(ctx, tx, calls, entries, events); err != nil {
 			return err
 		}
-		records, err := events.Records()
-		if err != nil {
+		if err := events.Write(ctx, tx, "report"); err != nil {
 			return err
-		}
-		if err := outbox.Write(ctx, tx, records...); err != nil {
-			return fmt.Errorf("write report events: %w", err)
 		}
 		return store.Notify(ctx, tx, store.TasksChannel, dueKeys(queued))
 	})

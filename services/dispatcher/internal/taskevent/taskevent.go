@@ -4,10 +4,12 @@
 package taskevent
 
 import (
+	"context"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -134,7 +136,7 @@ type Builder struct {
 // NewBuilder returns a Builder stamping events with at.
 func NewBuilder(at time.Time) *Builder { return &Builder{at: at, tallies: map[tally]int64{}} }
 
-// Add appends an event about c; the first encoding error is kept for Records.
+// Add appends an event about c; the first encoding error is kept for Write.
 func (b *Builder) Add(typ Type, c store.Change) {
 	if b.err != nil {
 		return
@@ -148,5 +150,14 @@ func (b *Builder) Add(typ Type, c store.Change) {
 	b.tallies[tallyOf(typ, c)]++
 }
 
-// Records returns the collected records.
-func (b *Builder) Records() ([]outbox.Record, error) { return b.records, b.err }
+// Write writes the collected records to the outbox in tx; what names the
+// events in the error.
+func (b *Builder) Write(ctx context.Context, tx pgx.Tx, what string) error {
+	if b.err != nil {
+		return b.err
+	}
+	if err := outbox.Write(ctx, tx, b.records...); err != nil {
+		return fmt.Errorf("write %s events: %w", what, err)
+	}
+	return nil
+}
