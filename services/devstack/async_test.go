@@ -134,8 +134,8 @@ func postJSONAsync(url string, body any) (int, map[string]any) {
 }
 
 // TestAsyncStepOutcomes: a workflow step whose action completes asynchronously
-// follows success with the result as its output; one whose async deadline
-// passes follows timeout.
+// leaves its run waiting until then, and follows success with the result as
+// its output; one whose async deadline passes follows timeout.
 func TestAsyncStepOutcomes(t *testing.T) {
 	_, c, handed := asyncStack(t, "approve", 1)
 	ctx := context.Background()
@@ -145,9 +145,15 @@ func TestAsyncStepOutcomes(t *testing.T) {
 	started, err := c.StartWorkflow(ctx, "approval", map[string]any{"wait_ms": time.Minute.Milliseconds()}, flo.StartWorkflowOptions{})
 	require.NoError(t, err)
 	p := <-handed
+	// The run shows it waits for the result.
+	require.Eventually(t, func() bool {
+		run, err := c.GetRun(ctx, started.RunID)
+		return err == nil && run.Status == flo.RunWaiting
+	}, runWait, 10*time.Millisecond)
 	_, err = c.CompleteTask(ctx, p.token, []byte(`{"approved_by":"ada"}`), "")
 	require.NoError(t, err)
 	st := statusJSON(t, awaitRun(t, c, started.RunID, flo.RunCompleted))
+	require.Contains(t, runHistory(t, c, started.RunID), "action_waiting _start")
 	require.Len(t, st.Outputs, 1)
 	require.Equal(t, "success", st.Outputs[0].Outcome)
 	require.JSONEq(t, `{"approved_by":"ada"}`, string(st.Outputs[0].Output))

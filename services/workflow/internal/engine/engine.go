@@ -111,6 +111,10 @@ func advance(def *definition.Definition, run *Run, ev any, env Env) (Effects, er
 		applied = a.taskEnded(e)
 	case *TaskEnded:
 		applied = e != nil && a.taskEnded(*e)
+	case TaskWaiting:
+		applied = a.taskWaiting(e)
+	case *TaskWaiting:
+		applied = e != nil && a.taskWaiting(*e)
 	case SignalArrived:
 		applied = a.signalArrived(e.Signal)
 	case *SignalArrived:
@@ -279,6 +283,17 @@ func (a *advancer) taskEnded(e TaskEnded) bool {
 	}
 	a.follow(a.stepOutcome(step, stepEnd{step: step.Name, outcome: outcome, output: e.Output, err: errText, final: e.NonRetryable,
 		orFailure: timedOut, timedOut: timedOut, code: e.ErrorCode}))
+	return true
+}
+
+// taskWaiting parks a run whose task's result comes later: it shows as
+// waiting, and the task's end (TaskEnded) sets it running again.
+func (a *advancer) taskWaiting(e TaskWaiting) bool {
+	if !a.waitsWith(e.Token, WaitTask) || a.run.Status == StatusWaiting {
+		return false
+	}
+	a.run.Status = StatusWaiting
+	a.history(HistoryActionWaiting, "the result comes later, by completion token")
 	return true
 }
 

@@ -195,7 +195,12 @@ func checkAdvance(before Run, run *Run, eff Effects) error {
 		}
 	}
 	switch run.Wait {
-	case WaitTask, WaitChild:
+	case WaitTask:
+		// Waiting when the task's result is pending (TaskWaiting).
+		if run.Status != StatusRunning && run.Status != StatusWaiting {
+			return fmt.Errorf("wait %s with status %s", run.Wait, run.Status)
+		}
+	case WaitChild:
 		if run.Status != StatusRunning {
 			return fmt.Errorf("wait %s with status %s", run.Wait, run.Status)
 		}

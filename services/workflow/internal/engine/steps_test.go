@@ -816,3 +816,30 @@ func TestDefinitionWithoutStartFailsTheRun(t *testing.T) {
 	require.Equal(t, StatusFailed, run.Status)
 	require.Contains(t, run.Error, `"_start" is neither a step nor a terminal of workflow empty version 1`)
 }
+
+// A run whose task's result is pending shows as waiting until the task ends,
+// and a pending answer for another task changes nothing.
+func TestTaskWaiting(t *testing.T) {
+	t.Parallel()
+	s := newSim(t, processOrder, `{}`)
+	s.start()
+	token := s.run.Token
+	for _, ev := range []any{TaskWaiting{Token: "nope"}, (*TaskWaiting)(nil)} {
+		before := cloneRun(*s.run)
+		eff, err := Advance(s.def, s.run, ev, s.env())
+		require.NoError(t, err)
+		require.Equal(t, Effects{}, eff)
+		require.Equal(t, before, *s.run)
+	}
+	eff := s.do(&TaskWaiting{Token: token})
+	require.Equal(t, StatusWaiting, s.run.Status)
+	require.Equal(t, WaitTask, s.run.Wait)
+	require.Len(t, eff.History, 1)
+	require.Equal(t, HistoryActionWaiting, eff.History[0].Type)
+	require.Empty(t, eff.Invokes)
+	require.Equal(t, Effects{}, s.do(TaskWaiting{Token: token}), "a repeated answer changes nothing")
+
+	s.end("success", `{}`)
+	require.Equal(t, StatusRunning, s.run.Status)
+	require.Equal(t, "charge", s.run.Step)
+}

@@ -114,6 +114,11 @@ type TaskEnded struct {
 	ErrorCode string
 }
 
+// TaskWaiting says the handler of the task the run waits for answered that
+// its result comes later, by completion token: the run shows as waiting until
+// the task ends (TaskEnded).
+type TaskWaiting struct{ Token string }
+
 // SignalArrived is a signal delivered to the run. The store stores it first
 // and lists it in Env.Pending; only signals in Env.Pending are matched, so a
 // redelivered signal that was consumed already is recorded but not matched
@@ -211,6 +216,7 @@ const (
 	HistoryActionDisabled    = "action_disabled"
 	HistoryAwaitingAction    = "awaiting_action"
 	HistoryActionCompleted   = "action_completed"
+	HistoryActionWaiting     = "action_waiting"
 	HistoryWorkflowCompleted = "workflow_completed"
 	HistoryWorkflowFailed    = "workflow_failed"
 	HistoryWorkflowCancelled = "workflow_cancelled"

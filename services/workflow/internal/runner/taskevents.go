@@ -23,15 +23,20 @@ import (
 
 var tracer = otel.Tracer("github.com/razorbill/flo/services/workflow/internal/runner")
 
-// taskEvent is a task event that ends a task a run waits for.
+// taskEvent is a task event about a task a run waits for: its end, or its
+// result being pending.
 type taskEvent struct {
-	runID string
-	ended engine.TaskEnded
+	runID, token string
+	// ev is the engine's event, a TaskEnded or a TaskWaiting.
+	ev any
+	// outcome is the ended task's outcome; empty for a pending one.
+	outcome string
 }
 
 // HandleTaskEvents is the kafka.BatchHandler for TaskEventsTopic. It keeps
 // the events that end tasks runs invoked (COMPLETED, FAILED, DEAD_LETTERED,
-// REJECTED with a workflow origin) and applies them in one transaction with
+// REJECTED with a workflow origin) or say their result is pending (WAITING),
+// and applies them in one transaction with
 // the events of the poll's other partitions; events of other tasks are
 // skipped. A record that does not decode, or whose origin says it is a run's
 // task but names no run, is returned as kafka.Poison once the others are
@@ -70,7 +75,7 @@ func (r *Runner) HandleTaskEvents(ctx context.Context, records []*kgo.Record) er
 		_, span := tracer.Start(kafka.ExtractTrace(ctx, rec), "advance run",
 			trace.WithSpanKind(trace.SpanKindConsumer),
 			trace.WithAttributes(attribute.String("flo.run_id", te.runID), attribute.String("flo.task_id", ev.GetTaskId()),
-				attribute.String("flo.outcome", te.ended.Outcome)))
+				attribute.String("flo.outcome", te.outcome)))
 		evs = append(evs, te)
 		spans = append(spans, span)
 	}
@@ -95,8 +100,8 @@ func (r *Runner) HandleTaskEvents(ctx context.Context, records []*kgo.Record) er
 	return errors.Join(poison...)
 }
 
-// taskEnded maps a task event to the engine's TaskEnded; ok is false for
-// events that do not end a task of a run.
+// taskEnded maps a task event to the engine's TaskEnded, or TaskWaiting for
+// WAITING; ok is false for other events and tasks no run invoked.
 func taskEnded(ev *eventsv1.TaskEvent) (taskEvent, bool) {
 	runID, token, ok := parseOrigin(ev.GetOrigin())
 	if !ok {
@@ -104,6 +109,8 @@ func taskEnded(ev *eventsv1.TaskEvent) (taskEvent, bool) {
 	}
 	te := engine.TaskEnded{Token: token}
 	switch ev.GetType() {
+	case eventsv1.TaskEventType_TASK_EVENT_TYPE_WAITING:
+		return taskEvent{runID: runID, token: token, ev: engine.TaskWaiting{Token: token}}, true
 	case eventsv1.TaskEventType_TASK_EVENT_TYPE_COMPLETED:
 		te.Outcome = ev.GetOutcome()
 		if te.Outcome == "" {
@@ -124,7 +131,7 @@ func taskEnded(ev *eventsv1.TaskEvent) (taskEvent, bool) {
 	default:
 		return taskEvent{}, false
 	}
-	return taskEvent{runID: runID, ended: te}, true
+	return taskEvent{runID: runID, token: token, ev: te, outcome: te.Outcome}, true
 }
 
 // outputJSON makes an action's result usable as a step output: JSON stays as
@@ -170,11 +177,11 @@ func (r *Runner) applyEvents(ctx context.Context, evs []taskEvent) error {
 		}
 		for _, ev := range evs {
 			e := u.runs[ev.runID]
-			if e == nil || e.run.Status.Ended() || e.run.Token != ev.ended.Token {
+			if e == nil || e.run.Status.Ended() || e.run.Token != ev.token {
 				stale++
 				continue
 			}
-			if err := u.advance(ctx, e, ev.ended); err != nil {
+			if err := u.advance(ctx, e, ev.ev); err != nil {
 				return err
 			}
 		}

@@ -19,7 +19,7 @@ func TestTaskEndedCarriesTimedOut(t *testing.T) {
 	tests := []struct {
 		name string
 		ev   *eventsv1.TaskEvent
-		want engine.TaskEnded
+		want any
 	}{
 		{name: "failed after its handler's deadline",
 			ev:   &eventsv1.TaskEvent{Type: eventsv1.TaskEventType_TASK_EVENT_TYPE_FAILED, Origin: origin, Error: "context deadline exceeded", NonRetryable: true, TimedOut: true},
@@ -36,6 +36,9 @@ func TestTaskEndedCarriesTimedOut(t *testing.T) {
 		{name: "an ordinary failure",
 			ev:   &eventsv1.TaskEvent{Type: eventsv1.TaskEventType_TASK_EVENT_TYPE_DEAD_LETTERED, Origin: origin, Error: "boom"},
 			want: engine.TaskEnded{Token: "3", Outcome: "failure", Error: "boom"}},
+		{name: "a result pending by completion token",
+			ev:   &eventsv1.TaskEvent{Type: eventsv1.TaskEventType_TASK_EVENT_TYPE_WAITING, Origin: origin},
+			want: engine.TaskWaiting{Token: "3"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -43,7 +46,8 @@ func TestTaskEndedCarriesTimedOut(t *testing.T) {
 			got, ok := taskEnded(tt.ev)
 			require.True(t, ok)
 			require.Equal(t, runID, got.runID)
-			require.Equal(t, tt.want, got.ended)
+			require.Equal(t, "3", got.token)
+			require.Equal(t, tt.want, got.ev)
 		})
 	}
 }
