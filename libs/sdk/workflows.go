@@ -299,7 +299,7 @@ func (r Run) MarshalJSON() ([]byte, error) {
 
 // HistoryEvent is one entry of a run's history: workflow_started, step_started,
 // step_completed, step_retry, waiting_for_signal, signal_received, signal_matched,
-// signal_timeout, action_not_found, action_disabled, awaiting_action, action_completed,
+// signal_timeout, action_not_found, action_disabled, awaiting_action, action_waiting, action_completed,
 // poll_scheduled, child_started, child_completed, and the run's end (workflow_completed,
 // workflow_failed, workflow_cancelled, workflow_timed_out).
 type HistoryEvent struct {
