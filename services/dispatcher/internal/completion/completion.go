@@ -183,10 +183,7 @@ func (c *Completions) expireBatch(ctx context.Context) (int, error) {
 		for _, ch := range changes {
 			events.Add(taskevent.Failed, ch)
 		}
-		if err := events.Write(ctx, tx, "expiry"); err != nil {
-			return err
-		}
-		return nil
+		return events.Write(ctx, tx, "expiry")
 	})
 	if err != nil {
 		return 0, fmt.Errorf("expire waiting tasks: %w", err)

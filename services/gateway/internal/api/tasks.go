@@ -314,9 +314,6 @@ func (s *TaskServer) ListDeadLetters(ctx context.Context, req *flov1.ListDeadLet
 	if err := CheckNamespace(ctx, s.log, s.namespaces, req.GetNamespace()); err != nil {
 		return nil, err
 	}
-	if req.GetLimit() < 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "limit must not be negative, got %d", req.GetLimit())
-	}
 	resp, err := s.dispatcher.ListDeadLetters(ctx, req)
 	if err != nil {
 		return nil, upstream(ctx, s.log, "list dead letters", err)
