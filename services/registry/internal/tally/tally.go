@@ -12,9 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -26,6 +24,7 @@ import (
 	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/sweep"
+	"github.com/razorbill/flo/libs/text"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 	"github.com/razorbill/flo/services/registry/internal/store"
 )
@@ -134,8 +133,8 @@ func decode(r *kgo.Record) (Event, error) {
 		e.OccurredAt = r.Timestamp
 	}
 	for _, f := range []struct{ name, v string }{{"namespace", e.Namespace}, {"worker_id", e.WorkerID}, {"action", e.Action}, {"event_id", e.ID}} {
-		if !utf8.ValidString(f.v) || strings.ContainsRune(f.v, 0) {
-			return Event{}, fmt.Errorf("task event %s %q: not valid UTF-8 text without NUL", f.name, f.v)
+		if err := text.Storable(f.name, f.v); err != nil {
+			return Event{}, fmt.Errorf("task event: %w", err)
 		}
 	}
 	return e, nil
