@@ -89,6 +89,14 @@ type Definition struct {
 	StepOrder []string
 	// Terminals holds the custom terminals; built-ins are not in it.
 	Terminals map[string]Terminal
+	// Plans holds the inline plans by name.
+	Plans map[string]*Plan
+}
+
+// Plan returns the inline plan called name.
+func (d *Definition) Plan(name string) (*Plan, bool) {
+	p, ok := d.Plans[name]
+	return p, ok && p != nil
 }
 
 // Step returns the step called name; StartStep is the start step.

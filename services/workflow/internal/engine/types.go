@@ -71,6 +71,9 @@ type Run struct {
 	// Outputs holds the result of every step that finished, by step name;
 	// a step visited twice keeps its latest result.
 	Outputs map[string]StepResult
+	// Plan is the progress of the current visit of a plan step; nil
+	// outside plan steps.
+	Plan *PlanProgress `json:",omitempty"`
 	// Error says why a failed run failed.
 	Error                            string
 	ParentRunID, ParentToken         string
@@ -164,6 +167,11 @@ type Effects struct {
 	// Ended says the run reached a terminal: notify the parent with
 	// ChildEnded if there is one.
 	Ended bool
+	// PlanEvents feed the replica's plan health, breakers and metrics once
+	// the transaction commits.
+	PlanEvents []PlanEvent
+	// CacheWrites are plan outcomes to store in the cache.
+	CacheWrites []CacheWrite
 }
 
 // Invoke is an InvokeTask command.
@@ -239,4 +247,7 @@ type Env struct {
 	// MaxPayloadBytes bounds a step input an inputMapping builds; one that
 	// would be larger fails the step. Zero means mapping.DefaultMaxBytes.
 	MaxPayloadBytes int
+	// Plans answers plan steps' questions; nil tries executors in
+	// priority order, admits every attempt and caches nothing.
+	Plans PlanGate
 }
