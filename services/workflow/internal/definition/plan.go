@@ -1,8 +1,10 @@
 package definition
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -75,6 +77,19 @@ func (p *Plan) Executor(name string) (*Executor, bool) {
 		}
 	}
 	return nil, false
+}
+
+// ByPriority returns the executors' names by priority, highest first, ties
+// as written: the static-order selection, and the order every other
+// selection starts from.
+func (p *Plan) ByPriority() []string {
+	sorted := slices.Clone(p.Executors)
+	slices.SortStableFunc(sorted, func(a, b *Executor) int { return cmp.Compare(b.Priority, a.Priority) })
+	names := make([]string, len(sorted))
+	for i, e := range sorted {
+		names[i] = e.Name
+	}
+	return names
 }
 
 // Executor is one way a plan can do its work: an action with its own retry
