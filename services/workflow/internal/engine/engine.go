@@ -204,7 +204,8 @@ func (a *advancer) draw() float64 {
 
 func (a *advancer) finish() {
 	a.run.UpdatedAt = a.now()
-	hadTimer := a.prevWait == WaitRetry || a.prevWait == WaitPoll || (a.prevWait == WaitSignal && !a.prevDeadline.IsZero())
+	hadTimer := a.prevWait == WaitRetry || a.prevWait == WaitPoll || a.prevWait == WaitPlan ||
+		((a.prevWait == WaitSignal || a.prevWait == WaitTask) && !a.prevDeadline.IsZero())
 	stillWaits := a.run.Wait == a.prevWait && a.run.Token == a.prevToken
 	if hadTimer && !stillWaits && len(a.eff.Timers) == 0 {
 		a.eff.ClearTimers = true
@@ -258,6 +259,12 @@ func (a *advancer) taskEnded(e TaskEnded) bool {
 	}
 	waited := a.run.Wait
 	a.clearWait()
+	if waited == WaitTask {
+		if step, plan, ok := a.planStep(); ok {
+			a.follow(a.planAttemptEnded(step, plan, e.Token, e))
+			return true
+		}
+	}
 	step, ok := a.current()
 	if !ok {
 		return true
@@ -318,19 +325,32 @@ func (a *advancer) childEnded(e ChildEnded) bool {
 	return true
 }
 
-// timerFired resumes a run after a retry delay or between polls, or times
-// out its signal wait.
+// timerFired resumes a run after a retry delay, between polls or between
+// plan attempts, or times out its signal wait or async plan attempt.
 func (a *advancer) timerFired(e TimerFired) bool {
-	if !a.waitsWith(e.Token, WaitRetry, WaitPoll, WaitSignal) {
+	if !a.waitsWith(e.Token, WaitRetry, WaitPoll, WaitSignal, WaitPlan, WaitTask) {
 		return false
 	}
-	if a.run.Wait == WaitSignal && a.run.Deadline.IsZero() {
-		// A wait without timeoutMs sets no timer; a timer for it is
+	if (a.run.Wait == WaitSignal || a.run.Wait == WaitTask) && a.run.Deadline.IsZero() {
+		// A wait without a timeout sets no timer; a timer for it is
 		// not this run's.
 		return false
 	}
 	waited := a.run.Wait
 	a.clearWait()
+	if waited == WaitPlan || waited == WaitTask {
+		step, plan, ok := a.planStep()
+		if !ok {
+			a.failRun(fmt.Sprintf("step %q waited inside a plan but is not in a plan invocation", a.run.Step))
+			return true
+		}
+		if waited == WaitTask {
+			a.follow(a.planTimedOut(step, plan, e.Token))
+		} else {
+			a.follow(a.planContinue(step, plan))
+		}
+		return true
+	}
 	step, ok := a.current()
 	if !ok {
 		return true
@@ -448,6 +468,7 @@ func (a *advancer) visit(step *definition.Step) string {
 	a.run.Attempt = 1
 	a.run.Polls = 0
 	a.run.VisitStarted = a.now()
+	a.run.Plan = nil
 	a.clearWait()
 	a.history(HistoryStepStarted, step.Name)
 	if step.Wait != nil {
@@ -510,6 +531,8 @@ func (a *advancer) execute(step *definition.Step) string {
 		a.run.Wait = WaitChild
 		a.run.Status = StatusRunning
 		a.history(HistoryChildStarted, step.Run.String()+" as run "+child.RunID)
+	case definition.TargetPlan:
+		return a.executePlan(step, input)
 	default:
 		return a.stepOutcome(step, stepEnd{step: step.Name, outcome: definition.OutcomeExecutionFailure, err: fmt.Sprintf("run target %s is not supported", step.Run), final: true})
 	}
@@ -532,11 +555,17 @@ func (a *advancer) input(step *definition.Step) (json.RawMessage, error) {
 	if step.InputMapping == nil {
 		return a.run.Input, nil
 	}
+	return step.InputMapping.Resolve(a.mappingContext(step))
+}
+
+// mappingContext is what step's paths (its inputMapping, its plan's cache
+// key) resolve against.
+func (a *advancer) mappingContext(step *definition.Step) *mapping.Context {
 	steps := make(map[string]mapping.StepResult, len(a.run.Outputs))
 	for name, r := range a.run.Outputs {
 		steps[name] = mapping.StepResult{Outcome: r.Outcome, Output: r.Output}
 	}
-	return step.InputMapping.Resolve(&mapping.Context{Step: step.Name, RunID: a.run.ID, Now: a.now(), Input: a.run.Input, Steps: steps, MaxBytes: a.env.MaxPayloadBytes})
+	return &mapping.Context{Step: step.Name, RunID: a.run.ID, Now: a.now(), Input: a.run.Input, Steps: steps, MaxBytes: a.env.MaxPayloadBytes}
 }
 
 // stepOutcome decides what an outcome of the current visit leads to: another
@@ -685,6 +714,7 @@ func (a *advancer) failRun(msg string) {
 
 func (a *advancer) endAs(terminal string, status Status, historyType, detail, runErr string) {
 	a.clearWait()
+	a.run.Plan = nil
 	a.run.Status = status
 	a.run.Terminal = terminal
 	a.run.Error = runErr
