@@ -7715,7 +7715,12 @@ type HistoryEvent struct {
 	// waiting_for_signal, signal_received, signal_matched, signal_timeout,
 	// action_not_found, action_disabled, awaiting_action, action_completed,
 	// workflow_completed, workflow_failed, workflow_cancelled,
-	// workflow_timed_out, and poll_scheduled, child_started, child_completed.
+	// workflow_timed_out, and poll_scheduled, child_started, child_completed;
+	// plan steps add plan_executor_start, plan_executor_success,
+	// plan_executor_retry, plan_executor_exhausted, plan_breaker_skip,
+	// plan_rate_limited, plan_rate_wait, plan_cache_hit, plan_cache_miss,
+	// plan_cache_skipped and plan_fallback, the detail of an executor's event
+	// naming the executor first.
 	Type          string                 `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
 	Step          string                 `protobuf:"bytes,3,opt,name=step,proto3" json:"step,omitempty"`
 	Detail        string                 `protobuf:"bytes,4,opt,name=detail,proto3" json:"detail,omitempty"`
@@ -7839,6 +7844,438 @@ func (x *RunHistory) GetEvents() []*HistoryEvent {
 		return x.Events
 	}
 	return nil
+}
+
+type GetWorkflowPlansRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Empty shows the latest version.
+	Version       string `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetWorkflowPlansRequest) Reset() {
+	*x = GetWorkflowPlansRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[104]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetWorkflowPlansRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetWorkflowPlansRequest) ProtoMessage() {}
+
+func (x *GetWorkflowPlansRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[104]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetWorkflowPlansRequest.ProtoReflect.Descriptor instead.
+func (*GetWorkflowPlansRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{104}
+}
+
+func (x *GetWorkflowPlansRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GetWorkflowPlansRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GetWorkflowPlansRequest) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+// WorkflowPlans is the plans of one workflow version as one workflow service
+// replica sees them. Health scores, samples, breakers and attempt counts are
+// that replica's own, in memory, and start over when it restarts; another
+// replica may answer differently.
+type WorkflowPlans struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Version   string                 `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	// The host name of the workflow service replica that answered.
+	Replica string `protobuf:"bytes,4,opt,name=replica,proto3" json:"replica,omitempty"`
+	// In the order the definition declares them.
+	Plans         []*PlanStatus `protobuf:"bytes,5,rep,name=plans,proto3" json:"plans,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkflowPlans) Reset() {
+	*x = WorkflowPlans{}
+	mi := &file_flo_v1_api_proto_msgTypes[105]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkflowPlans) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkflowPlans) ProtoMessage() {}
+
+func (x *WorkflowPlans) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[105]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkflowPlans.ProtoReflect.Descriptor instead.
+func (*WorkflowPlans) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{105}
+}
+
+func (x *WorkflowPlans) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *WorkflowPlans) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WorkflowPlans) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *WorkflowPlans) GetReplica() string {
+	if x != nil {
+		return x.Replica
+	}
+	return ""
+}
+
+func (x *WorkflowPlans) GetPlans() []*PlanStatus {
+	if x != nil {
+		return x.Plans
+	}
+	return nil
+}
+
+type PlanStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// static-order, round-robin, random or health-weighted.
+	Selection string `protobuf:"bytes,2,opt,name=selection,proto3" json:"selection,omitempty"`
+	// In the order the definition lists them.
+	Executors     []*ExecutorStatus `protobuf:"bytes,3,rep,name=executors,proto3" json:"executors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanStatus) Reset() {
+	*x = PlanStatus{}
+	mi := &file_flo_v1_api_proto_msgTypes[106]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanStatus) ProtoMessage() {}
+
+func (x *PlanStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[106]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanStatus.ProtoReflect.Descriptor instead.
+func (*PlanStatus) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{106}
+}
+
+func (x *PlanStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PlanStatus) GetSelection() string {
+	if x != nil {
+		return x.Selection
+	}
+	return ""
+}
+
+func (x *PlanStatus) GetExecutors() []*ExecutorStatus {
+	if x != nil {
+		return x.Executors
+	}
+	return nil
+}
+
+// ExecutorStatus is one executor of a plan on the answering replica.
+type ExecutorStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The action the executor calls.
+	Action   string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	Priority int32  `protobuf:"varint,3,opt,name=priority,proto3" json:"priority,omitempty"`
+	// Health score from 0 to 1: api_success_rate * 0.7 +
+	// business_success_rate * 0.3, times 0.1 with the breaker open and 0.5
+	// half-open; 1 (times the breaker's factor) below min_samples.
+	Score float64 `protobuf:"fixed64,4,opt,name=score,proto3" json:"score,omitempty"`
+	// Outcomes inside the health window.
+	Samples int32 `protobuf:"varint,5,opt,name=samples,proto3" json:"samples,omitempty"`
+	// Decay-weighted share of attempts in which the executor did the work.
+	ApiSuccessRate float64 `protobuf:"fixed64,6,opt,name=api_success_rate,json=apiSuccessRate,proto3" json:"api_success_rate,omitempty"`
+	// Decay-weighted share of those it did not refuse with a fatal error code.
+	BusinessSuccessRate float64 `protobuf:"fixed64,7,opt,name=business_success_rate,json=businessSuccessRate,proto3" json:"business_success_rate,omitempty"`
+	// closed, open or half-open; empty when the executor has no breaker.
+	Breaker string `protobuf:"bytes,8,opt,name=breaker,proto3" json:"breaker,omitempty"`
+	// Attempts this replica started in the last minute.
+	AttemptsLastMinute int64 `protobuf:"varint,9,opt,name=attempts_last_minute,json=attemptsLastMinute,proto3" json:"attempts_last_minute,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *ExecutorStatus) Reset() {
+	*x = ExecutorStatus{}
+	mi := &file_flo_v1_api_proto_msgTypes[107]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutorStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutorStatus) ProtoMessage() {}
+
+func (x *ExecutorStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[107]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutorStatus.ProtoReflect.Descriptor instead.
+func (*ExecutorStatus) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{107}
+}
+
+func (x *ExecutorStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ExecutorStatus) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *ExecutorStatus) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *ExecutorStatus) GetScore() float64 {
+	if x != nil {
+		return x.Score
+	}
+	return 0
+}
+
+func (x *ExecutorStatus) GetSamples() int32 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+func (x *ExecutorStatus) GetApiSuccessRate() float64 {
+	if x != nil {
+		return x.ApiSuccessRate
+	}
+	return 0
+}
+
+func (x *ExecutorStatus) GetBusinessSuccessRate() float64 {
+	if x != nil {
+		return x.BusinessSuccessRate
+	}
+	return 0
+}
+
+func (x *ExecutorStatus) GetBreaker() string {
+	if x != nil {
+		return x.Breaker
+	}
+	return ""
+}
+
+func (x *ExecutorStatus) GetAttemptsLastMinute() int64 {
+	if x != nil {
+		return x.AttemptsLastMinute
+	}
+	return 0
+}
+
+type InvalidatePlanCacheRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// An event an invalidate_on list names, such as "payment.refunded";
+	// required.
+	Event string `protobuf:"bytes,2,opt,name=event,proto3" json:"event,omitempty"`
+	// Empty removes every entry the event invalidates; otherwise only the
+	// entry with this rendered cache key.
+	Key           string `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InvalidatePlanCacheRequest) Reset() {
+	*x = InvalidatePlanCacheRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[108]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InvalidatePlanCacheRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InvalidatePlanCacheRequest) ProtoMessage() {}
+
+func (x *InvalidatePlanCacheRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[108]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InvalidatePlanCacheRequest.ProtoReflect.Descriptor instead.
+func (*InvalidatePlanCacheRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{108}
+}
+
+func (x *InvalidatePlanCacheRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *InvalidatePlanCacheRequest) GetEvent() string {
+	if x != nil {
+		return x.Event
+	}
+	return ""
+}
+
+func (x *InvalidatePlanCacheRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+type InvalidatePlanCacheResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many cache entries were removed.
+	Removed       int64 `protobuf:"varint,1,opt,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InvalidatePlanCacheResponse) Reset() {
+	*x = InvalidatePlanCacheResponse{}
+	mi := &file_flo_v1_api_proto_msgTypes[109]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InvalidatePlanCacheResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InvalidatePlanCacheResponse) ProtoMessage() {}
+
+func (x *InvalidatePlanCacheResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[109]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InvalidatePlanCacheResponse.ProtoReflect.Descriptor instead.
+func (*InvalidatePlanCacheResponse) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{109}
+}
+
+func (x *InvalidatePlanCacheResponse) GetRemoved() int64 {
+	if x != nil {
+		return x.Removed
+	}
+	return 0
 }
 
 var File_flo_v1_api_proto protoreflect.FileDescriptor
@@ -8452,7 +8889,38 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\x02at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\":\n" +
 	"\n" +
 	"RunHistory\x12,\n" +
-	"\x06events\x18\x01 \x03(\v2\x14.flo.v1.HistoryEventR\x06events*Y\n" +
+	"\x06events\x18\x01 \x03(\v2\x14.flo.v1.HistoryEventR\x06events\"e\n" +
+	"\x17GetWorkflowPlansRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\"\x9f\x01\n" +
+	"\rWorkflowPlans\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\x12\x18\n" +
+	"\areplica\x18\x04 \x01(\tR\areplica\x12(\n" +
+	"\x05plans\x18\x05 \x03(\v2\x12.flo.v1.PlanStatusR\x05plans\"t\n" +
+	"\n" +
+	"PlanStatus\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
+	"\tselection\x18\x02 \x01(\tR\tselection\x124\n" +
+	"\texecutors\x18\x03 \x03(\v2\x16.flo.v1.ExecutorStatusR\texecutors\"\xb2\x02\n" +
+	"\x0eExecutorStatus\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\x12\x1a\n" +
+	"\bpriority\x18\x03 \x01(\x05R\bpriority\x12\x14\n" +
+	"\x05score\x18\x04 \x01(\x01R\x05score\x12\x18\n" +
+	"\asamples\x18\x05 \x01(\x05R\asamples\x12(\n" +
+	"\x10api_success_rate\x18\x06 \x01(\x01R\x0eapiSuccessRate\x122\n" +
+	"\x15business_success_rate\x18\a \x01(\x01R\x13businessSuccessRate\x12\x18\n" +
+	"\abreaker\x18\b \x01(\tR\abreaker\x120\n" +
+	"\x14attempts_last_minute\x18\t \x01(\x03R\x12attemptsLastMinute\"b\n" +
+	"\x1aInvalidatePlanCacheRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05event\x18\x02 \x01(\tR\x05event\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\"7\n" +
+	"\x1bInvalidatePlanCacheResponse\x12\x18\n" +
+	"\aremoved\x18\x01 \x01(\x03R\aremoved*Y\n" +
 	"\n" +
 	"WorkerType\x12\x1b\n" +
 	"\x17WORKER_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
@@ -8540,7 +9008,7 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\vListPending\x12\x1a.flo.v1.ListPendingRequest\x1a\x1b.flo.v1.ListPendingResponse\x12@\n" +
 	"\tGroupRead\x12\x18.flo.v1.GroupReadRequest\x1a\x19.flo.v1.GroupReadResponse\x12.\n" +
 	"\x03Ack\x12\x12.flo.v1.AckRequest\x1a\x13.flo.v1.AckResponse\x121\n" +
-	"\x04Nack\x12\x13.flo.v1.NackRequest\x1a\x14.flo.v1.NackResponse2\xd3\x06\n" +
+	"\x04Nack\x12\x13.flo.v1.NackRequest\x1a\x14.flo.v1.NackResponse2\xff\a\n" +
 	"\x0fWorkflowService\x12O\n" +
 	"\x0eCreateWorkflow\x12\x1d.flo.v1.CreateWorkflowRequest\x1a\x1e.flo.v1.CreateWorkflowResponse\x12U\n" +
 	"\x10ValidateWorkflow\x12\x1f.flo.v1.ValidateWorkflowRequest\x1a .flo.v1.ValidateWorkflowResponse\x12E\n" +
@@ -8553,7 +9021,9 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\bListRuns\x12\x17.flo.v1.ListRunsRequest\x1a\x18.flo.v1.ListRunsResponse\x12@\n" +
 	"\tSignalRun\x12\x18.flo.v1.SignalRunRequest\x1a\x19.flo.v1.SignalRunResponse\x12:\n" +
 	"\tCancelRun\x12\x18.flo.v1.CancelRunRequest\x1a\x13.flo.v1.WorkflowRun\x12:\n" +
-	"\rGetRunHistory\x12\x15.flo.v1.GetRunRequest\x1a\x12.flo.v1.RunHistoryB1Z/github.com/razorbill/flo/proto/gen/flo/v1;flov1b\x06proto3"
+	"\rGetRunHistory\x12\x15.flo.v1.GetRunRequest\x1a\x12.flo.v1.RunHistory\x12J\n" +
+	"\x10GetWorkflowPlans\x12\x1f.flo.v1.GetWorkflowPlansRequest\x1a\x15.flo.v1.WorkflowPlans\x12^\n" +
+	"\x13InvalidatePlanCache\x12\".flo.v1.InvalidatePlanCacheRequest\x1a#.flo.v1.InvalidatePlanCacheResponseB1Z/github.com/razorbill/flo/proto/gen/flo/v1;flov1b\x06proto3"
 
 var (
 	file_flo_v1_api_proto_rawDescOnce sync.Once
@@ -8568,158 +9038,164 @@ func file_flo_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_flo_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_flo_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 109)
+var file_flo_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 115)
 var file_flo_v1_api_proto_goTypes = []any{
-	(WorkerType)(0),                  // 0: flo.v1.WorkerType
-	(WorkerStatus)(0),                // 1: flo.v1.WorkerStatus
-	(ProcessKind)(0),                 // 2: flo.v1.ProcessKind
-	(BackoffKind)(0),                 // 3: flo.v1.BackoffKind
-	(TaskStatus)(0),                  // 4: flo.v1.TaskStatus
-	(DiagnosticSeverity)(0),          // 5: flo.v1.DiagnosticSeverity
-	(RunStatus)(0),                   // 6: flo.v1.RunStatus
-	(*Namespace)(nil),                // 7: flo.v1.Namespace
-	(*CreateNamespaceRequest)(nil),   // 8: flo.v1.CreateNamespaceRequest
-	(*GetNamespaceRequest)(nil),      // 9: flo.v1.GetNamespaceRequest
-	(*ListNamespacesRequest)(nil),    // 10: flo.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil),   // 11: flo.v1.ListNamespacesResponse
-	(*WorkerProcess)(nil),            // 12: flo.v1.WorkerProcess
-	(*Worker)(nil),                   // 13: flo.v1.Worker
-	(*RegisterWorkerRequest)(nil),    // 14: flo.v1.RegisterWorkerRequest
-	(*HeartbeatRequest)(nil),         // 15: flo.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),        // 16: flo.v1.HeartbeatResponse
-	(*GetWorkerRequest)(nil),         // 17: flo.v1.GetWorkerRequest
-	(*ListWorkersRequest)(nil),       // 18: flo.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),      // 19: flo.v1.ListWorkersResponse
-	(*DeregisterWorkerResponse)(nil), // 20: flo.v1.DeregisterWorkerResponse
-	(*Backoff)(nil),                  // 21: flo.v1.Backoff
-	(*Action)(nil),                   // 22: flo.v1.Action
-	(*RegisterActionRequest)(nil),    // 23: flo.v1.RegisterActionRequest
-	(*GetActionRequest)(nil),         // 24: flo.v1.GetActionRequest
-	(*ListActionsRequest)(nil),       // 25: flo.v1.ListActionsRequest
-	(*ListActionsResponse)(nil),      // 26: flo.v1.ListActionsResponse
-	(*InvokeTaskRequest)(nil),        // 27: flo.v1.InvokeTaskRequest
-	(*InvokeTaskResponse)(nil),       // 28: flo.v1.InvokeTaskResponse
-	(*InvokeTasksRequest)(nil),       // 29: flo.v1.InvokeTasksRequest
-	(*InvokeTasksResponse)(nil),      // 30: flo.v1.InvokeTasksResponse
-	(*Task)(nil),                     // 31: flo.v1.Task
-	(*GetTaskRequest)(nil),           // 32: flo.v1.GetTaskRequest
-	(*CompleteTaskRequest)(nil),      // 33: flo.v1.CompleteTaskRequest
-	(*FailTaskRequest)(nil),          // 34: flo.v1.FailTaskRequest
-	(*AwaitTaskRequest)(nil),         // 35: flo.v1.AwaitTaskRequest
-	(*ListDeadLettersRequest)(nil),   // 36: flo.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),  // 37: flo.v1.ListDeadLettersResponse
-	(*WorkerMessage)(nil),            // 38: flo.v1.WorkerMessage
-	(*ServerMessage)(nil),            // 39: flo.v1.ServerMessage
-	(*Drain)(nil),                    // 40: flo.v1.Drain
-	(*Hello)(nil),                    // 41: flo.v1.Hello
-	(*StreamSubscription)(nil),       // 42: flo.v1.StreamSubscription
-	(*HelloAck)(nil),                 // 43: flo.v1.HelloAck
-	(*Ready)(nil),                    // 44: flo.v1.Ready
-	(*TaskAssignment)(nil),           // 45: flo.v1.TaskAssignment
-	(*TaskBatch)(nil),                // 46: flo.v1.TaskBatch
-	(*Result)(nil),                   // 47: flo.v1.Result
-	(*Completed)(nil),                // 48: flo.v1.Completed
-	(*Failed)(nil),                   // 49: flo.v1.Failed
-	(*Pending)(nil),                  // 50: flo.v1.Pending
-	(*ResultBatch)(nil),              // 51: flo.v1.ResultBatch
-	(*Nack)(nil),                     // 52: flo.v1.Nack
-	(*Abandon)(nil),                  // 53: flo.v1.Abandon
-	(*Touch)(nil),                    // 54: flo.v1.Touch
-	(*TouchAck)(nil),                 // 55: flo.v1.TouchAck
-	(*ResultAck)(nil),                // 56: flo.v1.ResultAck
-	(*StreamRead)(nil),               // 57: flo.v1.StreamRead
-	(*RecordBatch)(nil),              // 58: flo.v1.RecordBatch
-	(*StreamAck)(nil),                // 59: flo.v1.StreamAck
-	(*StreamNack)(nil),               // 60: flo.v1.StreamNack
-	(*Stream)(nil),                   // 61: flo.v1.Stream
-	(*CreateStreamRequest)(nil),      // 62: flo.v1.CreateStreamRequest
-	(*GetStreamRequest)(nil),         // 63: flo.v1.GetStreamRequest
-	(*ListStreamsRequest)(nil),       // 64: flo.v1.ListStreamsRequest
-	(*ListStreamsResponse)(nil),      // 65: flo.v1.ListStreamsResponse
-	(*DeleteStreamResponse)(nil),     // 66: flo.v1.DeleteStreamResponse
-	(*StreamInfo)(nil),               // 67: flo.v1.StreamInfo
-	(*StreamRecord)(nil),             // 68: flo.v1.StreamRecord
-	(*AppendRecord)(nil),             // 69: flo.v1.AppendRecord
-	(*AppendRequest)(nil),            // 70: flo.v1.AppendRequest
-	(*AppendResponse)(nil),           // 71: flo.v1.AppendResponse
-	(*ReadRequest)(nil),              // 72: flo.v1.ReadRequest
-	(*ReadResponse)(nil),             // 73: flo.v1.ReadResponse
-	(*ConsumerGroup)(nil),            // 74: flo.v1.ConsumerGroup
-	(*CreateGroupRequest)(nil),       // 75: flo.v1.CreateGroupRequest
-	(*GetGroupRequest)(nil),          // 76: flo.v1.GetGroupRequest
-	(*ListGroupsRequest)(nil),        // 77: flo.v1.ListGroupsRequest
-	(*ListGroupsResponse)(nil),       // 78: flo.v1.ListGroupsResponse
-	(*DeleteGroupResponse)(nil),      // 79: flo.v1.DeleteGroupResponse
-	(*ListPendingRequest)(nil),       // 80: flo.v1.ListPendingRequest
-	(*PendingEntry)(nil),             // 81: flo.v1.PendingEntry
-	(*ListPendingResponse)(nil),      // 82: flo.v1.ListPendingResponse
-	(*GroupReadRequest)(nil),         // 83: flo.v1.GroupReadRequest
-	(*GroupReadResponse)(nil),        // 84: flo.v1.GroupReadResponse
-	(*AckRequest)(nil),               // 85: flo.v1.AckRequest
-	(*AckResponse)(nil),              // 86: flo.v1.AckResponse
-	(*NackRequest)(nil),              // 87: flo.v1.NackRequest
-	(*NackResponse)(nil),             // 88: flo.v1.NackResponse
-	(*Diagnostic)(nil),               // 89: flo.v1.Diagnostic
-	(*WorkflowDefinition)(nil),       // 90: flo.v1.WorkflowDefinition
-	(*CreateWorkflowRequest)(nil),    // 91: flo.v1.CreateWorkflowRequest
-	(*CreateWorkflowResponse)(nil),   // 92: flo.v1.CreateWorkflowResponse
-	(*ValidateWorkflowRequest)(nil),  // 93: flo.v1.ValidateWorkflowRequest
-	(*ValidateWorkflowResponse)(nil), // 94: flo.v1.ValidateWorkflowResponse
-	(*GetWorkflowRequest)(nil),       // 95: flo.v1.GetWorkflowRequest
-	(*ListWorkflowsRequest)(nil),     // 96: flo.v1.ListWorkflowsRequest
-	(*ListWorkflowsResponse)(nil),    // 97: flo.v1.ListWorkflowsResponse
-	(*WorkflowNameRequest)(nil),      // 98: flo.v1.WorkflowNameRequest
-	(*StartRunRequest)(nil),          // 99: flo.v1.StartRunRequest
-	(*StartRunResponse)(nil),         // 100: flo.v1.StartRunResponse
-	(*StepOutput)(nil),               // 101: flo.v1.StepOutput
-	(*WorkflowRun)(nil),              // 102: flo.v1.WorkflowRun
-	(*GetRunRequest)(nil),            // 103: flo.v1.GetRunRequest
-	(*ListRunsRequest)(nil),          // 104: flo.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),         // 105: flo.v1.ListRunsResponse
-	(*SignalRunRequest)(nil),         // 106: flo.v1.SignalRunRequest
-	(*SignalRunResponse)(nil),        // 107: flo.v1.SignalRunResponse
-	(*CancelRunRequest)(nil),         // 108: flo.v1.CancelRunRequest
-	(*HistoryEvent)(nil),             // 109: flo.v1.HistoryEvent
-	(*RunHistory)(nil),               // 110: flo.v1.RunHistory
-	nil,                              // 111: flo.v1.TaskAssignment.TraceContextEntry
-	nil,                              // 112: flo.v1.Result.TraceContextEntry
-	nil,                              // 113: flo.v1.StreamRecord.HeadersEntry
-	nil,                              // 114: flo.v1.StreamRecord.TraceContextEntry
-	nil,                              // 115: flo.v1.AppendRecord.HeadersEntry
-	(*timestamppb.Timestamp)(nil),    // 116: google.protobuf.Timestamp
-	(*structpb.Value)(nil),           // 117: google.protobuf.Value
+	(WorkerType)(0),                     // 0: flo.v1.WorkerType
+	(WorkerStatus)(0),                   // 1: flo.v1.WorkerStatus
+	(ProcessKind)(0),                    // 2: flo.v1.ProcessKind
+	(BackoffKind)(0),                    // 3: flo.v1.BackoffKind
+	(TaskStatus)(0),                     // 4: flo.v1.TaskStatus
+	(DiagnosticSeverity)(0),             // 5: flo.v1.DiagnosticSeverity
+	(RunStatus)(0),                      // 6: flo.v1.RunStatus
+	(*Namespace)(nil),                   // 7: flo.v1.Namespace
+	(*CreateNamespaceRequest)(nil),      // 8: flo.v1.CreateNamespaceRequest
+	(*GetNamespaceRequest)(nil),         // 9: flo.v1.GetNamespaceRequest
+	(*ListNamespacesRequest)(nil),       // 10: flo.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),      // 11: flo.v1.ListNamespacesResponse
+	(*WorkerProcess)(nil),               // 12: flo.v1.WorkerProcess
+	(*Worker)(nil),                      // 13: flo.v1.Worker
+	(*RegisterWorkerRequest)(nil),       // 14: flo.v1.RegisterWorkerRequest
+	(*HeartbeatRequest)(nil),            // 15: flo.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 16: flo.v1.HeartbeatResponse
+	(*GetWorkerRequest)(nil),            // 17: flo.v1.GetWorkerRequest
+	(*ListWorkersRequest)(nil),          // 18: flo.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),         // 19: flo.v1.ListWorkersResponse
+	(*DeregisterWorkerResponse)(nil),    // 20: flo.v1.DeregisterWorkerResponse
+	(*Backoff)(nil),                     // 21: flo.v1.Backoff
+	(*Action)(nil),                      // 22: flo.v1.Action
+	(*RegisterActionRequest)(nil),       // 23: flo.v1.RegisterActionRequest
+	(*GetActionRequest)(nil),            // 24: flo.v1.GetActionRequest
+	(*ListActionsRequest)(nil),          // 25: flo.v1.ListActionsRequest
+	(*ListActionsResponse)(nil),         // 26: flo.v1.ListActionsResponse
+	(*InvokeTaskRequest)(nil),           // 27: flo.v1.InvokeTaskRequest
+	(*InvokeTaskResponse)(nil),          // 28: flo.v1.InvokeTaskResponse
+	(*InvokeTasksRequest)(nil),          // 29: flo.v1.InvokeTasksRequest
+	(*InvokeTasksResponse)(nil),         // 30: flo.v1.InvokeTasksResponse
+	(*Task)(nil),                        // 31: flo.v1.Task
+	(*GetTaskRequest)(nil),              // 32: flo.v1.GetTaskRequest
+	(*CompleteTaskRequest)(nil),         // 33: flo.v1.CompleteTaskRequest
+	(*FailTaskRequest)(nil),             // 34: flo.v1.FailTaskRequest
+	(*AwaitTaskRequest)(nil),            // 35: flo.v1.AwaitTaskRequest
+	(*ListDeadLettersRequest)(nil),      // 36: flo.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),     // 37: flo.v1.ListDeadLettersResponse
+	(*WorkerMessage)(nil),               // 38: flo.v1.WorkerMessage
+	(*ServerMessage)(nil),               // 39: flo.v1.ServerMessage
+	(*Drain)(nil),                       // 40: flo.v1.Drain
+	(*Hello)(nil),                       // 41: flo.v1.Hello
+	(*StreamSubscription)(nil),          // 42: flo.v1.StreamSubscription
+	(*HelloAck)(nil),                    // 43: flo.v1.HelloAck
+	(*Ready)(nil),                       // 44: flo.v1.Ready
+	(*TaskAssignment)(nil),              // 45: flo.v1.TaskAssignment
+	(*TaskBatch)(nil),                   // 46: flo.v1.TaskBatch
+	(*Result)(nil),                      // 47: flo.v1.Result
+	(*Completed)(nil),                   // 48: flo.v1.Completed
+	(*Failed)(nil),                      // 49: flo.v1.Failed
+	(*Pending)(nil),                     // 50: flo.v1.Pending
+	(*ResultBatch)(nil),                 // 51: flo.v1.ResultBatch
+	(*Nack)(nil),                        // 52: flo.v1.Nack
+	(*Abandon)(nil),                     // 53: flo.v1.Abandon
+	(*Touch)(nil),                       // 54: flo.v1.Touch
+	(*TouchAck)(nil),                    // 55: flo.v1.TouchAck
+	(*ResultAck)(nil),                   // 56: flo.v1.ResultAck
+	(*StreamRead)(nil),                  // 57: flo.v1.StreamRead
+	(*RecordBatch)(nil),                 // 58: flo.v1.RecordBatch
+	(*StreamAck)(nil),                   // 59: flo.v1.StreamAck
+	(*StreamNack)(nil),                  // 60: flo.v1.StreamNack
+	(*Stream)(nil),                      // 61: flo.v1.Stream
+	(*CreateStreamRequest)(nil),         // 62: flo.v1.CreateStreamRequest
+	(*GetStreamRequest)(nil),            // 63: flo.v1.GetStreamRequest
+	(*ListStreamsRequest)(nil),          // 64: flo.v1.ListStreamsRequest
+	(*ListStreamsResponse)(nil),         // 65: flo.v1.ListStreamsResponse
+	(*DeleteStreamResponse)(nil),        // 66: flo.v1.DeleteStreamResponse
+	(*StreamInfo)(nil),                  // 67: flo.v1.StreamInfo
+	(*StreamRecord)(nil),                // 68: flo.v1.StreamRecord
+	(*AppendRecord)(nil),                // 69: flo.v1.AppendRecord
+	(*AppendRequest)(nil),               // 70: flo.v1.AppendRequest
+	(*AppendResponse)(nil),              // 71: flo.v1.AppendResponse
+	(*ReadRequest)(nil),                 // 72: flo.v1.ReadRequest
+	(*ReadResponse)(nil),                // 73: flo.v1.ReadResponse
+	(*ConsumerGroup)(nil),               // 74: flo.v1.ConsumerGroup
+	(*CreateGroupRequest)(nil),          // 75: flo.v1.CreateGroupRequest
+	(*GetGroupRequest)(nil),             // 76: flo.v1.GetGroupRequest
+	(*ListGroupsRequest)(nil),           // 77: flo.v1.ListGroupsRequest
+	(*ListGroupsResponse)(nil),          // 78: flo.v1.ListGroupsResponse
+	(*DeleteGroupResponse)(nil),         // 79: flo.v1.DeleteGroupResponse
+	(*ListPendingRequest)(nil),          // 80: flo.v1.ListPendingRequest
+	(*PendingEntry)(nil),                // 81: flo.v1.PendingEntry
+	(*ListPendingResponse)(nil),         // 82: flo.v1.ListPendingResponse
+	(*GroupReadRequest)(nil),            // 83: flo.v1.GroupReadRequest
+	(*GroupReadResponse)(nil),           // 84: flo.v1.GroupReadResponse
+	(*AckRequest)(nil),                  // 85: flo.v1.AckRequest
+	(*AckResponse)(nil),                 // 86: flo.v1.AckResponse
+	(*NackRequest)(nil),                 // 87: flo.v1.NackRequest
+	(*NackResponse)(nil),                // 88: flo.v1.NackResponse
+	(*Diagnostic)(nil),                  // 89: flo.v1.Diagnostic
+	(*WorkflowDefinition)(nil),          // 90: flo.v1.WorkflowDefinition
+	(*CreateWorkflowRequest)(nil),       // 91: flo.v1.CreateWorkflowRequest
+	(*CreateWorkflowResponse)(nil),      // 92: flo.v1.CreateWorkflowResponse
+	(*ValidateWorkflowRequest)(nil),     // 93: flo.v1.ValidateWorkflowRequest
+	(*ValidateWorkflowResponse)(nil),    // 94: flo.v1.ValidateWorkflowResponse
+	(*GetWorkflowRequest)(nil),          // 95: flo.v1.GetWorkflowRequest
+	(*ListWorkflowsRequest)(nil),        // 96: flo.v1.ListWorkflowsRequest
+	(*ListWorkflowsResponse)(nil),       // 97: flo.v1.ListWorkflowsResponse
+	(*WorkflowNameRequest)(nil),         // 98: flo.v1.WorkflowNameRequest
+	(*StartRunRequest)(nil),             // 99: flo.v1.StartRunRequest
+	(*StartRunResponse)(nil),            // 100: flo.v1.StartRunResponse
+	(*StepOutput)(nil),                  // 101: flo.v1.StepOutput
+	(*WorkflowRun)(nil),                 // 102: flo.v1.WorkflowRun
+	(*GetRunRequest)(nil),               // 103: flo.v1.GetRunRequest
+	(*ListRunsRequest)(nil),             // 104: flo.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),            // 105: flo.v1.ListRunsResponse
+	(*SignalRunRequest)(nil),            // 106: flo.v1.SignalRunRequest
+	(*SignalRunResponse)(nil),           // 107: flo.v1.SignalRunResponse
+	(*CancelRunRequest)(nil),            // 108: flo.v1.CancelRunRequest
+	(*HistoryEvent)(nil),                // 109: flo.v1.HistoryEvent
+	(*RunHistory)(nil),                  // 110: flo.v1.RunHistory
+	(*GetWorkflowPlansRequest)(nil),     // 111: flo.v1.GetWorkflowPlansRequest
+	(*WorkflowPlans)(nil),               // 112: flo.v1.WorkflowPlans
+	(*PlanStatus)(nil),                  // 113: flo.v1.PlanStatus
+	(*ExecutorStatus)(nil),              // 114: flo.v1.ExecutorStatus
+	(*InvalidatePlanCacheRequest)(nil),  // 115: flo.v1.InvalidatePlanCacheRequest
+	(*InvalidatePlanCacheResponse)(nil), // 116: flo.v1.InvalidatePlanCacheResponse
+	nil,                                 // 117: flo.v1.TaskAssignment.TraceContextEntry
+	nil,                                 // 118: flo.v1.Result.TraceContextEntry
+	nil,                                 // 119: flo.v1.StreamRecord.HeadersEntry
+	nil,                                 // 120: flo.v1.StreamRecord.TraceContextEntry
+	nil,                                 // 121: flo.v1.AppendRecord.HeadersEntry
+	(*timestamppb.Timestamp)(nil),       // 122: google.protobuf.Timestamp
+	(*structpb.Value)(nil),              // 123: google.protobuf.Value
 }
 var file_flo_v1_api_proto_depIdxs = []int32{
-	116, // 0: flo.v1.Namespace.created_at:type_name -> google.protobuf.Timestamp
+	122, // 0: flo.v1.Namespace.created_at:type_name -> google.protobuf.Timestamp
 	7,   // 1: flo.v1.ListNamespacesResponse.namespaces:type_name -> flo.v1.Namespace
 	2,   // 2: flo.v1.WorkerProcess.kind:type_name -> flo.v1.ProcessKind
-	116, // 3: flo.v1.WorkerProcess.last_run_at:type_name -> google.protobuf.Timestamp
+	122, // 3: flo.v1.WorkerProcess.last_run_at:type_name -> google.protobuf.Timestamp
 	0,   // 4: flo.v1.Worker.worker_type:type_name -> flo.v1.WorkerType
 	1,   // 5: flo.v1.Worker.status:type_name -> flo.v1.WorkerStatus
 	12,  // 6: flo.v1.Worker.processes:type_name -> flo.v1.WorkerProcess
-	116, // 7: flo.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
-	116, // 8: flo.v1.Worker.last_heartbeat:type_name -> google.protobuf.Timestamp
+	122, // 7: flo.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
+	122, // 8: flo.v1.Worker.last_heartbeat:type_name -> google.protobuf.Timestamp
 	0,   // 9: flo.v1.RegisterWorkerRequest.worker_type:type_name -> flo.v1.WorkerType
 	12,  // 10: flo.v1.RegisterWorkerRequest.processes:type_name -> flo.v1.WorkerProcess
 	1,   // 11: flo.v1.HeartbeatResponse.status:type_name -> flo.v1.WorkerStatus
 	13,  // 12: flo.v1.ListWorkersResponse.workers:type_name -> flo.v1.Worker
 	3,   // 13: flo.v1.Backoff.kind:type_name -> flo.v1.BackoffKind
 	21,  // 14: flo.v1.Action.backoff:type_name -> flo.v1.Backoff
-	116, // 15: flo.v1.Action.created_at:type_name -> google.protobuf.Timestamp
-	116, // 16: flo.v1.Action.updated_at:type_name -> google.protobuf.Timestamp
+	122, // 15: flo.v1.Action.created_at:type_name -> google.protobuf.Timestamp
+	122, // 16: flo.v1.Action.updated_at:type_name -> google.protobuf.Timestamp
 	21,  // 17: flo.v1.RegisterActionRequest.backoff:type_name -> flo.v1.Backoff
 	22,  // 18: flo.v1.ListActionsResponse.actions:type_name -> flo.v1.Action
-	117, // 19: flo.v1.InvokeTaskRequest.input:type_name -> google.protobuf.Value
+	123, // 19: flo.v1.InvokeTaskRequest.input:type_name -> google.protobuf.Value
 	27,  // 20: flo.v1.InvokeTasksRequest.tasks:type_name -> flo.v1.InvokeTaskRequest
 	4,   // 21: flo.v1.Task.status:type_name -> flo.v1.TaskStatus
-	117, // 22: flo.v1.Task.output:type_name -> google.protobuf.Value
-	116, // 23: flo.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	116, // 24: flo.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	116, // 25: flo.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	116, // 26: flo.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	116, // 27: flo.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	116, // 28: flo.v1.Task.complete_by:type_name -> google.protobuf.Timestamp
-	117, // 29: flo.v1.CompleteTaskRequest.output:type_name -> google.protobuf.Value
+	123, // 22: flo.v1.Task.output:type_name -> google.protobuf.Value
+	122, // 23: flo.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	122, // 24: flo.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	122, // 25: flo.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	122, // 26: flo.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	122, // 27: flo.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	122, // 28: flo.v1.Task.complete_by:type_name -> google.protobuf.Timestamp
+	123, // 29: flo.v1.CompleteTaskRequest.output:type_name -> google.protobuf.Value
 	31,  // 30: flo.v1.ListDeadLettersResponse.tasks:type_name -> flo.v1.Task
 	41,  // 31: flo.v1.WorkerMessage.hello:type_name -> flo.v1.Hello
 	44,  // 32: flo.v1.WorkerMessage.ready:type_name -> flo.v1.Ready
@@ -8738,159 +9214,165 @@ var file_flo_v1_api_proto_depIdxs = []int32{
 	40,  // 45: flo.v1.ServerMessage.drain:type_name -> flo.v1.Drain
 	58,  // 46: flo.v1.ServerMessage.record_batch:type_name -> flo.v1.RecordBatch
 	42,  // 47: flo.v1.Hello.streams:type_name -> flo.v1.StreamSubscription
-	116, // 48: flo.v1.TaskAssignment.created_at:type_name -> google.protobuf.Timestamp
-	116, // 49: flo.v1.TaskAssignment.lease_until:type_name -> google.protobuf.Timestamp
-	111, // 50: flo.v1.TaskAssignment.trace_context:type_name -> flo.v1.TaskAssignment.TraceContextEntry
+	122, // 48: flo.v1.TaskAssignment.created_at:type_name -> google.protobuf.Timestamp
+	122, // 49: flo.v1.TaskAssignment.lease_until:type_name -> google.protobuf.Timestamp
+	117, // 50: flo.v1.TaskAssignment.trace_context:type_name -> flo.v1.TaskAssignment.TraceContextEntry
 	45,  // 51: flo.v1.TaskBatch.tasks:type_name -> flo.v1.TaskAssignment
 	48,  // 52: flo.v1.Result.completed:type_name -> flo.v1.Completed
 	49,  // 53: flo.v1.Result.failed:type_name -> flo.v1.Failed
 	50,  // 54: flo.v1.Result.pending:type_name -> flo.v1.Pending
-	112, // 55: flo.v1.Result.trace_context:type_name -> flo.v1.Result.TraceContextEntry
+	118, // 55: flo.v1.Result.trace_context:type_name -> flo.v1.Result.TraceContextEntry
 	47,  // 56: flo.v1.ResultBatch.results:type_name -> flo.v1.Result
-	116, // 57: flo.v1.TouchAck.lease_until:type_name -> google.protobuf.Timestamp
+	122, // 57: flo.v1.TouchAck.lease_until:type_name -> google.protobuf.Timestamp
 	68,  // 58: flo.v1.RecordBatch.records:type_name -> flo.v1.StreamRecord
-	116, // 59: flo.v1.Stream.created_at:type_name -> google.protobuf.Timestamp
+	122, // 59: flo.v1.Stream.created_at:type_name -> google.protobuf.Timestamp
 	61,  // 60: flo.v1.ListStreamsResponse.streams:type_name -> flo.v1.Stream
 	61,  // 61: flo.v1.StreamInfo.stream:type_name -> flo.v1.Stream
 	74,  // 62: flo.v1.StreamInfo.groups:type_name -> flo.v1.ConsumerGroup
-	117, // 63: flo.v1.StreamRecord.value:type_name -> google.protobuf.Value
-	113, // 64: flo.v1.StreamRecord.headers:type_name -> flo.v1.StreamRecord.HeadersEntry
-	116, // 65: flo.v1.StreamRecord.appended_at:type_name -> google.protobuf.Timestamp
-	114, // 66: flo.v1.StreamRecord.trace_context:type_name -> flo.v1.StreamRecord.TraceContextEntry
-	117, // 67: flo.v1.AppendRecord.value:type_name -> google.protobuf.Value
-	115, // 68: flo.v1.AppendRecord.headers:type_name -> flo.v1.AppendRecord.HeadersEntry
+	123, // 63: flo.v1.StreamRecord.value:type_name -> google.protobuf.Value
+	119, // 64: flo.v1.StreamRecord.headers:type_name -> flo.v1.StreamRecord.HeadersEntry
+	122, // 65: flo.v1.StreamRecord.appended_at:type_name -> google.protobuf.Timestamp
+	120, // 66: flo.v1.StreamRecord.trace_context:type_name -> flo.v1.StreamRecord.TraceContextEntry
+	123, // 67: flo.v1.AppendRecord.value:type_name -> google.protobuf.Value
+	121, // 68: flo.v1.AppendRecord.headers:type_name -> flo.v1.AppendRecord.HeadersEntry
 	69,  // 69: flo.v1.AppendRequest.records:type_name -> flo.v1.AppendRecord
 	68,  // 70: flo.v1.ReadResponse.records:type_name -> flo.v1.StreamRecord
-	116, // 71: flo.v1.ConsumerGroup.created_at:type_name -> google.protobuf.Timestamp
+	122, // 71: flo.v1.ConsumerGroup.created_at:type_name -> google.protobuf.Timestamp
 	74,  // 72: flo.v1.ListGroupsResponse.groups:type_name -> flo.v1.ConsumerGroup
-	116, // 73: flo.v1.PendingEntry.delivered_at:type_name -> google.protobuf.Timestamp
-	116, // 74: flo.v1.PendingEntry.redeliver_at:type_name -> google.protobuf.Timestamp
+	122, // 73: flo.v1.PendingEntry.delivered_at:type_name -> google.protobuf.Timestamp
+	122, // 74: flo.v1.PendingEntry.redeliver_at:type_name -> google.protobuf.Timestamp
 	81,  // 75: flo.v1.ListPendingResponse.entries:type_name -> flo.v1.PendingEntry
 	68,  // 76: flo.v1.GroupReadResponse.records:type_name -> flo.v1.StreamRecord
 	5,   // 77: flo.v1.Diagnostic.severity:type_name -> flo.v1.DiagnosticSeverity
-	116, // 78: flo.v1.WorkflowDefinition.created_at:type_name -> google.protobuf.Timestamp
+	122, // 78: flo.v1.WorkflowDefinition.created_at:type_name -> google.protobuf.Timestamp
 	90,  // 79: flo.v1.CreateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
 	89,  // 80: flo.v1.CreateWorkflowResponse.warnings:type_name -> flo.v1.Diagnostic
 	89,  // 81: flo.v1.ValidateWorkflowResponse.diagnostics:type_name -> flo.v1.Diagnostic
 	90,  // 82: flo.v1.ValidateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
 	90,  // 83: flo.v1.ListWorkflowsResponse.workflows:type_name -> flo.v1.WorkflowDefinition
-	117, // 84: flo.v1.StartRunRequest.input_value:type_name -> google.protobuf.Value
-	117, // 85: flo.v1.StepOutput.output_value:type_name -> google.protobuf.Value
-	116, // 86: flo.v1.StepOutput.finished_at:type_name -> google.protobuf.Timestamp
+	123, // 84: flo.v1.StartRunRequest.input_value:type_name -> google.protobuf.Value
+	123, // 85: flo.v1.StepOutput.output_value:type_name -> google.protobuf.Value
+	122, // 86: flo.v1.StepOutput.finished_at:type_name -> google.protobuf.Timestamp
 	6,   // 87: flo.v1.WorkflowRun.status:type_name -> flo.v1.RunStatus
-	117, // 88: flo.v1.WorkflowRun.input_value:type_name -> google.protobuf.Value
+	123, // 88: flo.v1.WorkflowRun.input_value:type_name -> google.protobuf.Value
 	101, // 89: flo.v1.WorkflowRun.outputs:type_name -> flo.v1.StepOutput
-	116, // 90: flo.v1.WorkflowRun.created_at:type_name -> google.protobuf.Timestamp
-	116, // 91: flo.v1.WorkflowRun.updated_at:type_name -> google.protobuf.Timestamp
-	116, // 92: flo.v1.WorkflowRun.finished_at:type_name -> google.protobuf.Timestamp
+	122, // 90: flo.v1.WorkflowRun.created_at:type_name -> google.protobuf.Timestamp
+	122, // 91: flo.v1.WorkflowRun.updated_at:type_name -> google.protobuf.Timestamp
+	122, // 92: flo.v1.WorkflowRun.finished_at:type_name -> google.protobuf.Timestamp
 	6,   // 93: flo.v1.ListRunsRequest.status:type_name -> flo.v1.RunStatus
-	116, // 94: flo.v1.ListRunsRequest.created_after:type_name -> google.protobuf.Timestamp
-	116, // 95: flo.v1.ListRunsRequest.created_before:type_name -> google.protobuf.Timestamp
+	122, // 94: flo.v1.ListRunsRequest.created_after:type_name -> google.protobuf.Timestamp
+	122, // 95: flo.v1.ListRunsRequest.created_before:type_name -> google.protobuf.Timestamp
 	102, // 96: flo.v1.ListRunsResponse.runs:type_name -> flo.v1.WorkflowRun
-	117, // 97: flo.v1.SignalRunRequest.value:type_name -> google.protobuf.Value
-	116, // 98: flo.v1.HistoryEvent.at:type_name -> google.protobuf.Timestamp
+	123, // 97: flo.v1.SignalRunRequest.value:type_name -> google.protobuf.Value
+	122, // 98: flo.v1.HistoryEvent.at:type_name -> google.protobuf.Timestamp
 	109, // 99: flo.v1.RunHistory.events:type_name -> flo.v1.HistoryEvent
-	8,   // 100: flo.v1.NamespaceService.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
-	9,   // 101: flo.v1.NamespaceService.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
-	10,  // 102: flo.v1.NamespaceService.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
-	23,  // 103: flo.v1.ActionService.RegisterAction:input_type -> flo.v1.RegisterActionRequest
-	24,  // 104: flo.v1.ActionService.GetAction:input_type -> flo.v1.GetActionRequest
-	25,  // 105: flo.v1.ActionService.ListActions:input_type -> flo.v1.ListActionsRequest
-	24,  // 106: flo.v1.ActionService.EnableAction:input_type -> flo.v1.GetActionRequest
-	24,  // 107: flo.v1.ActionService.DisableAction:input_type -> flo.v1.GetActionRequest
-	27,  // 108: flo.v1.TaskService.InvokeTask:input_type -> flo.v1.InvokeTaskRequest
-	29,  // 109: flo.v1.TaskService.InvokeTasks:input_type -> flo.v1.InvokeTasksRequest
-	32,  // 110: flo.v1.TaskService.GetTask:input_type -> flo.v1.GetTaskRequest
-	35,  // 111: flo.v1.TaskService.AwaitTask:input_type -> flo.v1.AwaitTaskRequest
-	36,  // 112: flo.v1.TaskService.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
-	32,  // 113: flo.v1.TaskService.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
-	33,  // 114: flo.v1.TaskService.CompleteTask:input_type -> flo.v1.CompleteTaskRequest
-	34,  // 115: flo.v1.TaskService.FailTask:input_type -> flo.v1.FailTaskRequest
-	14,  // 116: flo.v1.WorkerRegistryService.RegisterWorker:input_type -> flo.v1.RegisterWorkerRequest
-	15,  // 117: flo.v1.WorkerRegistryService.Heartbeat:input_type -> flo.v1.HeartbeatRequest
-	17,  // 118: flo.v1.WorkerRegistryService.GetWorker:input_type -> flo.v1.GetWorkerRequest
-	18,  // 119: flo.v1.WorkerRegistryService.ListWorkers:input_type -> flo.v1.ListWorkersRequest
-	17,  // 120: flo.v1.WorkerRegistryService.DrainWorker:input_type -> flo.v1.GetWorkerRequest
-	17,  // 121: flo.v1.WorkerRegistryService.DeregisterWorker:input_type -> flo.v1.GetWorkerRequest
-	38,  // 122: flo.v1.WorkerService.Stream:input_type -> flo.v1.WorkerMessage
-	62,  // 123: flo.v1.StreamService.CreateStream:input_type -> flo.v1.CreateStreamRequest
-	63,  // 124: flo.v1.StreamService.GetStream:input_type -> flo.v1.GetStreamRequest
-	64,  // 125: flo.v1.StreamService.ListStreams:input_type -> flo.v1.ListStreamsRequest
-	63,  // 126: flo.v1.StreamService.DeleteStream:input_type -> flo.v1.GetStreamRequest
-	70,  // 127: flo.v1.StreamService.Append:input_type -> flo.v1.AppendRequest
-	72,  // 128: flo.v1.StreamService.Read:input_type -> flo.v1.ReadRequest
-	75,  // 129: flo.v1.StreamService.CreateGroup:input_type -> flo.v1.CreateGroupRequest
-	77,  // 130: flo.v1.StreamService.ListGroups:input_type -> flo.v1.ListGroupsRequest
-	76,  // 131: flo.v1.StreamService.DeleteGroup:input_type -> flo.v1.GetGroupRequest
-	80,  // 132: flo.v1.StreamService.ListPending:input_type -> flo.v1.ListPendingRequest
-	83,  // 133: flo.v1.StreamService.GroupRead:input_type -> flo.v1.GroupReadRequest
-	85,  // 134: flo.v1.StreamService.Ack:input_type -> flo.v1.AckRequest
-	87,  // 135: flo.v1.StreamService.Nack:input_type -> flo.v1.NackRequest
-	91,  // 136: flo.v1.WorkflowService.CreateWorkflow:input_type -> flo.v1.CreateWorkflowRequest
-	93,  // 137: flo.v1.WorkflowService.ValidateWorkflow:input_type -> flo.v1.ValidateWorkflowRequest
-	95,  // 138: flo.v1.WorkflowService.GetWorkflow:input_type -> flo.v1.GetWorkflowRequest
-	96,  // 139: flo.v1.WorkflowService.ListWorkflows:input_type -> flo.v1.ListWorkflowsRequest
-	98,  // 140: flo.v1.WorkflowService.DisableWorkflow:input_type -> flo.v1.WorkflowNameRequest
-	98,  // 141: flo.v1.WorkflowService.EnableWorkflow:input_type -> flo.v1.WorkflowNameRequest
-	99,  // 142: flo.v1.WorkflowService.StartRun:input_type -> flo.v1.StartRunRequest
-	103, // 143: flo.v1.WorkflowService.GetRun:input_type -> flo.v1.GetRunRequest
-	104, // 144: flo.v1.WorkflowService.ListRuns:input_type -> flo.v1.ListRunsRequest
-	106, // 145: flo.v1.WorkflowService.SignalRun:input_type -> flo.v1.SignalRunRequest
-	108, // 146: flo.v1.WorkflowService.CancelRun:input_type -> flo.v1.CancelRunRequest
-	103, // 147: flo.v1.WorkflowService.GetRunHistory:input_type -> flo.v1.GetRunRequest
-	7,   // 148: flo.v1.NamespaceService.CreateNamespace:output_type -> flo.v1.Namespace
-	7,   // 149: flo.v1.NamespaceService.GetNamespace:output_type -> flo.v1.Namespace
-	11,  // 150: flo.v1.NamespaceService.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
-	22,  // 151: flo.v1.ActionService.RegisterAction:output_type -> flo.v1.Action
-	22,  // 152: flo.v1.ActionService.GetAction:output_type -> flo.v1.Action
-	26,  // 153: flo.v1.ActionService.ListActions:output_type -> flo.v1.ListActionsResponse
-	22,  // 154: flo.v1.ActionService.EnableAction:output_type -> flo.v1.Action
-	22,  // 155: flo.v1.ActionService.DisableAction:output_type -> flo.v1.Action
-	28,  // 156: flo.v1.TaskService.InvokeTask:output_type -> flo.v1.InvokeTaskResponse
-	30,  // 157: flo.v1.TaskService.InvokeTasks:output_type -> flo.v1.InvokeTasksResponse
-	31,  // 158: flo.v1.TaskService.GetTask:output_type -> flo.v1.Task
-	31,  // 159: flo.v1.TaskService.AwaitTask:output_type -> flo.v1.Task
-	37,  // 160: flo.v1.TaskService.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
-	31,  // 161: flo.v1.TaskService.RequeueDeadLetter:output_type -> flo.v1.Task
-	31,  // 162: flo.v1.TaskService.CompleteTask:output_type -> flo.v1.Task
-	31,  // 163: flo.v1.TaskService.FailTask:output_type -> flo.v1.Task
-	13,  // 164: flo.v1.WorkerRegistryService.RegisterWorker:output_type -> flo.v1.Worker
-	16,  // 165: flo.v1.WorkerRegistryService.Heartbeat:output_type -> flo.v1.HeartbeatResponse
-	13,  // 166: flo.v1.WorkerRegistryService.GetWorker:output_type -> flo.v1.Worker
-	19,  // 167: flo.v1.WorkerRegistryService.ListWorkers:output_type -> flo.v1.ListWorkersResponse
-	13,  // 168: flo.v1.WorkerRegistryService.DrainWorker:output_type -> flo.v1.Worker
-	20,  // 169: flo.v1.WorkerRegistryService.DeregisterWorker:output_type -> flo.v1.DeregisterWorkerResponse
-	39,  // 170: flo.v1.WorkerService.Stream:output_type -> flo.v1.ServerMessage
-	61,  // 171: flo.v1.StreamService.CreateStream:output_type -> flo.v1.Stream
-	67,  // 172: flo.v1.StreamService.GetStream:output_type -> flo.v1.StreamInfo
-	65,  // 173: flo.v1.StreamService.ListStreams:output_type -> flo.v1.ListStreamsResponse
-	66,  // 174: flo.v1.StreamService.DeleteStream:output_type -> flo.v1.DeleteStreamResponse
-	71,  // 175: flo.v1.StreamService.Append:output_type -> flo.v1.AppendResponse
-	73,  // 176: flo.v1.StreamService.Read:output_type -> flo.v1.ReadResponse
-	74,  // 177: flo.v1.StreamService.CreateGroup:output_type -> flo.v1.ConsumerGroup
-	78,  // 178: flo.v1.StreamService.ListGroups:output_type -> flo.v1.ListGroupsResponse
-	79,  // 179: flo.v1.StreamService.DeleteGroup:output_type -> flo.v1.DeleteGroupResponse
-	82,  // 180: flo.v1.StreamService.ListPending:output_type -> flo.v1.ListPendingResponse
-	84,  // 181: flo.v1.StreamService.GroupRead:output_type -> flo.v1.GroupReadResponse
-	86,  // 182: flo.v1.StreamService.Ack:output_type -> flo.v1.AckResponse
-	88,  // 183: flo.v1.StreamService.Nack:output_type -> flo.v1.NackResponse
-	92,  // 184: flo.v1.WorkflowService.CreateWorkflow:output_type -> flo.v1.CreateWorkflowResponse
-	94,  // 185: flo.v1.WorkflowService.ValidateWorkflow:output_type -> flo.v1.ValidateWorkflowResponse
-	90,  // 186: flo.v1.WorkflowService.GetWorkflow:output_type -> flo.v1.WorkflowDefinition
-	97,  // 187: flo.v1.WorkflowService.ListWorkflows:output_type -> flo.v1.ListWorkflowsResponse
-	90,  // 188: flo.v1.WorkflowService.DisableWorkflow:output_type -> flo.v1.WorkflowDefinition
-	90,  // 189: flo.v1.WorkflowService.EnableWorkflow:output_type -> flo.v1.WorkflowDefinition
-	100, // 190: flo.v1.WorkflowService.StartRun:output_type -> flo.v1.StartRunResponse
-	102, // 191: flo.v1.WorkflowService.GetRun:output_type -> flo.v1.WorkflowRun
-	105, // 192: flo.v1.WorkflowService.ListRuns:output_type -> flo.v1.ListRunsResponse
-	107, // 193: flo.v1.WorkflowService.SignalRun:output_type -> flo.v1.SignalRunResponse
-	102, // 194: flo.v1.WorkflowService.CancelRun:output_type -> flo.v1.WorkflowRun
-	110, // 195: flo.v1.WorkflowService.GetRunHistory:output_type -> flo.v1.RunHistory
-	148, // [148:196] is the sub-list for method output_type
-	100, // [100:148] is the sub-list for method input_type
-	100, // [100:100] is the sub-list for extension type_name
-	100, // [100:100] is the sub-list for extension extendee
-	0,   // [0:100] is the sub-list for field type_name
+	113, // 100: flo.v1.WorkflowPlans.plans:type_name -> flo.v1.PlanStatus
+	114, // 101: flo.v1.PlanStatus.executors:type_name -> flo.v1.ExecutorStatus
+	8,   // 102: flo.v1.NamespaceService.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
+	9,   // 103: flo.v1.NamespaceService.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
+	10,  // 104: flo.v1.NamespaceService.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
+	23,  // 105: flo.v1.ActionService.RegisterAction:input_type -> flo.v1.RegisterActionRequest
+	24,  // 106: flo.v1.ActionService.GetAction:input_type -> flo.v1.GetActionRequest
+	25,  // 107: flo.v1.ActionService.ListActions:input_type -> flo.v1.ListActionsRequest
+	24,  // 108: flo.v1.ActionService.EnableAction:input_type -> flo.v1.GetActionRequest
+	24,  // 109: flo.v1.ActionService.DisableAction:input_type -> flo.v1.GetActionRequest
+	27,  // 110: flo.v1.TaskService.InvokeTask:input_type -> flo.v1.InvokeTaskRequest
+	29,  // 111: flo.v1.TaskService.InvokeTasks:input_type -> flo.v1.InvokeTasksRequest
+	32,  // 112: flo.v1.TaskService.GetTask:input_type -> flo.v1.GetTaskRequest
+	35,  // 113: flo.v1.TaskService.AwaitTask:input_type -> flo.v1.AwaitTaskRequest
+	36,  // 114: flo.v1.TaskService.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
+	32,  // 115: flo.v1.TaskService.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
+	33,  // 116: flo.v1.TaskService.CompleteTask:input_type -> flo.v1.CompleteTaskRequest
+	34,  // 117: flo.v1.TaskService.FailTask:input_type -> flo.v1.FailTaskRequest
+	14,  // 118: flo.v1.WorkerRegistryService.RegisterWorker:input_type -> flo.v1.RegisterWorkerRequest
+	15,  // 119: flo.v1.WorkerRegistryService.Heartbeat:input_type -> flo.v1.HeartbeatRequest
+	17,  // 120: flo.v1.WorkerRegistryService.GetWorker:input_type -> flo.v1.GetWorkerRequest
+	18,  // 121: flo.v1.WorkerRegistryService.ListWorkers:input_type -> flo.v1.ListWorkersRequest
+	17,  // 122: flo.v1.WorkerRegistryService.DrainWorker:input_type -> flo.v1.GetWorkerRequest
+	17,  // 123: flo.v1.WorkerRegistryService.DeregisterWorker:input_type -> flo.v1.GetWorkerRequest
+	38,  // 124: flo.v1.WorkerService.Stream:input_type -> flo.v1.WorkerMessage
+	62,  // 125: flo.v1.StreamService.CreateStream:input_type -> flo.v1.CreateStreamRequest
+	63,  // 126: flo.v1.StreamService.GetStream:input_type -> flo.v1.GetStreamRequest
+	64,  // 127: flo.v1.StreamService.ListStreams:input_type -> flo.v1.ListStreamsRequest
+	63,  // 128: flo.v1.StreamService.DeleteStream:input_type -> flo.v1.GetStreamRequest
+	70,  // 129: flo.v1.StreamService.Append:input_type -> flo.v1.AppendRequest
+	72,  // 130: flo.v1.StreamService.Read:input_type -> flo.v1.ReadRequest
+	75,  // 131: flo.v1.StreamService.CreateGroup:input_type -> flo.v1.CreateGroupRequest
+	77,  // 132: flo.v1.StreamService.ListGroups:input_type -> flo.v1.ListGroupsRequest
+	76,  // 133: flo.v1.StreamService.DeleteGroup:input_type -> flo.v1.GetGroupRequest
+	80,  // 134: flo.v1.StreamService.ListPending:input_type -> flo.v1.ListPendingRequest
+	83,  // 135: flo.v1.StreamService.GroupRead:input_type -> flo.v1.GroupReadRequest
+	85,  // 136: flo.v1.StreamService.Ack:input_type -> flo.v1.AckRequest
+	87,  // 137: flo.v1.StreamService.Nack:input_type -> flo.v1.NackRequest
+	91,  // 138: flo.v1.WorkflowService.CreateWorkflow:input_type -> flo.v1.CreateWorkflowRequest
+	93,  // 139: flo.v1.WorkflowService.ValidateWorkflow:input_type -> flo.v1.ValidateWorkflowRequest
+	95,  // 140: flo.v1.WorkflowService.GetWorkflow:input_type -> flo.v1.GetWorkflowRequest
+	96,  // 141: flo.v1.WorkflowService.ListWorkflows:input_type -> flo.v1.ListWorkflowsRequest
+	98,  // 142: flo.v1.WorkflowService.DisableWorkflow:input_type -> flo.v1.WorkflowNameRequest
+	98,  // 143: flo.v1.WorkflowService.EnableWorkflow:input_type -> flo.v1.WorkflowNameRequest
+	99,  // 144: flo.v1.WorkflowService.StartRun:input_type -> flo.v1.StartRunRequest
+	103, // 145: flo.v1.WorkflowService.GetRun:input_type -> flo.v1.GetRunRequest
+	104, // 146: flo.v1.WorkflowService.ListRuns:input_type -> flo.v1.ListRunsRequest
+	106, // 147: flo.v1.WorkflowService.SignalRun:input_type -> flo.v1.SignalRunRequest
+	108, // 148: flo.v1.WorkflowService.CancelRun:input_type -> flo.v1.CancelRunRequest
+	103, // 149: flo.v1.WorkflowService.GetRunHistory:input_type -> flo.v1.GetRunRequest
+	111, // 150: flo.v1.WorkflowService.GetWorkflowPlans:input_type -> flo.v1.GetWorkflowPlansRequest
+	115, // 151: flo.v1.WorkflowService.InvalidatePlanCache:input_type -> flo.v1.InvalidatePlanCacheRequest
+	7,   // 152: flo.v1.NamespaceService.CreateNamespace:output_type -> flo.v1.Namespace
+	7,   // 153: flo.v1.NamespaceService.GetNamespace:output_type -> flo.v1.Namespace
+	11,  // 154: flo.v1.NamespaceService.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
+	22,  // 155: flo.v1.ActionService.RegisterAction:output_type -> flo.v1.Action
+	22,  // 156: flo.v1.ActionService.GetAction:output_type -> flo.v1.Action
+	26,  // 157: flo.v1.ActionService.ListActions:output_type -> flo.v1.ListActionsResponse
+	22,  // 158: flo.v1.ActionService.EnableAction:output_type -> flo.v1.Action
+	22,  // 159: flo.v1.ActionService.DisableAction:output_type -> flo.v1.Action
+	28,  // 160: flo.v1.TaskService.InvokeTask:output_type -> flo.v1.InvokeTaskResponse
+	30,  // 161: flo.v1.TaskService.InvokeTasks:output_type -> flo.v1.InvokeTasksResponse
+	31,  // 162: flo.v1.TaskService.GetTask:output_type -> flo.v1.Task
+	31,  // 163: flo.v1.TaskService.AwaitTask:output_type -> flo.v1.Task
+	37,  // 164: flo.v1.TaskService.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
+	31,  // 165: flo.v1.TaskService.RequeueDeadLetter:output_type -> flo.v1.Task
+	31,  // 166: flo.v1.TaskService.CompleteTask:output_type -> flo.v1.Task
+	31,  // 167: flo.v1.TaskService.FailTask:output_type -> flo.v1.Task
+	13,  // 168: flo.v1.WorkerRegistryService.RegisterWorker:output_type -> flo.v1.Worker
+	16,  // 169: flo.v1.WorkerRegistryService.Heartbeat:output_type -> flo.v1.HeartbeatResponse
+	13,  // 170: flo.v1.WorkerRegistryService.GetWorker:output_type -> flo.v1.Worker
+	19,  // 171: flo.v1.WorkerRegistryService.ListWorkers:output_type -> flo.v1.ListWorkersResponse
+	13,  // 172: flo.v1.WorkerRegistryService.DrainWorker:output_type -> flo.v1.Worker
+	20,  // 173: flo.v1.WorkerRegistryService.DeregisterWorker:output_type -> flo.v1.DeregisterWorkerResponse
+	39,  // 174: flo.v1.WorkerService.Stream:output_type -> flo.v1.ServerMessage
+	61,  // 175: flo.v1.StreamService.CreateStream:output_type -> flo.v1.Stream
+	67,  // 176: flo.v1.StreamService.GetStream:output_type -> flo.v1.StreamInfo
+	65,  // 177: flo.v1.StreamService.ListStreams:output_type -> flo.v1.ListStreamsResponse
+	66,  // 178: flo.v1.StreamService.DeleteStream:output_type -> flo.v1.DeleteStreamResponse
+	71,  // 179: flo.v1.StreamService.Append:output_type -> flo.v1.AppendResponse
+	73,  // 180: flo.v1.StreamService.Read:output_type -> flo.v1.ReadResponse
+	74,  // 181: flo.v1.StreamService.CreateGroup:output_type -> flo.v1.ConsumerGroup
+	78,  // 182: flo.v1.StreamService.ListGroups:output_type -> flo.v1.ListGroupsResponse
+	79,  // 183: flo.v1.StreamService.DeleteGroup:output_type -> flo.v1.DeleteGroupResponse
+	82,  // 184: flo.v1.StreamService.ListPending:output_type -> flo.v1.ListPendingResponse
+	84,  // 185: flo.v1.StreamService.GroupRead:output_type -> flo.v1.GroupReadResponse
+	86,  // 186: flo.v1.StreamService.Ack:output_type -> flo.v1.AckResponse
+	88,  // 187: flo.v1.StreamService.Nack:output_type -> flo.v1.NackResponse
+	92,  // 188: flo.v1.WorkflowService.CreateWorkflow:output_type -> flo.v1.CreateWorkflowResponse
+	94,  // 189: flo.v1.WorkflowService.ValidateWorkflow:output_type -> flo.v1.ValidateWorkflowResponse
+	90,  // 190: flo.v1.WorkflowService.GetWorkflow:output_type -> flo.v1.WorkflowDefinition
+	97,  // 191: flo.v1.WorkflowService.ListWorkflows:output_type -> flo.v1.ListWorkflowsResponse
+	90,  // 192: flo.v1.WorkflowService.DisableWorkflow:output_type -> flo.v1.WorkflowDefinition
+	90,  // 193: flo.v1.WorkflowService.EnableWorkflow:output_type -> flo.v1.WorkflowDefinition
+	100, // 194: flo.v1.WorkflowService.StartRun:output_type -> flo.v1.StartRunResponse
+	102, // 195: flo.v1.WorkflowService.GetRun:output_type -> flo.v1.WorkflowRun
+	105, // 196: flo.v1.WorkflowService.ListRuns:output_type -> flo.v1.ListRunsResponse
+	107, // 197: flo.v1.WorkflowService.SignalRun:output_type -> flo.v1.SignalRunResponse
+	102, // 198: flo.v1.WorkflowService.CancelRun:output_type -> flo.v1.WorkflowRun
+	110, // 199: flo.v1.WorkflowService.GetRunHistory:output_type -> flo.v1.RunHistory
+	112, // 200: flo.v1.WorkflowService.GetWorkflowPlans:output_type -> flo.v1.WorkflowPlans
+	116, // 201: flo.v1.WorkflowService.InvalidatePlanCache:output_type -> flo.v1.InvalidatePlanCacheResponse
+	152, // [152:202] is the sub-list for method output_type
+	102, // [102:152] is the sub-list for method input_type
+	102, // [102:102] is the sub-list for extension type_name
+	102, // [102:102] is the sub-list for extension extendee
+	0,   // [0:102] is the sub-list for field type_name
 }
 
 func init() { file_flo_v1_api_proto_init() }
@@ -8929,7 +9411,7 @@ func file_flo_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flo_v1_api_proto_rawDesc), len(file_flo_v1_api_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   109,
+			NumMessages:   115,
 			NumExtensions: 0,
 			NumServices:   7,
 		},

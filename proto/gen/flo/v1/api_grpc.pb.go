@@ -1843,18 +1843,20 @@ var StreamService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	WorkflowService_CreateWorkflow_FullMethodName   = "/flo.v1.WorkflowService/CreateWorkflow"
-	WorkflowService_ValidateWorkflow_FullMethodName = "/flo.v1.WorkflowService/ValidateWorkflow"
-	WorkflowService_GetWorkflow_FullMethodName      = "/flo.v1.WorkflowService/GetWorkflow"
-	WorkflowService_ListWorkflows_FullMethodName    = "/flo.v1.WorkflowService/ListWorkflows"
-	WorkflowService_DisableWorkflow_FullMethodName  = "/flo.v1.WorkflowService/DisableWorkflow"
-	WorkflowService_EnableWorkflow_FullMethodName   = "/flo.v1.WorkflowService/EnableWorkflow"
-	WorkflowService_StartRun_FullMethodName         = "/flo.v1.WorkflowService/StartRun"
-	WorkflowService_GetRun_FullMethodName           = "/flo.v1.WorkflowService/GetRun"
-	WorkflowService_ListRuns_FullMethodName         = "/flo.v1.WorkflowService/ListRuns"
-	WorkflowService_SignalRun_FullMethodName        = "/flo.v1.WorkflowService/SignalRun"
-	WorkflowService_CancelRun_FullMethodName        = "/flo.v1.WorkflowService/CancelRun"
-	WorkflowService_GetRunHistory_FullMethodName    = "/flo.v1.WorkflowService/GetRunHistory"
+	WorkflowService_CreateWorkflow_FullMethodName      = "/flo.v1.WorkflowService/CreateWorkflow"
+	WorkflowService_ValidateWorkflow_FullMethodName    = "/flo.v1.WorkflowService/ValidateWorkflow"
+	WorkflowService_GetWorkflow_FullMethodName         = "/flo.v1.WorkflowService/GetWorkflow"
+	WorkflowService_ListWorkflows_FullMethodName       = "/flo.v1.WorkflowService/ListWorkflows"
+	WorkflowService_DisableWorkflow_FullMethodName     = "/flo.v1.WorkflowService/DisableWorkflow"
+	WorkflowService_EnableWorkflow_FullMethodName      = "/flo.v1.WorkflowService/EnableWorkflow"
+	WorkflowService_StartRun_FullMethodName            = "/flo.v1.WorkflowService/StartRun"
+	WorkflowService_GetRun_FullMethodName              = "/flo.v1.WorkflowService/GetRun"
+	WorkflowService_ListRuns_FullMethodName            = "/flo.v1.WorkflowService/ListRuns"
+	WorkflowService_SignalRun_FullMethodName           = "/flo.v1.WorkflowService/SignalRun"
+	WorkflowService_CancelRun_FullMethodName           = "/flo.v1.WorkflowService/CancelRun"
+	WorkflowService_GetRunHistory_FullMethodName       = "/flo.v1.WorkflowService/GetRunHistory"
+	WorkflowService_GetWorkflowPlans_FullMethodName    = "/flo.v1.WorkflowService/GetWorkflowPlans"
+	WorkflowService_InvalidatePlanCache_FullMethodName = "/flo.v1.WorkflowService/InvalidatePlanCache"
 )
 
 // WorkflowServiceClient is the client API for WorkflowService service.
@@ -1884,6 +1886,15 @@ type WorkflowServiceClient interface {
 	SignalRun(ctx context.Context, in *SignalRunRequest, opts ...grpc.CallOption) (*SignalRunResponse, error)
 	CancelRun(ctx context.Context, in *CancelRunRequest, opts ...grpc.CallOption) (*WorkflowRun, error)
 	GetRunHistory(ctx context.Context, in *GetRunRequest, opts ...grpc.CallOption) (*RunHistory, error)
+	// GetWorkflowPlans shows each plan of a workflow version (the latest when
+	// version is empty) with every executor's health, breaker and recent
+	// attempts as the workflow service replica that answers sees them: health
+	// and breakers are kept in memory per replica and reset when it restarts.
+	GetWorkflowPlans(ctx context.Context, in *GetWorkflowPlansRequest, opts ...grpc.CallOption) (*WorkflowPlans, error)
+	// InvalidatePlanCache removes the namespace's cached plan outcomes whose
+	// invalidate_on list names the event; with a key, only the entry with
+	// that rendered key. The cache is shared by every replica.
+	InvalidatePlanCache(ctx context.Context, in *InvalidatePlanCacheRequest, opts ...grpc.CallOption) (*InvalidatePlanCacheResponse, error)
 }
 
 type workflowServiceClient struct {
@@ -2014,6 +2025,26 @@ func (c *workflowServiceClient) GetRunHistory(ctx context.Context, in *GetRunReq
 	return out, nil
 }
 
+func (c *workflowServiceClient) GetWorkflowPlans(ctx context.Context, in *GetWorkflowPlansRequest, opts ...grpc.CallOption) (*WorkflowPlans, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WorkflowPlans)
+	err := c.cc.Invoke(ctx, WorkflowService_GetWorkflowPlans_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *workflowServiceClient) InvalidatePlanCache(ctx context.Context, in *InvalidatePlanCacheRequest, opts ...grpc.CallOption) (*InvalidatePlanCacheResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(InvalidatePlanCacheResponse)
+	err := c.cc.Invoke(ctx, WorkflowService_InvalidatePlanCache_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // WorkflowServiceServer is the server API for WorkflowService service.
 // All implementations must embed UnimplementedWorkflowServiceServer
 // for forward compatibility.
@@ -2041,6 +2072,15 @@ type WorkflowServiceServer interface {
 	SignalRun(context.Context, *SignalRunRequest) (*SignalRunResponse, error)
 	CancelRun(context.Context, *CancelRunRequest) (*WorkflowRun, error)
 	GetRunHistory(context.Context, *GetRunRequest) (*RunHistory, error)
+	// GetWorkflowPlans shows each plan of a workflow version (the latest when
+	// version is empty) with every executor's health, breaker and recent
+	// attempts as the workflow service replica that answers sees them: health
+	// and breakers are kept in memory per replica and reset when it restarts.
+	GetWorkflowPlans(context.Context, *GetWorkflowPlansRequest) (*WorkflowPlans, error)
+	// InvalidatePlanCache removes the namespace's cached plan outcomes whose
+	// invalidate_on list names the event; with a key, only the entry with
+	// that rendered key. The cache is shared by every replica.
+	InvalidatePlanCache(context.Context, *InvalidatePlanCacheRequest) (*InvalidatePlanCacheResponse, error)
 	mustEmbedUnimplementedWorkflowServiceServer()
 }
 
@@ -2086,6 +2126,12 @@ func (UnimplementedWorkflowServiceServer) CancelRun(context.Context, *CancelRunR
 }
 func (UnimplementedWorkflowServiceServer) GetRunHistory(context.Context, *GetRunRequest) (*RunHistory, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetRunHistory not implemented")
+}
+func (UnimplementedWorkflowServiceServer) GetWorkflowPlans(context.Context, *GetWorkflowPlansRequest) (*WorkflowPlans, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetWorkflowPlans not implemented")
+}
+func (UnimplementedWorkflowServiceServer) InvalidatePlanCache(context.Context, *InvalidatePlanCacheRequest) (*InvalidatePlanCacheResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method InvalidatePlanCache not implemented")
 }
 func (UnimplementedWorkflowServiceServer) mustEmbedUnimplementedWorkflowServiceServer() {}
 func (UnimplementedWorkflowServiceServer) testEmbeddedByValue()                         {}
@@ -2324,6 +2370,42 @@ func _WorkflowService_GetRunHistory_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _WorkflowService_GetWorkflowPlans_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetWorkflowPlansRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkflowServiceServer).GetWorkflowPlans(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkflowService_GetWorkflowPlans_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkflowServiceServer).GetWorkflowPlans(ctx, req.(*GetWorkflowPlansRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _WorkflowService_InvalidatePlanCache_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(InvalidatePlanCacheRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkflowServiceServer).InvalidatePlanCache(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkflowService_InvalidatePlanCache_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkflowServiceServer).InvalidatePlanCache(ctx, req.(*InvalidatePlanCacheRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // WorkflowService_ServiceDesc is the grpc.ServiceDesc for WorkflowService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -2378,6 +2460,14 @@ var WorkflowService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetRunHistory",
 			Handler:    _WorkflowService_GetRunHistory_Handler,
+		},
+		{
+			MethodName: "GetWorkflowPlans",
+			Handler:    _WorkflowService_GetWorkflowPlans_Handler,
+		},
+		{
+			MethodName: "InvalidatePlanCache",
+			Handler:    _WorkflowService_InvalidatePlanCache_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -22,18 +22,20 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Workflows_CreateWorkflow_FullMethodName   = "/flo.workflow.v1.Workflows/CreateWorkflow"
-	Workflows_ValidateWorkflow_FullMethodName = "/flo.workflow.v1.Workflows/ValidateWorkflow"
-	Workflows_GetWorkflow_FullMethodName      = "/flo.workflow.v1.Workflows/GetWorkflow"
-	Workflows_ListWorkflows_FullMethodName    = "/flo.workflow.v1.Workflows/ListWorkflows"
-	Workflows_DisableWorkflow_FullMethodName  = "/flo.workflow.v1.Workflows/DisableWorkflow"
-	Workflows_EnableWorkflow_FullMethodName   = "/flo.workflow.v1.Workflows/EnableWorkflow"
-	Workflows_StartRun_FullMethodName         = "/flo.workflow.v1.Workflows/StartRun"
-	Workflows_GetRun_FullMethodName           = "/flo.workflow.v1.Workflows/GetRun"
-	Workflows_ListRuns_FullMethodName         = "/flo.workflow.v1.Workflows/ListRuns"
-	Workflows_SignalRun_FullMethodName        = "/flo.workflow.v1.Workflows/SignalRun"
-	Workflows_CancelRun_FullMethodName        = "/flo.workflow.v1.Workflows/CancelRun"
-	Workflows_GetRunHistory_FullMethodName    = "/flo.workflow.v1.Workflows/GetRunHistory"
+	Workflows_CreateWorkflow_FullMethodName      = "/flo.workflow.v1.Workflows/CreateWorkflow"
+	Workflows_ValidateWorkflow_FullMethodName    = "/flo.workflow.v1.Workflows/ValidateWorkflow"
+	Workflows_GetWorkflow_FullMethodName         = "/flo.workflow.v1.Workflows/GetWorkflow"
+	Workflows_ListWorkflows_FullMethodName       = "/flo.workflow.v1.Workflows/ListWorkflows"
+	Workflows_DisableWorkflow_FullMethodName     = "/flo.workflow.v1.Workflows/DisableWorkflow"
+	Workflows_EnableWorkflow_FullMethodName      = "/flo.workflow.v1.Workflows/EnableWorkflow"
+	Workflows_StartRun_FullMethodName            = "/flo.workflow.v1.Workflows/StartRun"
+	Workflows_GetRun_FullMethodName              = "/flo.workflow.v1.Workflows/GetRun"
+	Workflows_ListRuns_FullMethodName            = "/flo.workflow.v1.Workflows/ListRuns"
+	Workflows_SignalRun_FullMethodName           = "/flo.workflow.v1.Workflows/SignalRun"
+	Workflows_CancelRun_FullMethodName           = "/flo.workflow.v1.Workflows/CancelRun"
+	Workflows_GetRunHistory_FullMethodName       = "/flo.workflow.v1.Workflows/GetRunHistory"
+	Workflows_GetWorkflowPlans_FullMethodName    = "/flo.workflow.v1.Workflows/GetWorkflowPlans"
+	Workflows_InvalidatePlanCache_FullMethodName = "/flo.workflow.v1.Workflows/InvalidatePlanCache"
 )
 
 // WorkflowsClient is the client API for Workflows service.
@@ -56,6 +58,8 @@ type WorkflowsClient interface {
 	SignalRun(ctx context.Context, in *v1.SignalRunRequest, opts ...grpc.CallOption) (*v1.SignalRunResponse, error)
 	CancelRun(ctx context.Context, in *v1.CancelRunRequest, opts ...grpc.CallOption) (*v1.WorkflowRun, error)
 	GetRunHistory(ctx context.Context, in *v1.GetRunRequest, opts ...grpc.CallOption) (*v1.RunHistory, error)
+	GetWorkflowPlans(ctx context.Context, in *v1.GetWorkflowPlansRequest, opts ...grpc.CallOption) (*v1.WorkflowPlans, error)
+	InvalidatePlanCache(ctx context.Context, in *v1.InvalidatePlanCacheRequest, opts ...grpc.CallOption) (*v1.InvalidatePlanCacheResponse, error)
 }
 
 type workflowsClient struct {
@@ -186,6 +190,26 @@ func (c *workflowsClient) GetRunHistory(ctx context.Context, in *v1.GetRunReques
 	return out, nil
 }
 
+func (c *workflowsClient) GetWorkflowPlans(ctx context.Context, in *v1.GetWorkflowPlansRequest, opts ...grpc.CallOption) (*v1.WorkflowPlans, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.WorkflowPlans)
+	err := c.cc.Invoke(ctx, Workflows_GetWorkflowPlans_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *workflowsClient) InvalidatePlanCache(ctx context.Context, in *v1.InvalidatePlanCacheRequest, opts ...grpc.CallOption) (*v1.InvalidatePlanCacheResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.InvalidatePlanCacheResponse)
+	err := c.cc.Invoke(ctx, Workflows_InvalidatePlanCache_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // WorkflowsServer is the server API for Workflows service.
 // All implementations must embed UnimplementedWorkflowsServer
 // for forward compatibility.
@@ -206,6 +230,8 @@ type WorkflowsServer interface {
 	SignalRun(context.Context, *v1.SignalRunRequest) (*v1.SignalRunResponse, error)
 	CancelRun(context.Context, *v1.CancelRunRequest) (*v1.WorkflowRun, error)
 	GetRunHistory(context.Context, *v1.GetRunRequest) (*v1.RunHistory, error)
+	GetWorkflowPlans(context.Context, *v1.GetWorkflowPlansRequest) (*v1.WorkflowPlans, error)
+	InvalidatePlanCache(context.Context, *v1.InvalidatePlanCacheRequest) (*v1.InvalidatePlanCacheResponse, error)
 	mustEmbedUnimplementedWorkflowsServer()
 }
 
@@ -251,6 +277,12 @@ func (UnimplementedWorkflowsServer) CancelRun(context.Context, *v1.CancelRunRequ
 }
 func (UnimplementedWorkflowsServer) GetRunHistory(context.Context, *v1.GetRunRequest) (*v1.RunHistory, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetRunHistory not implemented")
+}
+func (UnimplementedWorkflowsServer) GetWorkflowPlans(context.Context, *v1.GetWorkflowPlansRequest) (*v1.WorkflowPlans, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetWorkflowPlans not implemented")
+}
+func (UnimplementedWorkflowsServer) InvalidatePlanCache(context.Context, *v1.InvalidatePlanCacheRequest) (*v1.InvalidatePlanCacheResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method InvalidatePlanCache not implemented")
 }
 func (UnimplementedWorkflowsServer) mustEmbedUnimplementedWorkflowsServer() {}
 func (UnimplementedWorkflowsServer) testEmbeddedByValue()                   {}
@@ -489,6 +521,42 @@ func _Workflows_GetRunHistory_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Workflows_GetWorkflowPlans_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(v1.GetWorkflowPlansRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkflowsServer).GetWorkflowPlans(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Workflows_GetWorkflowPlans_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkflowsServer).GetWorkflowPlans(ctx, req.(*v1.GetWorkflowPlansRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Workflows_InvalidatePlanCache_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(v1.InvalidatePlanCacheRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkflowsServer).InvalidatePlanCache(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Workflows_InvalidatePlanCache_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkflowsServer).InvalidatePlanCache(ctx, req.(*v1.InvalidatePlanCacheRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Workflows_ServiceDesc is the grpc.ServiceDesc for Workflows service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -543,6 +611,14 @@ var Workflows_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetRunHistory",
 			Handler:    _Workflows_GetRunHistory_Handler,
+		},
+		{
+			MethodName: "GetWorkflowPlans",
+			Handler:    _Workflows_GetWorkflowPlans_Handler,
+		},
+		{
+			MethodName: "InvalidatePlanCache",
+			Handler:    _Workflows_InvalidatePlanCache_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
