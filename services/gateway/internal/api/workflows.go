@@ -177,6 +177,25 @@ func (s *WorkflowServer) GetRunHistory(ctx context.Context, req *flov1.GetRunReq
 	return forward(ctx, s.log, "get run history", s.workflows.GetRunHistory, req)
 }
 
+// GetWorkflowPlans shows a workflow version's plans with each executor's
+// health and breaker on the workflow service replica that answers.
+func (s *WorkflowServer) GetWorkflowPlans(ctx context.Context, req *flov1.GetWorkflowPlansRequest) (*flov1.WorkflowPlans, error) {
+	if err := s.check(ctx, req.GetNamespace(), text.Name("name", req.GetName()), checkVersion(req.GetVersion())); err != nil {
+		return nil, err
+	}
+	return forward(ctx, s.log, "get workflow plans", s.workflows.GetWorkflowPlans, req)
+}
+
+// InvalidatePlanCache removes the cached plan outcomes an event
+// invalidates. Events follow the signal type rule, as the definition's
+// invalidate_on entries do.
+func (s *WorkflowServer) InvalidatePlanCache(ctx context.Context, req *flov1.InvalidatePlanCacheRequest) (*flov1.InvalidatePlanCacheResponse, error) {
+	if err := s.check(ctx, req.GetNamespace(), text.SignalType("event", req.GetEvent()), text.Storable("key", req.GetKey())); err != nil {
+		return nil, err
+	}
+	return forward(ctx, s.log, "invalidate plan cache", s.workflows.InvalidatePlanCache, req)
+}
+
 // forward makes a checked call on the workflow service; its status reaches
 // the caller unchanged.
 func forward[Req, Resp any](ctx context.Context, log *slog.Logger, doing string, call func(context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {

@@ -119,8 +119,32 @@ func TestWorkflowCallsAreCheckedAtTheEdge(t *testing.T) {
 			_, err := s.SignalRun(ctx, &flov1.SignalRunRequest{Namespace: "default", RunId: runID, Type: "go", Value: bigValue})
 			return err
 		}, codes.InvalidArgument, "payload is 66 bytes, limit is 64"},
+		{"plans without workflow name", func(ctx context.Context) error {
+			_, err := s.GetWorkflowPlans(ctx, &flov1.GetWorkflowPlansRequest{Namespace: "default"})
+			return err
+		}, codes.InvalidArgument, "name is required"},
+		{"plans of a bad version", func(ctx context.Context) error {
+			_, err := s.GetWorkflowPlans(ctx, &flov1.GetWorkflowPlansRequest{Namespace: "default", Name: "w", Version: "1 0"})
+			return err
+		}, codes.InvalidArgument, `version "1 0" is invalid`},
+		{"invalidation without event", func(ctx context.Context) error {
+			_, err := s.InvalidatePlanCache(ctx, &flov1.InvalidatePlanCacheRequest{Namespace: "default"})
+			return err
+		}, codes.InvalidArgument, "event is required"},
+		{"invalidation of a bad event", func(ctx context.Context) error {
+			_, err := s.InvalidatePlanCache(ctx, &flov1.InvalidatePlanCacheRequest{Namespace: "default", Event: ".refunded"})
+			return err
+		}, codes.InvalidArgument, `event ".refunded" is invalid`},
+		{"invalidation of a key with NUL", func(ctx context.Context) error {
+			_, err := s.InvalidatePlanCache(ctx, &flov1.InvalidatePlanCacheRequest{Namespace: "default", Event: "payment.refunded", Key: "a\x00b"})
+			return err
+		}, codes.InvalidArgument, "key must not contain NUL"},
 
 		// What passes the checks reaches the service, which is down.
+		{"valid invalidation", func(ctx context.Context) error {
+			_, err := s.InvalidatePlanCache(ctx, &flov1.InvalidatePlanCacheRequest{Namespace: "default", Event: "payment.refunded", Key: "charge:c1:k1"})
+			return err
+		}, codes.Unavailable, ""},
 		{"valid start", func(ctx context.Context) error {
 			_, err := s.StartRun(ctx, &flov1.StartRunRequest{
 				Namespace: "default", Workflow: "process-order", Version: "1.0.0+build",
