@@ -78,8 +78,10 @@
 // [*ValidationError] listing every [Diagnostic] with its line and column),
 // [Client.StartWorkflow] starts a run, idempotently with a key, [Client.SignalRun] delivers a
 // signal, [Client.CancelRun] ends a run, and [Client.GetRun], [Client.ListRuns] and
-// [Client.GetRunHistory] show where runs are and how they got there. The steps' actions run on
-// ordinary action workers:
+// [Client.GetRunHistory] show where runs are and how they got there. [Client.GetWorkflowPlans]
+// shows a workflow's plans with each executor's health and breaker on the replica that answers,
+// and [Client.InvalidatePlanCache] removes the cached plan outcomes an event invalidates. The
+// steps' actions run on ordinary action workers:
 //
 //	run, _ := client.StartWorkflow(ctx, "process-order", order, flo.StartWorkflowOptions{IdempotencyKey: order.ID})
 //	final, err := client.AwaitRun(ctx, run.RunID) // until completed, failed, cancelled or timed out

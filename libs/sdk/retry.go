@@ -38,7 +38,7 @@ var retriedMethods = map[string][]string{
 	flov1.StreamService_ServiceDesc.ServiceName:         {"GetStream", "ListStreams", "Read", "ListGroups", "ListPending", "Ack"},
 	flov1.WorkflowService_ServiceDesc.ServiceName: {
 		"ValidateWorkflow", "GetWorkflow", "ListWorkflows", "DisableWorkflow", "EnableWorkflow",
-		"GetRun", "ListRuns", "GetRunHistory", "CancelRun",
+		"GetRun", "ListRuns", "GetRunHistory", "CancelRun", "GetWorkflowPlans",
 	},
 }
 

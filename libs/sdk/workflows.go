@@ -300,8 +300,11 @@ func (r Run) MarshalJSON() ([]byte, error) {
 // HistoryEvent is one entry of a run's history: workflow_started, step_started,
 // step_completed, step_retry, waiting_for_signal, signal_received, signal_matched,
 // signal_timeout, action_not_found, action_disabled, awaiting_action, action_waiting, action_completed,
-// poll_scheduled, child_started, child_completed, and the run's end (workflow_completed,
-// workflow_failed, workflow_cancelled, workflow_timed_out).
+// poll_scheduled, child_started, child_completed, the run's end (workflow_completed,
+// workflow_failed, workflow_cancelled, workflow_timed_out), and a plan step's plan_executor_start,
+// plan_executor_success, plan_executor_retry, plan_executor_exhausted, plan_breaker_skip,
+// plan_rate_limited, plan_rate_wait, plan_cache_hit, plan_cache_miss, plan_cache_skipped and
+// plan_fallback, whose Detail names the executor first when the event is about one.
 type HistoryEvent struct {
 	// Seq orders the events of a run, from 1.
 	Seq    int64  `json:"seq"`
