@@ -28,6 +28,8 @@ func newWorkflowCmd(g *globals) *cobra.Command {
 	cmd.AddCommand(newWorkflowSignalCmd(g))
 	cmd.AddCommand(newWorkflowCancelCmd(g))
 	cmd.AddCommand(newWorkflowHistoryCmd(g))
+	cmd.AddCommand(newWorkflowPlansCmd(g))
+	cmd.AddCommand(newWorkflowCacheCmd(g))
 	return cmd
 }
 
@@ -443,11 +445,15 @@ func newWorkflowHistoryCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
+// historyTypeWidth fits the longest event type, plan_executor_exhausted, so the columns after
+// it line up.
+const historyTypeWidth = len("plan_executor_exhausted")
+
 // historyLine renders an event as "SEQ TIME TYPE [step=STEP] [attempt=N] [DETAIL]", the
 // columns people scan first at the front.
 func historyLine(e *flo.HistoryEvent) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%3d  %s  %-20s", e.Seq, e.At.UTC().Format("2006-01-02T15:04:05.000Z"), e.Type)
+	fmt.Fprintf(&b, "%3d  %s  %-*s", e.Seq, e.At.UTC().Format("2006-01-02T15:04:05.000Z"), historyTypeWidth, e.Type)
 	if e.Step != "" {
 		fmt.Fprintf(&b, "  step=%s", e.Step)
 	}

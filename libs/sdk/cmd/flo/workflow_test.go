@@ -546,6 +546,10 @@ func TestWorkflowArgumentValidation(t *testing.T) {
 		{name: "history without id", args: []string{"workflow", "history"}, wantErr: "accepts 1 arg(s), received 0"},
 		{name: "disable without name", args: []string{"workflow", "disable"}, wantErr: "accepts 1 arg(s), received 0"},
 		{name: "enable with two names", args: []string{"workflow", "enable", "a", "b"}, wantErr: "accepts 1 arg(s), received 2"},
+		{name: "plans without name", args: []string{"workflow", "plans"}, wantErr: "accepts 1 arg(s), received 0"},
+		{name: "cache invalidate without event", args: []string{"workflow", "cache", "invalidate"}, wantErr: `required flag(s) "event" not set`},
+		{name: "cache invalidate with an argument", args: []string{"workflow", "cache", "invalidate", "x", "--event", "e"}, wantErr: `unknown command "x"`},
+		{name: "unknown cache subcommand", args: []string{"workflow", "cache", "clear"}, wantErr: `unknown command "clear" for "flo workflow cache"`},
 		{name: "runs unknown status", args: []string{"workflow", "runs", "--status", "done"}, wantErr: `unknown run status "done"`},
 		{name: "runs bad time", args: []string{"workflow", "runs", "--since", "yesterday"}, wantErr: `--since "yesterday": want an RFC 3339 time or a positive duration`},
 		{name: "runs negative limit", args: []string{"workflow", "runs", "--limit", "-1"}, wantErr: "--limit must not be negative"},
@@ -566,7 +570,7 @@ func TestWorkflowGroupAloneShowsItsHelp(t *testing.T) {
 	code, stdout, stderr := runCLI(t, "workflow")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "Available Commands:")
-	for _, sub := range []string{"create", "validate", "get", "list", "start", "status", "signal", "cancel", "history", "disable", "enable", "runs"} {
+	for _, sub := range []string{"create", "validate", "get", "list", "start", "status", "signal", "cancel", "history", "disable", "enable", "runs", "plans", "cache"} {
 		require.Regexp(t, regexp.MustCompile(`(?m)^  `+sub+`\s`), stdout, sub)
 	}
 }
@@ -579,9 +583,13 @@ func TestHistoryLine(t *testing.T) {
 		want  string
 	}{
 		{name: "detail only", event: flo.HistoryEvent{Seq: 1, Type: "workflow_started", Detail: `{"a":1}`, At: at},
-			want: `  1  2026-01-02T02:04:05.006Z  workflow_started      {"a":1}`},
+			want: `  1  2026-01-02T02:04:05.006Z  workflow_started         {"a":1}`},
 		{name: "step and attempt", event: flo.HistoryEvent{Seq: 12, Type: "step_retry", Step: "charge", Attempt: 2, Detail: "boom", At: at},
-			want: ` 12  2026-01-02T02:04:05.006Z  step_retry            step=charge  attempt=2  boom`},
+			want: ` 12  2026-01-02T02:04:05.006Z  step_retry               step=charge  attempt=2  boom`},
+		{name: "plan event", event: flo.HistoryEvent{Seq: 7, Type: "plan_executor_exhausted", Step: "_start", Attempt: 3, Detail: "stripe-primary: failure invalid_card", At: at},
+			want: `  7  2026-01-02T02:04:05.006Z  plan_executor_exhausted  step=_start  attempt=3  stripe-primary: failure invalid_card`},
+		{name: "plan event without executor", event: flo.HistoryEvent{Seq: 4, Type: "plan_cache_hit", Step: "_start", Detail: "charge:c-1:k-9", At: at},
+			want: `  4  2026-01-02T02:04:05.006Z  plan_cache_hit           step=_start  charge:c-1:k-9`},
 		{name: "nothing else", event: flo.HistoryEvent{Seq: 3, Type: "step_started", At: at},
 			want: `  3  2026-01-02T02:04:05.006Z  step_started`},
 	}
