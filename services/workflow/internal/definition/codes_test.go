@@ -1,6 +1,7 @@
 package definition_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -22,6 +23,8 @@ type codeCase struct {
 	pos string
 	// contains is a phrase the message must hold.
 	contains string
+	// path, when set, is the path the diagnostic must name.
+	path string
 }
 
 // codeCases holds at least one case per code; TestEveryCodeHasACase keeps it
@@ -386,17 +389,6 @@ start:
   transitions: {success: flo.Completed}
 `,
 		contains: `name "charge payment" in "@actions/charge payment" is invalid`,
-	},
-	{
-		name: "plan target", code: definition.CodePlanUnsupported, pos: "5:8",
-		src: `kind: Workflow
-name: x
-version: "1"
-start:
-  run: "@plan/payment"
-  transitions: {success: flo.Completed}
-`,
-		contains: "plan targets (@plan/payment) are not supported by this version yet",
 	},
 	{
 		name: "child workflow with empty version", code: definition.CodeTargetVersion, pos: "5:8",
@@ -796,6 +788,288 @@ start:
 `,
 		contains: "when 5 polls still report pending the run fails",
 	},
+	{
+		name: "unknown plan", code: definition.CodeUnknownPlan, pos: "5:8", path: "start.run",
+		src: `kind: Workflow
+name: x
+version: "1"
+start:
+  run: "@plan/paymnt"
+  transitions: {success: flo.Completed}
+plans:
+  payment:
+    executors: [{name: a, action: "@actions/a"}]
+`,
+		contains: "@plan/paymnt names no plan of this workflow (did you mean payment?)",
+	},
+	{
+		name: "cache key reads an unknown step", code: definition.CodeMappingStep, pos: "8:32", path: "plans.p.cache.key",
+		src: planSrc(oneExecutor + `    cache: {ttl_ms: 1000, key: "k:{steps.nope.output.id}"}
+`),
+		contains: `reads step "nope", which the workflow does not have`,
+	},
+	{
+		name: "too many plans", code: definition.CodeLimit, pos: "5:1", path: "plans",
+		src: `kind: Workflow
+name: x
+version: "1"
+start: {run: "@actions/a", transitions: {success: flo.Completed}}
+plans:
+` + manyPlans(definition.MaxPlans+1),
+		contains: "101 plans; the limit is 100",
+	},
+	{
+		name: "too many executors", code: definition.CodeLimit, pos: "7:5", path: "plans.p.executors",
+		src:      planSrc("    executors:\n" + strings.Repeat("      - {name: a, action: \"@actions/a\"}\n", definition.MaxExecutors+1)),
+		contains: "33 executors; the limit is 32",
+	},
+	{
+		name: "unknown plan field", code: definition.CodeUnknownField, pos: "7:5", path: "plans.p.selecton",
+		src:      planSrc("    selecton: random\n" + oneExecutor),
+		contains: `unknown field "selecton" in a plan (did you mean selection?)`,
+	},
+	{
+		name: "unknown executor field", code: definition.CodeUnknownField, pos: "10:9", path: "plans.p.executors[0].rate_limits",
+		src: planSrc(`    executors:
+      - name: a
+        action: "@actions/a"
+        rate_limits: {max_per_second: 5}
+`),
+		contains: `unknown field "rate_limits" in an executor (did you mean rate_limit?)`,
+	},
+	{
+		name: "duplicate executor", code: definition.CodeDuplicateExecutor, pos: "9:16", path: "plans.p.executors[1].name",
+		src: planSrc(`    executors:
+      - {name: a, action: "@actions/a"}
+      - {name: a, action: "@actions/b"}
+`),
+		contains: `executor name "a" is written twice in this plan (first at 8:16)`,
+	},
+	{
+		name: "duplicate plan", code: definition.CodeDuplicatePlan, pos: "8:3", path: "plans.p",
+		src: planSrc(oneExecutor + `  p:
+` + oneExecutor),
+		contains: `plan "p" is written twice (first at 6:3)`,
+	},
+	{
+		name: "plan name", code: definition.CodePlanName, pos: "6:3", path: "plans.-p",
+		src: `kind: Workflow
+name: x
+version: "1"
+start: {run: "@actions/a", transitions: {success: flo.Completed}}
+plans:
+  -p:
+` + oneExecutor,
+		contains: `plan name "-p" is invalid`,
+	},
+	{
+		name: "plan without executors", code: definition.CodeNoExecutors, pos: "6:3", path: "plans.p",
+		src:      planSrc("    selection: random\n"),
+		contains: "plan p needs executors: at least one",
+	},
+	{
+		name: "empty executors", code: definition.CodeNoExecutors, pos: "7:16", path: "plans.p.executors",
+		src:      planSrc("    executors: []\n"),
+		contains: "executors is empty",
+	},
+	{
+		name: "executor name", code: definition.CodeExecutorName, pos: "7:24", path: "plans.p.executors[0].name",
+		src:      planSrc("    executors: [{name: \"a b\", action: \"@actions/a\"}]\n"),
+		contains: `executor name "a b" is invalid`,
+	},
+	{
+		name: "executor without name", code: definition.CodeExecutorName, pos: "7:17", path: "plans.p.executors[0]",
+		src:      planSrc("    executors: [{action: \"@actions/a\"}]\n"),
+		contains: "an executor needs a name",
+	},
+	{
+		name: "executor action not an action", code: definition.CodeExecutorAction, pos: "7:35", path: "plans.p.executors[0].action",
+		src:      planSrc("    executors: [{name: a, action: \"@plan/q\"}]\n"),
+		contains: `action "@plan/q" must be @actions/NAME`,
+	},
+	{
+		name: "unknown selection", code: definition.CodeSelection, pos: "7:16", path: "plans.p.selection",
+		src:      planSrc("    selection: health_weighted\n" + oneExecutor),
+		contains: `selection "health_weighted" is not one of static-order, round-robin, random, health-weighted (did you mean health-weighted?)`,
+	},
+	{
+		name: "health-weighted without health", code: definition.CodeHealthRequired, pos: "7:16", path: "plans.p.selection",
+		src:      planSrc("    selection: health-weighted\n" + oneExecutor),
+		contains: "health-weighted needs a health block",
+	},
+	{
+		name: "health decay zero", code: definition.CodeHealthDecay, pos: "9:21", path: "plans.p.health.decay",
+		src:      planSrc("    selection: health-weighted\n" + oneExecutor + "    health: {decay: 0}\n"),
+		contains: "decay must be in (0, 1]",
+	},
+	{
+		name: "health decay above one", code: definition.CodeHealthDecay, pos: "9:21", path: "plans.p.health.decay",
+		src:      planSrc("    selection: health-weighted\n" + oneExecutor + "    health: {decay: 1.5}\n"),
+		contains: "not 1.5",
+	},
+	{
+		name: "health min samples", code: definition.CodeHealthMinSamples, pos: "9:27", path: "plans.p.health.min_samples",
+		src:      planSrc("    selection: health-weighted\n" + oneExecutor + "    health: {min_samples: 0}\n"),
+		contains: "min_samples must be between 1 and 10000, not 0",
+	},
+	{
+		name: "health window", code: definition.CodeHealthWindow, pos: "9:25", path: "plans.p.health.window_ms",
+		src:      planSrc("    selection: health-weighted\n" + oneExecutor + "    health: {window_ms: 0}\n"),
+		contains: "window_ms must be between 1 and 604800000 milliseconds, not 0",
+	},
+	{
+		name: "breaker cooldown", code: definition.CodeBreaker, pos: "11:54", path: "plans.p.executors[1].breaker.cooldown_ms",
+		src: planSrc(`    executors:
+      - {name: a, action: "@actions/a"}
+      - name: b
+        action: "@actions/b"
+        breaker: {failure_threshold: 3, cooldown_ms: 0}
+`),
+		contains: "cooldown_ms must be between 1 and 604800000 milliseconds, not 0",
+	},
+	{
+		name: "breaker threshold", code: definition.CodeBreaker, pos: "10:38", path: "plans.p.executors[0].breaker.failure_threshold",
+		src: planSrc(`    executors:
+      - name: a
+        action: "@actions/a"
+        breaker: {failure_threshold: 0}
+`),
+		contains: "failure_threshold must be between 1 and 10000, not 0",
+	},
+	{
+		name: "breaker half-open calls", code: definition.CodeBreaker, pos: "10:40", path: "plans.p.executors[0].breaker.half_open_max_calls",
+		src: planSrc(`    executors:
+      - name: a
+        action: "@actions/a"
+        breaker: {half_open_max_calls: -1}
+`),
+		contains: "half_open_max_calls must be between 1 and 10000, not -1",
+	},
+	{
+		name: "rate limit", code: definition.CodeRateLimit, pos: "10:58", path: "plans.p.executors[0].rate_limit.max_per_minute",
+		src: planSrc(`    executors:
+      - name: a
+        action: "@actions/a"
+        rate_limit: {max_per_second: 10, max_per_minute: 0}
+`),
+		contains: "max_per_minute must be between 1 and 1000000000, not 0",
+	},
+	{
+		name: "tracking mode", code: definition.CodeTrackingMode, pos: "10:26", path: "plans.p.executors[0].tracking.mode",
+		src: planSrc(`    executors:
+      - name: a
+        action: "@actions/a"
+        tracking: {mode: webhook}
+`),
+		contains: `mode "webhook" is not sync or async`,
+	},
+	{
+		name: "tracking timeout with sync", code: definition.CodeTrackingTimeout, pos: "10:32", path: "plans.p.executors[0].tracking.timeout_ms",
+		src: planSrc(`    executors:
+      - name: a
+        action: "@actions/a"
+        tracking: {mode: sync, timeout_ms: 1000}
+`),
+		contains: "timeout_ms applies to mode async only",
+	},
+	{
+		name: "tracking timeout zero", code: definition.CodeTrackingTimeout, pos: "10:45", path: "plans.p.executors[0].tracking.timeout_ms",
+		src: planSrc(`    executors:
+      - name: a
+        action: "@actions/a"
+        tracking: {mode: async, timeout_ms: 0}
+`),
+		contains: "timeout_ms must be between 1 and 31536000000 milliseconds, not 0",
+	},
+	{
+		name: "cache without key", code: definition.CodeCacheIncomplete, pos: "8:5", path: "plans.p.cache",
+		src:      planSrc(oneExecutor + "    cache: {ttl_ms: 1000}\n"),
+		contains: "cache needs a key template",
+	},
+	{
+		name: "cache without ttl", code: definition.CodeCacheIncomplete, pos: "8:5", path: "plans.p.cache",
+		src:      planSrc(oneExecutor + "    cache: {key: \"k:{input.id}\"}\n"),
+		contains: "cache needs ttl_ms",
+	},
+	{
+		name: "cache ttl", code: definition.CodeCacheTTL, pos: "8:21", path: "plans.p.cache.ttl_ms",
+		src:      planSrc(oneExecutor + "    cache: {ttl_ms: 0, key: \"k:{input.id}\"}\n"),
+		contains: "ttl_ms must be between 1 and 31536000000 milliseconds, not 0",
+	},
+	{
+		name: "cache key unclosed", code: definition.CodeCacheKey, pos: "8:32", path: "plans.p.cache.key",
+		src:      planSrc(oneExecutor + "    cache: {ttl_ms: 1000, key: \"k:{input.id\"}\n"),
+		contains: "has a '{' that is never closed",
+	},
+	{
+		name: "invalidate event", code: definition.CodeInvalidateEvent, pos: "8:69", path: "plans.p.cache.invalidate_on[1]",
+		src:      planSrc(oneExecutor + "    cache: {ttl_ms: 1000, key: \"k:{input.id}\", invalidate_on: [a.b, \"c d\"]}\n"),
+		contains: `event "c d" is invalid`,
+	},
+	{
+		name: "fallback value", code: definition.CodeFallbackValue, pos: "8:23", path: "plans.p.fallback.value",
+		src:      planSrc(oneExecutor + "    fallback: {value: declined}\n"),
+		contains: "fallback value is not JSON",
+	},
+	{
+		name: "fallback without value", code: definition.CodeFallbackValue, pos: "8:5", path: "plans.p.fallback",
+		src:      planSrc(oneExecutor + "    fallback: {condition: exhausted}\n"),
+		contains: "fallback needs a value",
+	},
+	{
+		name: "fallback condition", code: definition.CodeFallbackCondition, pos: "8:40", path: "plans.p.fallback.condition",
+		src:      planSrc(oneExecutor + "    fallback: {value: '{}', condition: exhaused}\n"),
+		contains: `condition "exhaused" is not exhausted or any_error (did you mean exhausted?)`,
+	},
+	{
+		name: "error code", code: definition.CodeErrorCode, pos: "8:22", path: "plans.p.errors.fatal[0]",
+		src:      planSrc(oneExecutor + "    errors: {fatal: [\"-card\"]}\n"),
+		contains: `error code "-card" is invalid`,
+	},
+	{
+		name: "error code both retryable and fatal", code: definition.CodeErrorClassClash, pos: "8:58", path: "plans.p.errors.fatal[1]",
+		src:      planSrc(oneExecutor + "    errors: {retryable: [timeout], fatal: [invalid_card, timeout]}\n"),
+		contains: `error code "timeout" is both retryable and fatal`,
+	},
+	{
+		name: "health without health-weighted", code: definition.CodeHealthIgnored, pos: "9:5", path: "plans.p.health",
+		src:      planSrc("    selection: round-robin\n" + oneExecutor + "    health: {min_samples: 5}\n"),
+		contains: "selection round-robin does not use health",
+	},
+	{
+		name: "unused plan", code: definition.CodeUnusedPlan, pos: "6:3", path: "plans.p",
+		src: `kind: Workflow
+name: x
+version: "1"
+start: {run: "@actions/a", transitions: {success: flo.Completed}}
+plans:
+  p:
+` + oneExecutor,
+		contains: "no step runs plan p (@plan/p)",
+	},
+}
+
+// planSrc is a workflow whose start step runs plan p; body holds p's fields,
+// indented by four spaces, from line 7.
+func planSrc(body string) string {
+	return `kind: Workflow
+name: x
+version: "1"
+start: {run: "@plan/p", transitions: {success: flo.Completed}}
+plans:
+  p:
+` + body
+}
+
+// oneExecutor is the executors field of a plan with one executor.
+const oneExecutor = "    executors: [{name: a, action: \"@actions/a\"}]\n"
+
+func manyPlans(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "  p%d:\n%s", i, oneExecutor)
+	}
+	return b.String()
 }
 
 func manyTransitions(n int) string {
@@ -826,6 +1100,9 @@ func TestEachCode(t *testing.T) {
 			require.NotNil(t, found, "no %s among %v", tt.code, diags)
 			require.Equal(t, tt.pos, found.Pos.String(), "position of %s", found)
 			require.Contains(t, found.Message, tt.contains)
+			if tt.path != "" {
+				require.Equal(t, tt.path, found.Path, "path of %s", found)
+			}
 			if strings.HasPrefix(string(tt.code), "E") {
 				require.Equal(t, definition.Error, found.Severity)
 				var ve *definition.ValidationError

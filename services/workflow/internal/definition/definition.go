@@ -4,10 +4,12 @@
 // that Parse returns is valid: every transition goes somewhere that exists,
 // every target and mapping is well formed, every policy value is in range.
 //
-// The language has parts this version does not run yet — plans, schedules,
-// stream triggers and search attributes. Parse recognises their sections and
-// @plan/ targets and reports them as not supported (E150, E203) rather than
-// as unknown, so adding them later changes only what is accepted.
+// Inline plans (the plans section and @plan/NAME targets) are parsed into
+// Definition.Plans with every default filled in. The language has parts this
+// version does not run yet — schedules, stream triggers and search
+// attributes. Parse recognises their sections and reports them as not
+// supported (E150) rather than as unknown, so adding them later changes only
+// what is accepted.
 package definition
 
 import (
@@ -146,6 +148,7 @@ type Step struct {
 
 	transitionPos   map[string]Position
 	inputMappingPos Position
+	runPos          Position
 }
 
 // Next returns where the step goes after outcome: the target, and the

@@ -181,20 +181,126 @@ start:
 		"a max below the default initial delay pulls the initial delay down")
 }
 
-func TestPaymentProcessingReportsUnsupportedParts(t *testing.T) {
+// TestPaymentProcessingModel parses the reference's plans example as written.
+func TestPaymentProcessingModel(t *testing.T) {
 	t.Parallel()
-	src, err := os.ReadFile(filepath.Join("testdata", "payment-processing.yaml"))
-	require.NoError(t, err)
-	def, diags, err := definition.Parse(src)
-	require.Error(t, err)
-	require.Nil(t, def)
-	var codes []definition.Code
-	for _, d := range diags {
-		codes = append(codes, d.Code)
-	}
-	// Plans come in a later issue; until then they are named as such, and
-	// nothing else in the reference example is reported.
-	require.Equal(t, []definition.Code{definition.CodeUnsupportedSection, definition.CodePlanUnsupported, definition.CodePollWithoutTimeoutTo}, codes)
+	def, diags := parseFile(t, "payment-processing.yaml")
+	// The reference's polling step has no timeout transition; the warning
+	// says so and is the only diagnostic.
+	require.Len(t, diags, 1, "%v", diags)
+	require.Equal(t, definition.CodePollWithoutTimeoutTo, diags[0].Code)
+
+	require.Equal(t, &definition.Target{Kind: definition.TargetPlan, Name: "charge-payment"}, def.Start.Run)
+	require.NotNil(t, def.Start.InputMapping, "inputMapping applies to a plan step")
+	require.Len(t, def.Plans, 1)
+	plan, ok := def.Plan("charge-payment")
+	require.True(t, ok)
+	_, ok = def.Plan("nope")
+	require.False(t, ok)
+
+	require.Equal(t, "charge-payment", plan.Name)
+	require.Equal(t, definition.Position{Line: 6, Column: 3}, plan.Pos)
+	require.Equal(t, definition.SelectHealthWeighted, plan.Selection)
+	require.Equal(t, []*definition.Executor{
+		{
+			Name:     "stripe-primary",
+			Pos:      definition.Position{Line: 9, Column: 9},
+			Action:   "charge-stripe",
+			Priority: 100,
+			Retry: &definition.Retry{
+				MaxAttempts:  3,
+				Backoff:      backoff.Exponential,
+				InitialDelay: time.Second,
+				MaxDelay:     30 * time.Second,
+				Multiplier:   2,
+				Within:       2 * time.Minute,
+			},
+			Breaker:   &definition.Breaker{FailureThreshold: 5, Cooldown: 30 * time.Second, HalfOpenMaxCalls: 3},
+			RateLimit: &definition.RateLimit{PerSecond: 100},
+			Tracking:  definition.Tracking{Async: true, Timeout: 5 * time.Minute},
+		},
+		{
+			Name:     "adyen-fallback",
+			Pos:      definition.Position{Line: 27, Column: 9},
+			Action:   "charge-adyen",
+			Priority: 50,
+			Retry: &definition.Retry{
+				MaxAttempts:  2,
+				Backoff:      backoff.ExponentialJitter,
+				InitialDelay: time.Second,
+				MaxDelay:     5 * time.Minute,
+				Multiplier:   2,
+			},
+		},
+	}, plan.Executors)
+	ex, ok := plan.Executor("adyen-fallback")
+	require.True(t, ok)
+	require.Same(t, plan.Executors[1], ex)
+
+	require.Equal(t, &definition.Health{Window: 5 * time.Minute, Decay: 0.9, MinSamples: 10}, plan.Health)
+
+	require.Equal(t, time.Hour, plan.Cache.TTL)
+	require.Equal(t, []string{"payment.refunded"}, plan.Cache.InvalidateOn)
+	require.Equal(t, "charge:{input.customer_id}:{input.idempotency_key}", plan.Cache.Key.String())
+	key, ok := plan.Cache.Key.Render(&mapping.Context{Step: definition.StartStep, Input: json.RawMessage(`{"customer_id":"c-1","idempotency_key":"k-1","amount":10}`)})
+	require.True(t, ok)
+	require.Equal(t, "charge:c-1:k-1", key)
+
+	require.Equal(t, &definition.Fallback{
+		Value:     json.RawMessage(`{"status":"declined","reason":"all_providers_unavailable"}`),
+		Condition: definition.FallbackExhausted,
+	}, plan.Fallback)
+	require.Equal(t, definition.ErrorClasses{
+		Retryable: []string{"timeout", "rate_limited"},
+		Fatal:     []string{"invalid_card", "fraud_detected"},
+	}, plan.Errors)
+	require.True(t, plan.Errors.IsFatal("fraud_detected"))
+	require.False(t, plan.Errors.IsFatal("timeout"))
+}
+
+// TestPlanDefaults parses a plan that writes only what it must.
+func TestPlanDefaults(t *testing.T) {
+	t.Parallel()
+	def, diags, err := definition.Parse([]byte(`kind: Workflow
+name: x
+version: "1"
+plans:
+  p:
+    executors:
+      - name: a
+        action: "@actions/a"
+        breaker: {}
+        rate_limit: {}
+        tracking: {mode: async}
+      - name: b
+        action: "@actions/b"
+        tracking: {mode: sync}
+    fallback: {value: '"declined"'}
+start:
+  run: "@plan/p"
+  retry: {max_attempts: 2}
+  poll: {maxAttempts: 3}
+  transitions: {success: flo.Completed, timeout: flo.TimedOut}
+`))
+	require.NoError(t, err, "%v", diags)
+	require.Empty(t, diags)
+	plan, ok := def.Plan("p")
+	require.True(t, ok)
+	require.Equal(t, definition.SelectStaticOrder, plan.Selection)
+	a, b := plan.Executors[0], plan.Executors[1]
+	require.Zero(t, a.Priority)
+	require.Nil(t, a.Retry)
+	require.Equal(t, &definition.Breaker{FailureThreshold: definition.DefaultFailureThreshold, Cooldown: definition.DefaultCooldown, HalfOpenMaxCalls: definition.DefaultHalfOpenMaxCalls}, a.Breaker)
+	require.Nil(t, a.RateLimit, "a rate_limit that sets nothing limits nothing")
+	require.Equal(t, definition.Tracking{Async: true, Timeout: definition.DefaultAsyncTimeout}, a.Tracking)
+	require.Equal(t, definition.Tracking{}, b.Tracking)
+	require.Nil(t, b.Breaker)
+	require.Nil(t, plan.Health)
+	require.Nil(t, plan.Cache)
+	require.Equal(t, &definition.Fallback{Value: json.RawMessage(`"declined"`), Condition: definition.DefaultFallback}, plan.Fallback)
+	require.Equal(t, definition.ErrorClasses{}, plan.Errors)
+	require.Equal(t, 2, def.Start.Retry.MaxAttempts, "retry applies to a plan step")
+	require.Equal(t, 3, def.Start.Poll.MaxAttempts, "poll applies to a plan step")
 }
 
 func TestNext(t *testing.T) {

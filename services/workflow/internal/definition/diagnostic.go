@@ -44,7 +44,8 @@ func (p Position) String() string {
 }
 
 // Code is a stable diagnostic code: E1xx structure, E2xx target references,
-// E3xx transitions, E4xx duplicates, E5xx signals, timers and retry values.
+// E3xx transitions, E4xx duplicates, E5xx signals, timers and retry values,
+// E6xx plans.
 // Warnings use W and the number of their category.
 type Code string
 
@@ -65,18 +66,18 @@ const (
 	CodeRunOnly            Code = "E112" // retry, poll or inputMapping on a waitForSignal step
 	CodeInputMapping       Code = "E113" // inputMapping is not a JSON template
 	CodeMergeKey           Code = "E114" // YAML merge keys are not supported
-	CodeLimit              Code = "E115" // too many steps, terminals or transitions
-	CodeUnsupportedSection Code = "E150" // plans, schedule, trigger, searchAttributes: not yet
+	CodeLimit              Code = "E115" // too many steps, terminals, transitions, plans or executors
+	CodeUnsupportedSection Code = "E150" // schedule, trigger, searchAttributes: not yet
 )
 
 // Target references.
 const (
-	CodeTarget          Code = "E201" // run is not @actions/NAME, @workflow/NAME[:VERSION] or @plan/NAME
-	CodeTargetName      Code = "E202" // the name in a target is malformed
-	CodePlanUnsupported Code = "E203" // @plan/ targets: not yet
-	CodeTargetVersion   Code = "E204" // the version in @workflow/NAME:VERSION is malformed
-	CodeMappingPath     Code = "E205" // an inputMapping path is malformed
-	CodeMappingStep     Code = "E206" // an inputMapping path names a step that does not exist
+	CodeTarget        Code = "E201" // run is not @actions/NAME, @workflow/NAME[:VERSION] or @plan/NAME
+	CodeTargetName    Code = "E202" // the name in a target is malformed
+	CodeUnknownPlan   Code = "E203" // @plan/NAME names no plan of this workflow
+	CodeTargetVersion Code = "E204" // the version in @workflow/NAME:VERSION is malformed
+	CodeMappingPath   Code = "E205" // an inputMapping path is malformed
+	CodeMappingStep   Code = "E206" // an inputMapping or cache key path names a step that does not exist
 )
 
 // Transitions.
@@ -93,6 +94,8 @@ const (
 	CodeDuplicateTerminal Code = "E402" // two terminals with one name
 	CodeStepTerminalClash Code = "E403" // a step and a terminal with one name
 	CodeDuplicateKey      Code = "E404" // a field or outcome written twice
+	CodeDuplicateExecutor Code = "E405" // two executors of one plan with one name
+	CodeDuplicatePlan     Code = "E406" // two plans with one name
 )
 
 // Signals, timers and retry policies.
@@ -106,6 +109,33 @@ const (
 	CodeMultiplier           Code = "E507" // multiplier out of range
 	CodeNoSignalTimeout      Code = "W501" // waitForSignal without timeoutMs may wait forever
 	CodePollWithoutTimeoutTo Code = "W502" // poll without a timeout transition fails the run when polls run out
+)
+
+// Plans.
+const (
+	CodePlanName          Code = "E601" // plan name malformed
+	CodeNoExecutors       Code = "E602" // a plan without executors
+	CodeExecutorName      Code = "E603" // executor name absent or malformed
+	CodeExecutorAction    Code = "E604" // executor action absent or not @actions/NAME
+	CodeSelection         Code = "E605" // unknown selection
+	CodeHealthRequired    Code = "E606" // health-weighted without health
+	CodeHealthDecay       Code = "E607" // decay not in (0, 1]
+	CodeHealthMinSamples  Code = "E608" // min_samples out of range
+	CodeHealthWindow      Code = "E609" // window_ms out of range
+	CodeBreaker           Code = "E610" // a breaker value out of range
+	CodeRateLimit         Code = "E611" // a rate limit out of range
+	CodeTrackingMode      Code = "E612" // tracking mode not sync or async
+	CodeTrackingTimeout   Code = "E613" // timeout_ms out of range or with mode sync
+	CodeCacheIncomplete   Code = "E614" // cache without key or ttl_ms
+	CodeCacheTTL          Code = "E615" // ttl_ms out of range
+	CodeCacheKey          Code = "E616" // cache key template invalid
+	CodeInvalidateEvent   Code = "E617" // an invalidate_on event name malformed
+	CodeFallbackValue     Code = "E618" // fallback value absent or not JSON
+	CodeFallbackCondition Code = "E619" // fallback condition unknown
+	CodeErrorCode         Code = "E620" // an error code malformed
+	CodeErrorClassClash   Code = "E621" // a code both retryable and fatal
+	CodeHealthIgnored     Code = "W601" // health with a selection that does not use it
+	CodeUnusedPlan        Code = "W602" // a plan no step runs
 )
 
 // CodeInfo documents one code.
@@ -133,14 +163,14 @@ var Codes = []CodeInfo{
 	{CodeRunOnly, Error, "retry, poll or inputMapping on a waitForSignal step; they apply to run steps only."},
 	{CodeInputMapping, Error, "inputMapping is not a JSON template: invalid JSON, a key written twice, or nested too deeply."},
 	{CodeMergeKey, Error, "A YAML merge key (<<); anchors and aliases work, merges do not."},
-	{CodeLimit, Error, "Too many steps (1000), custom terminals (1000) or transitions in one step (64)."},
-	{CodeUnsupportedSection, Error, "plans, schedule, trigger or searchAttributes: part of the language, not supported by this version yet."},
+	{CodeLimit, Error, "Too many steps (1000), custom terminals (1000), transitions in one step (64), plans (100), executors in one plan (32), or entries in one invalidate_on or error code list (100)."},
+	{CodeUnsupportedSection, Error, "schedule, trigger or searchAttributes: part of the language, not supported by this version yet."},
 	{CodeTarget, Error, "run is not @actions/NAME, @workflow/NAME[:VERSION] or @plan/NAME."},
 	{CodeTargetName, Error, "The action, workflow or plan name in a target is malformed."},
-	{CodePlanUnsupported, Error, "@plan/NAME targets are not supported by this version yet."},
+	{CodeUnknownPlan, Error, "@plan/NAME names no plan of this workflow (the message suggests the closest plan)."},
 	{CodeTargetVersion, Error, "The version in @workflow/NAME:VERSION is empty or malformed."},
 	{CodeMappingPath, Error, "An inputMapping path is not one of $.input…, $.steps.NAME.output…, $.steps.NAME.outcome, $.flo.run_id, $.flo.timestamp, or its JSONPath is invalid."},
-	{CodeMappingStep, Error, "An inputMapping path names a step the workflow does not have."},
+	{CodeMappingStep, Error, "An inputMapping path or a cache key placeholder names a step the workflow does not have."},
 	{CodeTransitionTarget, Error, "A transition or onTimeout target is not a step, a custom terminal or a built-in terminal."},
 	{CodeOutcomeName, Error, "An outcome name is malformed (letters, digits, '_', '.', '-')."},
 	{CodeSignalOutcome, Error, "A waitForSignal step has a transition other than success; use onTimeout for timeouts."},
@@ -149,6 +179,8 @@ var Codes = []CodeInfo{
 	{CodeDuplicateTerminal, Error, "Two custom terminals with the same name."},
 	{CodeStepTerminalClash, Error, "A step and a custom terminal with the same name."},
 	{CodeDuplicateKey, Error, "A field or outcome written twice in one mapping."},
+	{CodeDuplicateExecutor, Error, "Two executors of one plan with the same name."},
+	{CodeDuplicatePlan, Error, "Two plans with the same name."},
 	{CodeSignalType, Error, "waitForSignal.type is absent or malformed."},
 	{CodeSignalTimeout, Error, "timeoutMs is not between 1 and 31536000000 (365 days)."},
 	{CodeOnTimeoutNoTimeout, Error, "onTimeout without timeoutMs can never fire."},
@@ -158,6 +190,29 @@ var Codes = []CodeInfo{
 	{CodeMultiplier, Error, "multiplier is not between 1 and 100."},
 	{CodeNoSignalTimeout, Warning, "A waitForSignal step without timeoutMs waits for its signal forever."},
 	{CodePollWithoutTimeoutTo, Warning, "A step with poll has no timeout transition: when polls run out the run fails."},
+	{CodePlanName, Error, "A plan name is malformed (1–128 letters, digits, '.', '_', '-', starting with a letter or digit)."},
+	{CodeNoExecutors, Error, "A plan has no executors; it needs at least one."},
+	{CodeExecutorName, Error, "An executor has no name, or its name is malformed (as a plan name)."},
+	{CodeExecutorAction, Error, "An executor has no action, or its action is not @actions/NAME."},
+	{CodeSelection, Error, "selection is not static-order, round-robin, random or health-weighted."},
+	{CodeHealthRequired, Error, "selection health-weighted without a health block."},
+	{CodeHealthDecay, Error, "health decay is not in (0, 1]."},
+	{CodeHealthMinSamples, Error, "health min_samples is not between 1 and 10000."},
+	{CodeHealthWindow, Error, "health window_ms is not between 1 and 604800000 (7 days)."},
+	{CodeBreaker, Error, "breaker failure_threshold or half_open_max_calls is not between 1 and 10000, or cooldown_ms not between 1 and 604800000."},
+	{CodeRateLimit, Error, "A rate_limit value (max_per_second, max_per_minute, max_per_hour) is not between 1 and 1000000000."},
+	{CodeTrackingMode, Error, "tracking mode is not sync or async."},
+	{CodeTrackingTimeout, Error, "tracking timeout_ms is not between 1 and 31536000000 (365 days), or is set with mode sync."},
+	{CodeCacheIncomplete, Error, "A cache block without key or ttl_ms."},
+	{CodeCacheTTL, Error, "cache ttl_ms is not between 1 and 31536000000 (365 days)."},
+	{CodeCacheKey, Error, "A cache key template is invalid: an unclosed or unopened brace, a malformed placeholder path, or one that can select several values."},
+	{CodeInvalidateEvent, Error, "An invalidate_on event name is malformed (1–128 letters, digits, '_', '.', ':', '-')."},
+	{CodeFallbackValue, Error, "A fallback has no value, or its value is not JSON text."},
+	{CodeFallbackCondition, Error, "fallback condition is not exhausted or any_error."},
+	{CodeErrorCode, Error, "An error code in errors.retryable or errors.fatal is malformed (1–64 letters, digits, '_', '.', ':', '-')."},
+	{CodeErrorClassClash, Error, "An error code listed both as retryable and as fatal."},
+	{CodeHealthIgnored, Warning, "A health block with a selection other than health-weighted, which does not use it."},
+	{CodeUnusedPlan, Warning, "A plan that no step runs."},
 }
 
 // Diagnostic is one problem found in a definition.

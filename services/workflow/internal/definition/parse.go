@@ -48,7 +48,7 @@ var (
 // *ValidationError when any diagnostic is an error. Parse never panics on
 // bad input.
 func Parse(src []byte) (*Definition, []Diagnostic, error) {
-	p := &parser{broken: map[string]bool{}}
+	p := &parser{broken: map[string]bool{}, brokenPlans: map[string]bool{}}
 	def := p.parse(src)
 	if def != nil {
 		validate(def, p)
@@ -75,6 +75,9 @@ type parser struct {
 	// (malformed names or bodies); transitions to them are not reported
 	// again as going nowhere.
 	broken map[string]bool
+	// brokenPlans is broken for plans: steps running them are not reported
+	// again as naming no plan.
+	brokenPlans map[string]bool
 }
 
 func (p *parser) add(sev Severity, code Code, at Position, path, format string, args ...any) {
@@ -400,7 +403,6 @@ var topFields = []string{"kind", "name", "version", "idempotency", "start", "ste
 
 // unsupportedSections are parts of the language a later version runs.
 var unsupportedSections = map[string]string{
-	"plans":            "inline plans",
 	"schedule":         "schedules",
 	"trigger":          "stream triggers",
 	"searchAttributes": "search attributes",
@@ -408,8 +410,8 @@ var unsupportedSections = map[string]string{
 
 func (p *parser) definition(root *yaml.Node) *Definition {
 	fields := p.object(root, "", "the workflow", topFields)
-	def := &Definition{Idempotency: IdempotencyNone, Steps: map[string]*Step{}, Terminals: map[string]Terminal{}}
-	for _, name := range []string{"plans", "schedule", "trigger", "searchAttributes"} {
+	def := &Definition{Idempotency: IdempotencyNone, Steps: map[string]*Step{}, Terminals: map[string]Terminal{}, Plans: map[string]*Plan{}}
+	for _, name := range []string{"schedule", "trigger", "searchAttributes"} {
 		if f, ok := fields[name]; ok {
 			p.errorf(CodeUnsupportedSection, f.key, f.path, "%s (%s) are not supported by this version yet", unsupportedSections[name], name)
 		}
@@ -460,6 +462,9 @@ func (p *parser) definition(root *yaml.Node) *Definition {
 	if f, ok := fields["terminals"]; ok {
 		p.terminals(f, def)
 	}
+	if f, ok := fields["plans"]; ok {
+		p.plans(f, def)
+	}
 	if f, ok := fields["steps"]; ok {
 		p.steps(f, def)
 	}
@@ -469,19 +474,26 @@ func (p *parser) definition(root *yaml.Node) *Definition {
 	return def
 }
 
-func (p *parser) terminals(f field, def *Definition) {
+// section reads a section that maps names to entries (terminals, steps,
+// plans): nil when it is empty, not a mapping, or holds more than limit
+// entries. shape says what it maps to, for messages; what names one entry.
+func (p *parser) section(f field, shape, what string, dupCode Code, limit int) []field {
 	if f.value.Kind != yaml.MappingNode {
 		if f.value.Tag != "!!null" {
-			p.errorf(CodeType, f.value, f.path, "terminals must be a mapping of name to {status: …}, not %s", describe(f.value))
+			p.errorf(CodeType, f.value, f.path, "%s must be a mapping of %s, not %s", f.name, shape, describe(f.value))
 		}
-		return
+		return nil
 	}
-	entries := p.pairs(f.value, f.path, CodeDuplicateTerminal, "terminal")
-	if len(entries) > MaxTerminals {
-		p.errorf(CodeLimit, f.key, f.path, "%d custom terminals; the limit is %d", len(entries), MaxTerminals)
-		return
+	entries := p.pairs(f.value, f.path, dupCode, what)
+	if len(entries) > limit {
+		p.errorf(CodeLimit, f.key, f.path, "%d %ss; the limit is %d", len(entries), what, limit)
+		return nil
 	}
-	for _, e := range entries {
+	return entries
+}
+
+func (p *parser) terminals(f field, def *Definition) {
+	for _, e := range p.section(f, "name to {status: …}", "terminal", CodeDuplicateTerminal, MaxTerminals) {
 		switch {
 		case strings.HasPrefix(e.name, "flo."):
 			p.errorf(CodeTerminal, e.key, e.path, "terminal name %q is reserved: names starting with flo. are built in", clip(e.name))
@@ -516,18 +528,7 @@ func (p *parser) terminals(f field, def *Definition) {
 }
 
 func (p *parser) steps(f field, def *Definition) {
-	if f.value.Kind != yaml.MappingNode {
-		if f.value.Tag != "!!null" {
-			p.errorf(CodeType, f.value, f.path, "steps must be a mapping of step name to step, not %s", describe(f.value))
-		}
-		return
-	}
-	entries := p.pairs(f.value, f.path, CodeDuplicateStep, "step")
-	if len(entries) > MaxSteps {
-		p.errorf(CodeLimit, f.key, f.path, "%d steps; the limit is %d", len(entries), MaxSteps)
-		return
-	}
-	for _, e := range entries {
+	for _, e := range p.section(f, "step name to step", "step", CodeDuplicateStep, MaxSteps) {
 		switch {
 		case e.name == StartStep:
 			p.errorf(CodeStepName, e.key, e.path, "step name %s is reserved for the start step", StartStep)
@@ -568,6 +569,7 @@ func (p *parser) step(n *yaml.Node, name, path string) *Step {
 	case hasRun:
 		if v, ok := p.str(run, false); ok {
 			s.Run = p.target(run, v)
+			s.runPos = pos(run.value)
 		}
 	default:
 		s.Wait = p.waitForSignal(wait)
@@ -646,10 +648,6 @@ func (p *parser) target(f field, v string) *Target {
 	}
 	if text.Name("name", t.Name) != nil {
 		p.errorf(CodeTargetName, f.value, f.path, "name %q in %q is invalid: use 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit", clip(t.Name), clip(v), nameMaxLen)
-		return nil
-	}
-	if t.Kind == TargetPlan {
-		p.errorf(CodePlanUnsupported, f.value, f.path, "plan targets (%s) are not supported by this version yet", clip(v))
 		return nil
 	}
 	return t

@@ -152,6 +152,8 @@ type Cache struct {
 	Key *CacheKey
 	// InvalidateOn names the events that remove entries.
 	InvalidateOn []string
+
+	keyPos Position
 }
 
 // CacheKey is a compiled cache key template: literal text with {PATH}

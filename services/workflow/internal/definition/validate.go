@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/razorbill/flo/services/workflow/internal/mapping"
 )
 
 // validate runs the checks that need the whole definition: where transitions
-// go, which steps mappings read, name clashes and reachability.
+// go, which steps mappings and cache keys read, which plans steps run, name
+// clashes and reachability.
 func validate(def *Definition, p *parser) {
 	for _, name := range sortedKeys(def.Terminals) {
 		if s, ok := def.Steps[name]; ok {
@@ -16,8 +19,15 @@ func validate(def *Definition, p *parser) {
 		}
 	}
 	steps := allSteps(def)
+	used := map[string]bool{}
 	for _, s := range steps {
 		path := stepPath(s.Name)
+		if s.Run != nil && s.Run.Kind == TargetPlan {
+			used[s.Run.Name] = true
+			if _, ok := def.Plan(s.Run.Name); !ok && !p.brokenPlans[s.Run.Name] {
+				p.add(Error, CodeUnknownPlan, s.runPos, path+".run", "%s names no plan of this workflow%s", s.Run, suggest(s.Run.Name, sortedKeys(def.Plans)))
+			}
+		}
 		for _, outcome := range sortedKeys(s.Transitions) {
 			checkDestination(def, p, s.Transitions[outcome], s.transitionPos[outcome], path+".transitions."+outcome, "the "+outcome+" transition")
 		}
@@ -26,13 +36,20 @@ func validate(def *Definition, p *parser) {
 		}
 		if s.InputMapping != nil {
 			for _, mp := range s.InputMapping.Paths() {
-				if mp.Step() == "" {
-					continue
-				}
-				if _, ok := def.Step(mp.Step()); !ok {
-					p.add(Error, CodeMappingStep, s.inputMappingPos, path+".inputMapping", "path %q reads step %q, which the workflow does not have%s", mp, mp.Step(), suggest(mp.Step(), stepNames(def)))
-				}
+				checkMappingStep(def, p, mp, s.inputMappingPos, path+".inputMapping")
 			}
+		}
+	}
+	for _, name := range sortedKeys(def.Plans) {
+		pl := def.Plans[name]
+		if !used[name] {
+			p.add(Warning, CodeUnusedPlan, pl.Pos, "plans."+name, "no step runs plan %s (@plan/%s)", name, name)
+		}
+		if pl.Cache == nil || pl.Cache.Key == nil {
+			continue
+		}
+		for _, mp := range pl.Cache.Key.paths() {
+			checkMappingStep(def, p, mp, pl.Cache.keyPos, "plans."+name+".cache.key")
 		}
 	}
 	if def.Start == nil {
@@ -43,6 +60,17 @@ func validate(def *Definition, p *parser) {
 		if !reached[name] {
 			p.add(Warning, CodeUnreachable, def.Steps[name].Pos, "steps."+name, "step %s is not reachable from start: no transition leads to it", name)
 		}
+	}
+}
+
+// checkMappingStep reports a path that reads a step the workflow does not
+// have.
+func checkMappingStep(def *Definition, p *parser, mp *mapping.Path, at Position, path string) {
+	if mp.Step() == "" {
+		return
+	}
+	if _, ok := def.Step(mp.Step()); !ok {
+		p.add(Error, CodeMappingStep, at, path, "path %q reads step %q, which the workflow does not have%s", mp, mp.Step(), suggest(mp.Step(), stepNames(def)))
 	}
 }
 
