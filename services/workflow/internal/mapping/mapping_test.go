@@ -223,6 +223,10 @@ func TestParsePathSingular(t *testing.T) {
 		{"$.input.a[0:2]", false},
 		{"$.input.a[0,1]", false},
 		{"$.steps.x.output[?(@.n == 1)]", false},
+		{"$.steps.x.output", true},
+		{"$.steps.x.outcome", true},
+		{"$.flo.run_id", true},
+		{"$.flo.timestamp", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {

@@ -88,7 +88,8 @@ func IsPath(s string) bool { return strings.HasPrefix(s, "$.") }
 
 // ParsePath parses one path reference.
 func ParsePath(s string) (*Path, error) {
-	p := &Path{raw: s}
+	// Only a JSONPath below the root can select several values.
+	p := &Path{raw: s, singular: true}
 	if !IsPath(s) {
 		return nil, &SyntaxError{Path: s, Problem: "must start with $."}
 	}
@@ -142,7 +143,6 @@ func (p *Path) parseStep(after string) error {
 
 func (p *Path) parseRest(rest string) error {
 	if rest == "" {
-		p.singular = true
 		return nil
 	}
 	x, err := jp.ParseString("$" + rest)
