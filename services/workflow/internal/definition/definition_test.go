@@ -461,6 +461,9 @@ func FuzzParse(f *testing.F) {
 			f.Add([]byte(c.src))
 		}
 	}
+	for _, src := range planSeeds {
+		f.Add([]byte(src))
+	}
 	f.Fuzz(func(t *testing.T, src []byte) {
 		def, diags, err := definition.Parse(src)
 		if err != nil {
@@ -481,13 +484,122 @@ func FuzzParse(f *testing.F) {
 		}
 		for _, s := range steps {
 			require.True(t, (s.Run == nil) != (s.Wait == nil), "step %s runs and waits", s.Name)
+			if s.Run != nil && s.Run.Kind == definition.TargetPlan {
+				_, ok := def.Plan(s.Run.Name)
+				require.True(t, ok, "step %s runs unknown plan %q", s.Name, s.Run.Name)
+			}
 			for _, target := range s.Transitions {
 				_, isStep := def.Step(target)
 				_, isTerminal := def.Terminal(target)
 				require.True(t, isStep || isTerminal, "step %s goes to unknown %q", s.Name, target)
 			}
 		}
+		for name, plan := range def.Plans {
+			checkPlan(t, name, plan)
+		}
 	})
+}
+
+// checkPlan asserts what every plan of a valid definition holds.
+func checkPlan(t *testing.T, name string, plan *definition.Plan) {
+	require.Equal(t, name, plan.Name)
+	require.NotEmpty(t, plan.Executors, "plan %s", name)
+	seen := map[string]bool{}
+	for _, ex := range plan.Executors {
+		require.NotEmpty(t, ex.Action, "plan %s executor %s", name, ex.Name)
+		require.False(t, seen[ex.Name], "plan %s repeats executor %s", name, ex.Name)
+		seen[ex.Name] = true
+		require.Equal(t, ex.Tracking.Async, ex.Tracking.Timeout > 0, "plan %s executor %s tracking", name, ex.Name)
+		if b := ex.Breaker; b != nil {
+			require.True(t, b.FailureThreshold >= 1 && b.HalfOpenMaxCalls >= 1 && b.Cooldown > 0, "plan %s breaker %+v", name, b)
+		}
+	}
+	if plan.Selection == definition.SelectHealthWeighted {
+		require.NotNil(t, plan.Health, "plan %s", name)
+	}
+	if h := plan.Health; h != nil {
+		require.True(t, h.Decay > 0 && h.Decay <= 1 && h.MinSamples >= 1 && h.Window > 0, "plan %s health %+v", name, h)
+	}
+	if c := plan.Cache; c != nil {
+		require.NotNil(t, c.Key, "plan %s", name)
+		require.Positive(t, c.TTL, "plan %s", name)
+	}
+	if fb := plan.Fallback; fb != nil {
+		require.True(t, json.Valid(fb.Value), "plan %s fallback %q", name, fb.Value)
+	}
+	for _, code := range plan.Errors.Fatal {
+		require.NotContains(t, plan.Errors.Retryable, code, "plan %s", name)
+	}
+}
+
+// planSeeds cover every plan field, and broken plans, for FuzzParse.
+var planSeeds = []string{
+	`kind: Workflow
+name: x
+version: "1"
+plans:
+  p:
+    selection: round-robin
+    executors:
+      - name: a
+        action: "@actions/a"
+        priority: -3
+        retry: {max_attempts: 4, backoff: linear, initial_delay_ms: 10, max_delay_ms: 100, multiplier: 3, within_ms: 5000}
+        breaker: {failure_threshold: 2, cooldown_ms: 100, half_open_max_calls: 2}
+        rate_limit: {max_per_second: 1, max_per_minute: 10, max_per_hour: 100}
+        tracking: {mode: async, timeout_ms: 1000}
+      - {name: b, action: "@actions/b", tracking: {mode: sync}}
+    cache: {ttl_ms: 60000, key: "k:{input.id}:{flo.run_id}:{steps._start.outcome}", invalidate_on: [a.b, "c:d"]}
+    fallback: {value: '[1, {"a": null}]', condition: any_error}
+    errors: {retryable: [t1, t1], fatal: ["f.1", "f:2"]}
+  q:
+    selection: health-weighted
+    executors: [{name: c, action: "@actions/c"}]
+    health: {window_ms: 1000, decay: 1, min_samples: 1}
+start:
+  run: "@plan/p"
+  inputMapping: '{"id": "$.input.id"}'
+  retry: {max_attempts: 2}
+  transitions: {success: s, failure: flo.Failed}
+steps:
+  s:
+    run: "@plan/q"
+    poll: {maxAttempts: 2}
+    transitions: {success: flo.Completed, timeout: flo.Failed}
+`,
+	`kind: Workflow
+name: x
+version: "1"
+plans: [p]
+start: {run: "@plan/p", transitions: {success: flo.Completed}}
+`,
+	`kind: Workflow
+name: x
+version: "1"
+plans:
+  p:
+    executors: {name: a}
+    selection: [random]
+    health: 3
+    cache: {key: "{input.a[*]}", ttl_ms: 1.5, invalidate_on: payment}
+    fallback: {value: {a: 1}, condition: [x]}
+    errors: {fatal: "x", retryable: [{a: b}]}
+start: {run: "@plan/p", transitions: {success: flo.Completed}}
+`,
+	`kind: Workflow
+name: x
+version: "1"
+plans:
+  p: &e
+    executors:
+      - &x {name: a, action: "@actions/a", breaker: {cooldown_ms: 99999999999}}
+      - *x
+      - {name: b, action: "@workflow/b", rate_limit: {max_per_hour: 0}, tracking: {timeout_ms: 5}}
+  q: *e
+  "":
+    executors: []
+start: {run: "@plan/r", transitions: {success: flo.Completed}}
+`,
 }
 
 func TestOneMistakeOneDiagnostic(t *testing.T) {
@@ -529,6 +641,27 @@ start:
   transitions: [success, flo.Completed]
 `,
 			want: []string{`6:16 E105 start.transitions: transitions must be a mapping of outcome to step or terminal, not a list`},
+		},
+		{
+			name: "plans section that is not a mapping",
+			src: `kind: Workflow
+name: x
+version: "1"
+plans: [p]
+start: {run: "@plan/p", transitions: {success: flo.Completed}}
+`,
+			want: []string{`4:8 E105 plans: plans must be a mapping of plan name to plan, not a list`},
+		},
+		{
+			name: "plan that is not a mapping",
+			src: `kind: Workflow
+name: x
+version: "1"
+plans:
+  p: "@actions/a"
+start: {run: "@plan/p", transitions: {success: flo.Completed}}
+`,
+			want: []string{`5:6 E105 plans.p: a plan must be a mapping, not the string "@actions/a"`},
 		},
 	}
 	for _, tt := range tests {

@@ -78,6 +78,8 @@ type parser struct {
 	// brokenPlans is broken for plans: steps running them are not reported
 	// again as naming no plan.
 	brokenPlans map[string]bool
+	// plansUnread is set when the plans section itself could not be read.
+	plansUnread bool
 }
 
 func (p *parser) add(sev Severity, code Code, at Position, path, format string, args ...any) {

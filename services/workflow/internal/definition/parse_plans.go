@@ -45,10 +45,13 @@ var (
 )
 
 func (p *parser) plans(f field, def *Definition) {
-	for _, e := range p.section(f, "plan name to plan", "plan", CodeDuplicatePlan, MaxPlans) {
+	entries := p.section(f, "plan name to plan", "plan", CodeDuplicatePlan, MaxPlans)
+	p.plansUnread = entries == nil && p.hasErrorAt(f.path)
+	for _, e := range entries {
 		if text.Name("name", e.name) != nil {
+			// A target naming it is malformed by the same rule, so no step
+			// can run it and it needs no place in brokenPlans.
 			p.errorf(CodePlanName, e.key, e.path, "plan name %q is invalid: use 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit", clip(e.name), nameMaxLen)
-			p.brokenPlans[e.name] = true
 			continue
 		}
 		pl := p.plan(e)

@@ -3,6 +3,7 @@ package definition_test
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -66,5 +67,33 @@ func TestCompileCacheKeyErrors(t *testing.T) {
 			require.Nil(t, k)
 			require.Contains(t, err.Error(), tt.contains)
 		})
+	}
+}
+
+// TestPlanSeeds checks the fuzz seeds do what they are there for: the first
+// sets every plan field and is valid, the others are broken.
+func TestPlanSeeds(t *testing.T) {
+	t.Parallel()
+	def, diags, err := definition.Parse([]byte(planSeeds[0]))
+	require.NoError(t, err, "%v", diags)
+	require.Empty(t, diags)
+	p, _ := def.Plan("p")
+	require.Equal(t, definition.SelectRoundRobin, p.Selection)
+	a := p.Executors[0]
+	require.Equal(t, -3, a.Priority)
+	require.Equal(t, &definition.RateLimit{PerSecond: 1, PerMinute: 10, PerHour: 100}, a.RateLimit)
+	require.Equal(t, definition.Tracking{Async: true, Timeout: time.Second}, a.Tracking)
+	require.Equal(t, []string{"a.b", "c:d"}, p.Cache.InvalidateOn)
+	require.Equal(t, json.RawMessage(`[1,{"a":null}]`), p.Fallback.Value)
+	require.Equal(t, definition.FallbackAnyError, p.Fallback.Condition)
+	require.Equal(t, definition.ErrorClasses{Retryable: []string{"t1"}, Fatal: []string{"f.1", "f:2"}}, p.Errors, "repeats are dropped")
+	q, _ := def.Plan("q")
+	require.Equal(t, &definition.Health{Window: time.Second, Decay: 1, MinSamples: 1}, q.Health)
+	s, _ := def.Step("s")
+	require.Equal(t, "@plan/q", s.Run.String())
+
+	for i, src := range planSeeds[1:] {
+		_, diags, err := definition.Parse([]byte(src))
+		require.Error(t, err, "seed %d: %v", i+1, diags)
 	}
 }

@@ -24,7 +24,7 @@ func validate(def *Definition, p *parser) {
 		path := stepPath(s.Name)
 		if s.Run != nil && s.Run.Kind == TargetPlan {
 			used[s.Run.Name] = true
-			if _, ok := def.Plan(s.Run.Name); !ok && !p.brokenPlans[s.Run.Name] {
+			if _, ok := def.Plan(s.Run.Name); !ok && !p.brokenPlans[s.Run.Name] && !p.plansUnread {
 				p.add(Error, CodeUnknownPlan, s.runPos, path+".run", "%s names no plan of this workflow%s", s.Run, suggest(s.Run.Name, sortedKeys(def.Plans)))
 			}
 		}
