@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -45,7 +46,7 @@ steps:
 // every advance keeps the invariants of checkAdvance, and that an ended run
 // never moves again. The seed corpus runs in plain go test.
 func FuzzAdvance(f *testing.F) {
-	sources := []string{processOrder, orderProcessing, pollFlow, childFlow, signalFlow, fuzzMixed}
+	sources := []string{processOrder, orderProcessing, pollFlow, childFlow, signalFlow, fuzzMixed, planFlow, asyncPlanFlow, cachedPlanFlow}
 	defs := make([]*definition.Definition, len(sources))
 	for i, src := range sources {
 		defs[i] = mustParse(f, src)
@@ -59,6 +60,10 @@ func FuzzAdvance(f *testing.F) {
 	f.Add([]byte{5, 0, 1, 0, 3, 1, 3, 4, 1, 5, 5, 4, 7, 1, 1, 8, 1, 2})
 	f.Add([]byte{5, 0, 1, 4, 1, 8, 3, 2, 3, 1, 1, 9, 4, 4, 4, 4, 6, 0})
 	f.Add([]byte{5, 3, 2, 0, 1, 1, 1, 2, 1, 3, 1, 4, 1, 5, 1, 6, 1, 7})
+	f.Add([]byte{6, 0, 1, 1, 1, 1, 1, 1, 3, 1, 1, 1, 1, 1, 1, 1, 3, 1, 1, 1, 1, 1})
+	f.Add([]byte{6, 0, 7, 1, 1, 1, 1, 2, 1, 5, 3, 1, 1, 4, 7, 9, 1, 1})
+	f.Add([]byte{7, 0, 4, 1, 3, 1, 1, 1, 1, 3, 1, 2, 1, 1, 1, 1})
+	f.Add([]byte{8, 0, 11, 1, 1, 1, 1, 1, 0, 22, 1, 1, 1, 1})
 
 	f.Fuzz(func(t *testing.T, data []byte) { runFuzzAdvance(t, defs, data) })
 }
@@ -126,7 +131,7 @@ func runFuzzAdvance(t testing.TB, defs []*definition.Definition, data []byte) {
 				ev = TimerFired{Token: run.Token}
 			}
 			draw := float64(next()) / 256
-			env := Env{Now: now, Pending: append([]Signal(nil), pending...), Rand: func() float64 { return draw }}
+			env := Env{Now: now, Pending: append([]Signal(nil), pending...), Rand: func() float64 { return draw }, Plans: &fuzzGate{seed: op, now: now}}
 			if op%3 == 0 {
 				env.NewID = func() string { ids++; return "c" + strconv.Itoa(ids) }
 			}
@@ -152,4 +157,37 @@ func runFuzzAdvance(t testing.TB, defs []*definition.Definition, data []byte) {
 			}
 		}
 	}
+}
+
+// fuzzGate answers plan steps from a seed: some executors skipped for their
+// breaker or rate limit, some invocations served from the cache.
+type fuzzGate struct {
+	seed, calls int
+	now         time.Time
+}
+
+func (g *fuzzGate) Order(_ PlanRef, p *definition.Plan) []string {
+	order := p.ByPriority()
+	if g.seed%2 == 1 {
+		slices.Reverse(order)
+	}
+	return order
+}
+
+func (g *fuzzGate) Admit(_ PlanRef, _ *definition.Plan, _ *definition.Executor, _ time.Time) Admission {
+	g.calls++
+	switch (g.seed + g.calls) % 7 {
+	case 0:
+		return Admission{Skip: SkipBreakerOpen}
+	case 1:
+		return Admission{Skip: SkipRateLimited, RetryAt: g.now.Add(time.Duration(g.seed) * time.Millisecond)}
+	}
+	return Admission{}
+}
+
+func (g *fuzzGate) Cached(PlanRef, string, time.Time) (json.RawMessage, bool) {
+	if g.seed%11 == 0 {
+		return json.RawMessage(`{"cached": true}`), true
+	}
+	return nil, false
 }

@@ -31,6 +31,7 @@ func mustParse(t testing.TB, src string) *definition.Definition {
 // every advance.
 type sim struct {
 	t        testing.TB
+	gate     PlanGate
 	def      *definition.Definition
 	run      *Run
 	now      time.Time
@@ -60,6 +61,7 @@ func (s *sim) env() Env {
 		Now:     s.now,
 		Rand:    s.rand,
 		Pending: append([]Signal(nil), s.pending...),
+		Plans:   s.gate,
 		NewID: func() string {
 			s.childIDs++
 			return "child-" + strconv.Itoa(s.childIDs)
@@ -190,6 +192,9 @@ func checkAdvance(before Run, run *Run, eff Effects) error {
 		if len(eff.Invokes)+len(eff.Children)+len(eff.Timers) > 0 {
 			return fmt.Errorf("an advance that ended the run set up work: %+v", eff)
 		}
+		if run.Plan != nil {
+			return fmt.Errorf("ended run still inside a plan: %+v", *run.Plan)
+		}
 		if run.Status == StatusFailed && run.Error == "" {
 			return fmt.Errorf("failed run without an error: %+v", *run)
 		}
@@ -204,7 +209,7 @@ func checkAdvance(before Run, run *Run, eff Effects) error {
 		if run.Status != StatusRunning {
 			return fmt.Errorf("wait %s with status %s", run.Wait, run.Status)
 		}
-	case WaitSignal, WaitRetry, WaitPoll:
+	case WaitSignal, WaitRetry, WaitPoll, WaitPlan:
 		if run.Status != StatusWaiting {
 			return fmt.Errorf("wait %s with status %s", run.Wait, run.Status)
 		}
@@ -239,7 +244,7 @@ func checkAdvance(before Run, run *Run, eff Effects) error {
 			return fmt.Errorf("timer %+v does not match the wait %s/%s", tm, run.Wait, run.Token)
 		}
 	}
-	if (run.Wait == WaitRetry || run.Wait == WaitPoll) && run.Token != before.Token && len(eff.Timers) != 1 {
+	if (run.Wait == WaitRetry || run.Wait == WaitPoll || run.Wait == WaitPlan) && run.Token != before.Token && len(eff.Timers) != 1 {
 		return fmt.Errorf("new %s wait without its timer", run.Wait)
 	}
 	if eff.ClearTimers && run.Wait == before.Wait && run.Token == before.Token {
