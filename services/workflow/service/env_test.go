@@ -241,6 +241,11 @@ type reply struct {
 	fail         string
 	retry        bool
 	nonRetryable bool
+	// code is the failure's error code.
+	code string
+	// pending answers that the result comes later, by completion token;
+	// nobody here sends it, so the attempt waits until it times out.
+	pending bool
 }
 
 func ok(body string) reply { return reply{body: body} }
@@ -276,9 +281,12 @@ func (e *env) worker(t testing.TB, ns string, s script) {
 			for _, task := range resp.GetTasks() {
 				r := s[task.GetAction()](task)
 				rep := &dispatcherv1.Report{TaskId: task.GetTaskId(), Attempt: task.GetAttempt()}
-				if r.fail != "" {
-					rep.Kind = &dispatcherv1.Report_Failed{Failed: &flov1.Failed{Error: r.fail, Retry: r.retry, NonRetryable: r.nonRetryable}}
-				} else {
+				switch {
+				case r.pending:
+					rep.Kind = &dispatcherv1.Report_Pending{Pending: &flov1.Pending{}}
+				case r.fail != "":
+					rep.Kind = &dispatcherv1.Report_Failed{Failed: &flov1.Failed{Error: r.fail, Retry: r.retry, NonRetryable: r.nonRetryable, ErrorCode: r.code}}
+				default:
 					rep.Kind = &dispatcherv1.Report_Completed{Completed: &flov1.Completed{Body: []byte(r.body), Outcome: r.outcome}}
 				}
 				reports = append(reports, rep)

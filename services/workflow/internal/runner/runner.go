@@ -26,6 +26,7 @@ import (
 	"github.com/razorbill/flo/libs/coalesce"
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/services/workflow/internal/catalog"
+	"github.com/razorbill/flo/services/workflow/internal/plan"
 	"github.com/razorbill/flo/services/workflow/internal/store"
 )
 
@@ -85,6 +86,9 @@ type Runner struct {
 	cfg     Config
 	now     func() time.Time
 
+	// plans holds this replica's plan health, breakers and counters.
+	plans *plan.Registry
+
 	starts *coalesce.Batcher[StartRequest, StartResult]
 	events *coalesce.Batcher[[]taskEvent, struct{}]
 
@@ -113,6 +117,9 @@ func New(pool *pgxpool.Pool, cat *catalog.Catalog, relay Notifier, cfg Config, l
 	}
 	if r.staleEvents, err = meter.Int64Counter("flo.workflow.task_events.stale", metric.WithUnit("{event}"), metric.WithDescription("Task events for waits a run had already left (redeliveries, cancelled runs).")); err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
+	}
+	if r.plans, err = plan.NewRegistry(meter, time.Now); err != nil {
+		return nil, fmt.Errorf("create plan registry: %w", err)
 	}
 	r.starts = coalesce.New(startQueue, startBatch, r.execStarts)
 	r.events = coalesce.New(eventsQueue, eventsBatch, r.execEvents)

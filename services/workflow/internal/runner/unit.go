@@ -39,6 +39,11 @@ type unit struct {
 	timers   map[string][]store.Timer // replacement timers by run
 	consumed []string
 	soonest  time.Time
+	// gate answers plan steps; planEvents reach the registry after the
+	// commit, cacheWrites go with it.
+	gate        *planGate
+	planEvents  []engine.PlanEvent
+	cacheWrites []engine.CacheWrite
 
 	started, advanced int
 	ended             map[engine.Status]int
@@ -129,9 +134,20 @@ func (u *unit) advance(ctx context.Context, e *entry, ev any) error {
 	} else {
 		saved := *run
 		saved.Outputs = cloneOutputs(run.Outputs)
+		if u.gate == nil {
+			u.gate = &planGate{db: u.tx, reg: u.r.plans}
+		}
+		u.gate.ctx = ctx
 		eff, err = engine.Advance(def, run, ev, engine.Env{
 			Now: u.now, Rand: random, Pending: u.pending[run.ID], NewID: newRunID, MaxPayloadBytes: u.r.cfg.MaxPayloadBytes,
+			Plans: u.gate,
 		})
+		if u.gate.err != nil {
+			// The plan gate could not read or write its state: the
+			// advance is discarded and the unit runs again.
+			*run = saved
+			return fmt.Errorf("advance run %s: %w", run.ID, u.gate.err)
+		}
 		if err != nil {
 			u.r.log.ErrorContext(ctx, "engine could not advance run; failing it", "run_id", run.ID, "event", fmt.Sprintf("%T", ev), "error", err)
 			*run = saved
@@ -188,6 +204,8 @@ func (u *unit) apply(e *entry, before engine.Status, eff engine.Effects) error {
 		run.HistorySeq++
 		u.history = append(u.history, store.HistoryRow{RunID: run.ID, Seq: run.HistorySeq, HistoryEvent: h})
 	}
+	u.planEvents = append(u.planEvents, eff.PlanEvents...)
+	u.cacheWrites = append(u.cacheWrites, eff.CacheWrites...)
 	for _, inv := range eff.Invokes {
 		rec, err := invokeRecord(run, inv, u.now)
 		if err != nil {
@@ -385,6 +403,7 @@ func (u *unit) writes(ctx context.Context) (*store.Writes, error) {
 		}
 	}
 	w.ConsumeSignals(u.consumed, u.now)
+	w.PutCache(u.cacheWrites)
 	if err := w.WriteOutbox(ctx, u.records); err != nil {
 		return nil, fmt.Errorf("write run records: %w", err)
 	}
@@ -399,6 +418,7 @@ func (u *unit) committed(ctx context.Context) {
 	if !u.soonest.IsZero() && u.r.timers != nil {
 		u.r.timers.Wake(u.soonest)
 	}
+	u.r.plans.Apply(ctx, u.planEvents)
 	u.r.advances.Add(ctx, int64(u.advanced))
 	u.r.runsStarted.Add(ctx, int64(u.started))
 	for st, n := range u.ended {
