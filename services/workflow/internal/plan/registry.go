@@ -221,7 +221,7 @@ func (r *Registry) Breaker(ref engine.PlanRef, p *definition.Plan, ex *definitio
 	case gobreaker.StateHalfOpen:
 		// gobreaker's own rule for refusing a half-open request.
 		c := e.breaker.Counts()
-		if c.Requests-min(c.Requests, c.TotalExclusions) >= uint32(e.settings.HalfOpenMaxCalls) {
+		if c.Requests-min(c.Requests, c.TotalExclusions) >= uint32(max(1, e.settings.HalfOpenMaxCalls)) {
 			return engine.Admission{Skip: engine.SkipBreakerOpen,
 				Detail: fmt.Sprintf("breaker half-open with all %d probes in flight", e.settings.HalfOpenMaxCalls)}
 		}
@@ -494,11 +494,18 @@ func (r *Registry) health(ref engine.PlanRef, p *definition.Plan, name string, n
 	if bzW > 0 {
 		h.business = bzOK / bzW
 	}
-	if h.samples >= cfg.MinSamples {
-		h.score = h.api*apiWeight + h.business*businessWeight
-	}
 	if e.breaker != nil {
 		r.expireProbes(e)
+	}
+	// Below min_samples an executor has no score yet: it is ordered by
+	// priority, breaker or not, so a half-open executor is still probed
+	// (admission skips an open one) instead of waiting behind healthy ones
+	// for samples it can never get.
+	if h.samples < cfg.MinSamples {
+		return h
+	}
+	h.score = h.api*apiWeight + h.business*businessWeight
+	if e.breaker != nil {
 		switch e.breaker.State() {
 		case gobreaker.StateOpen:
 			h.score *= openPenalty
