@@ -200,7 +200,12 @@ func (a *advancer) planAttemptEnded(step *definition.Step, plan *definition.Plan
 	a.eff.PlanEvents = append(a.eff.PlanEvents, ended)
 	errText := withCode(e.Error, e.ErrorCode)
 	pp.Last = &PlanFailure{Executor: name, Outcome: outcome, Error: errText, Code: e.ErrorCode, TimedOut: timedOut}
-	if ex != nil && !fatal && !e.NonRetryable && ex.Retry != nil && pp.Attempt < ex.Retry.MaxAttempts && retriable(outcome) {
+	// A coded failure is classified by the plan's errors block alone: a
+	// non-fatal code is retried even when the task itself is final (a
+	// failure reported by completion token always is). An uncoded failure
+	// the worker marked non-retryable is not.
+	final := fatal || (e.NonRetryable && e.ErrorCode == "")
+	if ex != nil && !final && ex.Retry != nil && pp.Attempt < ex.Retry.MaxAttempts && retriable(outcome) {
 		if delay, ok := ex.Retry.Policy().NextWithDraw(pp.Attempt, a.now().Sub(pp.Started), a.draw()); ok {
 			pp.Attempt++
 			a.history(HistoryPlanExecutorRetry, withError(fmt.Sprintf("%s attempt %d of %d in %s after %s", name, pp.Attempt, ex.Retry.MaxAttempts, delay, outcome), errText))

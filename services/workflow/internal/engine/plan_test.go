@@ -429,3 +429,18 @@ func TestPlanOrderIsAskedOnceAndKept(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &back))
 	require.Equal(t, s.run.Plan, back.Plan)
 }
+
+func TestPlanCodedFailureIsClassifiedByErrors(t *testing.T) {
+	t.Parallel()
+	s := newPlanSim(t, planFlow, &testGate{})
+	s.start()
+	// A final task (FailTask by token) with a retryable code: the
+	// executor's policy retries it.
+	eff := s.do(TaskEnded{Token: s.run.Token, Outcome: "failure", Error: "busy", ErrorCode: "timeout", NonRetryable: true})
+	require.Len(t, detailsOf(eff.History, HistoryPlanExecutorRetry), 1)
+	s.fire()
+	// Without a code, a non-retryable failure skips the remaining retries.
+	eff = s.do(TaskEnded{Token: s.run.Token, Outcome: "failure", Error: "bad request", NonRetryable: true})
+	require.Empty(t, detailsOf(eff.History, HistoryPlanExecutorRetry))
+	require.Equal(t, "charge-backup", eff.Invokes[0].Action)
+}
