@@ -50,12 +50,13 @@ fuzz: ## run each fuzz target for FUZZTIME
 test-short: ## the quick tests only
 	$(GO) test -short -count=1 $(PKGS)
 
-bench: ## actions, streams and workflows on the embedded stack, a few minutes in all (docs/benchmarks.md)
+bench: ## actions, streams, workflows and plans on the embedded stack, a few minutes in all (docs/benchmarks.md)
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/flo-bench ./services/devstack/cmd/flo-bench
 	$(BIN)/flo-bench -mode actions -tasks 20000 -half-load 8s
 	$(BIN)/flo-bench -mode streams -records 100000 -batch 100
 	$(BIN)/flo-bench -mode workflows -runs 3000
+	$(BIN)/flo-bench -mode plans -runs 2000
 
 build: ## the service binaries and the CLI into ./bin
 	@mkdir -p $(BIN)

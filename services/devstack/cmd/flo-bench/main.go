@@ -12,6 +12,8 @@
 //     ratio of the raw one.
 //   - workflows: runs of a three-step workflow of trivial actions, runs/s and
 //     start-to-complete latency.
+//   - plans: runs/s of a one-step workflow whose step is a two-executor plan,
+//     beside the same workflow with a plain action step, in one process.
 package main
 
 import (
@@ -70,12 +72,12 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.mode, "mode", "actions", "what to measure: actions, streams or workflows")
+	flag.StringVar(&o.mode, "mode", "actions", "what to measure: actions, streams, workflows or plans")
 	flag.BoolVar(&o.fsync, "fsync", true, "run the private Postgres with fsync on, as a deployment would")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase (every service runs in this process) to this file")
 	flag.IntVar(&o.batch, "batch", 0, "actions: invoke through InvokeMany with this many tasks per call (0: one unary Invoke per task); "+
 		"streams: records per produce, append and stream-worker read (0: 100)")
-	flag.IntVar(&o.workers, "workers", 2, "actions, workflows: action worker processes (each with its own stream)")
+	flag.IntVar(&o.workers, "workers", 2, "actions, workflows, plans: action worker processes (each with its own stream)")
 	flag.IntVar(&o.concurrency, "concurrency", 256, "handler slots per action or stream worker")
 
 	flag.IntVar(&o.tasks, "tasks", 30000, "actions: tasks to invoke in the full-load phase")
@@ -89,18 +91,19 @@ func main() {
 	flag.IntVar(&o.producers, "producers", 4, "streams: concurrent producing goroutines, raw and through the SDK alike")
 	flag.IntVar(&o.consumers, "consumers", 3, "streams: stream workers in the consumer group")
 
-	flag.IntVar(&o.runs, "runs", 3000, "workflows: runs to start")
-	flag.IntVar(&o.starters, "starters", 32, "workflows: concurrent starting goroutines")
+	flag.IntVar(&o.runs, "runs", 3000, "workflows, plans: runs to start (per phase for plans)")
+	flag.IntVar(&o.starters, "starters", 32, "workflows, plans: concurrent starting goroutines")
 	flag.Parse()
 
 	modes := map[string]func(context.Context, *platform, options) error{
 		"actions":   benchActions,
 		"streams":   benchStreams,
 		"workflows": benchWorkflows,
+		"plans":     benchPlans,
 	}
 	bench, ok := modes[o.mode]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "flo-bench: unknown -mode %q (actions, streams or workflows)\n", o.mode)
+		fmt.Fprintf(os.Stderr, "flo-bench: unknown -mode %q (actions, streams, workflows or plans)\n", o.mode)
 		os.Exit(2)
 	}
 	// Every service runs in this process; tune the collector as their

@@ -39,34 +39,11 @@ steps:
 // start-to-complete latency the runs themselves report (created_at to
 // finished_at).
 func benchWorkflows(ctx context.Context, p *platform, o options) error {
-	// Every run's last action reports its run once; when all have, the runs
-	// are about to complete and only then is the service asked.
-	var (
-		mu       sync.Mutex
-		lastStep = make(map[string]bool, o.runs)
-		allLast  = make(chan struct{})
-	)
+	last := newLastSteps()
 	handlers := map[string]actionHandler{
 		"bench-first":  func(*flo.ActionContext) ([]byte, error) { return []byte(`{"ok":true}`), nil },
 		"bench-second": func(*flo.ActionContext) ([]byte, error) { return []byte(`{"ok":true}`), nil },
-		"bench-third": func(actx *flo.ActionContext) ([]byte, error) {
-			var in struct {
-				Run string `json:"run"`
-			}
-			if err := actx.Into(&in); err != nil {
-				return nil, flo.NewNonRetryableErrorf("bad input: %v", err)
-			}
-			mu.Lock()
-			// A retried step reports its run again; that must not count.
-			if !lastStep[in.Run] {
-				lastStep[in.Run] = true
-				if len(lastStep) == o.runs {
-					close(allLast)
-				}
-			}
-			mu.Unlock()
-			return []byte(`{"ok":true}`), nil
-		},
+		"bench-third":  last.handler,
 	}
 	if err := p.serveActions(ctx, o, handlers); err != nil {
 		return err
@@ -82,58 +59,122 @@ func benchWorkflows(ctx context.Context, p *platform, o options) error {
 		return err
 	}
 	defer stopProfile()
-	start := time.Now()
-	err = chunks(o.starters, o.runs, 1, func(lo, _ int) error {
-		_, err := p.client.StartWorkflow(ctx, "bench", map[string]int{"n": lo}, flo.StartWorkflowOptions{})
-		return err
-	})
+	m, err := measureRuns(ctx, p, o, "bench", last)
 	if err != nil {
 		return err
 	}
-	started := time.Since(start)
+	m.print("")
+	return nil
+}
+
+// lastSteps learns from the runs' last action, without asking the service,
+// that every run of a phase has reached it: the action is given the run id.
+type lastSteps struct {
+	mu   sync.Mutex
+	seen map[string]bool
+	want int
+	all  chan struct{}
+}
+
+func newLastSteps() *lastSteps { return &lastSteps{seen: map[string]bool{}, all: make(chan struct{})} }
+
+// expect starts a phase of want runs.
+func (l *lastSteps) expect(want int) <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.seen, l.want, l.all = map[string]bool{}, want, make(chan struct{})
+	return l.all
+}
+
+func (l *lastSteps) handler(actx *flo.ActionContext) ([]byte, error) {
+	var in struct {
+		Run string `json:"run"`
+	}
+	if err := actx.Into(&in); err != nil {
+		return nil, flo.NewNonRetryableErrorf("bad input: %v", err)
+	}
+	l.mu.Lock()
+	// A retried step reports its run again; that must not count.
+	if !l.seen[in.Run] {
+		l.seen[in.Run] = true
+		if len(l.seen) == l.want {
+			close(l.all)
+		}
+	}
+	l.mu.Unlock()
+	return []byte(`{"ok":true}`), nil
+}
+
+// runsMeasure is one phase's result.
+type runsMeasure struct {
+	runs             int
+	started, elapsed time.Duration
+	p50, p99         time.Duration
+}
+
+func (m runsMeasure) print(label string) {
+	fmt.Printf("  %sstarted in %v (%.0f starts/s); all completed in %v\n", label, m.started.Round(time.Millisecond),
+		perSecond(m.runs, m.started), m.elapsed.Round(time.Millisecond))
+	fmt.Printf("  %sthroughput %.0f runs/s; start-to-complete p50 %v p99 %v\n", label, perSecond(m.runs, m.elapsed), m.p50, m.p99)
+}
+
+// measureRuns starts o.runs runs of workflow from o.starters goroutines and
+// waits until they all completed; the clock stops when the last run
+// finished, as the run reports it, so the bench's polling adds nothing.
+func measureRuns(ctx context.Context, p *platform, o options, workflow string, last *lastSteps) (runsMeasure, error) {
+	allLast := last.expect(o.runs)
+	start := time.Now()
+	err := chunks(o.starters, o.runs, 1, func(lo, _ int) error {
+		_, err := p.client.StartWorkflow(ctx, workflow, map[string]int{"n": lo}, flo.StartWorkflowOptions{})
+		return err
+	})
+	if err != nil {
+		return runsMeasure{}, err
+	}
+	m := runsMeasure{runs: o.runs, started: time.Since(start)}
 	select {
 	case <-allLast:
 	case <-ctx.Done():
-		return ctx.Err()
+		return runsMeasure{}, ctx.Err()
 	}
 	var runs []*flo.Run
 	err = waitFor(ctx, start, "runs completed", func() (int, int, error) {
-		failed, err := listRuns(ctx, p.client, flo.RunFailed)
+		failed, err := listRuns(ctx, p.client, workflow, flo.RunFailed)
 		if err != nil {
 			return 0, 0, err
 		}
 		if len(failed) > 0 {
 			return 0, 0, fmt.Errorf("%d runs failed, run %s: %s", len(failed), failed[0].ID, failed[0].Error)
 		}
-		runs, err = listRuns(ctx, p.client, flo.RunCompleted)
+		all, err := listRuns(ctx, p.client, workflow, flo.RunCompleted)
+		runs = nil
+		for _, r := range all {
+			if !r.CreatedAt.Before(start) {
+				runs = append(runs, r)
+			}
+		}
 		return len(runs), o.runs, err
 	})
 	if err != nil {
-		return err
+		return runsMeasure{}, err
 	}
-
-	// The clock stops when the last run finished, as the run reports it:
-	// the bench's polling adds nothing.
 	var lat latencies
-	var last time.Time
+	var lastEnd time.Time
 	for _, r := range runs {
 		lat.add(r.FinishedAt.Sub(r.CreatedAt))
-		if r.FinishedAt.After(last) {
-			last = r.FinishedAt
+		if r.FinishedAt.After(lastEnd) {
+			lastEnd = r.FinishedAt
 		}
 	}
-	elapsed := last.Sub(start)
-	p50, p99, _ := lat.percentiles()
-	fmt.Printf("  started in %v (%.0f starts/s); all completed in %v\n", started.Round(time.Millisecond),
-		perSecond(o.runs, started), elapsed.Round(time.Millisecond))
-	fmt.Printf("  throughput %.0f runs/s; start-to-complete p50 %v p99 %v\n", perSecond(o.runs, elapsed), p50, p99)
-	return nil
+	m.elapsed = lastEnd.Sub(start)
+	m.p50, m.p99, _ = lat.percentiles()
+	return m, nil
 }
 
-// listRuns returns every run of the bench workflow in status st.
-func listRuns(ctx context.Context, client *flo.Client, st flo.RunStatus) ([]*flo.Run, error) {
+// listRuns returns every run of workflow in status st.
+func listRuns(ctx context.Context, client *flo.Client, workflow string, st flo.RunStatus) ([]*flo.Run, error) {
 	var out []*flo.Run
-	filter := flo.RunFilter{Workflow: "bench", Status: st, Limit: 1000}
+	filter := flo.RunFilter{Workflow: workflow, Status: st, Limit: 1000}
 	for {
 		runs, next, err := client.ListRuns(ctx, filter)
 		if err != nil {
