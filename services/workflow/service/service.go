@@ -25,6 +25,7 @@ import (
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/probe"
 	"github.com/razorbill/flo/libs/stage"
+	"github.com/razorbill/flo/libs/sweep"
 	"github.com/razorbill/flo/libs/telemetry"
 	"github.com/razorbill/flo/libs/wake"
 	"github.com/razorbill/flo/services/workflow/internal/catalog"
@@ -45,6 +46,11 @@ const (
 	httpStopTimeout  = 5 * time.Second
 	readyPingTimeout = time.Second
 )
+
+// planSweepInterval is how often expired plan cache entries and old rate
+// windows are deleted; an expired entry is never served in between (reads
+// check expires_at).
+const planSweepInterval = time.Minute
 
 // Config is the workflow service's configuration, read from FLO_* variables.
 type Config struct {
@@ -190,7 +196,10 @@ func (s *Service) Run(ctx context.Context) error {
 			Go("runner", s.runner.Run).
 			Go("run gauges", s.gauges.Run).
 			Go("timer loop", s.timers.Run).
-			Go("timer listener", s.listener.Run),
+			Go("timer listener", s.listener.Run).
+			Go("plan sweep", func(ctx context.Context) error {
+				return sweep.Every(ctx, planSweepInterval, s.log, "sweep expired plan cache entries and rate windows", s.runner.SweepPlans)
+			}),
 		stage.New("consumer").Go("task events consumer", func(ctx context.Context) error {
 			defer s.consuming.Store(false)
 			return s.consumer.Run(ctx)

@@ -191,3 +191,10 @@ func random() float64 { return rand.Float64() }
 func statusAttr(s string) metric.MeasurementOption {
 	return metric.WithAttributes(attribute.String("status", s))
 }
+
+// SweepPlans deletes expired plan cache entries and rate windows long over,
+// for sweep.Every.
+func (r *Runner) SweepPlans(ctx context.Context) (int, error) {
+	n, err := store.SweepPlans(ctx, r.pool, r.now())
+	return int(n), err
+}
