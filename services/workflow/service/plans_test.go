@@ -326,3 +326,62 @@ start:
 		require.Equal(t, 1, n, "task %s ran %d times", task, n)
 	}
 }
+
+// TestPlanFallback: with condition exhausted the fallback value answers once
+// every executor failed; with any_error once the first one did, and the
+// others are never called.
+func TestPlanFallback(t *testing.T) {
+	t.Parallel()
+	e := startEnv(t)
+	ns := e.namespace(t)
+	var calls sync.Map
+	count := func(action string) int {
+		n, _ := calls.Load(action)
+		if n == nil {
+			return 0
+		}
+		return n.(int)
+	}
+	down := func(action string) func(*flov1.TaskAssignment) reply {
+		return func(*flov1.TaskAssignment) reply {
+			calls.Store(action, count(action)+1)
+			return reply{fail: action + " is down"}
+		}
+	}
+	e.worker(t, ns, script{"first": down("first"), "second": down("second")})
+	for _, cond := range []string{"exhausted", "any_error"} {
+		e.create(t, ns, fmt.Sprintf(`
+kind: Workflow
+name: fallback-%[1]s
+version: "1"
+plans:
+  p:
+    executors:
+      - {name: a, action: "@actions/first", priority: 2}
+      - {name: b, action: "@actions/second", priority: 1}
+    fallback:
+      value: '{"status": "declined", "reason": "all_providers_unavailable"}'
+      condition: %[1]s
+start:
+  run: "@plan/p"
+  transitions: {success: flo.Completed, failure: flo.Failed}
+`, cond))
+	}
+
+	id := e.start(t, ns, "fallback-exhausted", `{}`, "")
+	run := e.waitRun(t, ns, id, stCompleted)
+	require.JSONEq(t, `{"status": "declined", "reason": "all_providers_unavailable"}`, string(run.GetOutputs()[0].GetOutput()))
+	require.Equal(t, []string{
+		"plan_executor_start a", "plan_executor_exhausted a",
+		"plan_executor_start b", "plan_executor_exhausted b",
+		"plan_fallback every",
+	}, planLines(e.history(t, ns, id)))
+	require.Equal(t, 1, count("second"))
+
+	id = e.start(t, ns, "fallback-any_error", `{}`, "")
+	run = e.waitRun(t, ns, id, stCompleted)
+	require.JSONEq(t, `{"status": "declined", "reason": "all_providers_unavailable"}`, string(run.GetOutputs()[0].GetOutput()))
+	require.Equal(t, []string{"plan_executor_start a", "plan_executor_exhausted a", "plan_fallback executor"}, planLines(e.history(t, ns, id)))
+	require.Equal(t, 1, count("second"), "any_error: b is never called")
+	require.Equal(t, 2, count("first"))
+}
