@@ -225,6 +225,17 @@ func TestHealthScoreBreakerPenalties(t *testing.T) {
 	require.InDelta(t, unpenalized*0.5, f.status("stripe").Score, 1e-9)
 }
 
+// An executor keeps at most 10,000 samples, however many its window holds.
+func TestHealthSamplesCapped(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, healthPlan())
+	f.attempt("stripe", "api")
+	for range 10_000 {
+		f.end("stripe", "elsewhere", "success")
+	}
+	require.Equal(t, 10_000, f.status("stripe").Samples)
+}
+
 func TestHealthWeightedMovesAwayAndBack(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, healthPlan())

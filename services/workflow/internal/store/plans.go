@@ -128,7 +128,11 @@ func (w *Writes) PutCache(writes []engine.CacheWrite) {
 		// goes as a JSON array.
 		events, _ := json.Marshal(append([]string{}, c.InvalidateOn...))
 		namespaces, workflows, plans, keys = append(namespaces, c.Ref.Namespace), append(workflows, c.Ref.Workflow), append(plans, c.Ref.Plan), append(keys, c.Key)
-		outputs, expires, invalidateOn = append(outputs, c.Output), append(expires, c.Expires), append(invalidateOn, string(events))
+		output := []byte(c.Output)
+		if output == nil {
+			output = []byte{} // a success without output is cached too
+		}
+		outputs, expires, invalidateOn = append(outputs, output), append(expires, c.Expires), append(invalidateOn, string(events))
 	}
 	w.queue(fmt.Sprintf("cache %d plan outputs", n), `
 INSERT INTO plan_cache (namespace, workflow, plan, key, output, expires_at, invalidate_on)

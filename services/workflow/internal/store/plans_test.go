@@ -181,6 +181,12 @@ func TestPlanCachePutGetExpireUpsert(t *testing.T) {
 
 	require.Empty(t, cached(t, pool, payment, "charge:c1", expires), "an entry is dead at its expiry")
 
+	putCache(t, pool, engine.CacheWrite{Ref: payment, Key: "charge:empty", Expires: expires})
+	out, ok, err := store.CachedOutput(t.Context(), pool, payment, "charge:empty", base)
+	require.NoError(t, err)
+	require.True(t, ok, "a success without output is cached")
+	require.Empty(t, out)
+
 	// A later write replaces the entry, expiry and all.
 	putCache(t, pool, engine.CacheWrite{Ref: payment, Key: "charge:c1", Output: json.RawMessage(`{"id":"ch_1c"}`), Expires: expires.Add(time.Hour)})
 	require.Equal(t, `{"id":"ch_1c"}`, cached(t, pool, payment, "charge:c1", expires))
