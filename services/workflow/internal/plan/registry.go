@@ -21,6 +21,7 @@
 package plan
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"errors"
@@ -178,7 +179,7 @@ func (r *Registry) Order(ref engine.PlanRef, p *definition.Plan, draw func() flo
 			draw = rand.Float64
 		}
 		for i := len(names) - 1; i > 0; i-- {
-			j := int(draw() * float64(i+1))
+			j := min(int(draw()*float64(i+1)), i)
 			names[i], names[j] = names[j], names[i]
 		}
 	case definition.SelectHealthWeighted:
@@ -191,15 +192,7 @@ func (r *Registry) Order(ref engine.PlanRef, p *definition.Plan, draw func() flo
 		r.mu.Unlock()
 		// names are in priority order already, ties as written: a
 		// stable sort by score keeps both tie-breaks.
-		slices.SortStableFunc(names, func(a, b string) int {
-			switch sa, sb := scores[a], scores[b]; {
-			case sa > sb:
-				return -1
-			case sa < sb:
-				return 1
-			}
-			return 0
-		})
+		slices.SortStableFunc(names, func(a, b string) int { return cmp.Compare(scores[b], scores[a]) })
 	}
 	return names
 }
