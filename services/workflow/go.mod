@@ -14,6 +14,7 @@ require (
 	github.com/razorbill/flo/libs v0.0.0-00010101000000-000000000000
 	github.com/razorbill/flo/proto v0.0.0-00010101000000-000000000000
 	github.com/razorbill/flo/services/dispatcher v0.0.0-00010101000000-000000000000
+	github.com/robfig/cron/v3 v3.0.1
 	github.com/sony/gobreaker/v2 v2.4.0
 	github.com/stretchr/testify v1.12.1
 	github.com/twmb/franz-go v1.22.2

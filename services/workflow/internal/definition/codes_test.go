@@ -337,15 +337,60 @@ start:
 		contains: "the limit is 64",
 	},
 	{
-		name: "schedule section", code: definition.CodeUnsupportedSection, pos: "4:1",
-		src: `kind: Workflow
-name: x
-version: "1"
-schedule:
-  cron: "0 */6 * * *"
-start: {run: "@actions/a", transitions: {success: flo.Completed}}
-`,
-		contains: "schedules (schedule) are not supported by this version yet",
+		name: "schedule with cron and interval", code: definition.CodeScheduleKind, pos: "6:3", path: "schedule.interval",
+		src: scheduled("  cron: \"*/5 * * * *\"\n  interval: 1000\n"), contains: "cron or interval, not both",
+	},
+	{
+		name: "schedule with neither", code: definition.CodeScheduleKind, pos: "4:1",
+		src: scheduled("  max_concurrent: 2\n"), contains: "needs cron",
+	},
+	{
+		name: "bad cron", code: definition.CodeCron, pos: "5:9", path: "schedule.cron",
+		src: scheduled("  cron: \"61 * * * *\"\n"), contains: "not a 5-field expression",
+	},
+	{
+		name: "cron that never fires", code: definition.CodeCron, pos: "5:9",
+		src: scheduled("  cron: \"0 0 30 2 *\"\n"), contains: "matches no date",
+	},
+	{
+		name: "cron with six fields", code: definition.CodeCron, pos: "5:9",
+		src: scheduled("  cron: \"0 0 */6 * * *\"\n"), contains: "found 6",
+	},
+	{
+		name: "cron with a time zone prefix", code: definition.CodeCron, pos: "5:9",
+		src: scheduled("  cron: \"CRON_TZ=Europe/Paris 0 9 * * *\"\n"), contains: "timezone field",
+	},
+	{
+		name: "zero interval", code: definition.CodeInterval, pos: "5:13", path: "schedule.interval",
+		src: scheduled("  interval: 0\n"), contains: "between 1 and",
+	},
+	{
+		name: "negative interval", code: definition.CodeInterval, pos: "5:13",
+		src: scheduled("  interval: -5\n"), contains: "not -5",
+	},
+	{
+		name: "zero max_concurrent", code: definition.CodeMaxConcurrent, pos: "6:19", path: "schedule.max_concurrent",
+		src: scheduled("  interval: 1000\n  max_concurrent: 0\n"), contains: "between 1 and 1000",
+	},
+	{
+		name: "schedule input not JSON", code: definition.CodeScheduleInput, pos: "6:10", path: "schedule.input",
+		src: scheduled("  interval: 1000\n  input: '{mode: full}'\n"), contains: "input is not JSON",
+	},
+	{
+		name: "unknown time zone", code: definition.CodeTimezone, pos: "6:13", path: "schedule.timezone",
+		src: scheduled("  cron: \"0 9 * * *\"\n  timezone: Mars/Olympus\n"), contains: "not an IANA time zone",
+	},
+	{
+		name: "time zone on an interval", code: definition.CodeTimezone, pos: "6:3",
+		src: scheduled("  interval: 1000\n  timezone: UTC\n"), contains: "cron schedules only",
+	},
+	{
+		name: "unknown schedule field", code: definition.CodeUnknownField, pos: "6:3", path: "schedule.max_concurrency",
+		src: scheduled("  interval: 1000\n  max_concurrency: 2\n"), contains: "did you mean max_concurrent?",
+	},
+	{
+		name: "paused not a boolean", code: definition.CodeType, pos: "6:11",
+		src: scheduled("  interval: 1000\n  paused: sometimes\n"), contains: "must be true or false",
 	},
 	{
 		name: "trigger section", code: definition.CodeUnsupportedSection, pos: "4:1",

@@ -5,9 +5,9 @@
 // every target and mapping is well formed, every policy value is in range.
 //
 // Inline plans (the plans section and @plan/NAME targets) are parsed into
-// Definition.Plans with every default filled in. The language has parts this
-// version does not run yet — schedules, stream triggers and search
-// attributes. Parse recognises their sections and reports them as not
+// Definition.Plans with every default filled in, the schedule section into
+// Definition.Schedule. The language has parts this version does not run yet
+// — stream triggers and search attributes. Parse recognises their sections and reports them as not
 // supported (E150) rather than as unknown, so adding them later changes only
 // what is accepted.
 package definition
@@ -93,6 +93,8 @@ type Definition struct {
 	Terminals map[string]Terminal
 	// Plans holds the inline plans by name.
 	Plans map[string]*Plan
+	// Schedule starts runs on its own; nil when the workflow has none.
+	Schedule *Schedule
 }
 
 // Plan returns the inline plan called name.

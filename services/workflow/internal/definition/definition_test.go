@@ -27,7 +27,7 @@ func parseFile(t *testing.T, name string) (*definition.Definition, []definition.
 
 func TestReferenceExamplesParseClean(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{"process-order.yaml", "order-processing.yaml", "enrich-and-poll.yaml"} {
+	for _, name := range []string{"process-order.yaml", "order-processing.yaml", "enrich-and-poll.yaml", "reconcile-accounts.yaml"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			_, diags := parseFile(t, name)
@@ -451,7 +451,7 @@ func TestCodesAreUnique(t *testing.T) {
 }
 
 func FuzzParse(f *testing.F) {
-	for _, name := range []string{"process-order.yaml", "order-processing.yaml", "enrich-and-poll.yaml", "payment-processing.yaml"} {
+	for _, name := range []string{"process-order.yaml", "order-processing.yaml", "enrich-and-poll.yaml", "payment-processing.yaml", "reconcile-accounts.yaml"} {
 		src, err := os.ReadFile(filepath.Join("testdata", name))
 		require.NoError(f, err)
 		f.Add(src)
@@ -464,6 +464,9 @@ func FuzzParse(f *testing.F) {
 	for _, src := range planSeeds {
 		f.Add([]byte(src))
 	}
+	for _, src := range scheduleSeeds {
+		f.Add([]byte(src))
+	}
 	f.Fuzz(func(t *testing.T, src []byte) {
 		def, diags, err := definition.Parse(src)
 		if err != nil {
@@ -474,6 +477,13 @@ func FuzzParse(f *testing.F) {
 		}
 		require.NotNil(t, def)
 		require.NotNil(t, def.Start)
+		if s := def.Schedule; s != nil {
+			require.True(t, (s.Cron == "") != (s.Interval == 0), "a schedule has cron or interval")
+			require.GreaterOrEqual(t, s.MaxConcurrent, 1)
+			require.True(t, json.Valid(s.Input))
+			now := time.Now()
+			require.True(t, s.First(now).After(now))
+		}
 		for _, d := range diags {
 			require.Equal(t, definition.Warning, d.Severity)
 		}

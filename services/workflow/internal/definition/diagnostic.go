@@ -45,7 +45,7 @@ func (p Position) String() string {
 
 // Code is a stable diagnostic code: E1xx structure, E2xx target references,
 // E3xx transitions, E4xx duplicates, E5xx signals, timers and retry values,
-// E6xx plans.
+// E6xx plans, E7xx schedules.
 // Warnings use W and the number of their category.
 type Code string
 
@@ -67,7 +67,7 @@ const (
 	CodeInputMapping       Code = "E113" // inputMapping is not a JSON template
 	CodeMergeKey           Code = "E114" // YAML merge keys are not supported
 	CodeLimit              Code = "E115" // too many steps, terminals, transitions, plans or executors
-	CodeUnsupportedSection Code = "E150" // schedule, trigger, searchAttributes: not yet
+	CodeUnsupportedSection Code = "E150" // trigger, searchAttributes: not yet
 )
 
 // Target references.
@@ -138,6 +138,16 @@ const (
 	CodeUnusedPlan        Code = "W602" // a plan no step runs
 )
 
+// Schedules.
+const (
+	CodeScheduleKind  Code = "E701" // both or neither of cron and interval
+	CodeCron          Code = "E702" // cron is not a 5-field expression
+	CodeInterval      Code = "E703" // interval out of range
+	CodeMaxConcurrent Code = "E704" // max_concurrent out of range
+	CodeScheduleInput Code = "E705" // schedule input is not JSON
+	CodeTimezone      Code = "E706" // unknown time zone, or one on an interval
+)
+
 // CodeInfo documents one code.
 type CodeInfo struct {
 	Code     Code
@@ -164,7 +174,7 @@ var Codes = []CodeInfo{
 	{CodeInputMapping, Error, "inputMapping is not a JSON template: invalid JSON, a key written twice, or nested too deeply."},
 	{CodeMergeKey, Error, "A YAML merge key (<<); anchors and aliases work, merges do not."},
 	{CodeLimit, Error, "Too many steps (1000), custom terminals (1000), transitions in one step (64), plans (100), executors in one plan (32), or entries in one invalidate_on or error code list (100)."},
-	{CodeUnsupportedSection, Error, "schedule, trigger or searchAttributes: part of the language, not supported by this version yet."},
+	{CodeUnsupportedSection, Error, "trigger or searchAttributes: part of the language, not supported by this version yet."},
 	{CodeTarget, Error, "run is not @actions/NAME, @workflow/NAME[:VERSION] or @plan/NAME."},
 	{CodeTargetName, Error, "The action, workflow or plan name in a target is malformed."},
 	{CodeUnknownPlan, Error, "@plan/NAME names no plan of this workflow (the message suggests the closest plan)."},
@@ -213,6 +223,12 @@ var Codes = []CodeInfo{
 	{CodeErrorClassClash, Error, "An error code listed both as retryable and as fatal."},
 	{CodeHealthIgnored, Warning, "A health block with a selection other than health-weighted, which does not use it."},
 	{CodeUnusedPlan, Warning, "A plan that no step runs."},
+	{CodeScheduleKind, Error, "A schedule has both cron and interval, or neither."},
+	{CodeCron, Error, "cron is not a standard 5-field expression (minute hour day-of-month month day-of-week; * , - / and names), or carries a TZ=/CRON_TZ= prefix (use timezone)."},
+	{CodeInterval, Error, "interval is not between 1 and 31536000000 milliseconds (365 days)."},
+	{CodeMaxConcurrent, Error, "max_concurrent is not between 1 and 1000."},
+	{CodeScheduleInput, Error, "The schedule's input is not JSON text."},
+	{CodeTimezone, Error, "timezone is not an IANA time zone, or is set on an interval schedule."},
 }
 
 // Diagnostic is one problem found in a definition.
