@@ -393,6 +393,62 @@ start:
 		src: scheduled("  interval: 1000\n  paused: sometimes\n"), contains: "must be true or false",
 	},
 	{
+		name: "attribute without a name", code: definition.CodeAttributeName, pos: "6:5", path: "searchAttributes[0]",
+		src: searched("  - {type: string, from: input.a}\n"), contains: "needs a name",
+	},
+	{
+		name: "attribute name starting with a digit", code: definition.CodeAttributeName, pos: "6:11", path: "searchAttributes[0].name",
+		src: searched("  - name: 1st\n    type: string\n    from: input.a\n"), contains: "starting with a letter",
+	},
+	{
+		name: "attribute name with a space", code: definition.CodeAttributeName, pos: "6:11",
+		src: searched("  - name: customer id\n    type: string\n    from: input.a\n"), contains: "is invalid",
+	},
+	{
+		name: "unknown attribute type", code: definition.CodeAttributeType, pos: "7:11", path: "searchAttributes[0].type",
+		src: searched("  - name: a\n    type: strng\n    from: input.a\n"), contains: "did you mean string?",
+	},
+	{
+		name: "attribute without a type", code: definition.CodeAttributeType, pos: "6:5",
+		src: searched("  - {name: a, from: input.a}\n"), contains: "needs a type",
+	},
+	{
+		name: "attribute path outside the input", code: definition.CodeAttributeFrom, pos: "8:11", path: "searchAttributes[0].from",
+		src: searched("  - name: a\n    type: string\n    from: steps.s.output.id\n"), contains: "must be a path into the input",
+	},
+	{
+		name: "attribute path selecting several values", code: definition.CodeAttributeFrom, pos: "8:11",
+		src: searched("  - name: a\n    type: string\n    from: input.items[*].sku\n"), contains: "can select several values",
+	},
+	{
+		name: "malformed attribute path", code: definition.CodeAttributeFrom, pos: "8:11",
+		src: searched("  - name: a\n    type: string\n    from: customer.id\n"), contains: "is not a path into the input",
+	},
+	{
+		name: "attribute without from", code: definition.CodeAttributeFrom, pos: "6:5",
+		src: searched("  - {name: a, type: number}\n"), contains: "needs from",
+	},
+	{
+		name: "duplicate attribute", code: definition.CodeDuplicateAttribute, pos: "7:11", path: "searchAttributes[1].name",
+		src: searched("  - {name: a, type: string, from: input.a}\n  - name: a\n    type: number\n    from: input.b\n"), contains: "written twice (first at 6:12)",
+	},
+	{
+		name: "attribute named like a built-in field", code: definition.CodeAttributeReserved, pos: "6:11",
+		src: searched("  - name: Status\n    type: string\n    from: input.status\n"), contains: "is reserved",
+	},
+	{
+		name: "attribute named like a keyword", code: definition.CodeAttributeReserved, pos: "6:11",
+		src: searched("  - name: in\n    type: string\n    from: input.a\n"), contains: "keywords",
+	},
+	{
+		name: "too many attributes", code: definition.CodeLimit, pos: "5:1", path: "searchAttributes",
+		src: searched(manyAttributes(definition.MaxSearchAttributes + 1)), contains: "33 search attributes; the limit is 32",
+	},
+	{
+		name: "searchAttributes not a list", code: definition.CodeType, pos: "5:19",
+		src: strings.TrimSuffix(searched(""), "\n") + " {a: b}\n", contains: "must be a list",
+	},
+	{
 		name: "trigger section", code: definition.CodeUnsupportedSection, pos: "4:1",
 		src: `kind: Workflow
 name: x

@@ -6,10 +6,10 @@
 //
 // Inline plans (the plans section and @plan/NAME targets) are parsed into
 // Definition.Plans with every default filled in, the schedule section into
-// Definition.Schedule. The language has parts this version does not run yet
-// — stream triggers and search attributes. Parse recognises their sections and reports them as not
-// supported (E150) rather than as unknown, so adding them later changes only
-// what is accepted.
+// Definition.Schedule, searchAttributes into Definition.SearchAttributes.
+// The language has a part this version does not run yet — stream triggers.
+// Parse recognises its section and reports it as not supported (E150)
+// rather than as unknown, so adding it later changes only what is accepted.
 package definition
 
 import (
@@ -95,6 +95,8 @@ type Definition struct {
 	Plans map[string]*Plan
 	// Schedule starts runs on its own; nil when the workflow has none.
 	Schedule *Schedule
+	// SearchAttributes are taken from each run's input when it starts.
+	SearchAttributes []SearchAttribute
 }
 
 // Plan returns the inline plan called name.

@@ -467,6 +467,9 @@ func FuzzParse(f *testing.F) {
 	for _, src := range scheduleSeeds {
 		f.Add([]byte(src))
 	}
+	for _, src := range searchSeeds {
+		f.Add([]byte(src))
+	}
 	f.Fuzz(func(t *testing.T, src []byte) {
 		def, diags, err := definition.Parse(src)
 		if err != nil {
@@ -487,6 +490,7 @@ func FuzzParse(f *testing.F) {
 		for _, d := range diags {
 			require.Equal(t, definition.Warning, d.Severity)
 		}
+		checkSearchAttributes(t, def.SearchAttributes)
 		// A valid definition is closed: every transition goes somewhere.
 		steps := []*definition.Step{def.Start}
 		for _, name := range def.StepOrder {

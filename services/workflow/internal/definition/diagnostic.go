@@ -45,7 +45,7 @@ func (p Position) String() string {
 
 // Code is a stable diagnostic code: E1xx structure, E2xx target references,
 // E3xx transitions, E4xx duplicates, E5xx signals, timers and retry values,
-// E6xx plans, E7xx schedules.
+// E6xx plans, E70x schedules, E72x search attributes.
 // Warnings use W and the number of their category.
 type Code string
 
@@ -67,7 +67,7 @@ const (
 	CodeInputMapping       Code = "E113" // inputMapping is not a JSON template
 	CodeMergeKey           Code = "E114" // YAML merge keys are not supported
 	CodeLimit              Code = "E115" // too many steps, terminals, transitions, plans or executors
-	CodeUnsupportedSection Code = "E150" // trigger, searchAttributes: not yet
+	CodeUnsupportedSection Code = "E150" // trigger: not yet
 )
 
 // Target references.
@@ -148,6 +148,15 @@ const (
 	CodeTimezone      Code = "E706" // unknown time zone, or one on an interval
 )
 
+// Search attributes.
+const (
+	CodeAttributeName      Code = "E721" // attribute name absent or malformed
+	CodeAttributeType      Code = "E722" // attribute type absent or unknown
+	CodeAttributeFrom      Code = "E723" // from absent, not into the input, or not singular
+	CodeDuplicateAttribute Code = "E724" // two attributes with one name
+	CodeAttributeReserved  Code = "E725" // a built-in field or query keyword as a name
+)
+
 // CodeInfo documents one code.
 type CodeInfo struct {
 	Code     Code
@@ -173,8 +182,8 @@ var Codes = []CodeInfo{
 	{CodeRunOnly, Error, "retry, poll or inputMapping on a waitForSignal step; they apply to run steps only."},
 	{CodeInputMapping, Error, "inputMapping is not a JSON template: invalid JSON, a key written twice, or nested too deeply."},
 	{CodeMergeKey, Error, "A YAML merge key (<<); anchors and aliases work, merges do not."},
-	{CodeLimit, Error, "Too many steps (1000), custom terminals (1000), transitions in one step (64), plans (100), executors in one plan (32), or entries in one invalidate_on or error code list (100)."},
-	{CodeUnsupportedSection, Error, "trigger or searchAttributes: part of the language, not supported by this version yet."},
+	{CodeLimit, Error, "Too many steps (1000), custom terminals (1000), transitions in one step (64), plans (100), executors in one plan (32), search attributes (32), or entries in one invalidate_on or error code list (100)."},
+	{CodeUnsupportedSection, Error, "trigger: part of the language, not supported by this version yet."},
 	{CodeTarget, Error, "run is not @actions/NAME, @workflow/NAME[:VERSION] or @plan/NAME."},
 	{CodeTargetName, Error, "The action, workflow or plan name in a target is malformed."},
 	{CodeUnknownPlan, Error, "@plan/NAME names no plan of this workflow (the message suggests the closest plan)."},
@@ -229,6 +238,11 @@ var Codes = []CodeInfo{
 	{CodeMaxConcurrent, Error, "max_concurrent is not between 1 and 1000."},
 	{CodeScheduleInput, Error, "The schedule's input is not JSON text."},
 	{CodeTimezone, Error, "timezone is not an IANA time zone, or is set on an interval schedule."},
+	{CodeAttributeName, Error, "A search attribute has no name, or its name is malformed (1–128 letters, digits, '.', '_', '-', starting with a letter)."},
+	{CodeAttributeType, Error, "A search attribute has no type, or its type is not string, number or timestamp."},
+	{CodeAttributeFrom, Error, "A search attribute has no from, or from is not a path into the input (input.FIELD…) that selects one value."},
+	{CodeDuplicateAttribute, Error, "Two search attributes with the same name."},
+	{CodeAttributeReserved, Error, "A search attribute named like a built-in query field (workflow, status, started_at, finished_at) or keyword (and, or, in), in any case."},
 }
 
 // Diagnostic is one problem found in a definition.

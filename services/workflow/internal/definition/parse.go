@@ -405,14 +405,13 @@ var topFields = []string{"kind", "name", "version", "idempotency", "start", "ste
 
 // unsupportedSections are parts of the language a later version runs.
 var unsupportedSections = map[string]string{
-	"trigger":          "stream triggers",
-	"searchAttributes": "search attributes",
+	"trigger": "stream triggers",
 }
 
 func (p *parser) definition(root *yaml.Node) *Definition {
 	fields := p.object(root, "", "the workflow", topFields)
 	def := &Definition{Idempotency: IdempotencyNone, Steps: map[string]*Step{}, Terminals: map[string]Terminal{}, Plans: map[string]*Plan{}}
-	for _, name := range []string{"trigger", "searchAttributes"} {
+	for _, name := range []string{"trigger"} {
 		if f, ok := fields[name]; ok {
 			p.errorf(CodeUnsupportedSection, f.key, f.path, "%s (%s) are not supported by this version yet", unsupportedSections[name], name)
 		}
@@ -468,6 +467,9 @@ func (p *parser) definition(root *yaml.Node) *Definition {
 	}
 	if f, ok := fields["schedule"]; ok {
 		p.schedule(f, def)
+	}
+	if f, ok := fields["searchAttributes"]; ok {
+		p.searchAttributes(f, def)
 	}
 	if f, ok := fields["steps"]; ok {
 		p.steps(f, def)
