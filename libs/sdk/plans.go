@@ -47,8 +47,8 @@ type ExecutorStatus struct {
 	// BusinessSuccessRate is the decay-weighted share of those the executor did not refuse with
 	// a fatal error code.
 	BusinessSuccessRate float64 `json:"business_success_rate"`
-	// Breaker is closed, open or half-open; empty when the executor has no breaker.
-	Breaker string `json:"breaker,omitempty"`
+	// Breaker is closed, open or half-open; none when the executor has no breaker.
+	Breaker string `json:"breaker"`
 	// AttemptsLastMinute counts the attempts this replica started in the last minute.
 	AttemptsLastMinute int64 `json:"attempts_last_minute"`
 }

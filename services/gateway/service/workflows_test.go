@@ -347,6 +347,14 @@ func TestWorkflowsBadInputOverREST(t *testing.T) {
 			http.StatusBadRequest, codes.InvalidArgument, "RUN_STATUS_NOPE"},
 		{"list limit over the maximum", http.MethodGet, "/v1/namespaces/default/runs?limit=5000", nil,
 			http.StatusBadRequest, codes.InvalidArgument, "limit must be between"},
+		{"plans of an unknown workflow", http.MethodGet, "/v1/namespaces/default/workflows/missing/plans", nil,
+			http.StatusNotFound, codes.NotFound, "workflow missing not found"},
+		{"plans of an unknown version", http.MethodGet, "/v1/namespaces/default/workflows/process-order/plans?version=9", nil,
+			http.StatusNotFound, codes.NotFound, "workflow process-order version 9 not found"},
+		{"plan cache invalidation without event", http.MethodPost, "/v1/namespaces/default/plan-cache:invalidate",
+			map[string]any{"key": "k"}, http.StatusBadRequest, codes.InvalidArgument, "event is required"},
+		{"plan cache invalidation of a bad event", http.MethodPost, "/v1/namespaces/default/plan-cache:invalidate",
+			map[string]any{"event": "-refunded"}, http.StatusBadRequest, codes.InvalidArgument, `event "-refunded" is invalid`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

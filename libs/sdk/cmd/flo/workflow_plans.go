@@ -65,12 +65,8 @@ func printPlans(out io.Writer, plans *flo.WorkflowPlans) error {
 		fmt.Fprintf(w, "\nplan %s (%s)\n", p.Name, p.Selection)
 		fmt.Fprintln(w, "  EXECUTOR\tACTION\tPRIORITY\tSCORE\tSAMPLES\tAPI OK\tBUSINESS OK\tBREAKER\tATTEMPTS/MIN")
 		for _, e := range p.Executors {
-			breaker := e.Breaker
-			if breaker == "" {
-				breaker = "none"
-			}
 			fmt.Fprintf(w, "  %s\t%s\t%d\t%.3f\t%d\t%.3f\t%.3f\t%s\t%d\n", e.Name, e.Action, e.Priority, e.Score,
-				e.Samples, e.APISuccessRate, e.BusinessSuccessRate, breaker, e.AttemptsLastMinute)
+				e.Samples, e.APISuccessRate, e.BusinessSuccessRate, e.Breaker, e.AttemptsLastMinute)
 		}
 	}
 	return w.Flush()

@@ -8068,7 +8068,7 @@ type ExecutorStatus struct {
 	ApiSuccessRate float64 `protobuf:"fixed64,6,opt,name=api_success_rate,json=apiSuccessRate,proto3" json:"api_success_rate,omitempty"`
 	// Decay-weighted share of those it did not refuse with a fatal error code.
 	BusinessSuccessRate float64 `protobuf:"fixed64,7,opt,name=business_success_rate,json=businessSuccessRate,proto3" json:"business_success_rate,omitempty"`
-	// closed, open or half-open; empty when the executor has no breaker.
+	// closed, open or half-open; none when the executor has no breaker.
 	Breaker string `protobuf:"bytes,8,opt,name=breaker,proto3" json:"breaker,omitempty"`
 	// Attempts this replica started in the last minute.
 	AttemptsLastMinute int64 `protobuf:"varint,9,opt,name=attempts_last_minute,json=attemptsLastMinute,proto3" json:"attempts_last_minute,omitempty"`
