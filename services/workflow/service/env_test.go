@@ -91,6 +91,12 @@ type wfReplica struct {
 // shuts it down gracefully and checks that Run returned nil.
 func startWorkflow(t testing.TB, dbURL string, brokers []string, opts ...func(*service.Config)) *wfReplica {
 	t.Helper()
+	return startWorkflowWith(t, dbURL, brokers, testLog(), nil, opts...)
+}
+
+// startWorkflowWith is startWorkflow with a logger and service options.
+func startWorkflowWith(t testing.TB, dbURL string, brokers []string, log *slog.Logger, svcOpts []service.Option, opts ...func(*service.Config)) *wfReplica {
+	t.Helper()
 	cfg := service.Config{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		MaxPayloadBytes: 64 << 10, TimerTick: 200 * time.Millisecond,
@@ -101,7 +107,7 @@ func startWorkflow(t testing.TB, dbURL string, brokers []string, opts ...func(*s
 		opt(&cfg)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := service.New(ctx, cfg, testLog())
+	svc, err := service.New(ctx, cfg, log, svcOpts...)
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()

@@ -31,6 +31,7 @@ import (
 	"github.com/razorbill/flo/services/workflow/internal/catalog"
 	"github.com/razorbill/flo/services/workflow/internal/grpcapi"
 	"github.com/razorbill/flo/services/workflow/internal/runner"
+	"github.com/razorbill/flo/services/workflow/internal/schedule"
 	"github.com/razorbill/flo/services/workflow/internal/store"
 	"github.com/razorbill/flo/services/workflow/internal/timer"
 	"github.com/razorbill/flo/services/workflow/migrations"
@@ -52,6 +53,10 @@ const (
 // check expires_at).
 const planSweepInterval = time.Minute
 
+// defaultScheduleTick is the scheduler's safety tick when Config leaves it
+// zero.
+const defaultScheduleTick = 5 * time.Second
+
 // Config is the workflow service's configuration, read from FLO_* variables.
 type Config struct {
 	GRPCAddr string `env:"FLO_WORKFLOW_GRPC_ADDR, default=:9104"`
@@ -62,9 +67,12 @@ type Config struct {
 	// TimerTick is the slowest the timer loop looks for due timers; it
 	// normally wakes exactly when the next one is due.
 	TimerTick time.Duration `env:"FLO_WORKFLOW_TIMER_TICK, default=1s"`
-	Postgres  config.Postgres
-	Kafka     config.Kafka
-	Shutdown  config.Shutdown
+	// ScheduleTick is the slowest the scheduler looks for due schedules;
+	// it normally wakes exactly at the next fire time. Zero means 5s.
+	ScheduleTick time.Duration `env:"FLO_WORKFLOW_SCHEDULE_TICK, default=5s"`
+	Postgres     config.Postgres
+	Kafka        config.Kafka
+	Shutdown     config.Shutdown
 }
 
 // Option adjusts a Service.
@@ -72,6 +80,13 @@ type Option func(*options)
 
 type options struct {
 	metrics http.Handler
+	now     func() time.Time
+}
+
+// WithClock makes schedules read the time from now instead of time.Now, so
+// a test can move it.
+func WithClock(now func() time.Time) Option {
+	return func(o *options) { o.now = now }
 }
 
 // WithMetricsHandler serves h at /metrics, typically the handler of the
@@ -93,6 +108,8 @@ type Service struct {
 	gauges   *telemetry.Gauges
 	timers   *timer.Loop
 	listener *wake.Listener
+	// schedules is the scheduler loop.
+	schedules *timer.Loop
 
 	grpcServer *grpc.Server
 	grpcLis    net.Listener
@@ -107,7 +124,7 @@ type Service struct {
 // the topics it uses), and opens both listeners, so GRPCAddr and HTTPAddr are
 // known before Run.
 func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *Service, err error) {
-	var o options
+	o := options{now: time.Now}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -135,6 +152,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 
 	meter := otel.Meter("github.com/razorbill/flo/services/workflow")
 	cat := catalog.New(s.pool)
+	cat.SetClock(o.now)
 	s.runner, err = runner.New(s.pool, cat, s.relay, runner.Config{MaxPayloadBytes: cfg.MaxPayloadBytes, SafetyTick: cfg.TimerTick}, log, meter)
 	if err != nil {
 		return nil, fmt.Errorf("workflow: %w", err)
@@ -144,9 +162,18 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	}
 	s.timers = timer.NewLoop(s.runner, cfg.TimerTick, log)
 	s.runner.SetTimerWaker(s.timers)
+	scheduleTick := cfg.ScheduleTick
+	if scheduleTick == 0 {
+		scheduleTick = defaultScheduleTick
+	}
+	s.schedules = schedule.NewLoop(s.runner, o.now, scheduleTick, log)
 	s.listener = wake.NewListener(pg.Dialer(s.pool), map[string]func(string){
-		store.TimersChannel: func(string) { s.timers.WakeNow() },
-	}, s.timers.WakeNow, log)
+		store.TimersChannel:    func(string) { s.timers.WakeNow() },
+		store.SchedulesChannel: func(string) { s.schedules.WakeNow() },
+	}, func() {
+		s.timers.WakeNow()
+		s.schedules.WakeNow()
+	}, log)
 
 	s.grpcServer = grpcapi.NewGRPCServer(cat, s.runner, log)
 	if s.grpcLis, s.httpLis, err = stage.Listen(cfg.GRPCAddr, cfg.HTTPAddr); err != nil {
@@ -170,6 +197,8 @@ func validate(cfg Config) error {
 		return fmt.Errorf("workflow: FLO_MAX_PAYLOAD_BYTES must be positive, got %d", cfg.MaxPayloadBytes)
 	case cfg.TimerTick <= 0 || cfg.TimerTick > time.Minute:
 		return fmt.Errorf("workflow: FLO_WORKFLOW_TIMER_TICK must be between 0 and 1m, got %s", cfg.TimerTick)
+	case cfg.ScheduleTick < 0 || cfg.ScheduleTick > time.Minute:
+		return fmt.Errorf("workflow: FLO_WORKFLOW_SCHEDULE_TICK must be between 0 and 1m, got %s", cfg.ScheduleTick)
 	}
 	return nil
 }
@@ -196,6 +225,7 @@ func (s *Service) Run(ctx context.Context) error {
 			Go("runner", s.runner.Run).
 			Go("run gauges", s.gauges.Run).
 			Go("timer loop", s.timers.Run).
+			Go("scheduler", s.schedules.Run).
 			Go("timer listener", s.listener.Run).
 			Go("plan sweep", func(ctx context.Context) error {
 				return sweep.Every(ctx, planSweepInterval, s.log, "sweep expired plan cache entries and rate windows", s.runner.SweepPlans)

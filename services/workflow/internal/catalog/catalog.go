@@ -31,6 +31,8 @@ const maxCached = 4096
 // Catalog owns workflow definitions.
 type Catalog struct {
 	pool *pgxpool.Pool
+	// now is the clock schedules' fire times are computed from.
+	now func() time.Time
 
 	mu    sync.Mutex
 	cache map[store.VersionKey]*definition.Definition
@@ -38,8 +40,11 @@ type Catalog struct {
 
 // New returns a Catalog on pool.
 func New(pool *pgxpool.Pool) *Catalog {
-	return &Catalog{pool: pool, cache: map[store.VersionKey]*definition.Definition{}}
+	return &Catalog{pool: pool, now: time.Now, cache: map[store.VersionKey]*definition.Definition{}}
 }
+
+// SetClock sets the clock schedules' fire times are computed from.
+func (c *Catalog) SetClock(now func() time.Time) { c.now = now }
 
 // Checked is what validating a YAML source found.
 type Checked struct {
@@ -80,8 +85,10 @@ func (c *Catalog) Create(ctx context.Context, namespace, src string) (_ store.Wo
 	var stored store.Workflow
 	err = pg.InTx(ctx, c.pool, func(tx pgx.Tx) error {
 		var err error
-		stored, err = store.InsertVersion(ctx, tx, workflowOf(namespace, src, def))
-		return err
+		if stored, err = store.InsertVersion(ctx, tx, workflowOf(namespace, src, def)); err != nil {
+			return err
+		}
+		return c.replaceSchedule(ctx, tx, namespace, def)
 	})
 	if err != nil {
 		return store.Workflow{}, nil, fmt.Errorf("create workflow %s version %s: %w", def.Name, def.Version, err)
@@ -151,12 +158,19 @@ func (c *Catalog) List(ctx context.Context, namespace, name string, allVersions 
 }
 
 // SetEnabled lets new runs of every version of a workflow start, or refuses
-// them, and returns the latest version. Running runs are not affected.
+// them, and returns the latest version. Running runs are not affected. The
+// workflow's schedule pauses with it and resumes from now.
 func (c *Catalog) SetEnabled(ctx context.Context, namespace, name string, enabled bool) (store.Workflow, error) {
 	if err := checkName(namespace, name); err != nil {
 		return store.Workflow{}, err
 	}
-	if err := store.SetEnabled(ctx, c.pool, namespace, name, enabled); err != nil {
+	err := pg.InTx(ctx, c.pool, func(tx pgx.Tx) error {
+		if err := store.SetEnabled(ctx, tx, namespace, name, enabled); err != nil {
+			return err
+		}
+		return c.switchSchedule(ctx, tx, namespace, name, enabled)
+	})
+	if err != nil {
 		if errors.Is(err, pg.ErrNotFound) {
 			return store.Workflow{}, NotFound(name, "")
 		}

@@ -78,6 +78,9 @@ type Run struct {
 	Error                            string
 	ParentRunID, ParentToken         string
 	CreatedAt, UpdatedAt, FinishedAt time.Time
+	// ScheduledFor is the tick of the schedule that started the run; zero
+	// when a client or a parent did.
+	ScheduledFor time.Time `json:",omitzero"`
 }
 
 // StepResult is what a finished step visit left behind.
@@ -210,7 +213,7 @@ type HistoryEvent struct {
 }
 
 // The history event types: the workflow language's table plus
-// poll_scheduled, child_started and child_completed.
+// poll_scheduled, child_started, child_completed and schedule_fired.
 const (
 	HistoryWorkflowStarted   = "workflow_started"
 	HistoryStepStarted       = "step_started"
@@ -232,6 +235,9 @@ const (
 	HistoryPollScheduled     = "poll_scheduled"
 	HistoryChildStarted      = "child_started"
 	HistoryChildCompleted    = "child_completed"
+	// HistoryScheduleFired opens the history of a run a schedule started;
+	// its detail is the tick.
+	HistoryScheduleFired = "schedule_fired"
 )
 
 // Env is what an advance may read besides the run and its definition.
