@@ -36,7 +36,7 @@ type ExecutorStatus struct {
 	Priority int    `json:"priority"`
 	// Score is the health score, from 0 to 1: APISuccessRate*0.7 + BusinessSuccessRate*0.3,
 	// times 0.1 with the breaker open and 0.5 half-open. Below the plan's min_samples it is 1
-	// (times the breaker's factor).
+	// whatever the breaker's state: the executor is ordered by priority until it has samples.
 	Score float64 `json:"score"`
 	// Samples counts the outcomes inside the plan's health window.
 	Samples int `json:"samples"`
