@@ -7170,10 +7170,15 @@ type WorkflowRun struct {
 	IdempotencyKey string          `protobuf:"bytes,12,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	ParentRunId    string          `protobuf:"bytes,13,opt,name=parent_run_id,json=parentRunId,proto3" json:"parent_run_id,omitempty"`
 	// The signal type a waiting run waits for.
-	WaitingFor    string                 `protobuf:"bytes,14,opt,name=waiting_for,json=waitingFor,proto3" json:"waiting_for,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	WaitingFor string                 `protobuf:"bytes,14,opt,name=waiting_for,json=waitingFor,proto3" json:"waiting_for,omitempty"`
+	CreatedAt  *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt  *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// Who started the run: client, schedule or workflow (a parent run).
+	StartedBy string `protobuf:"bytes,18,opt,name=started_by,json=startedBy,proto3" json:"started_by,omitempty"`
+	// The schedule's tick that started the run; unset unless started_by is
+	// schedule.
+	ScheduledFor  *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=scheduled_for,json=scheduledFor,proto3" json:"scheduled_for,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -7323,6 +7328,20 @@ func (x *WorkflowRun) GetUpdatedAt() *timestamppb.Timestamp {
 func (x *WorkflowRun) GetFinishedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.FinishedAt
+	}
+	return nil
+}
+
+func (x *WorkflowRun) GetStartedBy() string {
+	if x != nil {
+		return x.StartedBy
+	}
+	return ""
+}
+
+func (x *WorkflowRun) GetScheduledFor() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ScheduledFor
 	}
 	return nil
 }
@@ -8278,6 +8297,271 @@ func (x *InvalidatePlanCacheResponse) GetRemoved() int64 {
 	return 0
 }
 
+type ListSchedulesRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Page size: zero means 100; at most 1,000, more is InvalidArgument.
+	Limit int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The next_page_token of the previous page; empty starts at the first.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSchedulesRequest) Reset() {
+	*x = ListSchedulesRequest{}
+	mi := &file_flo_v1_api_proto_msgTypes[110]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSchedulesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSchedulesRequest) ProtoMessage() {}
+
+func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[110]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
+func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{110}
+}
+
+func (x *ListSchedulesRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ListSchedulesRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListSchedulesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// Schedules by workflow name.
+type ListSchedulesResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Schedules []*WorkflowSchedule    `protobuf:"bytes,1,rep,name=schedules,proto3" json:"schedules,omitempty"`
+	// Continues the list where this page ended; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSchedulesResponse) Reset() {
+	*x = ListSchedulesResponse{}
+	mi := &file_flo_v1_api_proto_msgTypes[111]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSchedulesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSchedulesResponse) ProtoMessage() {}
+
+func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[111]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
+func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{111}
+}
+
+func (x *ListSchedulesResponse) GetSchedules() []*WorkflowSchedule {
+	if x != nil {
+		return x.Schedules
+	}
+	return nil
+}
+
+func (x *ListSchedulesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// WorkflowSchedule is a workflow's schedule, written by the version that
+// owns it, and where it stands.
+type WorkflowSchedule struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Workflow string                 `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	Version  string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	// The 5-field cron expression; empty for an interval schedule.
+	Cron string `protobuf:"bytes,3,opt,name=cron,proto3" json:"cron,omitempty"`
+	// The time zone cron is read in (UTC unless the schedule names one).
+	Timezone string `protobuf:"bytes,4,opt,name=timezone,proto3" json:"timezone,omitempty"`
+	// Milliseconds between ticks; zero for a cron schedule.
+	IntervalMs    int64 `protobuf:"varint,5,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
+	MaxConcurrent int32 `protobuf:"varint,6,opt,name=max_concurrent,json=maxConcurrent,proto3" json:"max_concurrent,omitempty"`
+	// active, paused (by the definition) or disabled (with the workflow).
+	State      string                 `protobuf:"bytes,7,opt,name=state,proto3" json:"state,omitempty"`
+	NextFireAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=next_fire_at,json=nextFireAt,proto3" json:"next_fire_at,omitempty"`
+	// The tick of the last run the schedule started; unset before the first.
+	LastFireAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=last_fire_at,json=lastFireAt,proto3" json:"last_fire_at,omitempty"`
+	LastRunId  string                 `protobuf:"bytes,10,opt,name=last_run_id,json=lastRunId,proto3" json:"last_run_id,omitempty"`
+	// Ticks that started a run, and ticks skipped because max_concurrent
+	// runs were still going.
+	Fired         int64                  `protobuf:"varint,11,opt,name=fired,proto3" json:"fired,omitempty"`
+	Skipped       int64                  `protobuf:"varint,12,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	LastSkippedAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=last_skipped_at,json=lastSkippedAt,proto3" json:"last_skipped_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkflowSchedule) Reset() {
+	*x = WorkflowSchedule{}
+	mi := &file_flo_v1_api_proto_msgTypes[112]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkflowSchedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkflowSchedule) ProtoMessage() {}
+
+func (x *WorkflowSchedule) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[112]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkflowSchedule.ProtoReflect.Descriptor instead.
+func (*WorkflowSchedule) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{112}
+}
+
+func (x *WorkflowSchedule) GetWorkflow() string {
+	if x != nil {
+		return x.Workflow
+	}
+	return ""
+}
+
+func (x *WorkflowSchedule) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *WorkflowSchedule) GetCron() string {
+	if x != nil {
+		return x.Cron
+	}
+	return ""
+}
+
+func (x *WorkflowSchedule) GetTimezone() string {
+	if x != nil {
+		return x.Timezone
+	}
+	return ""
+}
+
+func (x *WorkflowSchedule) GetIntervalMs() int64 {
+	if x != nil {
+		return x.IntervalMs
+	}
+	return 0
+}
+
+func (x *WorkflowSchedule) GetMaxConcurrent() int32 {
+	if x != nil {
+		return x.MaxConcurrent
+	}
+	return 0
+}
+
+func (x *WorkflowSchedule) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *WorkflowSchedule) GetNextFireAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextFireAt
+	}
+	return nil
+}
+
+func (x *WorkflowSchedule) GetLastFireAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastFireAt
+	}
+	return nil
+}
+
+func (x *WorkflowSchedule) GetLastRunId() string {
+	if x != nil {
+		return x.LastRunId
+	}
+	return ""
+}
+
+func (x *WorkflowSchedule) GetFired() int64 {
+	if x != nil {
+		return x.Fired
+	}
+	return 0
+}
+
+func (x *WorkflowSchedule) GetSkipped() int64 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
+func (x *WorkflowSchedule) GetLastSkippedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastSkippedAt
+	}
+	return nil
+}
+
 var File_flo_v1_api_proto protoreflect.FileDescriptor
 
 const file_flo_v1_api_proto_rawDesc = "" +
@@ -8828,7 +9112,7 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\foutput_value\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\voutputValue\x12\x1a\n" +
 	"\battempts\x18\x05 \x01(\x05R\battempts\x12;\n" +
 	"\vfinished_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"finishedAt\"\x96\x05\n" +
+	"finishedAt\"\xf6\x05\n" +
 	"\vWorkflowRun\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1a\n" +
@@ -8852,7 +9136,10 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12;\n" +
 	"\vfinished_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"finishedAt\"D\n" +
+	"finishedAt\x12\x1d\n" +
+	"\n" +
+	"started_by\x18\x12 \x01(\tR\tstartedBy\x12?\n" +
+	"\rscheduled_for\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\fscheduledFor\"D\n" +
 	"\rGetRunRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\"\xaf\x02\n" +
@@ -8920,7 +9207,33 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\x05event\x18\x02 \x01(\tR\x05event\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\tR\x03key\"7\n" +
 	"\x1bInvalidatePlanCacheResponse\x12\x18\n" +
-	"\aremoved\x18\x01 \x01(\x03R\aremoved*Y\n" +
+	"\aremoved\x18\x01 \x01(\x03R\aremoved\"i\n" +
+	"\x14ListSchedulesRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"w\n" +
+	"\x15ListSchedulesResponse\x126\n" +
+	"\tschedules\x18\x01 \x03(\v2\x18.flo.v1.WorkflowScheduleR\tschedules\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xe6\x03\n" +
+	"\x10WorkflowSchedule\x12\x1a\n" +
+	"\bworkflow\x18\x01 \x01(\tR\bworkflow\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12\x12\n" +
+	"\x04cron\x18\x03 \x01(\tR\x04cron\x12\x1a\n" +
+	"\btimezone\x18\x04 \x01(\tR\btimezone\x12\x1f\n" +
+	"\vinterval_ms\x18\x05 \x01(\x03R\n" +
+	"intervalMs\x12%\n" +
+	"\x0emax_concurrent\x18\x06 \x01(\x05R\rmaxConcurrent\x12\x14\n" +
+	"\x05state\x18\a \x01(\tR\x05state\x12<\n" +
+	"\fnext_fire_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"nextFireAt\x12<\n" +
+	"\flast_fire_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"lastFireAt\x12\x1e\n" +
+	"\vlast_run_id\x18\n" +
+	" \x01(\tR\tlastRunId\x12\x14\n" +
+	"\x05fired\x18\v \x01(\x03R\x05fired\x12\x18\n" +
+	"\askipped\x18\f \x01(\x03R\askipped\x12B\n" +
+	"\x0flast_skipped_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\rlastSkippedAt*Y\n" +
 	"\n" +
 	"WorkerType\x12\x1b\n" +
 	"\x17WORKER_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
@@ -9008,7 +9321,7 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\vListPending\x12\x1a.flo.v1.ListPendingRequest\x1a\x1b.flo.v1.ListPendingResponse\x12@\n" +
 	"\tGroupRead\x12\x18.flo.v1.GroupReadRequest\x1a\x19.flo.v1.GroupReadResponse\x12.\n" +
 	"\x03Ack\x12\x12.flo.v1.AckRequest\x1a\x13.flo.v1.AckResponse\x121\n" +
-	"\x04Nack\x12\x13.flo.v1.NackRequest\x1a\x14.flo.v1.NackResponse2\xff\a\n" +
+	"\x04Nack\x12\x13.flo.v1.NackRequest\x1a\x14.flo.v1.NackResponse2\xcd\b\n" +
 	"\x0fWorkflowService\x12O\n" +
 	"\x0eCreateWorkflow\x12\x1d.flo.v1.CreateWorkflowRequest\x1a\x1e.flo.v1.CreateWorkflowResponse\x12U\n" +
 	"\x10ValidateWorkflow\x12\x1f.flo.v1.ValidateWorkflowRequest\x1a .flo.v1.ValidateWorkflowResponse\x12E\n" +
@@ -9023,7 +9336,8 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\tCancelRun\x12\x18.flo.v1.CancelRunRequest\x1a\x13.flo.v1.WorkflowRun\x12:\n" +
 	"\rGetRunHistory\x12\x15.flo.v1.GetRunRequest\x1a\x12.flo.v1.RunHistory\x12J\n" +
 	"\x10GetWorkflowPlans\x12\x1f.flo.v1.GetWorkflowPlansRequest\x1a\x15.flo.v1.WorkflowPlans\x12^\n" +
-	"\x13InvalidatePlanCache\x12\".flo.v1.InvalidatePlanCacheRequest\x1a#.flo.v1.InvalidatePlanCacheResponseB1Z/github.com/razorbill/flo/proto/gen/flo/v1;flov1b\x06proto3"
+	"\x13InvalidatePlanCache\x12\".flo.v1.InvalidatePlanCacheRequest\x1a#.flo.v1.InvalidatePlanCacheResponse\x12L\n" +
+	"\rListSchedules\x12\x1c.flo.v1.ListSchedulesRequest\x1a\x1d.flo.v1.ListSchedulesResponseB1Z/github.com/razorbill/flo/proto/gen/flo/v1;flov1b\x06proto3"
 
 var (
 	file_flo_v1_api_proto_rawDescOnce sync.Once
@@ -9038,7 +9352,7 @@ func file_flo_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_flo_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_flo_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 115)
+var file_flo_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 118)
 var file_flo_v1_api_proto_goTypes = []any{
 	(WorkerType)(0),                     // 0: flo.v1.WorkerType
 	(WorkerStatus)(0),                   // 1: flo.v1.WorkerStatus
@@ -9157,45 +9471,48 @@ var file_flo_v1_api_proto_goTypes = []any{
 	(*ExecutorStatus)(nil),              // 114: flo.v1.ExecutorStatus
 	(*InvalidatePlanCacheRequest)(nil),  // 115: flo.v1.InvalidatePlanCacheRequest
 	(*InvalidatePlanCacheResponse)(nil), // 116: flo.v1.InvalidatePlanCacheResponse
-	nil,                                 // 117: flo.v1.TaskAssignment.TraceContextEntry
-	nil,                                 // 118: flo.v1.Result.TraceContextEntry
-	nil,                                 // 119: flo.v1.StreamRecord.HeadersEntry
-	nil,                                 // 120: flo.v1.StreamRecord.TraceContextEntry
-	nil,                                 // 121: flo.v1.AppendRecord.HeadersEntry
-	(*timestamppb.Timestamp)(nil),       // 122: google.protobuf.Timestamp
-	(*structpb.Value)(nil),              // 123: google.protobuf.Value
+	(*ListSchedulesRequest)(nil),        // 117: flo.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),       // 118: flo.v1.ListSchedulesResponse
+	(*WorkflowSchedule)(nil),            // 119: flo.v1.WorkflowSchedule
+	nil,                                 // 120: flo.v1.TaskAssignment.TraceContextEntry
+	nil,                                 // 121: flo.v1.Result.TraceContextEntry
+	nil,                                 // 122: flo.v1.StreamRecord.HeadersEntry
+	nil,                                 // 123: flo.v1.StreamRecord.TraceContextEntry
+	nil,                                 // 124: flo.v1.AppendRecord.HeadersEntry
+	(*timestamppb.Timestamp)(nil),       // 125: google.protobuf.Timestamp
+	(*structpb.Value)(nil),              // 126: google.protobuf.Value
 }
 var file_flo_v1_api_proto_depIdxs = []int32{
-	122, // 0: flo.v1.Namespace.created_at:type_name -> google.protobuf.Timestamp
+	125, // 0: flo.v1.Namespace.created_at:type_name -> google.protobuf.Timestamp
 	7,   // 1: flo.v1.ListNamespacesResponse.namespaces:type_name -> flo.v1.Namespace
 	2,   // 2: flo.v1.WorkerProcess.kind:type_name -> flo.v1.ProcessKind
-	122, // 3: flo.v1.WorkerProcess.last_run_at:type_name -> google.protobuf.Timestamp
+	125, // 3: flo.v1.WorkerProcess.last_run_at:type_name -> google.protobuf.Timestamp
 	0,   // 4: flo.v1.Worker.worker_type:type_name -> flo.v1.WorkerType
 	1,   // 5: flo.v1.Worker.status:type_name -> flo.v1.WorkerStatus
 	12,  // 6: flo.v1.Worker.processes:type_name -> flo.v1.WorkerProcess
-	122, // 7: flo.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
-	122, // 8: flo.v1.Worker.last_heartbeat:type_name -> google.protobuf.Timestamp
+	125, // 7: flo.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
+	125, // 8: flo.v1.Worker.last_heartbeat:type_name -> google.protobuf.Timestamp
 	0,   // 9: flo.v1.RegisterWorkerRequest.worker_type:type_name -> flo.v1.WorkerType
 	12,  // 10: flo.v1.RegisterWorkerRequest.processes:type_name -> flo.v1.WorkerProcess
 	1,   // 11: flo.v1.HeartbeatResponse.status:type_name -> flo.v1.WorkerStatus
 	13,  // 12: flo.v1.ListWorkersResponse.workers:type_name -> flo.v1.Worker
 	3,   // 13: flo.v1.Backoff.kind:type_name -> flo.v1.BackoffKind
 	21,  // 14: flo.v1.Action.backoff:type_name -> flo.v1.Backoff
-	122, // 15: flo.v1.Action.created_at:type_name -> google.protobuf.Timestamp
-	122, // 16: flo.v1.Action.updated_at:type_name -> google.protobuf.Timestamp
+	125, // 15: flo.v1.Action.created_at:type_name -> google.protobuf.Timestamp
+	125, // 16: flo.v1.Action.updated_at:type_name -> google.protobuf.Timestamp
 	21,  // 17: flo.v1.RegisterActionRequest.backoff:type_name -> flo.v1.Backoff
 	22,  // 18: flo.v1.ListActionsResponse.actions:type_name -> flo.v1.Action
-	123, // 19: flo.v1.InvokeTaskRequest.input:type_name -> google.protobuf.Value
+	126, // 19: flo.v1.InvokeTaskRequest.input:type_name -> google.protobuf.Value
 	27,  // 20: flo.v1.InvokeTasksRequest.tasks:type_name -> flo.v1.InvokeTaskRequest
 	4,   // 21: flo.v1.Task.status:type_name -> flo.v1.TaskStatus
-	123, // 22: flo.v1.Task.output:type_name -> google.protobuf.Value
-	122, // 23: flo.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	122, // 24: flo.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	122, // 25: flo.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	122, // 26: flo.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	122, // 27: flo.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	122, // 28: flo.v1.Task.complete_by:type_name -> google.protobuf.Timestamp
-	123, // 29: flo.v1.CompleteTaskRequest.output:type_name -> google.protobuf.Value
+	126, // 22: flo.v1.Task.output:type_name -> google.protobuf.Value
+	125, // 23: flo.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	125, // 24: flo.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	125, // 25: flo.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	125, // 26: flo.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	125, // 27: flo.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	125, // 28: flo.v1.Task.complete_by:type_name -> google.protobuf.Timestamp
+	126, // 29: flo.v1.CompleteTaskRequest.output:type_name -> google.protobuf.Value
 	31,  // 30: flo.v1.ListDeadLettersResponse.tasks:type_name -> flo.v1.Task
 	41,  // 31: flo.v1.WorkerMessage.hello:type_name -> flo.v1.Hello
 	44,  // 32: flo.v1.WorkerMessage.ready:type_name -> flo.v1.Ready
@@ -9214,165 +9531,172 @@ var file_flo_v1_api_proto_depIdxs = []int32{
 	40,  // 45: flo.v1.ServerMessage.drain:type_name -> flo.v1.Drain
 	58,  // 46: flo.v1.ServerMessage.record_batch:type_name -> flo.v1.RecordBatch
 	42,  // 47: flo.v1.Hello.streams:type_name -> flo.v1.StreamSubscription
-	122, // 48: flo.v1.TaskAssignment.created_at:type_name -> google.protobuf.Timestamp
-	122, // 49: flo.v1.TaskAssignment.lease_until:type_name -> google.protobuf.Timestamp
-	117, // 50: flo.v1.TaskAssignment.trace_context:type_name -> flo.v1.TaskAssignment.TraceContextEntry
+	125, // 48: flo.v1.TaskAssignment.created_at:type_name -> google.protobuf.Timestamp
+	125, // 49: flo.v1.TaskAssignment.lease_until:type_name -> google.protobuf.Timestamp
+	120, // 50: flo.v1.TaskAssignment.trace_context:type_name -> flo.v1.TaskAssignment.TraceContextEntry
 	45,  // 51: flo.v1.TaskBatch.tasks:type_name -> flo.v1.TaskAssignment
 	48,  // 52: flo.v1.Result.completed:type_name -> flo.v1.Completed
 	49,  // 53: flo.v1.Result.failed:type_name -> flo.v1.Failed
 	50,  // 54: flo.v1.Result.pending:type_name -> flo.v1.Pending
-	118, // 55: flo.v1.Result.trace_context:type_name -> flo.v1.Result.TraceContextEntry
+	121, // 55: flo.v1.Result.trace_context:type_name -> flo.v1.Result.TraceContextEntry
 	47,  // 56: flo.v1.ResultBatch.results:type_name -> flo.v1.Result
-	122, // 57: flo.v1.TouchAck.lease_until:type_name -> google.protobuf.Timestamp
+	125, // 57: flo.v1.TouchAck.lease_until:type_name -> google.protobuf.Timestamp
 	68,  // 58: flo.v1.RecordBatch.records:type_name -> flo.v1.StreamRecord
-	122, // 59: flo.v1.Stream.created_at:type_name -> google.protobuf.Timestamp
+	125, // 59: flo.v1.Stream.created_at:type_name -> google.protobuf.Timestamp
 	61,  // 60: flo.v1.ListStreamsResponse.streams:type_name -> flo.v1.Stream
 	61,  // 61: flo.v1.StreamInfo.stream:type_name -> flo.v1.Stream
 	74,  // 62: flo.v1.StreamInfo.groups:type_name -> flo.v1.ConsumerGroup
-	123, // 63: flo.v1.StreamRecord.value:type_name -> google.protobuf.Value
-	119, // 64: flo.v1.StreamRecord.headers:type_name -> flo.v1.StreamRecord.HeadersEntry
-	122, // 65: flo.v1.StreamRecord.appended_at:type_name -> google.protobuf.Timestamp
-	120, // 66: flo.v1.StreamRecord.trace_context:type_name -> flo.v1.StreamRecord.TraceContextEntry
-	123, // 67: flo.v1.AppendRecord.value:type_name -> google.protobuf.Value
-	121, // 68: flo.v1.AppendRecord.headers:type_name -> flo.v1.AppendRecord.HeadersEntry
+	126, // 63: flo.v1.StreamRecord.value:type_name -> google.protobuf.Value
+	122, // 64: flo.v1.StreamRecord.headers:type_name -> flo.v1.StreamRecord.HeadersEntry
+	125, // 65: flo.v1.StreamRecord.appended_at:type_name -> google.protobuf.Timestamp
+	123, // 66: flo.v1.StreamRecord.trace_context:type_name -> flo.v1.StreamRecord.TraceContextEntry
+	126, // 67: flo.v1.AppendRecord.value:type_name -> google.protobuf.Value
+	124, // 68: flo.v1.AppendRecord.headers:type_name -> flo.v1.AppendRecord.HeadersEntry
 	69,  // 69: flo.v1.AppendRequest.records:type_name -> flo.v1.AppendRecord
 	68,  // 70: flo.v1.ReadResponse.records:type_name -> flo.v1.StreamRecord
-	122, // 71: flo.v1.ConsumerGroup.created_at:type_name -> google.protobuf.Timestamp
+	125, // 71: flo.v1.ConsumerGroup.created_at:type_name -> google.protobuf.Timestamp
 	74,  // 72: flo.v1.ListGroupsResponse.groups:type_name -> flo.v1.ConsumerGroup
-	122, // 73: flo.v1.PendingEntry.delivered_at:type_name -> google.protobuf.Timestamp
-	122, // 74: flo.v1.PendingEntry.redeliver_at:type_name -> google.protobuf.Timestamp
+	125, // 73: flo.v1.PendingEntry.delivered_at:type_name -> google.protobuf.Timestamp
+	125, // 74: flo.v1.PendingEntry.redeliver_at:type_name -> google.protobuf.Timestamp
 	81,  // 75: flo.v1.ListPendingResponse.entries:type_name -> flo.v1.PendingEntry
 	68,  // 76: flo.v1.GroupReadResponse.records:type_name -> flo.v1.StreamRecord
 	5,   // 77: flo.v1.Diagnostic.severity:type_name -> flo.v1.DiagnosticSeverity
-	122, // 78: flo.v1.WorkflowDefinition.created_at:type_name -> google.protobuf.Timestamp
+	125, // 78: flo.v1.WorkflowDefinition.created_at:type_name -> google.protobuf.Timestamp
 	90,  // 79: flo.v1.CreateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
 	89,  // 80: flo.v1.CreateWorkflowResponse.warnings:type_name -> flo.v1.Diagnostic
 	89,  // 81: flo.v1.ValidateWorkflowResponse.diagnostics:type_name -> flo.v1.Diagnostic
 	90,  // 82: flo.v1.ValidateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
 	90,  // 83: flo.v1.ListWorkflowsResponse.workflows:type_name -> flo.v1.WorkflowDefinition
-	123, // 84: flo.v1.StartRunRequest.input_value:type_name -> google.protobuf.Value
-	123, // 85: flo.v1.StepOutput.output_value:type_name -> google.protobuf.Value
-	122, // 86: flo.v1.StepOutput.finished_at:type_name -> google.protobuf.Timestamp
+	126, // 84: flo.v1.StartRunRequest.input_value:type_name -> google.protobuf.Value
+	126, // 85: flo.v1.StepOutput.output_value:type_name -> google.protobuf.Value
+	125, // 86: flo.v1.StepOutput.finished_at:type_name -> google.protobuf.Timestamp
 	6,   // 87: flo.v1.WorkflowRun.status:type_name -> flo.v1.RunStatus
-	123, // 88: flo.v1.WorkflowRun.input_value:type_name -> google.protobuf.Value
+	126, // 88: flo.v1.WorkflowRun.input_value:type_name -> google.protobuf.Value
 	101, // 89: flo.v1.WorkflowRun.outputs:type_name -> flo.v1.StepOutput
-	122, // 90: flo.v1.WorkflowRun.created_at:type_name -> google.protobuf.Timestamp
-	122, // 91: flo.v1.WorkflowRun.updated_at:type_name -> google.protobuf.Timestamp
-	122, // 92: flo.v1.WorkflowRun.finished_at:type_name -> google.protobuf.Timestamp
-	6,   // 93: flo.v1.ListRunsRequest.status:type_name -> flo.v1.RunStatus
-	122, // 94: flo.v1.ListRunsRequest.created_after:type_name -> google.protobuf.Timestamp
-	122, // 95: flo.v1.ListRunsRequest.created_before:type_name -> google.protobuf.Timestamp
-	102, // 96: flo.v1.ListRunsResponse.runs:type_name -> flo.v1.WorkflowRun
-	123, // 97: flo.v1.SignalRunRequest.value:type_name -> google.protobuf.Value
-	122, // 98: flo.v1.HistoryEvent.at:type_name -> google.protobuf.Timestamp
-	109, // 99: flo.v1.RunHistory.events:type_name -> flo.v1.HistoryEvent
-	113, // 100: flo.v1.WorkflowPlans.plans:type_name -> flo.v1.PlanStatus
-	114, // 101: flo.v1.PlanStatus.executors:type_name -> flo.v1.ExecutorStatus
-	8,   // 102: flo.v1.NamespaceService.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
-	9,   // 103: flo.v1.NamespaceService.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
-	10,  // 104: flo.v1.NamespaceService.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
-	23,  // 105: flo.v1.ActionService.RegisterAction:input_type -> flo.v1.RegisterActionRequest
-	24,  // 106: flo.v1.ActionService.GetAction:input_type -> flo.v1.GetActionRequest
-	25,  // 107: flo.v1.ActionService.ListActions:input_type -> flo.v1.ListActionsRequest
-	24,  // 108: flo.v1.ActionService.EnableAction:input_type -> flo.v1.GetActionRequest
-	24,  // 109: flo.v1.ActionService.DisableAction:input_type -> flo.v1.GetActionRequest
-	27,  // 110: flo.v1.TaskService.InvokeTask:input_type -> flo.v1.InvokeTaskRequest
-	29,  // 111: flo.v1.TaskService.InvokeTasks:input_type -> flo.v1.InvokeTasksRequest
-	32,  // 112: flo.v1.TaskService.GetTask:input_type -> flo.v1.GetTaskRequest
-	35,  // 113: flo.v1.TaskService.AwaitTask:input_type -> flo.v1.AwaitTaskRequest
-	36,  // 114: flo.v1.TaskService.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
-	32,  // 115: flo.v1.TaskService.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
-	33,  // 116: flo.v1.TaskService.CompleteTask:input_type -> flo.v1.CompleteTaskRequest
-	34,  // 117: flo.v1.TaskService.FailTask:input_type -> flo.v1.FailTaskRequest
-	14,  // 118: flo.v1.WorkerRegistryService.RegisterWorker:input_type -> flo.v1.RegisterWorkerRequest
-	15,  // 119: flo.v1.WorkerRegistryService.Heartbeat:input_type -> flo.v1.HeartbeatRequest
-	17,  // 120: flo.v1.WorkerRegistryService.GetWorker:input_type -> flo.v1.GetWorkerRequest
-	18,  // 121: flo.v1.WorkerRegistryService.ListWorkers:input_type -> flo.v1.ListWorkersRequest
-	17,  // 122: flo.v1.WorkerRegistryService.DrainWorker:input_type -> flo.v1.GetWorkerRequest
-	17,  // 123: flo.v1.WorkerRegistryService.DeregisterWorker:input_type -> flo.v1.GetWorkerRequest
-	38,  // 124: flo.v1.WorkerService.Stream:input_type -> flo.v1.WorkerMessage
-	62,  // 125: flo.v1.StreamService.CreateStream:input_type -> flo.v1.CreateStreamRequest
-	63,  // 126: flo.v1.StreamService.GetStream:input_type -> flo.v1.GetStreamRequest
-	64,  // 127: flo.v1.StreamService.ListStreams:input_type -> flo.v1.ListStreamsRequest
-	63,  // 128: flo.v1.StreamService.DeleteStream:input_type -> flo.v1.GetStreamRequest
-	70,  // 129: flo.v1.StreamService.Append:input_type -> flo.v1.AppendRequest
-	72,  // 130: flo.v1.StreamService.Read:input_type -> flo.v1.ReadRequest
-	75,  // 131: flo.v1.StreamService.CreateGroup:input_type -> flo.v1.CreateGroupRequest
-	77,  // 132: flo.v1.StreamService.ListGroups:input_type -> flo.v1.ListGroupsRequest
-	76,  // 133: flo.v1.StreamService.DeleteGroup:input_type -> flo.v1.GetGroupRequest
-	80,  // 134: flo.v1.StreamService.ListPending:input_type -> flo.v1.ListPendingRequest
-	83,  // 135: flo.v1.StreamService.GroupRead:input_type -> flo.v1.GroupReadRequest
-	85,  // 136: flo.v1.StreamService.Ack:input_type -> flo.v1.AckRequest
-	87,  // 137: flo.v1.StreamService.Nack:input_type -> flo.v1.NackRequest
-	91,  // 138: flo.v1.WorkflowService.CreateWorkflow:input_type -> flo.v1.CreateWorkflowRequest
-	93,  // 139: flo.v1.WorkflowService.ValidateWorkflow:input_type -> flo.v1.ValidateWorkflowRequest
-	95,  // 140: flo.v1.WorkflowService.GetWorkflow:input_type -> flo.v1.GetWorkflowRequest
-	96,  // 141: flo.v1.WorkflowService.ListWorkflows:input_type -> flo.v1.ListWorkflowsRequest
-	98,  // 142: flo.v1.WorkflowService.DisableWorkflow:input_type -> flo.v1.WorkflowNameRequest
-	98,  // 143: flo.v1.WorkflowService.EnableWorkflow:input_type -> flo.v1.WorkflowNameRequest
-	99,  // 144: flo.v1.WorkflowService.StartRun:input_type -> flo.v1.StartRunRequest
-	103, // 145: flo.v1.WorkflowService.GetRun:input_type -> flo.v1.GetRunRequest
-	104, // 146: flo.v1.WorkflowService.ListRuns:input_type -> flo.v1.ListRunsRequest
-	106, // 147: flo.v1.WorkflowService.SignalRun:input_type -> flo.v1.SignalRunRequest
-	108, // 148: flo.v1.WorkflowService.CancelRun:input_type -> flo.v1.CancelRunRequest
-	103, // 149: flo.v1.WorkflowService.GetRunHistory:input_type -> flo.v1.GetRunRequest
-	111, // 150: flo.v1.WorkflowService.GetWorkflowPlans:input_type -> flo.v1.GetWorkflowPlansRequest
-	115, // 151: flo.v1.WorkflowService.InvalidatePlanCache:input_type -> flo.v1.InvalidatePlanCacheRequest
-	7,   // 152: flo.v1.NamespaceService.CreateNamespace:output_type -> flo.v1.Namespace
-	7,   // 153: flo.v1.NamespaceService.GetNamespace:output_type -> flo.v1.Namespace
-	11,  // 154: flo.v1.NamespaceService.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
-	22,  // 155: flo.v1.ActionService.RegisterAction:output_type -> flo.v1.Action
-	22,  // 156: flo.v1.ActionService.GetAction:output_type -> flo.v1.Action
-	26,  // 157: flo.v1.ActionService.ListActions:output_type -> flo.v1.ListActionsResponse
-	22,  // 158: flo.v1.ActionService.EnableAction:output_type -> flo.v1.Action
-	22,  // 159: flo.v1.ActionService.DisableAction:output_type -> flo.v1.Action
-	28,  // 160: flo.v1.TaskService.InvokeTask:output_type -> flo.v1.InvokeTaskResponse
-	30,  // 161: flo.v1.TaskService.InvokeTasks:output_type -> flo.v1.InvokeTasksResponse
-	31,  // 162: flo.v1.TaskService.GetTask:output_type -> flo.v1.Task
-	31,  // 163: flo.v1.TaskService.AwaitTask:output_type -> flo.v1.Task
-	37,  // 164: flo.v1.TaskService.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
-	31,  // 165: flo.v1.TaskService.RequeueDeadLetter:output_type -> flo.v1.Task
-	31,  // 166: flo.v1.TaskService.CompleteTask:output_type -> flo.v1.Task
-	31,  // 167: flo.v1.TaskService.FailTask:output_type -> flo.v1.Task
-	13,  // 168: flo.v1.WorkerRegistryService.RegisterWorker:output_type -> flo.v1.Worker
-	16,  // 169: flo.v1.WorkerRegistryService.Heartbeat:output_type -> flo.v1.HeartbeatResponse
-	13,  // 170: flo.v1.WorkerRegistryService.GetWorker:output_type -> flo.v1.Worker
-	19,  // 171: flo.v1.WorkerRegistryService.ListWorkers:output_type -> flo.v1.ListWorkersResponse
-	13,  // 172: flo.v1.WorkerRegistryService.DrainWorker:output_type -> flo.v1.Worker
-	20,  // 173: flo.v1.WorkerRegistryService.DeregisterWorker:output_type -> flo.v1.DeregisterWorkerResponse
-	39,  // 174: flo.v1.WorkerService.Stream:output_type -> flo.v1.ServerMessage
-	61,  // 175: flo.v1.StreamService.CreateStream:output_type -> flo.v1.Stream
-	67,  // 176: flo.v1.StreamService.GetStream:output_type -> flo.v1.StreamInfo
-	65,  // 177: flo.v1.StreamService.ListStreams:output_type -> flo.v1.ListStreamsResponse
-	66,  // 178: flo.v1.StreamService.DeleteStream:output_type -> flo.v1.DeleteStreamResponse
-	71,  // 179: flo.v1.StreamService.Append:output_type -> flo.v1.AppendResponse
-	73,  // 180: flo.v1.StreamService.Read:output_type -> flo.v1.ReadResponse
-	74,  // 181: flo.v1.StreamService.CreateGroup:output_type -> flo.v1.ConsumerGroup
-	78,  // 182: flo.v1.StreamService.ListGroups:output_type -> flo.v1.ListGroupsResponse
-	79,  // 183: flo.v1.StreamService.DeleteGroup:output_type -> flo.v1.DeleteGroupResponse
-	82,  // 184: flo.v1.StreamService.ListPending:output_type -> flo.v1.ListPendingResponse
-	84,  // 185: flo.v1.StreamService.GroupRead:output_type -> flo.v1.GroupReadResponse
-	86,  // 186: flo.v1.StreamService.Ack:output_type -> flo.v1.AckResponse
-	88,  // 187: flo.v1.StreamService.Nack:output_type -> flo.v1.NackResponse
-	92,  // 188: flo.v1.WorkflowService.CreateWorkflow:output_type -> flo.v1.CreateWorkflowResponse
-	94,  // 189: flo.v1.WorkflowService.ValidateWorkflow:output_type -> flo.v1.ValidateWorkflowResponse
-	90,  // 190: flo.v1.WorkflowService.GetWorkflow:output_type -> flo.v1.WorkflowDefinition
-	97,  // 191: flo.v1.WorkflowService.ListWorkflows:output_type -> flo.v1.ListWorkflowsResponse
-	90,  // 192: flo.v1.WorkflowService.DisableWorkflow:output_type -> flo.v1.WorkflowDefinition
-	90,  // 193: flo.v1.WorkflowService.EnableWorkflow:output_type -> flo.v1.WorkflowDefinition
-	100, // 194: flo.v1.WorkflowService.StartRun:output_type -> flo.v1.StartRunResponse
-	102, // 195: flo.v1.WorkflowService.GetRun:output_type -> flo.v1.WorkflowRun
-	105, // 196: flo.v1.WorkflowService.ListRuns:output_type -> flo.v1.ListRunsResponse
-	107, // 197: flo.v1.WorkflowService.SignalRun:output_type -> flo.v1.SignalRunResponse
-	102, // 198: flo.v1.WorkflowService.CancelRun:output_type -> flo.v1.WorkflowRun
-	110, // 199: flo.v1.WorkflowService.GetRunHistory:output_type -> flo.v1.RunHistory
-	112, // 200: flo.v1.WorkflowService.GetWorkflowPlans:output_type -> flo.v1.WorkflowPlans
-	116, // 201: flo.v1.WorkflowService.InvalidatePlanCache:output_type -> flo.v1.InvalidatePlanCacheResponse
-	152, // [152:202] is the sub-list for method output_type
-	102, // [102:152] is the sub-list for method input_type
-	102, // [102:102] is the sub-list for extension type_name
-	102, // [102:102] is the sub-list for extension extendee
-	0,   // [0:102] is the sub-list for field type_name
+	125, // 90: flo.v1.WorkflowRun.created_at:type_name -> google.protobuf.Timestamp
+	125, // 91: flo.v1.WorkflowRun.updated_at:type_name -> google.protobuf.Timestamp
+	125, // 92: flo.v1.WorkflowRun.finished_at:type_name -> google.protobuf.Timestamp
+	125, // 93: flo.v1.WorkflowRun.scheduled_for:type_name -> google.protobuf.Timestamp
+	6,   // 94: flo.v1.ListRunsRequest.status:type_name -> flo.v1.RunStatus
+	125, // 95: flo.v1.ListRunsRequest.created_after:type_name -> google.protobuf.Timestamp
+	125, // 96: flo.v1.ListRunsRequest.created_before:type_name -> google.protobuf.Timestamp
+	102, // 97: flo.v1.ListRunsResponse.runs:type_name -> flo.v1.WorkflowRun
+	126, // 98: flo.v1.SignalRunRequest.value:type_name -> google.protobuf.Value
+	125, // 99: flo.v1.HistoryEvent.at:type_name -> google.protobuf.Timestamp
+	109, // 100: flo.v1.RunHistory.events:type_name -> flo.v1.HistoryEvent
+	113, // 101: flo.v1.WorkflowPlans.plans:type_name -> flo.v1.PlanStatus
+	114, // 102: flo.v1.PlanStatus.executors:type_name -> flo.v1.ExecutorStatus
+	119, // 103: flo.v1.ListSchedulesResponse.schedules:type_name -> flo.v1.WorkflowSchedule
+	125, // 104: flo.v1.WorkflowSchedule.next_fire_at:type_name -> google.protobuf.Timestamp
+	125, // 105: flo.v1.WorkflowSchedule.last_fire_at:type_name -> google.protobuf.Timestamp
+	125, // 106: flo.v1.WorkflowSchedule.last_skipped_at:type_name -> google.protobuf.Timestamp
+	8,   // 107: flo.v1.NamespaceService.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
+	9,   // 108: flo.v1.NamespaceService.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
+	10,  // 109: flo.v1.NamespaceService.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
+	23,  // 110: flo.v1.ActionService.RegisterAction:input_type -> flo.v1.RegisterActionRequest
+	24,  // 111: flo.v1.ActionService.GetAction:input_type -> flo.v1.GetActionRequest
+	25,  // 112: flo.v1.ActionService.ListActions:input_type -> flo.v1.ListActionsRequest
+	24,  // 113: flo.v1.ActionService.EnableAction:input_type -> flo.v1.GetActionRequest
+	24,  // 114: flo.v1.ActionService.DisableAction:input_type -> flo.v1.GetActionRequest
+	27,  // 115: flo.v1.TaskService.InvokeTask:input_type -> flo.v1.InvokeTaskRequest
+	29,  // 116: flo.v1.TaskService.InvokeTasks:input_type -> flo.v1.InvokeTasksRequest
+	32,  // 117: flo.v1.TaskService.GetTask:input_type -> flo.v1.GetTaskRequest
+	35,  // 118: flo.v1.TaskService.AwaitTask:input_type -> flo.v1.AwaitTaskRequest
+	36,  // 119: flo.v1.TaskService.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
+	32,  // 120: flo.v1.TaskService.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
+	33,  // 121: flo.v1.TaskService.CompleteTask:input_type -> flo.v1.CompleteTaskRequest
+	34,  // 122: flo.v1.TaskService.FailTask:input_type -> flo.v1.FailTaskRequest
+	14,  // 123: flo.v1.WorkerRegistryService.RegisterWorker:input_type -> flo.v1.RegisterWorkerRequest
+	15,  // 124: flo.v1.WorkerRegistryService.Heartbeat:input_type -> flo.v1.HeartbeatRequest
+	17,  // 125: flo.v1.WorkerRegistryService.GetWorker:input_type -> flo.v1.GetWorkerRequest
+	18,  // 126: flo.v1.WorkerRegistryService.ListWorkers:input_type -> flo.v1.ListWorkersRequest
+	17,  // 127: flo.v1.WorkerRegistryService.DrainWorker:input_type -> flo.v1.GetWorkerRequest
+	17,  // 128: flo.v1.WorkerRegistryService.DeregisterWorker:input_type -> flo.v1.GetWorkerRequest
+	38,  // 129: flo.v1.WorkerService.Stream:input_type -> flo.v1.WorkerMessage
+	62,  // 130: flo.v1.StreamService.CreateStream:input_type -> flo.v1.CreateStreamRequest
+	63,  // 131: flo.v1.StreamService.GetStream:input_type -> flo.v1.GetStreamRequest
+	64,  // 132: flo.v1.StreamService.ListStreams:input_type -> flo.v1.ListStreamsRequest
+	63,  // 133: flo.v1.StreamService.DeleteStream:input_type -> flo.v1.GetStreamRequest
+	70,  // 134: flo.v1.StreamService.Append:input_type -> flo.v1.AppendRequest
+	72,  // 135: flo.v1.StreamService.Read:input_type -> flo.v1.ReadRequest
+	75,  // 136: flo.v1.StreamService.CreateGroup:input_type -> flo.v1.CreateGroupRequest
+	77,  // 137: flo.v1.StreamService.ListGroups:input_type -> flo.v1.ListGroupsRequest
+	76,  // 138: flo.v1.StreamService.DeleteGroup:input_type -> flo.v1.GetGroupRequest
+	80,  // 139: flo.v1.StreamService.ListPending:input_type -> flo.v1.ListPendingRequest
+	83,  // 140: flo.v1.StreamService.GroupRead:input_type -> flo.v1.GroupReadRequest
+	85,  // 141: flo.v1.StreamService.Ack:input_type -> flo.v1.AckRequest
+	87,  // 142: flo.v1.StreamService.Nack:input_type -> flo.v1.NackRequest
+	91,  // 143: flo.v1.WorkflowService.CreateWorkflow:input_type -> flo.v1.CreateWorkflowRequest
+	93,  // 144: flo.v1.WorkflowService.ValidateWorkflow:input_type -> flo.v1.ValidateWorkflowRequest
+	95,  // 145: flo.v1.WorkflowService.GetWorkflow:input_type -> flo.v1.GetWorkflowRequest
+	96,  // 146: flo.v1.WorkflowService.ListWorkflows:input_type -> flo.v1.ListWorkflowsRequest
+	98,  // 147: flo.v1.WorkflowService.DisableWorkflow:input_type -> flo.v1.WorkflowNameRequest
+	98,  // 148: flo.v1.WorkflowService.EnableWorkflow:input_type -> flo.v1.WorkflowNameRequest
+	99,  // 149: flo.v1.WorkflowService.StartRun:input_type -> flo.v1.StartRunRequest
+	103, // 150: flo.v1.WorkflowService.GetRun:input_type -> flo.v1.GetRunRequest
+	104, // 151: flo.v1.WorkflowService.ListRuns:input_type -> flo.v1.ListRunsRequest
+	106, // 152: flo.v1.WorkflowService.SignalRun:input_type -> flo.v1.SignalRunRequest
+	108, // 153: flo.v1.WorkflowService.CancelRun:input_type -> flo.v1.CancelRunRequest
+	103, // 154: flo.v1.WorkflowService.GetRunHistory:input_type -> flo.v1.GetRunRequest
+	111, // 155: flo.v1.WorkflowService.GetWorkflowPlans:input_type -> flo.v1.GetWorkflowPlansRequest
+	115, // 156: flo.v1.WorkflowService.InvalidatePlanCache:input_type -> flo.v1.InvalidatePlanCacheRequest
+	117, // 157: flo.v1.WorkflowService.ListSchedules:input_type -> flo.v1.ListSchedulesRequest
+	7,   // 158: flo.v1.NamespaceService.CreateNamespace:output_type -> flo.v1.Namespace
+	7,   // 159: flo.v1.NamespaceService.GetNamespace:output_type -> flo.v1.Namespace
+	11,  // 160: flo.v1.NamespaceService.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
+	22,  // 161: flo.v1.ActionService.RegisterAction:output_type -> flo.v1.Action
+	22,  // 162: flo.v1.ActionService.GetAction:output_type -> flo.v1.Action
+	26,  // 163: flo.v1.ActionService.ListActions:output_type -> flo.v1.ListActionsResponse
+	22,  // 164: flo.v1.ActionService.EnableAction:output_type -> flo.v1.Action
+	22,  // 165: flo.v1.ActionService.DisableAction:output_type -> flo.v1.Action
+	28,  // 166: flo.v1.TaskService.InvokeTask:output_type -> flo.v1.InvokeTaskResponse
+	30,  // 167: flo.v1.TaskService.InvokeTasks:output_type -> flo.v1.InvokeTasksResponse
+	31,  // 168: flo.v1.TaskService.GetTask:output_type -> flo.v1.Task
+	31,  // 169: flo.v1.TaskService.AwaitTask:output_type -> flo.v1.Task
+	37,  // 170: flo.v1.TaskService.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
+	31,  // 171: flo.v1.TaskService.RequeueDeadLetter:output_type -> flo.v1.Task
+	31,  // 172: flo.v1.TaskService.CompleteTask:output_type -> flo.v1.Task
+	31,  // 173: flo.v1.TaskService.FailTask:output_type -> flo.v1.Task
+	13,  // 174: flo.v1.WorkerRegistryService.RegisterWorker:output_type -> flo.v1.Worker
+	16,  // 175: flo.v1.WorkerRegistryService.Heartbeat:output_type -> flo.v1.HeartbeatResponse
+	13,  // 176: flo.v1.WorkerRegistryService.GetWorker:output_type -> flo.v1.Worker
+	19,  // 177: flo.v1.WorkerRegistryService.ListWorkers:output_type -> flo.v1.ListWorkersResponse
+	13,  // 178: flo.v1.WorkerRegistryService.DrainWorker:output_type -> flo.v1.Worker
+	20,  // 179: flo.v1.WorkerRegistryService.DeregisterWorker:output_type -> flo.v1.DeregisterWorkerResponse
+	39,  // 180: flo.v1.WorkerService.Stream:output_type -> flo.v1.ServerMessage
+	61,  // 181: flo.v1.StreamService.CreateStream:output_type -> flo.v1.Stream
+	67,  // 182: flo.v1.StreamService.GetStream:output_type -> flo.v1.StreamInfo
+	65,  // 183: flo.v1.StreamService.ListStreams:output_type -> flo.v1.ListStreamsResponse
+	66,  // 184: flo.v1.StreamService.DeleteStream:output_type -> flo.v1.DeleteStreamResponse
+	71,  // 185: flo.v1.StreamService.Append:output_type -> flo.v1.AppendResponse
+	73,  // 186: flo.v1.StreamService.Read:output_type -> flo.v1.ReadResponse
+	74,  // 187: flo.v1.StreamService.CreateGroup:output_type -> flo.v1.ConsumerGroup
+	78,  // 188: flo.v1.StreamService.ListGroups:output_type -> flo.v1.ListGroupsResponse
+	79,  // 189: flo.v1.StreamService.DeleteGroup:output_type -> flo.v1.DeleteGroupResponse
+	82,  // 190: flo.v1.StreamService.ListPending:output_type -> flo.v1.ListPendingResponse
+	84,  // 191: flo.v1.StreamService.GroupRead:output_type -> flo.v1.GroupReadResponse
+	86,  // 192: flo.v1.StreamService.Ack:output_type -> flo.v1.AckResponse
+	88,  // 193: flo.v1.StreamService.Nack:output_type -> flo.v1.NackResponse
+	92,  // 194: flo.v1.WorkflowService.CreateWorkflow:output_type -> flo.v1.CreateWorkflowResponse
+	94,  // 195: flo.v1.WorkflowService.ValidateWorkflow:output_type -> flo.v1.ValidateWorkflowResponse
+	90,  // 196: flo.v1.WorkflowService.GetWorkflow:output_type -> flo.v1.WorkflowDefinition
+	97,  // 197: flo.v1.WorkflowService.ListWorkflows:output_type -> flo.v1.ListWorkflowsResponse
+	90,  // 198: flo.v1.WorkflowService.DisableWorkflow:output_type -> flo.v1.WorkflowDefinition
+	90,  // 199: flo.v1.WorkflowService.EnableWorkflow:output_type -> flo.v1.WorkflowDefinition
+	100, // 200: flo.v1.WorkflowService.StartRun:output_type -> flo.v1.StartRunResponse
+	102, // 201: flo.v1.WorkflowService.GetRun:output_type -> flo.v1.WorkflowRun
+	105, // 202: flo.v1.WorkflowService.ListRuns:output_type -> flo.v1.ListRunsResponse
+	107, // 203: flo.v1.WorkflowService.SignalRun:output_type -> flo.v1.SignalRunResponse
+	102, // 204: flo.v1.WorkflowService.CancelRun:output_type -> flo.v1.WorkflowRun
+	110, // 205: flo.v1.WorkflowService.GetRunHistory:output_type -> flo.v1.RunHistory
+	112, // 206: flo.v1.WorkflowService.GetWorkflowPlans:output_type -> flo.v1.WorkflowPlans
+	116, // 207: flo.v1.WorkflowService.InvalidatePlanCache:output_type -> flo.v1.InvalidatePlanCacheResponse
+	118, // 208: flo.v1.WorkflowService.ListSchedules:output_type -> flo.v1.ListSchedulesResponse
+	158, // [158:209] is the sub-list for method output_type
+	107, // [107:158] is the sub-list for method input_type
+	107, // [107:107] is the sub-list for extension type_name
+	107, // [107:107] is the sub-list for extension extendee
+	0,   // [0:107] is the sub-list for field type_name
 }
 
 func init() { file_flo_v1_api_proto_init() }
@@ -9411,7 +9735,7 @@ func file_flo_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flo_v1_api_proto_rawDesc), len(file_flo_v1_api_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   115,
+			NumMessages:   118,
 			NumExtensions: 0,
 			NumServices:   7,
 		},

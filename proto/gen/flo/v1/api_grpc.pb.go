@@ -1857,6 +1857,7 @@ const (
 	WorkflowService_GetRunHistory_FullMethodName       = "/flo.v1.WorkflowService/GetRunHistory"
 	WorkflowService_GetWorkflowPlans_FullMethodName    = "/flo.v1.WorkflowService/GetWorkflowPlans"
 	WorkflowService_InvalidatePlanCache_FullMethodName = "/flo.v1.WorkflowService/InvalidatePlanCache"
+	WorkflowService_ListSchedules_FullMethodName       = "/flo.v1.WorkflowService/ListSchedules"
 )
 
 // WorkflowServiceClient is the client API for WorkflowService service.
@@ -1895,6 +1896,9 @@ type WorkflowServiceClient interface {
 	// invalidate_on list names the event; with a key, only the entry with
 	// that rendered key. The cache is shared by every replica.
 	InvalidatePlanCache(ctx context.Context, in *InvalidatePlanCacheRequest, opts ...grpc.CallOption) (*InvalidatePlanCacheResponse, error)
+	// ListSchedules lists the namespace's workflow schedules by workflow
+	// name, with each one's next fire time, last run and state.
+	ListSchedules(ctx context.Context, in *ListSchedulesRequest, opts ...grpc.CallOption) (*ListSchedulesResponse, error)
 }
 
 type workflowServiceClient struct {
@@ -2045,6 +2049,16 @@ func (c *workflowServiceClient) InvalidatePlanCache(ctx context.Context, in *Inv
 	return out, nil
 }
 
+func (c *workflowServiceClient) ListSchedules(ctx context.Context, in *ListSchedulesRequest, opts ...grpc.CallOption) (*ListSchedulesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSchedulesResponse)
+	err := c.cc.Invoke(ctx, WorkflowService_ListSchedules_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // WorkflowServiceServer is the server API for WorkflowService service.
 // All implementations must embed UnimplementedWorkflowServiceServer
 // for forward compatibility.
@@ -2081,6 +2095,9 @@ type WorkflowServiceServer interface {
 	// invalidate_on list names the event; with a key, only the entry with
 	// that rendered key. The cache is shared by every replica.
 	InvalidatePlanCache(context.Context, *InvalidatePlanCacheRequest) (*InvalidatePlanCacheResponse, error)
+	// ListSchedules lists the namespace's workflow schedules by workflow
+	// name, with each one's next fire time, last run and state.
+	ListSchedules(context.Context, *ListSchedulesRequest) (*ListSchedulesResponse, error)
 	mustEmbedUnimplementedWorkflowServiceServer()
 }
 
@@ -2132,6 +2149,9 @@ func (UnimplementedWorkflowServiceServer) GetWorkflowPlans(context.Context, *Get
 }
 func (UnimplementedWorkflowServiceServer) InvalidatePlanCache(context.Context, *InvalidatePlanCacheRequest) (*InvalidatePlanCacheResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method InvalidatePlanCache not implemented")
+}
+func (UnimplementedWorkflowServiceServer) ListSchedules(context.Context, *ListSchedulesRequest) (*ListSchedulesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSchedules not implemented")
 }
 func (UnimplementedWorkflowServiceServer) mustEmbedUnimplementedWorkflowServiceServer() {}
 func (UnimplementedWorkflowServiceServer) testEmbeddedByValue()                         {}
@@ -2406,6 +2426,24 @@ func _WorkflowService_InvalidatePlanCache_Handler(srv interface{}, ctx context.C
 	return interceptor(ctx, in, info, handler)
 }
 
+func _WorkflowService_ListSchedules_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSchedulesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkflowServiceServer).ListSchedules(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WorkflowService_ListSchedules_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkflowServiceServer).ListSchedules(ctx, req.(*ListSchedulesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // WorkflowService_ServiceDesc is the grpc.ServiceDesc for WorkflowService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -2468,6 +2506,10 @@ var WorkflowService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "InvalidatePlanCache",
 			Handler:    _WorkflowService_InvalidatePlanCache_Handler,
+		},
+		{
+			MethodName: "ListSchedules",
+			Handler:    _WorkflowService_ListSchedules_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

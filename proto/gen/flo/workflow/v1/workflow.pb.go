@@ -27,7 +27,7 @@ var File_flo_workflow_v1_workflow_proto protoreflect.FileDescriptor
 
 const file_flo_workflow_v1_workflow_proto_rawDesc = "" +
 	"\n" +
-	"\x1eflo/workflow/v1/workflow.proto\x12\x0fflo.workflow.v1\x1a\x10flo/v1/api.proto2\xf9\a\n" +
+	"\x1eflo/workflow/v1/workflow.proto\x12\x0fflo.workflow.v1\x1a\x10flo/v1/api.proto2\xc7\b\n" +
 	"\tWorkflows\x12O\n" +
 	"\x0eCreateWorkflow\x12\x1d.flo.v1.CreateWorkflowRequest\x1a\x1e.flo.v1.CreateWorkflowResponse\x12U\n" +
 	"\x10ValidateWorkflow\x12\x1f.flo.v1.ValidateWorkflowRequest\x1a .flo.v1.ValidateWorkflowResponse\x12E\n" +
@@ -42,7 +42,8 @@ const file_flo_workflow_v1_workflow_proto_rawDesc = "" +
 	"\tCancelRun\x12\x18.flo.v1.CancelRunRequest\x1a\x13.flo.v1.WorkflowRun\x12:\n" +
 	"\rGetRunHistory\x12\x15.flo.v1.GetRunRequest\x1a\x12.flo.v1.RunHistory\x12J\n" +
 	"\x10GetWorkflowPlans\x12\x1f.flo.v1.GetWorkflowPlansRequest\x1a\x15.flo.v1.WorkflowPlans\x12^\n" +
-	"\x13InvalidatePlanCache\x12\".flo.v1.InvalidatePlanCacheRequest\x1a#.flo.v1.InvalidatePlanCacheResponseB?Z=github.com/razorbill/flo/proto/gen/flo/workflow/v1;workflowv1b\x06proto3"
+	"\x13InvalidatePlanCache\x12\".flo.v1.InvalidatePlanCacheRequest\x1a#.flo.v1.InvalidatePlanCacheResponse\x12L\n" +
+	"\rListSchedules\x12\x1c.flo.v1.ListSchedulesRequest\x1a\x1d.flo.v1.ListSchedulesResponseB?Z=github.com/razorbill/flo/proto/gen/flo/workflow/v1;workflowv1b\x06proto3"
 
 var file_flo_workflow_v1_workflow_proto_goTypes = []any{
 	(*v1.CreateWorkflowRequest)(nil),       // 0: flo.v1.CreateWorkflowRequest
@@ -57,17 +58,19 @@ var file_flo_workflow_v1_workflow_proto_goTypes = []any{
 	(*v1.CancelRunRequest)(nil),            // 9: flo.v1.CancelRunRequest
 	(*v1.GetWorkflowPlansRequest)(nil),     // 10: flo.v1.GetWorkflowPlansRequest
 	(*v1.InvalidatePlanCacheRequest)(nil),  // 11: flo.v1.InvalidatePlanCacheRequest
-	(*v1.CreateWorkflowResponse)(nil),      // 12: flo.v1.CreateWorkflowResponse
-	(*v1.ValidateWorkflowResponse)(nil),    // 13: flo.v1.ValidateWorkflowResponse
-	(*v1.WorkflowDefinition)(nil),          // 14: flo.v1.WorkflowDefinition
-	(*v1.ListWorkflowsResponse)(nil),       // 15: flo.v1.ListWorkflowsResponse
-	(*v1.StartRunResponse)(nil),            // 16: flo.v1.StartRunResponse
-	(*v1.WorkflowRun)(nil),                 // 17: flo.v1.WorkflowRun
-	(*v1.ListRunsResponse)(nil),            // 18: flo.v1.ListRunsResponse
-	(*v1.SignalRunResponse)(nil),           // 19: flo.v1.SignalRunResponse
-	(*v1.RunHistory)(nil),                  // 20: flo.v1.RunHistory
-	(*v1.WorkflowPlans)(nil),               // 21: flo.v1.WorkflowPlans
-	(*v1.InvalidatePlanCacheResponse)(nil), // 22: flo.v1.InvalidatePlanCacheResponse
+	(*v1.ListSchedulesRequest)(nil),        // 12: flo.v1.ListSchedulesRequest
+	(*v1.CreateWorkflowResponse)(nil),      // 13: flo.v1.CreateWorkflowResponse
+	(*v1.ValidateWorkflowResponse)(nil),    // 14: flo.v1.ValidateWorkflowResponse
+	(*v1.WorkflowDefinition)(nil),          // 15: flo.v1.WorkflowDefinition
+	(*v1.ListWorkflowsResponse)(nil),       // 16: flo.v1.ListWorkflowsResponse
+	(*v1.StartRunResponse)(nil),            // 17: flo.v1.StartRunResponse
+	(*v1.WorkflowRun)(nil),                 // 18: flo.v1.WorkflowRun
+	(*v1.ListRunsResponse)(nil),            // 19: flo.v1.ListRunsResponse
+	(*v1.SignalRunResponse)(nil),           // 20: flo.v1.SignalRunResponse
+	(*v1.RunHistory)(nil),                  // 21: flo.v1.RunHistory
+	(*v1.WorkflowPlans)(nil),               // 22: flo.v1.WorkflowPlans
+	(*v1.InvalidatePlanCacheResponse)(nil), // 23: flo.v1.InvalidatePlanCacheResponse
+	(*v1.ListSchedulesResponse)(nil),       // 24: flo.v1.ListSchedulesResponse
 }
 var file_flo_workflow_v1_workflow_proto_depIdxs = []int32{
 	0,  // 0: flo.workflow.v1.Workflows.CreateWorkflow:input_type -> flo.v1.CreateWorkflowRequest
@@ -84,22 +87,24 @@ var file_flo_workflow_v1_workflow_proto_depIdxs = []int32{
 	6,  // 11: flo.workflow.v1.Workflows.GetRunHistory:input_type -> flo.v1.GetRunRequest
 	10, // 12: flo.workflow.v1.Workflows.GetWorkflowPlans:input_type -> flo.v1.GetWorkflowPlansRequest
 	11, // 13: flo.workflow.v1.Workflows.InvalidatePlanCache:input_type -> flo.v1.InvalidatePlanCacheRequest
-	12, // 14: flo.workflow.v1.Workflows.CreateWorkflow:output_type -> flo.v1.CreateWorkflowResponse
-	13, // 15: flo.workflow.v1.Workflows.ValidateWorkflow:output_type -> flo.v1.ValidateWorkflowResponse
-	14, // 16: flo.workflow.v1.Workflows.GetWorkflow:output_type -> flo.v1.WorkflowDefinition
-	15, // 17: flo.workflow.v1.Workflows.ListWorkflows:output_type -> flo.v1.ListWorkflowsResponse
-	14, // 18: flo.workflow.v1.Workflows.DisableWorkflow:output_type -> flo.v1.WorkflowDefinition
-	14, // 19: flo.workflow.v1.Workflows.EnableWorkflow:output_type -> flo.v1.WorkflowDefinition
-	16, // 20: flo.workflow.v1.Workflows.StartRun:output_type -> flo.v1.StartRunResponse
-	17, // 21: flo.workflow.v1.Workflows.GetRun:output_type -> flo.v1.WorkflowRun
-	18, // 22: flo.workflow.v1.Workflows.ListRuns:output_type -> flo.v1.ListRunsResponse
-	19, // 23: flo.workflow.v1.Workflows.SignalRun:output_type -> flo.v1.SignalRunResponse
-	17, // 24: flo.workflow.v1.Workflows.CancelRun:output_type -> flo.v1.WorkflowRun
-	20, // 25: flo.workflow.v1.Workflows.GetRunHistory:output_type -> flo.v1.RunHistory
-	21, // 26: flo.workflow.v1.Workflows.GetWorkflowPlans:output_type -> flo.v1.WorkflowPlans
-	22, // 27: flo.workflow.v1.Workflows.InvalidatePlanCache:output_type -> flo.v1.InvalidatePlanCacheResponse
-	14, // [14:28] is the sub-list for method output_type
-	0,  // [0:14] is the sub-list for method input_type
+	12, // 14: flo.workflow.v1.Workflows.ListSchedules:input_type -> flo.v1.ListSchedulesRequest
+	13, // 15: flo.workflow.v1.Workflows.CreateWorkflow:output_type -> flo.v1.CreateWorkflowResponse
+	14, // 16: flo.workflow.v1.Workflows.ValidateWorkflow:output_type -> flo.v1.ValidateWorkflowResponse
+	15, // 17: flo.workflow.v1.Workflows.GetWorkflow:output_type -> flo.v1.WorkflowDefinition
+	16, // 18: flo.workflow.v1.Workflows.ListWorkflows:output_type -> flo.v1.ListWorkflowsResponse
+	15, // 19: flo.workflow.v1.Workflows.DisableWorkflow:output_type -> flo.v1.WorkflowDefinition
+	15, // 20: flo.workflow.v1.Workflows.EnableWorkflow:output_type -> flo.v1.WorkflowDefinition
+	17, // 21: flo.workflow.v1.Workflows.StartRun:output_type -> flo.v1.StartRunResponse
+	18, // 22: flo.workflow.v1.Workflows.GetRun:output_type -> flo.v1.WorkflowRun
+	19, // 23: flo.workflow.v1.Workflows.ListRuns:output_type -> flo.v1.ListRunsResponse
+	20, // 24: flo.workflow.v1.Workflows.SignalRun:output_type -> flo.v1.SignalRunResponse
+	18, // 25: flo.workflow.v1.Workflows.CancelRun:output_type -> flo.v1.WorkflowRun
+	21, // 26: flo.workflow.v1.Workflows.GetRunHistory:output_type -> flo.v1.RunHistory
+	22, // 27: flo.workflow.v1.Workflows.GetWorkflowPlans:output_type -> flo.v1.WorkflowPlans
+	23, // 28: flo.workflow.v1.Workflows.InvalidatePlanCache:output_type -> flo.v1.InvalidatePlanCacheResponse
+	24, // 29: flo.workflow.v1.Workflows.ListSchedules:output_type -> flo.v1.ListSchedulesResponse
+	15, // [15:30] is the sub-list for method output_type
+	0,  // [0:15] is the sub-list for method input_type
 	0,  // [0:0] is the sub-list for extension type_name
 	0,  // [0:0] is the sub-list for extension extendee
 	0,  // [0:0] is the sub-list for field type_name

@@ -36,6 +36,7 @@ const (
 	Workflows_GetRunHistory_FullMethodName       = "/flo.workflow.v1.Workflows/GetRunHistory"
 	Workflows_GetWorkflowPlans_FullMethodName    = "/flo.workflow.v1.Workflows/GetWorkflowPlans"
 	Workflows_InvalidatePlanCache_FullMethodName = "/flo.workflow.v1.Workflows/InvalidatePlanCache"
+	Workflows_ListSchedules_FullMethodName       = "/flo.workflow.v1.Workflows/ListSchedules"
 )
 
 // WorkflowsClient is the client API for Workflows service.
@@ -60,6 +61,7 @@ type WorkflowsClient interface {
 	GetRunHistory(ctx context.Context, in *v1.GetRunRequest, opts ...grpc.CallOption) (*v1.RunHistory, error)
 	GetWorkflowPlans(ctx context.Context, in *v1.GetWorkflowPlansRequest, opts ...grpc.CallOption) (*v1.WorkflowPlans, error)
 	InvalidatePlanCache(ctx context.Context, in *v1.InvalidatePlanCacheRequest, opts ...grpc.CallOption) (*v1.InvalidatePlanCacheResponse, error)
+	ListSchedules(ctx context.Context, in *v1.ListSchedulesRequest, opts ...grpc.CallOption) (*v1.ListSchedulesResponse, error)
 }
 
 type workflowsClient struct {
@@ -210,6 +212,16 @@ func (c *workflowsClient) InvalidatePlanCache(ctx context.Context, in *v1.Invali
 	return out, nil
 }
 
+func (c *workflowsClient) ListSchedules(ctx context.Context, in *v1.ListSchedulesRequest, opts ...grpc.CallOption) (*v1.ListSchedulesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.ListSchedulesResponse)
+	err := c.cc.Invoke(ctx, Workflows_ListSchedules_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // WorkflowsServer is the server API for Workflows service.
 // All implementations must embed UnimplementedWorkflowsServer
 // for forward compatibility.
@@ -232,6 +244,7 @@ type WorkflowsServer interface {
 	GetRunHistory(context.Context, *v1.GetRunRequest) (*v1.RunHistory, error)
 	GetWorkflowPlans(context.Context, *v1.GetWorkflowPlansRequest) (*v1.WorkflowPlans, error)
 	InvalidatePlanCache(context.Context, *v1.InvalidatePlanCacheRequest) (*v1.InvalidatePlanCacheResponse, error)
+	ListSchedules(context.Context, *v1.ListSchedulesRequest) (*v1.ListSchedulesResponse, error)
 	mustEmbedUnimplementedWorkflowsServer()
 }
 
@@ -283,6 +296,9 @@ func (UnimplementedWorkflowsServer) GetWorkflowPlans(context.Context, *v1.GetWor
 }
 func (UnimplementedWorkflowsServer) InvalidatePlanCache(context.Context, *v1.InvalidatePlanCacheRequest) (*v1.InvalidatePlanCacheResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method InvalidatePlanCache not implemented")
+}
+func (UnimplementedWorkflowsServer) ListSchedules(context.Context, *v1.ListSchedulesRequest) (*v1.ListSchedulesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSchedules not implemented")
 }
 func (UnimplementedWorkflowsServer) mustEmbedUnimplementedWorkflowsServer() {}
 func (UnimplementedWorkflowsServer) testEmbeddedByValue()                   {}
@@ -557,6 +573,24 @@ func _Workflows_InvalidatePlanCache_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Workflows_ListSchedules_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(v1.ListSchedulesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkflowsServer).ListSchedules(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Workflows_ListSchedules_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkflowsServer).ListSchedules(ctx, req.(*v1.ListSchedulesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Workflows_ServiceDesc is the grpc.ServiceDesc for Workflows service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -619,6 +653,10 @@ var Workflows_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "InvalidatePlanCache",
 			Handler:    _Workflows_InvalidatePlanCache_Handler,
+		},
+		{
+			MethodName: "ListSchedules",
+			Handler:    _Workflows_ListSchedules_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
