@@ -156,6 +156,11 @@ type Cache struct {
 	keyPos Position
 }
 
+// MaxCacheKeyBytes bounds a rendered cache key: a longer one (a key field
+// holding a document) skips the cache for that run rather than storing an
+// index entry Postgres would refuse.
+const MaxCacheKeyBytes = 512
+
 // CacheKey is a compiled cache key template: literal text with {PATH}
 // placeholders, each a path of the language without its "$." prefix
 // ({input.customer_id}, {steps.NAME.output.id}, {flo.run_id}).

@@ -38,6 +38,8 @@ func (a *advancer) executePlan(step *definition.Step, input json.RawMessage) str
 		switch {
 		case !ok:
 			a.history(HistoryPlanCacheSkipped, fmt.Sprintf("cache key %s selects nothing for this run: the cache is not used", plan.Cache.Key))
+		case len(key) > definition.MaxCacheKeyBytes:
+			a.history(HistoryPlanCacheSkipped, fmt.Sprintf("cache key %s renders to %d bytes, over the limit of %d: the cache is not used", plan.Cache.Key, len(key), definition.MaxCacheKeyBytes))
 		default:
 			if out, hit := a.cached(ref, key); hit {
 				a.history(HistoryPlanCacheHit, key)

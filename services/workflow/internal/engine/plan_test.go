@@ -397,6 +397,17 @@ func TestPlanCache(t *testing.T) {
 		eff := s.fail("nope")
 		require.Empty(t, eff.CacheWrites)
 	})
+	t.Run("a key too long skips the cache", func(t *testing.T) {
+		t.Parallel()
+		s := newSim(t, cachedPlanFlow, `{"customer_id": "`+strings.Repeat("c", 600)+`", "idempotency_key": "k"}`)
+		s.gate = &testGate{}
+		eff := s.start()
+		skipped := detailsOf(eff.History, HistoryPlanCacheSkipped)
+		require.Len(t, skipped, 1)
+		require.Contains(t, skipped[0], "over the limit of 512")
+		eff = s.end("success", `{}`)
+		require.Empty(t, eff.CacheWrites)
+	})
 	t.Run("a key field missing skips the cache", func(t *testing.T) {
 		t.Parallel()
 		s := newSim(t, cachedPlanFlow, `{"customer_id": "c-1"}`)
