@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/razorbill/flo/libs/harness"
@@ -133,37 +132,18 @@ func (e *env) scheduledRuns(t testing.TB, ns, workflow string) []scheduledRun {
 	return out
 }
 
-// scheduleRow is a workflow's schedule as Postgres holds it.
-type scheduleRow struct {
-	state       string
-	next, last  time.Time
-	fired, skip int64
-}
-
-func (e *env) scheduleRow(t testing.TB, ns, workflow string) (scheduleRow, bool) {
+// schedule reads a workflow's schedule from ListSchedules; ok is false when
+// it has none.
+func (e *env) schedule(t testing.TB, ns, workflow string) (_ *flov1.WorkflowSchedule, ok bool) {
 	t.Helper()
-	conn, err := pgx.Connect(t.Context(), e.dbURL)
+	resp, err := e.client().ListSchedules(t.Context(), &flov1.ListSchedulesRequest{Namespace: ns})
 	require.NoError(t, err)
-	defer conn.Close(context.Background())
-	var (
-		r               scheduleRow
-		paused, enabled bool
-		last            *time.Time
-	)
-	err = conn.QueryRow(t.Context(), `SELECT paused, enabled, next_fire_at, last_fire_at, fired, skipped
-FROM workflow.schedules WHERE namespace = $1 AND workflow = $2`, ns, workflow).Scan(&paused, &enabled, &r.next, &last, &r.fired, &r.skip)
-	if err == pgx.ErrNoRows {
-		return r, false
+	for _, s := range resp.GetSchedules() {
+		if s.GetWorkflow() == workflow {
+			return s, true
+		}
 	}
-	require.NoError(t, err)
-	r.state = map[bool]string{true: "active", false: "paused"}[!paused]
-	if !enabled {
-		r.state = "disabled"
-	}
-	if last != nil {
-		r.last = *last
-	}
-	return r, true
+	return nil, false
 }
 
 func reconcileWorker(t *testing.T, e *env, ns string, hold chan struct{}) {
@@ -215,11 +195,15 @@ func TestScheduleIntervalAcrossReplicas(t *testing.T) {
 	for _, r := range runs {
 		run := e.waitRun(t, ns, r.id, stCompleted)
 		require.JSONEq(t, `{"mode": "incremental"}`, string(run.GetInput()))
+		require.Equal(t, "schedule", run.GetStartedBy())
+		require.Equal(t, r.tick, run.GetScheduledFor().AsTime())
 	}
-	row, ok := e.scheduleRow(t, ns, "reconcile-accounts")
+	row, ok := e.schedule(t, ns, "reconcile-accounts")
 	require.True(t, ok)
-	require.GreaterOrEqual(t, row.fired, int64(len(runs)))
-	require.Zero(t, row.skip)
+	require.GreaterOrEqual(t, row.GetFired(), int64(len(runs)))
+	require.Zero(t, row.GetSkipped())
+	require.Equal(t, int64(1000), row.GetIntervalMs())
+	require.Equal(t, "active", row.GetState())
 }
 
 // TestScheduleMaxConcurrentSkips: with max_concurrent 1 and a run held by
@@ -234,14 +218,14 @@ func TestScheduleMaxConcurrentSkips(t *testing.T) {
 	e.create(t, ns, fmt.Sprintf(reconcileYAML, "1", "  interval: 100\n  max_concurrent: 1"))
 
 	require.Eventually(t, func() bool {
-		row, _ := e.scheduleRow(t, ns, "reconcile-accounts")
-		return row.skip >= 3
+		row, _ := e.schedule(t, ns, "reconcile-accounts")
+		return row.GetSkipped() >= 3
 	}, waitFor, tick)
 	require.Len(t, e.scheduledRuns(t, ns, "reconcile-accounts"), 1, "one run while it is going")
 	close(hold)
 	require.Eventually(t, func() bool { return len(e.scheduledRuns(t, ns, "reconcile-accounts")) >= 3 }, waitFor, tick)
-	row, _ := e.scheduleRow(t, ns, "reconcile-accounts")
-	require.Equal(t, "active", row.state)
+	row, _ := e.schedule(t, ns, "reconcile-accounts")
+	require.Equal(t, "active", row.GetState())
 }
 
 // TestScheduleFakeClock moves an injected clock: a cron schedule fires at
@@ -270,16 +254,20 @@ func TestScheduleFakeClock(t *testing.T) {
 
 	// Cron: */5 fires at 10:05, not before, then waits for 10:10.
 	e.create(t, ns, fmt.Sprintf(reconcileYAML, "1", `  cron: "*/5 * * * *"`))
-	row, ok := e.scheduleRow(t, ns, "reconcile-accounts")
+	row, ok := e.schedule(t, ns, "reconcile-accounts")
 	require.True(t, ok)
-	require.Equal(t, time.Date(2026, 3, 1, 10, 5, 0, 0, time.UTC), row.next.UTC())
+	require.Equal(t, time.Date(2026, 3, 1, 10, 5, 0, 0, time.UTC), row.GetNextFireAt().AsTime())
+	require.Equal(t, "*/5 * * * *", row.GetCron())
+	require.Equal(t, "UTC", row.GetTimezone())
+	require.Equal(t, "1", row.GetVersion())
+	require.Nil(t, row.GetLastFireAt(), "not fired yet")
 	clock.Set(time.Date(2026, 3, 1, 10, 5, 0, 500_000_000, time.UTC))
 	require.Eventually(t, func() bool { return count("reconcile-accounts") == 1 }, waitFor, tick)
 	runs := e.scheduledRuns(t, ns, "reconcile-accounts")
 	require.Equal(t, time.Date(2026, 3, 1, 10, 5, 0, 0, time.UTC), runs[0].tick.UTC())
-	row, _ = e.scheduleRow(t, ns, "reconcile-accounts")
-	require.Equal(t, time.Date(2026, 3, 1, 10, 10, 0, 0, time.UTC), row.next.UTC())
-	require.Equal(t, runs[0].tick.UTC(), row.last.UTC())
+	row, _ = e.schedule(t, ns, "reconcile-accounts")
+	require.Equal(t, time.Date(2026, 3, 1, 10, 10, 0, 0, time.UTC), row.GetNextFireAt().AsTime())
+	require.Equal(t, runs[0].tick.UTC(), row.GetLastFireAt().AsTime())
 
 	// Disable pauses: a second schedule in step with it fires twice while
 	// the disabled one starts nothing and keeps its next fire time.
@@ -292,8 +280,8 @@ start: {run: "@actions/reconcile-report", transitions: {success: flo.Completed}}
 `)
 	_, err := e.client().DisableWorkflow(t.Context(), &flov1.WorkflowNameRequest{Namespace: ns, Name: "reconcile-accounts"})
 	require.NoError(t, err)
-	row, _ = e.scheduleRow(t, ns, "reconcile-accounts")
-	require.Equal(t, "disabled", row.state)
+	row, _ = e.schedule(t, ns, "reconcile-accounts")
+	require.Equal(t, "disabled", row.GetState())
 	for i, at := range []time.Time{time.Date(2026, 3, 1, 10, 10, 1, 0, time.UTC), time.Date(2026, 3, 1, 10, 15, 1, 0, time.UTC)} {
 		clock.Set(at)
 		require.Eventually(t, func() bool { return count("control") == i+1 }, waitFor, tick)
@@ -305,9 +293,9 @@ start: {run: "@actions/reconcile-report", transitions: {success: flo.Completed}}
 	clock.Set(time.Date(2026, 3, 1, 10, 17, 0, 0, time.UTC))
 	_, err = e.client().EnableWorkflow(t.Context(), &flov1.WorkflowNameRequest{Namespace: ns, Name: "reconcile-accounts"})
 	require.NoError(t, err)
-	row, _ = e.scheduleRow(t, ns, "reconcile-accounts")
-	require.Equal(t, "active", row.state)
-	require.Equal(t, time.Date(2026, 3, 1, 10, 20, 0, 0, time.UTC), row.next.UTC())
+	row, _ = e.schedule(t, ns, "reconcile-accounts")
+	require.Equal(t, "active", row.GetState())
+	require.Equal(t, time.Date(2026, 3, 1, 10, 20, 0, 0, time.UTC), row.GetNextFireAt().AsTime())
 	clock.Set(time.Date(2026, 3, 1, 10, 20, 0, 1000, time.UTC))
 	require.Eventually(t, func() bool { return count("reconcile-accounts") == 2 && count("control") == 3 }, waitFor, tick)
 
@@ -317,7 +305,7 @@ name: reconcile-accounts
 version: "2"
 start: {run: "@actions/reconcile", transitions: {success: flo.Completed}}
 `)
-	_, ok = e.scheduleRow(t, ns, "reconcile-accounts")
+	_, ok = e.schedule(t, ns, "reconcile-accounts")
 	require.False(t, ok)
 	clock.Set(time.Date(2026, 3, 1, 10, 25, 1, 0, time.UTC))
 	require.Eventually(t, func() bool { return count("control") == 4 }, waitFor, tick)

@@ -115,6 +115,7 @@ func runProto(r *store.Run) *flov1.WorkflowRun {
 		Status: runner.RunStatus(r.Status), Terminal: r.Terminal, Input: r.Input, InputValue: jsonValue(r.Input),
 		Error: r.Error, IdempotencyKey: r.IdempotencyKey, ParentRunId: r.ParentRunID,
 		CreatedAt: timestamp(r.CreatedAt), UpdatedAt: timestamp(r.UpdatedAt), FinishedAt: timestamp(r.FinishedAt),
+		StartedBy: startedBy(&r.Run), ScheduledFor: timestamp(r.ScheduledFor),
 	}
 	if !r.Status.Ended() {
 		out.CurrentStep = r.Step
