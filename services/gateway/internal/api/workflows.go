@@ -196,6 +196,15 @@ func (s *WorkflowServer) InvalidatePlanCache(ctx context.Context, req *flov1.Inv
 	return forward(ctx, s.log, "invalidate plan cache", s.workflows.InvalidatePlanCache, req)
 }
 
+// ListSchedules lists a namespace's workflow schedules; the workflow
+// service checks the limit and page token.
+func (s *WorkflowServer) ListSchedules(ctx context.Context, req *flov1.ListSchedulesRequest) (*flov1.ListSchedulesResponse, error) {
+	if err := s.check(ctx, req.GetNamespace()); err != nil {
+		return nil, err
+	}
+	return forward(ctx, s.log, "list schedules", s.workflows.ListSchedules, req)
+}
+
 // forward makes a checked call on the workflow service; its status reaches
 // the caller unchanged.
 func forward[Req, Resp any](ctx context.Context, log *slog.Logger, doing string, call func(context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
