@@ -509,20 +509,7 @@ func (a *advancer) execute(step *definition.Step) string {
 	}
 	switch step.Run.Kind {
 	case definition.TargetAction:
-		token := a.nextToken()
-		var maxAttempts int32
-		if step.Retry != nil {
-			maxAttempts = 1
-		}
-		a.eff.Invokes = append(a.eff.Invokes, Invoke{
-			TaskID:      TaskID(a.run.ID, step.Name, token),
-			Action:      step.Run.Name,
-			Payload:     input,
-			Origin:      Origin(a.run.ID, token),
-			MaxAttempts: maxAttempts,
-		})
-		a.run.Wait = WaitTask
-		a.run.Status = StatusRunning
+		a.invoke(step, step.Run.Name, input, step.Retry != nil)
 		a.history(HistoryAwaitingAction, step.Run.Name)
 	case definition.TargetWorkflow:
 		token := a.nextToken()
@@ -537,6 +524,27 @@ func (a *advancer) execute(step *definition.Step) string {
 		return a.stepOutcome(step, stepEnd{step: step.Name, outcome: definition.OutcomeExecutionFailure, err: fmt.Sprintf("run target %s is not supported", step.Run), final: true})
 	}
 	return ""
+}
+
+// invoke invokes one attempt of action as the run's next wait and returns
+// its token. ownRetry says the workflow's retry block governs attempts, so
+// the task gets one; otherwise the action's own policy applies.
+func (a *advancer) invoke(step *definition.Step, action string, input json.RawMessage, ownRetry bool) string {
+	token := a.nextToken()
+	var maxAttempts int32
+	if ownRetry {
+		maxAttempts = 1
+	}
+	a.eff.Invokes = append(a.eff.Invokes, Invoke{
+		TaskID:      TaskID(a.run.ID, step.Name, token),
+		Action:      action,
+		Payload:     input,
+		Origin:      Origin(a.run.ID, token),
+		MaxAttempts: maxAttempts,
+	})
+	a.run.Wait = WaitTask
+	a.run.Status = StatusRunning
+	return token
 }
 
 // childID names a child run: Env.NewID, or an id derived like a task id

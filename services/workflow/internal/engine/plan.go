@@ -143,20 +143,7 @@ func (a *advancer) planInvoke(step *definition.Step, plan *definition.Plan, ex *
 		pp.Attempt, pp.Started = 1, a.now()
 		pp.Tried++
 	}
-	token := a.nextToken()
-	var maxAttempts int32
-	if ex.Retry != nil {
-		maxAttempts = 1
-	}
-	a.eff.Invokes = append(a.eff.Invokes, Invoke{
-		TaskID:      TaskID(a.run.ID, step.Name, token),
-		Action:      ex.Action,
-		Payload:     input,
-		Origin:      Origin(a.run.ID, token),
-		MaxAttempts: maxAttempts,
-	})
-	a.run.Wait = WaitTask
-	a.run.Status = StatusRunning
+	token := a.invoke(step, ex.Action, input, ex.Retry != nil)
 	if ex.Tracking.Async {
 		timeout := ex.Tracking.Timeout
 		if timeout <= 0 {
