@@ -7178,9 +7178,12 @@ type WorkflowRun struct {
 	StartedBy string `protobuf:"bytes,18,opt,name=started_by,json=startedBy,proto3" json:"started_by,omitempty"`
 	// The schedule's tick that started the run; unset unless started_by is
 	// schedule.
-	ScheduledFor  *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=scheduled_for,json=scheduledFor,proto3" json:"scheduled_for,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ScheduledFor *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=scheduled_for,json=scheduledFor,proto3" json:"scheduled_for,omitempty"`
+	// The search attributes the run took from its input when it started, by
+	// name; those its input lacked are absent.
+	SearchAttributes []*SearchAttribute `protobuf:"bytes,20,rep,name=search_attributes,json=searchAttributes,proto3" json:"search_attributes,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *WorkflowRun) Reset() {
@@ -7346,6 +7349,121 @@ func (x *WorkflowRun) GetScheduledFor() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *WorkflowRun) GetSearchAttributes() []*SearchAttribute {
+	if x != nil {
+		return x.SearchAttributes
+	}
+	return nil
+}
+
+// SearchAttribute is one search attribute of a run; the value set says its
+// type (string, number or timestamp).
+type SearchAttribute struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Types that are valid to be assigned to Value:
+	//
+	//	*SearchAttribute_StringValue
+	//	*SearchAttribute_NumberValue
+	//	*SearchAttribute_TimestampValue
+	Value         isSearchAttribute_Value `protobuf_oneof:"value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SearchAttribute) Reset() {
+	*x = SearchAttribute{}
+	mi := &file_flo_v1_api_proto_msgTypes[96]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SearchAttribute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SearchAttribute) ProtoMessage() {}
+
+func (x *SearchAttribute) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[96]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SearchAttribute.ProtoReflect.Descriptor instead.
+func (*SearchAttribute) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{96}
+}
+
+func (x *SearchAttribute) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SearchAttribute) GetValue() isSearchAttribute_Value {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *SearchAttribute) GetStringValue() string {
+	if x != nil {
+		if x, ok := x.Value.(*SearchAttribute_StringValue); ok {
+			return x.StringValue
+		}
+	}
+	return ""
+}
+
+func (x *SearchAttribute) GetNumberValue() float64 {
+	if x != nil {
+		if x, ok := x.Value.(*SearchAttribute_NumberValue); ok {
+			return x.NumberValue
+		}
+	}
+	return 0
+}
+
+func (x *SearchAttribute) GetTimestampValue() *timestamppb.Timestamp {
+	if x != nil {
+		if x, ok := x.Value.(*SearchAttribute_TimestampValue); ok {
+			return x.TimestampValue
+		}
+	}
+	return nil
+}
+
+type isSearchAttribute_Value interface {
+	isSearchAttribute_Value()
+}
+
+type SearchAttribute_StringValue struct {
+	StringValue string `protobuf:"bytes,2,opt,name=string_value,json=stringValue,proto3,oneof"`
+}
+
+type SearchAttribute_NumberValue struct {
+	NumberValue float64 `protobuf:"fixed64,3,opt,name=number_value,json=numberValue,proto3,oneof"`
+}
+
+type SearchAttribute_TimestampValue struct {
+	TimestampValue *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=timestamp_value,json=timestampValue,proto3,oneof"`
+}
+
+func (*SearchAttribute_StringValue) isSearchAttribute_Value() {}
+
+func (*SearchAttribute_NumberValue) isSearchAttribute_Value() {}
+
+func (*SearchAttribute_TimestampValue) isSearchAttribute_Value() {}
+
 type GetRunRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
@@ -7356,7 +7474,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[96]
+	mi := &file_flo_v1_api_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7368,7 +7486,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[96]
+	mi := &file_flo_v1_api_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7381,7 +7499,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{96}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *GetRunRequest) GetNamespace() string {
@@ -7408,14 +7526,22 @@ type ListRunsRequest struct {
 	// Page size: zero means 100; at most 1,000, more is InvalidArgument.
 	Limit int32 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
 	// The next_page_token of the previous page; empty starts at the first.
-	PageToken     string `protobuf:"bytes,7,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,7,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// A query the runs must match, over search attributes and the built-in
+	// fields workflow, status, started_at and finished_at:
+	// customer_id = "c-42" AND order_amount > 100. Operators =, !=, <, <=,
+	// >, >=, IN ("a", "b"), AND, OR and parentheses; strings in quotes,
+	// timestamps as RFC 3339 strings or epoch milliseconds. An unknown
+	// attribute, a literal of the wrong type or a syntax error is
+	// InvalidArgument with the position. Empty matches every run.
+	Where         string `protobuf:"bytes,8,opt,name=where,proto3" json:"where,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[97]
+	mi := &file_flo_v1_api_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7427,7 +7553,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[97]
+	mi := &file_flo_v1_api_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7440,7 +7566,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{97}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *ListRunsRequest) GetNamespace() string {
@@ -7492,6 +7618,13 @@ func (x *ListRunsRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListRunsRequest) GetWhere() string {
+	if x != nil {
+		return x.Where
+	}
+	return ""
+}
+
 // Runs newest first.
 type ListRunsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -7504,7 +7637,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[98]
+	mi := &file_flo_v1_api_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7516,7 +7649,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[98]
+	mi := &file_flo_v1_api_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7529,7 +7662,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{98}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *ListRunsResponse) GetRuns() []*WorkflowRun {
@@ -7559,7 +7692,7 @@ type SignalRunRequest struct {
 
 func (x *SignalRunRequest) Reset() {
 	*x = SignalRunRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[99]
+	mi := &file_flo_v1_api_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7571,7 +7704,7 @@ func (x *SignalRunRequest) String() string {
 func (*SignalRunRequest) ProtoMessage() {}
 
 func (x *SignalRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[99]
+	mi := &file_flo_v1_api_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7584,7 +7717,7 @@ func (x *SignalRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRunRequest.ProtoReflect.Descriptor instead.
 func (*SignalRunRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{99}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *SignalRunRequest) GetNamespace() string {
@@ -7631,7 +7764,7 @@ type SignalRunResponse struct {
 
 func (x *SignalRunResponse) Reset() {
 	*x = SignalRunResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[100]
+	mi := &file_flo_v1_api_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7643,7 +7776,7 @@ func (x *SignalRunResponse) String() string {
 func (*SignalRunResponse) ProtoMessage() {}
 
 func (x *SignalRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[100]
+	mi := &file_flo_v1_api_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7656,7 +7789,7 @@ func (x *SignalRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRunResponse.ProtoReflect.Descriptor instead.
 func (*SignalRunResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{100}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *SignalRunResponse) GetSignalId() string {
@@ -7677,7 +7810,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[101]
+	mi := &file_flo_v1_api_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7689,7 +7822,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[101]
+	mi := &file_flo_v1_api_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7702,7 +7835,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{101}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *CancelRunRequest) GetNamespace() string {
@@ -7751,7 +7884,7 @@ type HistoryEvent struct {
 
 func (x *HistoryEvent) Reset() {
 	*x = HistoryEvent{}
-	mi := &file_flo_v1_api_proto_msgTypes[102]
+	mi := &file_flo_v1_api_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7763,7 +7896,7 @@ func (x *HistoryEvent) String() string {
 func (*HistoryEvent) ProtoMessage() {}
 
 func (x *HistoryEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[102]
+	mi := &file_flo_v1_api_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7776,7 +7909,7 @@ func (x *HistoryEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryEvent.ProtoReflect.Descriptor instead.
 func (*HistoryEvent) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{102}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *HistoryEvent) GetSeq() int64 {
@@ -7830,7 +7963,7 @@ type RunHistory struct {
 
 func (x *RunHistory) Reset() {
 	*x = RunHistory{}
-	mi := &file_flo_v1_api_proto_msgTypes[103]
+	mi := &file_flo_v1_api_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7842,7 +7975,7 @@ func (x *RunHistory) String() string {
 func (*RunHistory) ProtoMessage() {}
 
 func (x *RunHistory) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[103]
+	mi := &file_flo_v1_api_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7855,7 +7988,7 @@ func (x *RunHistory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunHistory.ProtoReflect.Descriptor instead.
 func (*RunHistory) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{103}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *RunHistory) GetEvents() []*HistoryEvent {
@@ -7877,7 +8010,7 @@ type GetWorkflowPlansRequest struct {
 
 func (x *GetWorkflowPlansRequest) Reset() {
 	*x = GetWorkflowPlansRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[104]
+	mi := &file_flo_v1_api_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7889,7 +8022,7 @@ func (x *GetWorkflowPlansRequest) String() string {
 func (*GetWorkflowPlansRequest) ProtoMessage() {}
 
 func (x *GetWorkflowPlansRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[104]
+	mi := &file_flo_v1_api_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7902,7 +8035,7 @@ func (x *GetWorkflowPlansRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowPlansRequest.ProtoReflect.Descriptor instead.
 func (*GetWorkflowPlansRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{104}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *GetWorkflowPlansRequest) GetNamespace() string {
@@ -7945,7 +8078,7 @@ type WorkflowPlans struct {
 
 func (x *WorkflowPlans) Reset() {
 	*x = WorkflowPlans{}
-	mi := &file_flo_v1_api_proto_msgTypes[105]
+	mi := &file_flo_v1_api_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7957,7 +8090,7 @@ func (x *WorkflowPlans) String() string {
 func (*WorkflowPlans) ProtoMessage() {}
 
 func (x *WorkflowPlans) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[105]
+	mi := &file_flo_v1_api_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7970,7 +8103,7 @@ func (x *WorkflowPlans) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowPlans.ProtoReflect.Descriptor instead.
 func (*WorkflowPlans) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{105}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *WorkflowPlans) GetNamespace() string {
@@ -8021,7 +8154,7 @@ type PlanStatus struct {
 
 func (x *PlanStatus) Reset() {
 	*x = PlanStatus{}
-	mi := &file_flo_v1_api_proto_msgTypes[106]
+	mi := &file_flo_v1_api_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8033,7 +8166,7 @@ func (x *PlanStatus) String() string {
 func (*PlanStatus) ProtoMessage() {}
 
 func (x *PlanStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[106]
+	mi := &file_flo_v1_api_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8046,7 +8179,7 @@ func (x *PlanStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanStatus.ProtoReflect.Descriptor instead.
 func (*PlanStatus) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{106}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *PlanStatus) GetName() string {
@@ -8097,7 +8230,7 @@ type ExecutorStatus struct {
 
 func (x *ExecutorStatus) Reset() {
 	*x = ExecutorStatus{}
-	mi := &file_flo_v1_api_proto_msgTypes[107]
+	mi := &file_flo_v1_api_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8109,7 +8242,7 @@ func (x *ExecutorStatus) String() string {
 func (*ExecutorStatus) ProtoMessage() {}
 
 func (x *ExecutorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[107]
+	mi := &file_flo_v1_api_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8122,7 +8255,7 @@ func (x *ExecutorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutorStatus.ProtoReflect.Descriptor instead.
 func (*ExecutorStatus) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{107}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *ExecutorStatus) GetName() string {
@@ -8203,7 +8336,7 @@ type InvalidatePlanCacheRequest struct {
 
 func (x *InvalidatePlanCacheRequest) Reset() {
 	*x = InvalidatePlanCacheRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[108]
+	mi := &file_flo_v1_api_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8215,7 +8348,7 @@ func (x *InvalidatePlanCacheRequest) String() string {
 func (*InvalidatePlanCacheRequest) ProtoMessage() {}
 
 func (x *InvalidatePlanCacheRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[108]
+	mi := &file_flo_v1_api_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8228,7 +8361,7 @@ func (x *InvalidatePlanCacheRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvalidatePlanCacheRequest.ProtoReflect.Descriptor instead.
 func (*InvalidatePlanCacheRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{108}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *InvalidatePlanCacheRequest) GetNamespace() string {
@@ -8262,7 +8395,7 @@ type InvalidatePlanCacheResponse struct {
 
 func (x *InvalidatePlanCacheResponse) Reset() {
 	*x = InvalidatePlanCacheResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[109]
+	mi := &file_flo_v1_api_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8274,7 +8407,7 @@ func (x *InvalidatePlanCacheResponse) String() string {
 func (*InvalidatePlanCacheResponse) ProtoMessage() {}
 
 func (x *InvalidatePlanCacheResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[109]
+	mi := &file_flo_v1_api_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8287,7 +8420,7 @@ func (x *InvalidatePlanCacheResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvalidatePlanCacheResponse.ProtoReflect.Descriptor instead.
 func (*InvalidatePlanCacheResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{109}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *InvalidatePlanCacheResponse) GetRemoved() int64 {
@@ -8310,7 +8443,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[110]
+	mi := &file_flo_v1_api_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8322,7 +8455,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[110]
+	mi := &file_flo_v1_api_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8335,7 +8468,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{110}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *ListSchedulesRequest) GetNamespace() string {
@@ -8371,7 +8504,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[111]
+	mi := &file_flo_v1_api_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8383,7 +8516,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[111]
+	mi := &file_flo_v1_api_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8396,7 +8529,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{111}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *ListSchedulesResponse) GetSchedules() []*WorkflowSchedule {
@@ -8443,7 +8576,7 @@ type WorkflowSchedule struct {
 
 func (x *WorkflowSchedule) Reset() {
 	*x = WorkflowSchedule{}
-	mi := &file_flo_v1_api_proto_msgTypes[112]
+	mi := &file_flo_v1_api_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8455,7 +8588,7 @@ func (x *WorkflowSchedule) String() string {
 func (*WorkflowSchedule) ProtoMessage() {}
 
 func (x *WorkflowSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[112]
+	mi := &file_flo_v1_api_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8468,7 +8601,7 @@ func (x *WorkflowSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowSchedule.ProtoReflect.Descriptor instead.
 func (*WorkflowSchedule) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{112}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *WorkflowSchedule) GetWorkflow() string {
@@ -9112,7 +9245,7 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\foutput_value\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\voutputValue\x12\x1a\n" +
 	"\battempts\x18\x05 \x01(\x05R\battempts\x12;\n" +
 	"\vfinished_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"finishedAt\"\xf6\x05\n" +
+	"finishedAt\"\xbc\x06\n" +
 	"\vWorkflowRun\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x1a\n" +
@@ -9139,10 +9272,17 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"finishedAt\x12\x1d\n" +
 	"\n" +
 	"started_by\x18\x12 \x01(\tR\tstartedBy\x12?\n" +
-	"\rscheduled_for\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\fscheduledFor\"D\n" +
+	"\rscheduled_for\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\fscheduledFor\x12D\n" +
+	"\x11search_attributes\x18\x14 \x03(\v2\x17.flo.v1.SearchAttributeR\x10searchAttributes\"\xbf\x01\n" +
+	"\x0fSearchAttribute\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
+	"\fstring_value\x18\x02 \x01(\tH\x00R\vstringValue\x12#\n" +
+	"\fnumber_value\x18\x03 \x01(\x01H\x00R\vnumberValue\x12E\n" +
+	"\x0ftimestamp_value\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampH\x00R\x0etimestampValueB\a\n" +
+	"\x05value\"D\n" +
 	"\rGetRunRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x15\n" +
-	"\x06run_id\x18\x02 \x01(\tR\x05runId\"\xaf\x02\n" +
+	"\x06run_id\x18\x02 \x01(\tR\x05runId\"\xc5\x02\n" +
 	"\x0fListRunsRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\bworkflow\x18\x02 \x01(\tR\bworkflow\x12)\n" +
@@ -9151,7 +9291,8 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\x0ecreated_before\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\rcreatedBefore\x12\x14\n" +
 	"\x05limit\x18\x06 \x01(\x05R\x05limit\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\a \x01(\tR\tpageToken\"c\n" +
+	"page_token\x18\a \x01(\tR\tpageToken\x12\x14\n" +
+	"\x05where\x18\b \x01(\tR\x05where\"c\n" +
 	"\x10ListRunsResponse\x12'\n" +
 	"\x04runs\x18\x01 \x03(\v2\x13.flo.v1.WorkflowRunR\x04runs\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa3\x01\n" +
@@ -9352,7 +9493,7 @@ func file_flo_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_flo_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_flo_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 118)
+var file_flo_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 119)
 var file_flo_v1_api_proto_goTypes = []any{
 	(WorkerType)(0),                     // 0: flo.v1.WorkerType
 	(WorkerStatus)(0),                   // 1: flo.v1.WorkerStatus
@@ -9457,62 +9598,63 @@ var file_flo_v1_api_proto_goTypes = []any{
 	(*StartRunResponse)(nil),            // 100: flo.v1.StartRunResponse
 	(*StepOutput)(nil),                  // 101: flo.v1.StepOutput
 	(*WorkflowRun)(nil),                 // 102: flo.v1.WorkflowRun
-	(*GetRunRequest)(nil),               // 103: flo.v1.GetRunRequest
-	(*ListRunsRequest)(nil),             // 104: flo.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),            // 105: flo.v1.ListRunsResponse
-	(*SignalRunRequest)(nil),            // 106: flo.v1.SignalRunRequest
-	(*SignalRunResponse)(nil),           // 107: flo.v1.SignalRunResponse
-	(*CancelRunRequest)(nil),            // 108: flo.v1.CancelRunRequest
-	(*HistoryEvent)(nil),                // 109: flo.v1.HistoryEvent
-	(*RunHistory)(nil),                  // 110: flo.v1.RunHistory
-	(*GetWorkflowPlansRequest)(nil),     // 111: flo.v1.GetWorkflowPlansRequest
-	(*WorkflowPlans)(nil),               // 112: flo.v1.WorkflowPlans
-	(*PlanStatus)(nil),                  // 113: flo.v1.PlanStatus
-	(*ExecutorStatus)(nil),              // 114: flo.v1.ExecutorStatus
-	(*InvalidatePlanCacheRequest)(nil),  // 115: flo.v1.InvalidatePlanCacheRequest
-	(*InvalidatePlanCacheResponse)(nil), // 116: flo.v1.InvalidatePlanCacheResponse
-	(*ListSchedulesRequest)(nil),        // 117: flo.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil),       // 118: flo.v1.ListSchedulesResponse
-	(*WorkflowSchedule)(nil),            // 119: flo.v1.WorkflowSchedule
-	nil,                                 // 120: flo.v1.TaskAssignment.TraceContextEntry
-	nil,                                 // 121: flo.v1.Result.TraceContextEntry
-	nil,                                 // 122: flo.v1.StreamRecord.HeadersEntry
-	nil,                                 // 123: flo.v1.StreamRecord.TraceContextEntry
-	nil,                                 // 124: flo.v1.AppendRecord.HeadersEntry
-	(*timestamppb.Timestamp)(nil),       // 125: google.protobuf.Timestamp
-	(*structpb.Value)(nil),              // 126: google.protobuf.Value
+	(*SearchAttribute)(nil),             // 103: flo.v1.SearchAttribute
+	(*GetRunRequest)(nil),               // 104: flo.v1.GetRunRequest
+	(*ListRunsRequest)(nil),             // 105: flo.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),            // 106: flo.v1.ListRunsResponse
+	(*SignalRunRequest)(nil),            // 107: flo.v1.SignalRunRequest
+	(*SignalRunResponse)(nil),           // 108: flo.v1.SignalRunResponse
+	(*CancelRunRequest)(nil),            // 109: flo.v1.CancelRunRequest
+	(*HistoryEvent)(nil),                // 110: flo.v1.HistoryEvent
+	(*RunHistory)(nil),                  // 111: flo.v1.RunHistory
+	(*GetWorkflowPlansRequest)(nil),     // 112: flo.v1.GetWorkflowPlansRequest
+	(*WorkflowPlans)(nil),               // 113: flo.v1.WorkflowPlans
+	(*PlanStatus)(nil),                  // 114: flo.v1.PlanStatus
+	(*ExecutorStatus)(nil),              // 115: flo.v1.ExecutorStatus
+	(*InvalidatePlanCacheRequest)(nil),  // 116: flo.v1.InvalidatePlanCacheRequest
+	(*InvalidatePlanCacheResponse)(nil), // 117: flo.v1.InvalidatePlanCacheResponse
+	(*ListSchedulesRequest)(nil),        // 118: flo.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),       // 119: flo.v1.ListSchedulesResponse
+	(*WorkflowSchedule)(nil),            // 120: flo.v1.WorkflowSchedule
+	nil,                                 // 121: flo.v1.TaskAssignment.TraceContextEntry
+	nil,                                 // 122: flo.v1.Result.TraceContextEntry
+	nil,                                 // 123: flo.v1.StreamRecord.HeadersEntry
+	nil,                                 // 124: flo.v1.StreamRecord.TraceContextEntry
+	nil,                                 // 125: flo.v1.AppendRecord.HeadersEntry
+	(*timestamppb.Timestamp)(nil),       // 126: google.protobuf.Timestamp
+	(*structpb.Value)(nil),              // 127: google.protobuf.Value
 }
 var file_flo_v1_api_proto_depIdxs = []int32{
-	125, // 0: flo.v1.Namespace.created_at:type_name -> google.protobuf.Timestamp
+	126, // 0: flo.v1.Namespace.created_at:type_name -> google.protobuf.Timestamp
 	7,   // 1: flo.v1.ListNamespacesResponse.namespaces:type_name -> flo.v1.Namespace
 	2,   // 2: flo.v1.WorkerProcess.kind:type_name -> flo.v1.ProcessKind
-	125, // 3: flo.v1.WorkerProcess.last_run_at:type_name -> google.protobuf.Timestamp
+	126, // 3: flo.v1.WorkerProcess.last_run_at:type_name -> google.protobuf.Timestamp
 	0,   // 4: flo.v1.Worker.worker_type:type_name -> flo.v1.WorkerType
 	1,   // 5: flo.v1.Worker.status:type_name -> flo.v1.WorkerStatus
 	12,  // 6: flo.v1.Worker.processes:type_name -> flo.v1.WorkerProcess
-	125, // 7: flo.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
-	125, // 8: flo.v1.Worker.last_heartbeat:type_name -> google.protobuf.Timestamp
+	126, // 7: flo.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
+	126, // 8: flo.v1.Worker.last_heartbeat:type_name -> google.protobuf.Timestamp
 	0,   // 9: flo.v1.RegisterWorkerRequest.worker_type:type_name -> flo.v1.WorkerType
 	12,  // 10: flo.v1.RegisterWorkerRequest.processes:type_name -> flo.v1.WorkerProcess
 	1,   // 11: flo.v1.HeartbeatResponse.status:type_name -> flo.v1.WorkerStatus
 	13,  // 12: flo.v1.ListWorkersResponse.workers:type_name -> flo.v1.Worker
 	3,   // 13: flo.v1.Backoff.kind:type_name -> flo.v1.BackoffKind
 	21,  // 14: flo.v1.Action.backoff:type_name -> flo.v1.Backoff
-	125, // 15: flo.v1.Action.created_at:type_name -> google.protobuf.Timestamp
-	125, // 16: flo.v1.Action.updated_at:type_name -> google.protobuf.Timestamp
+	126, // 15: flo.v1.Action.created_at:type_name -> google.protobuf.Timestamp
+	126, // 16: flo.v1.Action.updated_at:type_name -> google.protobuf.Timestamp
 	21,  // 17: flo.v1.RegisterActionRequest.backoff:type_name -> flo.v1.Backoff
 	22,  // 18: flo.v1.ListActionsResponse.actions:type_name -> flo.v1.Action
-	126, // 19: flo.v1.InvokeTaskRequest.input:type_name -> google.protobuf.Value
+	127, // 19: flo.v1.InvokeTaskRequest.input:type_name -> google.protobuf.Value
 	27,  // 20: flo.v1.InvokeTasksRequest.tasks:type_name -> flo.v1.InvokeTaskRequest
 	4,   // 21: flo.v1.Task.status:type_name -> flo.v1.TaskStatus
-	126, // 22: flo.v1.Task.output:type_name -> google.protobuf.Value
-	125, // 23: flo.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	125, // 24: flo.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	125, // 25: flo.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	125, // 26: flo.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	125, // 27: flo.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	125, // 28: flo.v1.Task.complete_by:type_name -> google.protobuf.Timestamp
-	126, // 29: flo.v1.CompleteTaskRequest.output:type_name -> google.protobuf.Value
+	127, // 22: flo.v1.Task.output:type_name -> google.protobuf.Value
+	126, // 23: flo.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	126, // 24: flo.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	126, // 25: flo.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	126, // 26: flo.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	126, // 27: flo.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	126, // 28: flo.v1.Task.complete_by:type_name -> google.protobuf.Timestamp
+	127, // 29: flo.v1.CompleteTaskRequest.output:type_name -> google.protobuf.Value
 	31,  // 30: flo.v1.ListDeadLettersResponse.tasks:type_name -> flo.v1.Task
 	41,  // 31: flo.v1.WorkerMessage.hello:type_name -> flo.v1.Hello
 	44,  // 32: flo.v1.WorkerMessage.ready:type_name -> flo.v1.Ready
@@ -9531,172 +9673,174 @@ var file_flo_v1_api_proto_depIdxs = []int32{
 	40,  // 45: flo.v1.ServerMessage.drain:type_name -> flo.v1.Drain
 	58,  // 46: flo.v1.ServerMessage.record_batch:type_name -> flo.v1.RecordBatch
 	42,  // 47: flo.v1.Hello.streams:type_name -> flo.v1.StreamSubscription
-	125, // 48: flo.v1.TaskAssignment.created_at:type_name -> google.protobuf.Timestamp
-	125, // 49: flo.v1.TaskAssignment.lease_until:type_name -> google.protobuf.Timestamp
-	120, // 50: flo.v1.TaskAssignment.trace_context:type_name -> flo.v1.TaskAssignment.TraceContextEntry
+	126, // 48: flo.v1.TaskAssignment.created_at:type_name -> google.protobuf.Timestamp
+	126, // 49: flo.v1.TaskAssignment.lease_until:type_name -> google.protobuf.Timestamp
+	121, // 50: flo.v1.TaskAssignment.trace_context:type_name -> flo.v1.TaskAssignment.TraceContextEntry
 	45,  // 51: flo.v1.TaskBatch.tasks:type_name -> flo.v1.TaskAssignment
 	48,  // 52: flo.v1.Result.completed:type_name -> flo.v1.Completed
 	49,  // 53: flo.v1.Result.failed:type_name -> flo.v1.Failed
 	50,  // 54: flo.v1.Result.pending:type_name -> flo.v1.Pending
-	121, // 55: flo.v1.Result.trace_context:type_name -> flo.v1.Result.TraceContextEntry
+	122, // 55: flo.v1.Result.trace_context:type_name -> flo.v1.Result.TraceContextEntry
 	47,  // 56: flo.v1.ResultBatch.results:type_name -> flo.v1.Result
-	125, // 57: flo.v1.TouchAck.lease_until:type_name -> google.protobuf.Timestamp
+	126, // 57: flo.v1.TouchAck.lease_until:type_name -> google.protobuf.Timestamp
 	68,  // 58: flo.v1.RecordBatch.records:type_name -> flo.v1.StreamRecord
-	125, // 59: flo.v1.Stream.created_at:type_name -> google.protobuf.Timestamp
+	126, // 59: flo.v1.Stream.created_at:type_name -> google.protobuf.Timestamp
 	61,  // 60: flo.v1.ListStreamsResponse.streams:type_name -> flo.v1.Stream
 	61,  // 61: flo.v1.StreamInfo.stream:type_name -> flo.v1.Stream
 	74,  // 62: flo.v1.StreamInfo.groups:type_name -> flo.v1.ConsumerGroup
-	126, // 63: flo.v1.StreamRecord.value:type_name -> google.protobuf.Value
-	122, // 64: flo.v1.StreamRecord.headers:type_name -> flo.v1.StreamRecord.HeadersEntry
-	125, // 65: flo.v1.StreamRecord.appended_at:type_name -> google.protobuf.Timestamp
-	123, // 66: flo.v1.StreamRecord.trace_context:type_name -> flo.v1.StreamRecord.TraceContextEntry
-	126, // 67: flo.v1.AppendRecord.value:type_name -> google.protobuf.Value
-	124, // 68: flo.v1.AppendRecord.headers:type_name -> flo.v1.AppendRecord.HeadersEntry
+	127, // 63: flo.v1.StreamRecord.value:type_name -> google.protobuf.Value
+	123, // 64: flo.v1.StreamRecord.headers:type_name -> flo.v1.StreamRecord.HeadersEntry
+	126, // 65: flo.v1.StreamRecord.appended_at:type_name -> google.protobuf.Timestamp
+	124, // 66: flo.v1.StreamRecord.trace_context:type_name -> flo.v1.StreamRecord.TraceContextEntry
+	127, // 67: flo.v1.AppendRecord.value:type_name -> google.protobuf.Value
+	125, // 68: flo.v1.AppendRecord.headers:type_name -> flo.v1.AppendRecord.HeadersEntry
 	69,  // 69: flo.v1.AppendRequest.records:type_name -> flo.v1.AppendRecord
 	68,  // 70: flo.v1.ReadResponse.records:type_name -> flo.v1.StreamRecord
-	125, // 71: flo.v1.ConsumerGroup.created_at:type_name -> google.protobuf.Timestamp
+	126, // 71: flo.v1.ConsumerGroup.created_at:type_name -> google.protobuf.Timestamp
 	74,  // 72: flo.v1.ListGroupsResponse.groups:type_name -> flo.v1.ConsumerGroup
-	125, // 73: flo.v1.PendingEntry.delivered_at:type_name -> google.protobuf.Timestamp
-	125, // 74: flo.v1.PendingEntry.redeliver_at:type_name -> google.protobuf.Timestamp
+	126, // 73: flo.v1.PendingEntry.delivered_at:type_name -> google.protobuf.Timestamp
+	126, // 74: flo.v1.PendingEntry.redeliver_at:type_name -> google.protobuf.Timestamp
 	81,  // 75: flo.v1.ListPendingResponse.entries:type_name -> flo.v1.PendingEntry
 	68,  // 76: flo.v1.GroupReadResponse.records:type_name -> flo.v1.StreamRecord
 	5,   // 77: flo.v1.Diagnostic.severity:type_name -> flo.v1.DiagnosticSeverity
-	125, // 78: flo.v1.WorkflowDefinition.created_at:type_name -> google.protobuf.Timestamp
+	126, // 78: flo.v1.WorkflowDefinition.created_at:type_name -> google.protobuf.Timestamp
 	90,  // 79: flo.v1.CreateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
 	89,  // 80: flo.v1.CreateWorkflowResponse.warnings:type_name -> flo.v1.Diagnostic
 	89,  // 81: flo.v1.ValidateWorkflowResponse.diagnostics:type_name -> flo.v1.Diagnostic
 	90,  // 82: flo.v1.ValidateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
 	90,  // 83: flo.v1.ListWorkflowsResponse.workflows:type_name -> flo.v1.WorkflowDefinition
-	126, // 84: flo.v1.StartRunRequest.input_value:type_name -> google.protobuf.Value
-	126, // 85: flo.v1.StepOutput.output_value:type_name -> google.protobuf.Value
-	125, // 86: flo.v1.StepOutput.finished_at:type_name -> google.protobuf.Timestamp
+	127, // 84: flo.v1.StartRunRequest.input_value:type_name -> google.protobuf.Value
+	127, // 85: flo.v1.StepOutput.output_value:type_name -> google.protobuf.Value
+	126, // 86: flo.v1.StepOutput.finished_at:type_name -> google.protobuf.Timestamp
 	6,   // 87: flo.v1.WorkflowRun.status:type_name -> flo.v1.RunStatus
-	126, // 88: flo.v1.WorkflowRun.input_value:type_name -> google.protobuf.Value
+	127, // 88: flo.v1.WorkflowRun.input_value:type_name -> google.protobuf.Value
 	101, // 89: flo.v1.WorkflowRun.outputs:type_name -> flo.v1.StepOutput
-	125, // 90: flo.v1.WorkflowRun.created_at:type_name -> google.protobuf.Timestamp
-	125, // 91: flo.v1.WorkflowRun.updated_at:type_name -> google.protobuf.Timestamp
-	125, // 92: flo.v1.WorkflowRun.finished_at:type_name -> google.protobuf.Timestamp
-	125, // 93: flo.v1.WorkflowRun.scheduled_for:type_name -> google.protobuf.Timestamp
-	6,   // 94: flo.v1.ListRunsRequest.status:type_name -> flo.v1.RunStatus
-	125, // 95: flo.v1.ListRunsRequest.created_after:type_name -> google.protobuf.Timestamp
-	125, // 96: flo.v1.ListRunsRequest.created_before:type_name -> google.protobuf.Timestamp
-	102, // 97: flo.v1.ListRunsResponse.runs:type_name -> flo.v1.WorkflowRun
-	126, // 98: flo.v1.SignalRunRequest.value:type_name -> google.protobuf.Value
-	125, // 99: flo.v1.HistoryEvent.at:type_name -> google.protobuf.Timestamp
-	109, // 100: flo.v1.RunHistory.events:type_name -> flo.v1.HistoryEvent
-	113, // 101: flo.v1.WorkflowPlans.plans:type_name -> flo.v1.PlanStatus
-	114, // 102: flo.v1.PlanStatus.executors:type_name -> flo.v1.ExecutorStatus
-	119, // 103: flo.v1.ListSchedulesResponse.schedules:type_name -> flo.v1.WorkflowSchedule
-	125, // 104: flo.v1.WorkflowSchedule.next_fire_at:type_name -> google.protobuf.Timestamp
-	125, // 105: flo.v1.WorkflowSchedule.last_fire_at:type_name -> google.protobuf.Timestamp
-	125, // 106: flo.v1.WorkflowSchedule.last_skipped_at:type_name -> google.protobuf.Timestamp
-	8,   // 107: flo.v1.NamespaceService.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
-	9,   // 108: flo.v1.NamespaceService.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
-	10,  // 109: flo.v1.NamespaceService.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
-	23,  // 110: flo.v1.ActionService.RegisterAction:input_type -> flo.v1.RegisterActionRequest
-	24,  // 111: flo.v1.ActionService.GetAction:input_type -> flo.v1.GetActionRequest
-	25,  // 112: flo.v1.ActionService.ListActions:input_type -> flo.v1.ListActionsRequest
-	24,  // 113: flo.v1.ActionService.EnableAction:input_type -> flo.v1.GetActionRequest
-	24,  // 114: flo.v1.ActionService.DisableAction:input_type -> flo.v1.GetActionRequest
-	27,  // 115: flo.v1.TaskService.InvokeTask:input_type -> flo.v1.InvokeTaskRequest
-	29,  // 116: flo.v1.TaskService.InvokeTasks:input_type -> flo.v1.InvokeTasksRequest
-	32,  // 117: flo.v1.TaskService.GetTask:input_type -> flo.v1.GetTaskRequest
-	35,  // 118: flo.v1.TaskService.AwaitTask:input_type -> flo.v1.AwaitTaskRequest
-	36,  // 119: flo.v1.TaskService.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
-	32,  // 120: flo.v1.TaskService.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
-	33,  // 121: flo.v1.TaskService.CompleteTask:input_type -> flo.v1.CompleteTaskRequest
-	34,  // 122: flo.v1.TaskService.FailTask:input_type -> flo.v1.FailTaskRequest
-	14,  // 123: flo.v1.WorkerRegistryService.RegisterWorker:input_type -> flo.v1.RegisterWorkerRequest
-	15,  // 124: flo.v1.WorkerRegistryService.Heartbeat:input_type -> flo.v1.HeartbeatRequest
-	17,  // 125: flo.v1.WorkerRegistryService.GetWorker:input_type -> flo.v1.GetWorkerRequest
-	18,  // 126: flo.v1.WorkerRegistryService.ListWorkers:input_type -> flo.v1.ListWorkersRequest
-	17,  // 127: flo.v1.WorkerRegistryService.DrainWorker:input_type -> flo.v1.GetWorkerRequest
-	17,  // 128: flo.v1.WorkerRegistryService.DeregisterWorker:input_type -> flo.v1.GetWorkerRequest
-	38,  // 129: flo.v1.WorkerService.Stream:input_type -> flo.v1.WorkerMessage
-	62,  // 130: flo.v1.StreamService.CreateStream:input_type -> flo.v1.CreateStreamRequest
-	63,  // 131: flo.v1.StreamService.GetStream:input_type -> flo.v1.GetStreamRequest
-	64,  // 132: flo.v1.StreamService.ListStreams:input_type -> flo.v1.ListStreamsRequest
-	63,  // 133: flo.v1.StreamService.DeleteStream:input_type -> flo.v1.GetStreamRequest
-	70,  // 134: flo.v1.StreamService.Append:input_type -> flo.v1.AppendRequest
-	72,  // 135: flo.v1.StreamService.Read:input_type -> flo.v1.ReadRequest
-	75,  // 136: flo.v1.StreamService.CreateGroup:input_type -> flo.v1.CreateGroupRequest
-	77,  // 137: flo.v1.StreamService.ListGroups:input_type -> flo.v1.ListGroupsRequest
-	76,  // 138: flo.v1.StreamService.DeleteGroup:input_type -> flo.v1.GetGroupRequest
-	80,  // 139: flo.v1.StreamService.ListPending:input_type -> flo.v1.ListPendingRequest
-	83,  // 140: flo.v1.StreamService.GroupRead:input_type -> flo.v1.GroupReadRequest
-	85,  // 141: flo.v1.StreamService.Ack:input_type -> flo.v1.AckRequest
-	87,  // 142: flo.v1.StreamService.Nack:input_type -> flo.v1.NackRequest
-	91,  // 143: flo.v1.WorkflowService.CreateWorkflow:input_type -> flo.v1.CreateWorkflowRequest
-	93,  // 144: flo.v1.WorkflowService.ValidateWorkflow:input_type -> flo.v1.ValidateWorkflowRequest
-	95,  // 145: flo.v1.WorkflowService.GetWorkflow:input_type -> flo.v1.GetWorkflowRequest
-	96,  // 146: flo.v1.WorkflowService.ListWorkflows:input_type -> flo.v1.ListWorkflowsRequest
-	98,  // 147: flo.v1.WorkflowService.DisableWorkflow:input_type -> flo.v1.WorkflowNameRequest
-	98,  // 148: flo.v1.WorkflowService.EnableWorkflow:input_type -> flo.v1.WorkflowNameRequest
-	99,  // 149: flo.v1.WorkflowService.StartRun:input_type -> flo.v1.StartRunRequest
-	103, // 150: flo.v1.WorkflowService.GetRun:input_type -> flo.v1.GetRunRequest
-	104, // 151: flo.v1.WorkflowService.ListRuns:input_type -> flo.v1.ListRunsRequest
-	106, // 152: flo.v1.WorkflowService.SignalRun:input_type -> flo.v1.SignalRunRequest
-	108, // 153: flo.v1.WorkflowService.CancelRun:input_type -> flo.v1.CancelRunRequest
-	103, // 154: flo.v1.WorkflowService.GetRunHistory:input_type -> flo.v1.GetRunRequest
-	111, // 155: flo.v1.WorkflowService.GetWorkflowPlans:input_type -> flo.v1.GetWorkflowPlansRequest
-	115, // 156: flo.v1.WorkflowService.InvalidatePlanCache:input_type -> flo.v1.InvalidatePlanCacheRequest
-	117, // 157: flo.v1.WorkflowService.ListSchedules:input_type -> flo.v1.ListSchedulesRequest
-	7,   // 158: flo.v1.NamespaceService.CreateNamespace:output_type -> flo.v1.Namespace
-	7,   // 159: flo.v1.NamespaceService.GetNamespace:output_type -> flo.v1.Namespace
-	11,  // 160: flo.v1.NamespaceService.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
-	22,  // 161: flo.v1.ActionService.RegisterAction:output_type -> flo.v1.Action
-	22,  // 162: flo.v1.ActionService.GetAction:output_type -> flo.v1.Action
-	26,  // 163: flo.v1.ActionService.ListActions:output_type -> flo.v1.ListActionsResponse
-	22,  // 164: flo.v1.ActionService.EnableAction:output_type -> flo.v1.Action
-	22,  // 165: flo.v1.ActionService.DisableAction:output_type -> flo.v1.Action
-	28,  // 166: flo.v1.TaskService.InvokeTask:output_type -> flo.v1.InvokeTaskResponse
-	30,  // 167: flo.v1.TaskService.InvokeTasks:output_type -> flo.v1.InvokeTasksResponse
-	31,  // 168: flo.v1.TaskService.GetTask:output_type -> flo.v1.Task
-	31,  // 169: flo.v1.TaskService.AwaitTask:output_type -> flo.v1.Task
-	37,  // 170: flo.v1.TaskService.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
-	31,  // 171: flo.v1.TaskService.RequeueDeadLetter:output_type -> flo.v1.Task
-	31,  // 172: flo.v1.TaskService.CompleteTask:output_type -> flo.v1.Task
-	31,  // 173: flo.v1.TaskService.FailTask:output_type -> flo.v1.Task
-	13,  // 174: flo.v1.WorkerRegistryService.RegisterWorker:output_type -> flo.v1.Worker
-	16,  // 175: flo.v1.WorkerRegistryService.Heartbeat:output_type -> flo.v1.HeartbeatResponse
-	13,  // 176: flo.v1.WorkerRegistryService.GetWorker:output_type -> flo.v1.Worker
-	19,  // 177: flo.v1.WorkerRegistryService.ListWorkers:output_type -> flo.v1.ListWorkersResponse
-	13,  // 178: flo.v1.WorkerRegistryService.DrainWorker:output_type -> flo.v1.Worker
-	20,  // 179: flo.v1.WorkerRegistryService.DeregisterWorker:output_type -> flo.v1.DeregisterWorkerResponse
-	39,  // 180: flo.v1.WorkerService.Stream:output_type -> flo.v1.ServerMessage
-	61,  // 181: flo.v1.StreamService.CreateStream:output_type -> flo.v1.Stream
-	67,  // 182: flo.v1.StreamService.GetStream:output_type -> flo.v1.StreamInfo
-	65,  // 183: flo.v1.StreamService.ListStreams:output_type -> flo.v1.ListStreamsResponse
-	66,  // 184: flo.v1.StreamService.DeleteStream:output_type -> flo.v1.DeleteStreamResponse
-	71,  // 185: flo.v1.StreamService.Append:output_type -> flo.v1.AppendResponse
-	73,  // 186: flo.v1.StreamService.Read:output_type -> flo.v1.ReadResponse
-	74,  // 187: flo.v1.StreamService.CreateGroup:output_type -> flo.v1.ConsumerGroup
-	78,  // 188: flo.v1.StreamService.ListGroups:output_type -> flo.v1.ListGroupsResponse
-	79,  // 189: flo.v1.StreamService.DeleteGroup:output_type -> flo.v1.DeleteGroupResponse
-	82,  // 190: flo.v1.StreamService.ListPending:output_type -> flo.v1.ListPendingResponse
-	84,  // 191: flo.v1.StreamService.GroupRead:output_type -> flo.v1.GroupReadResponse
-	86,  // 192: flo.v1.StreamService.Ack:output_type -> flo.v1.AckResponse
-	88,  // 193: flo.v1.StreamService.Nack:output_type -> flo.v1.NackResponse
-	92,  // 194: flo.v1.WorkflowService.CreateWorkflow:output_type -> flo.v1.CreateWorkflowResponse
-	94,  // 195: flo.v1.WorkflowService.ValidateWorkflow:output_type -> flo.v1.ValidateWorkflowResponse
-	90,  // 196: flo.v1.WorkflowService.GetWorkflow:output_type -> flo.v1.WorkflowDefinition
-	97,  // 197: flo.v1.WorkflowService.ListWorkflows:output_type -> flo.v1.ListWorkflowsResponse
-	90,  // 198: flo.v1.WorkflowService.DisableWorkflow:output_type -> flo.v1.WorkflowDefinition
-	90,  // 199: flo.v1.WorkflowService.EnableWorkflow:output_type -> flo.v1.WorkflowDefinition
-	100, // 200: flo.v1.WorkflowService.StartRun:output_type -> flo.v1.StartRunResponse
-	102, // 201: flo.v1.WorkflowService.GetRun:output_type -> flo.v1.WorkflowRun
-	105, // 202: flo.v1.WorkflowService.ListRuns:output_type -> flo.v1.ListRunsResponse
-	107, // 203: flo.v1.WorkflowService.SignalRun:output_type -> flo.v1.SignalRunResponse
-	102, // 204: flo.v1.WorkflowService.CancelRun:output_type -> flo.v1.WorkflowRun
-	110, // 205: flo.v1.WorkflowService.GetRunHistory:output_type -> flo.v1.RunHistory
-	112, // 206: flo.v1.WorkflowService.GetWorkflowPlans:output_type -> flo.v1.WorkflowPlans
-	116, // 207: flo.v1.WorkflowService.InvalidatePlanCache:output_type -> flo.v1.InvalidatePlanCacheResponse
-	118, // 208: flo.v1.WorkflowService.ListSchedules:output_type -> flo.v1.ListSchedulesResponse
-	158, // [158:209] is the sub-list for method output_type
-	107, // [107:158] is the sub-list for method input_type
-	107, // [107:107] is the sub-list for extension type_name
-	107, // [107:107] is the sub-list for extension extendee
-	0,   // [0:107] is the sub-list for field type_name
+	126, // 90: flo.v1.WorkflowRun.created_at:type_name -> google.protobuf.Timestamp
+	126, // 91: flo.v1.WorkflowRun.updated_at:type_name -> google.protobuf.Timestamp
+	126, // 92: flo.v1.WorkflowRun.finished_at:type_name -> google.protobuf.Timestamp
+	126, // 93: flo.v1.WorkflowRun.scheduled_for:type_name -> google.protobuf.Timestamp
+	103, // 94: flo.v1.WorkflowRun.search_attributes:type_name -> flo.v1.SearchAttribute
+	126, // 95: flo.v1.SearchAttribute.timestamp_value:type_name -> google.protobuf.Timestamp
+	6,   // 96: flo.v1.ListRunsRequest.status:type_name -> flo.v1.RunStatus
+	126, // 97: flo.v1.ListRunsRequest.created_after:type_name -> google.protobuf.Timestamp
+	126, // 98: flo.v1.ListRunsRequest.created_before:type_name -> google.protobuf.Timestamp
+	102, // 99: flo.v1.ListRunsResponse.runs:type_name -> flo.v1.WorkflowRun
+	127, // 100: flo.v1.SignalRunRequest.value:type_name -> google.protobuf.Value
+	126, // 101: flo.v1.HistoryEvent.at:type_name -> google.protobuf.Timestamp
+	110, // 102: flo.v1.RunHistory.events:type_name -> flo.v1.HistoryEvent
+	114, // 103: flo.v1.WorkflowPlans.plans:type_name -> flo.v1.PlanStatus
+	115, // 104: flo.v1.PlanStatus.executors:type_name -> flo.v1.ExecutorStatus
+	120, // 105: flo.v1.ListSchedulesResponse.schedules:type_name -> flo.v1.WorkflowSchedule
+	126, // 106: flo.v1.WorkflowSchedule.next_fire_at:type_name -> google.protobuf.Timestamp
+	126, // 107: flo.v1.WorkflowSchedule.last_fire_at:type_name -> google.protobuf.Timestamp
+	126, // 108: flo.v1.WorkflowSchedule.last_skipped_at:type_name -> google.protobuf.Timestamp
+	8,   // 109: flo.v1.NamespaceService.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
+	9,   // 110: flo.v1.NamespaceService.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
+	10,  // 111: flo.v1.NamespaceService.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
+	23,  // 112: flo.v1.ActionService.RegisterAction:input_type -> flo.v1.RegisterActionRequest
+	24,  // 113: flo.v1.ActionService.GetAction:input_type -> flo.v1.GetActionRequest
+	25,  // 114: flo.v1.ActionService.ListActions:input_type -> flo.v1.ListActionsRequest
+	24,  // 115: flo.v1.ActionService.EnableAction:input_type -> flo.v1.GetActionRequest
+	24,  // 116: flo.v1.ActionService.DisableAction:input_type -> flo.v1.GetActionRequest
+	27,  // 117: flo.v1.TaskService.InvokeTask:input_type -> flo.v1.InvokeTaskRequest
+	29,  // 118: flo.v1.TaskService.InvokeTasks:input_type -> flo.v1.InvokeTasksRequest
+	32,  // 119: flo.v1.TaskService.GetTask:input_type -> flo.v1.GetTaskRequest
+	35,  // 120: flo.v1.TaskService.AwaitTask:input_type -> flo.v1.AwaitTaskRequest
+	36,  // 121: flo.v1.TaskService.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
+	32,  // 122: flo.v1.TaskService.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
+	33,  // 123: flo.v1.TaskService.CompleteTask:input_type -> flo.v1.CompleteTaskRequest
+	34,  // 124: flo.v1.TaskService.FailTask:input_type -> flo.v1.FailTaskRequest
+	14,  // 125: flo.v1.WorkerRegistryService.RegisterWorker:input_type -> flo.v1.RegisterWorkerRequest
+	15,  // 126: flo.v1.WorkerRegistryService.Heartbeat:input_type -> flo.v1.HeartbeatRequest
+	17,  // 127: flo.v1.WorkerRegistryService.GetWorker:input_type -> flo.v1.GetWorkerRequest
+	18,  // 128: flo.v1.WorkerRegistryService.ListWorkers:input_type -> flo.v1.ListWorkersRequest
+	17,  // 129: flo.v1.WorkerRegistryService.DrainWorker:input_type -> flo.v1.GetWorkerRequest
+	17,  // 130: flo.v1.WorkerRegistryService.DeregisterWorker:input_type -> flo.v1.GetWorkerRequest
+	38,  // 131: flo.v1.WorkerService.Stream:input_type -> flo.v1.WorkerMessage
+	62,  // 132: flo.v1.StreamService.CreateStream:input_type -> flo.v1.CreateStreamRequest
+	63,  // 133: flo.v1.StreamService.GetStream:input_type -> flo.v1.GetStreamRequest
+	64,  // 134: flo.v1.StreamService.ListStreams:input_type -> flo.v1.ListStreamsRequest
+	63,  // 135: flo.v1.StreamService.DeleteStream:input_type -> flo.v1.GetStreamRequest
+	70,  // 136: flo.v1.StreamService.Append:input_type -> flo.v1.AppendRequest
+	72,  // 137: flo.v1.StreamService.Read:input_type -> flo.v1.ReadRequest
+	75,  // 138: flo.v1.StreamService.CreateGroup:input_type -> flo.v1.CreateGroupRequest
+	77,  // 139: flo.v1.StreamService.ListGroups:input_type -> flo.v1.ListGroupsRequest
+	76,  // 140: flo.v1.StreamService.DeleteGroup:input_type -> flo.v1.GetGroupRequest
+	80,  // 141: flo.v1.StreamService.ListPending:input_type -> flo.v1.ListPendingRequest
+	83,  // 142: flo.v1.StreamService.GroupRead:input_type -> flo.v1.GroupReadRequest
+	85,  // 143: flo.v1.StreamService.Ack:input_type -> flo.v1.AckRequest
+	87,  // 144: flo.v1.StreamService.Nack:input_type -> flo.v1.NackRequest
+	91,  // 145: flo.v1.WorkflowService.CreateWorkflow:input_type -> flo.v1.CreateWorkflowRequest
+	93,  // 146: flo.v1.WorkflowService.ValidateWorkflow:input_type -> flo.v1.ValidateWorkflowRequest
+	95,  // 147: flo.v1.WorkflowService.GetWorkflow:input_type -> flo.v1.GetWorkflowRequest
+	96,  // 148: flo.v1.WorkflowService.ListWorkflows:input_type -> flo.v1.ListWorkflowsRequest
+	98,  // 149: flo.v1.WorkflowService.DisableWorkflow:input_type -> flo.v1.WorkflowNameRequest
+	98,  // 150: flo.v1.WorkflowService.EnableWorkflow:input_type -> flo.v1.WorkflowNameRequest
+	99,  // 151: flo.v1.WorkflowService.StartRun:input_type -> flo.v1.StartRunRequest
+	104, // 152: flo.v1.WorkflowService.GetRun:input_type -> flo.v1.GetRunRequest
+	105, // 153: flo.v1.WorkflowService.ListRuns:input_type -> flo.v1.ListRunsRequest
+	107, // 154: flo.v1.WorkflowService.SignalRun:input_type -> flo.v1.SignalRunRequest
+	109, // 155: flo.v1.WorkflowService.CancelRun:input_type -> flo.v1.CancelRunRequest
+	104, // 156: flo.v1.WorkflowService.GetRunHistory:input_type -> flo.v1.GetRunRequest
+	112, // 157: flo.v1.WorkflowService.GetWorkflowPlans:input_type -> flo.v1.GetWorkflowPlansRequest
+	116, // 158: flo.v1.WorkflowService.InvalidatePlanCache:input_type -> flo.v1.InvalidatePlanCacheRequest
+	118, // 159: flo.v1.WorkflowService.ListSchedules:input_type -> flo.v1.ListSchedulesRequest
+	7,   // 160: flo.v1.NamespaceService.CreateNamespace:output_type -> flo.v1.Namespace
+	7,   // 161: flo.v1.NamespaceService.GetNamespace:output_type -> flo.v1.Namespace
+	11,  // 162: flo.v1.NamespaceService.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
+	22,  // 163: flo.v1.ActionService.RegisterAction:output_type -> flo.v1.Action
+	22,  // 164: flo.v1.ActionService.GetAction:output_type -> flo.v1.Action
+	26,  // 165: flo.v1.ActionService.ListActions:output_type -> flo.v1.ListActionsResponse
+	22,  // 166: flo.v1.ActionService.EnableAction:output_type -> flo.v1.Action
+	22,  // 167: flo.v1.ActionService.DisableAction:output_type -> flo.v1.Action
+	28,  // 168: flo.v1.TaskService.InvokeTask:output_type -> flo.v1.InvokeTaskResponse
+	30,  // 169: flo.v1.TaskService.InvokeTasks:output_type -> flo.v1.InvokeTasksResponse
+	31,  // 170: flo.v1.TaskService.GetTask:output_type -> flo.v1.Task
+	31,  // 171: flo.v1.TaskService.AwaitTask:output_type -> flo.v1.Task
+	37,  // 172: flo.v1.TaskService.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
+	31,  // 173: flo.v1.TaskService.RequeueDeadLetter:output_type -> flo.v1.Task
+	31,  // 174: flo.v1.TaskService.CompleteTask:output_type -> flo.v1.Task
+	31,  // 175: flo.v1.TaskService.FailTask:output_type -> flo.v1.Task
+	13,  // 176: flo.v1.WorkerRegistryService.RegisterWorker:output_type -> flo.v1.Worker
+	16,  // 177: flo.v1.WorkerRegistryService.Heartbeat:output_type -> flo.v1.HeartbeatResponse
+	13,  // 178: flo.v1.WorkerRegistryService.GetWorker:output_type -> flo.v1.Worker
+	19,  // 179: flo.v1.WorkerRegistryService.ListWorkers:output_type -> flo.v1.ListWorkersResponse
+	13,  // 180: flo.v1.WorkerRegistryService.DrainWorker:output_type -> flo.v1.Worker
+	20,  // 181: flo.v1.WorkerRegistryService.DeregisterWorker:output_type -> flo.v1.DeregisterWorkerResponse
+	39,  // 182: flo.v1.WorkerService.Stream:output_type -> flo.v1.ServerMessage
+	61,  // 183: flo.v1.StreamService.CreateStream:output_type -> flo.v1.Stream
+	67,  // 184: flo.v1.StreamService.GetStream:output_type -> flo.v1.StreamInfo
+	65,  // 185: flo.v1.StreamService.ListStreams:output_type -> flo.v1.ListStreamsResponse
+	66,  // 186: flo.v1.StreamService.DeleteStream:output_type -> flo.v1.DeleteStreamResponse
+	71,  // 187: flo.v1.StreamService.Append:output_type -> flo.v1.AppendResponse
+	73,  // 188: flo.v1.StreamService.Read:output_type -> flo.v1.ReadResponse
+	74,  // 189: flo.v1.StreamService.CreateGroup:output_type -> flo.v1.ConsumerGroup
+	78,  // 190: flo.v1.StreamService.ListGroups:output_type -> flo.v1.ListGroupsResponse
+	79,  // 191: flo.v1.StreamService.DeleteGroup:output_type -> flo.v1.DeleteGroupResponse
+	82,  // 192: flo.v1.StreamService.ListPending:output_type -> flo.v1.ListPendingResponse
+	84,  // 193: flo.v1.StreamService.GroupRead:output_type -> flo.v1.GroupReadResponse
+	86,  // 194: flo.v1.StreamService.Ack:output_type -> flo.v1.AckResponse
+	88,  // 195: flo.v1.StreamService.Nack:output_type -> flo.v1.NackResponse
+	92,  // 196: flo.v1.WorkflowService.CreateWorkflow:output_type -> flo.v1.CreateWorkflowResponse
+	94,  // 197: flo.v1.WorkflowService.ValidateWorkflow:output_type -> flo.v1.ValidateWorkflowResponse
+	90,  // 198: flo.v1.WorkflowService.GetWorkflow:output_type -> flo.v1.WorkflowDefinition
+	97,  // 199: flo.v1.WorkflowService.ListWorkflows:output_type -> flo.v1.ListWorkflowsResponse
+	90,  // 200: flo.v1.WorkflowService.DisableWorkflow:output_type -> flo.v1.WorkflowDefinition
+	90,  // 201: flo.v1.WorkflowService.EnableWorkflow:output_type -> flo.v1.WorkflowDefinition
+	100, // 202: flo.v1.WorkflowService.StartRun:output_type -> flo.v1.StartRunResponse
+	102, // 203: flo.v1.WorkflowService.GetRun:output_type -> flo.v1.WorkflowRun
+	106, // 204: flo.v1.WorkflowService.ListRuns:output_type -> flo.v1.ListRunsResponse
+	108, // 205: flo.v1.WorkflowService.SignalRun:output_type -> flo.v1.SignalRunResponse
+	102, // 206: flo.v1.WorkflowService.CancelRun:output_type -> flo.v1.WorkflowRun
+	111, // 207: flo.v1.WorkflowService.GetRunHistory:output_type -> flo.v1.RunHistory
+	113, // 208: flo.v1.WorkflowService.GetWorkflowPlans:output_type -> flo.v1.WorkflowPlans
+	117, // 209: flo.v1.WorkflowService.InvalidatePlanCache:output_type -> flo.v1.InvalidatePlanCacheResponse
+	119, // 210: flo.v1.WorkflowService.ListSchedules:output_type -> flo.v1.ListSchedulesResponse
+	160, // [160:211] is the sub-list for method output_type
+	109, // [109:160] is the sub-list for method input_type
+	109, // [109:109] is the sub-list for extension type_name
+	109, // [109:109] is the sub-list for extension extendee
+	0,   // [0:109] is the sub-list for field type_name
 }
 
 func init() { file_flo_v1_api_proto_init() }
@@ -9729,13 +9873,18 @@ func file_flo_v1_api_proto_init() {
 		(*Result_Failed)(nil),
 		(*Result_Pending)(nil),
 	}
+	file_flo_v1_api_proto_msgTypes[96].OneofWrappers = []any{
+		(*SearchAttribute_StringValue)(nil),
+		(*SearchAttribute_NumberValue)(nil),
+		(*SearchAttribute_TimestampValue)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flo_v1_api_proto_rawDesc), len(file_flo_v1_api_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   118,
+			NumMessages:   119,
 			NumExtensions: 0,
 			NumServices:   7,
 		},
