@@ -256,6 +256,11 @@ type Run struct {
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
 	FinishedAt time.Time
+	// StartedBy says who started the run: client, schedule or workflow (a parent run).
+	StartedBy string
+	// ScheduledFor is the schedule's tick that started the run; zero unless StartedBy is
+	// schedule.
+	ScheduledFor time.Time
 }
 
 // Output returns the output of step, or nil when the step has not finished.
@@ -288,19 +293,22 @@ func (r Run) MarshalJSON() ([]byte, error) {
 		CreatedAt      time.Time       `json:"created_at,omitzero"`
 		UpdatedAt      time.Time       `json:"updated_at,omitzero"`
 		FinishedAt     time.Time       `json:"finished_at,omitzero"`
+		StartedBy      string          `json:"started_by,omitempty"`
+		ScheduledFor   time.Time       `json:"scheduled_for,omitzero"`
 	}{
 		ID: r.ID, Namespace: r.Namespace, Workflow: r.Workflow, Version: r.Version, Status: r.Status,
 		CurrentStep: r.CurrentStep, Terminal: r.Terminal, Input: jsonOrBase64(r.Input),
 		Outputs: append([]StepOutput{}, r.Outputs...), Error: r.Error, IdempotencyKey: r.IdempotencyKey,
 		ParentRunID: r.ParentRunID, WaitingFor: r.WaitingFor,
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt,
+		StartedBy: r.StartedBy, ScheduledFor: r.ScheduledFor,
 	})
 }
 
 // HistoryEvent is one entry of a run's history: workflow_started, step_started,
 // step_completed, step_retry, waiting_for_signal, signal_received, signal_matched,
 // signal_timeout, action_not_found, action_disabled, awaiting_action, action_waiting, action_completed,
-// poll_scheduled, child_started, child_completed, the run's end (workflow_completed,
+// poll_scheduled, child_started, child_completed, schedule_fired, the run's end (workflow_completed,
 // workflow_failed, workflow_cancelled, workflow_timed_out), and a plan step's plan_executor_start,
 // plan_executor_success, plan_executor_retry, plan_executor_exhausted, plan_breaker_skip,
 // plan_rate_limited, plan_rate_wait, plan_cache_hit, plan_cache_miss, plan_cache_skipped and
@@ -745,6 +753,8 @@ func runFromProto(r *flov1.WorkflowRun) *Run {
 		CreatedAt:      timeFromProto(r.GetCreatedAt()),
 		UpdatedAt:      timeFromProto(r.GetUpdatedAt()),
 		FinishedAt:     timeFromProto(r.GetFinishedAt()),
+		StartedBy:      r.GetStartedBy(),
+		ScheduledFor:   timeFromProto(r.GetScheduledFor()),
 	}
 	for _, o := range r.GetOutputs() {
 		out.Outputs = append(out.Outputs, StepOutput{

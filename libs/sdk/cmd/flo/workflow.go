@@ -30,6 +30,7 @@ func newWorkflowCmd(g *globals) *cobra.Command {
 	cmd.AddCommand(newWorkflowHistoryCmd(g))
 	cmd.AddCommand(newWorkflowPlansCmd(g))
 	cmd.AddCommand(newWorkflowCacheCmd(g))
+	cmd.AddCommand(newWorkflowSchedulesCmd(g))
 	return cmd
 }
 
