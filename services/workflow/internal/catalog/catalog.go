@@ -88,6 +88,9 @@ func (c *Catalog) Create(ctx context.Context, namespace, src string) (_ store.Wo
 		if stored, err = store.InsertVersion(ctx, tx, workflowOf(namespace, src, def)); err != nil {
 			return err
 		}
+		if err := store.InsertDeclaredAttributes(ctx, tx, namespace, def.Name, def.Version, def.SearchAttributes); err != nil {
+			return err
+		}
 		return c.replaceSchedule(ctx, tx, namespace, def)
 	})
 	if err != nil {

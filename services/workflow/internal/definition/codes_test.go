@@ -441,6 +441,17 @@ start:
 		src: searched("  - name: in\n    type: string\n    from: input.a\n"), contains: "keywords",
 	},
 	{
+		name: "schedule input of the wrong type", code: definition.CodeScheduleAttribute, pos: "5:1", path: "searchAttributes",
+		src: `kind: Workflow
+name: x
+version: "1"
+start: {run: "@actions/a", transitions: {success: flo.Completed}}
+searchAttributes: [{name: mode, type: number, from: input.mode}]
+schedule: {interval: 1000, input: '{"mode": "full"}'}
+`,
+		contains: `the schedule's input does not fit: search attribute mode (number, from $.input.mode): the string "full" is not a number`,
+	},
+	{
 		name: "too many attributes", code: definition.CodeLimit, pos: "5:1", path: "searchAttributes",
 		src: searched(manyAttributes(definition.MaxSearchAttributes + 1)), contains: "33 search attributes; the limit is 32",
 	},

@@ -155,6 +155,7 @@ const (
 	CodeAttributeFrom      Code = "E723" // from absent, not into the input, or not singular
 	CodeDuplicateAttribute Code = "E724" // two attributes with one name
 	CodeAttributeReserved  Code = "E725" // a built-in field or query keyword as a name
+	CodeScheduleAttribute  Code = "E726" // the schedule's input gives an attribute a wrong-typed value
 )
 
 // CodeInfo documents one code.
@@ -243,6 +244,7 @@ var Codes = []CodeInfo{
 	{CodeAttributeFrom, Error, "A search attribute has no from, or from is not a path into the input (input.FIELD…) that selects one value."},
 	{CodeDuplicateAttribute, Error, "Two search attributes with the same name."},
 	{CodeAttributeReserved, Error, "A search attribute named like a built-in query field (workflow, status, started_at, finished_at) or keyword (and, or, in), in any case."},
+	{CodeScheduleAttribute, Error, "The schedule's input gives a search attribute a value of the wrong type, which would refuse every scheduled run."},
 }
 
 // Diagnostic is one problem found in a definition.

@@ -35,6 +35,13 @@ func (p *parser) searchAttributes(f field, def *Definition) {
 			def.SearchAttributes = append(def.SearchAttributes, *a)
 		}
 	}
+	// A scheduled run could not refuse its input the way a start call
+	// does, so the schedule's input must fit now.
+	if def.Schedule != nil {
+		if _, err := def.SearchValues(def.Schedule.Input); err != nil {
+			p.errorf(CodeScheduleAttribute, f.key, f.path, "the schedule's input does not fit: %v", err)
+		}
+	}
 }
 
 // searchAttribute reads one attribute; seen holds the names of the earlier

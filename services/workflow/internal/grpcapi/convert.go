@@ -116,6 +116,7 @@ func runProto(r *store.Run) *flov1.WorkflowRun {
 		Error: r.Error, IdempotencyKey: r.IdempotencyKey, ParentRunId: r.ParentRunID,
 		CreatedAt: timestamp(r.CreatedAt), UpdatedAt: timestamp(r.UpdatedAt), FinishedAt: timestamp(r.FinishedAt),
 		StartedBy: startedBy(&r.Run), ScheduledFor: timestamp(r.ScheduledFor),
+		SearchAttributes: attributesProto(r.Attributes),
 	}
 	if !r.Status.Ended() {
 		out.CurrentStep = r.Step

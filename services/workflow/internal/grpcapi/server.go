@@ -166,7 +166,7 @@ func (s *Server) ListRuns(ctx context.Context, req *flov1.ListRunsRequest) (*flo
 	if req.GetCreatedBefore() != nil {
 		f.CreatedBefore = req.GetCreatedBefore().AsTime()
 	}
-	runs, next, err := s.runner.List(ctx, f, p)
+	runs, next, err := s.runner.List(ctx, f, req.GetWhere(), p)
 	if err != nil {
 		return nil, err
 	}

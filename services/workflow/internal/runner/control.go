@@ -160,7 +160,8 @@ func (r *Runner) History(ctx context.Context, namespace, runID string) ([]store.
 }
 
 // List lists a page of runs newest first, with the token of the next page.
-func (r *Runner) List(ctx context.Context, f store.RunFilter, p page.Page) ([]*store.Run, string, error) {
+// where is a query (package query) the runs must match; empty matches all.
+func (r *Runner) List(ctx context.Context, f store.RunFilter, where string, p page.Page) ([]*store.Run, string, error) {
 	switch {
 	case f.Namespace == "":
 		return nil, "", fault.Invalidf("namespace is required")
@@ -176,6 +177,10 @@ func (r *Runner) List(ctx context.Context, f store.RunFilter, p page.Page) ([]*s
 			return nil, "", page.BadToken()
 		}
 		f.AfterCreatedAt, f.AfterID = time.UnixMicro(us), p.After[1]
+	}
+	var err error
+	if f.Where, err = r.where(ctx, f.Namespace, f.Workflow, where); err != nil {
+		return nil, "", err
 	}
 	f.Limit = p.Fetch()
 	runs, err := store.ListRuns(ctx, r.pool, f)

@@ -172,6 +172,9 @@ func (u *unit) start(ctx context.Context, calls []*coalesce.Call[StartRequest, S
 			IdempotencyKey: c.Req.IdempotencyKey,
 			TraceContext:   c.Req.TraceContext,
 		}
+		if c.Err = setAttributes(run, defs[versions[i]]); c.Err != nil {
+			continue
+		}
 		if key.Key != "" {
 			existing[key] = run.ID
 		}

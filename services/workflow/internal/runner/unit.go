@@ -292,6 +292,12 @@ func (u *unit) startChild(ctx context.Context, parent *entry, c engine.ChildStar
 		Depth:        p.Depth + 1,
 		TraceContext: p.TraceContext,
 	}
+	if err := setAttributes(child, def); err != nil {
+		// Bad input is the parent's doing, found before the child ran.
+		return u.advance(ctx, parent, engine.TaskEnded{
+			Token: c.ParentToken, Outcome: definition.OutcomeExecutionFailure, Error: fmt.Sprintf("child workflow %s not started: %v", c.Workflow, err),
+		})
+	}
 	e := u.add(child, true)
 	e.def = def
 	u.pending[child.ID] = nil
@@ -369,6 +375,7 @@ func (u *unit) writes(ctx context.Context) (*store.Writes, error) {
 		w                store.Writes
 		inserts, updates []*store.Run
 	)
+	u.fillAttributes(ctx)
 	for _, e := range u.order {
 		switch {
 		case e.isNew:

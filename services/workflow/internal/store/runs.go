@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/text"
+	"github.com/razorbill/flo/services/workflow/internal/definition"
 	"github.com/razorbill/flo/services/workflow/internal/engine"
+	"github.com/razorbill/flo/services/workflow/internal/query"
 )
 
 // IdempotencyIndex is the unique index that makes one idempotency key one
@@ -29,6 +32,9 @@ type Run struct {
 	HistorySeq int
 	// TraceContext is the W3C trace context of the start.
 	TraceContext map[string]string
+	// Attributes are the run's search attributes, by name. Inserted with
+	// the run; read by GetRun and ListRuns only.
+	Attributes []definition.AttributeValue
 }
 
 const runColumns = `id::text, input, state, idempotency_key, depth, history_seq, trace_context`
@@ -135,6 +141,9 @@ func GetRun(ctx context.Context, db DB, namespace, id string) (*Run, error) {
 	if len(runs) == 0 {
 		return nil, fmt.Errorf("get run %s: %w", id, pg.ErrNotFound)
 	}
+	if err := loadAttributes(ctx, db, runs); err != nil {
+		return nil, fmt.Errorf("get run %s: %w", id, err)
+	}
 	return runs[0], nil
 }
 
@@ -151,6 +160,8 @@ type RunFilter struct {
 	AfterCreatedAt time.Time
 	AfterID        string
 	Limit          int
+	// Where is a checked query (query.Check); nil filters nothing.
+	Where query.Expr
 }
 
 // ListRuns lists runs newest first.
@@ -159,20 +170,28 @@ func ListRuns(ctx context.Context, db DB, f RunFilter) ([]*Run, error) {
 	if f.AfterID != "" {
 		afterID = &f.AfterID
 	}
+	args := []any{f.Namespace, f.Workflow, string(f.Status), nullTime(f.CreatedAfter), nullTime(f.CreatedBefore),
+		nullTime(f.AfterCreatedAt), afterID, f.Limit}
+	var where strings.Builder
+	if f.Where != nil {
+		where.WriteString("\n\tAND ")
+		whereSQL(&where, f.Where, &args)
+	}
 	rows, err := db.Query(ctx, `
 SELECT `+runColumns+` FROM runs
 WHERE namespace = $1 AND ($2 = '' OR workflow = $2) AND ($3 = '' OR status = $3)
 	AND ($4::timestamptz IS NULL OR created_at > $4) AND ($5::timestamptz IS NULL OR created_at < $5)
-	AND ($6::timestamptz IS NULL OR (created_at, id) < ($6, $7::text::uuid))
+	AND ($6::timestamptz IS NULL OR (created_at, id) < ($6, $7::text::uuid))`+where.String()+`
 ORDER BY created_at DESC, id DESC
-LIMIT $8`,
-		f.Namespace, f.Workflow, string(f.Status), nullTime(f.CreatedAfter), nullTime(f.CreatedBefore),
-		nullTime(f.AfterCreatedAt), afterID, f.Limit)
+LIMIT $8`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
 	runs, err := scanRuns(rows)
 	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	if err := loadAttributes(ctx, db, runs); err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
 	return runs, nil
@@ -297,6 +316,7 @@ FROM unnest($1::text[]::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], 
 	parent, depth, input, state, seq, trace, created, updated, finished)`,
 		a.ids, a.namespaces, a.workflows, a.versions, a.statuses, a.steps, a.waitingFor, a.terminals, a.errors,
 		a.keys, a.parents, a.depths, a.inputs, a.states, a.seqs, a.traces, a.created, a.updated, a.finished)
+	w.insertAttributes(runs)
 	return nil
 }
 
