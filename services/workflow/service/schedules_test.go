@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/razorbill/flo/libs/harness"
@@ -229,8 +230,9 @@ func TestScheduleMaxConcurrentSkips(t *testing.T) {
 }
 
 // TestScheduleFakeClock moves an injected clock: a cron schedule fires at
-// its minute, disable pauses and enable resumes from now, and a version
-// without a schedule removes it. No test here waits for real time to pass.
+// its minute, schedules page, disable pauses and enable resumes from now, a
+// tick whose firing transaction rolls back fires once later, and a version
+// without a schedule removes it. Nothing here waits for real time to pass.
 func TestScheduleFakeClock(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock(time.Date(2026, 3, 1, 10, 2, 30, 0, time.UTC))
@@ -278,7 +280,19 @@ schedule:
   cron: "*/5 * * * *"
 start: {run: "@actions/reconcile-report", transitions: {success: flo.Completed}}
 `)
-	_, err := e.client().DisableWorkflow(t.Context(), &flov1.WorkflowNameRequest{Namespace: ns, Name: "reconcile-accounts"})
+	// Two schedules page by workflow name.
+	first, err := e.client().ListSchedules(t.Context(), &flov1.ListSchedulesRequest{Namespace: ns, Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, first.GetSchedules(), 1)
+	require.Equal(t, "control", first.GetSchedules()[0].GetWorkflow())
+	require.NotEmpty(t, first.GetNextPageToken())
+	second, err := e.client().ListSchedules(t.Context(), &flov1.ListSchedulesRequest{Namespace: ns, Limit: 1, PageToken: first.GetNextPageToken()})
+	require.NoError(t, err)
+	require.Len(t, second.GetSchedules(), 1)
+	require.Equal(t, "reconcile-accounts", second.GetSchedules()[0].GetWorkflow())
+	require.Empty(t, second.GetNextPageToken())
+
+	_, err = e.client().DisableWorkflow(t.Context(), &flov1.WorkflowNameRequest{Namespace: ns, Name: "reconcile-accounts"})
 	require.NoError(t, err)
 	row, _ = e.schedule(t, ns, "reconcile-accounts")
 	require.Equal(t, "disabled", row.GetState())
@@ -299,6 +313,25 @@ start: {run: "@actions/reconcile-report", transitions: {success: flo.Completed}}
 	clock.Set(time.Date(2026, 3, 1, 10, 20, 0, 1000, time.UTC))
 	require.Eventually(t, func() bool { return count("reconcile-accounts") == 2 && count("control") == 3 }, waitFor, tick)
 
+	// A replica that dies while firing rolls back: here a transaction holds
+	// the row's lock as a firing replica would, and the scheduler passes it
+	// by (the control fires meanwhile); once it rolls back the tick is
+	// still due and fires once.
+	conn, err := pgx.Connect(t.Context(), e.dbURL)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	tx, err := conn.Begin(t.Context())
+	require.NoError(t, err)
+	_, err = tx.Exec(t.Context(), `SELECT 1 FROM workflow.schedules WHERE namespace = $1 AND workflow = 'reconcile-accounts' FOR UPDATE`, ns)
+	require.NoError(t, err)
+	clock.Set(time.Date(2026, 3, 1, 10, 25, 1, 0, time.UTC))
+	require.Eventually(t, func() bool { return count("control") == 4 }, waitFor, tick)
+	require.Equal(t, 2, count("reconcile-accounts"), "the locked tick waits")
+	require.NoError(t, tx.Rollback(t.Context()))
+	require.Eventually(t, func() bool { return count("reconcile-accounts") == 3 }, waitFor, tick)
+	runs = e.scheduledRuns(t, ns, "reconcile-accounts")
+	require.Equal(t, time.Date(2026, 3, 1, 10, 25, 0, 0, time.UTC), runs[2].tick.UTC())
+
 	// A new version without a schedule removes it.
 	e.create(t, ns, `kind: Workflow
 name: reconcile-accounts
@@ -307,7 +340,7 @@ start: {run: "@actions/reconcile", transitions: {success: flo.Completed}}
 `)
 	_, ok = e.schedule(t, ns, "reconcile-accounts")
 	require.False(t, ok)
-	clock.Set(time.Date(2026, 3, 1, 10, 25, 1, 0, time.UTC))
-	require.Eventually(t, func() bool { return count("control") == 4 }, waitFor, tick)
-	require.Equal(t, 2, count("reconcile-accounts"), "the removed schedule started nothing")
+	clock.Set(time.Date(2026, 3, 1, 10, 30, 1, 0, time.UTC))
+	require.Eventually(t, func() bool { return count("control") == 5 }, waitFor, tick)
+	require.Equal(t, 3, count("reconcile-accounts"), "the removed schedule started nothing")
 }
