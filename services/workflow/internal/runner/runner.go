@@ -96,6 +96,8 @@ type Runner struct {
 	runsEnded   metric.Int64Counter
 	advances    metric.Int64Counter
 	staleEvents metric.Int64Counter
+	// scheduleTicks counts schedule ticks by result (fired, skipped).
+	scheduleTicks metric.Int64Counter
 }
 
 // New returns a Runner. timers may be nil until SetTimerWaker is called;
@@ -116,6 +118,9 @@ func New(pool *pgxpool.Pool, cat *catalog.Catalog, relay Notifier, cfg Config, l
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
 	if r.staleEvents, err = meter.Int64Counter("flo.workflow.task_events.stale", metric.WithUnit("{event}"), metric.WithDescription("Task events for waits a run had already left (redeliveries, cancelled runs).")); err != nil {
+		return nil, fmt.Errorf("create metric: %w", err)
+	}
+	if r.scheduleTicks, err = meter.Int64Counter("flo.workflow.schedule.ticks", metric.WithUnit("{tick}"), metric.WithDescription("Schedule ticks, by result: fired (a run started) or skipped (max_concurrent runs still going).")); err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
 	if r.plans, err = plan.NewRegistry(meter, time.Now); err != nil {

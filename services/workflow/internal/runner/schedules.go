@@ -4,6 +4,9 @@ import (
 	"context"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/razorbill/flo/services/workflow/internal/engine"
 	"github.com/razorbill/flo/services/workflow/internal/store"
 )
@@ -21,8 +24,9 @@ const unreadableScheduleRetry = time.Minute
 // schedule's first tick after now: after downtime the ticks missed are not
 // made up, beyond the one due tick that fires now.
 func (r *Runner) FireSchedules(ctx context.Context, now time.Time, limit int) (int, error) {
-	var n int
+	var n, fired int
 	err := r.inUnit(ctx, func(u *unit) error {
+		fired = 0
 		due, err := store.LockDueSchedules(ctx, u.tx, now, limit)
 		n = len(due)
 		if err != nil || n == 0 {
@@ -74,11 +78,17 @@ func (r *Runner) FireSchedules(ctx context.Context, now time.Time, limit int) (i
 				return err
 			}
 			ticks[i].RunID = run.ID
+			fired++
 			r.log.DebugContext(ctx, "schedule fired", "namespace", s.Namespace, "workflow", s.Workflow, "tick", s.NextFireAt, "run_id", run.ID)
 		}
 		return store.RecordTicks(ctx, u.tx, ticks)
 	})
-	return n, err
+	if err != nil {
+		return 0, err
+	}
+	r.scheduleTicks.Add(ctx, int64(fired), metric.WithAttributes(attribute.String("result", "fired")))
+	r.scheduleTicks.Add(ctx, int64(n-fired), metric.WithAttributes(attribute.String("result", "skipped")))
+	return n, nil
 }
 
 // NextSchedule returns the earliest next fire time of the active
