@@ -26,8 +26,12 @@ type Starter interface {
 }
 
 // NewLoop returns a loop firing s's schedules as they fall due on the clock
-// now, looking at least every tick.
+// now, looking at least every tick. Its log lines (the timer loop's words)
+// carry loop=schedules.
 func NewLoop(s Starter, now func() time.Time, tick time.Duration, log *slog.Logger) *timer.Loop {
+	if log != nil {
+		log = log.With("loop", "schedules")
+	}
 	return timer.NewLoop(firer{s: s, now: now}, tick, log)
 }
 
