@@ -261,6 +261,9 @@ type Run struct {
 	// ScheduledFor is the schedule's tick that started the run; zero unless StartedBy is
 	// schedule.
 	ScheduledFor time.Time
+	// SearchAttributes are the attributes the run took from its input, by name; see
+	// [Run.SearchAttribute].
+	SearchAttributes []SearchAttribute
 }
 
 // Output returns the output of step, or nil when the step has not finished.
@@ -295,13 +298,14 @@ func (r Run) MarshalJSON() ([]byte, error) {
 		FinishedAt     time.Time       `json:"finished_at,omitzero"`
 		StartedBy      string          `json:"started_by,omitempty"`
 		ScheduledFor   time.Time       `json:"scheduled_for,omitzero"`
+		Attributes     map[string]any  `json:"search_attributes,omitempty"`
 	}{
 		ID: r.ID, Namespace: r.Namespace, Workflow: r.Workflow, Version: r.Version, Status: r.Status,
 		CurrentStep: r.CurrentStep, Terminal: r.Terminal, Input: jsonOrBase64(r.Input),
 		Outputs: append([]StepOutput{}, r.Outputs...), Error: r.Error, IdempotencyKey: r.IdempotencyKey,
 		ParentRunID: r.ParentRunID, WaitingFor: r.WaitingFor,
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt,
-		StartedBy: r.StartedBy, ScheduledFor: r.ScheduledFor,
+		StartedBy: r.StartedBy, ScheduledFor: r.ScheduledFor, Attributes: searchAttributesJSON(r.SearchAttributes),
 	})
 }
 
@@ -356,6 +360,11 @@ type RunFilter struct {
 	// PageToken continues a list where the previous call ended: pass the next token it
 	// returned.
 	PageToken string
+	// Where is a query over search attributes and the built-in fields workflow, status,
+	// started_at and finished_at: customer_id = "c-42" AND order_amount > 100. It has =, !=,
+	// <, <=, >, >=, IN ("a", "b"), AND (binding tighter), OR and parentheses; timestamps are
+	// RFC 3339 strings or epoch milliseconds. Empty matches every run.
+	Where string
 }
 
 func (c *Client) workflowService() (flov1.WorkflowServiceClient, error) {
@@ -516,6 +525,7 @@ func (c *Client) ListRuns(ctx context.Context, filter RunFilter) (runs []*Run, n
 		Workflow:  filter.Workflow,
 		Limit:     int32(filter.Limit),
 		PageToken: filter.PageToken,
+		Where:     filter.Where,
 	}
 	if filter.Status != "" {
 		if req.Status = filter.Status.toProto(); req.Status == flov1.RunStatus_RUN_STATUS_UNSPECIFIED {
@@ -755,6 +765,8 @@ func runFromProto(r *flov1.WorkflowRun) *Run {
 		FinishedAt:     timeFromProto(r.GetFinishedAt()),
 		StartedBy:      r.GetStartedBy(),
 		ScheduledFor:   timeFromProto(r.GetScheduledFor()),
+
+		SearchAttributes: searchAttributesFromProto(r.GetSearchAttributes()),
 	}
 	for _, o := range r.GetOutputs() {
 		out.Outputs = append(out.Outputs, StepOutput{

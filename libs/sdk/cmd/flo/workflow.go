@@ -322,7 +322,13 @@ func newWorkflowRunsCmd(g *globals) *cobra.Command {
 		Short: "List runs, newest first, with filters",
 		Long: "List the namespace's runs, newest first, a page at a time: pass the printed\n" +
 			"next_page_token to --page-token for the next page. --since and --before take an\n" +
-			"RFC 3339 time or a duration meaning that long ago (1h).",
+			"RFC 3339 time or a duration meaning that long ago (1h).\n\n" +
+			"--where filters by search attributes (the workflow's searchAttributes) and the\n" +
+			"built-in fields workflow, status, started_at and finished_at:\n\n" +
+			"  flo workflow runs --where 'customer_id = \"c-42\" AND order_amount > 100'\n\n" +
+			"Operators: =, !=, <, <=, >, >=, IN (\"a\", \"b\"), AND (binding tighter than OR), OR,\n" +
+			"parentheses. Strings in double quotes; timestamps as RFC 3339 strings or epoch\n" +
+			"milliseconds. A run without the attribute matches no comparison of it.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if filter.Limit < 0 {
@@ -361,6 +367,7 @@ func newWorkflowRunsCmd(g *globals) *cobra.Command {
 	f.StringVar(&before, "before", "", "only runs created before this time (RFC 3339, or a duration ago such as 10m)")
 	f.IntVar(&filter.Limit, "limit", 0, "most runs to list, at most 1000 (default 100)")
 	f.StringVar(&filter.PageToken, "page-token", "", "continue a list where the previous page ended")
+	f.StringVar(&filter.Where, "where", "", `only runs matching this query, e.g. 'customer_id = "c-42" AND order_amount > 100'`)
 	return cmd
 }
 
