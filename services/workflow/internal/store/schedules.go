@@ -90,9 +90,13 @@ ON CONFLICT (namespace, workflow) DO UPDATE SET version = excluded.version, cron
 	return nil
 }
 
-// DeleteSchedule removes a workflow's schedule, if it has one.
+// DeleteSchedule removes a workflow's schedule, if it has one, and forgets
+// the runs it started (they go on; a later schedule does not count them).
 func DeleteSchedule(ctx context.Context, db DB, namespace, workflow string) error {
-	if _, err := db.Exec(ctx, `DELETE FROM schedules WHERE namespace = $1 AND workflow = $2`, namespace, workflow); err != nil {
+	b := &pgx.Batch{}
+	b.Queue(`DELETE FROM schedules WHERE namespace = $1 AND workflow = $2`, namespace, workflow)
+	b.Queue(`DELETE FROM schedule_runs WHERE namespace = $1 AND workflow = $2`, namespace, workflow)
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("delete schedule of workflow %s: %w", workflow, err)
 	}
 	return nil
