@@ -226,3 +226,35 @@ func TestWorkflows(t *testing.T) {
 		require.Equal(t, tc.want, got, tc.src)
 	}
 }
+
+// FuzzParse: any text parses or is refused with an *Error at a position
+// inside it (or just past its end), and a parsed query checks without
+// panicking.
+func FuzzParse(f *testing.F) {
+	for _, src := range []string{
+		`customer_id = "c-42" AND order_amount > 100`,
+		`(a = 1 OR b IN ("x", 'y', 3)) and c <> -1e3`,
+		`created >= "2026-01-31T12:00:00Z" OR status = "failed" AND workflow IN ("w")`,
+		`a = "\u00e9\n"`, `((`, `a IN (`, `"`, `a = 1 OR`,
+	} {
+		f.Add(src)
+	}
+	f.Fuzz(func(t *testing.T, src string) {
+		e, err := query.Parse(src)
+		if err != nil {
+			var qe *query.Error
+			require.ErrorAs(t, err, &qe)
+			require.True(t, qe.Pos >= 1 && qe.Pos <= len(src)+1, "position %d in %d bytes", qe.Pos, len(src))
+			return
+		}
+		if e == nil {
+			require.Empty(t, strings.TrimSpace(src))
+			return
+		}
+		query.Workflows(e)
+		if _, err := query.Check(e, declared); err != nil {
+			var qe *query.Error
+			require.ErrorAs(t, err, &qe)
+		}
+	})
+}
