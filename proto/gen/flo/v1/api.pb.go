@@ -5262,8 +5262,11 @@ type ConsumerGroup struct {
 	// Records not yet handed to any consumer of the group.
 	Lag int64 `protobuf:"varint,5,opt,name=lag,proto3" json:"lag,omitempty"`
 	// Records handed out and not yet acked.
-	Pending       int64                  `protobuf:"varint,6,opt,name=pending,proto3" json:"pending,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	Pending   int64                  `protobuf:"varint,6,opt,name=pending,proto3" json:"pending,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// How records are spread over consumers: "shared", "exclusive" or
+	// "key_shared" (see CreateGroupRequest.mode).
+	Mode          string `protobuf:"bytes,8,opt,name=mode,proto3" json:"mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5347,6 +5350,13 @@ func (x *ConsumerGroup) GetCreatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ConsumerGroup) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
 type CreateGroupRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
@@ -5358,6 +5368,13 @@ type CreateGroupRequest struct {
 	// Deliveries after which a record moves to the stream "<stream>.dlq" and is
 	// acked; zero means 5.
 	MaxDeliveries int32 `protobuf:"varint,5,opt,name=max_deliveries,json=maxDeliveries,proto3" json:"max_deliveries,omitempty"`
+	// How records are spread over the group's consumers: "shared" (or empty)
+	// hands each record to any consumer; "exclusive" hands the whole group to
+	// one consumer at a time, failing over when it stops reading; "key_shared"
+	// hands all records of one key to one consumer at a time, in order.
+	// Anything else is InvalidArgument; creating an existing group with
+	// another mode is FailedPrecondition.
+	Mode          string `protobuf:"bytes,6,opt,name=mode,proto3" json:"mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5425,6 +5442,13 @@ func (x *CreateGroupRequest) GetMaxDeliveries() int32 {
 		return x.MaxDeliveries
 	}
 	return 0
+}
+
+func (x *CreateGroupRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
 }
 
 type GetGroupRequest struct {
@@ -9100,7 +9124,7 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\x04tail\x18\a \x01(\x05R\x04tail\"R\n" +
 	"\fReadResponse\x12.\n" +
 	"\arecords\x18\x01 \x03(\v2\x14.flo.v1.StreamRecordR\arecords\x12\x12\n" +
-	"\x04next\x18\x02 \x01(\tR\x04next\"\xe7\x01\n" +
+	"\x04next\x18\x02 \x01(\tR\x04next\"\xfb\x01\n" +
 	"\rConsumerGroup\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x12\n" +
@@ -9109,13 +9133,15 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\x03lag\x18\x05 \x01(\x03R\x03lag\x12\x18\n" +
 	"\apending\x18\x06 \x01(\x03R\apending\x129\n" +
 	"\n" +
-	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\x9b\x01\n" +
+	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x12\n" +
+	"\x04mode\x18\b \x01(\tR\x04mode\"\xaf\x01\n" +
 	"\x12CreateGroupRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12\x14\n" +
 	"\x05start\x18\x04 \x01(\tR\x05start\x12%\n" +
-	"\x0emax_deliveries\x18\x05 \x01(\x05R\rmaxDeliveries\"]\n" +
+	"\x0emax_deliveries\x18\x05 \x01(\x05R\rmaxDeliveries\x12\x12\n" +
+	"\x04mode\x18\x06 \x01(\tR\x04mode\"]\n" +
 	"\x0fGetGroupRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x14\n" +
