@@ -10,7 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 
+	"github.com/razorbill/flo/libs/harness"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
+	"github.com/razorbill/flo/services/workflow/service"
 )
 
 // ordersYAML declares the reference's search attributes; %s is the
@@ -280,4 +282,40 @@ func jsonText(t *testing.T, v any) string {
 	b, err := json.Marshal(v)
 	require.NoError(t, err)
 	return string(b)
+}
+
+// TestScheduledRunSearchAttributes: a run a schedule starts takes its
+// attributes from the schedule's input like any other.
+func TestScheduledRunSearchAttributes(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock(time.Date(2026, 3, 1, 10, 2, 30, 0, time.UTC))
+	broker := harness.NewBroker(t)
+	e := &env{dbURL: harness.NewDatabase(t), brokers: broker.Addrs()}
+	e.dispatcher = startDispatcher(t, e.dbURL, e.brokers)
+	e.wf = startWorkflowWith(t, e.dbURL, e.brokers, testLog(), []service.Option{service.WithClock(clock.Now)}, scheduleTick(20*time.Millisecond))
+	ns := e.namespace(t)
+	e.create(t, ns, `kind: Workflow
+name: nightly
+version: "1"
+searchAttributes:
+  - {name: mode, type: string, from: input.mode}
+  - {name: batch, type: number, from: input.batch}
+schedule:
+  cron: "0 * * * *"
+  input: '{"mode": "full", "batch": 7}'
+start:
+  waitForSignal: {type: go}
+  transitions: {success: flo.Completed}
+`)
+	clock.Set(time.Date(2026, 3, 1, 11, 0, 1, 0, time.UTC))
+	var runs []*flov1.WorkflowRun
+	require.Eventually(t, func() bool {
+		runs = listRuns(t, e, &flov1.ListRunsRequest{Namespace: ns, Where: `mode = "full" AND batch = 7 AND workflow = "nightly"`})
+		return len(runs) == 1
+	}, waitFor, tick)
+	attrs := runs[0].GetSearchAttributes()
+	require.Len(t, attrs, 2)
+	require.Equal(t, "batch", attrs[0].GetName())
+	require.Equal(t, 7.0, attrs[0].GetNumberValue())
+	require.Equal(t, "full", attrs[1].GetStringValue())
 }
