@@ -460,14 +460,36 @@ schedule: {interval: 1000, input: '{"mode": "full"}'}
 		src: strings.TrimSuffix(searched(""), "\n") + " {a: b}\n", contains: "must be a list",
 	},
 	{
-		name: "trigger section", code: definition.CodeUnsupportedSection, pos: "4:1",
-		src: `kind: Workflow
-name: x
-version: "1"
-trigger: {stream: orders}
-start: {run: "@actions/a", transitions: {success: flo.Completed}}
-`,
-		contains: "stream triggers (trigger)",
+		name: "trigger without a stream", code: definition.CodeTriggerStream, pos: "4:1", path: "trigger",
+		src: triggered("  mode: shared\n"), contains: "needs a stream",
+	},
+	{
+		name: "trigger stream malformed", code: definition.CodeTriggerStream, pos: "5:11", path: "trigger.stream",
+		src: triggered("  stream: a/b\n"), contains: "is invalid",
+	},
+	{
+		name: "trigger namespace malformed", code: definition.CodeTriggerNamespace, pos: "6:14", path: "trigger.namespace",
+		src: triggered("  stream: orders\n  namespace: _prod\n"), contains: "starting with a letter or digit",
+	},
+	{
+		name: "trigger consumer_group malformed", code: definition.CodeTriggerGroup, pos: "6:19", path: "trigger.consumer_group",
+		src: triggered("  stream: orders\n  consumer_group: -g\n"), contains: "is invalid",
+	},
+	{
+		name: "trigger default group too long", code: definition.CodeTriggerGroup, pos: "4:1", path: "trigger",
+		src: strings.Replace(triggered("  stream: orders\n"), "name: x", "name: "+strings.Repeat("w", 126), 1), contains: "name one with consumer_group",
+	},
+	{
+		name: "trigger mode unknown", code: definition.CodeTriggerMode, pos: "6:9", path: "trigger.mode",
+		src: triggered("  stream: orders\n  mode: keyshared\n"), contains: "did you mean key_shared?",
+	},
+	{
+		name: "trigger batch_size zero", code: definition.CodeTriggerBatch, pos: "6:15", path: "trigger.batch_size",
+		src: triggered("  stream: orders\n  batch_size: 0\n"), contains: "between 1 and 1000, not 0",
+	},
+	{
+		name: "trigger batch_size too large", code: definition.CodeTriggerBatch, pos: "6:15",
+		src: triggered("  stream: orders\n  batch_size: 1001\n"), contains: "not 1001",
 	},
 	{
 		name: "target without prefix", code: definition.CodeTarget, pos: "5:8",

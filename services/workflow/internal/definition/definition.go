@@ -6,10 +6,8 @@
 //
 // Inline plans (the plans section and @plan/NAME targets) are parsed into
 // Definition.Plans with every default filled in, the schedule section into
-// Definition.Schedule, searchAttributes into Definition.SearchAttributes.
-// The language has a part this version does not run yet — stream triggers.
-// Parse recognises its section and reports it as not supported (E150)
-// rather than as unknown, so adding it later changes only what is accepted.
+// Definition.Schedule, searchAttributes into Definition.SearchAttributes,
+// the trigger section into Definition.Trigger.
 package definition
 
 import (
@@ -97,6 +95,9 @@ type Definition struct {
 	Schedule *Schedule
 	// SearchAttributes are taken from each run's input when it starts.
 	SearchAttributes []SearchAttribute
+	// Trigger starts runs from a stream's records; nil when the workflow
+	// has none.
+	Trigger *Trigger
 }
 
 // Plan returns the inline plan called name.

@@ -27,7 +27,7 @@ func parseFile(t *testing.T, name string) (*definition.Definition, []definition.
 
 func TestReferenceExamplesParseClean(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{"process-order.yaml", "order-processing.yaml", "enrich-and-poll.yaml", "reconcile-accounts.yaml"} {
+	for _, name := range []string{"process-order.yaml", "order-processing.yaml", "enrich-and-poll.yaml", "reconcile-accounts.yaml", "order-processor.yaml"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			_, diags := parseFile(t, name)
@@ -468,6 +468,9 @@ func FuzzParse(f *testing.F) {
 		f.Add([]byte(src))
 	}
 	for _, src := range searchSeeds {
+		f.Add([]byte(src))
+	}
+	for _, src := range triggerSeeds {
 		f.Add([]byte(src))
 	}
 	f.Fuzz(func(t *testing.T, src []byte) {

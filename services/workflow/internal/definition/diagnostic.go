@@ -45,29 +45,28 @@ func (p Position) String() string {
 
 // Code is a stable diagnostic code: E1xx structure, E2xx target references,
 // E3xx transitions, E4xx duplicates, E5xx signals, timers and retry values,
-// E6xx plans, E70x schedules, E72x search attributes.
+// E6xx plans, E70x schedules, E72x search attributes, E74x stream triggers.
 // Warnings use W and the number of their category.
 type Code string
 
 // Structure.
 const (
-	CodeSyntax             Code = "E100" // the source is not valid YAML
-	CodeDocument           Code = "E101" // empty, not a mapping, several documents, or too large
-	CodeMissingField       Code = "E102" // a required field is absent or empty
-	CodeKind               Code = "E103" // kind is not Workflow
-	CodeUnknownField       Code = "E104" // a field the language does not have
-	CodeType               Code = "E105" // a value of the wrong YAML type
-	CodeName               Code = "E106" // workflow name or version malformed
-	CodeIdempotency        Code = "E107" // idempotency not none, optional or required
-	CodeStepKind           Code = "E108" // a step needs exactly one of run and waitForSignal
-	CodeNoTransitions      Code = "E109" // a step with no way forward
-	CodeStepName           Code = "E110" // step name malformed or reserved
-	CodeTerminal           Code = "E111" // custom terminal name or status invalid
-	CodeRunOnly            Code = "E112" // retry, poll or inputMapping on a waitForSignal step
-	CodeInputMapping       Code = "E113" // inputMapping is not a JSON template
-	CodeMergeKey           Code = "E114" // YAML merge keys are not supported
-	CodeLimit              Code = "E115" // too many steps, terminals, transitions, plans or executors
-	CodeUnsupportedSection Code = "E150" // trigger: not yet
+	CodeSyntax        Code = "E100" // the source is not valid YAML
+	CodeDocument      Code = "E101" // empty, not a mapping, several documents, or too large
+	CodeMissingField  Code = "E102" // a required field is absent or empty
+	CodeKind          Code = "E103" // kind is not Workflow
+	CodeUnknownField  Code = "E104" // a field the language does not have
+	CodeType          Code = "E105" // a value of the wrong YAML type
+	CodeName          Code = "E106" // workflow name or version malformed
+	CodeIdempotency   Code = "E107" // idempotency not none, optional or required
+	CodeStepKind      Code = "E108" // a step needs exactly one of run and waitForSignal
+	CodeNoTransitions Code = "E109" // a step with no way forward
+	CodeStepName      Code = "E110" // step name malformed or reserved
+	CodeTerminal      Code = "E111" // custom terminal name or status invalid
+	CodeRunOnly       Code = "E112" // retry, poll or inputMapping on a waitForSignal step
+	CodeInputMapping  Code = "E113" // inputMapping is not a JSON template
+	CodeMergeKey      Code = "E114" // YAML merge keys are not supported
+	CodeLimit         Code = "E115" // too many steps, terminals, transitions, plans or executors
 )
 
 // Target references.
@@ -158,6 +157,15 @@ const (
 	CodeScheduleAttribute  Code = "E726" // the schedule's input gives an attribute a wrong-typed value
 )
 
+// Stream triggers.
+const (
+	CodeTriggerStream    Code = "E741" // stream absent or malformed
+	CodeTriggerNamespace Code = "E742" // namespace malformed
+	CodeTriggerGroup     Code = "E743" // consumer_group malformed, or the default too long
+	CodeTriggerMode      Code = "E744" // mode not shared, exclusive or key_shared
+	CodeTriggerBatch     Code = "E745" // batch_size out of range
+)
+
 // CodeInfo documents one code.
 type CodeInfo struct {
 	Code     Code
@@ -184,7 +192,6 @@ var Codes = []CodeInfo{
 	{CodeInputMapping, Error, "inputMapping is not a JSON template: invalid JSON, a key written twice, or nested too deeply."},
 	{CodeMergeKey, Error, "A YAML merge key (<<); anchors and aliases work, merges do not."},
 	{CodeLimit, Error, "Too many steps (1000), custom terminals (1000), transitions in one step (64), plans (100), executors in one plan (32), search attributes (32), or entries in one invalidate_on or error code list (100)."},
-	{CodeUnsupportedSection, Error, "trigger: part of the language, not supported by this version yet."},
 	{CodeTarget, Error, "run is not @actions/NAME, @workflow/NAME[:VERSION] or @plan/NAME."},
 	{CodeTargetName, Error, "The action, workflow or plan name in a target is malformed."},
 	{CodeUnknownPlan, Error, "@plan/NAME names no plan of this workflow (the message suggests the closest plan)."},
@@ -245,6 +252,11 @@ var Codes = []CodeInfo{
 	{CodeDuplicateAttribute, Error, "Two search attributes with the same name."},
 	{CodeAttributeReserved, Error, "A search attribute named like a built-in query field (workflow, status, started_at, finished_at) or keyword (and, or, in), in any case."},
 	{CodeScheduleAttribute, Error, "The schedule's input gives a search attribute a value of the wrong type, which would refuse every scheduled run."},
+	{CodeTriggerStream, Error, "A trigger has no stream, or its stream name is malformed (1–128 letters, digits, '.', '_', '-', not starting with '.' or '-')."},
+	{CodeTriggerNamespace, Error, "A trigger's namespace is malformed (1–128 letters, digits, '.', '_', '-', starting with a letter or digit)."},
+	{CodeTriggerGroup, Error, "A trigger's consumer_group is malformed (as a stream name), or the default wf-NAME would be longer than 128 bytes."},
+	{CodeTriggerMode, Error, "A trigger's mode is not shared, exclusive or key_shared."},
+	{CodeTriggerBatch, Error, "A trigger's batch_size is not between 1 and 1000."},
 }
 
 // Diagnostic is one problem found in a definition.

@@ -403,19 +403,9 @@ func (p *parser) millis(f field, code Code, lo, hi time.Duration) (time.Duration
 
 var topFields = []string{"kind", "name", "version", "idempotency", "start", "steps", "terminals", "plans", "schedule", "trigger", "searchAttributes"}
 
-// unsupportedSections are parts of the language a later version runs.
-var unsupportedSections = map[string]string{
-	"trigger": "stream triggers",
-}
-
 func (p *parser) definition(root *yaml.Node) *Definition {
 	fields := p.object(root, "", "the workflow", topFields)
 	def := &Definition{Idempotency: IdempotencyNone, Steps: map[string]*Step{}, Terminals: map[string]Terminal{}, Plans: map[string]*Plan{}}
-	for _, name := range []string{"trigger"} {
-		if f, ok := fields[name]; ok {
-			p.errorf(CodeUnsupportedSection, f.key, f.path, "%s (%s) are not supported by this version yet", unsupportedSections[name], name)
-		}
-	}
 	required := func(name string) (field, bool) {
 		f, ok := fields[name]
 		if !ok {
@@ -470,6 +460,9 @@ func (p *parser) definition(root *yaml.Node) *Definition {
 	}
 	if f, ok := fields["searchAttributes"]; ok {
 		p.searchAttributes(f, def)
+	}
+	if f, ok := fields["trigger"]; ok {
+		p.trigger(f, def)
 	}
 	if f, ok := fields["steps"]; ok {
 		p.steps(f, def)
