@@ -46,6 +46,9 @@ type StreamWorkerOptions struct {
 	// Group is the consumer group the worker reads as (default "default"). It is created,
 	// reading from the stream's first record, if it does not exist yet.
 	Group string
+	// GroupMode is the mode the group is created with (see GroupOptions.Mode; default
+	// GroupShared). A group that exists with another mode makes Run fail.
+	GroupMode string
 	// Consumer names the worker within its group, in pending lists (default: the worker id).
 	Consumer string
 	// WorkerID identifies the worker to the server; the default is the host name and eight
@@ -203,6 +206,7 @@ func (w *StreamWorker) prepare(ctx context.Context) error {
 		Stream:    w.opts.Stream,
 		Name:      w.opts.Group,
 		Start:     "-",
+		Mode:      w.opts.GroupMode,
 	})
 	if err != nil && status.Code(err) != codes.AlreadyExists {
 		return fmt.Errorf("create group %s of stream %s: %w", w.opts.Group, w.opts.Stream, err)

@@ -99,6 +99,8 @@ type ConsumerGroup struct {
 	// MaxDeliveries is how many times a record is handed out before it moves to the stream
 	// "<stream>.dlq" and is acked.
 	MaxDeliveries int `json:"max_deliveries"`
+	// Mode is how the group spreads records over its consumers (see GroupOptions.Mode).
+	Mode string `json:"mode"`
 	// Lag counts the records not yet handed to any consumer of the group.
 	Lag int64 `json:"lag"`
 	// Pending counts the records handed out and not yet acked.
@@ -186,7 +188,23 @@ type GroupOptions struct {
 	// MaxDeliveries is how many times a record is handed out before it moves to the stream
 	// "<stream>.dlq" and is acked; zero means 5.
 	MaxDeliveries int
+	// Mode is how the group spreads records over its consumers: GroupShared (or empty),
+	// GroupExclusive or GroupKeyShared.
+	Mode string
 }
+
+// Consumer group modes.
+const (
+	// GroupShared hands each record to any one consumer of the group (competing consumers).
+	GroupShared = "shared"
+	// GroupExclusive hands the whole group to one consumer at a time; when it stops reading
+	// for longer than its message timeout, the next consumer to read takes over, with the
+	// records the first one left unacked.
+	GroupExclusive = "exclusive"
+	// GroupKeyShared hands all records of one key to one consumer at a time, in order, while
+	// different keys spread over consumers.
+	GroupKeyShared = "key_shared"
+)
 
 // PendingOptions choose what [Client.ListPending] returns.
 type PendingOptions struct {
@@ -367,6 +385,7 @@ func (c *Client) CreateGroup(ctx context.Context, stream, group string, opts Gro
 		Name:          group,
 		Start:         opts.Start,
 		MaxDeliveries: int32(opts.MaxDeliveries),
+		Mode:          opts.Mode,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create group %s of stream %s: %w", group, stream, err)
@@ -459,6 +478,7 @@ func groupFromProto(g *flov1.ConsumerGroup) *ConsumerGroup {
 		Stream:        g.GetStream(),
 		Name:          g.GetName(),
 		MaxDeliveries: int(g.GetMaxDeliveries()),
+		Mode:          g.GetMode(),
 		Lag:           g.GetLag(),
 		Pending:       g.GetPending(),
 		CreatedAt:     timeFromProto(g.GetCreatedAt()),

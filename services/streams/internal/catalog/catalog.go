@@ -399,6 +399,20 @@ type GroupSpec struct {
 	// appended) or a record id to start at.
 	Start         string
 	MaxDeliveries int32
+	// Mode is store.ModeShared (or empty), store.ModeExclusive or
+	// store.ModeKeyShared.
+	Mode string
+}
+
+// validMode checks a group mode, empty meaning shared.
+func validMode(mode string) (string, error) {
+	switch mode {
+	case "":
+		return store.ModeShared, nil
+	case store.ModeShared, store.ModeExclusive, store.ModeKeyShared:
+		return mode, nil
+	}
+	return "", fault.Invalidf("mode must be %q, %q or %q, got %q", store.ModeShared, store.ModeExclusive, store.ModeKeyShared, mode)
 }
 
 // CreateGroup creates a group positioned at its start.
@@ -412,6 +426,10 @@ func (c *Catalog) CreateGroup(ctx context.Context, spec GroupSpec) (GroupInfo, e
 	case spec.MaxDeliveries < 0 || spec.MaxDeliveries > MaxMaxDeliveries:
 		return GroupInfo{}, fault.Invalidf("max_deliveries must be between 1 and %d, got %d", MaxMaxDeliveries, spec.MaxDeliveries)
 	}
+	mode, err := validMode(spec.Mode)
+	if err != nil {
+		return GroupInfo{}, err
+	}
 	start, err := record.ParseStart("start", spec.Start, false)
 	if err != nil {
 		return GroupInfo{}, err
@@ -424,9 +442,9 @@ func (c *Catalog) CreateGroup(ctx context.Context, spec GroupSpec) (GroupInfo, e
 	if err != nil {
 		return GroupInfo{}, err
 	}
-	g, err := store.InsertGroup(ctx, c.pool, st.ID, spec.Name, spec.MaxDeliveries, cursors)
+	g, err := store.InsertGroup(ctx, c.pool, st.ID, spec.Name, spec.MaxDeliveries, mode, cursors)
 	if errors.Is(err, pg.ErrConflict) {
-		return GroupInfo{}, &ExistsError{Message: fmt.Sprintf("group %q already exists on stream %q", spec.Name, spec.Stream)}
+		return GroupInfo{}, c.groupExists(ctx, st, spec.Name, mode)
 	}
 	if err != nil {
 		return GroupInfo{}, err
@@ -436,6 +454,17 @@ func (c *Catalog) CreateGroup(ctx context.Context, spec GroupSpec) (GroupInfo, e
 		return GroupInfo{}, err
 	}
 	return groupInfo(st, store.GroupState{Group: g, Cursors: cursors}, starts, ends), nil
+}
+
+// groupExists is the error for creating the existing group name of st:
+// AlreadyExists, or FailedPrecondition when it has another mode, so a
+// consumer that wants one mode never reads a group of another.
+func (c *Catalog) groupExists(ctx context.Context, st store.Stream, name, mode string) error {
+	g, err := store.GetGroup(ctx, c.pool, store.GroupKey{Namespace: st.Namespace, Stream: st.Name, Group: name})
+	if err == nil && g.Group.Mode != mode {
+		return fault.Preconditionf("group %q of stream %q exists with mode %q, not %q", name, st.Name, g.Group.Mode, mode)
+	}
+	return &ExistsError{Message: fmt.Sprintf("group %q already exists on stream %q", name, st.Name)}
 }
 
 // startOffsets is, per partition, the first offset a group starting at s

@@ -181,7 +181,7 @@ func (s *Server) Read(ctx context.Context, req *flov1.ReadRequest) (*flov1.ReadR
 func (s *Server) CreateGroup(ctx context.Context, req *flov1.CreateGroupRequest) (*flov1.ConsumerGroup, error) {
 	g, err := s.d.Catalog.CreateGroup(ctx, catalog.GroupSpec{
 		Namespace: req.GetNamespace(), Stream: req.GetStream(), Name: req.GetName(),
-		Start: req.GetStart(), MaxDeliveries: req.GetMaxDeliveries(),
+		Start: req.GetStart(), MaxDeliveries: req.GetMaxDeliveries(), Mode: req.GetMode(),
 	})
 	if err != nil {
 		return nil, err
@@ -285,7 +285,7 @@ func streamProto(st store.Stream) *flov1.Stream {
 
 func groupProto(g catalog.GroupInfo) *flov1.ConsumerGroup {
 	return &flov1.ConsumerGroup{
-		Namespace: g.Namespace, Stream: g.Stream, Name: g.Group.Name, MaxDeliveries: g.Group.MaxDeliveries,
+		Namespace: g.Namespace, Stream: g.Stream, Name: g.Group.Name, MaxDeliveries: g.Group.MaxDeliveries, Mode: g.Group.Mode,
 		Lag: g.Lag, Pending: g.Pending, CreatedAt: timestamppb.New(g.Group.CreatedAt),
 	}
 }

@@ -18,7 +18,21 @@ type Group struct {
 	StreamID      int64
 	Name          string
 	MaxDeliveries int32
-	CreatedAt     time.Time
+	// Mode is how records spread over consumers: one of the Mode constants.
+	Mode      string
+	CreatedAt time.Time
+}
+
+// Group modes.
+const (
+	ModeShared    = "shared"
+	ModeExclusive = "exclusive"
+	ModeKeyShared = "key_shared"
+)
+
+// fields are the scan targets of groupCols.
+func (g *Group) fields() []any {
+	return []any{&g.ID, &g.StreamID, &g.Name, &g.MaxDeliveries, &g.Mode, &g.CreatedAt}
 }
 
 // GroupOf is a group with its stream.
@@ -41,15 +55,15 @@ type GroupKey struct {
 	Namespace, Stream, Group string
 }
 
-const groupCols = `g.id, g.stream_id, g.name, g.max_deliveries, g.created_at`
+const groupCols = `g.id, g.stream_id, g.name, g.max_deliveries, g.mode, g.created_at`
 
 // InsertGroup stores a group of stream with one cursor per partition
 // (cursors[p] for partition p); an existing name is pg.ErrConflict.
-func InsertGroup(ctx context.Context, db DB, streamID int64, name string, maxDeliveries int32, cursors []int64) (Group, error) {
+func InsertGroup(ctx context.Context, db DB, streamID int64, name string, maxDeliveries int32, mode string, cursors []int64) (Group, error) {
 	var g Group
 	err := db.QueryRow(ctx, `
 		WITH g AS (
-			INSERT INTO groups (stream_id, name, max_deliveries) VALUES ($1, $2, $3)
+			INSERT INTO groups (stream_id, name, max_deliveries, mode) VALUES ($1, $2, $3, $5)
 			RETURNING *
 		), c AS (
 			INSERT INTO cursors (group_id, partition, next_offset)
@@ -57,7 +71,7 @@ func InsertGroup(ctx context.Context, db DB, streamID int64, name string, maxDel
 			FROM g, unnest($4::bigint[]) WITH ORDINALITY AS p(next_offset, partition)
 		)
 		SELECT `+groupCols+` FROM g`,
-		streamID, name, maxDeliveries, cursors).Scan(&g.ID, &g.StreamID, &g.Name, &g.MaxDeliveries, &g.CreatedAt)
+		streamID, name, maxDeliveries, cursors, mode).Scan(g.fields()...)
 	if err != nil {
 		return Group{}, fmt.Errorf("insert group %s: %w", name, pg.MapError(err))
 	}
@@ -72,7 +86,7 @@ func GetGroup(ctx context.Context, db DB, k GroupKey) (GroupOf, error) {
 		FROM groups g JOIN streams s ON s.id = g.stream_id
 		WHERE s.namespace = $1 AND s.name = $2 AND g.name = $3`,
 		k.Namespace, k.Stream, k.Group)
-	s, err := scanStream(row, &g.ID, &g.StreamID, &g.Name, &g.MaxDeliveries, &g.CreatedAt)
+	s, err := scanStream(row, g.fields()...)
 	if err != nil {
 		return GroupOf{}, fmt.Errorf("get group %s/%s/%s: %w", k.Namespace, k.Stream, k.Group, pg.MapError(err))
 	}
@@ -101,7 +115,7 @@ func ResolveGroups(ctx context.Context, db DB, keys []GroupKey) (map[GroupKey]Gr
 	out := make(map[GroupKey]GroupOf, len(keys))
 	for rows.Next() {
 		var g Group
-		s, err := scanStream(rows, &g.ID, &g.StreamID, &g.Name, &g.MaxDeliveries, &g.CreatedAt)
+		s, err := scanStream(rows, g.fields()...)
 		if err != nil {
 			return nil, fmt.Errorf("resolve groups: %w", err)
 		}
@@ -130,7 +144,7 @@ func ListGroups(ctx context.Context, db DB, streamID int64, after string, limit 
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (GroupState, error) {
 		var st GroupState
 		g := &st.Group
-		err := r.Scan(&g.ID, &g.StreamID, &g.Name, &g.MaxDeliveries, &g.CreatedAt, &st.Cursors, &st.Pending)
+		err := r.Scan(append(g.fields(), &st.Cursors, &st.Pending)...)
 		return st, err
 	})
 	if err != nil {
@@ -160,7 +174,7 @@ func ListAllGroups(ctx context.Context, db DB) ([]StreamGroupState, error) {
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StreamGroupState, error) {
 		var st StreamGroupState
 		g := &st.Group
-		stream, err := scanStream(r, &g.ID, &g.StreamID, &g.Name, &g.MaxDeliveries, &g.CreatedAt, &st.Cursors, &st.Pending)
+		stream, err := scanStream(r, append(g.fields(), &st.Cursors, &st.Pending)...)
 		st.Stream = stream
 		return st, err
 	})
@@ -174,7 +188,7 @@ func ListAllGroups(ctx context.Context, db DB) ([]StreamGroupState, error) {
 func DeleteGroup(ctx context.Context, db DB, streamID int64, name string) (Group, error) {
 	var g Group
 	err := db.QueryRow(ctx, `DELETE FROM groups g WHERE g.stream_id = $1 AND g.name = $2 RETURNING `+groupCols, streamID, name).
-		Scan(&g.ID, &g.StreamID, &g.Name, &g.MaxDeliveries, &g.CreatedAt)
+		Scan(g.fields()...)
 	if err != nil {
 		return Group{}, fmt.Errorf("delete group %s: %w", name, pg.MapError(err))
 	}
