@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -153,6 +154,11 @@ func TestSearchAttributes(t *testing.T) {
 		startedAt: child[0].GetCreatedAt().AsTime(),
 	})
 	failed := e.waitRun(t, ns, badParent, stFailed)
+	var reasons []string
+	for _, ev := range e.history(t, ns, badParent) {
+		reasons = append(reasons, ev.GetDetail())
+	}
+	require.Contains(t, strings.Join(reasons, "\n"), `child workflow orders not started: search attribute order_amount (number, from $.input.amount): the string "five" is not a number`)
 	runs = append(runs, &searchRun{
 		id: badParent, workflow: "parent", status: "failed", startedAt: failed.GetCreatedAt().AsTime(),
 	})
