@@ -199,23 +199,11 @@ func compare(b *strings.Builder, column string, op query.Op, t query.Typed, args
 		b.WriteString(" = ANY(")
 		switch t.Type {
 		case definition.AttributeString:
-			vs := make([]string, len(t.Values))
-			for i, v := range t.Values {
-				vs[i] = v.Str
-			}
-			b.WriteString(param(args, vs) + "::text[])")
+			b.WriteString(param(args, valuesOf(t, func(v definition.AttributeValue) string { return v.Str })) + "::text[])")
 		case definition.AttributeNumber:
-			vs := make([]float64, len(t.Values))
-			for i, v := range t.Values {
-				vs[i] = v.Num
-			}
-			b.WriteString(param(args, vs) + "::float8[])")
+			b.WriteString(param(args, valuesOf(t, func(v definition.AttributeValue) float64 { return v.Num })) + "::float8[])")
 		case definition.AttributeTimestamp:
-			vs := make([]time.Time, len(t.Values))
-			for i, v := range t.Values {
-				vs[i] = v.Time
-			}
-			b.WriteString(param(args, vs) + "::timestamptz[])")
+			b.WriteString(param(args, valuesOf(t, func(v definition.AttributeValue) time.Time { return v.Time })) + "::timestamptz[])")
 		}
 		return
 	}
@@ -232,6 +220,15 @@ func compare(b *strings.Builder, column string, op query.Op, t query.Typed, args
 	case definition.AttributeTimestamp:
 		b.WriteString(param(args, v.Time) + "::timestamptz")
 	}
+}
+
+// valuesOf lists the field get reads of each of t's values, for an IN array.
+func valuesOf[T any](t query.Typed, get func(definition.AttributeValue) T) []T {
+	out := make([]T, len(t.Values))
+	for i, v := range t.Values {
+		out[i] = get(v)
+	}
+	return out
 }
 
 // param adds v to args and returns its placeholder.
