@@ -262,7 +262,8 @@ func (g *Groups) readBatch(ctx context.Context, grp store.GroupOf, calls []*read
 	err := pg.InBatchTx(ctx, g.pool, func(tx *pg.BatchTx) error {
 		sh := newShare(calls)
 		now := time.Now()
-		due, cursors, err := store.LockForRead(ctx, tx, grp.Group.ID, now, sh.wanted())
+		exclusive := grp.Group.Mode == store.ModeExclusive
+		due, cursors, lease, err := store.LockForRead(ctx, tx, grp.Group.ID, now, sh.wanted(), exclusive)
 		if err != nil {
 			return err
 		}
@@ -273,6 +274,9 @@ func (g *Groups) readBatch(ctx context.Context, grp store.GroupOf, calls []*read
 			ch      store.Changes
 			expired []pending.Range
 		)
+		if exclusive {
+			sh = newShare(leaseHolder(lease, calls, now, &ch))
+		}
 		for _, r := range due {
 			if r.Deliveries >= int(grp.Group.MaxDeliveries) {
 				expired = append(expired, r)
@@ -309,6 +313,36 @@ func (g *Groups) readBatch(ctx context.Context, grp store.GroupOf, calls []*read
 		g.deadLettered.Add(ctx, int64(dead))
 	}
 	return nil
+}
+
+// leaseHolder returns the calls of the consumer that holds an exclusive
+// group: the lease's owner while it lasts, otherwise the first call's
+// consumer, which takes the lease over. The holder's reads renew the lease
+// for their message timeout plus block time, so a consumer long-polling or
+// working on its records keeps the group; one silent for longer loses it,
+// and its unacked records, due by then, go to the next holder as
+// redeliveries. The other calls get nothing.
+func leaseHolder(lease store.Lease, calls []*readCall, now time.Time, ch *store.Changes) []*readCall {
+	owner := lease.Owner
+	if !now.Before(lease.Until) {
+		owner = calls[0].req.Consumer
+	}
+	var (
+		held []*readCall
+		hold time.Duration
+	)
+	for _, c := range calls {
+		if c.req.Consumer != owner {
+			c.recs = c.recs[:0]
+			continue
+		}
+		held = append(held, c)
+		hold = max(hold, c.req.MessageTimeout+c.req.Block)
+	}
+	if len(held) > 0 {
+		ch.Lease = &store.Lease{GroupID: lease.GroupID, Owner: owner, Until: now.Add(hold)}
+	}
+	return held
 }
 
 // share hands the records of one read transaction to its calls in turn:

@@ -208,7 +208,10 @@ func DeleteGroup(ctx context.Context, db DB, streamID int64, name string) (Group
 // redelivered, and nothing is skipped. A read's records are acked only after
 // the read committed, and an ack's commit waits for the WAL up to it, so
 // an acked record's read is never lost.
-func LockForRead(ctx context.Context, tx *pg.BatchTx, groupID int64, now time.Time, limit int) ([]pending.Range, []int64, error) {
+//
+// With withLease (exclusive groups) it also returns the group's lease, read
+// after the cursors are locked, so it is the one the previous read wrote.
+func LockForRead(ctx context.Context, tx *pg.BatchTx, groupID int64, now time.Time, limit int, withLease bool) ([]pending.Range, []int64, Lease, error) {
 	var b pgx.Batch
 	b.Queue(`SET LOCAL synchronous_commit = off`)
 	b.Queue(`
@@ -218,30 +221,48 @@ func LockForRead(ctx context.Context, tx *pg.BatchTx, groupID int64, now time.Ti
 		LIMIT $3
 		FOR UPDATE SKIP LOCKED`, groupID, now, limit)
 	b.Queue(`SELECT partition, next_offset FROM cursors WHERE group_id = $1 ORDER BY partition FOR UPDATE`, groupID)
+	if withLease {
+		b.Queue(`SELECT owner, owner_until FROM groups WHERE id = $1`, groupID)
+	}
 	res := tx.SendBatch(ctx, &b)
 	defer res.Close()
+	var lease Lease
 	if _, err := res.Exec(); err != nil {
-		return nil, nil, fmt.Errorf("set commit mode: %w", err)
+		return nil, nil, lease, fmt.Errorf("set commit mode: %w", err)
 	}
 	rows, err := res.Query()
 	if err != nil {
-		return nil, nil, fmt.Errorf("lock due ranges: %w", err)
+		return nil, nil, lease, fmt.Errorf("lock due ranges: %w", err)
 	}
 	due, err := scanRanges(rows)
 	if err != nil {
-		return nil, nil, fmt.Errorf("lock due ranges: %w", err)
+		return nil, nil, lease, fmt.Errorf("lock due ranges: %w", err)
 	}
 	if rows, err = res.Query(); err != nil {
-		return nil, nil, fmt.Errorf("lock cursors: %w", err)
+		return nil, nil, lease, fmt.Errorf("lock cursors: %w", err)
 	}
 	cursors, err := scanCursors(rows)
 	if err != nil {
-		return nil, nil, fmt.Errorf("lock cursors: %w", err)
+		return nil, nil, lease, fmt.Errorf("lock cursors: %w", err)
+	}
+	if withLease && cursors != nil {
+		lease.GroupID = groupID
+		if err := res.QueryRow().Scan(&lease.Owner, &lease.Until); err != nil {
+			return nil, nil, lease, fmt.Errorf("read lease: %w", err)
+		}
 	}
 	if err := res.Close(); err != nil {
-		return nil, nil, fmt.Errorf("lock for read: %w", err)
+		return nil, nil, lease, fmt.Errorf("lock for read: %w", err)
 	}
-	return due, cursors, nil
+	return due, cursors, lease, nil
+}
+
+// Lease is the hold of an exclusive group's consumer: Owner reads the group
+// alone until Until.
+type Lease struct {
+	GroupID int64
+	Owner   string
+	Until   time.Time
 }
 
 // scanCursors reads (partition, next_offset) rows ordered by partition.

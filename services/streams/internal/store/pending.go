@@ -125,11 +125,15 @@ func LockRangesAt(ctx context.Context, tx *pg.BatchTx, targets []Target, groups 
 	return out, exist, nil
 }
 
-// NextDue is when the group's earliest pending range is due; ok is false
-// when nothing is pending.
+// NextDue is when the group's earliest pending range is due, or its lease
+// (exclusive groups) runs out if that is sooner; ok is false when nothing is
+// pending and no lease runs.
 func NextDue(ctx context.Context, db DB, groupID int64) (at time.Time, ok bool, err error) {
 	var t *time.Time
-	if err := db.QueryRow(ctx, `SELECT min(redeliver_at) FROM pending WHERE group_id = $1`, groupID).Scan(&t); err != nil {
+	if err := db.QueryRow(ctx, `
+		SELECT least(
+			(SELECT min(redeliver_at) FROM pending WHERE group_id = $1),
+			(SELECT owner_until FROM groups WHERE id = $1 AND owner_until > now()))`, groupID).Scan(&t); err != nil {
 		return time.Time{}, false, fmt.Errorf("next due range: %w", err)
 	}
 	if t == nil {
@@ -175,6 +179,8 @@ type Changes struct {
 	Insert []pending.Range
 	// Cursors moves cursors forward.
 	Cursors []Cursor
+	// Lease, when set, is an exclusive group's new lease.
+	Lease *Lease
 }
 
 // Commit writes changes, deletes first so replacement ranges never overlap
@@ -216,6 +222,9 @@ func Commit(ctx context.Context, tx *pg.BatchTx, c Changes) error {
 			UPDATE cursors c SET next_offset = u.next
 			FROM unnest($1::bigint[], $2::int[], $3::bigint[]) AS u(group_id, partition, next)
 			WHERE c.group_id = u.group_id AND c.partition = u.partition`, groups, parts, next)
+	}
+	if l := c.Lease; l != nil {
+		b.Queue(`UPDATE groups SET owner = $2, owner_until = $3 WHERE id = $1`, l.GroupID, l.Owner, l.Until)
 	}
 	if err := tx.Commit(ctx, &b); err != nil {
 		return fmt.Errorf("write pending ranges: %w", err)
