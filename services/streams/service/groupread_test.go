@@ -19,7 +19,8 @@ import (
 
 // TestGroupReads covers what concurrent group reads share: a transaction
 // for the reads of one group that wait at the same time, and the groups a
-// replica remembers between reads.
+// replica remembers between reads; and how the modes of a group (see
+// modes_test.go) spread its records over consumers.
 func TestGroupReads(t *testing.T) {
 	e := newEnv(t)
 	r := e.start(t, e.config())
@@ -29,6 +30,10 @@ func TestGroupReads(t *testing.T) {
 	}{
 		{"concurrent reads share transactions", testConcurrentReadsShare},
 		{"group deleted while remembered", testGroupDeletedWhileRemembered},
+		{"group mode is validated and kept", testModeValidation},
+		{"exclusive group fails over", testExclusiveFailover},
+		{"key_shared group keeps keys in order on one consumer", testKeyShared},
+		{"key_shared redelivers a key's record first", testKeySharedRedelivery},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

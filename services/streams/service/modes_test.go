@@ -2,8 +2,11 @@ package service_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,25 +16,6 @@ import (
 	streamsv1 "github.com/razorbill/flo/proto/gen/flo/streams/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 )
-
-// TestGroupModes covers how exclusive and key_shared groups hand records to
-// their consumers (shared groups are the rest of the package's tests).
-func TestGroupModes(t *testing.T) {
-	e := newEnv(t)
-	r := e.start(t, e.config())
-	for _, tt := range []struct {
-		name string
-		fn   func(*testing.T, streamsv1.StreamsClient)
-	}{
-		{"mode is validated and kept", testModeValidation},
-		{"exclusive group fails over", testExclusiveFailover},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			tt.fn(t, r.client)
-		})
-	}
-}
 
 func createModeGroup(t *testing.T, c streamsv1.StreamsClient, ns, stream, name, mode string) (*flov1.ConsumerGroup, error) {
 	t.Helper()
@@ -131,4 +115,165 @@ func testExclusiveFailover(t *testing.T, c streamsv1.StreamsClient) {
 	info, err := c.ListPending(context.Background(), &flov1.ListPendingRequest{Namespace: ns, Stream: "s", Group: "g"})
 	require.NoError(t, err)
 	require.Zero(t, info.GetTotal())
+}
+
+// testKeyShared has three consumers read a key_shared group at once while
+// records of several keys are appended, each acking what it got in random
+// order. Every record is delivered once, each key's records are processed in
+// append order, a key is never held by two consumers at once, and the keys
+// spread over the consumers.
+func testKeyShared(t *testing.T, c streamsv1.StreamsClient) {
+	ns := namespace()
+	createStream(t, c, ns, "s", 3)
+	_, err := createModeGroup(t, c, ns, "s", "g", "key_shared")
+	require.NoError(t, err)
+	const (
+		keyCount  = 8
+		perAppend = 120
+		appends   = 3
+		total     = perAppend * appends
+		consumers = 3
+	)
+	appendKeyed := func(from int) {
+		req := &flov1.AppendRequest{Namespace: ns, Stream: "s"}
+		for i := from; i < from+perAppend; i++ {
+			// Record i is the (i / keyCount)-th record of key i % keyCount.
+			req.Records = append(req.Records, &flov1.AppendRecord{
+				Key: fmt.Sprintf("k%d", i%keyCount), Payload: fmt.Appendf(nil, `{"seq":%d}`, i/keyCount),
+			})
+		}
+		_, err := c.Append(t.Context(), req)
+		require.NoError(t, err)
+	}
+	appendKeyed(0)
+
+	var (
+		mu        sync.Mutex
+		holder    = map[string]string{} // key -> consumer processing it
+		next      = map[string]int{}    // key -> next seq to process
+		processed = map[string]int{}    // consumer -> records processed
+		seen      = map[string]bool{}
+		done      int
+		failure   error
+		wg        sync.WaitGroup
+	)
+	fail := func(err error) {
+		if failure == nil {
+			failure = err
+		}
+	}
+	for w := range consumers {
+		consumer := fmt.Sprintf("c%d", w)
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				stop := done == total || failure != nil
+				mu.Unlock()
+				if stop {
+					return
+				}
+				resp, err := c.GroupRead(context.Background(), &flov1.GroupReadRequest{
+					Namespace: ns, Stream: "s", Group: "g", Consumer: consumer, Count: 5,
+					BlockMs: 200, MessageTimeoutMs: time.Hour.Milliseconds(),
+				})
+				mu.Lock()
+				if err != nil {
+					fail(err)
+					mu.Unlock()
+					return
+				}
+				recs := resp.GetRecords()
+				for _, r := range recs {
+					k := r.GetKey()
+					if h := holder[k]; h != "" {
+						fail(fmt.Errorf("%s got %s of key %s held by %s", consumer, r.GetId(), k, h))
+					}
+					if seen[r.GetId()] {
+						fail(fmt.Errorf("%s got %s again", consumer, r.GetId()))
+					}
+					seen[r.GetId()] = true
+					holder[k] = consumer
+				}
+				mu.Unlock()
+				rand.Shuffle(len(recs), func(i, j int) { recs[i], recs[j] = recs[j], recs[i] })
+				for _, r := range recs {
+					var seq int
+					_, _ = fmt.Sscanf(string(r.GetPayload()), `{"seq":%d}`, &seq)
+					k := r.GetKey()
+					mu.Lock()
+					if seq != next[k] {
+						fail(fmt.Errorf("%s processed seq %d of key %s, want %d", consumer, seq, k, next[k]))
+					}
+					next[k]++
+					processed[consumer]++
+					done++
+					// Done processing: the key is free once acked.
+					holder[k] = ""
+					mu.Unlock()
+					if _, err := c.Ack(context.Background(), &flov1.AckRequest{Namespace: ns, Stream: "s", Group: "g", Ids: []string{r.GetId()}}); err != nil {
+						mu.Lock()
+						fail(err)
+						mu.Unlock()
+						return
+					}
+				}
+			}
+		})
+	}
+	for i := 1; i < appends; i++ {
+		appendKeyed(i * perAppend)
+	}
+	wg.Wait()
+	require.NoError(t, failure)
+	require.Equal(t, total, done)
+	for k := range keyCount {
+		require.Equal(t, total/keyCount, next[fmt.Sprintf("k%d", k)], "key k%d", k)
+	}
+	require.GreaterOrEqual(t, len(processed), 2, "keys spread over consumers: %v", processed)
+	info, err := c.ListPending(t.Context(), &flov1.ListPendingRequest{Namespace: ns, Stream: "s", Group: "g"})
+	require.NoError(t, err)
+	require.Zero(t, info.GetTotal())
+}
+
+// testKeySharedRedelivery: a key whose record timed out on one consumer goes
+// to the next consumer with that record first, one record of the key at a
+// time, and records of held keys wait (parked) while other keys go out.
+func testKeySharedRedelivery(t *testing.T, c streamsv1.StreamsClient) {
+	ns := namespace()
+	createStream(t, c, ns, "s", 1)
+	_, err := createModeGroup(t, c, ns, "s", "g", "key_shared")
+	require.NoError(t, err)
+	req := &flov1.AppendRequest{Namespace: ns, Stream: "s"}
+	for i, k := range []string{"a", "a", "b", "a", "b"} {
+		req.Records = append(req.Records, &flov1.AppendRecord{Key: k, Payload: fmt.Appendf(nil, `{"n":%d}`, i)})
+	}
+	resp, err := c.Append(t.Context(), req)
+	require.NoError(t, err)
+	appended := resp.GetIds()
+
+	// One record per key per read: a's first and b's first.
+	got := groupRead(t, c, ns, "s", "g", "x", 10, 0, 500*time.Millisecond)
+	require.Equal(t, []string{appended[0], appended[2]}, ids(got))
+	// Both keys are held by x: y gets nothing, and the rest is parked.
+	require.Empty(t, groupRead(t, c, ns, "s", "g", "y", 10, 0, time.Hour))
+	p, err := c.ListPending(t.Context(), &flov1.ListPendingRequest{Namespace: ns, Stream: "s", Group: "g"})
+	require.NoError(t, err)
+	require.EqualValues(t, 5, p.GetTotal(), "two handed out, three parked")
+
+	// x acks b's record and goes silent: y gets b's next at once, and a's
+	// first again once x's message timeout ran out, before a's later ones.
+	ack(t, c, ns, "s", "g", appended[2])
+	got = groupRead(t, c, ns, "s", "g", "y", 10, 0, time.Hour)
+	require.Equal(t, []string{appended[4]}, ids(got))
+	got = groupRead(t, c, ns, "s", "g", "y", 10, 30*time.Second, time.Hour)
+	require.Equal(t, []string{appended[0]}, ids(got))
+	require.EqualValues(t, 2, got[0].GetDeliveryCount())
+	ack(t, c, ns, "s", "g", appended[0], appended[4])
+	got = groupRead(t, c, ns, "s", "g", "y", 10, 0, time.Hour)
+	require.Equal(t, []string{appended[1]}, ids(got))
+	ack(t, c, ns, "s", "g", appended[1])
+	got = groupRead(t, c, ns, "s", "g", "x", 10, 0, time.Hour)
+	require.Equal(t, []string{appended[3]}, ids(got))
+	ack(t, c, ns, "s", "g", appended[3])
+	require.Empty(t, groupRead(t, c, ns, "s", "g", "y", 10, 0, time.Hour))
 }

@@ -262,6 +262,11 @@ func (g *Groups) readBatch(ctx context.Context, grp store.GroupOf, calls []*read
 	err := pg.InBatchTx(ctx, g.pool, func(tx *pg.BatchTx) error {
 		sh := newShare(calls)
 		now := time.Now()
+		if grp.Group.Mode == store.ModeKeyShared {
+			var err error
+			dead, err = g.readKeys(ctx, tx, grp, sh, now)
+			return err
+		}
 		exclusive := grp.Group.Mode == store.ModeExclusive
 		due, cursors, lease, err := store.LockForRead(ctx, tx, grp.Group.ID, now, sh.wanted(), exclusive)
 		if err != nil {

@@ -114,10 +114,15 @@ func (g *Groups) settle(ctx context.Context, calls []*coalesce.Call[settlement, 
 		return err
 	}
 	for _, c := range live {
-		if gone[groups[c.Req.key].Group.ID] {
+		grp := groups[c.Req.key].Group
+		switch {
+		case gone[grp.ID]:
 			// Deleted since it was looked up: nothing of it was settled.
 			g.forget(c.Req.key)
 			c.Err = g.missing(ctx, c.Req.key)
+		case grp.Mode == store.ModeKeyShared && !c.Req.nack && c.Resp > 0:
+			// The ack frees keys: their next records may go out now.
+			wakes = append(wakes, wakeAt{group: grp.ID})
 		}
 	}
 	for _, w := range wakes {

@@ -257,6 +257,43 @@ func LockForRead(ctx context.Context, tx *pg.BatchTx, groupID int64, now time.Ti
 	return due, cursors, lease, nil
 }
 
+// LockForKeyRead starts a read of a key_shared group in transaction tx, in
+// one round trip: it locks the group's cursors (so reads of the group take
+// turns, on every replica) and then every pending range of the group, whose
+// records' keys decide which keys are held. The cursors are nil when the
+// group no longer exists. It commits without waiting for the WAL, as
+// LockForRead does and for the same reasons.
+func LockForKeyRead(ctx context.Context, tx *pg.BatchTx, groupID int64) ([]pending.Range, []int64, error) {
+	var b pgx.Batch
+	b.Queue(`SET LOCAL synchronous_commit = off`)
+	b.Queue(`SELECT partition, next_offset FROM cursors WHERE group_id = $1 ORDER BY partition FOR UPDATE`, groupID)
+	b.Queue(`SELECT `+rangeCols+` FROM pending WHERE group_id = $1 ORDER BY id FOR UPDATE`, groupID)
+	res := tx.SendBatch(ctx, &b)
+	defer res.Close()
+	if _, err := res.Exec(); err != nil {
+		return nil, nil, fmt.Errorf("set commit mode: %w", err)
+	}
+	rows, err := res.Query()
+	if err != nil {
+		return nil, nil, fmt.Errorf("lock cursors: %w", err)
+	}
+	cursors, err := scanCursors(rows)
+	if err != nil {
+		return nil, nil, fmt.Errorf("lock cursors: %w", err)
+	}
+	if rows, err = res.Query(); err != nil {
+		return nil, nil, fmt.Errorf("lock pending ranges: %w", err)
+	}
+	ranges, err := scanRanges(rows)
+	if err != nil {
+		return nil, nil, fmt.Errorf("lock pending ranges: %w", err)
+	}
+	if err := res.Close(); err != nil {
+		return nil, nil, fmt.Errorf("lock for key read: %w", err)
+	}
+	return ranges, cursors, nil
+}
+
 // Lease is the hold of an exclusive group's consumer: Owner reads the group
 // alone until Until.
 type Lease struct {
