@@ -293,9 +293,10 @@ func (s *Stack) StartWorkflow(ctx context.Context) error {
 		MaxPayloadBytes: s.cfg.MaxPayloadBytes,
 		// The service's default: timers wake when they are due, the tick
 		// is only the slowest the loop looks.
-		TimerTick: time.Second,
-		Postgres:  config.Postgres{URL: s.dbURL, MaxConns: 16},
-		Kafka:     config.Kafka{Brokers: s.kafka, Partitions: s.cfg.Partitions},
+		TimerTick:   time.Second,
+		StreamsAddr: s.cfg.StreamsGRPCAddr,
+		Postgres:    config.Postgres{URL: s.dbURL, MaxConns: 16},
+		Kafka:       config.Kafka{Brokers: s.kafka, Partitions: s.cfg.Partitions},
 	}, s.log.With("component", "workflow"), workflow.WithMetricsHandler(s.telemetry.MetricsHandler()))
 	if err != nil {
 		return fmt.Errorf("start workflow: %w", err)

@@ -18,6 +18,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/kafka"
@@ -28,12 +31,14 @@ import (
 	"github.com/razorbill/flo/libs/sweep"
 	"github.com/razorbill/flo/libs/telemetry"
 	"github.com/razorbill/flo/libs/wake"
+	streamsv1 "github.com/razorbill/flo/proto/gen/flo/streams/v1"
 	"github.com/razorbill/flo/services/workflow/internal/catalog"
 	"github.com/razorbill/flo/services/workflow/internal/grpcapi"
 	"github.com/razorbill/flo/services/workflow/internal/runner"
 	"github.com/razorbill/flo/services/workflow/internal/schedule"
 	"github.com/razorbill/flo/services/workflow/internal/store"
 	"github.com/razorbill/flo/services/workflow/internal/timer"
+	"github.com/razorbill/flo/services/workflow/internal/trigger"
 	"github.com/razorbill/flo/services/workflow/migrations"
 )
 
@@ -70,9 +75,14 @@ type Config struct {
 	// ScheduleTick is the slowest the scheduler looks for due schedules;
 	// it normally wakes exactly at the next fire time. Zero means 5s.
 	ScheduleTick time.Duration `env:"FLO_WORKFLOW_SCHEDULE_TICK, default=5s"`
-	Postgres     config.Postgres
-	Kafka        config.Kafka
-	Shutdown     config.Shutdown
+	// StreamsAddr is the streams service's internal gRPC API, which stream
+	// triggers read through. While it is down triggers wait (and retry);
+	// everything else carries on. Empty means there is no streams service:
+	// triggers do not run.
+	StreamsAddr string `env:"FLO_STREAMS_ADDR, default=localhost:9103"`
+	Postgres    config.Postgres
+	Kafka       config.Kafka
+	Shutdown    config.Shutdown
 }
 
 // Option adjusts a Service.
@@ -110,6 +120,9 @@ type Service struct {
 	listener *wake.Listener
 	// schedules is the scheduler loop.
 	schedules *timer.Loop
+	// triggers runs stream triggers; nil without a streams service.
+	triggers    *trigger.Manager
+	streamsConn *grpc.ClientConn
 
 	grpcServer *grpc.Server
 	grpcLis    net.Listener
@@ -175,6 +188,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		s.schedules.WakeNow()
 	}, log)
 
+	if cfg.StreamsAddr != "" {
+		if s.streamsConn, err = dialStreams(cfg.StreamsAddr); err != nil {
+			return nil, fmt.Errorf("workflow: %w", err)
+		}
+		s.triggers = trigger.NewManager(cat, s.runner, streamsv1.NewStreamsClient(s.streamsConn), trigger.Config{}, log)
+	}
+
 	s.grpcServer = grpcapi.NewGRPCServer(cat, s.runner, log)
 	if s.grpcLis, s.httpLis, err = stage.Listen(cfg.GRPCAddr, cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("workflow: %w", err)
@@ -216,6 +236,11 @@ func (s *Service) HTTPAddr() string { return s.httpLis.Addr().String() }
 // is committed with its outbox rows, so stopping at any point loses nothing.
 func (s *Service) Run(ctx context.Context) error {
 	s.consuming.Store(true)
+	// Triggers stop before the runner, finishing the starts in hand.
+	triggers := stage.New("triggers")
+	if s.triggers != nil {
+		triggers.Go("stream triggers", s.triggers.Run)
+	}
 	err := stage.Run(ctx, s.log,
 		stage.HTTP(s.httpServer, s.httpLis, httpStopTimeout, s.log),
 		stage.New("relay").
@@ -230,6 +255,7 @@ func (s *Service) Run(ctx context.Context) error {
 			Go("plan sweep", func(ctx context.Context) error {
 				return sweep.Every(ctx, planSweepInterval, s.log, "sweep expired plan cache entries and rate windows", s.runner.SweepPlans)
 			}),
+		triggers,
 		stage.New("consumer").Go("task events consumer", func(ctx context.Context) error {
 			defer s.consuming.Store(false)
 			return s.consumer.Run(ctx)
@@ -252,9 +278,34 @@ func (s *Service) closeResources() {
 	if s.producer != nil {
 		s.producer.Close()
 	}
+	if s.streamsConn != nil {
+		_ = s.streamsConn.Close()
+	}
 	if s.pool != nil {
 		s.pool.Close()
 	}
+}
+
+// streamsRedialMax caps the wait between attempts to reach a streams
+// service that is down, so triggers resume soon after it is back (gRPC's own
+// cap is two minutes).
+const streamsRedialMax = time.Second
+
+// dialStreams connects (lazily) to the streams service. Keepalive as the
+// gateway's, since group reads block.
+func dialStreams(addr string) (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: streamsRedialMax},
+			MinConnectTimeout: 5 * time.Second,
+		}),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("dial streams service %s: %w", addr, err)
+	}
+	return conn, nil
 }
 
 // ready reports whether the service can do its work: not stopping, the

@@ -81,6 +81,9 @@ type Run struct {
 	// ScheduledFor is the tick of the schedule that started the run; zero
 	// when a client or a parent did.
 	ScheduledFor time.Time `json:",omitzero"`
+	// TriggerRecord is the id of the stream record (the first, for a
+	// batch) whose trigger started the run; empty otherwise.
+	TriggerRecord string `json:",omitempty"`
 }
 
 // StepResult is what a finished step visit left behind.
@@ -213,7 +216,8 @@ type HistoryEvent struct {
 }
 
 // The history event types: the workflow language's table plus
-// poll_scheduled, child_started, child_completed and schedule_fired.
+// poll_scheduled, child_started, child_completed, schedule_fired and
+// trigger_fired.
 const (
 	HistoryWorkflowStarted   = "workflow_started"
 	HistoryStepStarted       = "step_started"
@@ -238,6 +242,9 @@ const (
 	// HistoryScheduleFired opens the history of a run a schedule started;
 	// its detail is the tick.
 	HistoryScheduleFired = "schedule_fired"
+	// HistoryTriggerFired opens the history of a run a stream trigger
+	// started; its detail is the record id (the first, for a batch).
+	HistoryTriggerFired = "trigger_fired"
 )
 
 // Env is what an advance may read besides the run and its definition.

@@ -14,6 +14,7 @@ const (
 	startedByClient   = "client"
 	startedBySchedule = "schedule"
 	startedByWorkflow = "workflow"
+	startedByTrigger  = "trigger"
 )
 
 // ListSchedules lists a namespace's schedules by workflow name.
@@ -47,6 +48,8 @@ func startedBy(r *engine.Run) string {
 	switch {
 	case !r.ScheduledFor.IsZero():
 		return startedBySchedule
+	case r.TriggerRecord != "":
+		return startedByTrigger
 	case r.ParentRunID != "":
 		return startedByWorkflow
 	}

@@ -25,6 +25,11 @@ type StartRequest struct {
 	// TraceContext is the W3C trace context of the caller; the run's
 	// invocations continue it.
 	TraceContext map[string]string
+	// TriggerRecord is set by a stream trigger: the id of the record (the
+	// first, for a batch) that starts the run. Such a start always carries
+	// an idempotency key, whatever the workflow's idempotency mode, since
+	// the key is what makes a redelivered record start no second run.
+	TriggerRecord string
 }
 
 // StartResult is the run a start created or found.
@@ -139,8 +144,10 @@ func (u *unit) start(ctx context.Context, calls []*coalesce.Call[StartRequest, S
 			c.Err = catalog.NotFound(c.Req.Workflow, versions[i].Version)
 			continue
 		}
-		if c.Err = checkIdempotency(def, c.Req); c.Err != nil {
-			continue
+		if c.Req.TriggerRecord == "" {
+			if c.Err = checkIdempotency(def, c.Req); c.Err != nil {
+				continue
+			}
 		}
 		if c.Req.IdempotencyKey != "" {
 			keys = append(keys, store.IdempotencyKey{Namespace: c.Req.Namespace, Workflow: c.Req.Workflow, Key: c.Req.IdempotencyKey})
@@ -172,6 +179,7 @@ func (u *unit) start(ctx context.Context, calls []*coalesce.Call[StartRequest, S
 			IdempotencyKey: c.Req.IdempotencyKey,
 			TraceContext:   c.Req.TraceContext,
 		}
+		run.TriggerRecord = c.Req.TriggerRecord
 		if c.Err = setAttributes(run, defs[versions[i]]); c.Err != nil {
 			continue
 		}
@@ -181,6 +189,12 @@ func (u *unit) start(ctx context.Context, calls []*coalesce.Call[StartRequest, S
 		e := u.add(run, true)
 		e.def = defs[versions[i]]
 		u.pending[run.ID] = nil
+		if run.TriggerRecord != "" {
+			run.HistorySeq++
+			u.history = append(u.history, store.HistoryRow{RunID: run.ID, Seq: run.HistorySeq, HistoryEvent: engine.HistoryEvent{
+				Type: engine.HistoryTriggerFired, Detail: run.TriggerRecord, At: u.now,
+			}})
+		}
 		if err := u.advance(ctx, e, engine.Started{}); err != nil {
 			return err
 		}

@@ -1,0 +1,180 @@
+package devstack_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	flo "github.com/razorbill/flo-go"
+	"github.com/razorbill/flo/services/devstack"
+)
+
+// triggerEnv is a platform with the namespace prod, where the reference's
+// order-processor reads its stream prod/orders, created with partitions. It
+// returns clients of the namespaces default (the workflow's) and prod.
+func triggerEnv(t *testing.T, partitions int) (e *env, c, prod *flo.Client) {
+	t.Helper()
+	e = newEnvWith(t, func(cfg *devstack.Config) { cfg.Namespaces = append(cfg.Namespaces, "prod") })
+	c, prod = e.client(t, "default"), e.client(t, "prod")
+	_, err := prod.CreateStream(context.Background(), "orders", flo.StreamOptions{Partitions: partitions})
+	require.NoError(t, err)
+	return e, c, prod
+}
+
+// orderProcessor is the reference's order-processor, as examples/workflows
+// has it, with the changes given as old, new pairs.
+func orderProcessor(t *testing.T, replace ...string) string {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join("..", "..", "examples", "workflows", "order-processor.yaml"))
+	require.NoError(t, err)
+	return strings.NewReplacer(replace...).Replace(string(src))
+}
+
+// triggeredRuns lists every run of workflow, failing on anything but a
+// trigger's run.
+func triggeredRuns(t *testing.T, c *flo.Client, workflow string) []*flo.Run {
+	t.Helper()
+	var all []*flo.Run
+	token := ""
+	for {
+		runs, next, err := c.ListRuns(context.Background(), flo.RunFilter{Workflow: workflow, Limit: 1000, PageToken: token})
+		require.NoError(t, err)
+		all = append(all, runs...)
+		if next == "" {
+			return all
+		}
+		token = next
+	}
+}
+
+// waitRuns waits until workflow has exactly want runs (failing at once on
+// more) and returns them.
+func waitRuns(t *testing.T, c *flo.Client, workflow string, want int) []*flo.Run {
+	t.Helper()
+	var runs []*flo.Run
+	require.Eventually(t, func() bool {
+		runs = triggeredRuns(t, c, workflow)
+		require.LessOrEqual(t, len(runs), want, "more runs than records")
+		return len(runs) == want
+	}, time.Minute, 50*time.Millisecond, "want %d runs", want)
+	return runs
+}
+
+// requireOneRunPerRecord checks each run started by the trigger from the
+// record its key names, with that record's payload {"i": k} as its input,
+// and every record of ids started exactly one run.
+func requireOneRunPerRecord(t *testing.T, runs []*flo.Run, stream string, ids []string) {
+	t.Helper()
+	byKey := map[string]*flo.Run{}
+	for _, r := range runs {
+		require.Equal(t, "trigger", r.StartedBy)
+		require.NotContains(t, byKey, r.IdempotencyKey, "two runs for one record")
+		byKey[r.IdempotencyKey] = r
+	}
+	for k, id := range ids {
+		r, ok := byKey["trigger:"+stream+"/"+id]
+		require.True(t, ok, "no run for record %d (%s)", k, id)
+		require.JSONEq(t, fmt.Sprintf(`{"i": %d}`, k), string(r.Input))
+	}
+	require.Len(t, runs, len(ids))
+}
+
+func TestOrderProcessorStartsOneRunPerRecordThroughAWorkflowServiceRestart(t *testing.T) {
+	e, c, prod := triggerEnv(t, 4)
+	ctx := context.Background()
+	_, _, err := c.CreateWorkflow(ctx, orderProcessor(t))
+	require.NoError(t, err)
+
+	// The records are appended while the service restarts.
+	appended := make(chan []string, 1)
+	go func() { appended <- appendN(t, prod, "orders", 200, 1) }()
+	require.Eventually(t, func() bool { return len(triggeredRuns(t, c, "order-processor")) >= 10 }, time.Minute, 20*time.Millisecond)
+	t.Logf("runs when the workflow service stops: about %d", len(triggeredRuns(t, c, "order-processor")))
+	require.NoError(t, e.stack.StopWorkflow())
+	require.NoError(t, e.stack.StartWorkflow(ctx))
+	ids := <-appended
+	runs := waitRuns(t, c, "order-processor", 200)
+	requireSettled(t, prod, "orders", "wf-orders")
+	requireOneRunPerRecord(t, runs, "orders", ids)
+
+	hist, err := c.GetRunHistory(ctx, runs[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, "trigger_fired", hist[0].Type)
+	require.Equal(t, "trigger:orders/"+hist[0].Detail, runs[0].IdempotencyKey)
+
+	// Every record handed out again, as after a crash before the acks:
+	// the runs are found by their keys, none starts twice.
+	require.NoError(t, prod.DeleteGroup(ctx, "orders", "wf-orders"))
+	require.Eventually(t, func() bool {
+		groups, err := prod.ListGroups(ctx, "orders")
+		require.NoError(t, err)
+		return len(groups) == 1 && groups[0].Lag == 0 && groups[0].Pending == 0
+	}, time.Minute, 50*time.Millisecond, "the trigger never re-read the stream")
+	require.Len(t, triggeredRuns(t, c, "order-processor"), 200)
+}
+
+func TestTriggerBatchesStartOneRunPerTenRecords(t *testing.T) {
+	_, c, prod := triggerEnv(t, 4)
+	ctx := context.Background()
+	// Appended before the workflow exists: the group starts at the
+	// stream's first record.
+	ids := appendN(t, prod, "orders", 100, 25)
+	_, _, err := c.CreateWorkflow(ctx, orderProcessor(t, "batch_size: 1 ", "batch_size: 10 "))
+	require.NoError(t, err)
+
+	runs := waitRuns(t, c, "order-processor", 10)
+	requireSettled(t, prod, "orders", "wf-orders")
+	seen := map[int]int{}
+	for _, r := range runs {
+		var batch []struct{ I int }
+		require.NoError(t, json.Unmarshal(r.Input, &batch), "input %s", r.Input)
+		require.Len(t, batch, 10)
+		require.True(t, strings.HasPrefix(r.IdempotencyKey, "trigger:orders/"))
+		require.Contains(t, ids, strings.TrimPrefix(r.IdempotencyKey, "trigger:orders/"))
+		for _, b := range batch {
+			seen[b.I]++
+		}
+	}
+	for k := range 100 {
+		require.Equal(t, 1, seen[k], "record %d in %d runs", k, seen[k])
+	}
+}
+
+func TestDisabledTriggerStopsConsumingAndEnableResumesWithoutLoss(t *testing.T) {
+	_, c, prod := triggerEnv(t, 2)
+	ctx := context.Background()
+	_, _, err := c.CreateWorkflow(ctx, orderProcessor(t))
+	require.NoError(t, err)
+	ids := appendN(t, prod, "orders", 20, 10)
+	waitRuns(t, c, "order-processor", 20)
+
+	_, err = c.DisableWorkflow(ctx, "order-processor")
+	require.NoError(t, err)
+	ids = append(ids, appendN(t, prod, "orders", 30, 10)...)
+	// The records wait in the group while the workflow is disabled.
+	require.Never(t, func() bool { return len(triggeredRuns(t, c, "order-processor")) > 20 }, 3*time.Second, 100*time.Millisecond)
+	groups, err := prod.ListGroups(ctx, "orders")
+	require.NoError(t, err)
+	require.Len(t, groups, 1)
+	require.EqualValues(t, 30, groups[0].Lag+groups[0].Pending)
+
+	_, err = c.EnableWorkflow(ctx, "order-processor")
+	require.NoError(t, err)
+	runs := waitRuns(t, c, "order-processor", 50)
+	requireSettled(t, prod, "orders", "wf-orders")
+	byKey := map[string]bool{}
+	for _, r := range runs {
+		byKey[r.IdempotencyKey] = true
+	}
+	for _, id := range ids {
+		require.True(t, byKey["trigger:orders/"+id], "no run for record %s", id)
+	}
+	require.Len(t, byKey, 50)
+}
