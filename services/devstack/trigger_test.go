@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -177,4 +178,40 @@ func TestDisabledTriggerStopsConsumingAndEnableResumesWithoutLoss(t *testing.T) 
 		require.True(t, byKey["trigger:orders/"+id], "no run for record %s", id)
 	}
 	require.Len(t, byKey, 50)
+}
+
+func TestNewTriggerVersionSwitchesTheReaderAndRecordsWithRunsStartNoOther(t *testing.T) {
+	_, c, prod := triggerEnv(t, 2)
+	ctx := context.Background()
+	_, _, err := c.CreateWorkflow(ctx, orderProcessor(t))
+	require.NoError(t, err)
+	appendN(t, prod, "orders", 10, 10)
+	waitRuns(t, c, "order-processor", 10)
+
+	// Version 2 reads with a new group from the stream's first record, in
+	// batches: the ten records have runs, so they start none.
+	_, _, err = c.CreateWorkflow(ctx, orderProcessor(t, `version: "1.0.0"`, `version: "2.0.0"`,
+		"consumer_group: wf-orders ", "consumer_group: wf-orders-v2 ", "batch_size: 1 ", "batch_size: 5 "))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		groups, err := prod.ListGroups(ctx, "orders")
+		require.NoError(t, err)
+		return slices.ContainsFunc(groups, func(g *flo.ConsumerGroup) bool { return g.Name == "wf-orders-v2" })
+	}, time.Minute, 50*time.Millisecond)
+	requireSettled(t, prod, "orders", "wf-orders-v2")
+	require.Len(t, triggeredRuns(t, c, "order-processor"), 10)
+
+	appendN(t, prod, "orders", 10, 10)
+	runs := waitRuns(t, c, "order-processor", 12)
+	requireSettled(t, prod, "orders", "wf-orders-v2")
+	var batched int
+	for _, r := range runs {
+		if r.Version == "2.0.0" {
+			var batch []json.RawMessage
+			require.NoError(t, json.Unmarshal(r.Input, &batch))
+			require.Len(t, batch, 5)
+			batched++
+		}
+	}
+	require.Equal(t, 2, batched)
 }

@@ -25,11 +25,10 @@ type StartRequest struct {
 	// TraceContext is the W3C trace context of the caller; the run's
 	// invocations continue it.
 	TraceContext map[string]string
-	// TriggerRecord is set by a stream trigger: the id of the record (the
-	// first, for a batch) that starts the run. Such a start always carries
-	// an idempotency key, whatever the workflow's idempotency mode, since
-	// the key is what makes a redelivered record start no second run.
-	TriggerRecord string
+	// Trigger is set by a stream trigger, with no IdempotencyKey: the
+	// records the run starts for, which make it idempotent whatever the
+	// workflow's idempotency mode.
+	Trigger *TriggerStart
 }
 
 // StartResult is the run a start created or found.
@@ -144,7 +143,7 @@ func (u *unit) start(ctx context.Context, calls []*coalesce.Call[StartRequest, S
 			c.Err = catalog.NotFound(c.Req.Workflow, versions[i].Version)
 			continue
 		}
-		if c.Req.TriggerRecord == "" {
+		if c.Req.Trigger == nil {
 			if c.Err = checkIdempotency(def, c.Req); c.Err != nil {
 				continue
 			}
@@ -179,8 +178,22 @@ func (u *unit) start(ctx context.Context, calls []*coalesce.Call[StartRequest, S
 			IdempotencyKey: c.Req.IdempotencyKey,
 			TraceContext:   c.Req.TraceContext,
 		}
-		run.TriggerRecord = c.Req.TriggerRecord
+		if c.Req.Trigger != nil {
+			ok, err := u.claimTrigger(ctx, c, run)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue
+			}
+		}
 		if c.Err = setAttributes(run, defs[versions[i]]); c.Err != nil {
+			if c.Req.Trigger != nil {
+				// The records start no run after all.
+				if err := store.ReleaseTriggerRecords(ctx, u.tx, run.ID); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		if key.Key != "" {

@@ -7,11 +7,12 @@
 // A reader reads its stream through a consumer group of the streams service
 // (creating the group, from the stream's first record, when it is missing),
 // starts one run per record or per batch of batch_size records, and acks the
-// records only after the run's start committed. The start's idempotency key
-// is derived from the (first) record's id, so a record handed out again —
-// after a crash between the start and the ack, or after its message timeout
-// — finds the run it already started instead of starting a second one. All
-// replicas read the same group, which hands each record to one of them.
+// records only after the run's start committed. The start records each
+// record's run in the same transaction, so a record handed out again — after
+// a crash between the start and the ack, after its message timeout, or in
+// another batch — finds the run it already started instead of starting a
+// second one. All replicas read the same group, which hands each record to
+// one of them.
 package trigger
 
 import (
@@ -326,7 +327,8 @@ func (r *reader) read(ctx context.Context, count int, block time.Duration) ([]*f
 	return resp.GetRecords(), nil
 }
 
-// handle starts a run per batch of recs, concurrently (the runner commits
+// handle starts a run per batch of recs (ids and input in the order read),
+// concurrently (the runner commits
 // concurrent starts together), then acks the records whose run started. It
 // nacks those whose start was refused for their input, so they reach the
 // dead-letter stream after the group's max deliveries, and those of a
@@ -351,7 +353,7 @@ func (r *reader) handle(ctx context.Context, recs []*flov1.StreamRecord) (paused
 			for j, rec := range batch {
 				ids[j] = rec.GetId()
 			}
-			out[i] = outcome{ids: ids, err: r.start(ctx, batch)}
+			out[i] = outcome{ids: ids, err: r.start(ctx, batch, ids)}
 		})
 	}
 	wg.Wait()
@@ -384,15 +386,13 @@ var (
 
 // start starts the run of a batch, retrying until it is committed, refused,
 // or no longer possible (the workflow disabled or removed).
-func (r *reader) start(ctx context.Context, batch []*flov1.StreamRecord) error {
-	first := batch[0]
+func (r *reader) start(ctx context.Context, batch []*flov1.StreamRecord, ids []string) error {
 	req := runner.StartRequest{
-		Namespace: r.spec.Namespace, Workflow: r.spec.Name, Version: r.spec.Version,
-		Input: Input(batch, r.spec.batch > 1), IdempotencyKey: IdempotencyKey(r.spec.stream, first.GetId()),
-		TriggerRecord: first.GetId(),
+		Namespace: r.spec.Namespace, Workflow: r.spec.Name, Version: r.spec.Version, Input: Input(batch, r.spec.batch > 1),
+		Trigger: &runner.TriggerStart{StreamNamespace: r.spec.streamNamespace, Stream: r.spec.stream, Records: ids, Batch: r.spec.batch > 1},
 	}
 	if len(batch) == 1 {
-		req.TraceContext = first.GetTraceContext()
+		req.TraceContext = batch[0].GetTraceContext()
 	}
 	return retry.Do(ctx, settlePolicy, func() error {
 		_, err := r.m.starter.Start(ctx, req)
@@ -422,12 +422,6 @@ func (r *reader) settle(ctx context.Context, ids []string, reason error) {
 		// The runs started; a redelivery finds them by their keys.
 		r.log.WarnContext(ctx, "settle trigger records; they are handed out again after their message timeout", "records", len(ids), "err", err)
 	}
-}
-
-// IdempotencyKey is the idempotency key of the run a record (the first of
-// its batch) starts: trigger:STREAM/ID.
-func IdempotencyKey(stream, recordID string) string {
-	return "trigger:" + stream + "/" + recordID
 }
 
 // Input is the input of the run records start: the payload of the one
