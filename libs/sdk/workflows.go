@@ -256,7 +256,8 @@ type Run struct {
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
 	FinishedAt time.Time
-	// StartedBy says who started the run: client, schedule or workflow (a parent run).
+	// StartedBy says who started the run: client, schedule, trigger (a stream trigger) or
+	// workflow (a parent run).
 	StartedBy string
 	// ScheduledFor is the schedule's tick that started the run; zero unless StartedBy is
 	// schedule.
@@ -312,7 +313,7 @@ func (r Run) MarshalJSON() ([]byte, error) {
 // HistoryEvent is one entry of a run's history: workflow_started, step_started,
 // step_completed, step_retry, waiting_for_signal, signal_received, signal_matched,
 // signal_timeout, action_not_found, action_disabled, awaiting_action, action_waiting, action_completed,
-// poll_scheduled, child_started, child_completed, schedule_fired, the run's end (workflow_completed,
+// poll_scheduled, child_started, child_completed, schedule_fired, trigger_fired, the run's end (workflow_completed,
 // workflow_failed, workflow_cancelled, workflow_timed_out), and a plan step's plan_executor_start,
 // plan_executor_success, plan_executor_retry, plan_executor_exhausted, plan_breaker_skip,
 // plan_rate_limited, plan_rate_wait, plan_cache_hit, plan_cache_miss, plan_cache_skipped and
