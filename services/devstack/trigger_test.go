@@ -87,23 +87,53 @@ func requireOneRunPerRecord(t *testing.T, runs []*flo.Run, stream string, ids []
 	require.Len(t, runs, len(ids))
 }
 
-func TestOrderProcessorStartsOneRunPerRecordThroughAWorkflowServiceRestart(t *testing.T) {
+// appendOrders appends n records {"i": from+k} one at a time and returns
+// their ids.
+func appendOrders(t *testing.T, prod *flo.Client, from, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for k := range ids {
+		id, err := prod.Append(context.Background(), "orders", map[string]int{"i": from + k})
+		if !assertNoError(t, err) {
+			return ids
+		}
+		ids[k] = id
+	}
+	return ids
+}
+
+// triggerThroughFault runs the reference's order-processor over 200
+// records: 100 appended one by one while fault strikes (once some runs
+// started), 100 after. It checks each record started exactly one run, with
+// its payload as input.
+func triggerThroughFault(t *testing.T, fault func(e *env)) (c, prod *flo.Client, runs []*flo.Run) {
+	t.Helper()
 	e, c, prod := triggerEnv(t, 4)
-	ctx := context.Background()
-	_, _, err := c.CreateWorkflow(ctx, orderProcessor(t))
+	_, _, err := c.CreateWorkflow(context.Background(), orderProcessor(t))
 	require.NoError(t, err)
 
-	// The records are appended while the service restarts.
 	appended := make(chan []string, 1)
-	go func() { appended <- appendN(t, prod, "orders", 200, 1) }()
-	require.Eventually(t, func() bool { return len(triggeredRuns(t, c, "order-processor")) >= 10 }, time.Minute, 20*time.Millisecond)
-	t.Logf("runs when the workflow service stops: about %d", len(triggeredRuns(t, c, "order-processor")))
-	require.NoError(t, e.stack.StopWorkflow())
-	require.NoError(t, e.stack.StartWorkflow(ctx))
-	ids := <-appended
-	runs := waitRuns(t, c, "order-processor", 200)
+	go func() { appended <- appendOrders(t, prod, 0, 100) }()
+	require.Eventually(t, func() bool { return len(triggeredRuns(t, c, "order-processor")) >= 5 }, time.Minute, 10*time.Millisecond)
+	t.Logf("runs when the fault strikes: about %d", len(triggeredRuns(t, c, "order-processor")))
+	fault(e)
+	ids := append(<-appended, appendOrders(t, prod, 100, 100)...)
+	runs = waitRuns(t, c, "order-processor", 200)
 	requireSettled(t, prod, "orders", "wf-orders")
 	requireOneRunPerRecord(t, runs, "orders", ids)
+	return c, prod, runs
+}
+
+func TestBrokerRestartUnderATriggerStartsOneRunPerRecord(t *testing.T) {
+	triggerThroughFault(t, func(e *env) { require.NoError(t, e.broker.Restart()) })
+}
+
+func TestOrderProcessorStartsOneRunPerRecordThroughAWorkflowServiceRestart(t *testing.T) {
+	ctx := context.Background()
+	c, prod, runs := triggerThroughFault(t, func(e *env) {
+		require.NoError(t, e.stack.StopWorkflow())
+		require.NoError(t, e.stack.StartWorkflow(ctx))
+	})
 
 	hist, err := c.GetRunHistory(ctx, runs[0].ID)
 	require.NoError(t, err)
