@@ -7198,7 +7198,8 @@ type WorkflowRun struct {
 	CreatedAt  *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	UpdatedAt  *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
 	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
-	// Who started the run: client, schedule or workflow (a parent run).
+	// Who started the run: client, schedule, trigger (a stream trigger) or
+	// workflow (a parent run).
 	StartedBy string `protobuf:"bytes,18,opt,name=started_by,json=startedBy,proto3" json:"started_by,omitempty"`
 	// The schedule's tick that started the run; unset unless started_by is
 	// schedule.
