@@ -245,3 +245,31 @@ func TestNewTriggerVersionSwitchesTheReaderAndRecordsWithRunsStartNoOther(t *tes
 	}
 	require.Equal(t, 2, batched)
 }
+
+func TestTriggerGroupsTakeTheTriggersMode(t *testing.T) {
+	_, c, prod := triggerEnv(t, 4)
+	ctx := context.Background()
+	for _, mode := range []string{flo.GroupKeyShared, flo.GroupExclusive} {
+		_, _, err := c.CreateWorkflow(ctx, orderProcessor(t, "name: order-processor", "name: orders-"+mode,
+			"consumer_group: wf-orders ", "consumer_group: wf-"+mode+" ", "mode: shared ", "mode: "+mode+" "))
+		require.NoError(t, err)
+	}
+	ids := make([]string, 40)
+	for k := range ids {
+		id, err := prod.Append(ctx, "orders", map[string]int{"i": k}, flo.WithKey(fmt.Sprintf("customer-%d", k%4)))
+		require.NoError(t, err)
+		ids[k] = id
+	}
+	for _, mode := range []string{flo.GroupKeyShared, flo.GroupExclusive} {
+		runs := waitRuns(t, c, "orders-"+mode, 40)
+		requireSettled(t, prod, "orders", "wf-"+mode)
+		requireOneRunPerRecord(t, runs, "orders", ids)
+	}
+	groups, err := prod.ListGroups(ctx, "orders")
+	require.NoError(t, err)
+	modes := map[string]string{}
+	for _, g := range groups {
+		modes[g.Name] = g.Mode
+	}
+	require.Equal(t, map[string]string{"wf-" + flo.GroupKeyShared: flo.GroupKeyShared, "wf-" + flo.GroupExclusive: flo.GroupExclusive}, modes)
+}
