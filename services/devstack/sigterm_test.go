@@ -266,6 +266,10 @@ func startProcessPlatform(t *testing.T) *processPlatform {
 				vars = append(vars, "FLO_"+strings.ToUpper(dep)+"_ADDR="+pl.procs[dep].grpcAddr)
 			}
 		}
+		if s == "workflow" {
+			// Records a killed replica held come back soon.
+			vars = append(vars, "FLO_STREAMS_ADDR="+pl.procs["streams"].grpcAddr, "FLO_WORKFLOW_TRIGGER_TIMEOUT=2s")
+		}
 		pl.procs[s] = newProc(t, s, vars)
 		pl.procs[s].start(t)
 	}

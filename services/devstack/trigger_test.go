@@ -89,11 +89,11 @@ func requireOneRunPerRecord(t *testing.T, runs []*flo.Run, stream string, ids []
 
 // appendOrders appends n records {"i": from+k} one at a time and returns
 // their ids.
-func appendOrders(t *testing.T, prod *flo.Client, from, n int) []string {
+func appendOrders(t *testing.T, c *flo.Client, from, n int) []string {
 	t.Helper()
 	ids := make([]string, n)
 	for k := range ids {
-		id, err := prod.Append(context.Background(), "orders", map[string]int{"i": from + k})
+		id, err := c.Append(context.Background(), "orders", map[string]int{"i": from + k})
 		if !assertNoError(t, err) {
 			return ids
 		}
@@ -272,4 +272,30 @@ func TestTriggerGroupsTakeTheTriggersMode(t *testing.T) {
 		modes[g.Name] = g.Mode
 	}
 	require.Equal(t, map[string]string{"wf-" + flo.GroupKeyShared: flo.GroupKeyShared, "wf-" + flo.GroupExclusive: flo.GroupExclusive}, modes)
+}
+
+// TestTriggerThroughAWorkflowCrashStartsOneRunPerRecord kills the real
+// workflow process with SIGKILL while its trigger starts runs: the records it
+// held come back after the trigger's message timeout (2s here), and every
+// record still starts exactly one run.
+func TestTriggerThroughAWorkflowCrashStartsOneRunPerRecord(t *testing.T) {
+	pl := startProcessPlatform(t)
+	ctx := context.Background()
+	c := pl.client(t)
+	_, err := c.CreateStream(ctx, "orders", flo.StreamOptions{Partitions: 4})
+	require.NoError(t, err)
+	// The stream in the workflow's own namespace.
+	_, _, err = c.CreateWorkflow(ctx, orderProcessor(t, "  namespace: prod # source namespace (optional)\n", ""))
+	require.NoError(t, err)
+
+	appended := make(chan []string, 1)
+	go func() { appended <- appendOrders(t, c, 0, 300) }()
+	require.Eventually(t, func() bool { return len(triggeredRuns(t, c, "order-processor")) >= 5 }, time.Minute, 10*time.Millisecond)
+	pl.procs["workflow"].crash(t)
+	ids := <-appended
+	runs := waitRuns(t, c, "order-processor", 300)
+	requireSettled(t, c, "orders", "wf-orders")
+	requireOneRunPerRecord(t, runs, "orders", ids)
+	duplicates, _ := scrapeMetrics(t, pl.procs["workflow"].httpAddr).value("flo_workflow_trigger_records_total", "result", "duplicate")
+	t.Logf("records handed out again that found their run, since the restart: %v", duplicates)
 }

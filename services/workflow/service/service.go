@@ -80,9 +80,13 @@ type Config struct {
 	// everything else carries on. Empty means there is no streams service:
 	// triggers do not run.
 	StreamsAddr string `env:"FLO_STREAMS_ADDR, default=localhost:9103"`
-	Postgres    config.Postgres
-	Kafka       config.Kafka
-	Shutdown    config.Shutdown
+	// TriggerTimeout is how long records a trigger read stay with this
+	// replica before its group hands them out again: what a crash between
+	// reading records and acking them delays them by. Zero means 30s.
+	TriggerTimeout time.Duration `env:"FLO_WORKFLOW_TRIGGER_TIMEOUT, default=30s"`
+	Postgres       config.Postgres
+	Kafka          config.Kafka
+	Shutdown       config.Shutdown
 }
 
 // Option adjusts a Service.
@@ -192,7 +196,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		if s.streamsConn, err = dialStreams(cfg.StreamsAddr); err != nil {
 			return nil, fmt.Errorf("workflow: %w", err)
 		}
-		s.triggers = trigger.NewManager(cat, s.runner, streamsv1.NewStreamsClient(s.streamsConn), trigger.Config{}, log)
+		if s.triggers, err = trigger.NewManager(cat, s.runner, streamsv1.NewStreamsClient(s.streamsConn), trigger.Config{MessageTimeout: cfg.TriggerTimeout}, log, meter); err != nil {
+			return nil, fmt.Errorf("workflow: %w", err)
+		}
 	}
 
 	s.grpcServer = grpcapi.NewGRPCServer(cat, s.runner, log)
@@ -219,6 +225,8 @@ func validate(cfg Config) error {
 		return fmt.Errorf("workflow: FLO_WORKFLOW_TIMER_TICK must be between 0 and 1m, got %s", cfg.TimerTick)
 	case cfg.ScheduleTick < 0 || cfg.ScheduleTick > time.Minute:
 		return fmt.Errorf("workflow: FLO_WORKFLOW_SCHEDULE_TICK must be between 0 and 1m, got %s", cfg.ScheduleTick)
+	case cfg.TriggerTimeout < 0 || cfg.TriggerTimeout > time.Hour:
+		return fmt.Errorf("workflow: FLO_WORKFLOW_TRIGGER_TIMEOUT must be between 0 and 1h, got %s", cfg.TriggerTimeout)
 	}
 	return nil
 }

@@ -28,6 +28,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -105,14 +107,17 @@ type Manager struct {
 	cfg      Config
 	consumer string
 	log      *slog.Logger
+	// records counts records by what became of them.
+	records metric.Int64Counter
 
 	// readers is only touched by Run's goroutine.
 	readers map[store.NameKey]*reader
 }
 
 // NewManager returns a Manager starting runs through starter for the
-// triggers source lists, reading through streams.
-func NewManager(source Source, starter Starter, streams Streams, cfg Config, log *slog.Logger) *Manager {
+// triggers source lists, reading through streams; meter may be a no-op
+// meter.
+func NewManager(source Source, starter Starter, streams Streams, cfg Config, log *slog.Logger, meter metric.Meter) (*Manager, error) {
 	if cfg.Refresh <= 0 {
 		cfg.Refresh = DefaultRefresh
 	}
@@ -122,10 +127,15 @@ func NewManager(source Source, starter Starter, streams Streams, cfg Config, log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	records, err := meter.Int64Counter("flo.workflow.trigger.records", metric.WithUnit("{record}"),
+		metric.WithDescription("Stream records read by triggers, by result: started (a run started), duplicate (it had a run already), refused (nacked for its input), disabled (nacked: the workflow is disabled) or failed (left for redelivery)."))
+	if err != nil {
+		return nil, fmt.Errorf("create metric: %w", err)
+	}
 	return &Manager{
 		source: source, starter: starter, streams: streams, cfg: cfg, consumer: consumerName(),
-		log: log.With("loop", "triggers"), readers: map[store.NameKey]*reader{},
-	}
+		log: log.With("loop", "triggers"), readers: map[store.NameKey]*reader{}, records: records,
+	}, nil
 }
 
 // Run keeps the readers in step with the catalog until ctx ends, then stops
@@ -337,8 +347,9 @@ func (r *reader) read(ctx context.Context, count int, block time.Duration) ([]*f
 // their message timeout hands them out again.
 func (r *reader) handle(ctx context.Context, recs []*flov1.StreamRecord) (paused bool) {
 	type outcome struct {
-		ids []string
-		err error
+		ids     []string
+		created bool
+		err     error
 	}
 	var batches [][]*flov1.StreamRecord
 	for len(recs) > 0 {
@@ -353,25 +364,34 @@ func (r *reader) handle(ctx context.Context, recs []*flov1.StreamRecord) (paused
 			for j, rec := range batch {
 				ids[j] = rec.GetId()
 			}
-			out[i] = outcome{ids: ids, err: r.start(ctx, batch, ids)}
+			created, err := r.start(ctx, batch, ids)
+			out[i] = outcome{ids: ids, created: created, err: err}
 		})
 	}
 	wg.Wait()
 	var ack, nack, back []string
 	for _, o := range out {
 		kind, _, isFault := fault.KindOf(o.err)
+		result := "failed"
 		switch {
 		case o.err == nil:
 			ack = append(ack, o.ids...)
+			result = "started"
+			if !o.created {
+				result = "duplicate"
+			}
 		case isFault && kind == fault.Invalid:
 			r.log.WarnContext(ctx, "trigger's run refused; the records go back to the group", "records", o.ids, "err", o.err)
 			nack = append(nack, o.ids...)
+			result = "refused"
 		case isFault:
 			back = append(back, o.ids...)
+			result = "disabled"
 		default:
 			r.log.WarnContext(ctx, "trigger's run not started; the records are handed out again after their message timeout",
 				"records", o.ids, "err", o.err)
 		}
+		r.m.records.Add(ctx, int64(len(o.ids)), metric.WithAttributes(attribute.String("result", result)))
 	}
 	r.settle(ctx, ack, nil)
 	r.settle(ctx, nack, errRefused)
@@ -386,7 +406,8 @@ var (
 
 // start starts the run of a batch, retrying until it is committed, refused,
 // or no longer possible (the workflow disabled or removed).
-func (r *reader) start(ctx context.Context, batch []*flov1.StreamRecord, ids []string) error {
+// It reports whether the run is new: false when the records had runs.
+func (r *reader) start(ctx context.Context, batch []*flov1.StreamRecord, ids []string) (created bool, err error) {
 	req := runner.StartRequest{
 		Namespace: r.spec.Namespace, Workflow: r.spec.Name, Version: r.spec.Version, Input: Input(batch, r.spec.batch > 1),
 		Trigger: &runner.TriggerStart{StreamNamespace: r.spec.streamNamespace, Stream: r.spec.stream, Records: ids, Batch: r.spec.batch > 1},
@@ -394,13 +415,15 @@ func (r *reader) start(ctx context.Context, batch []*flov1.StreamRecord, ids []s
 	if len(batch) == 1 {
 		req.TraceContext = batch[0].GetTraceContext()
 	}
-	return retry.Do(ctx, settlePolicy, func() error {
-		_, err := r.m.starter.Start(ctx, req)
+	err = retry.Do(ctx, settlePolicy, func() error {
+		res, err := r.m.starter.Start(ctx, req)
 		if _, _, ok := fault.KindOf(err); ok {
 			return retry.Permanent(err)
 		}
+		created = res.Created
 		return err
 	}, nil)
+	return created, err
 }
 
 // settle acks ids, or nacks them with reason when reason is set, retrying
