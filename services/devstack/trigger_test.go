@@ -120,7 +120,7 @@ func triggerThroughFault(t *testing.T, fault func(e *env)) (c, prod *flo.Client,
 	ids := append(<-appended, appendOrders(t, prod, 100, 100)...)
 	runs = waitRuns(t, c, "order-processor", 200)
 	requireSettled(t, prod, "orders", "wf-orders")
-	requireOneRunPerRecord(t, runs, "orders", ids)
+	requireOneRunPerRecord(t, runs, "prod/orders", ids)
 	return c, prod, runs
 }
 
@@ -138,7 +138,7 @@ func TestOrderProcessorStartsOneRunPerRecordThroughAWorkflowServiceRestart(t *te
 	hist, err := c.GetRunHistory(ctx, runs[0].ID)
 	require.NoError(t, err)
 	require.Equal(t, "trigger_fired", hist[0].Type)
-	require.Equal(t, "trigger:orders/"+hist[0].Detail, runs[0].IdempotencyKey)
+	require.Equal(t, "trigger:prod/orders/"+hist[0].Detail, runs[0].IdempotencyKey)
 
 	// Every record handed out again, as after a crash before the acks:
 	// the runs are found by their keys, none starts twice.
@@ -167,8 +167,8 @@ func TestTriggerBatchesStartOneRunPerTenRecords(t *testing.T) {
 		var batch []struct{ I int }
 		require.NoError(t, json.Unmarshal(r.Input, &batch), "input %s", r.Input)
 		require.Len(t, batch, 10)
-		require.True(t, strings.HasPrefix(r.IdempotencyKey, "trigger:orders/"))
-		require.Contains(t, ids, strings.TrimPrefix(r.IdempotencyKey, "trigger:orders/"))
+		require.True(t, strings.HasPrefix(r.IdempotencyKey, "trigger:prod/orders/"))
+		require.Contains(t, ids, strings.TrimPrefix(r.IdempotencyKey, "trigger:prod/orders/"))
 		for _, b := range batch {
 			seen[b.I]++
 		}
@@ -205,7 +205,7 @@ func TestDisabledTriggerStopsConsumingAndEnableResumesWithoutLoss(t *testing.T) 
 		byKey[r.IdempotencyKey] = true
 	}
 	for _, id := range ids {
-		require.True(t, byKey["trigger:orders/"+id], "no run for record %s", id)
+		require.True(t, byKey["trigger:prod/orders/"+id], "no run for record %s", id)
 	}
 	require.Len(t, byKey, 50)
 }
@@ -263,7 +263,7 @@ func TestTriggerGroupsTakeTheTriggersMode(t *testing.T) {
 	for _, mode := range []string{flo.GroupKeyShared, flo.GroupExclusive} {
 		runs := waitRuns(t, c, "orders-"+mode, 40)
 		requireSettled(t, prod, "orders", "wf-"+mode)
-		requireOneRunPerRecord(t, runs, "orders", ids)
+		requireOneRunPerRecord(t, runs, "prod/orders", ids)
 	}
 	groups, err := prod.ListGroups(ctx, "orders")
 	require.NoError(t, err)
@@ -295,7 +295,7 @@ func TestTriggerThroughAWorkflowCrashStartsOneRunPerRecord(t *testing.T) {
 	ids := <-appended
 	runs := waitRuns(t, c, "order-processor", 300)
 	requireSettled(t, c, "orders", "wf-orders")
-	requireOneRunPerRecord(t, runs, "orders", ids)
+	requireOneRunPerRecord(t, runs, "default/orders", ids)
 	duplicates, _ := scrapeMetrics(t, pl.procs["workflow"].httpAddr).value("flo_workflow_trigger_records_total", "result", "duplicate")
 	t.Logf("records handed out again that found their run, since the restart: %v", duplicates)
 }

@@ -20,8 +20,9 @@ type TriggerStart struct {
 }
 
 // TriggerKey is the idempotency key of a run a trigger started, named by
-// the run's first record: trigger:STREAM/ID. It is shown, not looked up:
-// the records are what make such starts idempotent.
+// the run's first record in the stream NAMESPACE/STREAM:
+// trigger:NAMESPACE/STREAM/ID. It is shown, not looked up: the records are
+// what make such starts idempotent. It may be longer than a client's key.
 func TriggerKey(stream, recordID string) string {
 	return "trigger:" + stream + "/" + recordID
 }
@@ -66,6 +67,6 @@ func (u *unit) claimTrigger(ctx context.Context, c *coalesce.Call[StartRequest, 
 		}
 	}
 	run.TriggerRecord = first
-	run.IdempotencyKey = TriggerKey(t.Stream, first)
+	run.IdempotencyKey = TriggerKey(stream, first)
 	return true, nil
 }
