@@ -52,21 +52,31 @@ func (u *unit) claimTrigger(ctx context.Context, c *coalesce.Call[StartRequest, 
 		}
 	}
 	if t.Batch && len(claimed) < len(t.Records) {
-		var items []json.RawMessage
-		if err := json.Unmarshal(run.Input, &items); err != nil || len(items) != len(t.Records) {
-			return false, fmt.Errorf("trigger batch input of %d records is not an array of as many payloads", len(t.Records))
-		}
-		kept := items[:0]
-		for i, id := range t.Records {
-			if claimed[id] {
-				kept = append(kept, items[i])
-			}
-		}
-		if run.Input, err = json.Marshal(kept); err != nil {
-			return false, fmt.Errorf("trigger batch input: %w", err)
+		if run.Input, err = keepClaimed(run.Input, t.Records, claimed); err != nil {
+			return false, err
 		}
 	}
 	run.TriggerRecord = first
 	run.IdempotencyKey = TriggerKey(stream, first)
 	return true, nil
+}
+
+// keepClaimed returns a batch's input, the array of records' payloads, with
+// only the payloads of the claimed records.
+func keepClaimed(input json.RawMessage, records []string, claimed map[string]bool) (json.RawMessage, error) {
+	var items []json.RawMessage
+	if err := json.Unmarshal(input, &items); err != nil || len(items) != len(records) {
+		return nil, fmt.Errorf("trigger batch input of %d records is not an array of as many payloads", len(records))
+	}
+	kept := items[:0]
+	for i, id := range records {
+		if claimed[id] {
+			kept = append(kept, items[i])
+		}
+	}
+	out, err := json.Marshal(kept)
+	if err != nil {
+		return nil, fmt.Errorf("trigger batch input: %w", err)
+	}
+	return out, nil
 }
