@@ -14,10 +14,10 @@ type Triggered struct {
 }
 
 // Triggers lists the stream triggers that run now: those of the latest
-// version of every enabled workflow. Versions are parsed once and cached,
-// so listing again costs one query.
+// version of every enabled workflow. Only versions whose YAML mentions
+// trigger are parsed, once, and cached, so listing again costs one query.
 func (c *Catalog) Triggers(ctx context.Context) ([]Triggered, error) {
-	keys, err := store.EnabledLatest(ctx, c.pool)
+	keys, err := store.TriggerCandidates(ctx, c.pool)
 	if err != nil {
 		return nil, err
 	}

@@ -6,10 +6,16 @@ import (
 	"slices"
 )
 
-// EnabledLatest lists the latest version of every enabled workflow, in every
-// namespace: the versions whose stream triggers run.
-func EnabledLatest(ctx context.Context, db DB) ([]VersionKey, error) {
-	rows, err := db.Query(ctx, `SELECT namespace, name, latest_version FROM workflows WHERE enabled ORDER BY namespace, name`)
+// TriggerCandidates lists the latest version of every enabled workflow, in
+// every namespace, whose YAML mentions trigger: the versions whose stream
+// triggers run are among them (the parser decides), and workflows without
+// one are never parsed for it.
+func TriggerCandidates(ctx context.Context, db DB) ([]VersionKey, error) {
+	rows, err := db.Query(ctx, `
+SELECT w.namespace, w.name, w.latest_version FROM workflows w
+JOIN workflow_versions v ON (v.namespace, v.name, v.version) = (w.namespace, w.name, w.latest_version)
+WHERE w.enabled AND strpos(v.yaml, 'trigger') > 0
+ORDER BY w.namespace, w.name`)
 	if err != nil {
 		return nil, fmt.Errorf("list enabled workflows: %w", err)
 	}
