@@ -22,6 +22,14 @@ func createModeGroup(t *testing.T, c streamsv1.StreamsClient, ns, stream, name, 
 	return c.CreateGroup(t.Context(), &flov1.CreateGroupRequest{Namespace: ns, Stream: stream, Name: name, Start: "-", Mode: mode})
 }
 
+// pendingTotal is how many records group g of stream s has pending.
+func pendingTotal(t *testing.T, c streamsv1.StreamsClient, ns string) int64 {
+	t.Helper()
+	p, err := c.ListPending(t.Context(), &flov1.ListPendingRequest{Namespace: ns, Stream: "s", Group: "g"})
+	require.NoError(t, err)
+	return p.GetTotal()
+}
+
 // testModeValidation: an unknown mode is refused, empty means shared, and
 // creating an existing group again is AlreadyExists with its mode and
 // FailedPrecondition with another.
@@ -111,10 +119,7 @@ func testExclusiveFailover(t *testing.T, c streamsv1.StreamsClient) {
 	}
 	all := append(append([]string{}, acked...), slices.Collect(maps.Keys(seen))...)
 	require.ElementsMatch(t, appended, all, "every record acked once")
-
-	info, err := c.ListPending(context.Background(), &flov1.ListPendingRequest{Namespace: ns, Stream: "s", Group: "g"})
-	require.NoError(t, err)
-	require.Zero(t, info.GetTotal())
+	require.Zero(t, pendingTotal(t, c, ns), "nothing left pending")
 }
 
 // testKeyShared has three consumers read a key_shared group at once while
@@ -230,9 +235,7 @@ func testKeyShared(t *testing.T, c streamsv1.StreamsClient) {
 		require.Equal(t, total/keyCount, next[fmt.Sprintf("k%d", k)], "key k%d", k)
 	}
 	require.GreaterOrEqual(t, len(processed), 2, "keys spread over consumers: %v", processed)
-	info, err := c.ListPending(t.Context(), &flov1.ListPendingRequest{Namespace: ns, Stream: "s", Group: "g"})
-	require.NoError(t, err)
-	require.Zero(t, info.GetTotal())
+	require.Zero(t, pendingTotal(t, c, ns), "nothing left pending")
 }
 
 // testKeySharedRedelivery: a key whose record timed out on one consumer goes
@@ -256,9 +259,7 @@ func testKeySharedRedelivery(t *testing.T, c streamsv1.StreamsClient) {
 	require.Equal(t, []string{appended[0], appended[2]}, ids(got))
 	// Both keys are held by x: y gets nothing, and the rest is parked.
 	require.Empty(t, groupRead(t, c, ns, "s", "g", "y", 10, 0, time.Hour))
-	p, err := c.ListPending(t.Context(), &flov1.ListPendingRequest{Namespace: ns, Stream: "s", Group: "g"})
-	require.NoError(t, err)
-	require.EqualValues(t, 5, p.GetTotal(), "two handed out, three parked")
+	require.EqualValues(t, 5, pendingTotal(t, c, ns), "two handed out, three parked")
 
 	// x acks b's record and goes silent: y gets b's next at once, and a's
 	// first again once x's message timeout ran out, before a's later ones.
