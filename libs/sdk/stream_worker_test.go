@@ -225,14 +225,14 @@ func TestStreamWorkerJoinsAnExistingGroup(t *testing.T) {
 	t.Parallel()
 	p, client := startPeer(t)
 	p.streamSvc.addGroup("events", "default")
-	w, err := client.NewStreamWorker(flo.StreamWorkerOptions{Stream: "events", WorkerID: "sw-j", Consumer: "c-7", Logger: quietLogger()},
+	w, err := client.NewStreamWorker(flo.StreamWorkerOptions{Stream: "events", GroupMode: flo.GroupKeyShared, WorkerID: "sw-j", Consumer: "c-7", Logger: quietLogger()},
 		func(*flo.StreamContext) error { return nil })
 	require.NoError(t, err)
 	runStreamWorker(t, w)
 	ps := p.accept(t)
 	sub := ps.handshake().GetStreams()[0]
 	require.Equal(t, []string{"events", "default", "c-7"}, []string{sub.GetStream(), sub.GetGroup(), sub.GetConsumer()})
-	require.Equal(t, "create-group myapp/events/default from -", p.registry.calls()[1])
+	require.Equal(t, "create-group myapp/events/default from - mode key_shared", p.registry.calls()[1], "the group is asked for with its mode")
 	require.Equal(t, "events/default", p.registry.registration("sw-j").GetProcesses()[0].GetName())
 	require.Equal(t, int32(10), ps.nextRead().GetCount(), "the AlreadyExists answer is no obstacle")
 }

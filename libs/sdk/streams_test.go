@@ -1,6 +1,7 @@
 package flo_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -65,7 +66,11 @@ var created = timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 
 func (s *streamsPeer) CreateGroup(_ context.Context, req *flov1.CreateGroupRequest) (*flov1.ConsumerGroup, error) {
 	s.keep(req)
-	s.record(fmt.Sprintf("create-group %s/%s/%s from %s", req.GetNamespace(), req.GetStream(), req.GetName(), req.GetStart()))
+	call := fmt.Sprintf("create-group %s/%s/%s from %s", req.GetNamespace(), req.GetStream(), req.GetName(), req.GetStart())
+	if req.GetMode() != "" {
+		call += " mode " + req.GetMode()
+	}
+	s.record(call)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.createGroupErr != nil {
@@ -78,7 +83,7 @@ func (s *streamsPeer) CreateGroup(_ context.Context, req *flov1.CreateGroupReque
 	s.groups[key] = true
 	return &flov1.ConsumerGroup{
 		Namespace: req.GetNamespace(), Stream: req.GetStream(), Name: req.GetName(),
-		MaxDeliveries: max(req.GetMaxDeliveries(), 5), CreatedAt: created,
+		MaxDeliveries: max(req.GetMaxDeliveries(), 5), Mode: cmp.Or(req.GetMode(), flo.GroupShared), CreatedAt: created,
 	}, nil
 }
 
@@ -101,7 +106,7 @@ func (s *streamsPeer) GetStream(_ context.Context, req *flov1.GetStreamRequest) 
 		FirstId: "1767323045000-0",
 		LastId:  "1767323099000-41003",
 		Groups: []*flov1.ConsumerGroup{{
-			Namespace: req.GetNamespace(), Stream: "events", Name: "processors", MaxDeliveries: 5, Lag: 7, Pending: 2, CreatedAt: created,
+			Namespace: req.GetNamespace(), Stream: "events", Name: "processors", MaxDeliveries: 5, Mode: flo.GroupShared, Lag: 7, Pending: 2, CreatedAt: created,
 		}},
 	}, nil
 }
@@ -147,7 +152,7 @@ func (s *streamsPeer) Read(_ context.Context, req *flov1.ReadRequest) (*flov1.Re
 func (s *streamsPeer) ListGroups(_ context.Context, req *flov1.ListGroupsRequest) (*flov1.ListGroupsResponse, error) {
 	s.keep(req)
 	return &flov1.ListGroupsResponse{Groups: []*flov1.ConsumerGroup{{
-		Namespace: req.GetNamespace(), Stream: req.GetStream(), Name: "processors", MaxDeliveries: 5, Lag: 7, Pending: 2,
+		Namespace: req.GetNamespace(), Stream: req.GetStream(), Name: "processors", MaxDeliveries: 5, Mode: flo.GroupShared, Lag: 7, Pending: 2,
 	}}}, nil
 }
 
@@ -197,7 +202,7 @@ func TestClientManagesStreams(t *testing.T) {
 	require.Equal(t, "1767323099000-41003", info.LastID)
 	require.Equal(t, 4, info.Stream.Partitions)
 	require.Equal(t, []*flo.ConsumerGroup{{
-		Namespace: "myapp", Stream: "events", Name: "processors", MaxDeliveries: 5, Lag: 7, Pending: 2, CreatedAt: created.AsTime(),
+		Namespace: "myapp", Stream: "events", Name: "processors", MaxDeliveries: 5, Mode: flo.GroupShared, Lag: 7, Pending: 2, CreatedAt: created.AsTime(),
 	}}, info.Groups)
 	b, err = json.Marshal(info)
 	require.NoError(t, err)
@@ -205,7 +210,7 @@ func TestClientManagesStreams(t *testing.T) {
 		"stream": {"namespace":"myapp","name":"events","partitions":4,"retention":"24h0m0s","retention_bytes":0,
 			"created_at":"2026-01-02T03:04:05Z"},
 		"length": 42, "first_id": "1767323045000-0", "last_id": "1767323099000-41003",
-		"groups": [{"namespace":"myapp","stream":"events","name":"processors","max_deliveries":5,"lag":7,"pending":2,
+		"groups": [{"namespace":"myapp","stream":"events","name":"processors","max_deliveries":5,"mode":"shared","lag":7,"pending":2,
 			"created_at":"2026-01-02T03:04:05Z"}]
 	}`, string(b))
 
@@ -299,10 +304,10 @@ func TestClientManagesGroups(t *testing.T) {
 	s := p.streamSvc
 	ctx := context.Background()
 
-	g, err := client.CreateGroup(ctx, "events", "audit", flo.GroupOptions{Start: "$", MaxDeliveries: 8})
+	g, err := client.CreateGroup(ctx, "events", "audit", flo.GroupOptions{Start: "$", MaxDeliveries: 8, Mode: flo.GroupExclusive})
 	require.NoError(t, err)
-	requireSent(t, &flov1.CreateGroupRequest{Namespace: "myapp", Stream: "events", Name: "audit", Start: "$", MaxDeliveries: 8}, s.last())
-	require.Equal(t, &flo.ConsumerGroup{Namespace: "myapp", Stream: "events", Name: "audit", MaxDeliveries: 8, CreatedAt: created.AsTime()}, g)
+	requireSent(t, &flov1.CreateGroupRequest{Namespace: "myapp", Stream: "events", Name: "audit", Start: "$", MaxDeliveries: 8, Mode: "exclusive"}, s.last())
+	require.Equal(t, &flo.ConsumerGroup{Namespace: "myapp", Stream: "events", Name: "audit", MaxDeliveries: 8, Mode: "exclusive", CreatedAt: created.AsTime()}, g)
 	_, err = client.CreateGroup(ctx, "events", "audit", flo.GroupOptions{})
 	require.Equal(t, codes.AlreadyExists, status.Code(err))
 	require.True(t, strings.HasPrefix(err.Error(), "create group audit of stream events:"), err.Error())

@@ -351,7 +351,7 @@ func newStreamGroupCmd(g *globals) *cobra.Command {
 	}
 	create.Flags().StringVar(&opts.Start, "start", "-", "where the group starts: - (first record), $ (next record appended) or an id")
 	create.Flags().IntVar(&opts.MaxDeliveries, "max-deliveries", 0, "deliveries before a record moves to STREAM.dlq (default 5)")
-	create.Flags().StringVar(&opts.Mode, "mode", flo.GroupShared, "how records spread over consumers: shared, exclusive (one consumer at a time) or key_shared (one consumer per key at a time, in order)")
+	create.Flags().StringVar(&opts.Mode, "mode", "", "how records spread over consumers: shared (default), exclusive (one consumer at a time) or key_shared (one consumer per key at a time, in order)")
 	cmd.AddCommand(create)
 
 	cmd.AddCommand(&cobra.Command{

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -103,12 +104,12 @@ func (r *recordingStreams) Read(ctx context.Context, req *flov1.ReadRequest) (*f
 
 func (r *recordingStreams) CreateGroup(_ context.Context, req *flov1.CreateGroupRequest) (*flov1.ConsumerGroup, error) {
 	r.keep(req)
-	return &flov1.ConsumerGroup{Namespace: req.GetNamespace(), Stream: req.GetStream(), Name: req.GetName(), MaxDeliveries: max(req.GetMaxDeliveries(), 5)}, nil
+	return &flov1.ConsumerGroup{Namespace: req.GetNamespace(), Stream: req.GetStream(), Name: req.GetName(), MaxDeliveries: max(req.GetMaxDeliveries(), 5), Mode: cmp.Or(req.GetMode(), "shared")}, nil
 }
 
 func (r *recordingStreams) ListGroups(_ context.Context, req *flov1.ListGroupsRequest) (*flov1.ListGroupsResponse, error) {
 	r.keep(req)
-	return &flov1.ListGroupsResponse{Groups: []*flov1.ConsumerGroup{{Namespace: req.GetNamespace(), Stream: req.GetStream(), Name: "processors", MaxDeliveries: 5, Lag: 4}}}, nil
+	return &flov1.ListGroupsResponse{Groups: []*flov1.ConsumerGroup{{Namespace: req.GetNamespace(), Stream: req.GetStream(), Name: "processors", MaxDeliveries: 5, Mode: "shared", Lag: 4}}}, nil
 }
 
 func (r *recordingStreams) DeleteGroup(_ context.Context, req *flov1.GetGroupRequest) (*flov1.DeleteGroupResponse, error) {
@@ -226,15 +227,15 @@ func TestStreamCommands(t *testing.T) {
 	requireSent(t, &flov1.GetStreamRequest{Namespace: "myapp", Stream: "events"}, last())
 	require.JSONEq(t, `{"stream":"events","status":"deleted"}`, out)
 
-	out = cli("stream", "group", "create", "events", "audit", "--start", "$", "--max-deliveries", "8")
-	requireSent(t, &flov1.CreateGroupRequest{Namespace: "myapp", Stream: "events", Name: "audit", Start: "$", MaxDeliveries: 8}, last())
-	require.JSONEq(t, `{"namespace":"myapp","stream":"events","name":"audit","max_deliveries":8,"lag":0,"pending":0}`, out)
+	out = cli("stream", "group", "create", "events", "audit", "--start", "$", "--max-deliveries", "8", "--mode", "key_shared")
+	requireSent(t, &flov1.CreateGroupRequest{Namespace: "myapp", Stream: "events", Name: "audit", Start: "$", MaxDeliveries: 8, Mode: "key_shared"}, last())
+	require.JSONEq(t, `{"namespace":"myapp","stream":"events","name":"audit","max_deliveries":8,"mode":"key_shared","lag":0,"pending":0}`, out)
 	cli("stream", "group", "create", "events", "processors")
 	requireSent(t, &flov1.CreateGroupRequest{Namespace: "myapp", Stream: "events", Name: "processors", Start: "-"}, last())
 
 	out = cli("stream", "group", "list", "events")
 	requireSent(t, &flov1.ListGroupsRequest{Namespace: "myapp", Stream: "events", Limit: 1000}, last())
-	require.JSONEq(t, `[{"namespace":"myapp","stream":"events","name":"processors","max_deliveries":5,"lag":4,"pending":0}]`, out)
+	require.JSONEq(t, `[{"namespace":"myapp","stream":"events","name":"processors","max_deliveries":5,"mode":"shared","lag":4,"pending":0}]`, out)
 
 	out = cli("stream", "group", "pending", "events", "processors", "--consumer", "w-1", "--limit", "50")
 	requireSent(t, &flov1.ListPendingRequest{Namespace: "myapp", Stream: "events", Group: "processors", Consumer: "w-1", Limit: 50}, last())
