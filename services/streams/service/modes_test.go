@@ -124,9 +124,9 @@ func testExclusiveFailover(t *testing.T, c streamsv1.StreamsClient) {
 
 // testKeyShared has three consumers read a key_shared group at once while
 // records of several keys are appended, each acking what it got in random
-// order. Every record is delivered once, each key's records are processed in
-// append order, a key is never held by two consumers at once, and the keys
-// spread over the consumers.
+// order, or nacking some of it (redelivered at once). Every record is
+// processed once, each key's records in append order, a key is never held by
+// two consumers at once, and the keys spread over the consumers.
 func testKeyShared(t *testing.T, c streamsv1.StreamsClient) {
 	ns := namespace()
 	createStream(t, c, ns, "s", 3)
@@ -158,6 +158,7 @@ func testKeyShared(t *testing.T, c streamsv1.StreamsClient) {
 		next      = map[string]int{}    // key -> next seq to process
 		processed = map[string]int{}    // consumer -> records processed
 		seen      = map[string]bool{}
+		nacked    = map[string]bool{}
 		done      int
 		failure   error
 		wg        sync.WaitGroup
@@ -193,18 +194,34 @@ func testKeyShared(t *testing.T, c streamsv1.StreamsClient) {
 					if h := holder[k]; h != "" {
 						fail(fmt.Errorf("%s got %s of key %s held by %s", consumer, r.GetId(), k, h))
 					}
-					if seen[r.GetId()] {
+					if seen[r.GetId()] && !nacked[r.GetId()] {
 						fail(fmt.Errorf("%s got %s again", consumer, r.GetId()))
 					}
 					seen[r.GetId()] = true
+					delete(nacked, r.GetId())
 					holder[k] = consumer
 				}
 				mu.Unlock()
 				rand.Shuffle(len(recs), func(i, j int) { recs[i], recs[j] = recs[j], recs[i] })
 				for _, r := range recs {
+					k := r.GetKey()
+					if r.GetDeliveryCount() < 3 && rand.IntN(5) == 0 {
+						// Some records fail and come back: their key's later
+						// records must still wait for them.
+						mu.Lock()
+						nacked[r.GetId()] = true
+						holder[k] = ""
+						mu.Unlock()
+						if _, err := c.Nack(context.Background(), &flov1.NackRequest{Namespace: ns, Stream: "s", Group: "g", Ids: []string{r.GetId()}}); err != nil {
+							mu.Lock()
+							fail(err)
+							mu.Unlock()
+							return
+						}
+						continue
+					}
 					var seq int
 					_, _ = fmt.Sscanf(string(r.GetPayload()), `{"seq":%d}`, &seq)
-					k := r.GetKey()
 					mu.Lock()
 					if seq != next[k] {
 						fail(fmt.Errorf("%s processed seq %d of key %s, want %d", consumer, seq, k, next[k]))

@@ -164,14 +164,24 @@ func (g *Groups) settleTx(ctx context.Context, calls []*coalesce.Call[settlement
 		var (
 			targets []store.Target
 			ids     []int64
+			keyed   []int64
 		)
 		for _, c := range calls {
-			gid := groups[c.Req.key].Group.ID
+			grp := groups[c.Req.key].Group
+			gid := grp.ID
 			if !slices.Contains(ids, gid) {
 				ids = append(ids, gid)
+				if grp.Mode == store.ModeKeyShared {
+					keyed = append(keyed, gid)
+				}
 			}
 			for _, id := range c.Req.ids {
 				targets = append(targets, store.Target{GroupID: gid, Partition: id.Partition(), Offset: id.Offset()})
+			}
+		}
+		if len(keyed) > 0 {
+			if err := store.ShareCursors(ctx, tx, keyed); err != nil {
+				return err
 			}
 		}
 		held, exist, err := lockRanges(ctx, tx, targets, ids)

@@ -294,6 +294,21 @@ func LockForKeyRead(ctx context.Context, tx *pg.BatchTx, groupID int64) ([]pendi
 	return ranges, cursors, nil
 }
 
+// ShareCursors takes a share lock on the cursors of groups (key_shared
+// groups settling records) in transaction tx. A key_shared read holds its
+// group's cursors for update while it reads every pending range, so it
+// waits for settlements under way and then sees the ranges they inserted
+// (a nack replaces a range), which a read that had started its range query
+// would miss. Cursors are locked in (group, partition) order, as reads do.
+func ShareCursors(ctx context.Context, tx *pg.BatchTx, groups []int64) error {
+	if _, err := tx.Exec(ctx, `
+		SELECT 1 FROM cursors WHERE group_id = ANY($1)
+		ORDER BY group_id, partition FOR SHARE`, groups); err != nil {
+		return fmt.Errorf("share cursors: %w", err)
+	}
+	return nil
+}
+
 // Lease is the hold of an exclusive group's consumer: Owner reads the group
 // alone until Until.
 type Lease struct {
