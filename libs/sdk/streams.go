@@ -198,11 +198,15 @@ const (
 	// GroupShared hands each record to any one consumer of the group (competing consumers).
 	GroupShared = "shared"
 	// GroupExclusive hands the whole group to one consumer at a time; when it stops reading
-	// for longer than its message timeout, the next consumer to read takes over, with the
-	// records the first one left unacked.
+	// for longer than its message timeout plus its read's block time, the next consumer to
+	// read takes over, with the records the first one left unacked. A stream worker's
+	// consumer is its WorkerID unless Consumer names one, so a restarted worker with a new id
+	// waits that long.
 	GroupExclusive = "exclusive"
 	// GroupKeyShared hands all records of one key to one consumer at a time, in order, while
-	// different keys spread over consumers.
+	// different keys spread over consumers. A read holds at most one record of each key, and
+	// the key's next record goes out only after that one is acked, so a worker may handle a
+	// batch's records concurrently.
 	GroupKeyShared = "key_shared"
 )
 
