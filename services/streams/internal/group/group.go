@@ -219,7 +219,7 @@ func (g *Groups) read(ctx context.Context, grp store.GroupOf, req ReadRequest) (
 		if err != nil || len(recs) > 0 || req.Block <= 0 {
 			return recs, err
 		}
-		due, ok, err := store.NextDue(ctx, g.pool, grp.Group.ID)
+		due, ok, err := store.NextDue(ctx, g.pool, grp.Group.ID, req.Consumer)
 		if err != nil {
 			return nil, err
 		}

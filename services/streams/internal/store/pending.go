@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -125,15 +126,21 @@ func LockRangesAt(ctx context.Context, tx *pg.BatchTx, targets []Target, groups 
 	return out, exist, nil
 }
 
-// NextDue is when the group's earliest pending range is due, or its lease
-// (exclusive groups) runs out if that is sooner; ok is false when nothing is
-// pending and no lease runs.
-func NextDue(ctx context.Context, db DB, groupID int64) (at time.Time, ok bool, err error) {
+// NextDue is when there may be records for consumer of the group: when its
+// earliest pending range is due, or, while another consumer holds the lease
+// of an exclusive group, when that lease runs out (its due ranges are the
+// holder's). ok is false when nothing is pending and no lease runs, or the
+// group is gone.
+func NextDue(ctx context.Context, db DB, groupID int64, consumer string) (at time.Time, ok bool, err error) {
 	var t *time.Time
-	if err := db.QueryRow(ctx, `
-		SELECT least(
-			(SELECT min(redeliver_at) FROM pending WHERE group_id = $1),
-			(SELECT owner_until FROM groups WHERE id = $1 AND owner_until > now()))`, groupID).Scan(&t); err != nil {
+	err = db.QueryRow(ctx, `
+		SELECT CASE WHEN g.owner_until > now() AND g.owner <> $2 THEN g.owner_until
+			ELSE (SELECT min(redeliver_at) FROM pending WHERE group_id = g.id) END
+		FROM groups g WHERE g.id = $1`, groupID, consumer).Scan(&t)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
 		return time.Time{}, false, fmt.Errorf("next due range: %w", err)
 	}
 	if t == nil {
