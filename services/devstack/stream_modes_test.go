@@ -14,16 +14,24 @@ import (
 	flo "github.com/razorbill/flo-go"
 )
 
+// newStreamEnv starts a platform with a stream of two partitions in the
+// default namespace and returns a client of it.
+func newStreamEnv(t *testing.T, stream string) (*env, *flo.Client) {
+	t.Helper()
+	e := newEnv(t)
+	c := e.client(t, "default")
+	_, err := c.CreateStream(context.Background(), stream, flo.StreamOptions{Partitions: 2})
+	require.NoError(t, err)
+	return e, c
+}
+
 // TestKeySharedStreamWorkersKeepEachKeyInOrder runs two stream workers, each
 // handling records concurrently, on a key_shared group: each key's records
 // are handled in append order, never two at once, and the keys spread over
 // both workers.
 func TestKeySharedStreamWorkersKeepEachKeyInOrder(t *testing.T) {
-	e := newEnv(t)
-	c := e.client(t, "default")
+	e, c := newStreamEnv(t, "orders")
 	ctx := context.Background()
-	_, err := c.CreateStream(ctx, "orders", flo.StreamOptions{Partitions: 2})
-	require.NoError(t, err)
 	const (
 		keys   = 8
 		rounds = 5
@@ -93,12 +101,9 @@ func TestKeySharedStreamWorkersKeepEachKeyInOrder(t *testing.T) {
 // the group over once the first's lease (message timeout plus block time)
 // ran out, and every record is handled.
 func TestExclusiveStreamWorkerFailsOver(t *testing.T) {
-	e := newEnv(t)
-	c := e.client(t, "default")
+	e, c := newStreamEnv(t, "ledger")
 	ctx := context.Background()
-	_, err := c.CreateStream(ctx, "ledger", flo.StreamOptions{Partitions: 2})
-	require.NoError(t, err)
-	_, err = c.CreateGroup(ctx, "ledger", "book", flo.GroupOptions{Mode: flo.GroupExclusive})
+	_, err := c.CreateGroup(ctx, "ledger", "book", flo.GroupOptions{Mode: flo.GroupExclusive})
 	require.NoError(t, err)
 
 	opts := flo.StreamWorkerOptions{Stream: "ledger", Group: "book", GroupMode: flo.GroupExclusive, BlockMS: 200, MessageTimeout: time.Second}
