@@ -8237,7 +8237,7 @@ type ExecutorStatus struct {
 	Priority int32  `protobuf:"varint,3,opt,name=priority,proto3" json:"priority,omitempty"`
 	// Health score from 0 to 1: api_success_rate * 0.7 +
 	// business_success_rate * 0.3, times 0.1 with the breaker open and 0.5
-	// half-open; 1 (times the breaker's factor) below min_samples.
+	// half-open; 1 below min_samples, whatever the breaker (ordered by priority).
 	Score float64 `protobuf:"fixed64,4,opt,name=score,proto3" json:"score,omitempty"`
 	// Outcomes inside the health window.
 	Samples int32 `protobuf:"varint,5,opt,name=samples,proto3" json:"samples,omitempty"`
