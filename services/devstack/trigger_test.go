@@ -102,9 +102,13 @@ func appendOrders(t *testing.T, c *flo.Client, from, n int) []string {
 	return ids
 }
 
-// triggerThroughFault runs the reference's order-processor over 200
-// records: 100 appended one by one while fault strikes (once some runs
-// started), 100 after. It checks each record started exactly one run, with
+// faultRecords is how many records triggerThroughFault appends, as the
+// issue asks: half while the fault strikes, half after.
+const faultRecords = 1000
+
+// triggerThroughFault runs the reference's order-processor over
+// faultRecords records: half appended one by one while fault strikes (once
+// some runs started), half after. It checks each record started exactly one run, with
 // its payload as input.
 func triggerThroughFault(t *testing.T, fault func(e *env)) (c, prod *flo.Client, runs []*flo.Run) {
 	t.Helper()
@@ -113,12 +117,12 @@ func triggerThroughFault(t *testing.T, fault func(e *env)) (c, prod *flo.Client,
 	require.NoError(t, err)
 
 	appended := make(chan []string, 1)
-	go func() { appended <- appendOrders(t, prod, 0, 100) }()
+	go func() { appended <- appendOrders(t, prod, 0, faultRecords/2) }()
 	require.Eventually(t, func() bool { return len(triggeredRuns(t, c, "order-processor")) >= 5 }, time.Minute, 10*time.Millisecond)
 	t.Logf("runs when the fault strikes: about %d", len(triggeredRuns(t, c, "order-processor")))
 	fault(e)
-	ids := append(<-appended, appendOrders(t, prod, 100, 100)...)
-	runs = waitRuns(t, c, "order-processor", 200)
+	ids := append(<-appended, appendOrders(t, prod, faultRecords/2, faultRecords/2)...)
+	runs = waitRuns(t, c, "order-processor", faultRecords)
 	requireSettled(t, prod, "orders", "wf-orders")
 	requireOneRunPerRecord(t, runs, "prod/orders", ids)
 	return c, prod, runs
@@ -148,7 +152,7 @@ func TestOrderProcessorStartsOneRunPerRecordThroughAWorkflowServiceRestart(t *te
 		require.NoError(t, err)
 		return len(groups) == 1 && groups[0].Lag == 0 && groups[0].Pending == 0
 	}, time.Minute, 50*time.Millisecond, "the trigger never re-read the stream")
-	require.Len(t, triggeredRuns(t, c, "order-processor"), 200)
+	require.Len(t, triggeredRuns(t, c, "order-processor"), faultRecords)
 }
 
 func TestTriggerBatchesStartOneRunPerTenRecords(t *testing.T) {
