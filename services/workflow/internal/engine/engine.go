@@ -269,14 +269,7 @@ func (a *advancer) taskEnded(e TaskEnded) bool {
 	if !ok {
 		return true
 	}
-	outcome := e.Outcome
-	timedOut := e.TimedOut && outcome == definition.OutcomeFailure
-	switch {
-	case outcome == "":
-		outcome = definition.OutcomeSuccess
-	case timedOut:
-		outcome = definition.OutcomeTimeout
-	}
+	outcome, timedOut := e.outcome()
 	errText := withCode(e.Error, e.ErrorCode)
 	switch {
 	case waited == WaitChild:
@@ -291,6 +284,19 @@ func (a *advancer) taskEnded(e TaskEnded) bool {
 	a.follow(a.stepOutcome(step, stepEnd{step: step.Name, outcome: outcome, output: e.Output, err: errText, final: e.NonRetryable,
 		orFailure: timedOut, timedOut: timedOut, code: e.ErrorCode}))
 	return true
+}
+
+// outcome is the step outcome of a task's end: no outcome is success, and a
+// failure that ran out of time is timeout.
+func (e TaskEnded) outcome() (outcome string, timedOut bool) {
+	timedOut = e.TimedOut && e.Outcome == definition.OutcomeFailure
+	switch {
+	case e.Outcome == "":
+		return definition.OutcomeSuccess, false
+	case timedOut:
+		return definition.OutcomeTimeout, true
+	}
+	return e.Outcome, false
 }
 
 // taskWaiting parks a run whose task's result comes later: it shows as

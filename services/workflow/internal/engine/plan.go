@@ -163,14 +163,7 @@ func (a *advancer) planAttemptEnded(step *definition.Step, plan *definition.Plan
 	pp := a.run.Plan
 	name := pp.Order[pp.Index]
 	ex, _ := plan.Executor(name)
-	outcome := e.Outcome
-	timedOut := e.TimedOut && outcome == definition.OutcomeFailure
-	switch {
-	case outcome == "":
-		outcome = definition.OutcomeSuccess
-	case timedOut:
-		outcome = definition.OutcomeTimeout
-	}
+	outcome, timedOut := e.outcome()
 	ended := PlanEvent{Ref: a.planRef(plan), Plan: plan, Executor: name, Kind: PlanAttemptEnded, RunID: a.run.ID, Token: token, Outcome: outcome}
 	if !planFailed(outcome) {
 		a.eff.PlanEvents = append(a.eff.PlanEvents, ended)
