@@ -178,7 +178,9 @@ func TestScheduleIntervalAcrossReplicas(t *testing.T) {
 	e.wf = replicas[0]
 	ns := e.namespace(t)
 	reconcileWorker(t, e, ns, nil)
-	e.create(t, ns, fmt.Sprintf(reconcileYAML, "1", "  interval: 1000\n  input: '{\"mode\": \"incremental\"}'"))
+	// max_concurrent leaves room for runs a loaded box takes over a
+	// second to finish: this test is about ticks, not concurrency.
+	e.create(t, ns, fmt.Sprintf(reconcileYAML, "1", "  interval: 1000\n  max_concurrent: 10\n  input: '{\"mode\": \"incremental\"}'"))
 
 	ticks := func() int { return len(e.scheduledRuns(t, ns, "reconcile-accounts")) }
 	require.Eventually(t, func() bool { return ticks() >= 2 }, waitFor, tick)
