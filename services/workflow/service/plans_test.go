@@ -103,7 +103,7 @@ func TestPlanSelection(t *testing.T) {
 		require.Len(t, counts, 3, "every executor is tried first sometimes: %v", counts)
 	})
 	t.Run("health-weighted", func(t *testing.T) {
-		health := "    health: {window_ms: 3000, decay: 0.9, min_samples: 2}\n"
+		health := "    health: {window_ms: 6000, decay: 0.9, min_samples: 2}\n"
 		ns := e.namespace(t)
 		var highDown atomic.Bool
 		highDown.Store(true)
@@ -123,8 +123,8 @@ func TestPlanSelection(t *testing.T) {
 		// (failing) goes first twice and mid serves; with two failures in
 		// the window high scores 0.3 and mid goes first.
 		require.Equal(t, []string{"high", "high", "mid", "mid"}, sequence(t, ns, "health-weighted", 4))
-		// It recovers; once its failures leave the 3 s window it is tried
-		// first again.
+		// It recovers; once its failures leave the 6 s window (long
+		// enough for four runs on a loaded box) it is tried first again.
 		highDown.Store(false)
 		require.Eventually(t, func() bool {
 			return sequence(t, ns, "health-weighted", 1)[0] == "high"
