@@ -170,21 +170,14 @@ func (c *Completions) ExpireDue(ctx context.Context) (int, error) {
 }
 
 func (c *Completions) expireBatch(ctx context.Context) (int, error) {
-	var (
-		changes []store.Change
-		events  *taskevent.Builder
-	)
-	err := pg.InTx(ctx, c.pool, func(tx pgx.Tx) error {
-		var err error
-		if changes, err = store.ExpireWaiting(ctx, tx, expireBatch); err != nil || len(changes) == 0 {
-			return err
-		}
-		events = taskevent.NewBuilder(time.Now())
-		for _, ch := range changes {
-			events.Add(taskevent.Failed, ch)
-		}
-		return events.Write(ctx, tx, "expiry")
-	})
+	changes, events, err := taskevent.Sweep(ctx, c.pool, "expiry",
+		func(tx pgx.Tx) ([]store.Change, error) { return store.ExpireWaiting(ctx, tx, expireBatch) },
+		func(_ pgx.Tx, events *taskevent.Builder, changes []store.Change) error {
+			for _, ch := range changes {
+				events.Add(taskevent.Failed, ch)
+			}
+			return nil
+		})
 	if err != nil {
 		return 0, fmt.Errorf("expire waiting tasks: %w", err)
 	}

@@ -88,32 +88,22 @@ func (l *Leases) ExpireDue(ctx context.Context) (int, error) {
 }
 
 func (l *Leases) expireBatch(ctx context.Context) (int, error) {
-	var (
-		changes []store.Change
-		events  *taskevent.Builder
-	)
-	err := pg.InTx(ctx, l.pool, func(tx pgx.Tx) error {
-		var err error
-		if changes, err = store.ExpireLeases(ctx, tx, reapBatch); err != nil || len(changes) == 0 {
-			return err
-		}
-		events = taskevent.NewBuilder(time.Now())
-		var due []string
-		seen := map[string]bool{}
-		for _, c := range changes {
-			events.Add(taskevent.LeaseExpired, c)
-			if c.Status == store.DeadLettered {
-				events.Add(taskevent.DeadLettered, c)
-			} else if !seen[c.Key()] {
-				seen[c.Key()] = true
-				due = append(due, c.Key())
+	changes, events, err := taskevent.Sweep(ctx, l.pool, "lease",
+		func(tx pgx.Tx) ([]store.Change, error) { return store.ExpireLeases(ctx, tx, reapBatch) },
+		func(tx pgx.Tx, events *taskevent.Builder, changes []store.Change) error {
+			var due []string
+			seen := map[string]bool{}
+			for _, c := range changes {
+				events.Add(taskevent.LeaseExpired, c)
+				if c.Status == store.DeadLettered {
+					events.Add(taskevent.DeadLettered, c)
+				} else if !seen[c.Key()] {
+					seen[c.Key()] = true
+					due = append(due, c.Key())
+				}
 			}
-		}
-		if err := events.Write(ctx, tx, "lease"); err != nil {
-			return err
-		}
-		return store.Notify(ctx, tx, store.TasksChannel, due)
-	})
+			return store.Notify(ctx, tx, store.TasksChannel, due)
+		})
 	if err != nil {
 		return 0, fmt.Errorf("expire leases: %w", err)
 	}

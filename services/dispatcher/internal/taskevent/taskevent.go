@@ -10,10 +10,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/razorbill/flo/libs/outbox"
+	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/text"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
@@ -160,4 +162,32 @@ func (b *Builder) Write(ctx context.Context, tx pgx.Tx, what string) error {
 		return fmt.Errorf("write %s events: %w", what, err)
 	}
 	return nil
+}
+
+// Sweep runs one batch of a sweep that moves tasks on by itself (expired
+// leases, passed async deadlines) in one transaction: take changes up to a
+// batch of tasks, then record adds their events to b and does whatever else
+// the transaction must, and the events are written as what. It returns the
+// changes and the committed events, nil when there were none.
+func Sweep(ctx context.Context, pool *pgxpool.Pool, what string, take func(pgx.Tx) ([]store.Change, error),
+	record func(tx pgx.Tx, b *Builder, changes []store.Change) error) ([]store.Change, *Builder, error) {
+	var (
+		changes []store.Change
+		events  *Builder
+	)
+	err := pg.InTx(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		if changes, err = take(tx); err != nil || len(changes) == 0 {
+			return err
+		}
+		events = NewBuilder(time.Now())
+		if err := record(tx, events, changes); err != nil {
+			return err
+		}
+		return events.Write(ctx, tx, what)
+	})
+	if err != nil || len(changes) == 0 {
+		return nil, nil, err
+	}
+	return changes, events, nil
 }
