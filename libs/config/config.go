@@ -56,3 +56,23 @@ type Shutdown struct {
 	// laptop; behind a load balancer a few seconds do.
 	Delay time.Duration `env:"FLO_SHUTDOWN_DELAY, default=0s"`
 }
+
+// Auth says whether calls are authenticated, and how the services
+// authenticate each other on their internal gRPC ports.
+type Auth struct {
+	// Mode is "on" (the default, also when a config is built in code) or
+	// "off". Only FLO_AUTH=off turns authentication off.
+	Mode string `env:"FLO_AUTH, default=on"`
+	// InternalToken is the shared secret every internal gRPC call carries
+	// and every internal server checks. Required unless Mode is "off".
+	InternalToken string `env:"FLO_INTERNAL_TOKEN"`
+	// InternalCertFile, InternalKeyFile and InternalCAFile, when set, put
+	// internal gRPC on mutual TLS: servers and clients present the
+	// certificate and verify the other side against the cluster CA.
+	InternalCertFile string `env:"FLO_INTERNAL_TLS_CERT"`
+	InternalKeyFile  string `env:"FLO_INTERNAL_TLS_KEY"`
+	InternalCAFile   string `env:"FLO_INTERNAL_TLS_CA"`
+}
+
+// Off reports whether authentication was turned off on purpose.
+func (a Auth) Off() bool { return a.Mode == "off" }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/kafka"
 )
 
@@ -16,7 +17,7 @@ func WaitDeadLetter(tb testing.TB, brokers []string, topic string, match func(*k
 	tb.Helper()
 	var found *kafka.DeadLetter
 	require.Eventually(tb, func() bool {
-		letters, err := kafka.ReadDeadLetters(tb.Context(), brokers, kafka.DeadLetterTopic(topic))
+		letters, err := kafka.ReadDeadLetters(tb.Context(), config.Kafka{Brokers: brokers}, kafka.DeadLetterTopic(topic))
 		if err != nil {
 			return false
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/harness"
 	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/telemetry/telemetrytest"
@@ -46,7 +47,7 @@ func deadLetters(t *testing.T, brokers []string, topic string, n int) []*kafka.D
 	var got []*kafka.DeadLetter
 	require.Eventually(t, func() bool {
 		var err error
-		got, err = kafka.ReadDeadLetters(t.Context(), brokers, kafka.DeadLetterTopic(topic))
+		got, err = kafka.ReadDeadLetters(t.Context(), config.Kafka{Brokers: brokers}, kafka.DeadLetterTopic(topic))
 		return err == nil && len(got) >= n
 	}, waitFor, tick)
 	require.Len(t, got, n)
@@ -56,7 +57,7 @@ func deadLetters(t *testing.T, brokers []string, topic string, n int) []*kafka.D
 // requireNoDeadLetterTopic checks that nothing was dead-lettered from topic.
 func requireNoDeadLetterTopic(t *testing.T, brokers []string, topic string) {
 	t.Helper()
-	_, err := kafka.ReadDeadLetters(t.Context(), brokers, kafka.DeadLetterTopic(topic))
+	_, err := kafka.ReadDeadLetters(t.Context(), config.Kafka{Brokers: brokers}, kafka.DeadLetterTopic(topic))
 	require.ErrorContains(t, err, "does not exist")
 }
 
@@ -113,7 +114,7 @@ func TestConsumerDeadLettersWhatFailsAlone(t *testing.T) {
 	produceRecords(t, prod, "orders", "a", "b", "bad", "c", "panic", "d")
 
 	h := &storing{}
-	c, err := kafka.NewConsumer(broker.Addrs(), "shop", []string{"orders"}, h.handle, quiet)
+	c, err := kafka.NewConsumer(broker.Kafka(), "shop", []string{"orders"}, h.handle, quiet)
 	require.NoError(t, err)
 	run(t, c.Run)
 
@@ -159,7 +160,7 @@ func TestConsumerPoisonDoesNotRedoTheBatch(t *testing.T) {
 		mu   sync.Mutex
 		seen []string
 	)
-	c, err := kafka.NewConsumer(broker.Addrs(), "decoder", []string{"cmds"}, func(_ context.Context, rs []*kgo.Record) error {
+	c, err := kafka.NewConsumer(broker.Kafka(), "decoder", []string{"cmds"}, func(_ context.Context, rs []*kgo.Record) error {
 		mu.Lock()
 		defer mu.Unlock()
 		var poison []error
@@ -195,7 +196,7 @@ func TestConsumerRetriesTransientFailuresWithoutDeadLettering(t *testing.T) {
 	var calls int
 	var mu sync.Mutex
 	col := &collector{}
-	c, err := kafka.NewConsumer(broker.Addrs(), "patient", []string{"flaky"}, func(ctx context.Context, rs []*kgo.Record) error {
+	c, err := kafka.NewConsumer(broker.Kafka(), "patient", []string{"flaky"}, func(ctx context.Context, rs []*kgo.Record) error {
 		mu.Lock()
 		calls++
 		n := calls
@@ -246,7 +247,7 @@ func TestReplayPutsAFixedRecordBackOnce(t *testing.T) {
 		handled  = map[string]int{}
 		replayed map[string]string
 	)
-	c, err := kafka.NewConsumer(broker.Addrs(), "ledger", []string{"payments"}, func(_ context.Context, rs []*kgo.Record) error {
+	c, err := kafka.NewConsumer(broker.Kafka(), "ledger", []string{"payments"}, func(_ context.Context, rs []*kgo.Record) error {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, r := range rs {
@@ -278,23 +279,23 @@ func TestReplayPutsAFixedRecordBackOnce(t *testing.T) {
 	known["key-r2"] = true
 	mu.Unlock()
 	dlq := kafka.DeadLetterTopic("payments")
-	_, err = kafka.ReplayDeadLetters(t.Context(), broker.Addrs(), dlq, kafka.Selection{})
+	_, err = kafka.ReplayDeadLetters(t.Context(), broker.Kafka(), dlq, kafka.Selection{})
 	require.ErrorContains(t, err, "name the offsets")
-	_, err = kafka.ReplayDeadLetters(t.Context(), broker.Addrs(), dlq, kafka.Selection{Offsets: []int64{99}})
+	_, err = kafka.ReplayDeadLetters(t.Context(), broker.Kafka(), dlq, kafka.Selection{Offsets: []int64{99}})
 	require.ErrorContains(t, err, "no record at offset 99")
-	done, err := kafka.ReplayDeadLetters(t.Context(), broker.Addrs(), dlq, kafka.Selection{Offsets: []int64{letters[0].Offset}})
+	done, err := kafka.ReplayDeadLetters(t.Context(), broker.Kafka(), dlq, kafka.Selection{Offsets: []int64{letters[0].Offset}})
 	require.NoError(t, err)
 	require.Len(t, done, 1)
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return handled["r2"] == 1 }, waitFor, tick)
 	requireCommittedToEnd(t, prod, "ledger", "payments")
 
-	after, err := kafka.ReadDeadLetters(t.Context(), broker.Addrs(), dlq)
+	after, err := kafka.ReadDeadLetters(t.Context(), broker.Kafka(), dlq)
 	require.NoError(t, err)
 	require.Len(t, after, 1, "the replay note is not a dead letter")
 	require.Len(t, after[0].Replays, 1, "the replay shows")
-	_, err = kafka.ReplayDeadLetters(t.Context(), broker.Addrs(), dlq, kafka.Selection{Offsets: []int64{letters[0].Offset}})
+	_, err = kafka.ReplayDeadLetters(t.Context(), broker.Kafka(), dlq, kafka.Selection{Offsets: []int64{letters[0].Offset}})
 	require.ErrorContains(t, err, "was replayed at", "a second replay takes a deliberate flag")
-	none, err := kafka.ReplayDeadLetters(t.Context(), broker.Addrs(), dlq, kafka.Selection{All: true})
+	none, err := kafka.ReplayDeadLetters(t.Context(), broker.Kafka(), dlq, kafka.Selection{All: true})
 	require.NoError(t, err)
 	require.Empty(t, none, "all means all not replayed yet")
 	mu.Lock()

@@ -15,37 +15,39 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/razorbill/flo/libs/config"
 )
 
-// NewClient returns a franz-go client for brokers with defaults tuned for
+// NewClient returns a franz-go client for the brokers of conn with defaults tuned for
 // throughput at low latency: a 1 ms linger so concurrent produces share a
 // batch without adding visible delay, 1 MiB batches (NewProducer sizes them
 // for the payload limit), acks from all in-sync replicas with the idempotent
 // producer (franz-go's default), retries until the record's context ends,
 // and a bounded produce buffer (produce blocks when it is full, which is our
 // back-pressure). opts are applied last and override any default.
-func NewClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
+func NewClient(conn config.Kafka, opts ...kgo.Opt) (*kgo.Client, error) {
 	// Lets a dev broker (kfake) create a topic on first use; brokers with
 	// auto-creation disabled ignore it, and services create their topics
 	// with EnsureTopics anyway.
-	return newClient(brokers, append([]kgo.Opt{kgo.AllowAutoTopicCreation()}, opts...)...)
+	return newClient(conn, append([]kgo.Opt{kgo.AllowAutoTopicCreation()}, opts...)...)
 }
 
 // NewManagedTopicsClient is NewClient for topics the caller creates and
 // deletes itself (the streams service's stream topics): it never creates a
 // topic on first use, so a produce or offset lookup that races the topic's
 // deletion fails instead of recreating it with the broker's defaults.
-func NewManagedTopicsClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
-	return newClient(brokers, opts...)
+func NewManagedTopicsClient(conn config.Kafka, opts ...kgo.Opt) (*kgo.Client, error) {
+	return newClient(conn, opts...)
 }
 
 // newClient is NewClient without topic auto-creation.
-func newClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
-	if len(brokers) == 0 {
+func newClient(conn config.Kafka, opts ...kgo.Opt) (*kgo.Client, error) {
+	if len(conn.Brokers) == 0 {
 		return nil, errors.New("new kafka client: no brokers")
 	}
 	base := []kgo.Opt{
-		kgo.SeedBrokers(brokers...),
+		kgo.SeedBrokers(conn.Brokers...),
 		kgo.ProducerLinger(time.Millisecond),
 		kgo.ProducerBatchMaxBytes(defaultBatchBytes),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
@@ -83,12 +85,12 @@ func MaxRecordSize(maxPayloadBytes int) int { return maxPayloadBytes + RecordEnv
 // payloads of maxPayloadBytes (MaxRecordSize), and it creates the topics
 // that do not exist yet (EnsureTopics). A payload limit whose records the
 // topics could not accept is an error. On failure nothing stays open.
-func NewProducer(ctx context.Context, brokers []string, partitions int32, maxPayloadBytes int, topics []string, opts ...kgo.Opt) (*kgo.Client, error) {
+func NewProducer(ctx context.Context, conn config.Kafka, partitions int32, maxPayloadBytes int, topics []string, opts ...kgo.Opt) (*kgo.Client, error) {
 	if maxPayloadBytes <= 0 || MaxRecordSize(maxPayloadBytes) > MaxRecordBytes {
 		return nil, fmt.Errorf("new producer: FLO_MAX_PAYLOAD_BYTES must be between 1 and %d, got %d", MaxRecordBytes-RecordEnvelopeBytes, maxPayloadBytes)
 	}
 	size := kgo.ProducerBatchMaxBytes(int32(max(MaxRecordSize(maxPayloadBytes), defaultBatchBytes)))
-	cl, err := NewClient(brokers, append([]kgo.Opt{size}, opts...)...)
+	cl, err := NewClient(conn, append([]kgo.Opt{size}, opts...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -23,21 +23,21 @@ func TestNewProducerIsSizedForThePayloadLimit(t *testing.T) {
 		return &kgo.Record{Topic: "big", Key: []byte("k"), Value: bytes.Repeat([]byte("p"), limit+1<<10)}
 	}
 
-	producer, err := kafka.NewProducer(t.Context(), broker.Addrs(), 1, limit, []string{"big"})
+	producer, err := kafka.NewProducer(t.Context(), broker.Kafka(), 1, limit, []string{"big"})
 	require.NoError(t, err)
 	t.Cleanup(producer.Close)
 	require.NoError(t, producer.ProduceSync(t.Context(), record()).FirstErr())
 
-	plain, err := kafka.NewClient(broker.Addrs())
+	plain, err := kafka.NewClient(broker.Kafka())
 	require.NoError(t, err)
 	t.Cleanup(plain.Close)
 	require.ErrorIs(t, plain.ProduceSync(t.Context(), record()).FirstErr(), kerr.MessageTooLarge)
 
 	for _, bad := range []int{0, -1, kafka.MaxRecordBytes - kafka.RecordEnvelopeBytes + 1} {
-		_, err := kafka.NewProducer(t.Context(), broker.Addrs(), 1, bad, []string{"big"})
+		_, err := kafka.NewProducer(t.Context(), broker.Kafka(), 1, bad, []string{"big"})
 		require.ErrorContains(t, err, "FLO_MAX_PAYLOAD_BYTES must be between 1 and")
 	}
-	largest, err := kafka.NewProducer(t.Context(), broker.Addrs(), 1, kafka.MaxRecordBytes-kafka.RecordEnvelopeBytes, []string{"big"})
+	largest, err := kafka.NewProducer(t.Context(), broker.Kafka(), 1, kafka.MaxRecordBytes-kafka.RecordEnvelopeBytes, []string{"big"})
 	require.NoError(t, err)
 	largest.Close()
 }

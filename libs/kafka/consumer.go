@@ -16,6 +16,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/razorbill/flo/libs/telemetry"
+
+	"github.com/razorbill/flo/libs/config"
 )
 
 // BatchHandler handles the records one poll returned for one partition, in
@@ -69,7 +71,7 @@ type Consumer struct {
 // flo.consumer.dead_lettered by topic and group; its offset is committed
 // only once the dead-letter topic has it. opts are passed to NewClient after
 // the group options.
-func NewConsumer(brokers []string, group string, topics []string, h BatchHandler, log *slog.Logger, opts ...kgo.Opt) (*Consumer, error) {
+func NewConsumer(conn config.Kafka, group string, topics []string, h BatchHandler, log *slog.Logger, opts ...kgo.Opt) (*Consumer, error) {
 	if len(topics) == 0 {
 		return nil, fmt.Errorf("new consumer %s: no topics", group)
 	}
@@ -94,7 +96,7 @@ func NewConsumer(brokers []string, group string, topics []string, h BatchHandler
 		kgo.SessionTimeout(10 * time.Second),
 		kgo.HeartbeatInterval(time.Second),
 	}
-	cl, err := NewClient(brokers, append(groupOpts, opts...)...)
+	cl, err := NewClient(conn, append(groupOpts, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("new consumer %s: %w", group, err)
 	}

@@ -20,6 +20,8 @@ import (
 
 	"github.com/razorbill/flo/libs/retry"
 	"github.com/razorbill/flo/libs/text"
+
+	"github.com/razorbill/flo/libs/config"
 )
 
 // DeadLetterSuffix makes a topic's dead-letter topic: orders -> orders.dlq.
@@ -212,11 +214,11 @@ type DeadLetter struct {
 // ReadDeadLetters reads the dead-letter topic from its start to its current
 // end and returns its records, oldest first; the notes Replay leaves are
 // folded into the records they name. It fails when the topic does not exist.
-func ReadDeadLetters(ctx context.Context, brokers []string, topic string) ([]*DeadLetter, error) {
+func ReadDeadLetters(ctx context.Context, conn config.Kafka, topic string) ([]*DeadLetter, error) {
 	if !strings.HasSuffix(topic, DeadLetterSuffix) {
 		return nil, fmt.Errorf("read dead letters: %s is not a dead-letter topic (<topic>%s)", topic, DeadLetterSuffix)
 	}
-	cl, err := newClient(brokers)
+	cl, err := newClient(conn)
 	if err != nil {
 		return nil, err
 	}
@@ -320,11 +322,11 @@ func place(partition int32, offset int64) string { return fmt.Sprintf("%d/%d", p
 // (which ReadDeadLetters reports in Replays), waiting for the broker's
 // acknowledgement of each. Replaying a record twice is possible (consumers
 // are idempotent) but shows in Replays.
-func Replay(ctx context.Context, brokers []string, topic string, letters []*DeadLetter) error {
+func Replay(ctx context.Context, conn config.Kafka, topic string, letters []*DeadLetter) error {
 	if len(letters) == 0 {
 		return nil
 	}
-	cl, err := newClient(brokers)
+	cl, err := newClient(conn)
 	if err != nil {
 		return err
 	}
@@ -361,11 +363,11 @@ type Selection struct {
 // names and replays them (Replay); it returns those it replayed. A record
 // replayed before is refused unless sel.Again is set, so replaying one twice
 // by mistake takes a deliberate flag.
-func ReplayDeadLetters(ctx context.Context, brokers []string, topic string, sel Selection) ([]*DeadLetter, error) {
+func ReplayDeadLetters(ctx context.Context, conn config.Kafka, topic string, sel Selection) ([]*DeadLetter, error) {
 	if sel.All == (len(sel.Offsets) > 0) {
 		return nil, errors.New("replay dead letters: name the offsets to replay, or all of them")
 	}
-	letters, err := ReadDeadLetters(ctx, brokers, topic)
+	letters, err := ReadDeadLetters(ctx, conn, topic)
 	if err != nil {
 		return nil, err
 	}
@@ -389,7 +391,7 @@ func ReplayDeadLetters(ctx context.Context, brokers []string, topic string, sel 
 		}
 		picked = append(picked, dl)
 	}
-	if err := Replay(ctx, brokers, topic, picked); err != nil {
+	if err := Replay(ctx, conn, topic, picked); err != nil {
 		return nil, err
 	}
 	return picked, nil

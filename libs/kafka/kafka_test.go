@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/harness"
 	"github.com/razorbill/flo/libs/kafka"
 )
@@ -24,7 +25,7 @@ var quiet = slog.New(slog.DiscardHandler)
 
 func newProducer(t *testing.T, brokers []string) *kgo.Client {
 	t.Helper()
-	cl, err := kafka.NewClient(brokers)
+	cl, err := kafka.NewClient(config.Kafka{Brokers: brokers})
 	require.NoError(t, err)
 	t.Cleanup(cl.Close)
 	return cl
@@ -115,7 +116,7 @@ func TestConsumerRetriesAndCommitsOnlyAfterSuccess(t *testing.T) {
 	produce(t, prod, "orders", want...)
 
 	col := &collector{failures: 3}
-	c, err := kafka.NewConsumer(broker.Addrs(), "g1", []string{"orders"}, col.handle, quiet)
+	c, err := kafka.NewConsumer(broker.Kafka(), "g1", []string{"orders"}, col.handle, quiet)
 	require.NoError(t, err)
 	stop := run(t, c.Run)
 	require.Eventually(t, func() bool { return len(col.got()) >= len(want) }, 20*time.Second, 10*time.Millisecond)
@@ -140,7 +141,7 @@ func TestConsumerRetriesAndCommitsOnlyAfterSuccess(t *testing.T) {
 	// A new member of the group starts after the committed records.
 	produce(t, prod, "orders", "new")
 	col2 := &collector{}
-	c2, err := kafka.NewConsumer(broker.Addrs(), "g1", []string{"orders"}, col2.handle, quiet)
+	c2, err := kafka.NewConsumer(broker.Kafka(), "g1", []string{"orders"}, col2.handle, quiet)
 	require.NoError(t, err)
 	run(t, c2.Run)
 	require.Eventually(t, func() bool { return len(col2.got()) >= 1 }, 20*time.Second, 10*time.Millisecond)
@@ -159,7 +160,7 @@ func TestConsumerRedeliversUnhandled(t *testing.T) {
 
 	// The first member never succeeds; it stops while retrying.
 	failing := &collector{failures: 1 << 30}
-	c1, err := kafka.NewConsumer(broker.Addrs(), "g2", []string{"jobs"}, failing.handle, quiet)
+	c1, err := kafka.NewConsumer(broker.Kafka(), "g2", []string{"jobs"}, failing.handle, quiet)
 	require.NoError(t, err)
 	stop := run(t, c1.Run)
 	require.Eventually(t, func() bool {
@@ -171,7 +172,7 @@ func TestConsumerRedeliversUnhandled(t *testing.T) {
 
 	// Nothing was committed, so the next member gets everything.
 	col := &collector{}
-	c2, err := kafka.NewConsumer(broker.Addrs(), "g2", []string{"jobs"}, col.handle, quiet)
+	c2, err := kafka.NewConsumer(broker.Kafka(), "g2", []string{"jobs"}, col.handle, quiet)
 	require.NoError(t, err)
 	run(t, c2.Run)
 	require.Eventually(t, func() bool { return len(col.got()) >= len(want) }, 20*time.Second, 10*time.Millisecond)
@@ -185,7 +186,7 @@ func TestConsumerSurvivesBrokerRestart(t *testing.T) {
 	prod := newProducer(t, broker.Addrs())
 	require.NoError(t, kafka.EnsureTopics(ctx, prod, 2, "events"))
 	col := &collector{}
-	c, err := kafka.NewConsumer(broker.Addrs(), "g3", []string{"events"}, col.handle, quiet)
+	c, err := kafka.NewConsumer(broker.Kafka(), "g3", []string{"events"}, col.handle, quiet)
 	require.NoError(t, err)
 	run(t, c.Run)
 
@@ -204,7 +205,7 @@ func TestTail(t *testing.T) {
 	prod := newProducer(t, broker.Addrs())
 
 	col := &collector{failures: 1}
-	tail, err := kafka.NewTail(broker.Addrs(), []string{"done"}, col.handle, quiet)
+	tail, err := kafka.NewTail(broker.Kafka(), []string{"done"}, col.handle, quiet)
 	require.NoError(t, err)
 	run(t, tail.Run)
 	select {
@@ -232,7 +233,7 @@ func TestTail(t *testing.T) {
 // startTail runs a tail over topic and waits until it is ready.
 func startTail(t *testing.T, brokers []string, topic string, h kafka.BatchHandler) {
 	t.Helper()
-	tail, err := kafka.NewTail(brokers, []string{topic}, h, quiet)
+	tail, err := kafka.NewTail(config.Kafka{Brokers: brokers}, []string{topic}, h, quiet)
 	require.NoError(t, err)
 	run(t, tail.Run)
 	select {
@@ -280,7 +281,7 @@ func TestTraceHeadersRoundTrip(t *testing.T) {
 		mu  sync.Mutex
 		got []trace.SpanContext
 	)
-	tail, err := kafka.NewTail(broker.Addrs(), []string{"traced"}, func(ctx context.Context, rs []*kgo.Record) error {
+	tail, err := kafka.NewTail(broker.Kafka(), []string{"traced"}, func(ctx context.Context, rs []*kgo.Record) error {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, r := range rs {
@@ -314,7 +315,7 @@ func TestConsumersShareAndHandOverPartitions(t *testing.T) {
 	require.NoError(t, kafka.EnsureTopics(ctx, prod, 6, "work"))
 
 	seen := &collector{}
-	c1, err := kafka.NewConsumer(broker.Addrs(), "g4", []string{"work"}, seen.handle, quiet)
+	c1, err := kafka.NewConsumer(broker.Kafka(), "g4", []string{"work"}, seen.handle, quiet)
 	require.NoError(t, err)
 	stop1 := run(t, c1.Run)
 
@@ -325,7 +326,7 @@ func TestConsumersShareAndHandOverPartitions(t *testing.T) {
 	require.NoError(t, prod.ProduceSync(ctx, rs[:300]...).FirstErr())
 
 	// A second member joins while records flow, then the first leaves.
-	c2, err := kafka.NewConsumer(broker.Addrs(), "g4", []string{"work"}, seen.handle, quiet)
+	c2, err := kafka.NewConsumer(broker.Kafka(), "g4", []string{"work"}, seen.handle, quiet)
 	require.NoError(t, err)
 	stop2 := run(t, c2.Run)
 	require.NoError(t, prod.ProduceSync(ctx, rs[300:450]...).FirstErr())
@@ -359,10 +360,10 @@ func TestConsumersShareAndHandOverPartitions(t *testing.T) {
 
 func TestNoTopics(t *testing.T) {
 	t.Parallel()
-	_, err := kafka.NewConsumer([]string{"127.0.0.1:1"}, "g", nil, (&collector{}).handle, nil)
+	_, err := kafka.NewConsumer(config.Kafka{Brokers: []string{"127.0.0.1:1"}}, "g", nil, (&collector{}).handle, nil)
 	require.Error(t, err)
-	_, err = kafka.NewTail([]string{"127.0.0.1:1"}, nil, (&collector{}).handle, nil)
+	_, err = kafka.NewTail(config.Kafka{Brokers: []string{"127.0.0.1:1"}}, nil, (&collector{}).handle, nil)
 	require.Error(t, err)
-	_, err = kafka.NewClient(nil)
+	_, err = kafka.NewClient(config.Kafka{})
 	require.Error(t, err)
 }

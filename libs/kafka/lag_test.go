@@ -31,7 +31,7 @@ func TestConsumerReportsLag(t *testing.T) {
 	handled := make(chan int, 16)
 	release := make(chan struct{})
 	calls := 0
-	c, err := kafka.NewConsumer(broker.Addrs(), "lag-group", []string{"lagging"}, func(ctx context.Context, rs []*kgo.Record) error {
+	c, err := kafka.NewConsumer(broker.Kafka(), "lag-group", []string{"lagging"}, func(ctx context.Context, rs []*kgo.Record) error {
 		calls++
 		if calls == 2 {
 			<-release

@@ -11,6 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/razorbill/flo/libs/retry"
+
+	"github.com/razorbill/flo/libs/config"
 )
 
 // Tail reads topics from their current end without a consumer group, so
@@ -33,7 +35,7 @@ var topicWait = retry.Policy{Initial: 100 * time.Millisecond, Max: time.Second}
 // handle even alone is skipped with an error log and counted as
 // flo.tail.skipped by topic: every replica reads every record of a tail, so
 // none of them may dead-letter it.
-func NewTail(brokers []string, topics []string, h BatchHandler, log *slog.Logger) (*Tail, error) {
+func NewTail(conn config.Kafka, topics []string, h BatchHandler, log *slog.Logger) (*Tail, error) {
 	if len(topics) == 0 {
 		// kadm would list every topic of the cluster instead.
 		return nil, errors.New("new tail: no topics")
@@ -44,7 +46,7 @@ func NewTail(brokers []string, topics []string, h BatchHandler, log *slog.Logger
 	// No topic auto-creation: a reader must not create a topic with
 	// whatever defaults the broker has, and Ready then means the same with
 	// a dev broker as with a production one.
-	cl, err := newClient(brokers, kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))
+	cl, err := newClient(conn, kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))
 	if err != nil {
 		return nil, fmt.Errorf("new tail: %w", err)
 	}

@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/razorbill/flo/libs/config"
 )
 
 // Broker is a single-node kfake cluster on loopback.
@@ -95,3 +97,6 @@ func (b *Broker) Close() {
 		b.cluster = nil
 	}
 }
+
+// Kafka returns the connection settings of the broker, for libs/kafka.
+func (b *Broker) Kafka() config.Kafka { return config.Kafka{Brokers: b.Addrs()} }

@@ -43,7 +43,7 @@ func setup(t *testing.T) env {
 	t.Cleanup(pool.Close)
 	require.NoError(t, pg.Migrate(ctx, pool, "svc", migrations(3)))
 	broker := harness.NewBroker(t)
-	producer, err := kafka.NewClient(broker.Addrs())
+	producer, err := kafka.NewClient(broker.Kafka())
 	require.NoError(t, err)
 	t.Cleanup(producer.Close)
 	require.NoError(t, kafka.EnsureTopics(ctx, producer, 4, "events", "other"))
@@ -321,7 +321,7 @@ func TestBatchMigrationKeepsUnpublishedRows(t *testing.T) {
 	require.NoError(t, pg.Migrate(ctx, pool, "svc", migrations(2)))
 
 	broker := harness.NewBroker(t)
-	producer, err := kafka.NewClient(broker.Addrs())
+	producer, err := kafka.NewClient(broker.Kafka())
 	require.NoError(t, err)
 	t.Cleanup(producer.Close)
 	require.NoError(t, kafka.EnsureTopics(ctx, producer, 1, "events"))

@@ -143,7 +143,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 
-	if s.producer, err = kafka.NewProducer(ctx, cfg.Kafka.Brokers, cfg.Kafka.Partitions, cmp.Or(cfg.MaxPayloadBytes, config.DefaultMaxPayloadBytes),
+	if s.producer, err = kafka.NewProducer(ctx, cfg.Kafka, cfg.Kafka.Partitions, cmp.Or(cfg.MaxPayloadBytes, config.DefaultMaxPayloadBytes),
 		[]string{intake.CommandsTopic, taskevent.Topic}); err != nil {
 		return nil, fmt.Errorf("dispatcher: producer: %w", err)
 	}
@@ -188,7 +188,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	}
 	s.httpServer = &http.Server{Handler: probe.Handler(s.ready(), o.metrics), ReadHeaderTimeout: 10 * time.Second}
 	// Last, because a consumer's client is only released by its Run.
-	if s.consumer, err = kafka.NewConsumer(cfg.Kafka.Brokers, intake.ConsumerGroup, []string{intake.CommandsTopic}, in.HandleRecords, log); err != nil {
+	if s.consumer, err = kafka.NewConsumer(cfg.Kafka, intake.ConsumerGroup, []string{intake.CommandsTopic}, in.HandleRecords, log); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	return s, nil

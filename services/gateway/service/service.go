@@ -240,7 +240,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	}
 
 	tctx, cancel := context.WithTimeout(ctx, setupTimeout)
-	s.producer, err = kafka.NewProducer(tctx, cfg.Kafka.Brokers, cfg.Kafka.Partitions, cfg.MaxPayloadBytes,
+	s.producer, err = kafka.NewProducer(tctx, cfg.Kafka, cfg.Kafka.Partitions, cfg.MaxPayloadBytes,
 		[]string{invoke.Topic, taskwait.Topic, workerstream.WorkerEventsTopic})
 	cancel()
 	if err != nil {
@@ -319,11 +319,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	}
 
 	// Last, because only Run releases the tails' clients.
-	s.tail, err = kafka.NewTail(cfg.Kafka.Brokers, []string{taskwait.Topic}, s.waiters.Handler(), log)
+	s.tail, err = kafka.NewTail(cfg.Kafka, []string{taskwait.Topic}, s.waiters.Handler(), log)
 	if err != nil {
 		return nil, fmt.Errorf("tail task events: %w", err)
 	}
-	s.workerTail, err = kafka.NewTail(cfg.Kafka.Brokers, []string{workerstream.WorkerEventsTopic}, s.streams.WorkerEventsHandler(), log)
+	s.workerTail, err = kafka.NewTail(cfg.Kafka, []string{workerstream.WorkerEventsTopic}, s.streams.WorkerEventsHandler(), log)
 	if err != nil {
 		return nil, fmt.Errorf("tail worker events: %w", err)
 	}

@@ -123,7 +123,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	if s.pool, err = pg.Open(ctx, cfg.Postgres.URL, Schema, cfg.Postgres.MaxConns, migrations.FS, log); err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
-	if s.producer, err = kafka.NewProducer(ctx, cfg.Kafka.Brokers, cfg.Kafka.Partitions, cmp.Or(cfg.MaxPayloadBytes, config.DefaultMaxPayloadBytes),
+	if s.producer, err = kafka.NewProducer(ctx, cfg.Kafka, cfg.Kafka.Partitions, cmp.Or(cfg.MaxPayloadBytes, config.DefaultMaxPayloadBytes),
 		[]string{workerevent.Topic, tally.Topic}); err != nil {
 		return nil, fmt.Errorf("registry: producer: %w", err)
 	}
@@ -150,7 +150,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	}
 	s.httpServer = &http.Server{Handler: probe.Handler(s.ready(), o.metrics), ReadHeaderTimeout: 10 * time.Second}
 	// Last, because a consumer's client is only released by its Run.
-	if s.consumer, err = kafka.NewConsumer(cfg.Kafka.Brokers, tally.ConsumerGroup, []string{tally.Topic}, s.tally.HandleRecords, log); err != nil {
+	if s.consumer, err = kafka.NewConsumer(cfg.Kafka, tally.ConsumerGroup, []string{tally.Topic}, s.tally.HandleRecords, log); err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
 	return s, nil

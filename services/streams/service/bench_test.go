@@ -47,7 +47,7 @@ func BenchmarkThroughput(b *testing.B) {
 
 func benchRaw(b *testing.B, e *env) (produce, consume float64) {
 	ctx := context.Background()
-	cl, err := kafka.NewClient(e.broker.Addrs())
+	cl, err := kafka.NewClient(e.broker.Kafka())
 	require.NoError(b, err)
 	defer cl.Close()
 	const topic = "bench.raw"
@@ -73,7 +73,7 @@ func benchRaw(b *testing.B, e *env) (produce, consume float64) {
 	wg.Wait()
 	produce = benchRecords / time.Since(start).Seconds()
 
-	reader, err := kafka.NewClient(e.broker.Addrs(), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	reader, err := kafka.NewClient(e.broker.Kafka(), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	require.NoError(b, err)
 	defer reader.Close()
 	start = time.Now()

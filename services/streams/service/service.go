@@ -124,12 +124,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	if s.pool, err = pg.Open(ctx, cfg.Postgres.URL, Schema, cfg.Postgres.MaxConns, migrations.FS, log); err != nil {
 		return nil, fmt.Errorf("streams: %w", err)
 	}
-	if s.client, err = kafka.NewManagedTopicsClient(cfg.Kafka.Brokers, appender.ClientOptions(cfg.MaxRecordBytes)...); err != nil {
+	if s.client, err = kafka.NewManagedTopicsClient(cfg.Kafka, appender.ClientOptions(cfg.MaxRecordBytes)...); err != nil {
 		return nil, fmt.Errorf("streams: broker client: %w", err)
 	}
 	// Long polls get a client of their own: a broker answers a
 	// connection's requests in order, so they would hold up reads.
-	if s.watchCl, err = kafka.NewManagedTopicsClient(cfg.Kafka.Brokers); err != nil {
+	if s.watchCl, err = kafka.NewManagedTopicsClient(cfg.Kafka); err != nil {
 		return nil, fmt.Errorf("streams: broker client: %w", err)
 	}
 

@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/harness"
 	"github.com/razorbill/flo/libs/kafka"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
@@ -40,7 +41,7 @@ steps:
       success: flo.Completed
 `)
 
-	producer, err := kafka.NewClient(e.brokers)
+	producer, err := kafka.NewClient(config.Kafka{Brokers: e.brokers})
 	require.NoError(t, err)
 	t.Cleanup(producer.Close)
 	garbage := []byte("not protobuf \xff")

@@ -59,19 +59,25 @@ func (f *brokerFlag) register(cmd *cobra.Command) {
 		"the Kafka-protocol `brokers`, comma-separated (default: FLO_KAFKA_BROKERS, else the broker flo dev runs on FLO_DEV_BROKER_PORT)")
 }
 
-// resolve returns the brokers the flag names, or those of the environment.
-func (f *brokerFlag) resolve(ctx context.Context) ([]string, error) {
+// resolve returns the broker connection of the environment (FLO_KAFKA_*,
+// TLS and SASL included), with the brokers the flag names, if any.
+func (f *brokerFlag) resolve(ctx context.Context) (config.Kafka, error) {
+	var conn config.Kafka
+	if err := config.Load(ctx, &conn); err != nil {
+		return conn, fmt.Errorf("load configuration: %w", err)
+	}
 	if len(f.brokers) > 0 {
-		return f.brokers, nil
+		conn.Brokers = f.brokers
+		return conn, nil
 	}
-	var cfg devstack.Config
-	if err := config.Load(ctx, &cfg); err != nil {
-		return nil, fmt.Errorf("load configuration: %w", err)
+	if len(conn.Brokers) == 0 {
+		var cfg devstack.Config
+		if err := config.Load(ctx, &cfg); err != nil {
+			return conn, fmt.Errorf("load configuration: %w", err)
+		}
+		conn.Brokers = []string{"localhost:" + strconv.Itoa(cfg.BrokerPort)}
 	}
-	if len(cfg.KafkaBrokers) > 0 {
-		return cfg.KafkaBrokers, nil
-	}
-	return []string{"localhost:" + strconv.Itoa(cfg.BrokerPort)}, nil
+	return conn, nil
 }
 
 // newDeadLetterTopicsCmd reads and replays dead-letter topics directly on the broker: an

@@ -22,7 +22,7 @@ import (
 // the replay. Not parallel: it sets FLO_KAFKA_BROKERS.
 func TestDLQListAndReplay(t *testing.T) {
 	broker := harness.NewBroker(t)
-	producer, err := kafka.NewClient(broker.Addrs())
+	producer, err := kafka.NewClient(broker.Kafka())
 	require.NoError(t, err)
 	t.Cleanup(producer.Close)
 	require.NoError(t, kafka.EnsureTopics(t.Context(), producer, 1, "orders"))
@@ -32,7 +32,7 @@ func TestDLQListAndReplay(t *testing.T) {
 		open    = map[string]bool{"acct-1": true}
 		handled = map[string]int{}
 	)
-	consumer, err := kafka.NewConsumer(broker.Addrs(), "billing", []string{"orders"}, func(_ context.Context, rs []*kgo.Record) error {
+	consumer, err := kafka.NewConsumer(broker.Kafka(), "billing", []string{"orders"}, func(_ context.Context, rs []*kgo.Record) error {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, r := range rs {

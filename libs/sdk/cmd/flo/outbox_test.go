@@ -33,7 +33,7 @@ func TestOutboxDeadListAndRequeue(t *testing.T) {
 		"0003_dead.sql":    {Data: []byte("-- +goose Up\n" + outbox.DeadMigration)},
 	}))
 	broker := harness.NewBroker(t)
-	producer, err := kafka.NewClient(broker.Addrs())
+	producer, err := kafka.NewClient(broker.Kafka())
 	require.NoError(t, err)
 	t.Cleanup(producer.Close)
 	require.NoError(t, kafka.EnsureTopics(ctx, producer, 1, "events"))

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	flo "github.com/razorbill/flo-go"
+	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/kafka"
 )
 
@@ -65,7 +66,7 @@ const (
 // reads them all back with one group-less consumer. Both clients have the
 // settings our services use (libs/kafka).
 func rawBroker(ctx context.Context, brokers []string, o options, payload []byte) (produce, consume float64, err error) {
-	cl, err := kafka.NewManagedTopicsClient(brokers)
+	cl, err := kafka.NewManagedTopicsClient(config.Kafka{Brokers: brokers})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -90,7 +91,7 @@ func rawBroker(ctx context.Context, brokers []string, o options, payload []byte)
 	}
 	produce = perSecond(o.records, time.Since(start))
 
-	reader, err := kafka.NewManagedTopicsClient(brokers, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	reader, err := kafka.NewManagedTopicsClient(config.Kafka{Brokers: brokers}, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		return 0, 0, err
 	}
