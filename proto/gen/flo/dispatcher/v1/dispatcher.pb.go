@@ -12,6 +12,7 @@ import (
 	v1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -646,11 +647,144 @@ func (x *TouchRequest) GetExtendMs() int64 {
 	return 0
 }
 
+type GetKeyForAuthRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetKeyForAuthRequest) Reset() {
+	*x = GetKeyForAuthRequest{}
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetKeyForAuthRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetKeyForAuthRequest) ProtoMessage() {}
+
+func (x *GetKeyForAuthRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetKeyForAuthRequest.ProtoReflect.Descriptor instead.
+func (*GetKeyForAuthRequest) Descriptor() ([]byte, []int) {
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *GetKeyForAuthRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// KeyForAuth is a stored key as the gateway checks it.
+type KeyForAuth struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Empty for an admin key.
+	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Role      string `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"`
+	// SHA-256 of the secret part of the key.
+	SecretHash []byte `protobuf:"bytes,4,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
+	// Unset when the key does not expire.
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// Unset while the key is not revoked.
+	RevokedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=revoked_at,json=revokedAt,proto3" json:"revoked_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyForAuth) Reset() {
+	*x = KeyForAuth{}
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyForAuth) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyForAuth) ProtoMessage() {}
+
+func (x *KeyForAuth) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyForAuth.ProtoReflect.Descriptor instead.
+func (*KeyForAuth) Descriptor() ([]byte, []int) {
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *KeyForAuth) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *KeyForAuth) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *KeyForAuth) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *KeyForAuth) GetSecretHash() []byte {
+	if x != nil {
+		return x.SecretHash
+	}
+	return nil
+}
+
+func (x *KeyForAuth) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *KeyForAuth) GetRevokedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RevokedAt
+	}
+	return nil
+}
+
 var File_flo_dispatcher_v1_dispatcher_proto protoreflect.FileDescriptor
 
 const file_flo_dispatcher_v1_dispatcher_proto_rawDesc = "" +
 	"\n" +
-	"\"flo/dispatcher/v1/dispatcher.proto\x12\x11flo.dispatcher.v1\x1a\x10flo/v1/api.proto\"J\n" +
+	"\"flo/dispatcher/v1/dispatcher.proto\x12\x11flo.dispatcher.v1\x1a\x10flo/v1/api.proto\x1a\x11flo/v1/keys.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"J\n" +
 	"\x14EnsureActionsRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05names\x18\x02 \x03(\tR\x05names\"A\n" +
@@ -693,7 +827,21 @@ const file_flo_dispatcher_v1_dispatcher_proto_rawDesc = "" +
 	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x17\n" +
 	"\atask_id\x18\x03 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x04 \x01(\x05R\aattempt\x12\x1b\n" +
-	"\textend_ms\x18\x05 \x01(\x03R\bextendMs2\xdc\b\n" +
+	"\textend_ms\x18\x05 \x01(\x03R\bextendMs\"&\n" +
+	"\x14GetKeyForAuthRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xe5\x01\n" +
+	"\n" +
+	"KeyForAuth\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04role\x18\x03 \x01(\tR\x04role\x12\x1f\n" +
+	"\vsecret_hash\x18\x04 \x01(\fR\n" +
+	"secretHash\x129\n" +
+	"\n" +
+	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x129\n" +
+	"\n" +
+	"revoked_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\trevokedAt2\xed\n" +
+	"\n" +
 	"\n" +
 	"Dispatcher\x12D\n" +
 	"\x0fCreateNamespace\x12\x1e.flo.v1.CreateNamespaceRequest\x1a\x11.flo.v1.Namespace\x12>\n" +
@@ -711,7 +859,11 @@ const file_flo_dispatcher_v1_dispatcher_proto_rawDesc = "" +
 	"\bFailTask\x12\x17.flo.v1.FailTaskRequest\x1a\f.flo.v1.Task\x12J\n" +
 	"\x05Claim\x12\x1f.flo.dispatcher.v1.ClaimRequest\x1a .flo.dispatcher.v1.ClaimResponse\x12M\n" +
 	"\x06Report\x12 .flo.dispatcher.v1.ReportRequest\x1a!.flo.dispatcher.v1.ReportResponse\x12:\n" +
-	"\x05Touch\x12\x1f.flo.dispatcher.v1.TouchRequest\x1a\x10.flo.v1.TouchAckBCZAgithub.com/razorbill/flo/proto/gen/flo/dispatcher/v1;dispatcherv1b\x06proto3"
+	"\x05Touch\x12\x1f.flo.dispatcher.v1.TouchRequest\x1a\x10.flo.v1.TouchAck\x12@\n" +
+	"\tCreateKey\x12\x18.flo.v1.CreateKeyRequest\x1a\x19.flo.v1.CreateKeyResponse\x12=\n" +
+	"\bListKeys\x12\x17.flo.v1.ListKeysRequest\x1a\x18.flo.v1.ListKeysResponse\x125\n" +
+	"\tRevokeKey\x12\x18.flo.v1.RevokeKeyRequest\x1a\x0e.flo.v1.ApiKey\x12W\n" +
+	"\rGetKeyForAuth\x12'.flo.dispatcher.v1.GetKeyForAuthRequest\x1a\x1d.flo.dispatcher.v1.KeyForAuthBCZAgithub.com/razorbill/flo/proto/gen/flo/dispatcher/v1;dispatcherv1b\x06proto3"
 
 var (
 	file_flo_dispatcher_v1_dispatcher_proto_rawDescOnce sync.Once
@@ -725,7 +877,7 @@ func file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP() []byte {
 	return file_flo_dispatcher_v1_dispatcher_proto_rawDescData
 }
 
-var file_flo_dispatcher_v1_dispatcher_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_flo_dispatcher_v1_dispatcher_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_flo_dispatcher_v1_dispatcher_proto_goTypes = []any{
 	(*EnsureActionsRequest)(nil),       // 0: flo.dispatcher.v1.EnsureActionsRequest
 	(*EnsureActionsResponse)(nil),      // 1: flo.dispatcher.v1.EnsureActionsResponse
@@ -736,78 +888,97 @@ var file_flo_dispatcher_v1_dispatcher_proto_goTypes = []any{
 	(*ReportRequest)(nil),              // 6: flo.dispatcher.v1.ReportRequest
 	(*ReportResponse)(nil),             // 7: flo.dispatcher.v1.ReportResponse
 	(*TouchRequest)(nil),               // 8: flo.dispatcher.v1.TouchRequest
-	nil,                                // 9: flo.dispatcher.v1.Report.TraceContextEntry
-	(*v1.Action)(nil),                  // 10: flo.v1.Action
-	(*v1.TaskAssignment)(nil),          // 11: flo.v1.TaskAssignment
-	(*v1.Completed)(nil),               // 12: flo.v1.Completed
-	(*v1.Failed)(nil),                  // 13: flo.v1.Failed
-	(*v1.Nack)(nil),                    // 14: flo.v1.Nack
-	(*v1.Abandon)(nil),                 // 15: flo.v1.Abandon
-	(*v1.Pending)(nil),                 // 16: flo.v1.Pending
-	(*v1.CreateNamespaceRequest)(nil),  // 17: flo.v1.CreateNamespaceRequest
-	(*v1.GetNamespaceRequest)(nil),     // 18: flo.v1.GetNamespaceRequest
-	(*v1.ListNamespacesRequest)(nil),   // 19: flo.v1.ListNamespacesRequest
-	(*v1.RegisterActionRequest)(nil),   // 20: flo.v1.RegisterActionRequest
-	(*v1.GetActionRequest)(nil),        // 21: flo.v1.GetActionRequest
-	(*v1.ListActionsRequest)(nil),      // 22: flo.v1.ListActionsRequest
-	(*v1.GetTaskRequest)(nil),          // 23: flo.v1.GetTaskRequest
-	(*v1.ListDeadLettersRequest)(nil),  // 24: flo.v1.ListDeadLettersRequest
-	(*v1.CompleteTaskRequest)(nil),     // 25: flo.v1.CompleteTaskRequest
-	(*v1.FailTaskRequest)(nil),         // 26: flo.v1.FailTaskRequest
-	(*v1.Namespace)(nil),               // 27: flo.v1.Namespace
-	(*v1.ListNamespacesResponse)(nil),  // 28: flo.v1.ListNamespacesResponse
-	(*v1.ListActionsResponse)(nil),     // 29: flo.v1.ListActionsResponse
-	(*v1.Task)(nil),                    // 30: flo.v1.Task
-	(*v1.ListDeadLettersResponse)(nil), // 31: flo.v1.ListDeadLettersResponse
-	(*v1.TouchAck)(nil),                // 32: flo.v1.TouchAck
+	(*GetKeyForAuthRequest)(nil),       // 9: flo.dispatcher.v1.GetKeyForAuthRequest
+	(*KeyForAuth)(nil),                 // 10: flo.dispatcher.v1.KeyForAuth
+	nil,                                // 11: flo.dispatcher.v1.Report.TraceContextEntry
+	(*v1.Action)(nil),                  // 12: flo.v1.Action
+	(*v1.TaskAssignment)(nil),          // 13: flo.v1.TaskAssignment
+	(*v1.Completed)(nil),               // 14: flo.v1.Completed
+	(*v1.Failed)(nil),                  // 15: flo.v1.Failed
+	(*v1.Nack)(nil),                    // 16: flo.v1.Nack
+	(*v1.Abandon)(nil),                 // 17: flo.v1.Abandon
+	(*v1.Pending)(nil),                 // 18: flo.v1.Pending
+	(*timestamppb.Timestamp)(nil),      // 19: google.protobuf.Timestamp
+	(*v1.CreateNamespaceRequest)(nil),  // 20: flo.v1.CreateNamespaceRequest
+	(*v1.GetNamespaceRequest)(nil),     // 21: flo.v1.GetNamespaceRequest
+	(*v1.ListNamespacesRequest)(nil),   // 22: flo.v1.ListNamespacesRequest
+	(*v1.RegisterActionRequest)(nil),   // 23: flo.v1.RegisterActionRequest
+	(*v1.GetActionRequest)(nil),        // 24: flo.v1.GetActionRequest
+	(*v1.ListActionsRequest)(nil),      // 25: flo.v1.ListActionsRequest
+	(*v1.GetTaskRequest)(nil),          // 26: flo.v1.GetTaskRequest
+	(*v1.ListDeadLettersRequest)(nil),  // 27: flo.v1.ListDeadLettersRequest
+	(*v1.CompleteTaskRequest)(nil),     // 28: flo.v1.CompleteTaskRequest
+	(*v1.FailTaskRequest)(nil),         // 29: flo.v1.FailTaskRequest
+	(*v1.CreateKeyRequest)(nil),        // 30: flo.v1.CreateKeyRequest
+	(*v1.ListKeysRequest)(nil),         // 31: flo.v1.ListKeysRequest
+	(*v1.RevokeKeyRequest)(nil),        // 32: flo.v1.RevokeKeyRequest
+	(*v1.Namespace)(nil),               // 33: flo.v1.Namespace
+	(*v1.ListNamespacesResponse)(nil),  // 34: flo.v1.ListNamespacesResponse
+	(*v1.ListActionsResponse)(nil),     // 35: flo.v1.ListActionsResponse
+	(*v1.Task)(nil),                    // 36: flo.v1.Task
+	(*v1.ListDeadLettersResponse)(nil), // 37: flo.v1.ListDeadLettersResponse
+	(*v1.TouchAck)(nil),                // 38: flo.v1.TouchAck
+	(*v1.CreateKeyResponse)(nil),       // 39: flo.v1.CreateKeyResponse
+	(*v1.ListKeysResponse)(nil),        // 40: flo.v1.ListKeysResponse
+	(*v1.ApiKey)(nil),                  // 41: flo.v1.ApiKey
 }
 var file_flo_dispatcher_v1_dispatcher_proto_depIdxs = []int32{
-	10, // 0: flo.dispatcher.v1.EnsureActionsResponse.actions:type_name -> flo.v1.Action
-	11, // 1: flo.dispatcher.v1.ClaimResponse.tasks:type_name -> flo.v1.TaskAssignment
-	12, // 2: flo.dispatcher.v1.Report.completed:type_name -> flo.v1.Completed
-	13, // 3: flo.dispatcher.v1.Report.failed:type_name -> flo.v1.Failed
-	14, // 4: flo.dispatcher.v1.Report.nack:type_name -> flo.v1.Nack
-	15, // 5: flo.dispatcher.v1.Report.abandon:type_name -> flo.v1.Abandon
-	16, // 6: flo.dispatcher.v1.Report.pending:type_name -> flo.v1.Pending
-	9,  // 7: flo.dispatcher.v1.Report.trace_context:type_name -> flo.dispatcher.v1.Report.TraceContextEntry
+	12, // 0: flo.dispatcher.v1.EnsureActionsResponse.actions:type_name -> flo.v1.Action
+	13, // 1: flo.dispatcher.v1.ClaimResponse.tasks:type_name -> flo.v1.TaskAssignment
+	14, // 2: flo.dispatcher.v1.Report.completed:type_name -> flo.v1.Completed
+	15, // 3: flo.dispatcher.v1.Report.failed:type_name -> flo.v1.Failed
+	16, // 4: flo.dispatcher.v1.Report.nack:type_name -> flo.v1.Nack
+	17, // 5: flo.dispatcher.v1.Report.abandon:type_name -> flo.v1.Abandon
+	18, // 6: flo.dispatcher.v1.Report.pending:type_name -> flo.v1.Pending
+	11, // 7: flo.dispatcher.v1.Report.trace_context:type_name -> flo.dispatcher.v1.Report.TraceContextEntry
 	5,  // 8: flo.dispatcher.v1.ReportRequest.reports:type_name -> flo.dispatcher.v1.Report
-	17, // 9: flo.dispatcher.v1.Dispatcher.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
-	18, // 10: flo.dispatcher.v1.Dispatcher.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
-	19, // 11: flo.dispatcher.v1.Dispatcher.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
-	20, // 12: flo.dispatcher.v1.Dispatcher.RegisterAction:input_type -> flo.v1.RegisterActionRequest
-	0,  // 13: flo.dispatcher.v1.Dispatcher.EnsureActions:input_type -> flo.dispatcher.v1.EnsureActionsRequest
-	21, // 14: flo.dispatcher.v1.Dispatcher.GetAction:input_type -> flo.v1.GetActionRequest
-	22, // 15: flo.dispatcher.v1.Dispatcher.ListActions:input_type -> flo.v1.ListActionsRequest
-	2,  // 16: flo.dispatcher.v1.Dispatcher.SetActionEnabled:input_type -> flo.dispatcher.v1.SetActionEnabledRequest
-	23, // 17: flo.dispatcher.v1.Dispatcher.GetTask:input_type -> flo.v1.GetTaskRequest
-	24, // 18: flo.dispatcher.v1.Dispatcher.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
-	23, // 19: flo.dispatcher.v1.Dispatcher.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
-	25, // 20: flo.dispatcher.v1.Dispatcher.CompleteTask:input_type -> flo.v1.CompleteTaskRequest
-	26, // 21: flo.dispatcher.v1.Dispatcher.FailTask:input_type -> flo.v1.FailTaskRequest
-	3,  // 22: flo.dispatcher.v1.Dispatcher.Claim:input_type -> flo.dispatcher.v1.ClaimRequest
-	6,  // 23: flo.dispatcher.v1.Dispatcher.Report:input_type -> flo.dispatcher.v1.ReportRequest
-	8,  // 24: flo.dispatcher.v1.Dispatcher.Touch:input_type -> flo.dispatcher.v1.TouchRequest
-	27, // 25: flo.dispatcher.v1.Dispatcher.CreateNamespace:output_type -> flo.v1.Namespace
-	27, // 26: flo.dispatcher.v1.Dispatcher.GetNamespace:output_type -> flo.v1.Namespace
-	28, // 27: flo.dispatcher.v1.Dispatcher.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
-	10, // 28: flo.dispatcher.v1.Dispatcher.RegisterAction:output_type -> flo.v1.Action
-	1,  // 29: flo.dispatcher.v1.Dispatcher.EnsureActions:output_type -> flo.dispatcher.v1.EnsureActionsResponse
-	10, // 30: flo.dispatcher.v1.Dispatcher.GetAction:output_type -> flo.v1.Action
-	29, // 31: flo.dispatcher.v1.Dispatcher.ListActions:output_type -> flo.v1.ListActionsResponse
-	10, // 32: flo.dispatcher.v1.Dispatcher.SetActionEnabled:output_type -> flo.v1.Action
-	30, // 33: flo.dispatcher.v1.Dispatcher.GetTask:output_type -> flo.v1.Task
-	31, // 34: flo.dispatcher.v1.Dispatcher.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
-	30, // 35: flo.dispatcher.v1.Dispatcher.RequeueDeadLetter:output_type -> flo.v1.Task
-	30, // 36: flo.dispatcher.v1.Dispatcher.CompleteTask:output_type -> flo.v1.Task
-	30, // 37: flo.dispatcher.v1.Dispatcher.FailTask:output_type -> flo.v1.Task
-	4,  // 38: flo.dispatcher.v1.Dispatcher.Claim:output_type -> flo.dispatcher.v1.ClaimResponse
-	7,  // 39: flo.dispatcher.v1.Dispatcher.Report:output_type -> flo.dispatcher.v1.ReportResponse
-	32, // 40: flo.dispatcher.v1.Dispatcher.Touch:output_type -> flo.v1.TouchAck
-	25, // [25:41] is the sub-list for method output_type
-	9,  // [9:25] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	19, // 9: flo.dispatcher.v1.KeyForAuth.expires_at:type_name -> google.protobuf.Timestamp
+	19, // 10: flo.dispatcher.v1.KeyForAuth.revoked_at:type_name -> google.protobuf.Timestamp
+	20, // 11: flo.dispatcher.v1.Dispatcher.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
+	21, // 12: flo.dispatcher.v1.Dispatcher.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
+	22, // 13: flo.dispatcher.v1.Dispatcher.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
+	23, // 14: flo.dispatcher.v1.Dispatcher.RegisterAction:input_type -> flo.v1.RegisterActionRequest
+	0,  // 15: flo.dispatcher.v1.Dispatcher.EnsureActions:input_type -> flo.dispatcher.v1.EnsureActionsRequest
+	24, // 16: flo.dispatcher.v1.Dispatcher.GetAction:input_type -> flo.v1.GetActionRequest
+	25, // 17: flo.dispatcher.v1.Dispatcher.ListActions:input_type -> flo.v1.ListActionsRequest
+	2,  // 18: flo.dispatcher.v1.Dispatcher.SetActionEnabled:input_type -> flo.dispatcher.v1.SetActionEnabledRequest
+	26, // 19: flo.dispatcher.v1.Dispatcher.GetTask:input_type -> flo.v1.GetTaskRequest
+	27, // 20: flo.dispatcher.v1.Dispatcher.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
+	26, // 21: flo.dispatcher.v1.Dispatcher.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
+	28, // 22: flo.dispatcher.v1.Dispatcher.CompleteTask:input_type -> flo.v1.CompleteTaskRequest
+	29, // 23: flo.dispatcher.v1.Dispatcher.FailTask:input_type -> flo.v1.FailTaskRequest
+	3,  // 24: flo.dispatcher.v1.Dispatcher.Claim:input_type -> flo.dispatcher.v1.ClaimRequest
+	6,  // 25: flo.dispatcher.v1.Dispatcher.Report:input_type -> flo.dispatcher.v1.ReportRequest
+	8,  // 26: flo.dispatcher.v1.Dispatcher.Touch:input_type -> flo.dispatcher.v1.TouchRequest
+	30, // 27: flo.dispatcher.v1.Dispatcher.CreateKey:input_type -> flo.v1.CreateKeyRequest
+	31, // 28: flo.dispatcher.v1.Dispatcher.ListKeys:input_type -> flo.v1.ListKeysRequest
+	32, // 29: flo.dispatcher.v1.Dispatcher.RevokeKey:input_type -> flo.v1.RevokeKeyRequest
+	9,  // 30: flo.dispatcher.v1.Dispatcher.GetKeyForAuth:input_type -> flo.dispatcher.v1.GetKeyForAuthRequest
+	33, // 31: flo.dispatcher.v1.Dispatcher.CreateNamespace:output_type -> flo.v1.Namespace
+	33, // 32: flo.dispatcher.v1.Dispatcher.GetNamespace:output_type -> flo.v1.Namespace
+	34, // 33: flo.dispatcher.v1.Dispatcher.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
+	12, // 34: flo.dispatcher.v1.Dispatcher.RegisterAction:output_type -> flo.v1.Action
+	1,  // 35: flo.dispatcher.v1.Dispatcher.EnsureActions:output_type -> flo.dispatcher.v1.EnsureActionsResponse
+	12, // 36: flo.dispatcher.v1.Dispatcher.GetAction:output_type -> flo.v1.Action
+	35, // 37: flo.dispatcher.v1.Dispatcher.ListActions:output_type -> flo.v1.ListActionsResponse
+	12, // 38: flo.dispatcher.v1.Dispatcher.SetActionEnabled:output_type -> flo.v1.Action
+	36, // 39: flo.dispatcher.v1.Dispatcher.GetTask:output_type -> flo.v1.Task
+	37, // 40: flo.dispatcher.v1.Dispatcher.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
+	36, // 41: flo.dispatcher.v1.Dispatcher.RequeueDeadLetter:output_type -> flo.v1.Task
+	36, // 42: flo.dispatcher.v1.Dispatcher.CompleteTask:output_type -> flo.v1.Task
+	36, // 43: flo.dispatcher.v1.Dispatcher.FailTask:output_type -> flo.v1.Task
+	4,  // 44: flo.dispatcher.v1.Dispatcher.Claim:output_type -> flo.dispatcher.v1.ClaimResponse
+	7,  // 45: flo.dispatcher.v1.Dispatcher.Report:output_type -> flo.dispatcher.v1.ReportResponse
+	38, // 46: flo.dispatcher.v1.Dispatcher.Touch:output_type -> flo.v1.TouchAck
+	39, // 47: flo.dispatcher.v1.Dispatcher.CreateKey:output_type -> flo.v1.CreateKeyResponse
+	40, // 48: flo.dispatcher.v1.Dispatcher.ListKeys:output_type -> flo.v1.ListKeysResponse
+	41, // 49: flo.dispatcher.v1.Dispatcher.RevokeKey:output_type -> flo.v1.ApiKey
+	10, // 50: flo.dispatcher.v1.Dispatcher.GetKeyForAuth:output_type -> flo.dispatcher.v1.KeyForAuth
+	31, // [31:51] is the sub-list for method output_type
+	11, // [11:31] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_flo_dispatcher_v1_dispatcher_proto_init() }
@@ -828,7 +999,7 @@ func file_flo_dispatcher_v1_dispatcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flo_dispatcher_v1_dispatcher_proto_rawDesc), len(file_flo_dispatcher_v1_dispatcher_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,10 @@ const (
 	Dispatcher_Claim_FullMethodName             = "/flo.dispatcher.v1.Dispatcher/Claim"
 	Dispatcher_Report_FullMethodName            = "/flo.dispatcher.v1.Dispatcher/Report"
 	Dispatcher_Touch_FullMethodName             = "/flo.dispatcher.v1.Dispatcher/Touch"
+	Dispatcher_CreateKey_FullMethodName         = "/flo.dispatcher.v1.Dispatcher/CreateKey"
+	Dispatcher_ListKeys_FullMethodName          = "/flo.dispatcher.v1.Dispatcher/ListKeys"
+	Dispatcher_RevokeKey_FullMethodName         = "/flo.dispatcher.v1.Dispatcher/RevokeKey"
+	Dispatcher_GetKeyForAuth_FullMethodName     = "/flo.dispatcher.v1.Dispatcher/GetKeyForAuth"
 )
 
 // DispatcherClient is the client API for Dispatcher service.
@@ -68,6 +72,12 @@ type DispatcherClient interface {
 	// Report records how attempts ended: completed, failed, nacked or abandoned.
 	Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error)
 	Touch(ctx context.Context, in *TouchRequest, opts ...grpc.CallOption) (*v1.TouchAck, error)
+	CreateKey(ctx context.Context, in *v1.CreateKeyRequest, opts ...grpc.CallOption) (*v1.CreateKeyResponse, error)
+	ListKeys(ctx context.Context, in *v1.ListKeysRequest, opts ...grpc.CallOption) (*v1.ListKeysResponse, error)
+	RevokeKey(ctx context.Context, in *v1.RevokeKeyRequest, opts ...grpc.CallOption) (*v1.ApiKey, error)
+	// GetKeyForAuth returns what a gateway needs to check a key, its secret's
+	// hash included; NotFound when no key has the id.
+	GetKeyForAuth(ctx context.Context, in *GetKeyForAuthRequest, opts ...grpc.CallOption) (*KeyForAuth, error)
 }
 
 type dispatcherClient struct {
@@ -238,6 +248,46 @@ func (c *dispatcherClient) Touch(ctx context.Context, in *TouchRequest, opts ...
 	return out, nil
 }
 
+func (c *dispatcherClient) CreateKey(ctx context.Context, in *v1.CreateKeyRequest, opts ...grpc.CallOption) (*v1.CreateKeyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.CreateKeyResponse)
+	err := c.cc.Invoke(ctx, Dispatcher_CreateKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *dispatcherClient) ListKeys(ctx context.Context, in *v1.ListKeysRequest, opts ...grpc.CallOption) (*v1.ListKeysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.ListKeysResponse)
+	err := c.cc.Invoke(ctx, Dispatcher_ListKeys_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *dispatcherClient) RevokeKey(ctx context.Context, in *v1.RevokeKeyRequest, opts ...grpc.CallOption) (*v1.ApiKey, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.ApiKey)
+	err := c.cc.Invoke(ctx, Dispatcher_RevokeKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *dispatcherClient) GetKeyForAuth(ctx context.Context, in *GetKeyForAuthRequest, opts ...grpc.CallOption) (*KeyForAuth, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KeyForAuth)
+	err := c.cc.Invoke(ctx, Dispatcher_GetKeyForAuth_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DispatcherServer is the server API for Dispatcher service.
 // All implementations must embed UnimplementedDispatcherServer
 // for forward compatibility.
@@ -266,6 +316,12 @@ type DispatcherServer interface {
 	// Report records how attempts ended: completed, failed, nacked or abandoned.
 	Report(context.Context, *ReportRequest) (*ReportResponse, error)
 	Touch(context.Context, *TouchRequest) (*v1.TouchAck, error)
+	CreateKey(context.Context, *v1.CreateKeyRequest) (*v1.CreateKeyResponse, error)
+	ListKeys(context.Context, *v1.ListKeysRequest) (*v1.ListKeysResponse, error)
+	RevokeKey(context.Context, *v1.RevokeKeyRequest) (*v1.ApiKey, error)
+	// GetKeyForAuth returns what a gateway needs to check a key, its secret's
+	// hash included; NotFound when no key has the id.
+	GetKeyForAuth(context.Context, *GetKeyForAuthRequest) (*KeyForAuth, error)
 	mustEmbedUnimplementedDispatcherServer()
 }
 
@@ -323,6 +379,18 @@ func (UnimplementedDispatcherServer) Report(context.Context, *ReportRequest) (*R
 }
 func (UnimplementedDispatcherServer) Touch(context.Context, *TouchRequest) (*v1.TouchAck, error) {
 	return nil, status.Error(codes.Unimplemented, "method Touch not implemented")
+}
+func (UnimplementedDispatcherServer) CreateKey(context.Context, *v1.CreateKeyRequest) (*v1.CreateKeyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateKey not implemented")
+}
+func (UnimplementedDispatcherServer) ListKeys(context.Context, *v1.ListKeysRequest) (*v1.ListKeysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListKeys not implemented")
+}
+func (UnimplementedDispatcherServer) RevokeKey(context.Context, *v1.RevokeKeyRequest) (*v1.ApiKey, error) {
+	return nil, status.Error(codes.Unimplemented, "method RevokeKey not implemented")
+}
+func (UnimplementedDispatcherServer) GetKeyForAuth(context.Context, *GetKeyForAuthRequest) (*KeyForAuth, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetKeyForAuth not implemented")
 }
 func (UnimplementedDispatcherServer) mustEmbedUnimplementedDispatcherServer() {}
 func (UnimplementedDispatcherServer) testEmbeddedByValue()                    {}
@@ -633,6 +701,78 @@ func _Dispatcher_Touch_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Dispatcher_CreateKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(v1.CreateKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DispatcherServer).CreateKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Dispatcher_CreateKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DispatcherServer).CreateKey(ctx, req.(*v1.CreateKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Dispatcher_ListKeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(v1.ListKeysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DispatcherServer).ListKeys(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Dispatcher_ListKeys_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DispatcherServer).ListKeys(ctx, req.(*v1.ListKeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Dispatcher_RevokeKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(v1.RevokeKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DispatcherServer).RevokeKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Dispatcher_RevokeKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DispatcherServer).RevokeKey(ctx, req.(*v1.RevokeKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Dispatcher_GetKeyForAuth_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetKeyForAuthRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DispatcherServer).GetKeyForAuth(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Dispatcher_GetKeyForAuth_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DispatcherServer).GetKeyForAuth(ctx, req.(*GetKeyForAuthRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Dispatcher_ServiceDesc is the grpc.ServiceDesc for Dispatcher service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -703,6 +843,22 @@ var Dispatcher_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Touch",
 			Handler:    _Dispatcher_Touch_Handler,
+		},
+		{
+			MethodName: "CreateKey",
+			Handler:    _Dispatcher_CreateKey_Handler,
+		},
+		{
+			MethodName: "ListKeys",
+			Handler:    _Dispatcher_ListKeys_Handler,
+		},
+		{
+			MethodName: "RevokeKey",
+			Handler:    _Dispatcher_RevokeKey_Handler,
+		},
+		{
+			MethodName: "GetKeyForAuth",
+			Handler:    _Dispatcher_GetKeyForAuth_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
