@@ -1,7 +1,6 @@
 package devstack_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -45,7 +44,7 @@ func invokeREST(t *testing.T, httpAddr, ns, action string, input any) string {
 	body, err := json.Marshal(map[string]any{"input": input})
 	require.NoError(t, err)
 	url := fmt.Sprintf("http://%s/v1/namespaces/%s/actions/%s/invoke", httpAddr, ns, action)
-	resp, err := http.Post(url, "application/json", bytes.NewReader(body))
+	resp, err := restCall(http.MethodPost, url, body)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -102,7 +101,7 @@ func TestQuickStartWorkerCompletesTasksFromRESTAndSDK(t *testing.T) {
 	require.Equal(t, flo.TaskCompleted, task.Status)
 	require.JSONEq(t, `{"status":"done"}`, string(task.Result))
 
-	resp, err := http.Get(fmt.Sprintf("http://%s/v1/namespaces/myapp/tasks/%s", e.stack.GatewayHTTPAddr(), ids[1]))
+	resp, err := restCall(http.MethodGet, fmt.Sprintf("http://%s/v1/namespaces/myapp/tasks/%s", e.stack.GatewayHTTPAddr(), ids[1]), nil)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -243,7 +242,7 @@ func TestKilledWorkerTaskIsRedeliveredAfterLeaseExpiry(t *testing.T) {
 	started := make(chan struct{})
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
-	doomed := flo.NewClient(e.stack.GatewayGRPCAddr())
+	doomed := flo.NewClient(e.stack.GatewayGRPCAddr(), flo.WithToken(testAdminToken))
 	require.NoError(t, doomed.Connect())
 	w, err := doomed.NewActionWorker(flo.ActionWorkerOptions{Concurrency: 1, ActionTimeout: time.Minute})
 	require.NoError(t, err)

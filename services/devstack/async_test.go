@@ -1,7 +1,6 @@
 package devstack_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -121,7 +120,7 @@ func postJSONAsync(url string, body any) (int, map[string]any) {
 	if err != nil {
 		return 0, map[string]any{"error": err.Error()}
 	}
-	resp, err := http.Post(url, "application/json", bytes.NewReader(data))
+	resp, err := restCall(http.MethodPost, url, data)
 	if err != nil {
 		return 0, map[string]any{"error": err.Error()}
 	}

@@ -1,7 +1,6 @@
 package devstack_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -54,7 +53,7 @@ func postJSON(t *testing.T, e *env, path string, body any) (int, map[string]any)
 	t.Helper()
 	data, err := json.Marshal(body)
 	require.NoError(t, err)
-	resp, err := http.Post("http://"+e.stack.GatewayHTTPAddr()+path, "application/json", bytes.NewReader(data))
+	resp, err := restCall(http.MethodPost, "http://"+e.stack.GatewayHTTPAddr()+path, data)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	var out map[string]any

@@ -44,8 +44,14 @@ type Config struct {
 	// Partitions is the partition count of the topics the services create.
 	Partitions int32 `env:"FLO_KAFKA_PARTITIONS, default=8"`
 
-	GatewayGRPCAddr    string `env:"FLO_GATEWAY_GRPC_ADDR, default=:9000"`
-	GatewayHTTPAddr    string `env:"FLO_GATEWAY_HTTP_ADDR, default=:8080"`
+	// AdminToken is the admin key of the gateway; empty reads it from (or
+	// makes it in) DataDir/admin-token.
+	AdminToken string `env:"FLO_ADMIN_TOKEN"`
+
+	// The public ports listen on loopback: a laptop's stack is not for the
+	// network unless these say so.
+	GatewayGRPCAddr    string `env:"FLO_GATEWAY_GRPC_ADDR, default=127.0.0.1:9000"`
+	GatewayHTTPAddr    string `env:"FLO_GATEWAY_HTTP_ADDR, default=127.0.0.1:8080"`
 	DispatcherGRPCAddr string `env:"FLO_DISPATCHER_GRPC_ADDR, default=127.0.0.1:9101"`
 	DispatcherHTTPAddr string `env:"FLO_DISPATCHER_HTTP_ADDR, default=127.0.0.1:9111"`
 	RegistryGRPCAddr   string `env:"FLO_REGISTRY_GRPC_ADDR, default=127.0.0.1:9102"`
@@ -116,6 +122,7 @@ type Stack struct {
 	telemetry *telemetry.Telemetry
 	dbURL     string
 	kafka     []string
+	admin     string
 
 	mu       sync.Mutex
 	services map[string]*running
@@ -147,6 +154,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*
 		return nil, fmt.Errorf("set up telemetry: %w", err)
 	}
 	s.telemetry = tel
+	if s.admin, err = resolveAdminToken(cfg); err != nil {
+		s.Stop()
+		return nil, err
+	}
 	if err := s.startInfra(ctx); err != nil {
 		s.Stop()
 		return nil, err
@@ -393,6 +404,9 @@ func (s *Stack) GatewayGRPCAddr() string { return s.gateway.GRPCAddr() }
 
 // GatewayHTTPAddr is where the REST facade listens.
 func (s *Stack) GatewayHTTPAddr() string { return s.gateway.HTTPAddr() }
+
+// AdminToken is the gateway's admin key: clients send it as their token.
+func (s *Stack) AdminToken() string { return s.admin }
 
 // DatabaseURL is the Postgres the services use.
 func (s *Stack) DatabaseURL() string { return s.dbURL }

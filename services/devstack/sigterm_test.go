@@ -255,6 +255,7 @@ func startProcessPlatform(t *testing.T) *processPlatform {
 		"FLO_BOOTSTRAP_NAMESPACES=default",
 		"FLO_LEASE_CHECK_INTERVAL=100ms",
 		"FLO_MAX_PAYLOAD_BYTES=65536",
+		"FLO_ADMIN_TOKEN=" + testAdminToken,
 	}
 	pl := &processPlatform{procs: map[string]*proc{}, brokers: broker.Addrs(), env: &env{db: openPool(t, dbURL)}}
 	// services lists the gateway last: it is started once the others have
@@ -304,7 +305,7 @@ func (pl *processPlatform) client(t *testing.T) *flo.Client { return connect(t, 
 // connect connects an SDK client to the gateway at addr until the test ends.
 func connect(t *testing.T, addr string) *flo.Client {
 	t.Helper()
-	c := flo.NewClient(addr)
+	c := flo.NewClient(addr, flo.WithToken(testAdminToken))
 	require.NoError(t, c.Connect())
 	t.Cleanup(func() { c.Close() })
 	return c

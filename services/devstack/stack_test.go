@@ -1,10 +1,13 @@
 package devstack_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"testing"
 	"time"
@@ -21,7 +24,16 @@ import (
 	"github.com/razorbill/flo/services/devstack"
 )
 
-func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
+// testAdminToken is the admin key of every stack these tests start. TestMain
+// hands it to the SDK and the CLI as FLO_TOKEN, as a user's shell would.
+const testAdminToken = "flo_admin_devstack-test-token"
+
+func TestMain(m *testing.M) {
+	if err := os.Setenv("FLO_TOKEN", testAdminToken); err != nil {
+		panic(err)
+	}
+	os.Exit(harness.Main(m))
+}
 
 // env is one test's platform: its own database and broker, every service.
 type env struct {
@@ -54,6 +66,7 @@ func newEnvWith(t *testing.T, adjust func(cfg *devstack.Config), opts ...devstac
 		HeartbeatTimeout:    90 * time.Second,
 		HealthCheckInterval: time.Second,
 		MaxPayloadBytes:     64 << 10,
+		AdminToken:          testAdminToken,
 	}
 	cfg.OnEphemeralPorts()
 	if adjust != nil {
@@ -67,10 +80,21 @@ func newEnvWith(t *testing.T, adjust func(cfg *devstack.Config), opts ...devstac
 	return &env{stack: stack, broker: broker, db: openPool(t, dbURL)}
 }
 
-// dial opens a raw gRPC connection, for calls the SDK does not make.
+// bearer sends the test admin key with every call of a raw connection.
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+func (bearer) RequireTransportSecurity() bool { return false }
+
+// dial opens a raw gRPC connection carrying the test admin key, for calls the
+// SDK does not make.
 func dial(t *testing.T, addr string) *grpc.ClientConn {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(bearer(testAdminToken)))
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
 	return conn
@@ -89,7 +113,7 @@ func openPool(t *testing.T, url string) *pgxpool.Pool {
 // client connects an SDK client to the gateway.
 func (e *env) client(t *testing.T, ns string) *flo.Client {
 	t.Helper()
-	c := flo.NewClient(e.stack.GatewayGRPCAddr(), flo.WithNamespace(ns))
+	c := flo.NewClient(e.stack.GatewayGRPCAddr(), flo.WithNamespace(ns), flo.WithToken(testAdminToken))
 	require.NoError(t, c.Connect())
 	t.Cleanup(func() { c.Close() })
 	return c
@@ -152,4 +176,22 @@ func (e *env) countByState(t *testing.T, ns string) map[string]int {
 	}
 	require.NoError(t, rows.Err())
 	return out
+}
+
+// restCall calls the gateway's REST facade at url as the test admin: with
+// the key, and body (when not nil) as JSON.
+func restCall(method, url string, body []byte) (*http.Response, error) {
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, r)
+	if err != nil {
+		return nil, fmt.Errorf("REST request: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return http.DefaultClient.Do(req)
 }

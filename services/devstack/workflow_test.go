@@ -343,7 +343,7 @@ func testProcessOrderE2E(t *testing.T, e *env, c *flo.Client, s *shop) {
 	), runHistory(t, c, id))
 
 	// The REST facade shows the same run.
-	resp, err := http.Get(fmt.Sprintf("http://%s/v1/namespaces/default/runs/%s", e.stack.GatewayHTTPAddr(), id))
+	resp, err := restCall(http.MethodGet, fmt.Sprintf("http://%s/v1/namespaces/default/runs/%s", e.stack.GatewayHTTPAddr(), id), nil)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)

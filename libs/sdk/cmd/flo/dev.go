@@ -24,10 +24,13 @@ func newDevCmd() *cobra.Command {
 		Short: "Run the whole platform in the foreground (embedded broker and Postgres unless configured)",
 		Long: `Runs the broker, Postgres and every service in this process.
 
-With no FLO_KAFKA_BROKERS an embedded Kafka-protocol broker listens on :9092; with no
+With no FLO_KAFKA_BROKERS an embedded Kafka-protocol broker listens on 127.0.0.1:9092; with no
 FLO_DATABASE_URL a private Postgres from the local installation listens on 127.0.0.1:5433.
 Both keep their data under --data-dir (default .flo), so a restart finds everything again.
-Ctrl-C stops everything cleanly.`,
+The gateway listens on 127.0.0.1:9000 (gRPC) and 127.0.0.1:8080 (REST) unless
+FLO_GATEWAY_GRPC_ADDR / FLO_GATEWAY_HTTP_ADDR say otherwise, and every call needs a key:
+the admin key is FLO_ADMIN_TOKEN, else the one kept in <data-dir>/admin-token (made on first
+start). Ctrl-C stops everything cleanly.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -70,9 +73,13 @@ func runDev(ctx context.Context, dataDir string, dataDirSet bool) error {
   health                   http://%s/readyz
   Kafka-protocol broker    %v
   Postgres                 %s
+  admin key                %s
+
+Clients and the CLI take the key from FLO_TOKEN:
+  export FLO_TOKEN=%s
 Press ctrl-C to stop.
 `, stack.GatewayGRPCAddr(), stack.GatewayHTTPAddr(), stack.GatewayHTTPAddr(), stack.GatewayHTTPAddr(),
-		stack.KafkaBrokers(), redactPassword(stack.DatabaseURL()))
+		stack.KafkaBrokers(), redactPassword(stack.DatabaseURL()), stack.AdminToken(), stack.AdminToken())
 	select {
 	case <-ctx.Done():
 		fmt.Println("stopping...")

@@ -24,7 +24,16 @@ import (
 // The workflow tests run the CLI and the SDK against the whole platform: real Postgres, a
 // Kafka-protocol broker and every service, with an SDK ActionWorker running the actions.
 
-func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
+// testAdminToken is the admin key of the stacks these tests start. TestMain
+// hands it to the command line and the SDK as FLO_TOKEN, as a user's shell would.
+const testAdminToken = "flo_admin_cli-test-token"
+
+func TestMain(m *testing.M) {
+	if err := os.Setenv("FLO_TOKEN", testAdminToken); err != nil {
+		panic(err)
+	}
+	os.Exit(harness.Main(m))
+}
 
 // orderYAML validates an order, then charges it with a mapped input.
 const orderYAML = `kind: Workflow
@@ -120,6 +129,7 @@ func startWorkflowStack(t *testing.T) *workflowStack {
 		HeartbeatTimeout:    90 * time.Second,
 		HealthCheckInterval: time.Second,
 		MaxPayloadBytes:     64 << 10,
+		AdminToken:          testAdminToken,
 	}
 	cfg.OnEphemeralPorts()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -132,7 +142,7 @@ func startWorkflowStack(t *testing.T) *workflowStack {
 	require.NoError(t, err)
 	t.Cleanup(stack.Stop)
 
-	s := &workflowStack{addr: stack.GatewayGRPCAddr(), client: flo.NewClient(stack.GatewayGRPCAddr(), flo.WithNamespace("myapp"))}
+	s := &workflowStack{addr: stack.GatewayGRPCAddr(), client: flo.NewClient(stack.GatewayGRPCAddr(), flo.WithNamespace("myapp"), flo.WithToken(testAdminToken))}
 	require.NoError(t, s.client.Connect())
 	t.Cleanup(func() { _ = s.client.Close() })
 	s.serveActions(t, log)

@@ -44,6 +44,8 @@ const namespace = "bench"
 
 type options struct {
 	mode string
+	// token is the key the bench's clients and workers send.
+	token string
 
 	// Shared by the modes.
 	fsync       bool
@@ -73,6 +75,8 @@ type options struct {
 func main() {
 	var o options
 	flag.StringVar(&o.mode, "mode", "actions", "what to measure: actions, streams, workflows or plans")
+	flag.StringVar(&o.token, "token", "", "the key clients and workers send (FLO_TOKEN); it is also the started stack's admin key "+
+		"unless FLO_ADMIN_TOKEN is set; empty uses the stack's own admin key")
 	flag.BoolVar(&o.fsync, "fsync", true, "run the private Postgres with fsync on, as a deployment would")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase (every service runs in this process) to this file")
 	flag.IntVar(&o.batch, "batch", 0, "actions: invoke through InvokeMany with this many tasks per call (0: one unary Invoke per task); "+
@@ -118,7 +122,7 @@ func main() {
 }
 
 func run(ctx context.Context, o options, bench func(context.Context, *platform, options) error) error {
-	p, err := startPlatform(ctx, o.fsync)
+	p, err := startPlatform(ctx, o.fsync, o.token)
 	if err != nil {
 		return err
 	}
@@ -131,6 +135,8 @@ func run(ctx context.Context, o options, bench func(context.Context, *platform, 
 type platform struct {
 	stack  *devstack.Stack
 	client *flo.Client
+	// token is the key every client of the bench sends.
+	token string
 	// log takes warnings and errors of the services and the SDK workers.
 	log *slog.Logger
 
@@ -142,8 +148,9 @@ type platform struct {
 }
 
 // startPlatform starts the stack with the defaults of `flo dev`, on private
-// ports and a private data dir, and connects a client in the bench namespace.
-func startPlatform(ctx context.Context, fsync bool) (_ *platform, err error) {
+// ports and a private data dir, and connects a client in the bench namespace
+// carrying token (FLO_TOKEN when empty, else the stack's admin key).
+func startPlatform(ctx context.Context, fsync bool, token string) (_ *platform, err error) {
 	p := &platform{log: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	p.workerCtx, p.stopWorkers = context.WithCancel(context.Background())
 	defer func() {
@@ -170,8 +177,26 @@ func startPlatform(ctx context.Context, fsync bool) (_ *platform, err error) {
 	cfg.OnEphemeralPorts()
 	cfg.Namespaces = []string{namespace}
 	cfg.PostgresFsync = fsync
+	if token == "" {
+		var env struct {
+			Token string `env:"FLO_TOKEN"`
+		}
+		if err := config.Load(ctx, &env); err != nil {
+			return nil, fmt.Errorf("load configuration: %w", err)
+		}
+		token = env.Token
+	}
+	// The bench's stack is its own: a key the caller brings is its admin
+	// key, unless FLO_ADMIN_TOKEN names one.
+	if cfg.AdminToken == "" {
+		cfg.AdminToken = token
+	}
 	if p.stack, err = devstack.Start(ctx, cfg, p.log); err != nil {
 		return nil, err
+	}
+	p.token = p.stack.AdminToken()
+	if token != "" {
+		p.token = token
 	}
 	p.cleanup = append(p.cleanup, p.stack.Stop)
 	if p.client, err = p.connect(); err != nil {
@@ -183,7 +208,7 @@ func startPlatform(ctx context.Context, fsync bool) (_ *platform, err error) {
 // connect returns a new client of the gateway, closed with the platform: each
 // worker gets its own, as separate worker processes would.
 func (p *platform) connect() (*flo.Client, error) {
-	c := flo.NewClient(p.stack.GatewayGRPCAddr(), flo.WithNamespace(namespace))
+	c := flo.NewClient(p.stack.GatewayGRPCAddr(), flo.WithNamespace(namespace), flo.WithToken(p.token))
 	if err := c.Connect(); err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
