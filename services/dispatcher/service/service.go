@@ -28,6 +28,7 @@ import (
 	"github.com/razorbill/flo/libs/stage"
 	"github.com/razorbill/flo/libs/telemetry"
 	"github.com/razorbill/flo/libs/wake"
+	"github.com/razorbill/flo/services/dispatcher/internal/apikey"
 	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
 	"github.com/razorbill/flo/services/dispatcher/internal/claim"
 	"github.com/razorbill/flo/services/dispatcher/internal/completion"
@@ -181,7 +182,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 
 	s.grpcServer = grpcapi.NewGRPCServer(grpcapi.Deps{
 		Catalog: cat, Claimer: s.claimer, Reporter: s.reporter, Leases: s.leases,
-		Queue: queue.New(s.pool, cat, s.hub, s.relay), Completions: s.done, Log: log,
+		Queue: queue.New(s.pool, cat, s.hub, s.relay), Completions: s.done, Keys: apikey.New(s.pool, cat), Log: log,
 	})
 	if s.grpcLis, s.httpLis, err = stage.Listen(cfg.GRPCAddr, cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/razorbill/flo/libs/page"
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
+	"github.com/razorbill/flo/services/dispatcher/internal/apikey"
 	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
 	"github.com/razorbill/flo/services/dispatcher/internal/claim"
 	"github.com/razorbill/flo/services/dispatcher/internal/completion"
@@ -35,7 +36,9 @@ type Deps struct {
 	Queue    *queue.Queue
 	// Completions finishes waiting tasks by completion token.
 	Completions *completion.Completions
-	Log         *slog.Logger
+	// Keys makes, lists, revokes and reads API keys.
+	Keys *apikey.Keys
+	Log  *slog.Logger
 }
 
 // Server implements dispatcherv1.DispatcherServer.

@@ -47,6 +47,7 @@ type Services struct {
 	Workers    flov1.WorkerRegistryServiceServer
 	Streams    flov1.StreamServiceServer
 	Workflows  flov1.WorkflowServiceServer
+	Keys       flov1.KeyServiceServer
 }
 
 // NewHandler returns the gateway's HTTP handler.
@@ -80,6 +81,9 @@ func NewHandler(ctx context.Context, svc Services, opts Options) (http.Handler, 
 	}
 	if err := flov1.RegisterWorkflowServiceHandlerServer(ctx, gw, svc.Workflows); err != nil {
 		return nil, fmt.Errorf("register workflow REST handlers: %w", err)
+	}
+	if err := flov1.RegisterKeyServiceHandlerServer(ctx, gw, svc.Keys); err != nil {
+		return nil, fmt.Errorf("register key REST handlers: %w", err)
 	}
 
 	mux := http.NewServeMux()
