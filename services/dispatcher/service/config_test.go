@@ -18,13 +18,14 @@ func TestConfigFromEnvironment(t *testing.T) {
 	var cfg service.Config
 	require.NoError(t, config.Load(t.Context(), &cfg))
 	require.Equal(t, service.Config{
-		GRPCAddr:            ":9101",
-		HTTPAddr:            ":9111",
-		BootstrapNamespaces: []string{"default", "payments"},
-		LeaseCheckInterval:  250 * time.Millisecond,
-		MaxPayloadBytes:     config.DefaultMaxPayloadBytes,
-		Postgres:            config.Postgres{URL: "postgres://db/flo", MaxConns: 16},
-		Kafka:               config.Kafka{Brokers: []string{"k1:9092", "k2:9092"}, Partitions: 8},
+		GRPCAddr:               ":9101",
+		HTTPAddr:               ":9111",
+		BootstrapNamespaces:    []string{"default", "payments"},
+		LeaseCheckInterval:     250 * time.Millisecond,
+		MaxPayloadBytes:        config.DefaultMaxPayloadBytes,
+		MaxActionsPerNamespace: 10000,
+		Postgres:               config.Postgres{URL: "postgres://db/flo", MaxConns: 16},
+		Kafka:                  config.Kafka{Brokers: []string{"k1:9092", "k2:9092"}, Partitions: 8},
 	}, cfg)
 }
 

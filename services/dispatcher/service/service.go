@@ -64,9 +64,12 @@ type Config struct {
 	// results task events carry; the producer is sized for it. Zero means
 	// the default.
 	MaxPayloadBytes int `env:"FLO_MAX_PAYLOAD_BYTES, default=1048576"`
-	Postgres        config.Postgres
-	Kafka           config.Kafka
-	Shutdown        config.Shutdown
+	// MaxActionsPerNamespace refuses registering a new action past this
+	// many in a namespace. Zero means the default.
+	MaxActionsPerNamespace int `env:"FLO_MAX_ACTIONS_PER_NAMESPACE, default=10000"`
+	Postgres               config.Postgres
+	Kafka                  config.Kafka
+	Shutdown               config.Shutdown
 }
 
 // Option adjusts a Service.
@@ -139,7 +142,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	if s.pool, err = pg.Open(ctx, cfg.Postgres.URL, Schema, cfg.Postgres.MaxConns, migrations.FS, log); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
-	cat := catalog.New(s.pool)
+	cat := catalog.New(s.pool, cfg.MaxActionsPerNamespace)
 	if err = cat.Bootstrap(ctx, trimNames(cfg.BootstrapNamespaces)); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}

@@ -4,6 +4,7 @@
 package catalog
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/razorbill/flo/libs/fault"
 	"github.com/razorbill/flo/libs/page"
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/text"
@@ -26,10 +28,15 @@ const cacheTTL = 30 * time.Second
 // cacheLimit bounds the cache; past it the cache starts over.
 const cacheLimit = 10000
 
+// DefaultMaxActions is how many actions a namespace may hold unless
+// FLO_MAX_ACTIONS_PER_NAMESPACE says otherwise.
+const DefaultMaxActions = 10000
+
 // Catalog is the namespaces-and-actions domain.
 type Catalog struct {
-	pool *pgxpool.Pool
-	now  func() time.Time
+	pool       *pgxpool.Pool
+	now        func() time.Time
+	maxActions int
 
 	mu      sync.Mutex
 	actions map[string]cachedAction
@@ -46,9 +53,11 @@ type cachedAction struct {
 	loadedAt time.Time
 }
 
-// New returns a Catalog on pool.
-func New(pool *pgxpool.Pool) *Catalog {
-	return &Catalog{pool: pool, now: time.Now, actions: map[string]cachedAction{}, namespaces: map[string]bool{}}
+// New returns a Catalog on pool that admits at most maxActions actions per
+// namespace (DefaultMaxActions when zero).
+func New(pool *pgxpool.Pool, maxActions int) *Catalog {
+	return &Catalog{pool: pool, now: time.Now, maxActions: cmp.Or(maxActions, DefaultMaxActions),
+		actions: map[string]cachedAction{}, namespaces: map[string]bool{}}
 }
 
 // Bootstrap creates the given namespaces if they are missing.
@@ -144,6 +153,9 @@ func (c *Catalog) Register(ctx context.Context, namespace, name string, spec Spe
 		if err := c.checkNamespace(ctx, tx, namespace); err != nil {
 			return err
 		}
+		if err := c.admit(ctx, tx, namespace, []string{name}); err != nil {
+			return err
+		}
 		var err error
 		if a, err = store.UpsertAction(ctx, tx, namespace, name, settings); err != nil {
 			return err
@@ -170,6 +182,9 @@ func (c *Catalog) Ensure(ctx context.Context, namespace string, names []string) 
 	var all []store.Action
 	err := pg.InTx(ctx, c.pool, func(tx pgx.Tx) error {
 		if err := c.checkNamespace(ctx, tx, namespace); err != nil {
+			return err
+		}
+		if err := c.admit(ctx, tx, namespace, names); err != nil {
 			return err
 		}
 		created, err := store.EnsureActions(ctx, tx, namespace, names, DefaultSettings())
@@ -203,6 +218,24 @@ func (c *Catalog) Ensure(ctx context.Context, namespace string, names []string) 
 		out = append(out, byName[n])
 	}
 	return out, nil
+}
+
+// admit refuses names (distinct) that would take namespace past its action
+// limit; names that exist already take no room. It locks the namespace's
+// actions until tx ends, so registrations racing for the last places cannot
+// both get one.
+func (c *Catalog) admit(ctx context.Context, tx pgx.Tx, namespace string, names []string) error {
+	if err := pg.LockXact(ctx, tx, "flo.dispatcher.actions/"+namespace); err != nil {
+		return err
+	}
+	total, existing, err := store.CountActions(ctx, tx, namespace, names)
+	if err != nil {
+		return err
+	}
+	if added := len(names) - existing; added > 0 && total+added > c.maxActions {
+		return fault.Exhaustedf("namespace %s has %d actions, the limit is %d (FLO_MAX_ACTIONS_PER_NAMESPACE)", namespace, total, c.maxActions)
+	}
+	return nil
 }
 
 // Get reads one action.

@@ -108,6 +108,16 @@ RETURNING `+actionColumns,
 	return created, nil
 }
 
+// CountActions counts a namespace's actions and how many of names are among them.
+func CountActions(ctx context.Context, db DB, namespace string, names []string) (total, existing int, err error) {
+	err = db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE name = ANY($2::text[])) FROM actions WHERE namespace = $1`,
+		namespace, names).Scan(&total, &existing)
+	if err != nil {
+		return 0, 0, fmt.Errorf("count actions in %s: %w", namespace, err)
+	}
+	return total, existing, nil
+}
+
 // GetAction reads one action; pg.ErrNotFound when it does not exist.
 func GetAction(ctx context.Context, db DB, namespace, name string) (Action, error) {
 	a, err := scanAction(db.QueryRow(ctx, `SELECT `+actionColumns+` FROM actions WHERE namespace = $1 AND name = $2`, namespace, name))
