@@ -10,15 +10,25 @@ import (
 	"log/slog"
 	"time"
 
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/razorbill/flo/libs/fault"
 )
+
+// NewInternal returns the gRPC server of a service's internal port. It
+// continues the caller's trace with otelgrpc, as the gateway's public server
+// does, so one approach traces every hop; and ErrorInterceptor, with mapErr,
+// turns a unary handler's error into a status. opts add the service's own
+// settings.
+func NewInternal(log *slog.Logger, mapErr func(error) error, opts ...grpc.ServerOption) *grpc.Server {
+	return grpc.NewServer(append([]grpc.ServerOption{
+		grpc.StatsHandler(otelgrpc.NewServerHandler()),
+		grpc.ChainUnaryInterceptor(ErrorInterceptor(log, mapErr)),
+	}, opts...)...)
+}
 
 // Stop lets in-flight calls finish, up to timeout, then cancels the ones
 // still running. It returns once srv has stopped.
@@ -84,44 +94,4 @@ func toStatus(ctx context.Context, log *slog.Logger, method string, err error, m
 	}
 	log.ErrorContext(ctx, "request failed", "method", method, "error", err)
 	return status.Error(codes.Internal, "internal error")
-}
-
-var tracer = otel.Tracer("github.com/razorbill/flo/libs/grpcserver")
-
-// TraceInterceptor continues the caller's trace from the W3C headers in the
-// request metadata, so a service's spans, logs and the records it writes join
-// the gateway's trace.
-func TraceInterceptor() grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if md, ok := metadata.FromIncomingContext(ctx); ok {
-			ctx = otel.GetTextMapPropagator().Extract(ctx, metadataCarrier(md))
-		}
-		ctx, span := tracer.Start(ctx, info.FullMethod, trace.WithSpanKind(trace.SpanKindServer))
-		defer span.End()
-		resp, err := handler(ctx, req)
-		if err != nil {
-			span.RecordError(err)
-		}
-		return resp, err
-	}
-}
-
-// metadataCarrier adapts gRPC metadata to a propagation.TextMapCarrier.
-type metadataCarrier metadata.MD
-
-func (c metadataCarrier) Get(key string) string {
-	if v := metadata.MD(c).Get(key); len(v) > 0 {
-		return v[0]
-	}
-	return ""
-}
-
-func (c metadataCarrier) Set(key, value string) { metadata.MD(c).Set(key, value) }
-
-func (c metadataCarrier) Keys() []string {
-	keys := make([]string, 0, len(c))
-	for k := range c {
-		keys = append(keys, k)
-	}
-	return keys
 }

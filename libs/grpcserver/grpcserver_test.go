@@ -84,33 +84,42 @@ func fails(err error) grpc.UnaryHandler {
 	return func(context.Context, any) (any, error) { return nil, err }
 }
 
-func TestTraceInterceptorContinuesCallersTrace(t *testing.T) {
+func TestNewInternalContinuesCallersTrace(t *testing.T) {
 	otel.SetTextMapPropagator(propagation.TraceContext{})
 	caller := trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID:    trace.TraceID{0xaa, 1},
 		SpanID:     trace.SpanID{0xbb, 2},
 		TraceFlags: trace.FlagsSampled,
 	})
-	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(
-		"traceparent", "00-"+caller.TraceID().String()+"-"+caller.SpanID().String()+"-01"))
-	var got trace.SpanContext
-	_, err := grpcserver.TraceInterceptor()(ctx, "req", &grpc.UnaryServerInfo{FullMethod: "/test/Call"},
-		func(ctx context.Context, _ any) (any, error) {
-			got = trace.SpanContextFromContext(ctx)
-			return nil, nil
-		})
-	require.NoError(t, err)
-	require.Equal(t, caller.TraceID(), got.TraceID())
+	got := make(chan trace.SpanContext, 1)
+	srv := grpcserver.NewInternal(quiet, nil, grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
+		got <- trace.SpanContextFromContext(stream.Context())
+		if err := stream.RecvMsg(&healthpb.HealthCheckRequest{}); err != nil {
+			return err
+		}
+		return stream.SendMsg(&healthpb.HealthCheckResponse{})
+	}))
+	conn := start(t, srv)
+	ctx := metadata.AppendToOutgoingContext(context.Background(),
+		"traceparent", "00-"+caller.TraceID().String()+"-"+caller.SpanID().String()+"-01")
+	require.NoError(t, conn.Invoke(ctx, "/test.Service/Call", &healthpb.HealthCheckRequest{}, &healthpb.HealthCheckResponse{}))
+	require.Equal(t, caller.TraceID(), (<-got).TraceID())
 }
 
 // serve runs a gRPC server with the health service on loopback and returns
 // a client of it.
 func serve(t *testing.T) (*grpc.Server, healthpb.HealthClient) {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
 	srv := grpc.NewServer()
 	healthpb.RegisterHealthServer(srv, health.NewServer())
+	return srv, healthpb.NewHealthClient(start(t, srv))
+}
+
+// start serves srv on loopback and returns a client connection to it.
+func start(t *testing.T, srv *grpc.Server) *grpc.ClientConn {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 	t.Cleanup(func() {
@@ -120,7 +129,7 @@ func serve(t *testing.T) (*grpc.Server, healthpb.HealthClient) {
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	return srv, healthpb.NewHealthClient(conn)
+	return conn
 }
 
 func TestStopWithoutCallsIsImmediate(t *testing.T) {

@@ -14,7 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/razorbill/flo/libs/config"
+	"github.com/razorbill/flo/libs/internalauth"
 )
 
 // internalToken is the internal token of configs built in test code.
@@ -25,6 +28,23 @@ const internalToken = "flo-test-internal-token"
 // shares.
 func InternalAuth() config.Auth {
 	return config.Auth{Mode: "on", InternalToken: internalToken}
+}
+
+// DialInternal connects to a service's internal gRPC port with the
+// credentials of InternalAuth, plus opts; the connection is closed when the
+// test ends.
+func DialInternal(tb testing.TB, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
+	tb.Helper()
+	auth, err := internalauth.DialOptions(InternalAuth())
+	if err != nil {
+		tb.Fatalf("internal dial options: %v", err)
+	}
+	conn, err := grpc.NewClient(addr, append(auth, opts...)...)
+	if err != nil {
+		tb.Fatalf("dial %s: %v", addr, err)
+	}
+	tb.Cleanup(func() { _ = conn.Close() })
+	return conn
 }
 
 // CA is a certificate authority made for one test, for tests of TLS.

@@ -6,6 +6,7 @@ package devstack
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -123,6 +124,9 @@ type Stack struct {
 	dbURL     string
 	kafka     []string
 	admin     string
+	// internal is the credential the services' internal calls carry: a
+	// token made at start, so it never leaves the process.
+	internal config.Auth
 
 	mu       sync.Mutex
 	services map[string]*running
@@ -158,6 +162,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*
 		s.Stop()
 		return nil, err
 	}
+	s.internal = config.Auth{Mode: "on", InternalToken: rand.Text()}
 	if err := s.startInfra(ctx); err != nil {
 		s.Stop()
 		return nil, err
@@ -235,6 +240,7 @@ func (s *Stack) StartDispatcher(ctx context.Context) error {
 		MaxPayloadBytes:     s.cfg.MaxPayloadBytes,
 		Postgres:            config.Postgres{URL: s.dbURL, MaxConns: 16},
 		Kafka:               config.Kafka{Brokers: s.kafka, Partitions: s.cfg.Partitions},
+		Auth:                s.internal,
 	}, s.log.With("component", "dispatcher"), dispatcher.WithMetricsHandler(s.telemetry.MetricsHandler()))
 	if err != nil {
 		return fmt.Errorf("start dispatcher: %w", err)
@@ -261,6 +267,7 @@ func (s *Stack) StartRegistry(ctx context.Context) error {
 		MaxPayloadBytes:        s.cfg.MaxPayloadBytes,
 		Postgres:               config.Postgres{URL: s.dbURL, MaxConns: 8},
 		Kafka:                  config.Kafka{Brokers: s.kafka, Partitions: s.cfg.Partitions},
+		Auth:                   s.internal,
 	}, s.log.With("component", "registry"), registry.WithMetricsHandler(s.telemetry.MetricsHandler()))
 	if err != nil {
 		return fmt.Errorf("start registry: %w", err)
@@ -283,6 +290,7 @@ func (s *Stack) StartStreams(ctx context.Context) error {
 		ReadCacheBytes: 64 << 20,
 		Postgres:       config.Postgres{URL: s.dbURL, MaxConns: 16},
 		Kafka:          config.Kafka{Brokers: s.kafka, Partitions: s.cfg.Partitions},
+		Auth:           s.internal,
 	}, s.log.With("component", "streams"), streams.WithMetricsHandler(s.telemetry.MetricsHandler()))
 	if err != nil {
 		return fmt.Errorf("start streams: %w", err)
@@ -308,6 +316,7 @@ func (s *Stack) StartWorkflow(ctx context.Context) error {
 		StreamsAddr: s.cfg.StreamsGRPCAddr,
 		Postgres:    config.Postgres{URL: s.dbURL, MaxConns: 16},
 		Kafka:       config.Kafka{Brokers: s.kafka, Partitions: s.cfg.Partitions},
+		Auth:        s.internal,
 	}, s.log.With("component", "workflow"), workflow.WithMetricsHandler(s.telemetry.MetricsHandler()))
 	if err != nil {
 		return fmt.Errorf("start workflow: %w", err)

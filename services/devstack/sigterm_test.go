@@ -117,7 +117,9 @@ func (p *proc) start(t *testing.T) {
 	}
 	upper := strings.ToUpper(p.name)
 	p.cmd = exec.Command(p.bin)
-	p.cmd.Env = append(os.Environ(), p.env...)
+	// Every process of a test shares the harness's internal token.
+	p.cmd.Env = append(os.Environ(), "FLO_INTERNAL_TOKEN="+harness.InternalAuth().InternalToken)
+	p.cmd.Env = append(p.cmd.Env, p.env...)
 	p.cmd.Env = append(p.cmd.Env, "FLO_"+upper+"_GRPC_ADDR="+grpcAddr, "FLO_"+upper+"_HTTP_ADDR="+httpAddr, "FLO_ADDR_FILE="+p.addrFile)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	require.NoError(t, p.cmd.Start(), "start %s", p.name)

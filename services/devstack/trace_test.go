@@ -54,29 +54,6 @@ func child(t *testing.T, spans []sdktrace.ReadOnlySpan, parent sdktrace.ReadOnly
 	return found[0]
 }
 
-// descendant returns the one span named name below ancestor, however deep.
-func descendant(t *testing.T, spans []sdktrace.ReadOnlySpan, ancestor sdktrace.ReadOnlySpan, name string) sdktrace.ReadOnlySpan {
-	t.Helper()
-	byID := map[trace.SpanID]sdktrace.ReadOnlySpan{}
-	for _, s := range spans {
-		byID[s.SpanContext().SpanID()] = s
-	}
-	var found []sdktrace.ReadOnlySpan
-	for _, s := range spans {
-		if s.Name() != name {
-			continue
-		}
-		for p, ok := byID[s.Parent().SpanID()]; ok; p, ok = byID[p.Parent().SpanID()] {
-			if p.SpanContext().SpanID() == ancestor.SpanContext().SpanID() {
-				found = append(found, s)
-				break
-			}
-		}
-	}
-	require.Len(t, found, 1, "spans %q below %q in the trace:\n%s", name, ancestor.Name(), describe(spans))
-	return found[0]
-}
-
 // describe lists spans with their parents, for failure messages.
 func describe(spans []sdktrace.ReadOnlySpan) string {
 	names := map[trace.SpanID]string{}
@@ -157,7 +134,10 @@ start:
 	spans := traceOf(t, rec, span.SpanContext().TraceID(), "advance run")
 	root := spanOf(t, spans, span)
 	gateway := child(t, spans, root, "flo.v1.WorkflowService/StartRun")
-	start := descendant(t, spans, gateway, "/flo.workflow.v1.Workflows/StartRun")
+	// The gateway's client span of the internal call, then the workflow
+	// service's server span, both named for the method by otelgrpc.
+	call := child(t, spans, gateway, "flo.workflow.v1.Workflows/StartRun")
+	start := child(t, spans, call, "flo.workflow.v1.Workflows/StartRun")
 	intake := child(t, spans, start, "enqueue traced-step")
 	handler := child(t, spans, intake, "flo.action traced-step")
 	report := child(t, spans, handler, "report completion")

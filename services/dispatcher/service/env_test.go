@@ -13,8 +13,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -73,6 +71,7 @@ func startReplica(t testing.TB, dbURL string, brokers []string, opts ...service.
 		LeaseCheckInterval:  50 * time.Millisecond,
 		Postgres:            config.Postgres{URL: dbURL, MaxConns: 8},
 		Kafka:               config.Kafka{Brokers: brokers, Partitions: 4},
+		Auth:                harness.InternalAuth(),
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -80,8 +79,7 @@ func startReplica(t testing.TB, dbURL string, brokers []string, opts ...service.
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
-	conn, err := grpc.NewClient(svc.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
+	conn := harness.DialInternal(t, svc.GRPCAddr())
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {

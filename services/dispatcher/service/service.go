@@ -70,6 +70,9 @@ type Config struct {
 	Postgres               config.Postgres
 	Kafka                  config.Kafka
 	Shutdown               config.Shutdown
+	// Auth is the internal credential its gRPC server requires and its
+	// clients of other services carry.
+	Auth config.Auth
 }
 
 // Option adjusts a Service.

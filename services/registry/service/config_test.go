@@ -13,6 +13,7 @@ import (
 func TestConfigFromEnvironment(t *testing.T) {
 	t.Setenv("FLO_DATABASE_URL", "postgres://db/flo")
 	t.Setenv("FLO_KAFKA_BROKERS", "k1:9092,k2:9092")
+	t.Setenv("FLO_INTERNAL_TOKEN", "internal-secret")
 	t.Setenv("FLO_REGISTRY_GRPC_ADDR", ":7000")
 	t.Setenv("FLO_WORKER_HEARTBEAT_TIMEOUT", "2m")
 	t.Setenv("FLO_WORKER_HEALTH_CHECK_INTERVAL", "250ms")
@@ -28,6 +29,7 @@ func TestConfigFromEnvironment(t *testing.T) {
 		MaxPayloadBytes:        config.DefaultMaxPayloadBytes,
 		Postgres:               config.Postgres{URL: "postgres://db/flo", MaxConns: 16},
 		Kafka:                  config.Kafka{Brokers: []string{"k1:9092", "k2:9092"}, Partitions: 8},
+		Auth:                   config.Auth{Mode: "on", InternalToken: "internal-secret"},
 	}, cfg)
 }
 

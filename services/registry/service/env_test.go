@@ -13,9 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -54,6 +52,7 @@ func testConfig(dbURL string, brokers []string) service.Config {
 		MaxWorkersPerNamespace: 3,
 		Postgres:               config.Postgres{URL: dbURL, MaxConns: 8},
 		Kafka:                  config.Kafka{Brokers: brokers, Partitions: 4},
+		Auth:                   harness.InternalAuth(),
 	}
 }
 
@@ -67,8 +66,7 @@ func startReplica(t testing.TB, cfg service.Config, opts ...service.Option) *rep
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
-	conn, err := grpc.NewClient(svc.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
+	conn := harness.DialInternal(t, svc.GRPCAddr())
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {

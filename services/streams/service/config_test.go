@@ -14,6 +14,7 @@ import (
 func TestConfigFromEnvironment(t *testing.T) {
 	t.Setenv("FLO_DATABASE_URL", "postgres://db/flo")
 	t.Setenv("FLO_KAFKA_BROKERS", "k1:9092,k2:9092")
+	t.Setenv("FLO_INTERNAL_TOKEN", "internal-secret")
 	t.Setenv("FLO_STREAMS_GRPC_ADDR", ":7000")
 	t.Setenv("FLO_STREAMS_MAX_RECORD_BYTES", "2048")
 	t.Setenv("FLO_STREAMS_READ_CACHE_BYTES", "0")
@@ -26,6 +27,7 @@ func TestConfigFromEnvironment(t *testing.T) {
 		ReadCacheBytes: 0,
 		Postgres:       config.Postgres{URL: "postgres://db/flo", MaxConns: 16},
 		Kafka:          config.Kafka{Brokers: []string{"k1:9092", "k2:9092"}, Partitions: 8},
+		Auth:           config.Auth{Mode: "on", InternalToken: "internal-secret"},
 	}, cfg)
 }
 

@@ -15,7 +15,6 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/razorbill/flo/libs/config"
@@ -59,6 +58,7 @@ func (e *env) config() service.Config {
 		ReadCacheBytes: 16 << 20,
 		Postgres:       config.Postgres{URL: e.dbURL, MaxConns: 8},
 		Kafka:          config.Kafka{Brokers: e.broker.Addrs(), Partitions: 4},
+		Auth:           harness.InternalAuth(),
 	}
 }
 
@@ -79,10 +79,8 @@ func (e *env) start(t testing.TB, cfg service.Config) *replica {
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
-	conn, err := grpc.NewClient(svc.GRPCAddr(),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	conn := harness.DialInternal(t, svc.GRPCAddr(),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
-	require.NoError(t, err)
 	var stopped atomic.Bool
 	stop := func() {
 		if stopped.Swap(true) {

@@ -61,9 +61,15 @@ type Config struct {
 	// ReadCacheBytes bounds the recently appended and fetched records kept
 	// decoded in memory; 0 turns the cache off.
 	ReadCacheBytes int64 `env:"FLO_STREAMS_READ_CACHE_BYTES, default=67108864"`
-	Postgres       config.Postgres
-	Kafka          config.Kafka
-	Shutdown       config.Shutdown
+	// MaxStreamsPerNamespace refuses creating a stream past this many in a
+	// namespace (dead-letter streams aside). Zero means the default.
+	MaxStreamsPerNamespace int `env:"FLO_MAX_STREAMS_PER_NAMESPACE, default=1000"`
+	Postgres               config.Postgres
+	Kafka                  config.Kafka
+	Shutdown               config.Shutdown
+	// Auth is the internal credential its gRPC server requires and its
+	// clients of other services carry.
+	Auth config.Auth
 }
 
 // Option adjusts a Service.
@@ -143,7 +149,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		app.Forget(st.Topic(), st.Partitions)
 		s.hub.Wake(st.Topic())
 	}
-	s.catalog = catalog.New(s.pool, s.client, s.reader, appender.TopicMaxMessageBytes(cfg.MaxRecordBytes), forget, log)
+	s.catalog = catalog.New(s.pool, s.client, s.reader, appender.TopicMaxMessageBytes(cfg.MaxRecordBytes), cfg.MaxStreamsPerNamespace, forget, log)
 	meter := otel.Meter("github.com/razorbill/flo/services/streams")
 	if s.groups, err = group.New(s.pool, s.catalog, s.reader, app, s.hub, log, meter); err != nil {
 		return nil, fmt.Errorf("streams: %w", err)

@@ -11,9 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/razorbill/flo/libs/config"
@@ -61,13 +59,14 @@ func startDispatcher(t testing.TB, dbURL string, brokers []string) dispatcherv1.
 		BootstrapNamespaces: []string{"default"}, LeaseCheckInterval: 100 * time.Millisecond,
 		Postgres: config.Postgres{URL: dbURL, MaxConns: 8},
 		Kafka:    config.Kafka{Brokers: brokers, Partitions: 4},
+		Auth:     harness.InternalAuth(),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	svc, err := dispatcher.New(ctx, cfg, testLog())
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
-	conn := dial(t, svc.GRPCAddr())
+	conn := harness.DialInternal(t, svc.GRPCAddr())
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -102,6 +101,7 @@ func startWorkflowWith(t testing.TB, dbURL string, brokers []string, log *slog.L
 		MaxPayloadBytes: 64 << 10, TimerTick: 200 * time.Millisecond,
 		Postgres: config.Postgres{URL: dbURL, MaxConns: 8},
 		Kafka:    config.Kafka{Brokers: brokers, Partitions: 4},
+		Auth:     harness.InternalAuth(),
 	}
 	for _, opt := range opts {
 		opt(&cfg)
@@ -111,7 +111,7 @@ func startWorkflowWith(t testing.TB, dbURL string, brokers []string, log *slog.L
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
-	conn := dial(t, svc.GRPCAddr())
+	conn := harness.DialInternal(t, svc.GRPCAddr())
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
@@ -126,14 +126,6 @@ func startWorkflowWith(t testing.TB, dbURL string, brokers []string, log *slog.L
 	}
 	t.Cleanup(stop)
 	return &wfReplica{svc: svc, client: workflowv1.NewWorkflowsClient(conn), stop: stop}
-}
-
-func dial(t testing.TB, addr string) *grpc.ClientConn {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	return conn
 }
 
 // namespace creates a fresh namespace (in the dispatcher, which owns them).

@@ -19,10 +19,10 @@ import (
 	"go.opentelemetry.io/otel"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/razorbill/flo/libs/config"
+	"github.com/razorbill/flo/libs/internalauth"
 	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/outbox"
 	"github.com/razorbill/flo/libs/pg"
@@ -87,6 +87,9 @@ type Config struct {
 	Postgres       config.Postgres
 	Kafka          config.Kafka
 	Shutdown       config.Shutdown
+	// Auth is the internal credential its gRPC server requires and its
+	// clients of other services carry.
+	Auth config.Auth
 }
 
 // Option adjusts a Service.
@@ -193,7 +196,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	}, log)
 
 	if cfg.StreamsAddr != "" {
-		if s.streamsConn, err = dialStreams(cfg.StreamsAddr); err != nil {
+		if s.streamsConn, err = dialStreams(cfg.StreamsAddr, cfg.Auth); err != nil {
 			return nil, fmt.Errorf("workflow: %w", err)
 		}
 		if s.triggers, err = trigger.NewManager(cat, s.runner, streamsv1.NewStreamsClient(s.streamsConn), trigger.Config{MessageTimeout: cfg.TriggerTimeout}, log, meter); err != nil {
@@ -299,17 +302,20 @@ func (s *Service) closeResources() {
 // cap is two minutes).
 const streamsRedialMax = time.Second
 
-// dialStreams connects (lazily) to the streams service. Keepalive as the
-// gateway's, since group reads block.
-func dialStreams(addr string) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+// dialStreams connects (lazily) to the streams service with the internal
+// credential. Keepalive as the gateway's, since group reads block.
+func dialStreams(addr string, auth config.Auth) (*grpc.ClientConn, error) {
+	opts, err := internalauth.DialOptions(auth)
+	if err != nil {
+		return nil, fmt.Errorf("dial streams service: %w", err)
+	}
+	conn, err := grpc.NewClient(addr, append(opts,
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: streamsRedialMax},
 			MinConnectTimeout: 5 * time.Second,
 		}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second}),
-	)
+	)...)
 	if err != nil {
 		return nil, fmt.Errorf("dial streams service %s: %w", addr, err)
 	}

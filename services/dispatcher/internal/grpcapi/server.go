@@ -50,10 +50,9 @@ type Server struct {
 // NewGRPCServer returns a gRPC server with the Dispatcher service registered
 // and the tracing, recovery and error-mapping interceptors installed.
 func NewGRPCServer(d Deps) *grpc.Server {
-	s := grpc.NewServer(
+	s := grpcserver.NewInternal(d.Log, dispatcherStatus,
 		grpc.MaxRecvMsgSize(maxMessageBytes),
 		grpc.MaxSendMsgSize(maxMessageBytes),
-		grpc.ChainUnaryInterceptor(grpcserver.TraceInterceptor(), grpcserver.ErrorInterceptor(d.Log, dispatcherStatus)),
 	)
 	dispatcherv1.RegisterDispatcherServer(s, &Server{d: d})
 	return s

@@ -26,7 +26,7 @@ type Server struct {
 // NewGRPCServer returns a gRPC server with the Registry service registered
 // and the tracing, recovery and error-mapping interceptors installed.
 func NewGRPCServer(r *roster.Roster, log *slog.Logger) *grpc.Server {
-	s := grpc.NewServer(grpc.ChainUnaryInterceptor(grpcserver.TraceInterceptor(), grpcserver.ErrorInterceptor(log, nil)))
+	s := grpcserver.NewInternal(log, nil)
 	registryv1.RegisterRegistryServer(s, &Server{roster: r})
 	return s
 }

@@ -56,10 +56,7 @@ type Server struct {
 // NewGRPCServer returns a gRPC server with the Streams service registered
 // and the tracing, recovery and error-mapping interceptors installed.
 func NewGRPCServer(d Deps) *grpc.Server {
-	s := grpc.NewServer(
-		grpc.MaxRecvMsgSize(MaxMessageBytes),
-		grpc.ChainUnaryInterceptor(grpcserver.TraceInterceptor(), grpcserver.ErrorInterceptor(d.Log, streamsStatus)),
-	)
+	s := grpcserver.NewInternal(d.Log, streamsStatus, grpc.MaxRecvMsgSize(MaxMessageBytes))
 	streamsv1.RegisterStreamsServer(s, &Server{d: d})
 	return s
 }

@@ -40,10 +40,9 @@ type Server struct {
 // NewGRPCServer returns a gRPC server with the Workflows service registered
 // and the tracing, recovery and error-mapping interceptors installed.
 func NewGRPCServer(cat *catalog.Catalog, r *runner.Runner, log *slog.Logger) *grpc.Server {
-	s := grpc.NewServer(
+	s := grpcserver.NewInternal(log, workflowStatus,
 		grpc.MaxRecvMsgSize(maxMessageBytes),
 		grpc.MaxSendMsgSize(maxMessageBytes),
-		grpc.ChainUnaryInterceptor(grpcserver.TraceInterceptor(), grpcserver.ErrorInterceptor(log, workflowStatus)),
 	)
 	workflowv1.RegisterWorkflowsServer(s, &Server{catalog: cat, runner: r})
 	return s
