@@ -21,13 +21,14 @@ func TestConfigFromEnvironment(t *testing.T) {
 	var cfg service.Config
 	require.NoError(t, config.Load(t.Context(), &cfg))
 	require.Equal(t, service.Config{
-		GRPCAddr:       ":7000",
-		HTTPAddr:       ":9113",
-		MaxRecordBytes: 2048,
-		ReadCacheBytes: 0,
-		Postgres:       config.Postgres{URL: "postgres://db/flo", MaxConns: 16},
-		Kafka:          config.Kafka{Brokers: []string{"k1:9092", "k2:9092"}, Partitions: 8},
-		Auth:           config.Auth{Mode: "on", InternalToken: "internal-secret"},
+		GRPCAddr:               ":7000",
+		HTTPAddr:               ":9113",
+		MaxRecordBytes:         2048,
+		ReadCacheBytes:         0,
+		MaxStreamsPerNamespace: 1000,
+		Postgres:               config.Postgres{URL: "postgres://db/flo", MaxConns: 16},
+		Kafka:                  config.Kafka{Brokers: []string{"k1:9092", "k2:9092"}, Partitions: 8},
+		Auth:                   config.Auth{Mode: "on", InternalToken: "internal-secret"},
 	}, cfg)
 }
 

@@ -5,6 +5,7 @@
 package catalog
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,6 +39,9 @@ const (
 	MaxMaxDeliveries     = 1000
 	// DeadLetterSuffix names a stream's dead-letter stream.
 	DeadLetterSuffix = ".dlq"
+	// DefaultMaxStreams is how many streams a namespace may hold unless
+	// FLO_MAX_STREAMS_PER_NAMESPACE says otherwise.
+	DefaultMaxStreams = 1000
 )
 
 // lookupPattern accepts the names reads may use: those of text.StreamName and
@@ -81,16 +85,19 @@ type Catalog struct {
 	admin           *kadm.Client
 	reader          *logread.Reader
 	maxMessageBytes int
+	maxStreams      int
 	log             *slog.Logger
 	// forget is told about deleted stream topics, so caches drop them.
 	forget func(s store.Stream)
 }
 
 // New returns a Catalog. cl must not create topics on first use;
-// maxMessageBytes is the topics' max.message.bytes; forget is called for
-// every stream this replica deletes.
-func New(pool *pgxpool.Pool, cl *kgo.Client, reader *logread.Reader, maxMessageBytes int, forget func(store.Stream), log *slog.Logger) *Catalog {
-	return &Catalog{pool: pool, admin: kadm.NewClient(cl), reader: reader, maxMessageBytes: maxMessageBytes, forget: forget, log: log}
+// maxMessageBytes is the topics' max.message.bytes; maxStreams is how many
+// streams a namespace may create (DefaultMaxStreams when zero); forget is
+// called for every stream this replica deletes.
+func New(pool *pgxpool.Pool, cl *kgo.Client, reader *logread.Reader, maxMessageBytes, maxStreams int, forget func(store.Stream), log *slog.Logger) *Catalog {
+	return &Catalog{pool: pool, admin: kadm.NewClient(cl), reader: reader, maxMessageBytes: maxMessageBytes,
+		maxStreams: cmp.Or(maxStreams, DefaultMaxStreams), forget: forget, log: log}
 }
 
 // Spec is a stream to create; zero values take the defaults.
@@ -130,12 +137,20 @@ func (c *Catalog) CreateStream(ctx context.Context, spec Spec) (store.Stream, er
 	if err := spec.validate(); err != nil {
 		return store.Stream{}, err
 	}
-	return c.create(ctx, spec)
+	return c.create(ctx, spec, true)
 }
 
-func (c *Catalog) create(ctx context.Context, spec Spec) (store.Stream, error) {
+// create stores a stream and creates its topic; with limited it counts
+// against the namespace's stream limit. Dead-letter streams do not: one per
+// stream at most, and refusing one would stop a group's failing records.
+func (c *Catalog) create(ctx context.Context, spec Spec, limited bool) (store.Stream, error) {
 	var st store.Stream
 	err := pg.InTx(ctx, c.pool, func(tx pgx.Tx) error {
+		if limited {
+			if err := c.admit(ctx, tx, spec.Namespace); err != nil {
+				return err
+			}
+		}
 		var err error
 		st, err = store.InsertStream(ctx, tx, store.Stream{
 			Namespace: spec.Namespace, Name: spec.Name, Partitions: spec.Partitions,
@@ -150,6 +165,23 @@ func (c *Catalog) create(ctx context.Context, spec Spec) (store.Stream, error) {
 		return c.createTopic(ctx, st)
 	})
 	return st, err
+}
+
+// admit refuses a new stream past the namespace's limit. It locks the
+// namespace's streams until tx ends, so creations racing for the last place
+// cannot both get it.
+func (c *Catalog) admit(ctx context.Context, tx pgx.Tx, namespace string) error {
+	if err := pg.LockXact(ctx, tx, "flo.streams.streams/"+namespace); err != nil {
+		return err
+	}
+	n, err := store.CountStreams(ctx, tx, namespace)
+	if err != nil {
+		return err
+	}
+	if n >= c.maxStreams {
+		return fault.Exhaustedf("namespace %s has %d streams, the limit is %d (FLO_MAX_STREAMS_PER_NAMESPACE)", namespace, n, c.maxStreams)
+	}
+	return nil
 }
 
 // createTopic creates the stream's topic with its partitions and retention
@@ -287,7 +319,7 @@ func (c *Catalog) DeadLetters(ctx context.Context, st store.Stream) (store.Strea
 		if !errors.Is(err, pg.ErrNotFound) {
 			return dlq, err
 		}
-		dlq, err = c.create(ctx, Spec{Namespace: st.Namespace, Name: name, Partitions: 1, RetentionMS: st.RetentionMS, RetentionBytes: st.RetentionBytes})
+		dlq, err = c.create(ctx, Spec{Namespace: st.Namespace, Name: name, Partitions: 1, RetentionMS: st.RetentionMS, RetentionBytes: st.RetentionBytes}, false)
 		var exists *ExistsError
 		if errors.As(err, &exists) {
 			continue // created concurrently; read it

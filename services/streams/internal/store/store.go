@@ -53,6 +53,15 @@ func scanStream(row pgx.Row, extra ...any) (Stream, error) {
 	return s, err
 }
 
+// CountStreams counts a namespace's streams.
+func CountStreams(ctx context.Context, db DB, namespace string) (int, error) {
+	var n int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM streams WHERE namespace = $1`, namespace).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count streams in %s: %w", namespace, err)
+	}
+	return n, nil
+}
+
 // InsertStream stores a new stream and returns it with its id and creation
 // time; an existing name is pg.ErrConflict.
 func InsertStream(ctx context.Context, db DB, s Stream) (Stream, error) {
