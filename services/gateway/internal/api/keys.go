@@ -3,6 +3,12 @@ package api
 import (
 	"context"
 	"log/slog"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/razorbill/flo/services/gateway/internal/auth"
 
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
@@ -49,4 +55,25 @@ func (s *KeyServer) RevokeKey(ctx context.Context, req *flov1.RevokeKeyRequest) 
 		return nil, upstream(ctx, s.log, "revoke key", err)
 	}
 	return key, nil
+}
+
+// KeyLookup returns the auth guard's key lookup, asking the dispatcher.
+func KeyLookup(d dispatcherv1.DispatcherClient) auth.KeyLookup {
+	return func(ctx context.Context, id string) (auth.StoredKey, error) {
+		k, err := d.GetKeyForAuth(ctx, &dispatcherv1.GetKeyForAuthRequest{Id: id})
+		if status.Code(err) == codes.NotFound {
+			return auth.StoredKey{}, auth.ErrKeyNotFound
+		}
+		if err != nil {
+			return auth.StoredKey{}, err
+		}
+		var expires time.Time
+		if k.GetExpiresAt() != nil {
+			expires = k.GetExpiresAt().AsTime()
+		}
+		return auth.StoredKey{
+			ID: k.GetId(), Namespace: k.GetNamespace(), Role: auth.Role(k.GetRole()), SecretHash: k.GetSecretHash(),
+			ExpiresAt: expires, Revoked: k.GetRevokedAt() != nil,
+		}, nil
+	}
 }
