@@ -2,13 +2,17 @@ package flo
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	"go.opentelemetry.io/otel"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 )
@@ -27,6 +31,9 @@ type Client struct {
 	namespace string
 	token     string
 	dialOpts  []grpc.DialOption
+	// tlsConfig, else caFile, else plaintext.
+	tlsConfig *tls.Config
+	caFile    string
 
 	mu   sync.RWMutex
 	conn *grpc.ClientConn
@@ -40,9 +47,23 @@ func WithNamespace(namespace string) ClientOption {
 	return func(c *Client) { c.namespace = namespace }
 }
 
-// WithToken sets the bearer token sent with every call and in each worker stream's hello.
+// WithToken sets the API key (`flo_<id>_<secret>`, or the admin token) sent as a bearer token
+// with every call. Without it the client takes the FLO_TOKEN environment variable.
 func WithToken(token string) ClientOption {
 	return func(c *Client) { c.token = token }
+}
+
+// WithCAFile turns on TLS, verifying the gateway's certificate against the PEM CA
+// certificates in path (read by [Client.Connect]) and its name against addr's host. Without
+// a TLS option the client takes FLO_CA_FILE.
+func WithCAFile(path string) ClientOption {
+	return func(c *Client) { c.caFile, c.tlsConfig = path, nil }
+}
+
+// WithTLS turns on TLS with cfg, for full control (client certificates, a server name other
+// than addr's host, the system roots). It replaces [WithCAFile] and FLO_CA_FILE.
+func WithTLS(cfg *tls.Config) ClientOption {
+	return func(c *Client) { c.tlsConfig, c.caFile = cfg, "" }
 }
 
 // WithDialOptions adds gRPC dial options, applied after the defaults so they can replace them
@@ -52,9 +73,11 @@ func WithDialOptions(opts ...grpc.DialOption) ClientOption {
 }
 
 // NewClient returns a client for the gateway at addr (host:port). It does not connect: call
-// [Client.Connect] before using it.
+// [Client.Connect] before using it. Unless options say otherwise it sends the API key in the
+// FLO_TOKEN environment variable and, when FLO_CA_FILE names a CA file, speaks TLS verified
+// against it, so a program runs unchanged against a local stack and a secured one.
 func NewClient(addr string, opts ...ClientOption) *Client {
-	c := &Client{addr: addr, namespace: DefaultNamespace}
+	c := &Client{addr: addr, namespace: DefaultNamespace, token: os.Getenv("FLO_TOKEN"), caFile: os.Getenv("FLO_CA_FILE")}
 	for _, opt := range opts {
 		opt(c)
 	}
@@ -77,16 +100,21 @@ const maxReceiveBytes = 256 << 20
 // four times, within about 1.5 s, when the gateway answers UNAVAILABLE, and so are invocations
 // and starts that carry an idempotency key; other invocations, appends, starts and signals are
 // not, since the first attempt may have taken effect.
-// Plaintext is the default, which suits a local gateway; pass TLS credentials through
-// [WithDialOptions] for anything else. Calling Connect on a connected client does nothing.
+// Plaintext is the default, which suits a local gateway; [WithCAFile], FLO_CA_FILE or [WithTLS]
+// turn on TLS, and Connect fails when the CA file cannot be read. Calling Connect on a
+// connected client does nothing.
 func (c *Client) Connect() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.conn != nil {
 		return nil
 	}
+	creds, err := c.transportCredentials()
+	if err != nil {
+		return err
+	}
 	opts := []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithChainUnaryInterceptor(c.unaryInterceptor),
 		grpc.WithChainStreamInterceptor(c.streamInterceptor),
 		// A task or record batch carries up to its count of payloads of up to
@@ -102,6 +130,25 @@ func (c *Client) Connect() error {
 	}
 	c.conn = conn
 	return nil
+}
+
+// transportCredentials is TLS when an option or FLO_CA_FILE asks for it, plaintext otherwise.
+func (c *Client) transportCredentials() (credentials.TransportCredentials, error) {
+	switch {
+	case c.tlsConfig != nil:
+		return credentials.NewTLS(c.tlsConfig.Clone()), nil
+	case c.caFile != "":
+		pem, err := os.ReadFile(c.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("flo: read CA file: %w", err)
+		}
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("flo: CA file %s holds no PEM certificate", c.caFile)
+		}
+		return credentials.NewTLS(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}), nil
+	}
+	return insecure.NewCredentials(), nil
 }
 
 // Close releases the connection. Workers built from the client must be stopped first.

@@ -86,6 +86,13 @@
 //	run, _ := client.StartWorkflow(ctx, "process-order", order, flo.StartWorkflowOptions{IdempotencyKey: order.ID})
 //	final, err := client.AwaitRun(ctx, run.RunID) // until completed, failed, cancelled or timed out
 //
+// Every call carries an API key, `flo_<id>_<secret>`, as a bearer token: [WithToken], or the
+// FLO_TOKEN environment variable when no option gives one. A key has a role in one namespace
+// (client, worker or read), or is an admin key for all of them; an admin makes keys with
+// [Client.CreateKey] and withdraws them with [Client.RevokeKey]. [WithCAFile] (or FLO_CA_FILE)
+// speaks TLS to the gateway, verifying it against a CA certificate, and [WithTLS] takes a whole
+// tls.Config.
+//
 // Each handler execution runs in an OpenTelemetry span that continues the trace of the
 // invocation or of the record's append, using the global tracer provider and propagator.
 package flo

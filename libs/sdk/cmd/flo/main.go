@@ -1,4 +1,4 @@
-// Command flo is the command line of Flo: it manages namespaces and actions, invokes actions,
+// Command flo is the command line of Flo: it manages namespaces, API keys and actions, invokes actions,
 // inspects tasks and dead letters, appends to and reads streams and manages their consumer
 // groups, creates workflows and starts, signals and follows their runs, and lists, drains and
 // deregisters workers through the gateway's gRPC API. What a script would read is printed as
@@ -52,6 +52,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 type globals struct {
 	addr      string
 	namespace string
+	token     string
+	caFile    string
 }
 
 // newRootCmd builds the whole command tree; each subcommand group adds itself with one
@@ -66,8 +68,11 @@ func newRootCmd() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&g.addr, "addr", envOr("FLO_ADDR", defaultAddr), "gateway gRPC address (env FLO_ADDR)")
 	root.PersistentFlags().StringVarP(&g.namespace, "namespace", "n", envOr("FLO_NAMESPACE", flo.DefaultNamespace), "namespace (env FLO_NAMESPACE)")
+	root.PersistentFlags().StringVar(&g.token, "token", os.Getenv("FLO_TOKEN"), "API key sent with every call (env FLO_TOKEN)")
+	root.PersistentFlags().StringVar(&g.caFile, "ca-file", os.Getenv("FLO_CA_FILE"), "CA certificate file: speak TLS to the gateway, verified against it (env FLO_CA_FILE)")
 
 	root.AddCommand(newNamespaceCmd(g))
+	root.AddCommand(newKeyCmd(g))
 	root.AddCommand(newActionCmd(g))
 	root.AddCommand(newTaskCmd(g))
 	root.AddCommand(newStreamCmd(g))
@@ -111,7 +116,11 @@ func envOr(key, fallback string) string {
 
 // withClient connects a client for the command's flags, runs fn and closes the client.
 func (g *globals) withClient(fn func(*flo.Client) error) error {
-	client := flo.NewClient(g.addr, flo.WithNamespace(g.namespace))
+	opts := []flo.ClientOption{flo.WithNamespace(g.namespace), flo.WithToken(g.token)}
+	if g.caFile != "" {
+		opts = append(opts, flo.WithCAFile(g.caFile))
+	}
+	client := flo.NewClient(g.addr, opts...)
 	if err := client.Connect(); err != nil {
 		return err
 	}
