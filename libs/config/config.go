@@ -36,6 +36,15 @@ type Postgres struct {
 type Kafka struct {
 	Brokers    []string `env:"FLO_KAFKA_BROKERS"`
 	Partitions int32    `env:"FLO_KAFKA_PARTITIONS, default=8"`
+	// TLS connects to the brokers over TLS, verified against TLSCAFile or,
+	// when it is empty, the system's roots. A TLSCAFile turns TLS on.
+	TLS       bool   `env:"FLO_KAFKA_TLS"`
+	TLSCAFile string `env:"FLO_KAFKA_TLS_CA"`
+	// SASLMechanism is SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN, with
+	// SASLUser and SASLPassword; empty means no SASL.
+	SASLMechanism string `env:"FLO_KAFKA_SASL_MECHANISM"`
+	SASLUser      string `env:"FLO_KAFKA_SASL_USER"`
+	SASLPassword  string `env:"FLO_KAFKA_SASL_PASSWORD"`
 }
 
 // DefaultMaxPayloadBytes is the default of FLO_MAX_PAYLOAD_BYTES, the

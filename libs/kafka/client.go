@@ -46,6 +46,10 @@ func newClient(conn config.Kafka, opts ...kgo.Opt) (*kgo.Client, error) {
 	if len(conn.Brokers) == 0 {
 		return nil, errors.New("new kafka client: no brokers")
 	}
+	security, err := securityOpts(conn)
+	if err != nil {
+		return nil, fmt.Errorf("new kafka client: %w", err)
+	}
 	base := []kgo.Opt{
 		kgo.SeedBrokers(conn.Brokers...),
 		kgo.ProducerLinger(time.Millisecond),
@@ -62,6 +66,7 @@ func newClient(conn config.Kafka, opts ...kgo.Opt) (*kgo.Client, error) {
 		// first records. Idle fetches twice a second cost nothing.
 		kgo.FetchMaxWait(500 * time.Millisecond),
 	}
+	base = append(base, security...)
 	cl, err := kgo.NewClient(append(base, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("new kafka client: %w", err)
