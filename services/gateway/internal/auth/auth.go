@@ -125,7 +125,7 @@ type Guard struct {
 	off    bool
 	authn  *authenticator
 	limits *limiter
-	routes map[route]string
+	routes map[route]operation
 	log    *slog.Logger
 }
 

@@ -170,7 +170,8 @@ func (g *Guard) authorizeRoute(r *http.Request, params map[string]string) error 
 	if !ok {
 		return status.Error(codes.PermissionDenied, "unmatched route")
 	}
-	method, ok := g.routes[routeOf(r.Method, pat.String())]
+	op, ok := g.routes[routeOf(r.Method, pat.String())]
+	method := op.fullMethod
 	if !ok {
 		return status.Errorf(codes.PermissionDenied, "route %s %s has no permission rule", r.Method, pat)
 	}
