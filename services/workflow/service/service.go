@@ -84,9 +84,16 @@ type Config struct {
 	// replica before its group hands them out again: what a crash between
 	// reading records and acking them delays them by. Zero means 30s.
 	TriggerTimeout time.Duration `env:"FLO_WORKFLOW_TRIGGER_TIMEOUT, default=30s"`
-	Postgres       config.Postgres
-	Kafka          config.Kafka
-	Shutdown       config.Shutdown
+	// MaxWorkflowVersionsPerNamespace refuses creating a workflow version
+	// past this many (of all workflows) in a namespace. Zero means the default.
+	MaxWorkflowVersionsPerNamespace int `env:"FLO_MAX_WORKFLOW_VERSIONS_PER_NAMESPACE, default=10000"`
+	// MaxPendingSignalsPerNamespace refuses a signal no step waits for past
+	// this many signals no step has taken in a namespace. Zero means the
+	// default.
+	MaxPendingSignalsPerNamespace int `env:"FLO_MAX_PENDING_SIGNALS_PER_NAMESPACE, default=100000"`
+	Postgres                      config.Postgres
+	Kafka                         config.Kafka
+	Shutdown                      config.Shutdown
 	// Auth is the internal credential its gRPC server requires and its
 	// clients of other services carry.
 	Auth config.Auth
@@ -171,9 +178,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	s.relay = outbox.NewRelay(s.pool, s.producer, log)
 
 	meter := otel.Meter("github.com/razorbill/flo/services/workflow")
-	cat := catalog.New(s.pool)
+	cat := catalog.New(s.pool, cfg.MaxWorkflowVersionsPerNamespace)
 	cat.SetClock(o.now)
-	s.runner, err = runner.New(s.pool, cat, s.relay, runner.Config{MaxPayloadBytes: cfg.MaxPayloadBytes, SafetyTick: cfg.TimerTick}, log, meter)
+	s.runner, err = runner.New(s.pool, cat, s.relay, runner.Config{
+		MaxPayloadBytes: cfg.MaxPayloadBytes, SafetyTick: cfg.TimerTick, MaxPendingSignalsPerNamespace: cfg.MaxPendingSignalsPerNamespace,
+	}, log, meter)
 	if err != nil {
 		return nil, fmt.Errorf("workflow: %w", err)
 	}

@@ -7,6 +7,7 @@
 package catalog
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,6 +32,8 @@ const maxCached = 4096
 // Catalog owns workflow definitions.
 type Catalog struct {
 	pool *pgxpool.Pool
+	// maxVersions bounds the versions of all workflows of a namespace.
+	maxVersions int
 	// now is the clock schedules' fire times are computed from.
 	now func() time.Time
 
@@ -38,9 +41,16 @@ type Catalog struct {
 	cache map[store.VersionKey]*definition.Definition
 }
 
-// New returns a Catalog on pool.
-func New(pool *pgxpool.Pool) *Catalog {
-	return &Catalog{pool: pool, now: time.Now, cache: map[store.VersionKey]*definition.Definition{}}
+// DefaultMaxVersions is how many workflow versions (of all its workflows) a
+// namespace may hold unless FLO_MAX_WORKFLOW_VERSIONS_PER_NAMESPACE says
+// otherwise.
+const DefaultMaxVersions = 10000
+
+// New returns a Catalog on pool admitting at most maxVersions workflow
+// versions per namespace (DefaultMaxVersions when zero).
+func New(pool *pgxpool.Pool, maxVersions int) *Catalog {
+	return &Catalog{pool: pool, maxVersions: cmp.Or(maxVersions, DefaultMaxVersions), now: time.Now,
+		cache: map[store.VersionKey]*definition.Definition{}}
 }
 
 // SetClock sets the clock schedules' fire times are computed from.
@@ -84,6 +94,9 @@ func (c *Catalog) Create(ctx context.Context, namespace, src string) (_ store.Wo
 	}
 	var stored store.Workflow
 	err = pg.InTx(ctx, c.pool, func(tx pgx.Tx) error {
+		if err := c.admit(ctx, tx, namespace); err != nil {
+			return err
+		}
 		var err error
 		if stored, err = store.InsertVersion(ctx, tx, workflowOf(namespace, src, def)); err != nil {
 			return err
@@ -98,6 +111,23 @@ func (c *Catalog) Create(ctx context.Context, namespace, src string) (_ store.Wo
 	}
 	c.put(store.VersionKey{Namespace: namespace, Name: def.Name, Version: def.Version}, def)
 	return stored, diags, nil
+}
+
+// admit refuses a new version past the namespace's limit. It locks the
+// namespace's versions until tx ends, so creations racing for the last
+// place cannot both get it.
+func (c *Catalog) admit(ctx context.Context, tx pgx.Tx, namespace string) error {
+	if err := pg.LockXact(ctx, tx, "flo.workflow.versions/"+namespace); err != nil {
+		return err
+	}
+	n, err := store.CountVersions(ctx, tx, namespace)
+	if err != nil {
+		return err
+	}
+	if n >= c.maxVersions {
+		return fault.Exhaustedf("namespace %s has %d workflow versions, the limit is %d (FLO_MAX_WORKFLOW_VERSIONS_PER_NAMESPACE)", namespace, n, c.maxVersions)
+	}
+	return nil
 }
 
 func workflowOf(namespace, src string, def *definition.Definition) store.Workflow {

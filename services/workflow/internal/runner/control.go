@@ -46,9 +46,12 @@ func (r *Runner) Signal(ctx context.Context, namespace, runID, typ string, paylo
 			if err := checkBacklog(runID, u.pending[runID], len(payload), r.cfg.MaxPayloadBytes); err != nil {
 				return err
 			}
+			if err := r.admitSignal(ctx, u.tx, namespace); err != nil {
+				return err
+			}
 		}
 		sig := engine.Signal{ID: newRunID(), Type: typ, Payload: payload, ReceivedAt: u.now}
-		if err := store.InsertSignal(ctx, u.tx, runID, sig); err != nil {
+		if err := store.InsertSignal(ctx, u.tx, namespace, runID, sig); err != nil {
 			return err
 		}
 		u.pending[runID] = append(u.pending[runID], sig)
@@ -74,6 +77,24 @@ func checkBacklog(runID string, pending []engine.Signal, size, maxPayload int) e
 	}
 	if limit := PendingPayloadFactor * maxPayload; maxPayload > 0 && total > limit {
 		return fault.Exhaustedf("run %s: the payloads of the signals no step has taken would total %d bytes, more than the limit of %d", runID, total, limit)
+	}
+	return nil
+}
+
+// admitSignal refuses a signal that would join a backlog past the
+// namespace's limit of signals no step has taken. It locks the namespace's
+// backlog until tx ends, so signals racing for the last place cannot both
+// get it; signals a run waits for are taken at once and need no place.
+func (r *Runner) admitSignal(ctx context.Context, tx *pg.BatchTx, namespace string) error {
+	if err := pg.LockXact(ctx, tx, "flo.workflow.signals/"+namespace); err != nil {
+		return err
+	}
+	n, err := store.CountPendingSignals(ctx, tx, namespace)
+	if err != nil {
+		return err
+	}
+	if limit := r.cfg.MaxPendingSignalsPerNamespace; n >= limit {
+		return fault.Exhaustedf("namespace %s has %d signals no step has taken, the limit is %d (FLO_MAX_PENDING_SIGNALS_PER_NAMESPACE)", namespace, n, limit)
 	}
 	return nil
 }

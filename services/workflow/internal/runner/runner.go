@@ -12,6 +12,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -74,7 +75,15 @@ type Config struct {
 	// SafetyTick is the timer loop's slowest wake-up; timers set to fire
 	// sooner than this are announced to every replica with NOTIFY.
 	SafetyTick time.Duration
+	// MaxPendingSignalsPerNamespace bounds the signals a namespace's runs
+	// hold that no step has taken yet; DefaultMaxPendingSignals when zero.
+	MaxPendingSignalsPerNamespace int
 }
+
+// DefaultMaxPendingSignals is how many signals no step has taken yet the runs
+// of a namespace may hold unless FLO_MAX_PENDING_SIGNALS_PER_NAMESPACE says
+// otherwise.
+const DefaultMaxPendingSignals = 100000
 
 // Runner moves runs.
 type Runner struct {
@@ -106,6 +115,7 @@ func New(pool *pgxpool.Pool, cat *catalog.Catalog, relay Notifier, cfg Config, l
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	cfg.MaxPendingSignalsPerNamespace = cmp.Or(cfg.MaxPendingSignalsPerNamespace, DefaultMaxPendingSignals)
 	r := &Runner{pool: pool, catalog: cat, relay: relay, log: log, cfg: cfg, now: time.Now}
 	var err error
 	if r.runsStarted, err = meter.Int64Counter("flo.workflow.runs.started", metric.WithUnit("{run}"), metric.WithDescription("Workflow runs started, children included.")); err != nil {

@@ -10,17 +10,31 @@ import (
 	"github.com/razorbill/flo/services/workflow/internal/engine"
 )
 
-// InsertSignal stores a signal with its run.
-func InsertSignal(ctx context.Context, db DB, runID string, s engine.Signal) error {
+// InsertSignal stores a signal with its run, of namespace.
+func InsertSignal(ctx context.Context, db DB, namespace, runID string, s engine.Signal) error {
 	payload := []byte(s.Payload)
 	if payload == nil {
 		payload = []byte{}
 	}
-	if _, err := db.Exec(ctx, `INSERT INTO signals (id, run_id, type, payload, received_at) VALUES ($1, $2, $3, $4, $5)`,
-		s.ID, runID, s.Type, payload, s.ReceivedAt); err != nil {
+	if _, err := db.Exec(ctx, `INSERT INTO signals (id, run_id, type, payload, received_at, namespace) VALUES ($1, $2, $3, $4, $5, $6)`,
+		s.ID, runID, s.Type, payload, s.ReceivedAt, namespace); err != nil {
 		return fmt.Errorf("store signal for run %s: %w", runID, err)
 	}
 	return nil
+}
+
+// CountPendingSignals counts the signals of namespace's runs that no step
+// has taken yet. Those of ended runs are left out: no step will take them,
+// and they would hold the namespace's room for good.
+func CountPendingSignals(ctx context.Context, db DB, namespace string) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, `
+SELECT count(*) FROM signals s JOIN runs r ON r.id = s.run_id
+WHERE s.namespace = $1 AND s.consumed_at IS NULL AND r.status IN ('pending', 'running', 'waiting')`, namespace).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count pending signals in %s: %w", namespace, err)
+	}
+	return n, nil
 }
 
 // MaxPendingSignals is how many unconsumed signals a run may hold. Every

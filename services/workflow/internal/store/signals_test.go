@@ -21,7 +21,7 @@ func TestLockRunsLoadsAtMostMaxPendingSignals(t *testing.T) {
 	require.NoError(t, commit(ctx, pool, newRun(runID, "")))
 	start := time.Now().Truncate(time.Microsecond)
 	for i := range store.MaxPendingSignals + 5 {
-		require.NoError(t, store.InsertSignal(ctx, pool, runID, engine.Signal{
+		require.NoError(t, store.InsertSignal(ctx, pool, "ns", runID, engine.Signal{
 			ID: uuid.NewString(), Type: "t", Payload: []byte(`{}`), ReceivedAt: start.Add(time.Duration(i) * time.Millisecond),
 		}))
 	}

@@ -57,6 +57,15 @@ func scanWorkflows(rows pgx.Rows) ([]Workflow, error) {
 	return out, rows.Err()
 }
 
+// CountVersions counts the versions of all workflows of a namespace.
+func CountVersions(ctx context.Context, db DB, namespace string) (int, error) {
+	var n int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM workflow_versions WHERE namespace = $1`, namespace).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count workflow versions in %s: %w", namespace, err)
+	}
+	return n, nil
+}
+
 // InsertVersion stores w as the newest version of its name (creating the
 // name, enabled, when it is new) and returns it as stored. A version that
 // exists already gives ErrVersionExists. Run it in a transaction: the name's
