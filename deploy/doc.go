@@ -5,5 +5,8 @@
 // other. The Kubernetes test builds every kustomize overlay under k8s/,
 // decodes each object strictly with the Kubernetes API types and checks the
 // invariants a rollout relies on (probes, non-root, graceful termination,
-// an autoscaler and a disruption budget per Deployment, migration Jobs).
+// an autoscaler and a disruption budget per Deployment, migration Jobs) and
+// what the NetworkPolicies admit: every pod isolated, each internal
+// service's gRPC port reached only by the gateway and the services that dial
+// it, the in-namespace Postgres and Kafka only by Flo pods.
 package deploy

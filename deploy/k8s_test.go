@@ -13,6 +13,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -39,6 +40,7 @@ var decoder = func() runtime.Decoder {
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
 		corev1.AddToScheme, appsv1.AddToScheme, batchv1.AddToScheme, autoscalingv2.AddToScheme, policyv1.AddToScheme,
+		networkingv1.AddToScheme,
 	} {
 		if err := add(scheme); err != nil {
 			panic(err)
@@ -59,6 +61,7 @@ type k8sBuild struct {
 	configMaps  map[string]*corev1.ConfigMap
 	secrets     map[string]*corev1.Secret
 	namespaces  []*corev1.Namespace
+	policies    []*networkingv1.NetworkPolicy
 	others      []runtime.Object
 }
 
@@ -110,6 +113,8 @@ func build(t *testing.T, dir string) k8sBuild {
 			b.secrets[o.Name] = o
 		case *corev1.Namespace:
 			b.namespaces = append(b.namespaces, o)
+		case *networkingv1.NetworkPolicy:
+			b.policies = append(b.policies, o)
 		default:
 			b.others = append(b.others, o)
 		}
@@ -462,7 +467,7 @@ func TestKubernetesProductionTakesKafkaAndPostgresFromSecrets(t *testing.T) {
 	t.Parallel()
 	b := build(t, "k8s/overlays/production")
 	require.Empty(t, b.secrets, "production must not carry Secrets: they are created in the cluster")
-	require.Equal(t, map[string]bool{"flo-postgres": true, "flo-kafka": true}, b.secretRefs())
+	require.Equal(t, map[string]bool{"flo-postgres": true, "flo-kafka": true, "flo-auth": true}, b.secretRefs())
 	for _, flo := range sortedKeys(b.deployments) {
 		_, names := b.containerEnv(t, flo, b.deployments[flo].Spec.Template.Spec.Containers[0])
 		require.Contains(t, names, "FLO_KAFKA_BROKERS", flo)
