@@ -45,6 +45,22 @@ func bearerToken(authorization string) string {
 	return strings.TrimSpace(token)
 }
 
+// incomingAuthorization is the authorization metadata of a gRPC call.
+func incomingAuthorization(ctx context.Context) string {
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get("authorization"); len(v) > 0 {
+			return v[0]
+		}
+	}
+	return ""
+}
+
+// IncomingBearer is the bearer token of a gRPC call's authorization
+// metadata, "" when there is none.
+func IncomingBearer(ctx context.Context) string {
+	return bearerToken(incomingAuthorization(ctx))
+}
+
 // authorizeCall checks that p may call fullMethod with req, whose
 // namespace field the method's rule names.
 func (g *Guard) authorizeCall(p Principal, fullMethod string, req any) error {
@@ -58,13 +74,7 @@ func (g *Guard) authorizeCall(p Principal, fullMethod string, req any) error {
 // grpcPrincipal authenticates a gRPC call from its metadata, setting the
 // retry-after trailer when the key is over its rate.
 func (g *Guard) grpcPrincipal(ctx context.Context) (Principal, error) {
-	var authorization string
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get("authorization"); len(v) > 0 {
-			authorization = v[0]
-		}
-	}
-	p, retryAfter, err := g.authenticate(ctx, authorization)
+	p, retryAfter, err := g.authenticate(ctx, incomingAuthorization(ctx))
 	if retryAfter > 0 {
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(retryAfterKey, strconv.Itoa(retryAfter)))
 	}
