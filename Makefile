@@ -19,6 +19,8 @@ IMAGE_PREFIX ?= flo-
 IMAGE_TAG ?= dev
 COMPOSE ?= docker compose
 COMPOSE_FILE := deploy/compose/docker-compose.yaml
+# The compose stack's tokens (deploy/compose/flo.env.example says what is in it).
+COMPOSE_ENV := deploy/compose/flo.env
 
 .PHONY: dev test fuzz test-short bench proto proto-check lint build tools images compose-up compose-down k8s-check
 
@@ -68,12 +70,18 @@ images: ## one image per service: $(IMAGE_PREFIX)<service>:$(IMAGE_TAG) (needs D
 		docker build -f deploy/Dockerfile --build-arg SERVICE=$$s -t $(IMAGE_PREFIX)$$s:$(IMAGE_TAG) . || exit 1; \
 	done
 
-compose-up: ## the platform in docker compose: Redpanda, Postgres, OTel collector, Jaeger, services, quick-start worker
-	$(COMPOSE) -f $(COMPOSE_FILE) up --build --detach
+compose-up: $(COMPOSE_ENV) ## the platform in docker compose: Redpanda, Postgres, OTel collector, Jaeger, services, quick-start worker
+	$(COMPOSE) --env-file $(COMPOSE_ENV) -f $(COMPOSE_FILE) up --build --detach
 	@echo "gRPC localhost:9000, REST http://localhost:8080/v1/..., Jaeger http://localhost:16686"
+	@echo "admin key: export $$(grep '^FLO_ADMIN_TOKEN=' $(COMPOSE_ENV) | sed 's/^FLO_ADMIN_TOKEN=/FLO_TOKEN=/')"
 
-compose-down: ## stop the compose stack (its volumes stay; add -v by hand to remove them)
-	$(COMPOSE) -f $(COMPOSE_FILE) down
+compose-down: $(COMPOSE_ENV) ## stop the compose stack (its volumes stay; add -v by hand to remove them)
+	$(COMPOSE) --env-file $(COMPOSE_ENV) -f $(COMPOSE_FILE) down
+
+# Fresh random tokens, readable by their owner only, made once.
+$(COMPOSE_ENV):
+	@umask 077; printf 'FLO_ADMIN_TOKEN=flo_admin_%s\nFLO_INTERNAL_TOKEN=%s\n' "$$(openssl rand -hex 32)" "$$(openssl rand -hex 32)" > $@
+	@echo "wrote $@"
 
 k8s-check: ## build every kustomize overlay and check the objects offline
 	$(GO) test -count=1 -run 'Kubernetes' ./deploy

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -27,6 +28,7 @@ type composeService struct {
 	DependsOn   composeDepends  `yaml:"depends_on"`
 	NetworkMode string          `yaml:"network_mode"`
 	Healthcheck *composeHealthz `yaml:"healthcheck"`
+	Ports       []string        `yaml:"ports"`
 }
 
 type composeBuild struct {
@@ -276,4 +278,57 @@ func TestComposeRunsTheQuickStartWorker(t *testing.T) {
 	require.Equal(t, "service_healthy", svc.DependsOn[gw])
 	ns, _ := field(st.configs[st.servers["dispatcher"]], "BootstrapNamespaces").([]string)
 	require.Contains(t, ns, "myapp", "the dispatcher must create the worker's namespace")
+}
+
+func TestComposePublishesOnLoopbackOnly(t *testing.T) {
+	t.Parallel()
+	st := loadCompose(t)
+	for _, name := range sortedKeys(st.file.Services) {
+		for _, p := range st.file.Services[name].Ports {
+			require.True(t, strings.HasPrefix(p, "127.0.0.1:"), "%s publishes %q beyond this machine", name, p)
+		}
+	}
+	for _, backend := range []string{"redpanda", "postgres"} {
+		require.Empty(t, st.file.Services[backend].Ports, "%s must not be published", backend)
+	}
+	gw := st.file.Services[st.servers["gateway"]]
+	require.ElementsMatch(t, []string{"127.0.0.1:9000:9000", "127.0.0.1:8080:8080"}, gw.Ports)
+}
+
+// interpolated matches compose's ${NAME...} references.
+var interpolated = regexp.MustCompile(`\$\{([A-Z_][A-Z0-9_]*)[^}]*\}`)
+
+// TestComposeTokensComeFromTheEnvFile: the variables the compose file takes
+// from its --env-file are the ones flo.env.example documents (and the
+// Makefile writes), each required, and every internal service gets the
+// internal token.
+func TestComposeTokensComeFromTheEnvFile(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(composePath)
+	require.NoError(t, err)
+	used := map[string]bool{}
+	for _, m := range interpolated.FindAllStringSubmatch(string(raw), -1) {
+		used[m[1]] = true
+		require.Contains(t, m[0], ":?", "%s must be required (${%s:?...}), not silently empty", m[1], m[1])
+	}
+	example, err := os.ReadFile("compose/flo.env.example")
+	require.NoError(t, err)
+	documented := map[string]bool{}
+	for _, line := range strings.Split(string(example), "\n") {
+		if name, _, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+			documented[name] = true
+		}
+	}
+	require.Equal(t, documented, used, "the variables compose interpolates and those flo.env.example documents")
+	makefile, err := os.ReadFile("../Makefile")
+	require.NoError(t, err)
+	for name := range documented {
+		require.Contains(t, string(makefile), name+"=", "make compose-up must write %s into flo.env", name)
+	}
+
+	st := loadCompose(t)
+	for _, flo := range []string{"dispatcher", "registry", "streams", "workflow"} {
+		env := st.file.Services[st.servers[flo]].Environment
+		require.Contains(t, env["FLO_INTERNAL_TOKEN"], "${FLO_INTERNAL_TOKEN:?", "%s gets the internal token", flo)
+	}
 }
