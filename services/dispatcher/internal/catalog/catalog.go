@@ -221,14 +221,24 @@ func (c *Catalog) Ensure(ctx context.Context, namespace string, names []string) 
 }
 
 // admit refuses names (distinct) that would take namespace past its action
-// limit; names that exist already take no room. It locks the namespace's
-// actions until tx ends, so registrations racing for the last places cannot
-// both get one.
+// limit; names that exist already take no room. A call that adds actions
+// locks the namespace's actions until tx ends, so registrations racing for
+// the last places cannot both get one; one that only names existing actions
+// (a worker connecting, a settings change) takes no lock, since actions are
+// never deleted.
 func (c *Catalog) admit(ctx context.Context, tx pgx.Tx, namespace string, names []string) error {
+	existing, err := store.CountExistingActions(ctx, tx, namespace, names)
+	if err != nil || existing == len(names) {
+		return err
+	}
 	if err := pg.LockXact(ctx, tx, "flo.dispatcher.actions/"+namespace); err != nil {
 		return err
 	}
-	total, existing, err := store.CountActions(ctx, tx, namespace, names)
+	// Counted again under the lock: a racing call may have added some.
+	if existing, err = store.CountExistingActions(ctx, tx, namespace, names); err != nil {
+		return err
+	}
+	total, err := store.CountActions(ctx, tx, namespace)
 	if err != nil {
 		return err
 	}

@@ -108,14 +108,23 @@ RETURNING `+actionColumns,
 	return created, nil
 }
 
-// CountActions counts a namespace's actions and how many of names are among them.
-func CountActions(ctx context.Context, db DB, namespace string, names []string) (total, existing int, err error) {
-	err = db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE name = ANY($2::text[])) FROM actions WHERE namespace = $1`,
-		namespace, names).Scan(&total, &existing)
-	if err != nil {
-		return 0, 0, fmt.Errorf("count actions in %s: %w", namespace, err)
+// CountActions counts a namespace's actions.
+func CountActions(ctx context.Context, db DB, namespace string) (int, error) {
+	var n int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM actions WHERE namespace = $1`, namespace).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count actions in %s: %w", namespace, err)
 	}
-	return total, existing, nil
+	return n, nil
+}
+
+// CountExistingActions counts how many of names are actions of namespace.
+func CountExistingActions(ctx context.Context, db DB, namespace string, names []string) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, `SELECT count(*) FROM actions WHERE namespace = $1 AND name = ANY($2::text[])`, namespace, names).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("look up actions in %s: %w", namespace, err)
+	}
+	return n, nil
 }
 
 // GetAction reads one action; pg.ErrNotFound when it does not exist.
