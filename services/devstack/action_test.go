@@ -242,7 +242,7 @@ func TestKilledWorkerTaskIsRedeliveredAfterLeaseExpiry(t *testing.T) {
 	started := make(chan struct{})
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
-	doomed := flo.NewClient(e.stack.GatewayGRPCAddr(), flo.WithToken(testAdminToken))
+	doomed := flo.NewClient(e.stack.GatewayGRPCAddr())
 	require.NoError(t, doomed.Connect())
 	w, err := doomed.NewActionWorker(flo.ActionWorkerOptions{Concurrency: 1, ActionTimeout: time.Minute})
 	require.NoError(t, err)

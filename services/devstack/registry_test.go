@@ -38,7 +38,7 @@ func (rw *runningWorker) wait(t *testing.T, why string) error {
 
 func (e *env) startWorker(t *testing.T, opts flo.ActionWorkerOptions, register func(w *flo.ActionWorker)) *runningWorker {
 	t.Helper()
-	c := flo.NewClient(e.stack.GatewayGRPCAddr(), flo.WithToken(testAdminToken))
+	c := flo.NewClient(e.stack.GatewayGRPCAddr())
 	require.NoError(t, c.Connect())
 	w, err := c.NewActionWorker(opts)
 	require.NoError(t, err)

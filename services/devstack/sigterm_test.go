@@ -307,7 +307,7 @@ func (pl *processPlatform) client(t *testing.T) *flo.Client { return connect(t, 
 // connect connects an SDK client to the gateway at addr until the test ends.
 func connect(t *testing.T, addr string) *flo.Client {
 	t.Helper()
-	c := flo.NewClient(addr, flo.WithToken(testAdminToken))
+	c := flo.NewClient(addr)
 	require.NoError(t, c.Connect())
 	t.Cleanup(func() { c.Close() })
 	return c

@@ -110,10 +110,11 @@ func openPool(t *testing.T, url string) *pgxpool.Pool {
 	return db
 }
 
-// client connects an SDK client to the gateway.
+// client connects an SDK client to the gateway, with the key from FLO_TOKEN
+// as TestMain set it: the way a user's program gets it.
 func (e *env) client(t *testing.T, ns string) *flo.Client {
 	t.Helper()
-	c := flo.NewClient(e.stack.GatewayGRPCAddr(), flo.WithNamespace(ns), flo.WithToken(testAdminToken))
+	c := flo.NewClient(e.stack.GatewayGRPCAddr(), flo.WithNamespace(ns))
 	require.NoError(t, c.Connect())
 	t.Cleanup(func() { c.Close() })
 	return c

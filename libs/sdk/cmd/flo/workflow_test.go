@@ -142,7 +142,7 @@ func startWorkflowStack(t *testing.T) *workflowStack {
 	require.NoError(t, err)
 	t.Cleanup(stack.Stop)
 
-	s := &workflowStack{addr: stack.GatewayGRPCAddr(), client: flo.NewClient(stack.GatewayGRPCAddr(), flo.WithNamespace("myapp"), flo.WithToken(testAdminToken))}
+	s := &workflowStack{addr: stack.GatewayGRPCAddr(), client: flo.NewClient(stack.GatewayGRPCAddr(), flo.WithNamespace("myapp"))}
 	require.NoError(t, s.client.Connect())
 	t.Cleanup(func() { _ = s.client.Close() })
 	s.serveActions(t, log)
