@@ -126,7 +126,6 @@ type Guard struct {
 	authn  *authenticator
 	limits *limiter
 	routes map[route]operation
-	log    *slog.Logger
 }
 
 // anonymous is every caller's principal while auth is off, so no code path
@@ -161,6 +160,5 @@ func New(opts Options) (*Guard, error) {
 		authn:  newAuthenticator(opts.AdminToken, opts.Lookup, opts.CacheTTL, opts.Now, opts.Log),
 		limits: newLimiter(opts.Rates, opts.Now),
 		routes: routes,
-		log:    opts.Log,
 	}, nil
 }

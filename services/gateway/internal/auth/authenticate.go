@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -20,6 +21,9 @@ const maxCachedKeys = 100_000
 
 // adminKeyID is the key id of the admin token's principal.
 const adminKeyID = "admin"
+
+// lookupTimeout bounds one question to the key store.
+const lookupTimeout = 5 * time.Second
 
 // authenticator turns a bearer token into a principal. Looked-up keys
 // (found or not) are reused for ttl, which bounds how long a revoke takes to
@@ -34,6 +38,10 @@ type authenticator struct {
 
 	mu    sync.Mutex
 	cache map[string]cachedKey
+	// lookups makes concurrent misses of one id one lookup, so a busy key
+	// whose entry just went stale costs the store one call, not one per
+	// caller.
+	lookups singleflight.Group
 }
 
 type cachedKey struct {
@@ -93,7 +101,14 @@ func (a *authenticator) get(ctx context.Context, id string) (StoredKey, bool, er
 	if cached && now.Sub(c.at) < a.ttl {
 		return c.key, c.found, nil
 	}
-	key, err := a.lookup(ctx, id)
+	v, err, _ := a.lookups.Do(id, func() (any, error) {
+		// Shared by every caller waiting on it, so no one caller's cancel
+		// ends it.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
+		defer cancel()
+		return a.lookup(ctx, id)
+	})
+	key, _ := v.(StoredKey)
 	found := err == nil
 	if err != nil && !errors.Is(err, ErrKeyNotFound) {
 		if cached {
