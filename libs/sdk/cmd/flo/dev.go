@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"os/signal"
@@ -35,14 +36,14 @@ start). Ctrl-C stops everything cleanly.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return runDev(ctx, dataDir, cmd.Flags().Changed("data-dir"))
+			return runDev(ctx, cmd.OutOrStdout(), dataDir, cmd.Flags().Changed("data-dir"))
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", ".flo", "where the embedded broker and Postgres keep their data (FLO_DATA_DIR)")
 	return cmd
 }
 
-func runDev(ctx context.Context, dataDir string, dataDirSet bool) error {
+func runDev(ctx context.Context, out io.Writer, dataDir string, dataDirSet bool) error {
 	var cfg devstack.Config
 	if err := config.Load(ctx, &cfg); err != nil {
 		return fmt.Errorf("load configuration: %w", err)
@@ -66,7 +67,7 @@ func runDev(ctx context.Context, dataDir string, dataDirSet bool) error {
 		return err
 	}
 	defer stack.Stop()
-	fmt.Printf(`Flo is running.
+	fmt.Fprintf(out, `Flo is running.
   gRPC (clients, workers)  %s
   REST                     http://%s/v1/...
   OpenAPI                  http://%s/openapi.json
@@ -82,7 +83,7 @@ Press ctrl-C to stop.
 		stack.KafkaBrokers(), redactPassword(stack.DatabaseURL()), stack.AdminToken(), stack.AdminToken())
 	select {
 	case <-ctx.Done():
-		fmt.Println("stopping...")
+		fmt.Fprintln(out, "stopping...")
 		return nil
 	case <-stack.Done():
 		return fmt.Errorf("a service stopped unexpectedly; see the log above")
