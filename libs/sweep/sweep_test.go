@@ -1,17 +1,17 @@
 package sweep_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/razorbill/flo/libs/harness"
 	"github.com/razorbill/flo/libs/sweep"
 )
 
@@ -50,27 +50,9 @@ func TestBatches(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log destination the test can read while Every writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func TestEveryRunsUntilCanceledAndLogsFailures(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs harness.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	var runs atomic.Int32
 	ctx, cancel := context.WithCancel(context.Background())
@@ -88,5 +70,5 @@ func TestEveryRunsUntilCanceledAndLogsFailures(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 	require.Contains(t, logs.String(), `msg="expire things" error="database down"`)
-	require.Equal(t, 1, bytes.Count([]byte(logs.String()), []byte("expire things")), "only the failure is logged")
+	require.Equal(t, 1, strings.Count(logs.String(), "expire things"), "only the failure is logged")
 }

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,24 +13,6 @@ import (
 
 	"github.com/razorbill/flo/libs/harness"
 )
-
-// lockedBuffer is a bytes.Buffer the command writes while the test reads.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestDevPrintsTheAdminKeyItKeeps: `flo dev` with no FLO_ADMIN_TOKEN makes an
 // admin key in its data dir (owner-only), prints it with the export line for
@@ -53,7 +33,7 @@ func TestDevPrintsTheAdminKeyItKeeps(t *testing.T) {
 
 	dev := func() string {
 		ctx, cancel := context.WithCancel(context.Background())
-		var out, errOut lockedBuffer
+		var out, errOut harness.Buffer
 		done := make(chan int, 1)
 		go func() { done <- run(ctx, []string{"dev", "--data-dir", dir}, strings.NewReader(""), &out, &errOut) }()
 		require.Eventually(t, func() bool {
