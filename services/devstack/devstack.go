@@ -53,6 +53,7 @@ type Config struct {
 	// network unless these say so.
 	GatewayGRPCAddr    string `env:"FLO_GATEWAY_GRPC_ADDR, default=127.0.0.1:9000"`
 	GatewayHTTPAddr    string `env:"FLO_GATEWAY_HTTP_ADDR, default=127.0.0.1:8080"`
+	GatewayMetricsAddr string `env:"FLO_GATEWAY_METRICS_ADDR, default=127.0.0.1:9090"`
 	DispatcherGRPCAddr string `env:"FLO_DISPATCHER_GRPC_ADDR, default=127.0.0.1:9101"`
 	DispatcherHTTPAddr string `env:"FLO_DISPATCHER_HTTP_ADDR, default=127.0.0.1:9111"`
 	RegistryGRPCAddr   string `env:"FLO_REGISTRY_GRPC_ADDR, default=127.0.0.1:9102"`
@@ -93,7 +94,7 @@ func (c Config) PostgresURL() string {
 // system picks, so several stacks (tests, benchmarks) run side by side;
 // Stack reports the addresses.
 func (c *Config) OnEphemeralPorts() {
-	for _, addr := range []*string{&c.GatewayGRPCAddr, &c.GatewayHTTPAddr, &c.DispatcherGRPCAddr,
+	for _, addr := range []*string{&c.GatewayGRPCAddr, &c.GatewayHTTPAddr, &c.GatewayMetricsAddr, &c.DispatcherGRPCAddr,
 		&c.DispatcherHTTPAddr, &c.RegistryGRPCAddr, &c.RegistryHTTPAddr, &c.StreamsGRPCAddr,
 		&c.StreamsHTTPAddr, &c.WorkflowGRPCAddr, &c.WorkflowHTTPAddr} {
 		*addr = "127.0.0.1:0"
@@ -331,16 +332,20 @@ func (s *Stack) StartWorkflow(ctx context.Context) error {
 func (s *Stack) StopWorkflow() error { return s.stop("workflow") }
 
 func (s *Stack) startGateway(ctx context.Context) error {
-	svc, err := gateway.New(ctx, gateway.Config{
+	cfg := gateway.Config{
 		GRPCAddr:        s.cfg.GatewayGRPCAddr,
 		HTTPAddr:        s.cfg.GatewayHTTPAddr,
 		DispatcherAddr:  s.cfg.DispatcherGRPCAddr,
 		RegistryAddr:    s.cfg.RegistryGRPCAddr,
 		StreamsAddr:     s.cfg.StreamsGRPCAddr,
 		WorkflowAddr:    s.cfg.WorkflowGRPCAddr,
+		MetricsAddr:     s.cfg.GatewayMetricsAddr,
 		MaxPayloadBytes: s.cfg.MaxPayloadBytes,
+		Auth:            s.internal,
 		Kafka:           config.Kafka{Brokers: s.kafka, Partitions: s.cfg.Partitions},
-	}, s.log.With("component", "gateway"), gateway.WithMetricsHandler(s.telemetry.MetricsHandler()))
+	}
+	cfg.APIKeys.AdminToken = s.admin
+	svc, err := gateway.New(ctx, cfg, s.log.With("component", "gateway"), gateway.WithMetricsHandler(s.telemetry.MetricsHandler()))
 	if err != nil {
 		return fmt.Errorf("start gateway: %w", err)
 	}
@@ -413,6 +418,9 @@ func (s *Stack) GatewayGRPCAddr() string { return s.gateway.GRPCAddr() }
 
 // GatewayHTTPAddr is where the REST facade listens.
 func (s *Stack) GatewayHTTPAddr() string { return s.gateway.HTTPAddr() }
+
+// GatewayMetricsAddr is where the gateway serves /metrics.
+func (s *Stack) GatewayMetricsAddr() string { return s.gateway.MetricsAddr() }
 
 // AdminToken is the gateway's admin key: clients send it as their token.
 func (s *Stack) AdminToken() string { return s.admin }

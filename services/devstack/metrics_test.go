@@ -221,7 +221,7 @@ func TestMetricsCountTheWorkload(t *testing.T) {
 	runStatus := func(status string) []string {
 		return []string{"namespace", ns, "workflow", "metered", "status", status}
 	}
-	got := requireMetrics(t, e.stack.GatewayHTTPAddr(), []expectation{
+	got := requireMetrics(t, e.stack.GatewayMetricsAddr(), []expectation{
 		{"flo_tasks_invoked_total", work, invoked},
 		{"flo_tasks_invoked_total", backlog, queued},
 		{"flo_tasks_claimed_total", work, invoked},

@@ -104,13 +104,16 @@ func TestDispatcherKilledUnderLoadLosesNothing(t *testing.T) {
 	proc.waitReady(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	gw, err := gateway.New(ctx, gateway.Config{
+	gwCfg := gateway.Config{
 		GRPCAddr:        "127.0.0.1:0",
 		HTTPAddr:        "127.0.0.1:0",
 		DispatcherAddr:  proc.grpcAddr,
 		MaxPayloadBytes: 64 << 10,
+		Auth:            harness.InternalAuth(),
 		Kafka:           config.Kafka{Brokers: broker.Addrs(), Partitions: 4},
-	}, testLogger(t))
+	}
+	gwCfg.APIKeys.AdminToken = testAdminToken
+	gw, err := gateway.New(ctx, gwCfg, testLogger(t))
 	require.NoError(t, err)
 	gwDone := make(chan error, 1)
 	go func() { gwDone <- gw.Run(ctx) }()

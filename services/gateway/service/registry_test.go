@@ -6,9 +6,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	registryv1 "github.com/razorbill/flo/proto/gen/flo/registry/v1"
@@ -174,7 +172,7 @@ func TestDrainReachesTheWorkerStream(t *testing.T) {
 		"workerId": "w-drain", "workerType": "WORKER_TYPE_ACTION", "maxConcurrency": 10,
 	})
 	require.Equal(t, http.StatusOK, reg.status, "%s", reg.raw)
-	w := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "w-drain", Namespace: "default", Actions: []string{"job"}, MaxConcurrency: 10})
+	w := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "w-drain", Namespace: "default", Actions: []string{"job"}, MaxConcurrency: 10})
 
 	first := []string{invoke(t, s, "job", `{"n":1}`), invoke(t, s, "job", `{"n":2}`)}
 	w.ready(t, 10, 600_000)
@@ -201,7 +199,7 @@ func TestDrainReachesTheWorkerStream(t *testing.T) {
 		awaitStatus(t, s, id, flov1.TaskStatus_TASK_STATUS_COMPLETED)
 	}
 
-	other := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "w-other", Namespace: "default", Actions: []string{"job"}})
+	other := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "w-other", Namespace: "default", Actions: []string{"job"}})
 	other.ready(t, 10, 600_000)
 	for _, task := range other.tasks(t, 3) {
 		require.True(t, later[task.GetTaskId()], "unexpected task %s", task.GetTaskId())
@@ -227,7 +225,7 @@ func TestStreamOfADrainedWorkerIsDrainedAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, flov1.WorkerStatus_WORKER_STATUS_DRAINING, drained.GetStatus())
 
-	w := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "w-late", Namespace: "default", Actions: []string{"job"}})
+	w := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "w-late", Namespace: "default", Actions: []string{"job"}})
 	m := w.next(t)
 	require.NotNil(t, m.GetDrain(), "expected Drain, got %v", m)
 }
@@ -237,7 +235,7 @@ func TestStreamOfADrainedWorkerIsDrainedAtOnce(t *testing.T) {
 // room for the next.
 func TestMaxConcurrencyCapsHeldTasks(t *testing.T) {
 	s := startStack(t)
-	capped := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "capped", Namespace: "default", Actions: []string{"job"}, MaxConcurrency: 2})
+	capped := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "capped", Namespace: "default", Actions: []string{"job"}, MaxConcurrency: 2})
 	ids := map[string]bool{}
 	for i := range 5 {
 		ids[invoke(t, s, "job", fmt.Sprintf(`{"n":%d}`, i))] = true
@@ -247,7 +245,7 @@ func TestMaxConcurrencyCapsHeldTasks(t *testing.T) {
 
 	// The other three are left for someone else: a second worker gets
 	// exactly them, so the capped one never had them.
-	other := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "other", Namespace: "default", Actions: []string{"job"}})
+	other := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "other", Namespace: "default", Actions: []string{"job"}})
 	other.ready(t, 3, 600_000)
 	for _, task := range append(held, other.tasks(t, 3)...) {
 		require.True(t, ids[task.GetTaskId()])
@@ -282,7 +280,7 @@ func TestRegistryDownLeavesTheTaskPathUp(t *testing.T) {
 	readyz := s.rest(t, http.MethodGet, "/readyz", nil)
 	require.Equal(t, http.StatusOK, readyz.status)
 
-	w := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "w", Namespace: "default", Actions: []string{"job"}, MaxConcurrency: 1})
+	w := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "w", Namespace: "default", Actions: []string{"job"}, MaxConcurrency: 1})
 	id := invoke(t, s, "job", `{}`)
 	w.ready(t, 1, 600_000)
 	task := w.tasks(t, 1)[0]
@@ -297,15 +295,12 @@ func TestRegistryDownLeavesTheTaskPathUp(t *testing.T) {
 func TestDrainThroughAnotherReplicaArrivesAsAnEvent(t *testing.T) {
 	s := startRegistryStack(t)
 	ctx := testContext(t)
-	conn, err := grpc.NewClient(s.registryAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	direct := registryv1.NewRegistryClient(conn)
-	_, err = direct.RegisterWorker(ctx, &flov1.RegisterWorkerRequest{
+	direct := registryv1.NewRegistryClient(dialInternal(t, s.registryAddr))
+	_, err := direct.RegisterWorker(ctx, &flov1.RegisterWorkerRequest{
 		Namespace: "default", WorkerId: "w-event", WorkerType: flov1.WorkerType_WORKER_TYPE_ACTION,
 	})
 	require.NoError(t, err)
-	w := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "w-event", Namespace: "default", Actions: []string{"job"}})
+	w := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "w-event", Namespace: "default", Actions: []string{"job"}})
 	w.ready(t, 5, 600_000)
 
 	_, err = direct.DrainWorker(ctx, &flov1.GetWorkerRequest{Namespace: "default", WorkerId: "w-event"})
@@ -314,7 +309,7 @@ func TestDrainThroughAnotherReplicaArrivesAsAnEvent(t *testing.T) {
 	require.NotNil(t, m.GetDrain(), "expected Drain, got %v", m)
 
 	id := invoke(t, s, "job", `{}`)
-	other := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "w-other", Namespace: "default", Actions: []string{"job"}})
+	other := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "w-other", Namespace: "default", Actions: []string{"job"}})
 	other.ready(t, 1, 600_000)
 	got := other.tasks(t, 1)[0]
 	require.Equal(t, id, got.GetTaskId())

@@ -18,7 +18,7 @@ import (
 // that task and completes it.
 func TestWorkerStreamSurvivesDispatcherRestart(t *testing.T) {
 	s := startStack(t)
-	w := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "steady", Namespace: "default", Actions: []string{"job"}})
+	w := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "steady", Namespace: "default", Actions: []string{"job"}})
 	first := invoke(t, s, "job", `{}`)
 	w.ready(t, 1, 600_000)
 	task := w.tasks(t, 1)[0]
@@ -42,7 +42,7 @@ func TestWorkerStreamSurvivesDispatcherRestart(t *testing.T) {
 // records it and only then ends the stream with Unavailable.
 func TestShutdownDrainsWorkerStreams(t *testing.T) {
 	s := startStack(t)
-	w := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "drained", Namespace: "default", Actions: []string{"job"}})
+	w := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "drained", Namespace: "default", Actions: []string{"job"}})
 	id := invoke(t, s, "job", `{}`)
 	w.ready(t, 1, 600_000)
 	task := w.tasks(t, 1)[0]

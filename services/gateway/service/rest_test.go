@@ -70,7 +70,7 @@ func TestRESTActionAndTaskLifecycle(t *testing.T) {
 	go func() {
 		awaited <- s.rest(t, http.MethodGet, "/v1/namespaces/default/tasks/"+id+"/await?timeoutMs=60000", nil)
 	}()
-	w := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "rest-worker", Namespace: "default", Actions: []string{"greet"}})
+	w := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "rest-worker", Namespace: "default", Actions: []string{"greet"}})
 	w.ready(t, 1, 20_000)
 	claimed := w.tasks(t, 1)[0]
 	require.Equal(t, id, claimed.GetTaskId())

@@ -1,35 +1,41 @@
-// Package service wires the gateway: the public gRPC API and worker streams,
-// the REST facade with health, readiness, OpenAPI and metrics, the producer
-// of invoke commands, the task-events tail that wakes waiting requests, the
-// worker-events tail that drains worker streams, and the connections to the
-// dispatcher, the registry, the streams service and the workflow service.
-// cmd/gateway and the dev stack run it.
+// Package service wires the gateway: the public gRPC API and worker streams
+// and the REST facade with health, readiness and OpenAPI, every call checked
+// by the auth guard, on TLS when configured; metrics on a port of their own;
+// the producer of invoke commands, the task-events tail that wakes waiting
+// requests, the worker-events tail that drains worker streams, and the
+// connections to the dispatcher, the registry, the streams service and the
+// workflow service. cmd/gateway and the dev stack run it.
 package service
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
+	"github.com/razorbill/flo/libs/certs"
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/grpcserver"
+	"github.com/razorbill/flo/libs/internalauth"
 	"github.com/razorbill/flo/libs/kafka"
+	"github.com/razorbill/flo/libs/probe"
 	"github.com/razorbill/flo/libs/retry"
 	"github.com/razorbill/flo/libs/stage"
 	"github.com/razorbill/flo/libs/telemetry"
@@ -42,6 +48,7 @@ import (
 
 	"github.com/razorbill/flo/services/gateway/internal/action"
 	"github.com/razorbill/flo/services/gateway/internal/api"
+	"github.com/razorbill/flo/services/gateway/internal/auth"
 	"github.com/razorbill/flo/services/gateway/internal/httpapi"
 	"github.com/razorbill/flo/services/gateway/internal/invoke"
 	"github.com/razorbill/flo/services/gateway/internal/namespace"
@@ -52,8 +59,12 @@ import (
 
 // Config is the gateway's configuration, read from FLO_* variables.
 type Config struct {
-	GRPCAddr       string `env:"FLO_GATEWAY_GRPC_ADDR, default=:9000"`
-	HTTPAddr       string `env:"FLO_GATEWAY_HTTP_ADDR, default=:8080"`
+	GRPCAddr string `env:"FLO_GATEWAY_GRPC_ADDR, default=:9000"`
+	HTTPAddr string `env:"FLO_GATEWAY_HTTP_ADDR, default=:8080"`
+	// MetricsAddr serves /metrics, /healthz and /readyz, apart from the
+	// public ports so that metrics need no key and reach only who may scrape
+	// them. Empty (a config built in code) opens no metrics port.
+	MetricsAddr    string `env:"FLO_GATEWAY_METRICS_ADDR, default=:9090"`
 	DispatcherAddr string `env:"FLO_DISPATCHER_ADDR, default=localhost:9101"`
 	// RegistryAddr is the registry's internal gRPC API. The task path does
 	// not depend on it: while it is down, worker-registry calls fail with
@@ -70,10 +81,25 @@ type Config struct {
 	// fail with Unavailable. Empty means there is no workflow service.
 	WorkflowAddr    string `env:"FLO_WORKFLOW_ADDR, default=localhost:9104"`
 	MaxPayloadBytes int    `env:"FLO_MAX_PAYLOAD_BYTES, default=1048576"`
-	// AuthToken, when set, is the token every worker's Hello must carry.
-	AuthToken string `env:"FLO_AUTH_TOKEN"`
-	Kafka     config.Kafka
-	Shutdown  config.Shutdown
+	// TLSCertFile and TLSKeyFile, both or neither, put the public gRPC and
+	// REST ports on TLS. The pair is read again when the files change, so a
+	// renewed certificate needs no restart.
+	TLSCertFile string `env:"FLO_GATEWAY_TLS_CERT"`
+	TLSKeyFile  string `env:"FLO_GATEWAY_TLS_KEY"`
+	// MaxConcurrentStreams caps the concurrent calls on one client
+	// connection; zero means 1000.
+	MaxConcurrentStreams uint32 `env:"FLO_GATEWAY_MAX_CONCURRENT_STREAMS, default=1000"`
+	// MaxWorkerStreams caps the worker streams open on this gateway; a new
+	// one past it gets ResourceExhausted. Zero means 20000.
+	MaxWorkerStreams int `env:"FLO_GATEWAY_MAX_WORKER_STREAMS, default=20000"`
+	// Auth is how the gateway authenticates to the internal services, and
+	// whether authentication is on at all.
+	Auth config.Auth
+	// APIKeys checks the callers of the public API: the admin token, how
+	// long a looked-up key is reused, and the per-role rate limits.
+	APIKeys  auth.Config
+	Kafka    config.Kafka
+	Shutdown config.Shutdown
 }
 
 const (
@@ -111,6 +137,10 @@ const (
 	// service, the most it sends: a run carries its input and every step's
 	// output, each twice (raw and as a JSON value).
 	workflowRecvBytes = 16 << 20
+	// defaultMaxConcurrentStreams and defaultMaxWorkerStreams are the
+	// limits of a config built in code that leaves them zero.
+	defaultMaxConcurrentStreams = 1000
+	defaultMaxWorkerStreams     = 20_000
 )
 
 // Option adjusts a Service.
@@ -120,10 +150,10 @@ type options struct {
 	metrics http.Handler
 }
 
-// WithMetricsHandler serves h at /metrics, typically the handler of the
-// process's telemetry. Without it the Service sets telemetry up itself
-// (libs/telemetry shares one setup per process) and releases it when Run
-// returns.
+// WithMetricsHandler serves h at /metrics on the metrics port, typically the
+// handler of the process's telemetry. Without it the Service sets telemetry
+// up itself (libs/telemetry shares one setup per process) and releases it
+// when Run returns.
 func WithMetricsHandler(h http.Handler) Option {
 	return func(o *options) { o.metrics = h }
 }
@@ -133,10 +163,12 @@ type Service struct {
 	cfg Config
 	log *slog.Logger
 
-	grpcLis    net.Listener
-	httpLis    net.Listener
-	grpcServer *grpc.Server
-	httpServer *http.Server
+	grpcLis       net.Listener
+	httpLis       net.Listener
+	metricsLis    net.Listener
+	grpcServer    *grpc.Server
+	httpServer    *http.Server
+	metricsServer *http.Server
 
 	conn         *grpc.ClientConn
 	dispatcher   dispatcherv1.DispatcherClient
@@ -156,22 +188,28 @@ type Service struct {
 	stopping atomic.Bool
 }
 
-// New listens on both addresses (so GRPCAddr and HTTPAddr are known before
-// Run), connects to the dispatcher and the broker and makes sure the topics
-// exist. Nothing is served until Run.
+// internal are the gateway's clients of the services behind it. A service
+// that is not configured is the API's stand-in, which answers Unavailable.
+type internal struct {
+	registry      registryv1.RegistryClient
+	streams       streamsv1.StreamsClient
+	workerStreams workerstream.Streams
+	workflows     workflowv1.WorkflowsClient
+}
+
+// New listens on every address (so GRPCAddr, HTTPAddr and MetricsAddr are
+// known before Run), connects to the dispatcher and the broker and makes sure
+// the topics exist. Nothing is served until Run.
 func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *Service, err error) {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if cfg.MaxPayloadBytes <= 0 {
-		return nil, fmt.Errorf("gateway config: FLO_MAX_PAYLOAD_BYTES must be positive, got %d", cfg.MaxPayloadBytes)
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.DispatcherAddr == "" {
-		return nil, errors.New("gateway config: FLO_DISPATCHER_ADDR is required")
-	}
-	if cfg.Kafka.Partitions <= 0 {
-		cfg.Kafka.Partitions = 8
+	if cfg, err = withDefaults(cfg); err != nil {
+		return nil, err
 	}
 	s := &Service{cfg: cfg, log: log}
 	defer func() {
@@ -179,66 +217,19 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 			s.closeResources(context.Background())
 		}
 	}()
-
-	if s.grpcLis, s.httpLis, err = stage.Listen(cfg.GRPCAddr, cfg.HTTPAddr); err != nil {
+	if err := s.listen(); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-
 	if o.metrics == nil {
 		if s.telemetry, err = telemetry.Setup(ctx, "gateway"); err != nil {
 			return nil, fmt.Errorf("set up telemetry: %w", err)
 		}
 		o.metrics = s.telemetry.MetricsHandler()
 	}
-
-	// A claim can return up to 256 maximal payloads at once.
-	claimRecv := 256*(cfg.MaxPayloadBytes+4<<10) + 1<<20
-	s.conn, err = grpc.NewClient(cfg.DispatcherAddr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second}),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(claimRecv)),
-	)
+	behind, err := s.dialInternal()
 	if err != nil {
-		return nil, fmt.Errorf("dial dispatcher %s: %w", cfg.DispatcherAddr, err)
+		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	s.dispatcher = dispatcherv1.NewDispatcherClient(s.conn)
-
-	registry := api.NoRegistry
-	if cfg.RegistryAddr != "" {
-		s.registryConn, err = grpc.NewClient(cfg.RegistryAddr, offPathDialOptions()...)
-		if err != nil {
-			return nil, fmt.Errorf("dial registry %s: %w", cfg.RegistryAddr, err)
-		}
-		registry = registryv1.NewRegistryClient(s.registryConn)
-	}
-
-	streams := api.NoStreams
-	var workerStreams workerstream.Streams
-	if cfg.StreamsAddr != "" {
-		// Keepalive as for the dispatcher, since group reads block.
-		s.streamsConn, err = grpc.NewClient(cfg.StreamsAddr, append(offPathDialOptions(),
-			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second}),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(streamsRecvBytes)),
-		)...)
-		if err != nil {
-			return nil, fmt.Errorf("dial streams service %s: %w", cfg.StreamsAddr, err)
-		}
-		client := streamsv1.NewStreamsClient(s.streamsConn)
-		streams, workerStreams = client, client
-	}
-
-	var workflows workflowv1.WorkflowsClient
-	if cfg.WorkflowAddr != "" {
-		s.workflowConn, err = grpc.NewClient(cfg.WorkflowAddr, append(offPathDialOptions(),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(workflowRecvBytes)),
-		)...)
-		if err != nil {
-			return nil, fmt.Errorf("dial workflow service %s: %w", cfg.WorkflowAddr, err)
-		}
-		workflows = workflowv1.NewWorkflowsClient(s.workflowConn)
-	}
-
 	tctx, cancel := context.WithTimeout(ctx, setupTimeout)
 	s.producer, err = kafka.NewProducer(tctx, cfg.Kafka, cfg.Kafka.Partitions, cfg.MaxPayloadBytes,
 		[]string{invoke.Topic, taskwait.Topic, workerstream.WorkerEventsTopic})
@@ -246,77 +237,19 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	if err != nil {
 		return nil, fmt.Errorf("gateway: producer: %w", err)
 	}
-
 	s.waiters = taskwait.NewRegistry(maxWaiters)
-
-	namespaces := namespace.NewCache(api.NamespaceLookup(s.dispatcher))
-	actions := action.NewCache(api.ActionLookup(s.dispatcher), actionTTL)
-	nsServer := api.NewNamespaceServer(s.dispatcher, namespaces, log)
-	actionServer := api.NewActionServer(s.dispatcher, namespaces, actions, log)
-	taskServer := api.NewTaskServer(api.TaskServerDeps{
-		Dispatcher:      s.dispatcher,
-		Namespaces:      namespaces,
-		Actions:         actions,
-		Invoker:         invoke.NewProducer(s.producer),
-		Waiters:         s.waiters,
-		MaxPayloadBytes: cfg.MaxPayloadBytes,
-		Log:             log,
-	})
-	s.streams = workerstream.NewServer(s.dispatcher, workerstream.Options{
-		AuthToken:       cfg.AuthToken,
-		MaxPayloadBytes: cfg.MaxPayloadBytes,
-		DrainTimeout:    drainTimeout,
-		CheckNamespace: func(ctx context.Context, name string) error {
-			return api.CheckNamespace(ctx, log, namespaces, name)
-		},
-		Registry:       registry,
-		Streams:        workerStreams,
-		MaxReadRecords: api.MaxReadRecords(cfg.MaxPayloadBytes),
-		Log:            log,
-	})
-	workerServer := api.NewWorkerServer(registry, namespaces, s.streams.DrainWorker, log)
-	streamServer := api.NewStreamServer(streams, namespaces, cfg.MaxPayloadBytes, log)
-	workflowServer := api.NewWorkflowServer(workflows, namespaces, cfg.MaxPayloadBytes, log)
-
-	s.grpcServer = grpc.NewServer(
-		grpc.StatsHandler(otelgrpc.NewServerHandler()),
-		grpc.ChainUnaryInterceptor(recovery.UnaryInterceptor(log)),
-		grpc.ChainStreamInterceptor(recovery.StreamInterceptor(log)),
-		// Room for a ResultBatch, a maximal payload, or a maximal
-		// InvokeTasks batch (api.DefaultMaxBatchBytes of payloads).
-		grpc.MaxRecvMsgSize(max(minRecvMsgBytes, cfg.MaxPayloadBytes+bodySlack, api.DefaultMaxBatchBytes+batchSlack)),
-		// Dead worker connections are noticed within a minute; workers may
-		// ping every 10 s, idle or not.
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	)
-	flov1.RegisterNamespaceServiceServer(s.grpcServer, nsServer)
-	flov1.RegisterActionServiceServer(s.grpcServer, actionServer)
-	flov1.RegisterTaskServiceServer(s.grpcServer, taskServer)
-	flov1.RegisterWorkerServiceServer(s.grpcServer, s.streams)
-	flov1.RegisterWorkerRegistryServiceServer(s.grpcServer, workerServer)
-	flov1.RegisterStreamServiceServer(s.grpcServer, streamServer)
-	flov1.RegisterWorkflowServiceServer(s.grpcServer, workflowServer)
-
-	handler, err := httpapi.NewHandler(ctx, httpapi.Services{
-		Namespaces: nsServer, Actions: actionServer, Tasks: taskServer, Workers: workerServer, Streams: streamServer,
-		Workflows: workflowServer,
-	}, httpapi.Options{
-		MaxBodyBytes: maxBodyBytes(cfg.MaxPayloadBytes),
-		Ready:        s.Ready,
-		Metrics:      o.metrics,
-		OpenAPI:      floproto.OpenAPI,
-		Log:          log,
-	})
+	guard, err := auth.New(cfg.APIKeys.Options(api.KeyLookup(s.dispatcher), cfg.Auth.Off(), log))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	s.httpServer = &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       time.Minute,
-		IdleTimeout:       2 * time.Minute,
+	services := s.newAPI(behind)
+	if s.grpcServer, err = s.newGRPCServer(services, guard); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	if s.httpServer, err = s.newHTTPServer(ctx, services, guard); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	s.metricsServer = &http.Server{Handler: probe.Handler(s.readyz, o.metrics), ReadHeaderTimeout: 10 * time.Second}
 
 	// Last, because only Run releases the tails' clients.
 	s.tail, err = kafka.NewTail(cfg.Kafka, []string{taskwait.Topic}, s.waiters.Handler(), log)
@@ -327,8 +260,94 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	if err != nil {
 		return nil, fmt.Errorf("tail worker events: %w", err)
 	}
-
 	return s, nil
+}
+
+// withDefaults checks cfg and fills what a config built in code may leave
+// zero.
+func withDefaults(cfg Config) (Config, error) {
+	switch {
+	case cfg.MaxPayloadBytes <= 0:
+		return cfg, fmt.Errorf("gateway config: FLO_MAX_PAYLOAD_BYTES must be positive, got %d", cfg.MaxPayloadBytes)
+	case cfg.DispatcherAddr == "":
+		return cfg, errors.New("gateway config: FLO_DISPATCHER_ADDR is required")
+	case (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == ""):
+		return cfg, errors.New("gateway config: FLO_GATEWAY_TLS_CERT and FLO_GATEWAY_TLS_KEY must be set together")
+	case cfg.MaxWorkerStreams < 0:
+		return cfg, fmt.Errorf("gateway config: FLO_GATEWAY_MAX_WORKER_STREAMS must not be negative, got %d", cfg.MaxWorkerStreams)
+	}
+	if cfg.Kafka.Partitions <= 0 {
+		cfg.Kafka.Partitions = 8
+	}
+	cfg.MaxConcurrentStreams = cmp.Or(cfg.MaxConcurrentStreams, defaultMaxConcurrentStreams)
+	cfg.MaxWorkerStreams = cmp.Or(cfg.MaxWorkerStreams, defaultMaxWorkerStreams)
+	return cfg, nil
+}
+
+// listen opens the public ports, on TLS when the certificate files are set,
+// and the metrics port when it has an address.
+func (s *Service) listen() (err error) {
+	if s.grpcLis, s.httpLis, err = stage.Listen(s.cfg.GRPCAddr, s.cfg.HTTPAddr); err != nil {
+		return err
+	}
+	if s.cfg.MetricsAddr != "" {
+		if s.metricsLis, err = net.Listen("tcp", s.cfg.MetricsAddr); err != nil {
+			return fmt.Errorf("listen metrics on %s: %w", s.cfg.MetricsAddr, err)
+		}
+	}
+	return nil
+}
+
+// dialInternal connects to the dispatcher and to the configured services off
+// the task path, every connection carrying the internal credential.
+func (s *Service) dialInternal() (internal, error) {
+	cfg := s.cfg
+	behind := internal{registry: api.NoRegistry, streams: api.NoStreams}
+	creds, err := internalauth.DialOptions(cfg.Auth)
+	if err != nil {
+		return behind, fmt.Errorf("internal credentials: %w", err)
+	}
+	// A claim can return up to 256 maximal payloads at once.
+	claimRecv := 256*(cfg.MaxPayloadBytes+4<<10) + 1<<20
+	s.conn, err = grpc.NewClient(cfg.DispatcherAddr, append(slices.Clip(creds),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(claimRecv)),
+	)...)
+	if err != nil {
+		return behind, fmt.Errorf("dial dispatcher %s: %w", cfg.DispatcherAddr, err)
+	}
+	s.dispatcher = dispatcherv1.NewDispatcherClient(s.conn)
+
+	offPath := append(slices.Clip(creds), offPathDialOptions()...)
+	if cfg.RegistryAddr != "" {
+		if s.registryConn, err = grpc.NewClient(cfg.RegistryAddr, offPath...); err != nil {
+			return behind, fmt.Errorf("dial registry %s: %w", cfg.RegistryAddr, err)
+		}
+		behind.registry = registryv1.NewRegistryClient(s.registryConn)
+	}
+	if cfg.StreamsAddr != "" {
+		// Keepalive as for the dispatcher, since group reads block.
+		s.streamsConn, err = grpc.NewClient(cfg.StreamsAddr, append(slices.Clip(offPath),
+			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second}),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(streamsRecvBytes)),
+		)...)
+		if err != nil {
+			return behind, fmt.Errorf("dial streams service %s: %w", cfg.StreamsAddr, err)
+		}
+		client := streamsv1.NewStreamsClient(s.streamsConn)
+		behind.streams, behind.workerStreams = client, client
+	}
+	if cfg.WorkflowAddr != "" {
+		s.workflowConn, err = grpc.NewClient(cfg.WorkflowAddr, append(slices.Clip(offPath),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(workflowRecvBytes)),
+		)...)
+		if err != nil {
+			return behind, fmt.Errorf("dial workflow service %s: %w", cfg.WorkflowAddr, err)
+		}
+		behind.workflows = workflowv1.NewWorkflowsClient(s.workflowConn)
+	}
+	return behind, nil
 }
 
 // offPathDialOptions dial a service off the task path (the registry, the
@@ -337,13 +356,140 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 // so a service that is down now costs nothing here.
 func offPathDialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: registryRedialMax},
 			MinConnectTimeout: 5 * time.Second,
 		}),
 	}
+}
+
+// newAPI builds the public API's servers over the internal services; the
+// worker-stream server is kept, since Run drains it.
+func (s *Service) newAPI(behind internal) httpapi.Services {
+	cfg, log := s.cfg, s.log
+	namespaces := namespace.NewCache(api.NamespaceLookup(s.dispatcher))
+	actions := action.NewCache(api.ActionLookup(s.dispatcher), actionTTL)
+	s.streams = workerstream.NewServer(s.dispatcher, workerstream.Options{
+		MaxPayloadBytes: cfg.MaxPayloadBytes,
+		DrainTimeout:    drainTimeout,
+		CheckNamespace: func(ctx context.Context, name string) error {
+			return api.CheckNamespace(ctx, log, namespaces, name)
+		},
+		Registry:       behind.registry,
+		Streams:        behind.workerStreams,
+		MaxReadRecords: api.MaxReadRecords(cfg.MaxPayloadBytes),
+		Log:            log,
+	})
+	return httpapi.Services{
+		Namespaces: api.NewNamespaceServer(s.dispatcher, namespaces, log),
+		Actions:    api.NewActionServer(s.dispatcher, namespaces, actions, log),
+		Tasks: api.NewTaskServer(api.TaskServerDeps{
+			Dispatcher:      s.dispatcher,
+			Namespaces:      namespaces,
+			Actions:         actions,
+			Invoker:         invoke.NewProducer(s.producer),
+			Waiters:         s.waiters,
+			MaxPayloadBytes: cfg.MaxPayloadBytes,
+			Log:             log,
+		}),
+		Workers:   api.NewWorkerServer(behind.registry, namespaces, s.streams.DrainWorker, log),
+		Streams:   api.NewStreamServer(behind.streams, namespaces, cfg.MaxPayloadBytes, log),
+		Workflows: api.NewWorkflowServer(behind.workflows, namespaces, cfg.MaxPayloadBytes, log),
+		Keys:      api.NewKeyServer(s.dispatcher, log),
+	}
+}
+
+// newGRPCServer builds the public gRPC server: traced with otelgrpc like
+// every Flo server, errors mapped in one place, every call checked by the
+// guard, worker streams capped, on TLS when the certificate files are set.
+func (s *Service) newGRPCServer(svc httpapi.Services, guard *auth.Guard) (*grpc.Server, error) {
+	cfg, log := s.cfg, s.log
+	opts := []grpc.ServerOption{
+		grpc.StatsHandler(otelgrpc.NewServerHandler()),
+		grpc.ChainUnaryInterceptor(grpcserver.ErrorInterceptor(log, keepStatus), guard.UnaryInterceptor()),
+		grpc.ChainStreamInterceptor(recovery.StreamInterceptor(log), guard.StreamInterceptor(), capWorkerStreams(cfg.MaxWorkerStreams)),
+		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
+		// Room for a ResultBatch, a maximal payload, or a maximal
+		// InvokeTasks batch (api.DefaultMaxBatchBytes of payloads).
+		grpc.MaxRecvMsgSize(max(minRecvMsgBytes, cfg.MaxPayloadBytes+bodySlack, api.DefaultMaxBatchBytes+batchSlack)),
+		// Dead worker connections are noticed within a minute; workers may
+		// ping every 10 s, idle or not.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	}
+	if cfg.TLSCertFile != "" {
+		tlsCfg, err := certs.Server(cfg.TLSCertFile, cfg.TLSKeyFile, log)
+		if err != nil {
+			return nil, fmt.Errorf("edge TLS: %w", err)
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	}
+	srv := grpc.NewServer(opts...)
+	flov1.RegisterNamespaceServiceServer(srv, svc.Namespaces)
+	flov1.RegisterActionServiceServer(srv, svc.Actions)
+	flov1.RegisterTaskServiceServer(srv, svc.Tasks)
+	flov1.RegisterWorkerServiceServer(srv, s.streams)
+	flov1.RegisterWorkerRegistryServiceServer(srv, svc.Workers)
+	flov1.RegisterStreamServiceServer(srv, svc.Streams)
+	flov1.RegisterWorkflowServiceServer(srv, svc.Workflows)
+	flov1.RegisterKeyServiceServer(srv, svc.Keys)
+	return srv, nil
+}
+
+// keepStatus keeps the status an API server answered with: the servers map
+// the internal services' answers to public codes themselves.
+func keepStatus(err error) error {
+	if st, ok := status.FromError(err); ok {
+		return st.Err()
+	}
+	return nil
+}
+
+// capWorkerStreams refuses a worker stream with ResourceExhausted while max
+// are open on this gateway, so a flood of workers cannot take every
+// connection's memory; a worker's SDK retries with backoff.
+func capWorkerStreams(max int) grpc.StreamServerInterceptor {
+	var open atomic.Int64
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if info.FullMethod != flov1.WorkerService_Stream_FullMethodName {
+			return handler(srv, ss)
+		}
+		defer open.Add(-1)
+		if open.Add(1) > int64(max) {
+			return status.Errorf(codes.ResourceExhausted, "this gateway has its maximum of %d worker streams open", max)
+		}
+		return handler(srv, ss)
+	}
+}
+
+// newHTTPServer builds the REST facade: every request but the probes
+// authenticated, every route authorized once matched, on TLS when the
+// certificate files are set (the listener speaks it).
+func (s *Service) newHTTPServer(ctx context.Context, svc httpapi.Services, guard *auth.Guard) (*http.Server, error) {
+	handler, err := httpapi.NewHandler(ctx, svc, httpapi.Options{
+		MaxBodyBytes: maxBodyBytes(s.cfg.MaxPayloadBytes),
+		Probes:       probe.Handler(s.readyz, nil),
+		Authorize:    guard.REST(),
+		OpenAPI:      floproto.OpenAPI,
+		Log:          s.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if s.cfg.TLSCertFile != "" {
+		tlsCfg, err := certs.Server(s.cfg.TLSCertFile, s.cfg.TLSKeyFile, s.log)
+		if err != nil {
+			return nil, fmt.Errorf("edge TLS: %w", err)
+		}
+		s.httpLis = tls.NewListener(s.httpLis, tlsCfg)
+	}
+	return &http.Server{
+		Handler:           guard.HTTP(handler),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       time.Minute,
+		IdleTimeout:       2 * time.Minute,
+	}, nil
 }
 
 // maxBodyBytes is the largest REST body read: room for a payload at the
@@ -358,109 +504,96 @@ func (s *Service) GRPCAddr() string { return s.grpcLis.Addr().String() }
 // HTTPAddr is the address the REST facade listens on.
 func (s *Service) HTTPAddr() string { return s.httpLis.Addr().String() }
 
-// Ready reports whether the gateway can serve: the dispatcher has answered
-// and its connection is not failing, both tails know where they start, and
-// shutdown has not begun. The registry, the streams and the workflow service
-// are deliberately not asked: they are not on the task path, and worker
-// streams run without them. (The worker-events tail needs only the broker,
-// like the task-events tail.)
-func (s *Service) Ready() bool {
-	if s.stopping.Load() || !s.answered.Load() {
-		return false
+// MetricsAddr is the address of /metrics, /healthz and /readyz; empty when
+// the config opened no metrics port.
+func (s *Service) MetricsAddr() string {
+	if s.metricsLis == nil {
+		return ""
 	}
-	for _, t := range []*kafka.Tail{s.tail, s.workerTail} {
-		select {
-		case <-t.Ready():
-		default:
-			return false
-		}
-	}
-	return s.conn.GetState() != connectivity.TransientFailure
+	return s.metricsLis.Addr().String()
 }
 
-// Run serves until ctx ends or a component fails, then shuts down: readiness
-// off (serving on for Shutdown.Delay), worker streams drained and closed,
-// servers stopped gracefully within a timeout, then the tails, the producer
-// and the connections closed.
-func (s *Service) Run(ctx context.Context) error {
-	// The tail outlives the servers so that requests still waiting during
-	// shutdown are woken; it stops once they have stopped.
-	tailCtx, stopTail := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopTail()
+// Ready reports whether the gateway can serve, as /readyz does.
+func (s *Service) Ready() bool { return s.readyz(context.Background()) == nil }
 
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		if err := s.grpcServer.Serve(s.grpcLis); err != nil {
-			return fmt.Errorf("serve gRPC: %w", err)
-		}
-		return nil
-	})
-	g.Go(func() error {
-		if err := s.httpServer.Serve(s.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serve HTTP: %w", err)
-		}
-		return nil
-	})
-	g.Go(func() error {
-		err := s.tail.Run(tailCtx)
-		if tailCtx.Err() != nil {
+// readyz is the gateway's readiness: shutdown has not begun, the dispatcher
+// has answered and its connection is not failing, and both tails know where
+// they start. The registry, the streams and the workflow service are
+// deliberately not asked: they are not on the task path, and worker streams
+// run without them. (The worker-events tail needs only the broker, like the
+// task-events tail.)
+func (s *Service) readyz(ctx context.Context) error {
+	return probe.All(
+		probe.Unset(&s.stopping, "stopping"),
+		probe.Set(&s.answered, "dispatcher has not answered"),
+		func(context.Context) error { return tailStarted("task-events tail", s.tail) },
+		func(context.Context) error { return tailStarted("worker-events tail", s.workerTail) },
+		func(context.Context) error {
+			if s.conn.GetState() == connectivity.TransientFailure {
+				return errors.New("dispatcher connection failing")
+			}
 			return nil
-		}
-		if err == nil {
-			err = errors.New("stopped unexpectedly")
-		}
-		return fmt.Errorf("task-events tail: %w", err)
-	})
-	g.Go(func() error {
-		err := s.workerTail.Run(tailCtx)
-		if tailCtx.Err() != nil {
-			return nil
-		}
-		if err == nil {
-			err = errors.New("stopped unexpectedly")
-		}
-		return fmt.Errorf("worker-events tail: %w", err)
-	})
-	g.Go(func() error {
-		s.probeDispatcher(gctx)
+		},
+	)(ctx)
+}
+
+func tailStarted(name string, t *kafka.Tail) error {
+	select {
+	case <-t.Ready():
 		return nil
-	})
-	g.Go(func() error {
-		<-gctx.Done()
-		s.shutdown(ctx)
-		stopTail()
-		return nil
-	})
-	err := g.Wait()
+	default:
+		return fmt.Errorf("%s not started", name)
+	}
+}
+
+// Run serves until ctx ends or a component fails, then stops in order:
+// readiness off (serving on for Shutdown.Delay), worker streams told to drain
+// and waiting requests woken, gRPC stopped gracefully (sessions hand back
+// what they hold), REST stopped, the worker streams' reads closed, the tails
+// stopped, the metrics port last; then the producer and the connections
+// closed. The tails outlive the servers, so requests still waiting during
+// shutdown are woken.
+func (s *Service) Run(ctx context.Context) error {
+	stages := []*stage.Stage{
+		stage.New("tails").
+			Go("task-events tail", tailRun(s.tail)).
+			Go("worker-events tail", tailRun(s.workerTail)),
+		// Group reads of sessions that ended may still wait; they stop
+		// before the streams connection closes, so their nacks get through.
+		stage.New("stream reads").OnStop(func(context.Context) { s.streams.Close() }),
+		stage.HTTP(s.httpServer, s.httpLis, shutdownTimeout, s.log),
+		stage.GRPC(s.grpcServer, s.grpcLis, shutdownTimeout, s.log),
+		stage.New("worker streams").OnStop(func(context.Context) {
+			s.streams.Shutdown()
+			s.waiters.Close()
+		}),
+		stage.Readiness(s.cfg.Shutdown.Delay, func() { s.stopping.Store(true) }, s.log).
+			Go("dispatcher probe", func(ctx context.Context) error {
+				s.probeDispatcher(ctx)
+				return nil
+			}),
+	}
+	if s.metricsLis != nil {
+		stages = append([]*stage.Stage{stage.HTTP(s.metricsServer, s.metricsLis, shutdownTimeout, s.log)}, stages...)
+	}
+	err := stage.Run(ctx, s.log, stages...)
 	s.closeResources(context.WithoutCancel(ctx))
 	return err
 }
 
-// shutdown stops serving in order; it returns once both servers stopped.
-func (s *Service) shutdown(ctx context.Context) {
-	s.stopping.Store(true)
-	// Everything keeps serving a while with readiness off, so load
-	// balancers stop sending requests and workers before they are refused.
-	s.log.InfoContext(ctx, "gateway shutting down: readiness off", "serving_for", s.cfg.Shutdown.Delay)
-	time.Sleep(s.cfg.Shutdown.Delay)
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
-	defer cancel()
-	s.streams.Shutdown()
-	s.waiters.Close()
-
-	grpcStopped := make(chan struct{})
-	go func() {
-		grpcserver.Stop(s.grpcServer, shutdownTimeout, s.log)
-		close(grpcStopped)
-	}()
-	if err := s.httpServer.Shutdown(sctx); err != nil {
-		s.log.WarnContext(ctx, "HTTP server did not stop gracefully", slog.Any("error", err))
-		_ = s.httpServer.Close()
+// tailRun runs t until its stage stops; a tail that stops before that is a
+// failure.
+func tailRun(t *kafka.Tail) func(context.Context) error {
+	return func(ctx context.Context) error {
+		err := t.Run(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil {
+			err = errors.New("stopped unexpectedly")
+		}
+		return err
 	}
-	<-grpcStopped
-	// Group reads of sessions that ended may still wait; they stop before
-	// the streams connection closes, so their nacks get through.
-	s.streams.Close()
 }
 
 // closeResources releases what New opened; it tolerates a partial New.
@@ -478,7 +611,7 @@ func (s *Service) closeResources(ctx context.Context) {
 			_ = c.Close()
 		}
 	}
-	for _, l := range []net.Listener{s.grpcLis, s.httpLis} {
+	for _, l := range []net.Listener{s.grpcLis, s.httpLis, s.metricsLis} {
 		if l != nil {
 			_ = l.Close()
 		}

@@ -20,19 +20,22 @@ import (
 
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/harness"
+	"github.com/razorbill/flo/libs/internalauth"
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	dispatcher "github.com/razorbill/flo/services/dispatcher/service"
 	registry "github.com/razorbill/flo/services/registry/service"
 	streams "github.com/razorbill/flo/services/streams/service"
 
+	"github.com/razorbill/flo/services/gateway/internal/auth"
 	"github.com/razorbill/flo/services/gateway/service"
 )
 
 func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
 
-// testToken is the worker token the test stacks require.
-const testToken = "s3cret"
+// adminToken is the admin key of the test stacks; the stack's gRPC
+// connection and REST helpers send it.
+const adminToken = "flo-test-admin-token"
 
 // testMaxPayload keeps the payload limit small so oversized requests are
 // cheap to build.
@@ -152,20 +155,20 @@ func newStack(t *testing.T, opts stackOptions) *stack {
 		RegistryAddr:    s.registryAddr,
 		StreamsAddr:     s.streamsAddr,
 		WorkflowAddr:    s.workflowAddr,
+		MetricsAddr:     "127.0.0.1:0",
 		MaxPayloadBytes: testMaxPayload,
-		AuthToken:       testToken,
+		Auth:            harness.InternalAuth(),
+		APIKeys:         auth.Config{AdminToken: adminToken},
 		Kafka:           s.kafka(),
 	}, s.log.With("service", "gateway"))
 	require.NoError(t, err)
 	s.gateway = gw
 	s.stopGateway = run(t, gw.Run)
 
-	s.conn, err = grpc.NewClient(gw.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	s.conn, err = grpc.NewClient(gw.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(harness.Bearer(adminToken)))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.conn.Close() })
-	dconn, err := grpc.NewClient(s.dispatchAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = dconn.Close() })
+	dconn := dialInternal(t, s.dispatchAddr)
 	require.Eventually(t, gw.Ready, wait, 10*time.Millisecond, "gateway never became ready")
 
 	s.base = "http://" + gw.HTTPAddr()
@@ -180,6 +183,18 @@ func newStack(t *testing.T, opts stackOptions) *stack {
 	return s
 }
 
+// dialInternal connects to an internal service's gRPC port with the
+// internal credential, as the gateway does.
+func dialInternal(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	opts, err := internalauth.DialOptions(harness.InternalAuth())
+	require.NoError(t, err)
+	conn, err := grpc.NewClient(addr, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
 // startRegistry starts a registry over the stack's database and broker.
 func (s *stack) startRegistry(t *testing.T) {
 	t.Helper()
@@ -190,6 +205,7 @@ func (s *stack) startRegistry(t *testing.T) {
 		HealthCheckInterval:    time.Second,
 		MaxWorkersPerNamespace: testMaxWorkers,
 		Postgres:               config.Postgres{URL: s.dbURL, MaxConns: 8},
+		Auth:                   harness.InternalAuth(),
 		Kafka:                  s.kafka(),
 	}, s.log.With("service", "registry"))
 	require.NoError(t, err)
@@ -212,6 +228,7 @@ func (s *stack) startStreams(t *testing.T) {
 		HTTPAddr:       "127.0.0.1:0",
 		MaxRecordBytes: 2 * testMaxPayload,
 		Postgres:       config.Postgres{URL: s.dbURL, MaxConns: 8},
+		Auth:           harness.InternalAuth(),
 		Kafka:          s.kafka(),
 	}, s.log.With("service", "streams"))
 	require.NoError(t, err)
@@ -231,6 +248,7 @@ func (s *stack) startDispatcher(t *testing.T) {
 		BootstrapNamespaces: []string{"default"},
 		LeaseCheckInterval:  100 * time.Millisecond,
 		Postgres:            config.Postgres{URL: s.dbURL, MaxConns: 8},
+		Auth:                harness.InternalAuth(),
 		Kafka:               s.kafka(),
 	}, s.log.With("service", "dispatcher"))
 	require.NoError(t, err)
@@ -270,6 +288,7 @@ func (s *stack) rest(t *testing.T, method, path string, body any) restResponse {
 	if rd != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()

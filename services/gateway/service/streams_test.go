@@ -423,7 +423,7 @@ func TestStreamsNotConfigured(t *testing.T) {
 	stream, err := s.workers.Stream(testContext(t))
 	require.NoError(t, err)
 	require.NoError(t, stream.Send(&flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Hello{Hello: &flov1.Hello{
-		Token: testToken, Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events"}},
+		Token: adminToken, Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events"}},
 	}}}))
 	_, err = stream.Recv()
 	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
@@ -536,7 +536,7 @@ func TestStreamWorkerSession(t *testing.T) {
 	ids := appendN(t, s, "events", 5)
 
 	// Group and consumer left out: "default" and the worker id.
-	w := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "sw1", Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events"}}})
+	w := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "sw1", Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events"}}})
 	w.streamRead(t, "events", "", 3, 20_000)
 	b := w.recordBatch(t)
 	require.Equal(t, "events", b.GetStream())
@@ -581,7 +581,7 @@ func TestStreamWorkerSession(t *testing.T) {
 	require.Eventually(t, func() bool { return pendingTotal(t, s, "events", "default") == 0 }, wait, 10*time.Millisecond)
 
 	t.Run("a worker may consume streams and run actions on one stream", func(t *testing.T) {
-		both := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "both", Namespace: "default", Actions: []string{"job"},
+		both := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "both", Namespace: "default", Actions: []string{"job"},
 			Streams: []*flov1.StreamSubscription{{Stream: "events", Group: "default", Consumer: "both-c"}}})
 		id := invoke(t, s, "job", `{}`)
 		both.ready(t, 1, 20_000)
@@ -605,7 +605,7 @@ func TestStreamWorkerProtocolErrors(t *testing.T) {
 	s := startStreamsStack(t, false)
 	createStreamAndGroup(t, s, "events", "default")
 	hello := func(id string) *flov1.Hello {
-		return &flov1.Hello{Token: testToken, WorkerId: id, Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events"}}}
+		return &flov1.Hello{Token: adminToken, WorkerId: id, Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events"}}}
 	}
 
 	t.Run("a fifth outstanding read", func(t *testing.T) {
@@ -625,7 +625,7 @@ func TestStreamWorkerProtocolErrors(t *testing.T) {
 		require.Contains(t, status.Convert(err).Message(), "orders/default")
 	})
 	t.Run("a read of an unknown group ends with NotFound", func(t *testing.T) {
-		w := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "lost", Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events", Group: "nogroup"}}})
+		w := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "lost", Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events", Group: "nogroup"}}})
 		w.streamRead(t, "events", "nogroup", 1, 1000)
 		err := w.ended(t)
 		require.Equal(t, codes.NotFound, status.Code(err), "%v", err)
@@ -642,10 +642,10 @@ func TestStreamWorkerProtocolErrors(t *testing.T) {
 		hello *flov1.Hello
 		text  string
 	}{
-		{"invalid stream name", &flov1.Hello{Token: testToken, Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "-x"}}}, "streams[0]"},
-		{"missing stream name", &flov1.Hello{Token: testToken, Namespace: "default", Streams: []*flov1.StreamSubscription{{Group: "g"}}}, "stream is required"},
-		{"invalid consumer", &flov1.Hello{Token: testToken, Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events", Consumer: "a b"}}}, "consumer"},
-		{"one stream/group as two consumers", &flov1.Hello{Token: testToken, Namespace: "default", Streams: []*flov1.StreamSubscription{
+		{"invalid stream name", &flov1.Hello{Token: adminToken, Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "-x"}}}, "streams[0]"},
+		{"missing stream name", &flov1.Hello{Token: adminToken, Namespace: "default", Streams: []*flov1.StreamSubscription{{Group: "g"}}}, "stream is required"},
+		{"invalid consumer", &flov1.Hello{Token: adminToken, Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events", Consumer: "a b"}}}, "consumer"},
+		{"one stream/group as two consumers", &flov1.Hello{Token: adminToken, Namespace: "default", Streams: []*flov1.StreamSubscription{
 			{Stream: "events", Consumer: "c1"}, {Stream: "events", Group: "default", Consumer: "c2"},
 		}}, "twice"},
 	}
@@ -689,7 +689,7 @@ func TestStreamWorkerDrain(t *testing.T) {
 		"workerId": "sw-drain", "workerType": "WORKER_TYPE_STREAM", "processes": []any{map[string]any{"name": "events/default"}},
 	})
 	require.Equal(t, http.StatusOK, reg.status, "%s", reg.raw)
-	w := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "sw-drain", Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events"}}})
+	w := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "sw-drain", Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events"}}})
 	w.streamRead(t, "events", "default", 1, 20_000)
 	got := w.recordBatch(t).GetRecords()
 	require.Len(t, got, 1)
@@ -729,7 +729,7 @@ func TestStreamWorkerDrain(t *testing.T) {
 	// The drained worker finishes what it held.
 	w.ack(t, "events", "default", held)
 
-	other := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "sw-other", Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events"}}})
+	other := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "sw-other", Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events"}}})
 	other.streamRead(t, "events", "default", 10, 20_000)
 	rec := other.recordBatch(t).GetRecords()
 	require.Len(t, rec, 1)
@@ -748,7 +748,7 @@ func TestStreamWorkerDisconnect(t *testing.T) {
 	createStreamAndGroup(t, s, "events", "default")
 	ids := appendN(t, s, "events", 3)
 
-	w := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "gone", Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events"}}})
+	w := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "gone", Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events"}}})
 	w.streamRead(t, "events", "default", 10, 20_000)
 	got := w.recordBatch(t).GetRecords()
 	require.Len(t, got, 3)
@@ -764,7 +764,7 @@ func TestStreamWorkerDisconnect(t *testing.T) {
 
 	late := appendN(t, s, "events", 1)[0]
 	require.Eventually(t, func() bool { return groupLag(t, s, "events", "default") == 0 }, wait, 10*time.Millisecond)
-	next := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "next", Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events"}}})
+	next := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "next", Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events"}}})
 	next.streamRead(t, "events", "default", 10, 20_000)
 	rec := next.recordBatch(t).GetRecords()
 	require.Len(t, rec, 1)
@@ -777,7 +777,7 @@ func TestStreamWorkerDisconnect(t *testing.T) {
 func TestShutdownAnswersOutstandingReads(t *testing.T) {
 	s := startStreamsStack(t, false)
 	createStreamAndGroup(t, s, "events", "default")
-	w := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "sw", Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events"}}})
+	w := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "sw", Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events"}}})
 	w.streamRead(t, "events", "default", 10, 60_000)
 	w.sync(t)
 
@@ -794,7 +794,7 @@ func TestShutdownAnswersOutstandingReads(t *testing.T) {
 func TestStreamWorkerPipelinedReads(t *testing.T) {
 	s := startStreamsStack(t, false)
 	createStreamAndGroup(t, s, "events", "default")
-	w := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "sw", Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events"}}})
+	w := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "sw", Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events"}}})
 	w.streamRead(t, "events", "default", 2, 60_000)
 	w.streamRead(t, "events", "default", 2, 60_000)
 	w.sync(t)
@@ -838,6 +838,7 @@ func TestAppendCarriesTheCallersTrace(t *testing.T) {
 		strings.NewReader(`{"records":[{"value":"rest"}]}`))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+adminToken)
 	req.Header.Set("traceparent", "00-"+restTrace+"-b7ad6b7169203331-01")
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
@@ -852,7 +853,7 @@ func TestAppendCarriesTheCallersTrace(t *testing.T) {
 	require.Contains(t, read.GetRecords()[1].GetTraceContext()["traceparent"], restTrace)
 	require.NotContains(t, read.GetRecords()[0].GetHeaders(), "traceparent", "the trace context is not a user header")
 
-	w := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "traced", Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events"}}})
+	w := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "traced", Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events"}}})
 	w.streamRead(t, "events", "default", 10, 20_000)
 	got := w.recordBatch(t).GetRecords()
 	require.Len(t, got, 2)
@@ -869,7 +870,7 @@ func TestAppendCarriesTheCallersTrace(t *testing.T) {
 func TestStreamWorkerSurvivesStreamsRestart(t *testing.T) {
 	s := startStreamsStack(t, false)
 	createStreamAndGroup(t, s, "events", "default")
-	w := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "steady", Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events"}}})
+	w := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "steady", Namespace: "default", Streams: []*flov1.StreamSubscription{{Stream: "events"}}})
 	w.streamRead(t, "events", "default", 10, 60_000)
 	w.sync(t)
 

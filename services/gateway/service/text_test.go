@@ -285,25 +285,25 @@ func TestWorkerTextIsRefusedOrCleaned(t *testing.T) {
 		require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 		return err
 	}
-	err := refused(t, &flov1.Hello{Token: testToken, Namespace: "default", WorkerId: nul, Actions: []string{"known"}})
+	err := refused(t, &flov1.Hello{Token: adminToken, Namespace: "default", WorkerId: nul, Actions: []string{"known"}})
 	require.Contains(t, status.Convert(err).Message(), "worker_id")
 	many := make([]string, 1025)
 	for i := range many {
 		many[i] = fmt.Sprintf("a%d", i)
 	}
-	err = refused(t, &flov1.Hello{Token: testToken, Namespace: "default", Actions: many})
+	err = refused(t, &flov1.Hello{Token: adminToken, Namespace: "default", Actions: many})
 	require.Contains(t, status.Convert(err).Message(), "at most 1024")
-	err = refused(t, &flov1.Hello{Token: testToken, Namespace: "default", Actions: []string{nul}})
+	err = refused(t, &flov1.Hello{Token: adminToken, Namespace: "default", Actions: []string{nul}})
 	require.Contains(t, status.Convert(err).Message(), "actions[0]")
 
 	// A Ready naming an action with a NUL ends its stream.
-	bad := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "w0", Namespace: "default", Actions: []string{"known"}})
+	bad := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "w0", Namespace: "default", Actions: []string{"known"}})
 	bad.ready(t, 1, 1000, nul)
 	err = bad.ended(t)
 	require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 	require.Contains(t, status.Convert(err).Message(), "Ready's action")
 
-	w := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "w1", Namespace: "default", Actions: []string{"known"}})
+	w := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "w1", Namespace: "default", Actions: []string{"known"}})
 	loud := invoke(t, s, "known", `{}`)
 	nacked := invoke(t, s, "known", `{}`)
 	w.ready(t, 2, 20_000)
@@ -341,7 +341,7 @@ func TestStreamNackReasonWithNUL(t *testing.T) {
 	s := startStreamsStack(t, false)
 	createStreamAndGroup(t, s, "events", "g")
 	ids := appendN(t, s, "events", 2)
-	w := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "sw1", Namespace: "default",
+	w := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "sw1", Namespace: "default",
 		Streams: []*flov1.StreamSubscription{{Stream: "events", Group: "g"}}})
 	w.streamRead(t, "events", "g", 2, 20_000)
 	require.ElementsMatch(t, ids, recordIDs(w.recordBatch(t).GetRecords()))

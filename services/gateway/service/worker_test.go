@@ -114,7 +114,7 @@ func awaitStatus(t *testing.T, s *stack, id string, want flov1.TaskStatus) *flov
 
 func TestWorkerStreamSession(t *testing.T) {
 	s := startStack(t)
-	w := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "w1", Namespace: "default", Actions: []string{"resize"}})
+	w := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "w1", Namespace: "default", Actions: []string{"resize"}})
 
 	// The Hello made the unknown action known with default settings.
 	a, err := s.actions.GetAction(testContext(t), &flov1.GetActionRequest{Namespace: "default", Name: "resize"})
@@ -201,7 +201,7 @@ func TestWorkerStreamSession(t *testing.T) {
 
 func TestOversizedResultDeadLettersTheTask(t *testing.T) {
 	s := startStack(t)
-	w := openWorker(t, s, &flov1.Hello{Token: testToken, Namespace: "default", Actions: []string{"big"}})
+	w := openWorker(t, s, &flov1.Hello{Token: adminToken, Namespace: "default", Actions: []string{"big"}})
 	id := invoke(t, s, "big", `{}`)
 	w.ready(t, 1, 20_000)
 	task := w.tasks(t, 1)[0]
@@ -237,17 +237,17 @@ func TestWorkerStreamRefusals(t *testing.T) {
 		},
 		{
 			name:  "unknown namespace",
-			first: &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Hello{Hello: &flov1.Hello{Token: testToken, Namespace: "nope", Actions: []string{"x"}}}},
+			first: &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Hello{Hello: &flov1.Hello{Token: adminToken, Namespace: "nope", Actions: []string{"x"}}}},
 			code:  codes.NotFound,
 		},
 		{
 			name:  "negative max_concurrency",
-			first: &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Hello{Hello: &flov1.Hello{Token: testToken, Namespace: "default", Actions: []string{"x"}, MaxConcurrency: -1}}},
+			first: &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Hello{Hello: &flov1.Hello{Token: adminToken, Namespace: "default", Actions: []string{"x"}, MaxConcurrency: -1}}},
 			code:  codes.InvalidArgument,
 		},
 		{
 			name:  "empty namespace",
-			first: &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Hello{Hello: &flov1.Hello{Token: testToken, Actions: []string{"x"}}}},
+			first: &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Hello{Hello: &flov1.Hello{Token: adminToken, Actions: []string{"x"}}}},
 			code:  codes.InvalidArgument,
 		},
 	}
@@ -263,8 +263,8 @@ func TestWorkerStreamRefusals(t *testing.T) {
 	require.Empty(t, list.GetActions())
 
 	t.Run("a second Hello ends the stream", func(t *testing.T) {
-		w := openWorker(t, s, &flov1.Hello{Token: testToken, Namespace: "default", Actions: []string{"y"}})
-		w.send(t, &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Hello{Hello: &flov1.Hello{Token: testToken, Namespace: "default"}}})
+		w := openWorker(t, s, &flov1.Hello{Token: adminToken, Namespace: "default", Actions: []string{"y"}})
+		w.send(t, &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Hello{Hello: &flov1.Hello{Token: adminToken, Namespace: "default"}}})
 		_, ok := <-w.msgs
 		require.False(t, ok)
 		require.Equal(t, codes.InvalidArgument, status.Code(<-w.done))

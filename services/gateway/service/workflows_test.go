@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/razorbill/flo/libs/config"
+	"github.com/razorbill/flo/libs/harness"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	workflow "github.com/razorbill/flo/services/workflow/service"
 )
@@ -40,6 +41,7 @@ func (s *stack) startWorkflow(t *testing.T) {
 		MaxPayloadBytes: 2 * testMaxPayload,
 		TimerTick:       time.Second,
 		Postgres:        config.Postgres{URL: s.dbURL, MaxConns: 8},
+		Auth:            harness.InternalAuth(),
 		Kafka:           s.kafka(),
 	}, s.log.With("service", "workflow"))
 	require.NoError(t, err)
@@ -93,7 +95,7 @@ func completeNext(t *testing.T, w *rawWorker, action, body string) *flov1.TaskAs
 func TestWorkflowsOverGRPC(t *testing.T) {
 	s := startWorkflowStack(t)
 	ctx := testContext(t)
-	w := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "w1", Namespace: "default", Actions: orderActions})
+	w := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "w1", Namespace: "default", Actions: orderActions})
 
 	created, err := s.workflows.CreateWorkflow(ctx, &flov1.CreateWorkflowRequest{Namespace: "default", Yaml: processOrderYAML(t)})
 	require.NoError(t, err)
@@ -388,7 +390,7 @@ func TestWorkflowsNotConfigured(t *testing.T) {
 // tasks of the runs' first steps reach the worker in the callers' traces.
 func TestStartRunCarriesTheCallersTrace(t *testing.T) {
 	s := startWorkflowStack(t)
-	w := openWorker(t, s, &flov1.Hello{Token: testToken, WorkerId: "traced", Namespace: "default", Actions: orderActions})
+	w := openWorker(t, s, &flov1.Hello{Token: adminToken, WorkerId: "traced", Namespace: "default", Actions: orderActions})
 	_, err := s.workflows.CreateWorkflow(testContext(t), &flov1.CreateWorkflowRequest{Namespace: "default", Yaml: processOrderYAML(t)})
 	require.NoError(t, err)
 	const grpcTrace, restTrace = "4bf92f3577b34da6a3ce929d0e0e4736", "0af7651916cd43dd8448eb211c80319c"
@@ -400,6 +402,7 @@ func TestStartRunCarriesTheCallersTrace(t *testing.T) {
 		strings.NewReader(`{"idempotencyKey":"rest"}`))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+adminToken)
 	req.Header.Set("traceparent", "00-"+restTrace+"-b7ad6b7169203331-01")
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)

@@ -1,6 +1,7 @@
 // Command gateway runs Flo's public edge: the gRPC API and worker streams on
-// FLO_GATEWAY_GRPC_ADDR, the REST facade with /openapi.json, /healthz,
-// /readyz and /metrics on FLO_GATEWAY_HTTP_ADDR. The gateway keeps no state,
+// FLO_GATEWAY_GRPC_ADDR, the REST facade with /openapi.json, /healthz and
+// /readyz on FLO_GATEWAY_HTTP_ADDR, and /metrics (with the probes) on
+// FLO_GATEWAY_METRICS_ADDR. The gateway keeps no state,
 // so `gateway migrate` has nothing to do (see libs/cmdline for the commands).
 package main
 

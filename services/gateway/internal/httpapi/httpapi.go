@@ -1,6 +1,6 @@
 // Package httpapi is the gateway's HTTP side: the REST facade of the public
 // API (grpc-gateway calling the gRPC handlers in process, no extra hop), the
-// OpenAPI document, health and readiness probes and metrics. Errors keep the
+// OpenAPI document, and the health and readiness probes. Errors keep the
 // grpc-gateway shape {code, message, details} with the HTTP status mapped
 // from the gRPC code.
 package httpapi
@@ -29,10 +29,12 @@ import (
 type Options struct {
 	// MaxBodyBytes is the largest request body read; larger ones get 413.
 	MaxBodyBytes int64
-	// Ready reports whether the gateway can serve, for /readyz.
-	Ready func() bool
-	// Metrics serves /metrics; nil answers 404 there.
-	Metrics http.Handler
+	// Probes answers /healthz and /readyz, the only routes open without a
+	// key (libs/probe's handler).
+	Probes http.Handler
+	// Authorize runs once grpc-gateway has matched a REST route, with the
+	// route's path parameters: the auth guard's check of the call.
+	Authorize runtime.Middleware
 	// OpenAPI is the document served at /openapi.json.
 	OpenAPI []byte
 	// Log receives handler panics.
@@ -62,7 +64,7 @@ func NewHandler(ctx context.Context, svc Services, opts Options) (http.Handler, 
 				UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 			},
 		}),
-		runtime.WithMiddlewares(nameSpan),
+		runtime.WithMiddlewares(nameSpan, opts.Authorize),
 	)
 	if err := flov1.RegisterNamespaceServiceHandlerServer(ctx, gw, svc.Namespaces); err != nil {
 		return nil, fmt.Errorf("register namespace REST handlers: %w", err)
@@ -87,30 +89,12 @@ func NewHandler(ctx context.Context, svc Services, opts Options) (http.Handler, 
 	}
 
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = io.WriteString(w, "ok\n")
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if !opts.Ready() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = io.WriteString(w, "not ready\n")
-			return
-		}
-		_, _ = io.WriteString(w, "ready\n")
-	})
+	mux.Handle("GET /healthz", opts.Probes)
+	mux.Handle("GET /readyz", opts.Probes)
 	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(opts.OpenAPI)
 	})
-	if opts.Metrics != nil {
-		mux.Handle("GET /metrics", opts.Metrics)
-	} else {
-		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
-			http.Error(w, "metrics are not configured", http.StatusNotFound)
-		})
-	}
 	mux.Handle("/", limitBody(gw, opts.MaxBodyBytes))
 
 	return otelhttp.NewHandler(recovery.HTTP(opts.Log, mux), "HTTP"), nil

@@ -14,18 +14,6 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// UnaryInterceptor recovers panics in unary handlers.
-func UnaryInterceptor(log *slog.Logger) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
-		defer func() {
-			if p := recover(); p != nil {
-				err = internal(ctx, log, info.FullMethod, p)
-			}
-		}()
-		return handler(ctx, req)
-	}
-}
-
 // StreamInterceptor recovers panics in stream handlers.
 func StreamInterceptor(log *slog.Logger) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
