@@ -33,10 +33,8 @@ func (s *Server) track(sess *session) {
 	set[sess] = struct{}{}
 }
 
-func (s *Server) untrack(sess *session) {
+func (s *Server) untrackLocked(sess *session) {
 	key := workerKey(sess.namespace, sess.workerID)
-	s.sessionsMu.Lock()
-	defer s.sessionsMu.Unlock()
 	delete(s.sessions[key], sess)
 	if len(s.sessions[key]) == 0 {
 		delete(s.sessions, key)

@@ -12,21 +12,80 @@ import (
 // and stops taking room.
 const leaseGrace = time.Minute
 
-// held tracks the tasks a session handed to its worker and has not seen
-// reported. It bounds what one stream can hold and tells a draining session
-// when its worker is done.
-type held struct {
-	max int
-
-	mu    sync.Mutex
-	tasks map[string]time.Time // task id -> lease end
+// untilSet is a set of ids, each with the time it stops counting, that
+// signals when it becomes empty. A session's held tasks and held records are
+// each one; what a session holds is also what its worker may report.
+type untilSet struct {
+	mu  sync.Mutex
+	ids map[string]time.Time
 
 	// empty receives a signal whenever the set becomes empty.
 	empty chan struct{}
 }
 
+func newUntilSet() untilSet {
+	return untilSet{ids: make(map[string]time.Time), empty: make(chan struct{}, 1)}
+}
+
+// has says whether id is in the set.
+func (u *untilSet) has(id string) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	_, ok := u.ids[id]
+	return ok
+}
+
+// take removes id and returns its time, for another session of the same
+// worker to adopt.
+func (u *untilSet) take(id string) (time.Time, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	until, ok := u.ids[id]
+	if ok {
+		delete(u.ids, id)
+		u.signalIfEmpty()
+	}
+	return until, ok
+}
+
+// put adds id, adopted from another session; it may go over a bound the
+// set's owner keeps, since the task or record was already counted there.
+func (u *untilSet) put(id string, until time.Time) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.ids[id] = until
+}
+
+// takeAll empties the set and returns what it held.
+func (u *untilSet) takeAll() map[string]time.Time {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	all := u.ids
+	u.ids = make(map[string]time.Time)
+	return all
+}
+
+func (u *untilSet) signalIfEmpty() {
+	if len(u.ids) > 0 {
+		return
+	}
+	select {
+	case u.empty <- struct{}{}:
+	default:
+	}
+}
+
+// held tracks the tasks a session handed to its worker and has not seen
+// reported (task id -> lease end). It bounds what one stream can hold, tells
+// a draining session when its worker is done, and says which tasks the
+// worker may report, touch, nack or abandon.
+type held struct {
+	untilSet
+	max int
+}
+
 func newHeld(max int) *held {
-	return &held{max: max, tasks: make(map[string]time.Time), empty: make(chan struct{}, 1)}
+	return &held{untilSet: newUntilSet(), max: max}
 }
 
 func (h *held) add(tasks []*flov1.TaskAssignment, now time.Time) {
@@ -37,7 +96,7 @@ func (h *held) add(tasks []*flov1.TaskAssignment, now time.Time) {
 		if t.GetLeaseUntil() != nil {
 			until = t.GetLeaseUntil().AsTime()
 		}
-		h.tasks[t.GetTaskId()] = until
+		h.ids[t.GetTaskId()] = until
 	}
 }
 
@@ -46,16 +105,11 @@ func (h *held) add(tasks []*flov1.TaskAssignment, now time.Time) {
 func (h *held) remove(ids []string) (wasFull bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	wasFull = len(h.tasks) >= h.max
+	wasFull = len(h.ids) >= h.max
 	for _, id := range ids {
-		delete(h.tasks, id)
+		delete(h.ids, id)
 	}
-	if len(h.tasks) == 0 {
-		select {
-		case h.empty <- struct{}{}:
-		default:
-		}
-	}
+	h.signalIfEmpty()
 	return wasFull
 }
 
@@ -63,8 +117,8 @@ func (h *held) remove(ids []string) (wasFull bool) {
 func (h *held) extend(id string, until time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if _, ok := h.tasks[id]; ok {
-		h.tasks[id] = until
+	if _, ok := h.ids[id]; ok {
+		h.ids[id] = until
 	}
 }
 
@@ -74,18 +128,18 @@ func (h *held) extend(id string, until time.Time) {
 func (h *held) room(now time.Time) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.tasks) >= h.max {
-		for id, until := range h.tasks {
+	if len(h.ids) >= h.max {
+		for id, until := range h.ids {
 			if now.After(until.Add(leaseGrace)) {
-				delete(h.tasks, id)
+				delete(h.ids, id)
 			}
 		}
 	}
-	return h.max - len(h.tasks)
+	return h.max - len(h.ids)
 }
 
 func (h *held) len() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return len(h.tasks)
+	return len(h.ids)
 }

@@ -1,14 +1,14 @@
 package workerstream
 
 import (
-	"sync"
 	"time"
 )
 
 const (
-	// maxHeldRecords caps the records a session tracks as held. Past it,
-	// further records are not tracked: the set only makes a shutdown wait
-	// for acks, which then may end sooner.
+	// maxHeldRecords caps the records a session holds: sent or on their way
+	// to its worker and not yet acked or nacked, plus what its outstanding
+	// reads may still bring. A read is cut to the room left, so every record
+	// a worker gets is tracked, and only tracked records may be settled.
 	maxHeldRecords = 16384
 	// recordGrace is how long after its message timeout a record the worker
 	// never settled still counts as held; by then the group has handed it
@@ -16,21 +16,16 @@ const (
 	recordGrace = time.Minute
 )
 
-// heldRecords tracks the records a session sent its worker and has not seen
-// acked or nacked, so a shutdown can wait for them as it waits for held
-// tasks.
+// heldRecords tracks the records a session handed to its worker and has not
+// seen acked or nacked (stream/group/id -> when it stops counting), so a
+// shutdown can wait for them as it waits for held tasks, and so the worker
+// settles only records it was sent.
 type heldRecords struct {
-	max int
-
-	mu  sync.Mutex
-	ids map[string]time.Time // stream/group/id -> when it stops counting
-
-	// empty receives a signal whenever the set becomes empty.
-	empty chan struct{}
+	untilSet
 }
 
-func newHeldRecords(max int) *heldRecords {
-	return &heldRecords{max: max, ids: make(map[string]time.Time), empty: make(chan struct{}, 1)}
+func newHeldRecords() *heldRecords {
+	return &heldRecords{untilSet: newUntilSet()}
 }
 
 func recordKey(stream, group, id string) string { return stream + "/" + group + "/" + id }
@@ -38,14 +33,8 @@ func recordKey(stream, group, id string) string { return stream + "/" + group + 
 func (h *heldRecords) add(d *delivery, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.ids)+len(d.ids) > h.max {
-		h.sweep(now)
-	}
 	until := now.Add(d.timeout + recordGrace)
 	for _, id := range d.ids {
-		if len(h.ids) >= h.max {
-			return
-		}
 		h.ids[recordKey(d.stream, d.group, id)] = until
 	}
 }
@@ -59,30 +48,17 @@ func (h *heldRecords) remove(stream, group string, ids []string) {
 	for _, id := range ids {
 		delete(h.ids, recordKey(stream, group, id))
 	}
-	if len(h.ids) == 0 {
-		h.signalEmpty()
-	}
+	h.signalIfEmpty()
 }
 
 // len returns how many records are held, forgetting those past their time.
 func (h *heldRecords) len(now time.Time) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.sweep(now)
-	return len(h.ids)
-}
-
-func (h *heldRecords) sweep(now time.Time) {
 	for k, until := range h.ids {
 		if now.After(until) {
 			delete(h.ids, k)
 		}
 	}
-}
-
-func (h *heldRecords) signalEmpty() {
-	select {
-	case h.empty <- struct{}{}:
-	default:
-	}
+	return len(h.ids)
 }

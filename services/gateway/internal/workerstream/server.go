@@ -21,6 +21,12 @@
 // coalesced into Ack and Nack calls. Reads take no task credit. Records that
 // can no longer reach the worker are nacked at once rather than left pending
 // until their message timeout.
+//
+// The stream is opened with a worker key (checked by the auth guard); the
+// Hello's namespace must be the key's. A session reports, touches, nacks
+// and abandons only the tasks it holds and settles only the records it
+// sent, so a worker cannot act on another worker's work (see handover.go
+// for how a reconnecting worker keeps its own).
 package workerstream
 
 import (
@@ -43,6 +49,7 @@ import (
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 
 	"github.com/razorbill/flo/libs/text"
+	"github.com/razorbill/flo/services/gateway/internal/auth"
 )
 
 const (
@@ -119,8 +126,6 @@ type Registry interface {
 
 // Options configure a Server.
 type Options struct {
-	// AuthToken, when set, must equal every Hello's token.
-	AuthToken string
 	// MaxPayloadBytes is the largest payload or result body accepted; it also
 	// sizes TaskBatches so each stays a little above it.
 	MaxPayloadBytes int
@@ -164,9 +169,11 @@ type Server struct {
 
 	// sessions indexes the open sessions by namespace/worker id, so a drain
 	// finds the streams of its worker; one worker may briefly have two
-	// while it reconnects.
+	// while it reconnects. left keeps what ended sessions held for their
+	// worker's next stream; sessionsMu guards both.
 	sessionsMu sync.Mutex
 	sessions   map[string]map[*session]struct{}
+	left       *leftovers
 }
 
 // NewServer returns a Server that claims and reports through d.
@@ -177,7 +184,7 @@ func NewServer(d Dispatcher, opts Options) *Server {
 	readCtx, stopReads := context.WithCancel(context.Background())
 	return &Server{
 		dispatcher: d, opts: opts, shutdown: make(chan struct{}), sessions: make(map[string]map[*session]struct{}),
-		readCtx: readCtx, stopReads: stopReads,
+		left: newLeftovers(), readCtx: readCtx, stopReads: stopReads,
 	}
 }
 
@@ -219,9 +226,15 @@ func (s *Server) Stream(stream flov1.WorkerService_StreamServer) error {
 	if err != nil {
 		return err
 	}
-	if s.opts.AuthToken != "" && subtle.ConstantTimeCompare([]byte(hello.GetToken()), []byte(s.opts.AuthToken)) != 1 {
-		return status.Error(codes.Unauthenticated, "the worker token is missing or wrong")
+	// The key in the stream's metadata authenticated the worker; a token in
+	// the Hello, which older workers send, must be that same key.
+	if t := hello.GetToken(); t != "" && subtle.ConstantTimeCompare([]byte(t), []byte(auth.IncomingBearer(ctx))) != 1 {
+		return status.Error(codes.Unauthenticated, "the Hello's token is not the key the stream was opened with")
 	}
+	if err := auth.Check(ctx, flov1.WorkerService_Stream_FullMethodName, hello.GetNamespace()); err != nil {
+		return err
+	}
+	principal, _ := auth.FromContext(ctx)
 	if err := s.opts.CheckNamespace(ctx, hello.GetNamespace()); err != nil {
 		return err
 	}
@@ -265,10 +278,10 @@ func (s *Server) Stream(stream flov1.WorkerService_StreamServer) error {
 	log := s.opts.Log.With(slog.String("namespace", hello.GetNamespace()), slog.String("worker_id", workerID))
 	log.InfoContext(ctx, "worker stream opened", slog.String("machine_id", hello.GetMachineId()), slog.Any("actions", actions),
 		slog.Any("streams", subscriptionNames(subs)))
-	sess := newSession(s, stream, hello.GetNamespace(), workerID, actions, subs, int(hello.GetMaxConcurrency()), log)
+	sess := newSession(s, stream, hello.GetNamespace(), workerID, principal.KeyID, actions, subs, int(hello.GetMaxConcurrency()), log)
 	s.track(sess)
 	err = sess.run()
-	s.untrack(sess)
+	s.retire(sess)
 	log.InfoContext(ctx, "worker stream closed", slog.Any("reason", err))
 	return err
 }

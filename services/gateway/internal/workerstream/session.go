@@ -61,8 +61,11 @@ type session struct {
 	stream    flov1.WorkerService_StreamServer
 	namespace string
 	workerID  string
-	actions   []string
-	log       *slog.Logger
+	// keyID is the key the stream was opened with; only a stream of the
+	// same worker and key adopts what this one holds.
+	keyID   string
+	actions []string
+	log     *slog.Logger
 
 	// ctx ends with the session; claimCtx ends when it stops claiming, which
 	// on shutdown is earlier; calls outlives the stream so that results a
@@ -116,7 +119,7 @@ type session struct {
 // newSession returns the session of one stream. maxConcurrency, when
 // positive, caps the tasks the stream holds at once, whatever credit its
 // Ready messages grant.
-func newSession(srv *Server, stream flov1.WorkerService_StreamServer, namespace, workerID string, actions []string, subs map[string]*subscription, maxConcurrency int, log *slog.Logger) *session {
+func newSession(srv *Server, stream flov1.WorkerService_StreamServer, namespace, workerID, keyID string, actions []string, subs map[string]*subscription, maxConcurrency int, log *slog.Logger) *session {
 	limit := maxHeld
 	if maxConcurrency > 0 {
 		limit = min(maxConcurrency, maxHeld)
@@ -128,6 +131,7 @@ func newSession(srv *Server, stream flov1.WorkerService_StreamServer, namespace,
 		stream:       stream,
 		namespace:    namespace,
 		workerID:     workerID,
+		keyID:        keyID,
 		actions:      actions,
 		log:          log,
 		ctx:          ctx,
@@ -144,7 +148,7 @@ func newSession(srv *Server, stream flov1.WorkerService_StreamServer, namespace,
 		held:         newHeld(limit),
 		subs:         subs,
 		settles:      make(chan settle, sendQueue),
-		records:      newHeldRecords(maxHeldRecords),
+		records:      newHeldRecords(),
 	}
 }
 
@@ -217,8 +221,9 @@ func (s *session) write() {
 	defer close(s.writerDone)
 	broken := false
 	for item := range s.out {
-		if item.records != nil && (broken || s.ctx.Err() != nil || s.workerDraining.Load()) {
-			s.nackUndelivered(item.records)
+		if d := item.records; d != nil && (broken || s.ctx.Err() != nil || s.workerDraining.Load()) {
+			s.records.remove(d.stream, d.group, d.ids)
+			s.nackUndelivered(d)
 			if !broken && s.ctx.Err() == nil {
 				if err := s.stream.Send(emptyRecordBatch(item.records.stream, item.records.group)); err != nil {
 					broken = true
@@ -232,11 +237,6 @@ func (s *session) write() {
 				s.abandon(item.tasks)
 			}
 			continue
-		}
-		if item.records != nil {
-			// Held before it is sent, so an ack that comes back at once
-			// finds it.
-			s.records.add(item.records, time.Now())
 		}
 		if err := s.stream.Send(item.msg); err != nil {
 			broken = true
@@ -292,21 +292,35 @@ func (s *session) handle(msg *flov1.WorkerMessage) error {
 		s.queueResults(m.ResultBatch.GetResults())
 	case *flov1.WorkerMessage_Nack:
 		n := m.Nack
+		if !s.ownsTask(n.GetTaskId()) {
+			s.rejectUnheld([]string{n.GetTaskId()})
+			return nil
+		}
 		n.Reason = text.Clean(n.GetReason(), text.MaxFreeBytes)
 		s.spawn(func() {
 			s.reportAndAck([]*dispatcherv1.Report{{
 				TaskId: n.GetTaskId(), Attempt: n.GetAttempt(), Kind: &dispatcherv1.Report_Nack{Nack: n},
-			}}, nil)
+			}})
 		})
 	case *flov1.WorkerMessage_Abandon:
 		a := m.Abandon
+		if !s.ownsTask(a.GetTaskId()) {
+			s.rejectUnheld([]string{a.GetTaskId()})
+			return nil
+		}
 		s.spawn(func() {
 			s.reportAndAck([]*dispatcherv1.Report{{
 				TaskId: a.GetTaskId(), Attempt: a.GetAttempt(), Kind: &dispatcherv1.Report_Abandon{Abandon: a},
-			}}, nil)
+			}})
 		})
 	case *flov1.WorkerMessage_Touch:
 		t := m.Touch
+		if !s.ownsTask(t.GetTaskId()) {
+			s.enqueue(outgoing{msg: &flov1.ServerMessage{Msg: &flov1.ServerMessage_TouchAck{TouchAck: &flov1.TouchAck{
+				TaskId: t.GetTaskId(), Error: errNotHeld,
+			}}}})
+			return nil
+		}
 		s.spawn(func() { s.touch(t) })
 	case *flov1.WorkerMessage_StreamRead:
 		return s.streamRead(m.StreamRead)
@@ -471,8 +485,12 @@ func (s *session) wakePools() {
 // lease expiring over and over.
 func (s *session) reportResults(results []*flov1.Result) {
 	reports := make([]*dispatcherv1.Report, 0, len(results))
-	var invalid []string
+	var invalid, unheld []string
 	for _, r := range results {
+		if !s.ownsTask(r.GetTaskId()) {
+			unheld = append(unheld, r.GetTaskId())
+			continue
+		}
 		rep := &dispatcherv1.Report{TaskId: r.GetTaskId(), Attempt: r.GetAttempt(), TraceContext: r.GetTraceContext()}
 		switch o := r.GetOutcome().(type) {
 		case *flov1.Result_Completed:
@@ -498,17 +516,32 @@ func (s *session) reportResults(results []*flov1.Result) {
 		}
 		reports = append(reports, rep)
 	}
-	s.reportAndAck(reports, invalid)
-}
-
-// reportAndAck records reports and sends a ResultAck when anything was
-// refused: invalid lists ids the gateway itself refused.
-func (s *session) reportAndAck(reports []*dispatcherv1.Report, invalid []string) {
 	rejected, why := s.report(reports)
 	if len(invalid) > 0 {
 		rejected = append(rejected, invalid...)
 		why = joinReasons(why, "a Result must carry completed or failed")
 	}
+	if len(unheld) > 0 {
+		rejected = append(rejected, unheld...)
+		why = joinReasons(why, errNotHeld)
+	}
+	s.ackRejected(rejected, why)
+}
+
+// errNotHeld is why a report of a task the stream does not hold is refused.
+const errNotHeld = "this worker stream does not hold the task: a worker reports only tasks sent to it"
+
+// reportAndAck records reports and sends a ResultAck when any was refused.
+func (s *session) reportAndAck(reports []*dispatcherv1.Report) {
+	s.ackRejected(s.report(reports))
+}
+
+// rejectUnheld answers reports of tasks the stream does not hold, without
+// asking the dispatcher.
+func (s *session) rejectUnheld(ids []string) { s.ackRejected(ids, errNotHeld) }
+
+// ackRejected sends the ResultAck that names refused reports, if any.
+func (s *session) ackRejected(rejected []string, why string) {
 	if len(rejected) == 0 {
 		return
 	}

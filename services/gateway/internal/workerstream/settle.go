@@ -60,6 +60,7 @@ func (s *session) queueSettle(st settle) error {
 			return status.Errorf(codes.InvalidArgument, "%s: %v", kind, err)
 		}
 	}
+	st.ids = s.ownedRecords(kind, st)
 	if len(st.ids) == 0 {
 		return nil
 	}
@@ -68,6 +69,24 @@ func (s *session) queueSettle(st settle) error {
 	case <-s.ctx.Done():
 	}
 	return nil
+}
+
+// ownedRecords returns the ids of st the session may settle: records it
+// sent its worker (or that another stream of the worker did). Others are
+// dropped with a warning, since a StreamAck has no answer; they stay
+// pending for the consumer they were sent to.
+func (s *session) ownedRecords(kind string, st settle) []string {
+	owned := make([]string, 0, len(st.ids))
+	for _, id := range st.ids {
+		if s.ownsRecord(st.stream, st.group, id) {
+			owned = append(owned, id)
+		}
+	}
+	if n := len(st.ids) - len(owned); n > 0 {
+		s.log.WarnContext(s.ctx, kind+" of records this worker stream was not sent dropped",
+			slog.String("stream", st.stream), slog.String("group", st.group), slog.Int("records", n))
+	}
+	return owned
 }
 
 // settleLoop forwards acks and nacks as they come, everything queued at

@@ -147,7 +147,12 @@ func (s *session) streamRead(r *flov1.StreamRead) error {
 		s.readsMu.Unlock()
 		return status.Errorf(codes.FailedPrecondition, "%d StreamReads for %s are already outstanding; send the next after a RecordBatch", maxReads, key)
 	}
-	if s.readsClosed || s.workerDraining.Load() {
+	// Every record a read may bring must fit among the held records, so
+	// that each one sent can be tracked and settled; a worker holding the
+	// most gets empty batches until it settles some.
+	room := maxHeldRecords - s.records.len(time.Now()) - s.outstandingLocked()
+	rc.req.Count = min(rc.req.Count, int32(max(room, 0)))
+	if s.readsClosed || s.workerDraining.Load() || rc.req.Count == 0 {
 		if !s.readsEnded {
 			s.enqueue(outgoing{msg: emptyRecordBatch(sub.stream, sub.group)})
 		}
@@ -224,12 +229,33 @@ func (s *session) finishRead(sub *subscription, rc *readCall, records []*flov1.S
 	sent := false
 	if i := slices.Index(sub.reads, rc); i >= 0 && !s.readsClosed && !s.workerDraining.Load() {
 		sub.reads = slices.Delete(sub.reads, i, i+1)
+		// Held from the moment the read stops counting as outstanding, so
+		// reads never bring more than maxHeldRecords, and an ack that comes
+		// back at once finds the record.
+		if item.records != nil {
+			s.records.add(d, time.Now())
+		}
 		sent = s.enqueue(item)
+		if !sent && item.records != nil {
+			s.records.remove(d.stream, d.group, d.ids)
+		}
 	}
 	s.readsMu.Unlock()
 	if !sent && len(records) > 0 {
 		s.nackUndelivered(d)
 	}
+}
+
+// outstandingLocked is how many records the session's outstanding reads may
+// still bring; the caller holds readsMu.
+func (s *session) outstandingLocked() int {
+	n := 0
+	for _, sub := range s.subs {
+		for _, rc := range sub.reads {
+			n += int(rc.req.GetCount())
+		}
+	}
+	return n
 }
 
 // closeReads stops the session's reads: none starts or is answered with

@@ -1,6 +1,7 @@
 package workerstream
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -48,21 +49,43 @@ func TestHelloStreamsRefusals(t *testing.T) {
 	}
 }
 
-func TestHeldRecordsBoundsAndExpires(t *testing.T) {
+func TestHeldRecordsExpire(t *testing.T) {
 	now := time.Unix(1000, 0)
-	h := newHeldRecords(3)
+	h := newHeldRecords()
 	h.add(&delivery{stream: "s", group: "g", ids: []string{"1-0", "1-1"}, timeout: time.Minute}, now)
 	h.add(&delivery{stream: "s", group: "other", ids: []string{"1-0", "1-2"}, timeout: time.Hour}, now)
-	require.Equal(t, 3, h.len(now), "past the cap records are not tracked")
+	require.Equal(t, 4, h.len(now))
+	require.True(t, h.has(recordKey("s", "other", "1-2")))
 
 	h.remove("s", "g", []string{"1-0"})
-	require.Equal(t, 2, h.len(now))
-	require.Equal(t, 1, h.len(now.Add(time.Minute+recordGrace+time.Second)), "a record past its message timeout no longer counts")
+	require.Equal(t, 3, h.len(now))
+	require.Equal(t, 2, h.len(now.Add(time.Minute+recordGrace+time.Second)), "a record past its message timeout no longer counts")
 
-	h.remove("s", "other", []string{"1-0"})
+	h.remove("s", "other", []string{"1-0", "1-2"})
 	select {
 	case <-h.empty:
 	default:
 		require.Fail(t, "emptying the set signals")
 	}
+}
+
+func TestAReadIsCutToTheRoomForHeldRecords(t *testing.T) {
+	srv := NewServer(nil, Options{})
+	s := &session{
+		srv: srv, ctx: t.Context(), out: make(chan outgoing, 1), records: newHeldRecords(),
+		subs: map[string]*subscription{"s/default": {stream: "s", group: defaultGroup, consumer: "w1"}},
+	}
+	now := time.Now()
+	ids := make([]string, maxHeldRecords-3)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("1-%d", i)
+	}
+	s.records.add(&delivery{stream: "s", group: defaultGroup, ids: ids, timeout: time.Hour}, now)
+	s.subs["s/default"].reads = []*readCall{{req: &flov1.GroupReadRequest{Count: 3}}}
+	require.Equal(t, 3, s.outstandingLocked())
+
+	require.NoError(t, s.streamRead(&flov1.StreamRead{Stream: "s", Count: 10}))
+	item := <-s.out
+	require.Empty(t, item.msg.GetRecordBatch().GetRecords(), "with every place taken the read is answered empty at once")
+	require.Len(t, s.subs["s/default"].reads, 1, "and nothing was asked of the streams service")
 }
