@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/google/uuid v1.6.0
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.32.0
+	github.com/razorbill/flo-go v0.0.0-00010101000000-000000000000
 	github.com/razorbill/flo/libs v0.0.0-00010101000000-000000000000
 	github.com/razorbill/flo/proto v0.0.0-00010101000000-000000000000
 	github.com/razorbill/flo/services/dispatcher v0.0.0-00010101000000-000000000000
@@ -72,6 +73,7 @@ require (
 )
 
 replace (
+	github.com/razorbill/flo-go => ../../libs/sdk
 	github.com/razorbill/flo/libs => ../../libs
 	github.com/razorbill/flo/proto => ../../proto
 	github.com/razorbill/flo/services/dispatcher => ../dispatcher

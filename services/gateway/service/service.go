@@ -169,6 +169,8 @@ type Service struct {
 	grpcServer    *grpc.Server
 	httpServer    *http.Server
 	metricsServer *http.Server
+	// edgeTLS is the public ports' TLS configuration; nil means plaintext.
+	edgeTLS *tls.Config
 
 	conn         *grpc.ClientConn
 	dispatcher   dispatcherv1.DispatcherClient
@@ -243,9 +245,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	services := s.newAPI(behind)
-	if s.grpcServer, err = s.newGRPCServer(services, guard); err != nil {
-		return nil, fmt.Errorf("gateway: %w", err)
-	}
+	s.grpcServer = s.newGRPCServer(services, guard)
 	if s.httpServer, err = s.newHTTPServer(ctx, services, guard); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
@@ -284,11 +284,20 @@ func withDefaults(cfg Config) (Config, error) {
 	return cfg, nil
 }
 
-// listen opens the public ports, on TLS when the certificate files are set,
-// and the metrics port when it has an address.
+// listen opens the public ports, the REST one on TLS when the certificate
+// files are set (the gRPC server speaks it itself), and the metrics port when
+// it has an address.
 func (s *Service) listen() (err error) {
 	if s.grpcLis, s.httpLis, err = stage.Listen(s.cfg.GRPCAddr, s.cfg.HTTPAddr); err != nil {
 		return err
+	}
+	if s.cfg.TLSCertFile != "" {
+		// One reloading configuration for both ports, so both serve the
+		// same certificate from the same reads of the files.
+		if s.edgeTLS, err = certs.Server(s.cfg.TLSCertFile, s.cfg.TLSKeyFile, s.log); err != nil {
+			return fmt.Errorf("edge TLS: %w", err)
+		}
+		s.httpLis = tls.NewListener(s.httpLis, s.edgeTLS)
 	}
 	if s.cfg.MetricsAddr != "" {
 		if s.metricsLis, err = net.Listen("tcp", s.cfg.MetricsAddr); err != nil {
@@ -403,7 +412,7 @@ func (s *Service) newAPI(behind internal) httpapi.Services {
 // newGRPCServer builds the public gRPC server: traced with otelgrpc like
 // every Flo server, errors mapped in one place, every call checked by the
 // guard, worker streams capped, on TLS when the certificate files are set.
-func (s *Service) newGRPCServer(svc httpapi.Services, guard *auth.Guard) (*grpc.Server, error) {
+func (s *Service) newGRPCServer(svc httpapi.Services, guard *auth.Guard) *grpc.Server {
 	cfg, log := s.cfg, s.log
 	opts := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
@@ -418,12 +427,8 @@ func (s *Service) newGRPCServer(svc httpapi.Services, guard *auth.Guard) (*grpc.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}
-	if cfg.TLSCertFile != "" {
-		tlsCfg, err := certs.Server(cfg.TLSCertFile, cfg.TLSKeyFile, log)
-		if err != nil {
-			return nil, fmt.Errorf("edge TLS: %w", err)
-		}
-		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	if s.edgeTLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(s.edgeTLS)))
 	}
 	srv := grpc.NewServer(opts...)
 	flov1.RegisterNamespaceServiceServer(srv, svc.Namespaces)
@@ -434,7 +439,7 @@ func (s *Service) newGRPCServer(svc httpapi.Services, guard *auth.Guard) (*grpc.
 	flov1.RegisterStreamServiceServer(srv, svc.Streams)
 	flov1.RegisterWorkflowServiceServer(srv, svc.Workflows)
 	flov1.RegisterKeyServiceServer(srv, svc.Keys)
-	return srv, nil
+	return srv
 }
 
 // keepStatus keeps the status an API server answered with: the servers map
@@ -464,8 +469,7 @@ func capWorkerStreams(max int) grpc.StreamServerInterceptor {
 }
 
 // newHTTPServer builds the REST facade: every request but the probes
-// authenticated, every route authorized once matched, on TLS when the
-// certificate files are set (the listener speaks it).
+// authenticated, every route authorized once matched.
 func (s *Service) newHTTPServer(ctx context.Context, svc httpapi.Services, guard *auth.Guard) (*http.Server, error) {
 	handler, err := httpapi.NewHandler(ctx, svc, httpapi.Options{
 		MaxBodyBytes: maxBodyBytes(s.cfg.MaxPayloadBytes),
@@ -476,13 +480,6 @@ func (s *Service) newHTTPServer(ctx context.Context, svc httpapi.Services, guard
 	})
 	if err != nil {
 		return nil, err
-	}
-	if s.cfg.TLSCertFile != "" {
-		tlsCfg, err := certs.Server(s.cfg.TLSCertFile, s.cfg.TLSKeyFile, s.log)
-		if err != nil {
-			return nil, fmt.Errorf("edge TLS: %w", err)
-		}
-		s.httpLis = tls.NewListener(s.httpLis, tlsCfg)
 	}
 	return &http.Server{
 		Handler:           guard.HTTP(handler),

@@ -16,8 +16,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/razorbill/flo/libs/certs"
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/harness"
 	"github.com/razorbill/flo/libs/internalauth"
@@ -66,7 +68,9 @@ type stack struct {
 	brokers      []string
 	conn         *grpc.ClientConn
 	base         string
-	log          *slog.Logger
+	// http is the REST client, trusting the stack's CA when it has TLS.
+	http *http.Client
+	log  *slog.Logger
 
 	namespaces flov1.NamespaceServiceClient
 	actions    flov1.ActionServiceClient
@@ -83,6 +87,11 @@ type stackOptions struct {
 	registry bool
 	streams  bool
 	workflow bool
+	// tls, when set, puts the gateway's public ports on TLS.
+	tls *edgeFiles
+	// maxWorkerStreams caps the gateway's worker streams; zero is the
+	// default.
+	maxWorkerStreams int
 }
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -148,30 +157,41 @@ func newStack(t *testing.T, opts stackOptions) *stack {
 		s.startWorkflow(t)
 	}
 
-	gw, err := service.New(context.Background(), service.Config{
-		GRPCAddr:        "127.0.0.1:0",
-		HTTPAddr:        "127.0.0.1:0",
-		DispatcherAddr:  s.dispatchAddr,
-		RegistryAddr:    s.registryAddr,
-		StreamsAddr:     s.streamsAddr,
-		WorkflowAddr:    s.workflowAddr,
-		MetricsAddr:     "127.0.0.1:0",
-		MaxPayloadBytes: testMaxPayload,
-		Auth:            harness.InternalAuth(),
-		APIKeys:         auth.Config{AdminToken: adminToken},
-		Kafka:           s.kafka(),
-	}, s.log.With("service", "gateway"))
+	cfg := service.Config{
+		GRPCAddr:         "127.0.0.1:0",
+		HTTPAddr:         "127.0.0.1:0",
+		DispatcherAddr:   s.dispatchAddr,
+		RegistryAddr:     s.registryAddr,
+		StreamsAddr:      s.streamsAddr,
+		WorkflowAddr:     s.workflowAddr,
+		MetricsAddr:      "127.0.0.1:0",
+		MaxPayloadBytes:  testMaxPayload,
+		MaxWorkerStreams: opts.maxWorkerStreams,
+		Auth:             harness.InternalAuth(),
+		APIKeys:          auth.Config{AdminToken: adminToken},
+		Kafka:            s.kafka(),
+	}
+	transport, scheme := insecure.NewCredentials(), "http://"
+	s.http = http.DefaultClient
+	if opts.tls != nil {
+		cfg.TLSCertFile, cfg.TLSKeyFile = opts.tls.cert, opts.tls.key
+		clientTLS, err := certs.Client(opts.tls.ca)
+		require.NoError(t, err)
+		transport, scheme = credentials.NewTLS(clientTLS), "https://"
+		s.http = &http.Client{Transport: &http.Transport{TLSClientConfig: clientTLS}}
+	}
+	gw, err := service.New(context.Background(), cfg, s.log.With("service", "gateway"))
 	require.NoError(t, err)
 	s.gateway = gw
 	s.stopGateway = run(t, gw.Run)
 
-	s.conn, err = grpc.NewClient(gw.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(harness.Bearer(adminToken)))
+	s.conn, err = grpc.NewClient(gw.GRPCAddr(), grpc.WithTransportCredentials(transport), grpc.WithPerRPCCredentials(harness.Bearer(adminToken)))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.conn.Close() })
 	dconn := dialInternal(t, s.dispatchAddr)
 	require.Eventually(t, gw.Ready, wait, 10*time.Millisecond, "gateway never became ready")
 
-	s.base = "http://" + gw.HTTPAddr()
+	s.base = scheme + gw.HTTPAddr()
 	s.dispatcher = dispatcherv1.NewDispatcherClient(dconn)
 	s.namespaces = flov1.NewNamespaceServiceClient(s.conn)
 	s.actions = flov1.NewActionServiceClient(s.conn)
@@ -289,7 +309,7 @@ func (s *stack) rest(t *testing.T, method, path string, body any) restResponse {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Authorization", "Bearer "+adminToken)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.http.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
