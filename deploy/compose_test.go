@@ -237,7 +237,7 @@ func TestComposeWiresTheServicesTogether(t *testing.T) {
 				u, err := url.Parse(value)
 				require.NoError(t, err)
 				require.Contains(t, st.file.Services, u.Hostname(), "%s: %s", name, key)
-			case strings.HasSuffix(key, "_ADDR") && !strings.HasSuffix(key, "_GRPC_ADDR") && !strings.HasSuffix(key, "_HTTP_ADDR"):
+			case peerAddr(key):
 				// A peer's internal API, such as FLO_DISPATCHER_ADDR.
 				host, p, err := net.SplitHostPort(value)
 				require.NoError(t, err, "%s: %s", name, key)
@@ -300,8 +300,8 @@ var interpolated = regexp.MustCompile(`\$\{([A-Z_][A-Z0-9_]*)[^}]*\}`)
 
 // TestComposeTokensComeFromTheEnvFile: the variables the compose file takes
 // from its --env-file are the ones flo.env.example documents (and the
-// Makefile writes), each required, and every internal service gets the
-// internal token.
+// Makefile writes), each required; every service gets the internal token
+// and the gateway the admin key.
 func TestComposeTokensComeFromTheEnvFile(t *testing.T) {
 	t.Parallel()
 	raw, err := os.ReadFile(composePath)
@@ -327,8 +327,9 @@ func TestComposeTokensComeFromTheEnvFile(t *testing.T) {
 	}
 
 	st := loadCompose(t)
-	for _, flo := range []string{"dispatcher", "registry", "streams", "workflow"} {
+	for _, flo := range allFive {
 		env := st.file.Services[st.servers[flo]].Environment
 		require.Contains(t, env["FLO_INTERNAL_TOKEN"], "${FLO_INTERNAL_TOKEN:?", "%s gets the internal token", flo)
 	}
+	require.Contains(t, st.file.Services[st.servers["gateway"]].Environment["FLO_ADMIN_TOKEN"], "${FLO_ADMIN_TOKEN:?", "the gateway gets the admin key")
 }

@@ -80,6 +80,21 @@ func otherVarAllowed(name string) bool {
 	return strings.HasPrefix(name, "OTEL_") || slices.Contains([]string{"GOMAXPROCS", "GOMEMLIMIT", "GODEBUG"}, name)
 }
 
+// peerAddr reports whether key names a peer's internal API, such as
+// FLO_DISPATCHER_ADDR, rather than an address the service listens on itself
+// (FLO_<SERVICE>_GRPC_ADDR, _HTTP_ADDR, _METRICS_ADDR).
+func peerAddr(key string) bool {
+	if !strings.HasSuffix(key, "_ADDR") {
+		return false
+	}
+	for _, own := range []string{"_GRPC_ADDR", "_HTTP_ADDR", "_METRICS_ADDR"} {
+		if strings.HasSuffix(key, own) {
+			return false
+		}
+	}
+	return true
+}
+
 // envProblems lists every variable in env that cfg (a pointer to a config
 // struct) does not read, and values it cannot parse, filling cfg from env and
 // defaults.

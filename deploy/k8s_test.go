@@ -395,7 +395,7 @@ func TestKubernetesConfigIsReadByEachService(t *testing.T) {
 			d := b.deployments[flo]
 			values, _ := b.containerEnv(t, d.Name, d.Spec.Template.Spec.Containers[0])
 			for _, key := range sortedKeys(values) {
-				if !strings.HasSuffix(key, "_ADDR") || strings.HasSuffix(key, "_GRPC_ADDR") || strings.HasSuffix(key, "_HTTP_ADDR") {
+				if !peerAddr(key) {
 					continue
 				}
 				want := strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(key, "FLO_"), "_ADDR"))

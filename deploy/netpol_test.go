@@ -136,7 +136,7 @@ func (b k8sBuild) callers(t *testing.T) map[string][]string {
 	for _, flo := range sortedKeys(b.deployments) {
 		values, _ := b.containerEnv(t, flo, b.deployments[flo].Spec.Template.Spec.Containers[0])
 		for key, value := range values {
-			if !strings.HasSuffix(key, "_ADDR") || strings.HasSuffix(key, "_GRPC_ADDR") || strings.HasSuffix(key, "_HTTP_ADDR") {
+			if !peerAddr(key) {
 				continue
 			}
 			host, p, err := net.SplitHostPort(value)
