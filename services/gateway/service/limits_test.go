@@ -6,9 +6,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/razorbill/flo/libs/harness"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 )
 
@@ -47,4 +50,29 @@ func TestWorkerStreamsPastTheCapAreRefused(t *testing.T) {
 	require.NoError(t, first.stream.CloseSend())
 	<-first.done
 	require.Eventually(t, func() bool { return open("w4") == nil }, wait, 10*time.Millisecond)
+}
+
+// TestConcurrentCallsPerConnectionAreCapped runs a gateway that takes one
+// call at a time per connection: while a worker stream is open on a
+// connection, another call on it waits, and a call on another connection is
+// served.
+func TestConcurrentCallsPerConnectionAreCapped(t *testing.T) {
+	s := newStack(t, stackOptions{maxConcurrentStreams: 1})
+	w := openWorker(t, s, &flov1.Hello{WorkerId: "w1", Namespace: "default", Actions: []string{"job"}})
+
+	ctx, cancel := context.WithTimeout(testContext(t), 300*time.Millisecond)
+	defer cancel()
+	_, err := s.namespaces.ListNamespaces(ctx, &flov1.ListNamespacesRequest{})
+	require.Equal(t, codes.DeadlineExceeded, status.Code(err), "error: %v", err)
+
+	other, err := grpc.NewClient(s.gateway.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(harness.Bearer(adminToken)))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Close() })
+	_, err = flov1.NewNamespaceServiceClient(other).ListNamespaces(testContext(t), &flov1.ListNamespacesRequest{})
+	require.NoError(t, err)
+
+	require.NoError(t, w.stream.CloseSend())
+	<-w.done
+	_, err = s.namespaces.ListNamespaces(testContext(t), &flov1.ListNamespacesRequest{})
+	require.NoError(t, err)
 }

@@ -273,6 +273,8 @@ func withDefaults(cfg Config) (Config, error) {
 		return cfg, errors.New("gateway config: FLO_DISPATCHER_ADDR is required")
 	case (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == ""):
 		return cfg, errors.New("gateway config: FLO_GATEWAY_TLS_CERT and FLO_GATEWAY_TLS_KEY must be set together")
+	case !cfg.Auth.Off() && cfg.APIKeys.AdminToken == "":
+		return cfg, errors.New("gateway config: FLO_ADMIN_TOKEN is required: set the first admin key, or FLO_AUTH=off to run without authentication")
 	case cfg.MaxWorkerStreams < 0:
 		return cfg, fmt.Errorf("gateway config: FLO_GATEWAY_MAX_WORKER_STREAMS must not be negative, got %d", cfg.MaxWorkerStreams)
 	}

@@ -70,6 +70,8 @@ type stack struct {
 	base         string
 	// http is the REST client, trusting the stack's CA when it has TLS.
 	http *http.Client
+	// auth is every service's auth setting.
+	auth config.Auth
 	log  *slog.Logger
 
 	namespaces flov1.NamespaceServiceClient
@@ -89,9 +91,13 @@ type stackOptions struct {
 	workflow bool
 	// tls, when set, puts the gateway's public ports on TLS.
 	tls *edgeFiles
-	// maxWorkerStreams caps the gateway's worker streams; zero is the
-	// default.
-	maxWorkerStreams int
+	// maxWorkerStreams and maxConcurrentStreams are the gateway's limits;
+	// zero is the default.
+	maxWorkerStreams     int
+	maxConcurrentStreams uint32
+	// authOff runs every service with FLO_AUTH=off and the gateway without
+	// an admin token.
+	authOff bool
 }
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -143,7 +149,10 @@ func startStreamsStack(t *testing.T, registry bool) *stack {
 func newStack(t *testing.T, opts stackOptions) *stack {
 	t.Helper()
 	broker := harness.NewBroker(t)
-	s := &stack{dbURL: harness.NewDatabase(t), brokers: broker.Addrs(), log: testLogger(t), dispatchAddr: "127.0.0.1:0"}
+	s := &stack{dbURL: harness.NewDatabase(t), brokers: broker.Addrs(), log: testLogger(t), dispatchAddr: "127.0.0.1:0", auth: harness.InternalAuth()}
+	if opts.authOff {
+		s.auth = config.Auth{Mode: "off"}
+	}
 	s.startDispatcher(t)
 	if opts.registry {
 		s.startRegistry(t)
@@ -158,18 +167,22 @@ func newStack(t *testing.T, opts stackOptions) *stack {
 	}
 
 	cfg := service.Config{
-		GRPCAddr:         "127.0.0.1:0",
-		HTTPAddr:         "127.0.0.1:0",
-		DispatcherAddr:   s.dispatchAddr,
-		RegistryAddr:     s.registryAddr,
-		StreamsAddr:      s.streamsAddr,
-		WorkflowAddr:     s.workflowAddr,
-		MetricsAddr:      "127.0.0.1:0",
-		MaxPayloadBytes:  testMaxPayload,
-		MaxWorkerStreams: opts.maxWorkerStreams,
-		Auth:             harness.InternalAuth(),
-		APIKeys:          auth.Config{AdminToken: adminToken},
-		Kafka:            s.kafka(),
+		GRPCAddr:             "127.0.0.1:0",
+		HTTPAddr:             "127.0.0.1:0",
+		DispatcherAddr:       s.dispatchAddr,
+		RegistryAddr:         s.registryAddr,
+		StreamsAddr:          s.streamsAddr,
+		WorkflowAddr:         s.workflowAddr,
+		MetricsAddr:          "127.0.0.1:0",
+		MaxPayloadBytes:      testMaxPayload,
+		MaxWorkerStreams:     opts.maxWorkerStreams,
+		MaxConcurrentStreams: opts.maxConcurrentStreams,
+		Auth:                 s.auth,
+		APIKeys:              auth.Config{AdminToken: adminToken},
+		Kafka:                s.kafka(),
+	}
+	if opts.authOff {
+		cfg.APIKeys.AdminToken = ""
 	}
 	transport, scheme := insecure.NewCredentials(), "http://"
 	s.http = http.DefaultClient
@@ -225,7 +238,7 @@ func (s *stack) startRegistry(t *testing.T) {
 		HealthCheckInterval:    time.Second,
 		MaxWorkersPerNamespace: testMaxWorkers,
 		Postgres:               config.Postgres{URL: s.dbURL, MaxConns: 8},
-		Auth:                   harness.InternalAuth(),
+		Auth:                   s.auth,
 		Kafka:                  s.kafka(),
 	}, s.log.With("service", "registry"))
 	require.NoError(t, err)
@@ -248,7 +261,7 @@ func (s *stack) startStreams(t *testing.T) {
 		HTTPAddr:       "127.0.0.1:0",
 		MaxRecordBytes: 2 * testMaxPayload,
 		Postgres:       config.Postgres{URL: s.dbURL, MaxConns: 8},
-		Auth:           harness.InternalAuth(),
+		Auth:           s.auth,
 		Kafka:          s.kafka(),
 	}, s.log.With("service", "streams"))
 	require.NoError(t, err)
@@ -268,7 +281,7 @@ func (s *stack) startDispatcher(t *testing.T) {
 		BootstrapNamespaces: []string{"default"},
 		LeaseCheckInterval:  100 * time.Millisecond,
 		Postgres:            config.Postgres{URL: s.dbURL, MaxConns: 8},
-		Auth:                harness.InternalAuth(),
+		Auth:                s.auth,
 		Kafka:               s.kafka(),
 	}, s.log.With("service", "dispatcher"))
 	require.NoError(t, err)

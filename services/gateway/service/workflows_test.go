@@ -16,7 +16,6 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/razorbill/flo/libs/config"
-	"github.com/razorbill/flo/libs/harness"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	workflow "github.com/razorbill/flo/services/workflow/service"
 )
@@ -41,7 +40,7 @@ func (s *stack) startWorkflow(t *testing.T) {
 		MaxPayloadBytes: 2 * testMaxPayload,
 		TimerTick:       time.Second,
 		Postgres:        config.Postgres{URL: s.dbURL, MaxConns: 8},
-		Auth:            harness.InternalAuth(),
+		Auth:            s.auth,
 		Kafka:           s.kafka(),
 	}, s.log.With("service", "workflow"))
 	require.NoError(t, err)
