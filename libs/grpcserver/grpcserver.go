@@ -15,19 +15,26 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/fault"
+	"github.com/razorbill/flo/libs/internalauth"
 )
 
 // NewInternal returns the gRPC server of a service's internal port. It
-// continues the caller's trace with otelgrpc, as the gateway's public server
-// does, so one approach traces every hop; and ErrorInterceptor, with mapErr,
-// turns a unary handler's error into a status. opts add the service's own
-// settings.
-func NewInternal(log *slog.Logger, mapErr func(error) error, opts ...grpc.ServerOption) *grpc.Server {
-	return grpc.NewServer(append([]grpc.ServerOption{
+// refuses calls without the internal credential of auth (internalauth, the
+// check running first); it continues the caller's trace with otelgrpc, as
+// the gateway's public server does, so one approach traces every hop; and
+// ErrorInterceptor, with mapErr, turns a unary handler's error into a
+// status. opts add the service's own settings.
+func NewInternal(auth config.Auth, log *slog.Logger, mapErr func(error) error, opts ...grpc.ServerOption) (*grpc.Server, error) {
+	authOpts, err := internalauth.ServerOptions(auth)
+	if err != nil {
+		return nil, fmt.Errorf("internal gRPC server: %w", err)
+	}
+	return grpc.NewServer(append(append(authOpts,
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.ChainUnaryInterceptor(ErrorInterceptor(log, mapErr)),
-	}, opts...)...)
+	), opts...)...), nil
 }
 
 // Stop lets in-flight calls finish, up to timeout, then cancels the ones

@@ -21,8 +21,11 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/fault"
 	"github.com/razorbill/flo/libs/grpcserver"
+	"github.com/razorbill/flo/libs/harness"
+	"github.com/razorbill/flo/libs/internalauth"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -92,15 +95,19 @@ func TestNewInternalContinuesCallersTrace(t *testing.T) {
 		TraceFlags: trace.FlagsSampled,
 	})
 	got := make(chan trace.SpanContext, 1)
-	srv := grpcserver.NewInternal(quiet, nil, grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
+	_, err := grpcserver.NewInternal(config.Auth{}, quiet, nil)
+	require.ErrorContains(t, err, "FLO_INTERNAL_TOKEN", "no internal server without the internal token")
+	srv, err := grpcserver.NewInternal(harness.InternalAuth(), quiet, nil, grpc.UnknownServiceHandler(func(_ any, stream grpc.ServerStream) error {
 		got <- trace.SpanContextFromContext(stream.Context())
 		if err := stream.RecvMsg(&healthpb.HealthCheckRequest{}); err != nil {
 			return err
 		}
 		return stream.SendMsg(&healthpb.HealthCheckResponse{})
 	}))
+	require.NoError(t, err)
 	conn := start(t, srv)
 	ctx := metadata.AppendToOutgoingContext(context.Background(),
+		internalauth.MetadataKey, harness.InternalAuth().InternalToken,
 		"traceparent", "00-"+caller.TraceID().String()+"-"+caller.SpanID().String()+"-01")
 	require.NoError(t, conn.Invoke(ctx, "/test.Service/Call", &healthpb.HealthCheckRequest{}, &healthpb.HealthCheckResponse{}))
 	require.Equal(t, caller.TraceID(), (<-got).TraceID())

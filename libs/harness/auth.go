@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -15,6 +16,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/internalauth"
@@ -45,6 +50,30 @@ func DialInternal(tb testing.TB, addr string, opts ...grpc.DialOption) *grpc.Cli
 	}
 	tb.Cleanup(func() { _ = conn.Close() })
 	return conn
+}
+
+// RequireInternalAuth checks that the internal gRPC server at addr answers
+// call UNAUTHENTICATED without the internal credential and with a wrong
+// token, and serves it with InternalAuth's.
+func RequireInternalAuth(tb testing.TB, addr string, call func(context.Context, *grpc.ClientConn) error) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	plain, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		tb.Fatalf("dial %s: %v", addr, err)
+	}
+	defer plain.Close()
+	if code := status.Code(call(ctx, plain)); code != codes.Unauthenticated {
+		tb.Errorf("a call without the internal token: %s, want Unauthenticated", code)
+	}
+	wrong := metadata.AppendToOutgoingContext(ctx, internalauth.MetadataKey, "not-"+internalToken)
+	if code := status.Code(call(wrong, plain)); code != codes.Unauthenticated {
+		tb.Errorf("a call with a wrong internal token: %s, want Unauthenticated", code)
+	}
+	if err := call(ctx, DialInternal(tb, addr)); err != nil {
+		tb.Errorf("a call with the internal token: %v", err)
+	}
 }
 
 // CA is a certificate authority made for one test, for tests of TLS.

@@ -37,6 +37,8 @@ func TestNewRejectsMissingSettings(t *testing.T) {
 	require.ErrorContains(t, err, "FLO_DATABASE_URL")
 	_, err = service.New(t.Context(), service.Config{LeaseCheckInterval: time.Second, Postgres: config.Postgres{URL: "postgres://x"}}, nil)
 	require.ErrorContains(t, err, "FLO_KAFKA_BROKERS")
+	_, err = service.New(t.Context(), service.Config{LeaseCheckInterval: time.Second, Postgres: config.Postgres{URL: "postgres://x"}, Kafka: config.Kafka{Brokers: []string{"x"}}}, nil)
+	require.ErrorContains(t, err, "FLO_INTERNAL_TOKEN")
 }
 
 func TestConfigDefaults(t *testing.T) {

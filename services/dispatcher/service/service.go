@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/razorbill/flo/libs/config"
+	"github.com/razorbill/flo/libs/internalauth"
 	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/outbox"
 	"github.com/razorbill/flo/libs/pg"
@@ -135,6 +136,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	if cfg.LeaseCheckInterval <= 0 {
 		return nil, fmt.Errorf("dispatcher: FLO_LEASE_CHECK_INTERVAL must be positive, got %s", cfg.LeaseCheckInterval)
 	}
+	if err := internalauth.Validate(cfg.Auth); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
 	s := &Service{cfg: cfg, log: log}
 	defer func() {
 		if err != nil {
@@ -186,10 +190,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		s.hub.WakeAll()
 	}, log)
 
-	s.grpcServer = grpcapi.NewGRPCServer(grpcapi.Deps{
+	if s.grpcServer, err = grpcapi.NewGRPCServer(grpcapi.Deps{
 		Catalog: cat, Claimer: s.claimer, Reporter: s.reporter, Leases: s.leases,
 		Queue: queue.New(s.pool, cat, s.hub, s.relay), Completions: s.done, Keys: apikey.New(s.pool, cat), Log: log,
-	})
+	}, cfg.Auth); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
 	if s.grpcLis, s.httpLis, err = stage.Listen(cfg.GRPCAddr, cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}

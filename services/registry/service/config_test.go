@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/razorbill/flo/libs/config"
+	"github.com/razorbill/flo/libs/harness"
 	"github.com/razorbill/flo/services/registry/service"
 )
 
@@ -50,6 +51,7 @@ func TestNewRejectsBadSettings(t *testing.T) {
 	good := service.Config{
 		HeartbeatTimeout: time.Second, HealthCheckInterval: time.Second, MaxWorkersPerNamespace: 1,
 		Postgres: config.Postgres{URL: "postgres://x"}, Kafka: config.Kafka{Brokers: []string{"x"}},
+		Auth: harness.InternalAuth(),
 	}
 	for _, tt := range []struct {
 		name   string
@@ -61,6 +63,7 @@ func TestNewRejectsBadSettings(t *testing.T) {
 		{"zero timeout", func(c *service.Config) { c.HeartbeatTimeout = 0 }, "FLO_WORKER_HEARTBEAT_TIMEOUT"},
 		{"zero interval", func(c *service.Config) { c.HealthCheckInterval = 0 }, "FLO_WORKER_HEALTH_CHECK_INTERVAL"},
 		{"zero limit", func(c *service.Config) { c.MaxWorkersPerNamespace = 0 }, "FLO_MAX_WORKERS_PER_NAMESPACE"},
+		{"no internal token", func(c *service.Config) { c.Auth = config.Auth{} }, "FLO_INTERNAL_TOKEN"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := good

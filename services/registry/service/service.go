@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/razorbill/flo/libs/config"
+	"github.com/razorbill/flo/libs/internalauth"
 	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/outbox"
 	"github.com/razorbill/flo/libs/pg"
@@ -147,7 +148,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		return nil, fmt.Errorf("registry: %w", err)
 	}
 
-	s.grpcServer = grpcapi.NewGRPCServer(r, log)
+	if s.grpcServer, err = grpcapi.NewGRPCServer(r, log, cfg.Auth); err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
 	if s.grpcLis, s.httpLis, err = stage.Listen(cfg.GRPCAddr, cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
@@ -171,6 +174,9 @@ func validate(cfg Config) error {
 		return fmt.Errorf("registry: FLO_WORKER_HEALTH_CHECK_INTERVAL must be positive, got %s", cfg.HealthCheckInterval)
 	case cfg.MaxWorkersPerNamespace <= 0:
 		return fmt.Errorf("registry: FLO_MAX_WORKERS_PER_NAMESPACE must be positive, got %d", cfg.MaxWorkersPerNamespace)
+	}
+	if err := internalauth.Validate(cfg.Auth); err != nil {
+		return fmt.Errorf("registry: %w", err)
 	}
 	return nil
 }

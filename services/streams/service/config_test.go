@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/razorbill/flo/libs/config"
+	"github.com/razorbill/flo/libs/harness"
 	"github.com/razorbill/flo/services/streams/service"
 )
 
@@ -48,6 +49,7 @@ func TestNewRejectsBadSettings(t *testing.T) {
 	good := service.Config{
 		MaxRecordBytes: 1024,
 		Postgres:       config.Postgres{URL: "postgres://x"}, Kafka: config.Kafka{Brokers: []string{"x"}},
+		Auth: harness.InternalAuth(),
 	}
 	for _, tt := range []struct {
 		name   string
@@ -59,6 +61,7 @@ func TestNewRejectsBadSettings(t *testing.T) {
 		{"zero record size", func(c *service.Config) { c.MaxRecordBytes = 0 }, "FLO_STREAMS_MAX_RECORD_BYTES"},
 		{"huge record size", func(c *service.Config) { c.MaxRecordBytes = 1 << 30 }, "FLO_STREAMS_MAX_RECORD_BYTES"},
 		{"negative cache", func(c *service.Config) { c.ReadCacheBytes = -1 }, "FLO_STREAMS_READ_CACHE_BYTES"},
+		{"no internal token", func(c *service.Config) { c.Auth = config.Auth{} }, "FLO_INTERNAL_TOKEN"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := good

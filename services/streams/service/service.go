@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/razorbill/flo/libs/config"
+	"github.com/razorbill/flo/libs/internalauth"
 	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/probe"
@@ -158,10 +159,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		return nil, fmt.Errorf("streams: %w", err)
 	}
 
-	s.grpcServer = grpcapi.NewGRPCServer(grpcapi.Deps{
+	if s.grpcServer, err = grpcapi.NewGRPCServer(grpcapi.Deps{
 		Catalog: s.catalog, Appender: app, Groups: s.groups,
 		Scanner: scan.New(s.catalog, s.reader, s.hub, s.groups.Closing()), Log: log,
-	})
+	}, cfg.Auth); err != nil {
+		return nil, fmt.Errorf("streams: %w", err)
+	}
 	if s.grpcLis, s.httpLis, err = stage.Listen(cfg.GRPCAddr, cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("streams: %w", err)
 	}
@@ -179,6 +182,9 @@ func validate(cfg Config) error {
 		return fmt.Errorf("streams: FLO_STREAMS_MAX_RECORD_BYTES must be between 1 and %d, got %d", MaxRecordBytesLimit, cfg.MaxRecordBytes)
 	case cfg.ReadCacheBytes < 0:
 		return fmt.Errorf("streams: FLO_STREAMS_READ_CACHE_BYTES must not be negative, got %d", cfg.ReadCacheBytes)
+	}
+	if err := internalauth.Validate(cfg.Auth); err != nil {
+		return fmt.Errorf("streams: %w", err)
 	}
 	return nil
 }

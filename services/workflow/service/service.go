@@ -213,7 +213,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		}
 	}
 
-	s.grpcServer = grpcapi.NewGRPCServer(cat, s.runner, log)
+	if s.grpcServer, err = grpcapi.NewGRPCServer(cat, s.runner, log, cfg.Auth); err != nil {
+		return nil, fmt.Errorf("workflow: %w", err)
+	}
 	if s.grpcLis, s.httpLis, err = stage.Listen(cfg.GRPCAddr, cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("workflow: %w", err)
 	}
@@ -239,6 +241,9 @@ func validate(cfg Config) error {
 		return fmt.Errorf("workflow: FLO_WORKFLOW_SCHEDULE_TICK must be between 0 and 1m, got %s", cfg.ScheduleTick)
 	case cfg.TriggerTimeout < 0 || cfg.TriggerTimeout > time.Hour:
 		return fmt.Errorf("workflow: FLO_WORKFLOW_TRIGGER_TIMEOUT must be between 0 and 1h, got %s", cfg.TriggerTimeout)
+	}
+	if err := internalauth.Validate(cfg.Auth); err != nil {
+		return fmt.Errorf("workflow: %w", err)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/grpcserver"
 	"github.com/razorbill/flo/libs/millis"
 	"github.com/razorbill/flo/libs/page"
@@ -47,15 +48,19 @@ type Server struct {
 	d Deps
 }
 
-// NewGRPCServer returns a gRPC server with the Dispatcher service registered
-// and the tracing, recovery and error-mapping interceptors installed.
-func NewGRPCServer(d Deps) *grpc.Server {
-	s := grpcserver.NewInternal(d.Log, dispatcherStatus,
+// NewGRPCServer returns a gRPC server with the Dispatcher service registered,
+// refusing calls without auth's internal credential, and the tracing,
+// recovery and error-mapping interceptors installed.
+func NewGRPCServer(d Deps, auth config.Auth) (*grpc.Server, error) {
+	s, err := grpcserver.NewInternal(auth, d.Log, dispatcherStatus,
 		grpc.MaxRecvMsgSize(maxMessageBytes),
 		grpc.MaxSendMsgSize(maxMessageBytes),
 	)
+	if err != nil {
+		return nil, err
+	}
 	dispatcherv1.RegisterDispatcherServer(s, &Server{d: d})
-	return s
+	return s, nil
 }
 
 // CreateNamespace creates a namespace, returning it unchanged when it exists.

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/grpcserver"
 	"github.com/razorbill/flo/libs/page"
 	registryv1 "github.com/razorbill/flo/proto/gen/flo/registry/v1"
@@ -23,12 +24,16 @@ type Server struct {
 	roster *roster.Roster
 }
 
-// NewGRPCServer returns a gRPC server with the Registry service registered
-// and the tracing, recovery and error-mapping interceptors installed.
-func NewGRPCServer(r *roster.Roster, log *slog.Logger) *grpc.Server {
-	s := grpcserver.NewInternal(log, nil)
+// NewGRPCServer returns a gRPC server with the Registry service registered,
+// refusing calls without auth's internal credential, and the tracing,
+// recovery and error-mapping interceptors installed.
+func NewGRPCServer(r *roster.Roster, log *slog.Logger, auth config.Auth) (*grpc.Server, error) {
+	s, err := grpcserver.NewInternal(auth, log, nil)
+	if err != nil {
+		return nil, err
+	}
 	registryv1.RegisterRegistryServer(s, &Server{roster: r})
-	return s
+	return s, nil
 }
 
 // RegisterWorker creates or replaces a worker's record.

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/razorbill/flo/libs/coalesce"
+	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/fault"
 	"github.com/razorbill/flo/libs/grpcserver"
 	"github.com/razorbill/flo/libs/millis"
@@ -53,12 +54,16 @@ type Server struct {
 	d Deps
 }
 
-// NewGRPCServer returns a gRPC server with the Streams service registered
-// and the tracing, recovery and error-mapping interceptors installed.
-func NewGRPCServer(d Deps) *grpc.Server {
-	s := grpcserver.NewInternal(d.Log, streamsStatus, grpc.MaxRecvMsgSize(MaxMessageBytes))
+// NewGRPCServer returns a gRPC server with the Streams service registered,
+// refusing calls without auth's internal credential, and the tracing,
+// recovery and error-mapping interceptors installed.
+func NewGRPCServer(d Deps, auth config.Auth) (*grpc.Server, error) {
+	s, err := grpcserver.NewInternal(auth, d.Log, streamsStatus, grpc.MaxRecvMsgSize(MaxMessageBytes))
+	if err != nil {
+		return nil, err
+	}
 	streamsv1.RegisterStreamsServer(s, &Server{d: d})
-	return s
+	return s, nil
 }
 
 // streamsStatus maps the errors only the streams service has.

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/fault"
 	"github.com/razorbill/flo/libs/grpcserver"
 	"github.com/razorbill/flo/libs/kafka"
@@ -37,15 +38,19 @@ type Server struct {
 	runner  *runner.Runner
 }
 
-// NewGRPCServer returns a gRPC server with the Workflows service registered
-// and the tracing, recovery and error-mapping interceptors installed.
-func NewGRPCServer(cat *catalog.Catalog, r *runner.Runner, log *slog.Logger) *grpc.Server {
-	s := grpcserver.NewInternal(log, workflowStatus,
+// NewGRPCServer returns a gRPC server with the Workflows service registered,
+// refusing calls without auth's internal credential, and the tracing,
+// recovery and error-mapping interceptors installed.
+func NewGRPCServer(cat *catalog.Catalog, r *runner.Runner, log *slog.Logger, auth config.Auth) (*grpc.Server, error) {
+	s, err := grpcserver.NewInternal(auth, log, workflowStatus,
 		grpc.MaxRecvMsgSize(maxMessageBytes),
 		grpc.MaxSendMsgSize(maxMessageBytes),
 	)
+	if err != nil {
+		return nil, err
+	}
 	workflowv1.RegisterWorkflowsServer(s, &Server{catalog: cat, runner: r})
-	return s
+	return s, nil
 }
 
 // CreateWorkflow validates and stores a new workflow version.
