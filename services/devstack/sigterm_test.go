@@ -265,6 +265,8 @@ func startProcessPlatform(t *testing.T) *processPlatform {
 	for _, s := range services {
 		vars := append([]string{"FLO_DATABASE_URL=" + withApplicationName(t, dbURL, s)}, common...)
 		if s == "gateway" {
+			// Its metrics port too is one the system picks.
+			vars = append(vars, "FLO_GATEWAY_METRICS_ADDR=127.0.0.1:0")
 			for _, dep := range []string{"dispatcher", "registry", "streams", "workflow"} {
 				vars = append(vars, "FLO_"+strings.ToUpper(dep)+"_ADDR="+pl.procs[dep].grpcAddr)
 			}
