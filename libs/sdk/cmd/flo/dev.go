@@ -72,6 +72,7 @@ func runDev(ctx context.Context, out io.Writer, dataDir string, dataDirSet bool)
   REST                     http://%s/v1/...
   OpenAPI                  http://%s/openapi.json
   health                   http://%s/readyz
+  metrics                  http://%s/metrics
   Kafka-protocol broker    %v
   Postgres                 %s
   admin key                %s
@@ -80,7 +81,7 @@ Clients and the CLI take the key from FLO_TOKEN:
   export FLO_TOKEN=%s
 Press ctrl-C to stop.
 `, stack.GatewayGRPCAddr(), stack.GatewayHTTPAddr(), stack.GatewayHTTPAddr(), stack.GatewayHTTPAddr(),
-		stack.KafkaBrokers(), redactPassword(stack.DatabaseURL()), stack.AdminToken(), stack.AdminToken())
+		stack.GatewayMetricsAddr(), stack.KafkaBrokers(), redactPassword(stack.DatabaseURL()), stack.AdminToken(), stack.AdminToken())
 	select {
 	case <-ctx.Done():
 		fmt.Fprintln(out, "stopping...")

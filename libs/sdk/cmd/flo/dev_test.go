@@ -28,6 +28,7 @@ func TestDevPrintsTheAdminKeyItKeeps(t *testing.T) {
 		t.Setenv("FLO_"+svc+"_GRPC_ADDR", "127.0.0.1:0")
 		t.Setenv("FLO_"+svc+"_HTTP_ADDR", "127.0.0.1:0")
 	}
+	t.Setenv("FLO_GATEWAY_METRICS_ADDR", "127.0.0.1:0")
 	dir := t.TempDir()
 	keyLine := regexp.MustCompile(`(?m)^  admin key +(flo_admin_[0-9a-f]{64})$`)
 
