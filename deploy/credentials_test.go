@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"fmt"
+	"os"
 	"path"
 	"regexp"
 	"strings"
@@ -48,7 +49,8 @@ func mountedFromSecret(spec corev1.PodSpec, file string) bool {
 // internal token from a Secret and the gateway its admin key; the gateway's
 // metrics port is the one it serves. In production every connection is
 // secured: Kafka over TLS with SASL credentials from a Secret, internal mTLS
-// files and the gateway's certificate mounted from Secrets.
+// files and the gateway's certificate mounted from Secrets, Postgres verified
+// against its CA (sslmode=verify-full).
 func TestKubernetesCredentialsComeFromSecrets(t *testing.T) {
 	t.Parallel()
 	eachOverlay(t, func(t *testing.T, b k8sBuild) {
@@ -84,5 +86,24 @@ func TestKubernetesCredentialsComeFromSecrets(t *testing.T) {
 				require.True(t, mountedFromSecret(spec, values[name]), "%s: %s=%q is not a file mounted from a Secret", what, name, values[name])
 			}
 		}
+		if b.dir != "k8s/overlays/production" {
+			return
+		}
+		// The flo-postgres URL says sslmode=verify-full&sslrootcert=postgresCA:
+		// every pod that connects has the file.
+		for _, flo := range sortedKeys(b.deployments) {
+			if floServices[flo].schema {
+				require.True(t, mountedFromSecret(b.deployments[flo].Spec.Template.Spec, postgresCA), "%s: %s has no Postgres CA", b.dir, flo)
+			}
+		}
+		for _, name := range sortedKeys(b.jobs) {
+			require.True(t, mountedFromSecret(b.jobs[name].Spec.Template.Spec, postgresCA), "%s: Job %s has no Postgres CA", b.dir, name)
+		}
+		raw, err := os.ReadFile("k8s/overlays/production/kustomization.yaml")
+		require.NoError(t, err)
+		require.Contains(t, string(raw), "sslmode=verify-full&sslrootcert="+postgresCA, "the flo-postgres URL the overlay documents")
 	})
 }
+
+// postgresCA is where production pods find the CA of Postgres's certificate.
+const postgresCA = "/etc/flo/postgres/ca.crt"
