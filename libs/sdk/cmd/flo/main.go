@@ -13,11 +13,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"reflect"
 	"syscall"
 	"time"
 
-	flo "github.com/razorbill/flo-go"
 	"github.com/spf13/cobra"
+
+	flo "github.com/razorbill/flo-go"
 )
 
 const (
@@ -130,6 +132,10 @@ func (g *globals) withClient(fn func(*flo.Client) error) error {
 
 // printJSON writes v as indented JSON, the output format scripts read.
 func printJSON(cmd *cobra.Command, v any) error {
+	// An empty list prints as [], not null, so scripts can iterate it.
+	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Slice && rv.IsNil() {
+		v = []struct{}{}
+	}
 	enc := json.NewEncoder(cmd.OutOrStdout())
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(v); err != nil {

@@ -276,3 +276,12 @@ func TestWorkerCommands(t *testing.T) {
 
 	require.Equal(t, []string{"list myapp/", "get myapp/w-1", "drain myapp/w-1", "deregister myapp/w-1", "get myapp/ghost"}, r.requests)
 }
+
+func TestEmptyListsPrintAsEmptyArrays(t *testing.T) {
+	var out bytes.Buffer
+	cmd := newRootCmd()
+	cmd.SetOut(&out)
+	var none []string
+	require.NoError(t, printJSON(cmd, none))
+	require.Equal(t, "[]\n", out.String())
+}
