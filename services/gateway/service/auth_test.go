@@ -59,28 +59,28 @@ func as(key string) grpc.CallOption { return grpc.PerRPCCredentials(harness.Bear
 // admin token.
 func makeKeys(t *testing.T, s *stack) authKeys {
 	t.Helper()
-	ctx := testContext(t)
 	keys := authKeys{admin: adminToken, of: map[string]map[auth.Role]string{}}
-	nsc := s.namespaces
-	kc := flov1.NewKeyServiceClient(s.conn)
-	create := func(ns string, role auth.Role) *flov1.CreateKeyResponse {
-		resp, err := kc.CreateKey(ctx, &flov1.CreateKeyRequest{Namespace: ns, Role: string(role)})
-		require.NoError(t, err)
-		return resp
-	}
 	for _, ns := range []string{"a", "b"} {
-		_, err := nsc.CreateNamespace(ctx, &flov1.CreateNamespaceRequest{Name: ns})
+		_, err := s.namespaces.CreateNamespace(testContext(t), &flov1.CreateNamespaceRequest{Name: ns})
 		require.NoError(t, err)
 		keys.of[ns] = map[auth.Role]string{}
 		for _, role := range nsRoles {
-			keys.of[ns][role] = create(ns, role).GetSecret()
+			keys.of[ns][role] = createKey(t, s, ns, role).GetSecret()
 		}
 	}
-	revoked := create("a", auth.RoleClient)
-	_, err := kc.RevokeKey(ctx, &flov1.RevokeKeyRequest{Id: revoked.GetKey().GetId()})
+	revoked := createKey(t, s, "a", auth.RoleClient)
+	_, err := flov1.NewKeyServiceClient(s.conn).RevokeKey(testContext(t), &flov1.RevokeKeyRequest{Id: revoked.GetKey().GetId()})
 	require.NoError(t, err)
 	keys.revoked = revoked.GetSecret()
 	return keys
+}
+
+// createKey makes a key of role in ns with the admin token.
+func createKey(t *testing.T, s *stack, ns string, role auth.Role) *flov1.CreateKeyResponse {
+	t.Helper()
+	resp, err := flov1.NewKeyServiceClient(s.conn).CreateKey(testContext(t), &flov1.CreateKeyRequest{Namespace: ns, Role: string(role)})
+	require.NoError(t, err)
+	return resp
 }
 
 // authCase is one call of the table: a key, the namespace the call names,
@@ -320,8 +320,7 @@ func TestWorkersActOnlyOnTheirOwnTasks(t *testing.T) {
 	t.Parallel()
 	s := startStack(t)
 	keys := makeKeys(t, s)
-	other, err := flov1.NewKeyServiceClient(s.conn).CreateKey(testContext(t), &flov1.CreateKeyRequest{Namespace: "a", Role: string(auth.RoleWorker)})
-	require.NoError(t, err)
+	other := createKey(t, s, "a", auth.RoleWorker)
 	clientA, clientB := asKey(t, s, keys.of["a"][auth.RoleClient]), asKey(t, s, keys.of["b"][auth.RoleClient])
 	workerA, workerA2, workerB := asKey(t, s, keys.of["a"][auth.RoleWorker]), asKey(t, s, other.GetSecret()), asKey(t, s, keys.of["b"][auth.RoleWorker])
 
@@ -456,4 +455,25 @@ func requireRetryAfter(t *testing.T, values []string) {
 	secs, err := strconv.Atoi(values[0])
 	require.NoError(t, err)
 	require.True(t, secs > 0 && secs <= 100, "retry-after %d", secs)
+}
+
+func TestRevokedKeyIsRefusedOnceTheCacheTTLPasses(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	keys := makeKeys(t, s)
+	created := createKey(t, s, "a", auth.RoleRead)
+	list := func(as *stack) codes.Code {
+		_, err := as.tasks.ListDeadLetters(testContext(t), &flov1.ListDeadLettersRequest{Namespace: "a"})
+		return status.Code(err)
+	}
+	reader := asKey(t, s, created.GetSecret())
+	require.Equal(t, codes.OK, list(reader), "the key works, and the gateway caches it")
+
+	revokedAt := time.Now()
+	_, err := flov1.NewKeyServiceClient(s.conn).RevokeKey(testContext(t), &flov1.RevokeKeyRequest{Id: created.GetKey().GetId()})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return list(reader) == codes.Unauthenticated }, wait, 50*time.Millisecond)
+	// The default cache TTL is 2 s; the margin is for a loaded box.
+	require.Less(t, time.Since(revokedAt), 10*time.Second, "a revoke must take effect within the key cache TTL")
+	require.Equal(t, codes.OK, list(asKey(t, s, keys.of["a"][auth.RoleRead])), "other keys are untouched")
 }
