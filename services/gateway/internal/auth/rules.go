@@ -123,6 +123,10 @@ func (r Rule) allow(p Principal, method, ns string) error {
 		return nil
 	case !slices.Contains(r.Roles, p.Role):
 		return status.Errorf(codes.PermissionDenied, "a %s key may not call %s", p.Role, method)
+	case p.Namespace == "":
+		// Only admin keys lack a namespace; a stored key that breaks that
+		// rule must not match calls that name none.
+		return status.Errorf(codes.PermissionDenied, "key %s has no namespace", p.KeyID)
 	case ns != p.Namespace:
 		return status.Errorf(codes.PermissionDenied, "key %s acts in namespace %q, not %q", p.KeyID, p.Namespace, ns)
 	}

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
@@ -87,4 +89,34 @@ func TestRouteOfPattern(t *testing.T) {
 	require.Equal(t, routeOf("post", "/v1/keys/{id}:revoke"), routeOf("POST", "/v1/keys/{id=*}:revoke"))
 	require.Equal(t, routeOf("get", "/v1/namespaces/{namespace}/tasks/{taskId}"),
 		routeOf("GET", "/v1/namespaces/{namespace=*}/tasks/{task_id=*}"))
+}
+
+func TestAllow(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		p    Principal
+		rule Rule
+		ns   string
+		ok   bool
+	}{
+		{name: "admin, admin-only rule", p: Principal{Role: RoleAdmin}, rule: adminOnly, ok: true},
+		{name: "client, admin-only rule", p: Principal{Role: RoleClient, Namespace: "a"}, rule: adminOnly},
+		{name: "any key", p: Principal{Role: RoleRead, Namespace: "a"}, rule: anyKey, ok: true},
+		{name: "role and namespace", p: Principal{Role: RoleRead, Namespace: "a"}, rule: reader, ns: "a", ok: true},
+		{name: "other namespace", p: Principal{Role: RoleRead, Namespace: "a"}, rule: reader, ns: "b"},
+		{name: "no namespace named", p: Principal{Role: RoleRead, Namespace: "a"}, rule: reader},
+		{name: "a non-admin key without a namespace", p: Principal{Role: RoleClient}, rule: client},
+		{name: "unknown role", p: Principal{Role: "owner", Namespace: "a"}, rule: client, ns: "a"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.rule.allow(tc.p, "/m", tc.ns)
+			if tc.ok {
+				require.NoError(t, err)
+				return
+			}
+			require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+		})
+	}
 }
