@@ -209,6 +209,9 @@ func isJSON(contentType string) bool {
 // details}, with the HTTP status of its code.
 func writeError(w http.ResponseWriter, err error) {
 	st := status.Convert(err)
+	if st.Code() == codes.Unauthenticated {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="flo"`)
+	}
 	writeStatus(w, runtime.HTTPStatusFromCode(st.Code()), st)
 }
 

@@ -56,6 +56,9 @@ func call(t *testing.T, method, url, key, contentType, body string) reply {
 	require.NoError(t, err)
 	defer func() { _ = resp.Body.Close() }()
 	r := reply{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After")}
+	if resp.StatusCode == http.StatusUnauthorized {
+		require.Equal(t, `Bearer realm="flo"`, resp.Header.Get("WWW-Authenticate"))
+	}
 	if resp.StatusCode >= 400 {
 		var e struct {
 			Code    int    `json:"code"`
