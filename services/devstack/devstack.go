@@ -38,12 +38,12 @@ type Config struct {
 	DatabaseURL string `env:"FLO_DATABASE_URL"`
 	// PostgresPort is where the private Postgres listens.
 	PostgresPort int `env:"FLO_DEV_POSTGRES_PORT, default=5433"`
-	// KafkaBrokers is an existing Kafka-protocol cluster; empty starts the embedded broker.
-	KafkaBrokers []string `env:"FLO_KAFKA_BROKERS"`
+	// Kafka is an existing Kafka-protocol cluster (with its TLS and SASL
+	// settings) and the partition count of the topics the services create;
+	// no brokers starts the embedded broker.
+	Kafka config.Kafka
 	// BrokerPort is where the embedded broker listens.
 	BrokerPort int `env:"FLO_DEV_BROKER_PORT, default=9092"`
-	// Partitions is the partition count of the topics the services create.
-	Partitions int32 `env:"FLO_KAFKA_PARTITIONS, default=8"`
 
 	// AdminToken is the admin key of the gateway; empty reads it from (or
 	// makes it in) DataDir/admin-token.
@@ -123,7 +123,7 @@ type Stack struct {
 	broker    *localbroker.Broker
 	telemetry *telemetry.Telemetry
 	dbURL     string
-	kafka     []string
+	kafka     config.Kafka
 	admin     string
 	// internal is the credential the services' internal calls carry: a
 	// token made at start, so it never leaves the process.
@@ -148,7 +148,7 @@ type running struct {
 func Start(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (*Stack, error) {
 	s := &Stack{
 		cfg: cfg, log: log, services: map[string]*running{}, failed: make(chan struct{}),
-		dbURL: cfg.DatabaseURL, kafka: cfg.KafkaBrokers,
+		dbURL: cfg.DatabaseURL, kafka: cfg.Kafka,
 	}
 	var o options
 	for _, opt := range opts {
@@ -212,7 +212,7 @@ func (s *Stack) startInfra(ctx context.Context) error {
 		}
 		s.dbURL = pg.URL(privateDatabase)
 	}
-	if len(s.kafka) == 0 {
+	if len(s.kafka.Brokers) == 0 {
 		dir, err := filepath.Abs(filepath.Join(s.cfg.DataDir, "kafka"))
 		if err != nil {
 			return fmt.Errorf("broker data dir: %w", err)
@@ -221,12 +221,12 @@ func (s *Stack) startInfra(ctx context.Context) error {
 			return fmt.Errorf("broker data dir: %w", err)
 		}
 		s.log.Info("starting embedded broker", "data_dir", dir, "port", s.cfg.BrokerPort)
-		b, err := localbroker.Start(s.cfg.BrokerPort, dir, s.cfg.Partitions)
+		b, err := localbroker.Start(s.cfg.BrokerPort, dir, s.cfg.Kafka.Partitions)
 		if err != nil {
 			return fmt.Errorf("start broker: %w", err)
 		}
 		s.broker = b
-		s.kafka = b.Addrs()
+		s.kafka.Brokers = b.Addrs()
 	}
 	return nil
 }
@@ -240,7 +240,7 @@ func (s *Stack) StartDispatcher(ctx context.Context) error {
 		LeaseCheckInterval:  s.cfg.LeaseCheckInterval,
 		MaxPayloadBytes:     s.cfg.MaxPayloadBytes,
 		Postgres:            config.Postgres{URL: s.dbURL, MaxConns: 16},
-		Kafka:               config.Kafka{Brokers: s.kafka, Partitions: s.cfg.Partitions},
+		Kafka:               s.kafka,
 		Auth:                s.internal,
 	}, s.log.With("component", "dispatcher"), dispatcher.WithMetricsHandler(s.telemetry.MetricsHandler()))
 	if err != nil {
@@ -267,7 +267,7 @@ func (s *Stack) StartRegistry(ctx context.Context) error {
 		MaxWorkersPerNamespace: 10000,
 		MaxPayloadBytes:        s.cfg.MaxPayloadBytes,
 		Postgres:               config.Postgres{URL: s.dbURL, MaxConns: 8},
-		Kafka:                  config.Kafka{Brokers: s.kafka, Partitions: s.cfg.Partitions},
+		Kafka:                  s.kafka,
 		Auth:                   s.internal,
 	}, s.log.With("component", "registry"), registry.WithMetricsHandler(s.telemetry.MetricsHandler()))
 	if err != nil {
@@ -290,7 +290,7 @@ func (s *Stack) StartStreams(ctx context.Context) error {
 		MaxRecordBytes: s.cfg.MaxPayloadBytes,
 		ReadCacheBytes: 64 << 20,
 		Postgres:       config.Postgres{URL: s.dbURL, MaxConns: 16},
-		Kafka:          config.Kafka{Brokers: s.kafka, Partitions: s.cfg.Partitions},
+		Kafka:          s.kafka,
 		Auth:           s.internal,
 	}, s.log.With("component", "streams"), streams.WithMetricsHandler(s.telemetry.MetricsHandler()))
 	if err != nil {
@@ -316,7 +316,7 @@ func (s *Stack) StartWorkflow(ctx context.Context) error {
 		TimerTick:   time.Second,
 		StreamsAddr: s.cfg.StreamsGRPCAddr,
 		Postgres:    config.Postgres{URL: s.dbURL, MaxConns: 16},
-		Kafka:       config.Kafka{Brokers: s.kafka, Partitions: s.cfg.Partitions},
+		Kafka:       s.kafka,
 		Auth:        s.internal,
 	}, s.log.With("component", "workflow"), workflow.WithMetricsHandler(s.telemetry.MetricsHandler()))
 	if err != nil {
@@ -342,7 +342,7 @@ func (s *Stack) startGateway(ctx context.Context) error {
 		MetricsAddr:     s.cfg.GatewayMetricsAddr,
 		MaxPayloadBytes: s.cfg.MaxPayloadBytes,
 		Auth:            s.internal,
-		Kafka:           config.Kafka{Brokers: s.kafka, Partitions: s.cfg.Partitions},
+		Kafka:           s.kafka,
 	}
 	cfg.APIKeys.AdminToken = s.admin
 	svc, err := gateway.New(ctx, cfg, s.log.With("component", "gateway"), gateway.WithMetricsHandler(s.telemetry.MetricsHandler()))
@@ -429,7 +429,7 @@ func (s *Stack) AdminToken() string { return s.admin }
 func (s *Stack) DatabaseURL() string { return s.dbURL }
 
 // KafkaBrokers are the brokers the services use.
-func (s *Stack) KafkaBrokers() []string { return s.kafka }
+func (s *Stack) KafkaBrokers() []string { return s.kafka.Brokers }
 
 // Broker is the embedded broker, nil when an external one is configured.
 func (s *Stack) Broker() *localbroker.Broker { return s.broker }

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	flo "github.com/razorbill/flo-go"
+	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/harness"
 	"github.com/razorbill/flo/libs/localbroker"
 	"github.com/razorbill/flo/services/devstack"
@@ -59,8 +60,7 @@ func newEnvWith(t *testing.T, adjust func(cfg *devstack.Config), opts ...devstac
 	dbURL := harness.NewDatabase(t)
 	cfg := devstack.Config{
 		DatabaseURL:         dbURL,
-		KafkaBrokers:        broker.Addrs(),
-		Partitions:          4,
+		Kafka:               config.Kafka{Brokers: broker.Addrs(), Partitions: 4},
 		Namespaces:          []string{"default", "myapp"},
 		LeaseCheckInterval:  100 * time.Millisecond,
 		HeartbeatTimeout:    90 * time.Second,

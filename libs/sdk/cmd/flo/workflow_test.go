@@ -12,11 +12,13 @@ import (
 	"testing"
 	"time"
 
-	flo "github.com/razorbill/flo-go"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	flo "github.com/razorbill/flo-go"
+
+	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/harness"
 	"github.com/razorbill/flo/services/devstack"
 )
@@ -122,8 +124,7 @@ func startWorkflowStack(t *testing.T) *workflowStack {
 	broker := harness.NewBroker(t)
 	cfg := devstack.Config{
 		DatabaseURL:         harness.NewDatabase(t),
-		KafkaBrokers:        broker.Addrs(),
-		Partitions:          4,
+		Kafka:               config.Kafka{Brokers: broker.Addrs(), Partitions: 4},
 		Namespaces:          []string{"default", "myapp"},
 		LeaseCheckInterval:  100 * time.Millisecond,
 		HeartbeatTimeout:    90 * time.Second,
