@@ -38,6 +38,7 @@ type authenticator struct {
 
 	mu    sync.Mutex
 	cache map[string]cachedKey
+	max   int // maxCachedKeys; smaller in tests
 	// lookups makes concurrent misses of one id one lookup, so a busy key
 	// whose entry just went stale costs the store one call, not one per
 	// caller.
@@ -58,6 +59,7 @@ func newAuthenticator(adminToken string, lookup KeyLookup, ttl time.Duration, no
 		now:        now,
 		log:        log,
 		cache:      make(map[string]cachedKey),
+		max:        maxCachedKeys,
 	}
 }
 
@@ -125,7 +127,7 @@ func (a *authenticator) get(ctx context.Context, id string) (StoredKey, bool, er
 func (a *authenticator) remember(id string, c cachedKey) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if _, ok := a.cache[id]; !ok && len(a.cache) >= maxCachedKeys {
+	if _, ok := a.cache[id]; !ok && len(a.cache) >= a.max {
 		a.evict(c.at)
 	}
 	a.cache[id] = c
@@ -140,7 +142,7 @@ func (a *authenticator) evict(now time.Time) {
 		}
 	}
 	for id := range a.cache {
-		if len(a.cache) < maxCachedKeys*9/10 {
+		if len(a.cache) < a.max*9/10 {
 			return
 		}
 		delete(a.cache, id)

@@ -24,6 +24,7 @@ type limiter struct {
 
 	mu   sync.Mutex
 	keys map[string]*keyLimiter
+	max  int // maxLimiters; smaller in tests
 }
 
 type keyLimiter struct {
@@ -32,7 +33,7 @@ type keyLimiter struct {
 }
 
 func newLimiter(rates map[Role]float64, now func() time.Time) *limiter {
-	return &limiter{rates: rates, now: now, keys: make(map[string]*keyLimiter)}
+	return &limiter{rates: rates, now: now, keys: make(map[string]*keyLimiter), max: maxLimiters}
 }
 
 // allow takes one call from p's bucket. When the bucket is empty it returns
@@ -47,7 +48,7 @@ func (l *limiter) allow(p Principal) (bool, time.Duration) {
 	defer l.mu.Unlock()
 	k, ok := l.keys[p.KeyID]
 	if !ok {
-		if len(l.keys) >= maxLimiters {
+		if len(l.keys) >= l.max {
 			l.prune(now)
 		}
 		burst := int(math.Max(1, math.Ceil(2*r)))
@@ -72,7 +73,7 @@ func (l *limiter) prune(now time.Time) {
 		}
 	}
 	for id := range l.keys {
-		if len(l.keys) < maxLimiters*9/10 {
+		if len(l.keys) < l.max*9/10 {
 			return
 		}
 		delete(l.keys, id)
