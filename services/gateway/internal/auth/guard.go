@@ -20,8 +20,9 @@ import (
 const retryAfterKey = "retry-after"
 
 // authenticate returns the principal of an Authorization value "Bearer
-// <key>" and counts the call against the key's rate. The error is a status: Unauthenticated, Unavailable, or
-// ResourceExhausted, whose retry delay is in retryAfter.
+// <key>" and counts the call against the key's rate. The error is a status:
+// Unauthenticated, Unavailable, or ResourceExhausted with the seconds to
+// wait in retryAfter.
 func (g *Guard) authenticate(ctx context.Context, authorization string) (p Principal, retryAfter int, err error) {
 	if g.off {
 		return anonymous, 0, nil
@@ -144,7 +145,7 @@ func (g *Guard) HTTP(next http.Handler) http.Handler {
 		p, retryAfter, err := g.authenticate(r.Context(), r.Header.Get("Authorization"))
 		if err != nil {
 			if retryAfter > 0 {
-				w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
+				w.Header().Set(retryAfterKey, strconv.Itoa(retryAfter))
 			}
 			writeError(w, err)
 			return
