@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -54,6 +53,10 @@ type Config struct {
 	GatewayGRPCAddr    string `env:"FLO_GATEWAY_GRPC_ADDR, default=127.0.0.1:9000"`
 	GatewayHTTPAddr    string `env:"FLO_GATEWAY_HTTP_ADDR, default=127.0.0.1:8080"`
 	GatewayMetricsAddr string `env:"FLO_GATEWAY_METRICS_ADDR, default=127.0.0.1:9090"`
+	// GatewayTLSCert and GatewayTLSKey, both or neither, put the gateway's
+	// public ports on TLS, as in production.
+	GatewayTLSCert     string `env:"FLO_GATEWAY_TLS_CERT"`
+	GatewayTLSKey      string `env:"FLO_GATEWAY_TLS_KEY"`
 	DispatcherGRPCAddr string `env:"FLO_DISPATCHER_GRPC_ADDR, default=127.0.0.1:9101"`
 	DispatcherHTTPAddr string `env:"FLO_DISPATCHER_HTTP_ADDR, default=127.0.0.1:9111"`
 	RegistryGRPCAddr   string `env:"FLO_REGISTRY_GRPC_ADDR, default=127.0.0.1:9102"`
@@ -341,8 +344,15 @@ func (s *Stack) startGateway(ctx context.Context) error {
 		WorkflowAddr:    s.cfg.WorkflowGRPCAddr,
 		MetricsAddr:     s.cfg.GatewayMetricsAddr,
 		MaxPayloadBytes: s.cfg.MaxPayloadBytes,
+		TLSCertFile:     s.cfg.GatewayTLSCert,
+		TLSKeyFile:      s.cfg.GatewayTLSKey,
 		Auth:            s.internal,
 		Kafka:           s.kafka,
+	}
+	// The key cache and the per-role rate limits are the gateway's own
+	// settings (FLO_AUTH_KEY_CACHE_TTL, FLO_RATE_LIMIT_*), as in production.
+	if err := config.Load(ctx, &cfg.APIKeys); err != nil {
+		return fmt.Errorf("gateway config: %w", err)
 	}
 	cfg.APIKeys.AdminToken = s.admin
 	svc, err := gateway.New(ctx, cfg, s.log.With("component", "gateway"), gateway.WithMetricsHandler(s.telemetry.MetricsHandler()))
@@ -385,29 +395,23 @@ func (s *Stack) stop(name string) error {
 	return nil
 }
 
-// waitReady polls the gateway's /readyz: start-up is a one-off, not a hot path.
+// waitReady waits until the gateway is ready: start-up is a one-off, not a hot path.
 func (s *Stack) waitReady(ctx context.Context) error {
-	url := "http://" + s.gateway.HTTPAddr() + "/readyz"
+	// Asked in process rather than over /readyz, which is https when the
+	// gateway has TLS; the listeners are open since New, so a client that
+	// connects once this holds is served.
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return fmt.Errorf("readiness request: %w", err)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for !s.gateway.Ready() {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("wait for gateway readiness: %w", ctx.Err())
-		case <-time.After(50 * time.Millisecond):
+		case <-tick.C:
 		}
 	}
+	return nil
 }
 
 // Done is closed when a service stops without being asked to.

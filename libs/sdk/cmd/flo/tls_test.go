@@ -9,12 +9,14 @@ import (
 	"sync"
 	"testing"
 
-	flo "github.com/razorbill/flo-go"
-	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
+
+	flo "github.com/razorbill/flo-go"
+	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
+	"github.com/razorbill/flo/services/devstack"
 
 	"github.com/razorbill/flo/libs/harness"
 )
@@ -104,4 +106,25 @@ func TestCAFileAndToken(t *testing.T) {
 	require.True(t, roots.AppendCertsFromPEM(pem))
 	require.NoError(t, list(flo.WithTLS(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12})))
 	require.ErrorContains(t, list(flo.WithCAFile(harness.NewCA(t).File)), "certificate")
+}
+
+// TestCLIOverTLSToTheGateway runs the CLI against the whole platform with TLS at the edge: with
+// the CA file it registers and lists actions; without it, or with another CA, it is refused.
+func TestCLIOverTLSToTheGateway(t *testing.T) {
+	ca := harness.NewCA(t)
+	stack, _ := startDevStack(t, func(cfg *devstack.Config) {
+		cfg.GatewayTLSCert, cfg.GatewayTLSKey = ca.Issue(t)
+	})
+	addr := stack.GatewayGRPCAddr()
+
+	code, _, stderr := runCLI(t, "--addr", addr, "--ca-file", ca.File, "-n", "myapp", "action", "register", "over-tls")
+	require.Equal(t, 0, code, stderr)
+	code, stdout, stderr := runCLI(t, "--addr", addr, "--ca-file", ca.File, "-n", "myapp", "action", "list")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, `"over-tls"`)
+
+	code, _, _ = runCLI(t, "--addr", addr, "-n", "myapp", "action", "list")
+	require.Equal(t, 1, code, "plaintext to a TLS gateway is refused")
+	code, _, _ = runCLI(t, "--addr", addr, "--ca-file", harness.NewCA(t).File, "-n", "myapp", "action", "list")
+	require.Equal(t, 1, code, "a gateway certified by another CA is refused")
 }

@@ -121,6 +121,18 @@ type workflowStack struct {
 
 func startWorkflowStack(t *testing.T) *workflowStack {
 	t.Helper()
+	stack, log := startDevStack(t, nil)
+	s := &workflowStack{addr: stack.GatewayGRPCAddr(), client: flo.NewClient(stack.GatewayGRPCAddr(), flo.WithNamespace("myapp"))}
+	require.NoError(t, s.client.Connect())
+	t.Cleanup(func() { _ = s.client.Close() })
+	s.serveActions(t, log)
+	return s
+}
+
+// startDevStack starts the whole platform on loopback over a fresh database and broker, with
+// the test admin key; adjust, when not nil, changes the configuration first.
+func startDevStack(t *testing.T, adjust func(*devstack.Config)) (*devstack.Stack, *slog.Logger) {
+	t.Helper()
 	broker := harness.NewBroker(t)
 	cfg := devstack.Config{
 		DatabaseURL:         harness.NewDatabase(t),
@@ -133,6 +145,9 @@ func startWorkflowStack(t *testing.T) *workflowStack {
 		AdminToken:          testAdminToken,
 	}
 	cfg.OnEphemeralPorts()
+	if adjust != nil {
+		adjust(&cfg)
+	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -142,12 +157,7 @@ func startWorkflowStack(t *testing.T) *workflowStack {
 	stack, err := devstack.Start(ctx, cfg, log)
 	require.NoError(t, err)
 	t.Cleanup(stack.Stop)
-
-	s := &workflowStack{addr: stack.GatewayGRPCAddr(), client: flo.NewClient(stack.GatewayGRPCAddr(), flo.WithNamespace("myapp"))}
-	require.NoError(t, s.client.Connect())
-	t.Cleanup(func() { _ = s.client.Close() })
-	s.serveActions(t, log)
-	return s
+	return stack, log
 }
 
 // serveActions registers the actions the test workflows run and starts a worker for them:
