@@ -1,7 +1,9 @@
-// Package certs builds the TLS configurations of Flo's public edge: a server
-// configuration whose certificate is re-read when its files change, so a
-// rotated certificate (a renewed Kubernetes Secret, say) is served without a
-// restart, and a client configuration trusting one CA file.
+// Package certs builds Flo's TLS configurations: for the public edge, a
+// server configuration whose certificate is re-read when its files change, so
+// a rotated certificate (a renewed Kubernetes Secret, say) is served without a
+// restart, and a client configuration trusting one CA file; inside the
+// cluster, both sides of mutual TLS against a cluster CA, each presenting a
+// key pair re-read the same way.
 package certs
 
 import (
@@ -35,6 +37,55 @@ func Server(certFile, keyFile string, log *slog.Logger) (*tls.Config, error) {
 // Client returns a client TLS configuration that trusts only the CA
 // certificates in caFile.
 func Client(caFile string) (*tls.Config, error) {
+	pool, err := caPool(caFile)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+}
+
+// MutualServer returns a server TLS 1.3 configuration that serves the key
+// pair in certFile and keyFile, re-read like Server's, and requires every
+// client to present a certificate signed by a CA in caFile.
+func MutualServer(certFile, keyFile, caFile string, log *slog.Logger) (*tls.Config, error) {
+	pool, err := caPool(caFile)
+	if err != nil {
+		return nil, err
+	}
+	r, err := newReloader(certFile, keyFile, checkInterval, log)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		GetCertificate: r.certificate,
+		ClientCAs:      pool,
+		ClientAuth:     tls.RequireAndVerifyClientCert,
+		MinVersion:     tls.VersionTLS13,
+	}, nil
+}
+
+// MutualClient returns a client TLS 1.3 configuration that trusts only the
+// CAs in caFile and presents the key pair in certFile and keyFile, re-read
+// like Server's.
+func MutualClient(certFile, keyFile, caFile string, log *slog.Logger) (*tls.Config, error) {
+	pool, err := caPool(caFile)
+	if err != nil {
+		return nil, err
+	}
+	r, err := newReloader(certFile, keyFile, checkInterval, log)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return r.current(), nil },
+		RootCAs:              pool,
+		MinVersion:           tls.VersionTLS13,
+	}, nil
+}
+
+// caPool reads the CA certificates in caFile. The CAs are read once: a new
+// CA is rolled out with a bundle holding the old and the new one.
+func caPool(caFile string) (*x509.CertPool, error) {
 	pem, err := os.ReadFile(caFile)
 	if err != nil {
 		return nil, fmt.Errorf("read CA file: %w", err)
@@ -43,7 +94,7 @@ func Client(caFile string) (*tls.Config, error) {
 	if !pool.AppendCertsFromPEM(pem) {
 		return nil, fmt.Errorf("CA file %s holds no PEM certificate", caFile)
 	}
-	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+	return pool, nil
 }
 
 // reloader holds the key pair served and what its files looked like when it
@@ -91,13 +142,19 @@ func newReloader(certFile, keyFile string, interval time.Duration, log *slog.Log
 
 // certificate is the tls.Config's GetCertificate.
 func (r *reloader) certificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	return r.current(), nil
+}
+
+// current is the pair to present now, loaded again first when the files
+// changed and the interval since the last look has passed.
+func (r *reloader) current() *tls.Certificate {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if now := time.Now(); now.Sub(r.checked) >= r.interval {
 		r.checked = now
 		r.reloadIfChanged()
 	}
-	return r.pair, nil
+	return r.pair
 }
 
 // reloadIfChanged loads the pair again when a file changed; on failure it

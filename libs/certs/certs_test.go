@@ -1,4 +1,4 @@
-package certs
+package certs_test
 
 import (
 	"crypto/tls"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/razorbill/flo/libs/certs"
 	"github.com/razorbill/flo/libs/harness"
 )
 
@@ -31,7 +32,7 @@ func served(t *testing.T, ca *harness.CA, certFile, keyFile string) *x509.Certif
 // handshake error.
 func handshake(t *testing.T, srv *tls.Config, caFile string) (*x509.Certificate, error) {
 	t.Helper()
-	client, err := Client(caFile)
+	client, err := certs.Client(caFile)
 	require.NoError(t, err)
 	client.ServerName = "localhost"
 	lis, err := tls.Listen("tcp", "127.0.0.1:0", srv)
@@ -67,7 +68,7 @@ func TestServerServesThePairAClientOfTheCAVerifies(t *testing.T) {
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	want := served(t, ca, certFile, keyFile)
 
-	srv, err := Server(certFile, keyFile, nil)
+	srv, err := certs.Server(certFile, keyFile, nil)
 	require.NoError(t, err)
 	require.Equal(t, want.SerialNumber.String(), servedSerial(t, srv, ca.File))
 
@@ -83,9 +84,8 @@ func TestReloaderServesReplacedFilesAndKeepsThePairWhenTheNewOneIsBad(t *testing
 	first := served(t, ca, certFile, keyFile)
 
 	// Interval 0: every handshake looks at the files.
-	r, err := newReloader(certFile, keyFile, 0, nil)
+	srv, err := certs.ServerEvery(certFile, keyFile, 0)
 	require.NoError(t, err)
-	srv := &tls.Config{GetCertificate: r.certificate}
 	require.Equal(t, first.SerialNumber.String(), servedSerial(t, srv, ca.File))
 
 	second := served(t, ca, certFile, keyFile)
@@ -106,24 +106,74 @@ func TestReloaderLooksAtTheFilesAtMostOncePerInterval(t *testing.T) {
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	first := served(t, ca, certFile, keyFile)
 
-	r, err := newReloader(certFile, keyFile, time.Hour, nil)
+	srv, err := certs.ServerEvery(certFile, keyFile, time.Hour)
 	require.NoError(t, err)
 	served(t, ca, certFile, keyFile)
-	pair, err := r.certificate(nil)
+	pair, err := srv.GetCertificate(nil)
 	require.NoError(t, err)
 	require.Equal(t, first.SerialNumber, pair.Leaf.SerialNumber)
 }
 
 func TestServerAndClientRefuseMissingFiles(t *testing.T) {
 	dir := t.TempDir()
-	_, err := Server(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), nil)
+	_, err := certs.Server(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), nil)
 	require.Error(t, err)
-	_, err = Server("", "", nil)
+	_, err = certs.Server("", "", nil)
 	require.Error(t, err)
-	_, err = Client(filepath.Join(dir, "ca.pem"))
+	_, err = certs.Client(filepath.Join(dir, "ca.pem"))
+	require.Error(t, err)
+	_, err = certs.MutualServer(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "ca.pem"), nil)
 	require.Error(t, err)
 	empty := filepath.Join(dir, "empty.pem")
 	require.NoError(t, os.WriteFile(empty, nil, 0o600))
-	_, err = Client(empty)
+	_, err = certs.Client(empty)
 	require.Error(t, err)
+}
+
+// Both sides of mutual TLS present their pairs and check the other's against the CA: a client
+// without a certificate, or with one of another CA, is refused.
+func TestMutualServerAndClient(t *testing.T) {
+	ca := harness.NewCA(t)
+	srvCert, srvKey := ca.Issue(t)
+	srv, err := certs.MutualServer(srvCert, srvKey, ca.File, nil)
+	require.NoError(t, err)
+	dial := func(client *tls.Config) error {
+		client.ServerName = "localhost"
+		lis, err := tls.Listen("tcp", "127.0.0.1:0", srv)
+		require.NoError(t, err)
+		defer lis.Close()
+		accepted := make(chan error, 1)
+		go func() {
+			c, err := lis.Accept()
+			if err != nil {
+				accepted <- err
+				return
+			}
+			defer c.Close()
+			accepted <- c.(*tls.Conn).Handshake()
+		}()
+		conn, err := tls.Dial("tcp", lis.Addr().String(), client)
+		if err == nil {
+			// TLS 1.3 clients finish before the server has checked their certificate: a read
+			// shows the server's verdict.
+			_, _ = conn.Read(make([]byte, 1))
+			conn.Close()
+		}
+		return <-accepted
+	}
+
+	cliCert, cliKey := ca.Issue(t)
+	client, err := certs.MutualClient(cliCert, cliKey, ca.File, nil)
+	require.NoError(t, err)
+	require.NoError(t, dial(client))
+
+	noCert, err := certs.Client(ca.File)
+	require.NoError(t, err)
+	require.Error(t, dial(noCert), "a client without a certificate is refused")
+
+	other := harness.NewCA(t)
+	otherCert, otherKey := other.Issue(t)
+	foreign, err := certs.MutualClient(otherCert, otherKey, ca.File, nil)
+	require.NoError(t, err)
+	require.Error(t, dial(foreign), "a client certificate of another CA is refused")
 }

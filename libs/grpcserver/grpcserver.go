@@ -27,7 +27,7 @@ import (
 // ErrorInterceptor, with mapErr, turns a unary handler's error into a
 // status. opts add the service's own settings.
 func NewInternal(auth config.Auth, log *slog.Logger, mapErr func(error) error, opts ...grpc.ServerOption) (*grpc.Server, error) {
-	authOpts, err := internalauth.ServerOptions(auth)
+	authOpts, err := internalauth.ServerOptions(auth, log)
 	if err != nil {
 		return nil, fmt.Errorf("internal gRPC server: %w", err)
 	}

@@ -40,7 +40,7 @@ func InternalAuth() config.Auth {
 // test ends.
 func DialInternal(tb testing.TB, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
 	tb.Helper()
-	auth, err := internalauth.DialOptions(InternalAuth())
+	auth, err := internalauth.DialOptions(InternalAuth(), nil)
 	if err != nil {
 		tb.Fatalf("internal dial options: %v", err)
 	}

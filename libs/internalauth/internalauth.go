@@ -9,11 +9,9 @@ package internalauth
 import (
 	"context"
 	"crypto/subtle"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
+	"log/slog"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -22,6 +20,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/razorbill/flo/libs/certs"
 	"github.com/razorbill/flo/libs/config"
 )
 
@@ -55,19 +54,16 @@ func Validate(a config.Auth) error {
 // without the internal token (UNAUTHENTICATED) and, with the TLS files set,
 // connections without a client certificate signed by the cluster CA. With
 // auth off it checks no token but still speaks TLS when the files are set.
-func ServerOptions(a config.Auth) ([]grpc.ServerOption, error) {
+func ServerOptions(a config.Auth, log *slog.Logger) ([]grpc.ServerOption, error) {
 	if err := Validate(a); err != nil {
 		return nil, err
 	}
 	var opts []grpc.ServerOption
 	if usesTLS(a) {
-		cfg, err := tlsConfig(a)
+		cfg, err := certs.MutualServer(a.InternalCertFile, a.InternalKeyFile, a.InternalCAFile, log)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("internal TLS: %w", err)
 		}
-		cfg.ClientCAs = cfg.RootCAs
-		cfg.RootCAs = nil
-		cfg.ClientAuth = tls.RequireAndVerifyClientCert
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg)))
 	}
 	if !a.Off() {
@@ -94,15 +90,15 @@ func ServerOptions(a config.Auth) ([]grpc.ServerOption, error) {
 // internal client needs: TLS presenting the service's certificate and
 // verifying the server against the cluster CA when the files are set,
 // plaintext otherwise.
-func DialOptions(a config.Auth) ([]grpc.DialOption, error) {
+func DialOptions(a config.Auth, log *slog.Logger) ([]grpc.DialOption, error) {
 	if err := Validate(a); err != nil {
 		return nil, err
 	}
 	creds := insecure.NewCredentials()
 	if usesTLS(a) {
-		cfg, err := tlsConfig(a)
+		cfg, err := certs.MutualClient(a.InternalCertFile, a.InternalKeyFile, a.InternalCAFile, log)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("internal TLS: %w", err)
 		}
 		creds = credentials.NewTLS(cfg)
 	}
@@ -123,29 +119,6 @@ func check(ctx context.Context, want []byte) error {
 }
 
 func usesTLS(a config.Auth) bool { return a.InternalCertFile != "" }
-
-// tlsConfig loads the service's key pair and the cluster CA, as RootCAs.
-// The files are read once, at start: rotating them means restarting the
-// service (a rolling restart keeps the cluster serving).
-func tlsConfig(a config.Auth) (*tls.Config, error) {
-	pair, err := tls.LoadX509KeyPair(a.InternalCertFile, a.InternalKeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("load internal TLS certificate: %w", err)
-	}
-	pem, err := os.ReadFile(a.InternalCAFile)
-	if err != nil {
-		return nil, fmt.Errorf("read internal TLS CA: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("internal TLS CA %s holds no PEM certificate", a.InternalCAFile)
-	}
-	return &tls.Config{
-		Certificates: []tls.Certificate{pair},
-		RootCAs:      pool,
-		MinVersion:   tls.VersionTLS13,
-	}, nil
-}
 
 // token is the internal token as per-call credentials.
 type token struct {

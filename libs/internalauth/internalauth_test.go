@@ -54,9 +54,9 @@ func TestValidate(t *testing.T) {
 
 func TestServerOptionsRefuseAnInvalidSetting(t *testing.T) {
 	t.Parallel()
-	_, err := internalauth.ServerOptions(config.Auth{})
+	_, err := internalauth.ServerOptions(config.Auth{}, nil)
 	require.ErrorContains(t, err, "FLO_INTERNAL_TOKEN")
-	_, err = internalauth.DialOptions(config.Auth{})
+	_, err = internalauth.DialOptions(config.Auth{}, nil)
 	require.ErrorContains(t, err, "FLO_INTERNAL_TOKEN")
 }
 
@@ -65,10 +65,10 @@ func TestToken(t *testing.T) {
 	auth := harness.InternalAuth()
 	addr := serve(t, auth)
 	plain := dial(t, addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	opts, err := internalauth.DialOptions(auth)
+	opts, err := internalauth.DialOptions(auth, nil)
 	require.NoError(t, err)
 	good := dial(t, addr, opts...)
-	wrongOpts, err := internalauth.DialOptions(config.Auth{InternalToken: "not-the-token"})
+	wrongOpts, err := internalauth.DialOptions(config.Auth{InternalToken: "not-the-token"}, nil)
 	require.NoError(t, err)
 	wrong := dial(t, addr, wrongOpts...)
 
@@ -89,7 +89,7 @@ func TestOffChecksNoToken(t *testing.T) {
 	t.Parallel()
 	off := config.Auth{Mode: "off"}
 	addr := serve(t, off)
-	opts, err := internalauth.DialOptions(off)
+	opts, err := internalauth.DialOptions(off, nil)
 	require.NoError(t, err)
 	require.Equal(t, codes.OK, checkCode(t, dial(t, addr, opts...)))
 }
@@ -100,12 +100,12 @@ func TestMutualTLS(t *testing.T) {
 	server := tlsAuth(t, ca)
 	addr := serve(t, server)
 
-	opts, err := internalauth.DialOptions(tlsAuth(t, ca))
+	opts, err := internalauth.DialOptions(tlsAuth(t, ca), nil)
 	require.NoError(t, err)
 	require.Equal(t, codes.OK, checkCode(t, dial(t, addr, opts...)), "a client with a certificate of the cluster CA")
 	require.Equal(t, codes.OK, watchCode(t, dial(t, addr, opts...)))
 
-	tokenOnly, err := internalauth.DialOptions(harness.InternalAuth())
+	tokenOnly, err := internalauth.DialOptions(harness.InternalAuth(), nil)
 	require.NoError(t, err)
 	require.Equal(t, codes.Unavailable, checkCode(t, dial(t, addr, tokenOnly...)), "a plaintext client")
 
@@ -129,7 +129,7 @@ func TestMutualTLS(t *testing.T) {
 	require.Equal(t, codes.Unavailable, status.Code(err), "a client with another CA's certificate: %v", err)
 
 	// A server of another CA is refused by the client.
-	otherOpts, err := internalauth.DialOptions(other)
+	otherOpts, err := internalauth.DialOptions(other, nil)
 	require.NoError(t, err)
 	require.Equal(t, codes.Unavailable, checkCode(t, dial(t, addr, otherOpts...)), "a server of another CA")
 }
@@ -145,7 +145,7 @@ func tlsAuth(t *testing.T, ca *harness.CA) config.Auth {
 // serve starts a gRPC server with the health service behind auth's options.
 func serve(t *testing.T, auth config.Auth) string {
 	t.Helper()
-	opts, err := internalauth.ServerOptions(auth)
+	opts, err := internalauth.ServerOptions(auth, nil)
 	require.NoError(t, err)
 	srv := grpc.NewServer(opts...)
 	healthpb.RegisterHealthServer(srv, health.NewServer())

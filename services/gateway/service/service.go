@@ -314,7 +314,7 @@ func (s *Service) listen() (err error) {
 func (s *Service) dialInternal() (internal, error) {
 	cfg := s.cfg
 	behind := internal{registry: api.NoRegistry, streams: api.NoStreams}
-	creds, err := internalauth.DialOptions(cfg.Auth)
+	creds, err := internalauth.DialOptions(cfg.Auth, s.log)
 	if err != nil {
 		return behind, fmt.Errorf("internal credentials: %w", err)
 	}

@@ -220,7 +220,7 @@ func newStack(t *testing.T, opts stackOptions) *stack {
 // internal credential, as the gateway does.
 func dialInternal(t *testing.T, addr string) *grpc.ClientConn {
 	t.Helper()
-	opts, err := internalauth.DialOptions(harness.InternalAuth())
+	opts, err := internalauth.DialOptions(harness.InternalAuth(), nil)
 	require.NoError(t, err)
 	conn, err := grpc.NewClient(addr, opts...)
 	require.NoError(t, err)

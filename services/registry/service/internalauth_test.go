@@ -36,7 +36,7 @@ func TestInternalCallsOverMutualTLS(t *testing.T) {
 
 	client := cfg.Auth
 	client.InternalCertFile, client.InternalKeyFile = ca.Issue(t)
-	opts, err := internalauth.DialOptions(client)
+	opts, err := internalauth.DialOptions(client, nil)
 	require.NoError(t, err)
 	list := func(conn *grpc.ClientConn) error {
 		_, err := registryv1.NewRegistryClient(conn).ListWorkers(t.Context(), &flov1.ListWorkersRequest{Namespace: "default"})

@@ -205,7 +205,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	}, log)
 
 	if cfg.StreamsAddr != "" {
-		if s.streamsConn, err = dialStreams(cfg.StreamsAddr, cfg.Auth); err != nil {
+		if s.streamsConn, err = dialStreams(cfg.StreamsAddr, cfg.Auth, log); err != nil {
 			return nil, fmt.Errorf("workflow: %w", err)
 		}
 		if s.triggers, err = trigger.NewManager(cat, s.runner, streamsv1.NewStreamsClient(s.streamsConn), trigger.Config{MessageTimeout: cfg.TriggerTimeout}, log, meter); err != nil {
@@ -318,8 +318,8 @@ const streamsRedialMax = time.Second
 
 // dialStreams connects (lazily) to the streams service with the internal
 // credential. Keepalive as the gateway's, since group reads block.
-func dialStreams(addr string, auth config.Auth) (*grpc.ClientConn, error) {
-	opts, err := internalauth.DialOptions(auth)
+func dialStreams(addr string, auth config.Auth, log *slog.Logger) (*grpc.ClientConn, error) {
+	opts, err := internalauth.DialOptions(auth, log)
 	if err != nil {
 		return nil, fmt.Errorf("dial streams service: %w", err)
 	}
