@@ -48,11 +48,7 @@ func Client(caFile string) (*tls.Config, error) {
 // pair in certFile and keyFile, re-read like Server's, and requires every
 // client to present a certificate signed by a CA in caFile.
 func MutualServer(certFile, keyFile, caFile string, log *slog.Logger) (*tls.Config, error) {
-	pool, err := caPool(caFile)
-	if err != nil {
-		return nil, err
-	}
-	r, err := newReloader(certFile, keyFile, checkInterval, log)
+	pool, r, err := mutual(certFile, keyFile, caFile, log)
 	if err != nil {
 		return nil, err
 	}
@@ -68,11 +64,7 @@ func MutualServer(certFile, keyFile, caFile string, log *slog.Logger) (*tls.Conf
 // CAs in caFile and presents the key pair in certFile and keyFile, re-read
 // like Server's.
 func MutualClient(certFile, keyFile, caFile string, log *slog.Logger) (*tls.Config, error) {
-	pool, err := caPool(caFile)
-	if err != nil {
-		return nil, err
-	}
-	r, err := newReloader(certFile, keyFile, checkInterval, log)
+	pool, r, err := mutual(certFile, keyFile, caFile, log)
 	if err != nil {
 		return nil, err
 	}
@@ -81,6 +73,20 @@ func MutualClient(certFile, keyFile, caFile string, log *slog.Logger) (*tls.Conf
 		RootCAs:              pool,
 		MinVersion:           tls.VersionTLS13,
 	}, nil
+}
+
+// mutual reads what either side of mutual TLS needs: the CAs and its own
+// key pair.
+func mutual(certFile, keyFile, caFile string, log *slog.Logger) (*x509.CertPool, *reloader, error) {
+	pool, err := caPool(caFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := newReloader(certFile, keyFile, checkInterval, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pool, r, nil
 }
 
 // caPool reads the CA certificates in caFile. The CAs are read once: a new
