@@ -164,32 +164,50 @@ func TestAStreamAdoptsOnlyWhatItsOwnWorkerAndKeyHeld(t *testing.T) {
 
 	old := sessionOf(srv, "w1", "k1")
 	srv.track(old)
-	old.held.add([]*flov1.TaskAssignment{{TaskId: "t1", LeaseUntil: lease}, {TaskId: "t2", LeaseUntil: lease}, {TaskId: "t3", LeaseUntil: lease}}, now)
+	old.held.add([]*flov1.TaskAssignment{{TaskId: "t1", Attempt: 1, LeaseUntil: lease}, {TaskId: "t2", Attempt: 1, LeaseUntil: lease}, {TaskId: "t3", Attempt: 1, LeaseUntil: lease}}, now)
 	old.records.add(&delivery{stream: "s", group: "g", ids: []string{"1-0"}, timeout: time.Minute}, now)
 
 	otherWorker := sessionOf(srv, "w2", "k1")
 	srv.track(otherWorker)
 	otherKey := sessionOf(srv, "w1", "k2")
 	srv.track(otherKey)
-	require.False(t, otherWorker.ownsTask("t1"), "another worker in the namespace cannot report w1's task")
-	require.False(t, otherKey.ownsTask("t1"), "a stream of the same worker id with another key cannot either")
+	require.False(t, otherWorker.ownsTask("t1", 1), "another worker in the namespace cannot report w1's task")
+	require.False(t, otherKey.ownsTask("t1", 1), "a stream of the same worker id with another key cannot either")
 	require.False(t, otherWorker.ownsRecord("s", "g", "1-0"))
 
 	// The worker reconnects while its old stream is still open.
 	next := sessionOf(srv, "w1", "k1")
 	srv.track(next)
-	require.True(t, next.ownsTask("t1"))
-	require.False(t, old.held.has("t1"), "the task moved to the new stream")
-	require.True(t, old.ownsTask("t1"), "and back, were the old stream to report it")
-	require.True(t, next.ownsTask("t1"))
+	require.True(t, next.ownsTask("t1", 1))
+	require.False(t, old.held.has(attemptKey("t1", 1)), "the task moved to the new stream")
+	require.True(t, old.ownsTask("t1", 1), "and back, were the old stream to report it")
+	require.True(t, next.ownsTask("t1", 1))
 
 	// The old stream ends; what it held waits for the worker's next stream.
 	srv.retire(old)
-	require.True(t, next.ownsTask("t2"))
+	require.True(t, next.ownsTask("t2", 1))
 	require.True(t, next.ownsRecord("s", "g", "1-0"))
-	require.False(t, otherWorker.ownsTask("t3"))
-	require.False(t, next.ownsTask("t-never-sent"))
+	require.False(t, otherWorker.ownsTask("t3", 1))
+	require.False(t, next.ownsTask("t-never-sent", 1))
 	require.Equal(t, 2, next.held.len())
+}
+
+// A task nacked or failed for a retry can come back to the same stream as its next attempt
+// before the report of the last one returns; forgetting that report keeps the new attempt,
+// and a stale attempt is not the stream's to report.
+func TestAReportForgetsItsAttemptNotTheTasksNextOne(t *testing.T) {
+	t.Parallel()
+	srv := NewServer(nil, Options{})
+	s := sessionOf(srv, "w1", "k1")
+	srv.track(s)
+	now := time.Now()
+	lease := timestamppb.New(now.Add(time.Minute))
+	s.held.add([]*flov1.TaskAssignment{{TaskId: "t1", Attempt: 1, LeaseUntil: lease}}, now)
+	s.held.add([]*flov1.TaskAssignment{{TaskId: "t1", Attempt: 2, LeaseUntil: lease}}, now)
+	s.held.remove([]string{attemptKey("t1", 1)})
+	require.True(t, s.ownsTask("t1", 2), "the next attempt is still held")
+	require.False(t, s.ownsTask("t1", 1), "the reported attempt is not")
+	require.False(t, s.ownsTask("t1", 3), "nor one never sent")
 }
 
 func TestLeftoversExpireAndAreBounded(t *testing.T) {

@@ -75,8 +75,8 @@ func TestHeldBoundsAndForgetsLongExpiredLeases(t *testing.T) {
 
 	h.add([]*flov1.TaskAssignment{{TaskId: "new"}}, now)
 	require.Zero(t, h.room(now))
-	require.True(t, h.remove([]string{"live"}), "it was full")
-	require.False(t, h.remove([]string{"new"}))
+	require.True(t, h.remove([]string{attemptKey("live", 0)}), "it was full")
+	require.False(t, h.remove([]string{attemptKey("new", 0)}))
 	select {
 	case <-h.empty:
 	default:

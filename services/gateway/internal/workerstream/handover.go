@@ -22,10 +22,10 @@ const maxHandover = 100_000
 // owner names who may adopt what a stream holds.
 func (s *session) owner() string { return workerKey(s.namespace, s.workerID) + "/" + s.keyID }
 
-// ownsTask says whether the session may report task id, adopting it from
-// another stream of its worker when that one holds it.
-func (s *session) ownsTask(id string) bool {
-	return s.owns(func(o *session) *untilSet { return &o.held.untilSet }, &s.srv.left.tasks, id)
+// ownsTask says whether the session may report the attempt of task id,
+// adopting it from another stream of its worker when that one holds it.
+func (s *session) ownsTask(id string, attempt int32) bool {
+	return s.owns(func(o *session) *untilSet { return &o.held.untilSet }, &s.srv.left.tasks, attemptKey(id, attempt))
 }
 
 // ownsRecord says whether the session may settle a record, adopting it like

@@ -1,6 +1,7 @@
 package workerstream
 
 import (
+	"strconv"
 	"sync"
 	"time"
 
@@ -75,8 +76,11 @@ func (u *untilSet) signalIfEmpty() {
 	}
 }
 
-// held tracks the tasks a session handed to its worker and has not seen
-// reported (task id -> lease end). It bounds what one stream can hold, tells
+// held tracks the task attempts a session handed to its worker and has not
+// seen reported (attemptKey -> lease end). Attempts, not tasks: a task
+// nacked or failed for a retry may come back to the same stream as its next
+// attempt before the report of the last one has returned, and forgetting
+// that report must not forget the new attempt. It bounds what one stream can hold, tells
 // a draining session when its worker is done, and says which tasks the
 // worker may report, touch, nack or abandon.
 type held struct {
@@ -96,11 +100,16 @@ func (h *held) add(tasks []*flov1.TaskAssignment, now time.Time) {
 		if t.GetLeaseUntil() != nil {
 			until = t.GetLeaseUntil().AsTime()
 		}
-		h.ids[t.GetTaskId()] = until
+		h.ids[attemptKey(t.GetTaskId(), t.GetAttempt())] = until
 	}
 }
 
-// remove forgets tasks and reports whether the set was full before, so the
+// attemptKey names one attempt of a task in the held set.
+func attemptKey(taskID string, attempt int32) string {
+	return taskID + "/" + strconv.Itoa(int(attempt))
+}
+
+// remove forgets task attempts (attemptKeys) and reports whether the set was full before, so the
 // caller can wake claim loops waiting for room.
 func (h *held) remove(ids []string) (wasFull bool) {
 	h.mu.Lock()
@@ -113,12 +122,12 @@ func (h *held) remove(ids []string) (wasFull bool) {
 	return wasFull
 }
 
-// extend records a lease extended by a touch.
-func (h *held) extend(id string, until time.Time) {
+// extend records a lease extended by a touch of the attempt key.
+func (h *held) extend(key string, until time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if _, ok := h.ids[id]; ok {
-		h.ids[id] = until
+	if _, ok := h.ids[key]; ok {
+		h.ids[key] = until
 	}
 }
 

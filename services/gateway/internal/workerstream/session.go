@@ -292,7 +292,7 @@ func (s *session) handle(msg *flov1.WorkerMessage) error {
 		s.queueResults(m.ResultBatch.GetResults())
 	case *flov1.WorkerMessage_Nack:
 		n := m.Nack
-		if !s.ownsTask(n.GetTaskId()) {
+		if !s.ownsTask(n.GetTaskId(), n.GetAttempt()) {
 			s.rejectUnheld([]string{n.GetTaskId()})
 			return nil
 		}
@@ -304,7 +304,7 @@ func (s *session) handle(msg *flov1.WorkerMessage) error {
 		})
 	case *flov1.WorkerMessage_Abandon:
 		a := m.Abandon
-		if !s.ownsTask(a.GetTaskId()) {
+		if !s.ownsTask(a.GetTaskId(), a.GetAttempt()) {
 			s.rejectUnheld([]string{a.GetTaskId()})
 			return nil
 		}
@@ -315,7 +315,7 @@ func (s *session) handle(msg *flov1.WorkerMessage) error {
 		})
 	case *flov1.WorkerMessage_Touch:
 		t := m.Touch
-		if !s.ownsTask(t.GetTaskId()) {
+		if !s.ownsTask(t.GetTaskId(), t.GetAttempt()) {
 			s.enqueue(outgoing{msg: &flov1.ServerMessage{Msg: &flov1.ServerMessage_TouchAck{TouchAck: &flov1.TouchAck{
 				TaskId: t.GetTaskId(), Error: errNotHeld,
 			}}}})
@@ -487,7 +487,7 @@ func (s *session) reportResults(results []*flov1.Result) {
 	reports := make([]*dispatcherv1.Report, 0, len(results))
 	var invalid, unheld []string
 	for _, r := range results {
-		if !s.ownsTask(r.GetTaskId()) {
+		if !s.ownsTask(r.GetTaskId(), r.GetAttempt()) {
 			unheld = append(unheld, r.GetTaskId())
 			continue
 		}
@@ -564,8 +564,10 @@ func (s *session) report(reports []*dispatcherv1.Report) (rejected []string, why
 		return nil, ""
 	}
 	ids := make([]string, len(reports))
+	attempts := make([]string, len(reports))
 	for i, r := range reports {
 		ids[i] = r.GetTaskId()
+		attempts[i] = attemptKey(r.GetTaskId(), r.GetAttempt())
 	}
 	ctx, cancel := context.WithTimeout(s.calls, callTimeout)
 	defer cancel()
@@ -577,7 +579,7 @@ func (s *session) report(reports []*dispatcherv1.Report) (rejected []string, why
 		})
 		return err
 	})
-	if s.held.remove(ids) {
+	if s.held.remove(attempts) {
 		s.wakePools()
 	}
 	if err != nil {
@@ -623,7 +625,7 @@ func (s *session) touch(t *flov1.Touch) {
 		ack = &flov1.TouchAck{TaskId: t.GetTaskId(), Error: status.Convert(err).Message()}
 	}
 	if ack.GetOk() && ack.GetLeaseUntil() != nil {
-		s.held.extend(t.GetTaskId(), ack.GetLeaseUntil().AsTime())
+		s.held.extend(attemptKey(t.GetTaskId(), t.GetAttempt()), ack.GetLeaseUntil().AsTime())
 	}
 	s.enqueue(outgoing{msg: &flov1.ServerMessage{Msg: &flov1.ServerMessage_TouchAck{TouchAck: ack}}})
 }
