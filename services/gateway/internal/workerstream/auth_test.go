@@ -236,3 +236,28 @@ func TestLeftoversExpireAndAreBounded(t *testing.T) {
 	l.keep("o", map[string]time.Time{"x": now.Add(2 * time.Hour)}, nil, now.Add(3*time.Hour))
 	require.Equal(t, 1, l.n, "expired leftovers are swept when more are kept")
 }
+
+// redeliveringStreams plays a streams service whose Nack hands the records straight back to
+// the same stream, as a nack without delay may, before the Nack call has returned.
+type redeliveringStreams struct {
+	Streams
+	to *session
+}
+
+func (r redeliveringStreams) Nack(_ context.Context, in *flov1.NackRequest, _ ...grpc.CallOption) (*flov1.NackResponse, error) {
+	r.to.records.add(&delivery{stream: in.GetStream(), group: in.GetGroup(), ids: in.GetIds(), timeout: time.Minute}, time.Now())
+	return &flov1.NackResponse{}, nil
+}
+
+// A record nacked and sent again to the same stream before the nack returned stays the
+// stream's to settle.
+func TestANackForgetsItsDeliveryNotTheRecordsNextOne(t *testing.T) {
+	t.Parallel()
+	s := sessionOf(NewServer(nil, Options{}), "w1", "k1")
+	s.srv.opts.Streams = redeliveringStreams{to: s}
+	s.calls, s.log = context.Background(), slog.New(slog.DiscardHandler)
+	s.records.add(&delivery{stream: "s", group: "g", ids: []string{"1-0"}, timeout: time.Minute}, time.Now())
+
+	s.settleCall(settleKey{stream: "s", group: "g", nack: true}, []string{"1-0"})
+	require.True(t, s.ownsRecord("s", "g", "1-0"), "the second delivery can be acked")
+}

@@ -154,6 +154,10 @@ func (s *session) settleBatch(batch []settle) {
 // status; records whose ack is lost otherwise are redelivered after their
 // message timeout, which at-least-once delivery allows.
 func (s *session) settleCall(k settleKey, ids []string) {
+	// Forgotten before the call: a nacked record may come back to this
+	// stream before the call returns, and that delivery is the worker's to
+	// settle.
+	s.records.remove(k.stream, k.group, ids)
 	ctx, cancel := context.WithTimeout(s.calls, callTimeout)
 	defer cancel()
 	err := retry(ctx, func(ctx context.Context) error {
@@ -169,7 +173,6 @@ func (s *session) settleCall(k settleKey, ids []string) {
 		}
 		return err
 	})
-	s.records.remove(k.stream, k.group, ids)
 	if err == nil {
 		return
 	}
