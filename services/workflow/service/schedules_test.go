@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,18 +37,6 @@ steps:
       failure: flo.Failed
 `
 
-// fakeClock is a clock a test moves by hand.
-type fakeClock struct{ ns atomic.Int64 }
-
-func newFakeClock(t time.Time) *fakeClock {
-	c := &fakeClock{}
-	c.ns.Store(t.UnixNano())
-	return c
-}
-
-func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
-func (c *fakeClock) Set(t time.Time)         { c.ns.Store(t.UnixNano()) }
-func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 func scheduleTick(tick time.Duration) func(*service.Config) {
 	return func(c *service.Config) { c.ScheduleTick = tick }
 }
@@ -249,7 +236,7 @@ func TestScheduleMaxConcurrentSkips(t *testing.T) {
 // without a schedule removes it. Nothing here waits for real time to pass.
 func TestScheduleFakeClock(t *testing.T) {
 	t.Parallel()
-	clock := newFakeClock(time.Date(2026, 3, 1, 10, 2, 30, 0, time.UTC))
+	clock := harness.NewClock(time.Date(2026, 3, 1, 10, 2, 30, 0, time.UTC))
 	broker := harness.NewBroker(t)
 	e := &env{dbURL: harness.NewDatabase(t), brokers: broker.Addrs()}
 	e.dispatcher = startDispatcher(t, e.dbURL, e.brokers)

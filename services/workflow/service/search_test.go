@@ -294,7 +294,7 @@ func jsonText(t *testing.T, v any) string {
 // attributes from the schedule's input like any other.
 func TestScheduledRunSearchAttributes(t *testing.T) {
 	t.Parallel()
-	clock := newFakeClock(time.Date(2026, 3, 1, 10, 2, 30, 0, time.UTC))
+	clock := harness.NewClock(time.Date(2026, 3, 1, 10, 2, 30, 0, time.UTC))
 	broker := harness.NewBroker(t)
 	e := &env{dbURL: harness.NewDatabase(t), brokers: broker.Addrs()}
 	e.dispatcher = startDispatcher(t, e.dbURL, e.brokers)

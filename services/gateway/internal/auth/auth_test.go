@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/razorbill/flo/libs/harness"
 	"github.com/razorbill/flo/libs/keyformat"
 	"github.com/razorbill/flo/services/gateway/internal/auth"
 
@@ -24,24 +25,6 @@ import (
 )
 
 const adminToken = "test-admin-token"
-
-// clock is a manual clock: tests move it, nothing sleeps.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // store is a key store in memory, standing in for the dispatcher's keys
 // table behind the KeyLookup contract.
@@ -111,12 +94,12 @@ func keyID(t *testing.T, key string) string {
 type env struct {
 	guard *auth.Guard
 	store *store
-	clock *clock
+	clock *harness.Clock
 }
 
 func newEnv(t *testing.T, change func(*auth.Options)) *env {
 	t.Helper()
-	e := &env{store: &store{keys: map[string]auth.StoredKey{}}, clock: &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
+	e := &env{store: &store{keys: map[string]auth.StoredKey{}}, clock: harness.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
 	opts := auth.Options{AdminToken: adminToken, Lookup: e.store.lookup, Now: e.clock.Now, Log: slog.New(slog.DiscardHandler)}
 	if change != nil {
 		change(&opts)

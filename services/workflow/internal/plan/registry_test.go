@@ -12,35 +12,18 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric/noop"
 
+	"github.com/razorbill/flo/libs/harness"
 	"github.com/razorbill/flo/libs/telemetry/telemetrytest"
 	"github.com/razorbill/flo/services/workflow/internal/definition"
 	"github.com/razorbill/flo/services/workflow/internal/engine"
 	"github.com/razorbill/flo/services/workflow/internal/plan"
 )
 
-// clock is the registry's injected clock; breakers keep the real one.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // fixture is a registry on a fake clock and the plan the test feeds it.
 type fixture struct {
 	t     *testing.T
 	r     *plan.Registry
-	clock *clock
+	clock *harness.Clock // the registry's injected clock; breakers keep the real one
 	ref   engine.PlanRef
 	plan  *definition.Plan
 	runs  int
@@ -48,7 +31,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, p *definition.Plan) *fixture {
 	t.Helper()
-	c := &clock{now: time.Date(2026, 11, 24, 15, 0, 0, 0, time.UTC)}
+	c := harness.NewClock(time.Date(2026, 11, 24, 15, 0, 0, 0, time.UTC))
 	r, err := plan.NewRegistry(noop.NewMeterProvider().Meter("test"), c.Now)
 	require.NoError(t, err)
 	return &fixture{t: t, r: r, clock: c, ref: engine.PlanRef{Namespace: "ns", Workflow: "checkout", Plan: p.Name}, plan: p}
