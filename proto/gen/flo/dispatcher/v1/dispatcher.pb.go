@@ -266,6 +266,140 @@ func (x *ClaimRequest) GetLeaseMs() int64 {
 	return 0
 }
 
+type ListReplicasRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReplicasRequest) Reset() {
+	*x = ListReplicasRequest{}
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReplicasRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReplicasRequest) ProtoMessage() {}
+
+func (x *ListReplicasRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReplicasRequest.ProtoReflect.Descriptor instead.
+func (*ListReplicasRequest) Descriptor() ([]byte, []int) {
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{4}
+}
+
+type ListReplicasResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Replicas      []*Replica             `protobuf:"bytes,1,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReplicasResponse) Reset() {
+	*x = ListReplicasResponse{}
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReplicasResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReplicasResponse) ProtoMessage() {}
+
+func (x *ListReplicasResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReplicasResponse.ProtoReflect.Descriptor instead.
+func (*ListReplicasResponse) Descriptor() ([]byte, []int) {
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ListReplicasResponse) GetReplicas() []*Replica {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+// Replica is one dispatcher replica and the task partitions it owns.
+type Replica struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The replica's internal gRPC address.
+	Address       string  `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	Partitions    []int32 `protobuf:"varint,2,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Replica) Reset() {
+	*x = Replica{}
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Replica) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Replica) ProtoMessage() {}
+
+func (x *Replica) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Replica.ProtoReflect.Descriptor instead.
+func (*Replica) Descriptor() ([]byte, []int) {
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Replica) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *Replica) GetPartitions() []int32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
 type ClaimResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tasks         []*v1.TaskAssignment   `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
@@ -275,7 +409,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[4]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -287,7 +421,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[4]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -300,7 +434,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{4}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ClaimResponse) GetTasks() []*v1.TaskAssignment {
@@ -331,7 +465,7 @@ type Report struct {
 
 func (x *Report) Reset() {
 	*x = Report{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[5]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -343,7 +477,7 @@ func (x *Report) String() string {
 func (*Report) ProtoMessage() {}
 
 func (x *Report) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[5]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -356,7 +490,7 @@ func (x *Report) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Report.ProtoReflect.Descriptor instead.
 func (*Report) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{5}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Report) GetTaskId() string {
@@ -477,7 +611,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[6]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -489,7 +623,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[6]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -502,7 +636,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{6}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReportRequest) GetNamespace() string {
@@ -536,7 +670,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[7]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -548,7 +682,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[7]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -561,7 +695,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{7}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReportResponse) GetRejectedTaskIds() []string {
@@ -584,7 +718,7 @@ type TouchRequest struct {
 
 func (x *TouchRequest) Reset() {
 	*x = TouchRequest{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[8]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -596,7 +730,7 @@ func (x *TouchRequest) String() string {
 func (*TouchRequest) ProtoMessage() {}
 
 func (x *TouchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[8]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -609,7 +743,7 @@ func (x *TouchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TouchRequest.ProtoReflect.Descriptor instead.
 func (*TouchRequest) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{8}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TouchRequest) GetNamespace() string {
@@ -656,7 +790,7 @@ type GetKeyForAuthRequest struct {
 
 func (x *GetKeyForAuthRequest) Reset() {
 	*x = GetKeyForAuthRequest{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[9]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -668,7 +802,7 @@ func (x *GetKeyForAuthRequest) String() string {
 func (*GetKeyForAuthRequest) ProtoMessage() {}
 
 func (x *GetKeyForAuthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[9]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -681,7 +815,7 @@ func (x *GetKeyForAuthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyForAuthRequest.ProtoReflect.Descriptor instead.
 func (*GetKeyForAuthRequest) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{9}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetKeyForAuthRequest) GetId() string {
@@ -710,7 +844,7 @@ type KeyForAuth struct {
 
 func (x *KeyForAuth) Reset() {
 	*x = KeyForAuth{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[10]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -722,7 +856,7 @@ func (x *KeyForAuth) String() string {
 func (*KeyForAuth) ProtoMessage() {}
 
 func (x *KeyForAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[10]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -735,7 +869,7 @@ func (x *KeyForAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyForAuth.ProtoReflect.Descriptor instead.
 func (*KeyForAuth) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{10}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *KeyForAuth) GetId() string {
@@ -800,7 +934,15 @@ const file_flo_dispatcher_v1_dispatcher_proto_rawDesc = "" +
 	"\aactions\x18\x03 \x03(\tR\aactions\x12\x14\n" +
 	"\x05count\x18\x04 \x01(\x05R\x05count\x12\x17\n" +
 	"\await_ms\x18\x05 \x01(\x03R\x06waitMs\x12\x19\n" +
-	"\blease_ms\x18\x06 \x01(\x03R\aleaseMs\"=\n" +
+	"\blease_ms\x18\x06 \x01(\x03R\aleaseMs\"\x15\n" +
+	"\x13ListReplicasRequest\"N\n" +
+	"\x14ListReplicasResponse\x126\n" +
+	"\breplicas\x18\x01 \x03(\v2\x1a.flo.dispatcher.v1.ReplicaR\breplicas\"C\n" +
+	"\aReplica\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x02 \x03(\x05R\n" +
+	"partitions\"=\n" +
 	"\rClaimResponse\x12,\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x16.flo.v1.TaskAssignmentR\x05tasks\"\xb1\x03\n" +
 	"\x06Report\x12\x17\n" +
@@ -840,8 +982,7 @@ const file_flo_dispatcher_v1_dispatcher_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x129\n" +
 	"\n" +
-	"revoked_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\trevokedAt2\xed\n" +
-	"\n" +
+	"revoked_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\trevokedAt2\xce\v\n" +
 	"\n" +
 	"Dispatcher\x12D\n" +
 	"\x0fCreateNamespace\x12\x1e.flo.v1.CreateNamespaceRequest\x1a\x11.flo.v1.Namespace\x12>\n" +
@@ -857,7 +998,8 @@ const file_flo_dispatcher_v1_dispatcher_proto_rawDesc = "" +
 	"\x11RequeueDeadLetter\x12\x16.flo.v1.GetTaskRequest\x1a\f.flo.v1.Task\x129\n" +
 	"\fCompleteTask\x12\x1b.flo.v1.CompleteTaskRequest\x1a\f.flo.v1.Task\x121\n" +
 	"\bFailTask\x12\x17.flo.v1.FailTaskRequest\x1a\f.flo.v1.Task\x12J\n" +
-	"\x05Claim\x12\x1f.flo.dispatcher.v1.ClaimRequest\x1a .flo.dispatcher.v1.ClaimResponse\x12M\n" +
+	"\x05Claim\x12\x1f.flo.dispatcher.v1.ClaimRequest\x1a .flo.dispatcher.v1.ClaimResponse\x12_\n" +
+	"\fListReplicas\x12&.flo.dispatcher.v1.ListReplicasRequest\x1a'.flo.dispatcher.v1.ListReplicasResponse\x12M\n" +
 	"\x06Report\x12 .flo.dispatcher.v1.ReportRequest\x1a!.flo.dispatcher.v1.ReportResponse\x12:\n" +
 	"\x05Touch\x12\x1f.flo.dispatcher.v1.TouchRequest\x1a\x10.flo.v1.TouchAck\x12@\n" +
 	"\tCreateKey\x12\x18.flo.v1.CreateKeyRequest\x1a\x19.flo.v1.CreateKeyResponse\x12=\n" +
@@ -877,108 +1019,114 @@ func file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP() []byte {
 	return file_flo_dispatcher_v1_dispatcher_proto_rawDescData
 }
 
-var file_flo_dispatcher_v1_dispatcher_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_flo_dispatcher_v1_dispatcher_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_flo_dispatcher_v1_dispatcher_proto_goTypes = []any{
 	(*EnsureActionsRequest)(nil),       // 0: flo.dispatcher.v1.EnsureActionsRequest
 	(*EnsureActionsResponse)(nil),      // 1: flo.dispatcher.v1.EnsureActionsResponse
 	(*SetActionEnabledRequest)(nil),    // 2: flo.dispatcher.v1.SetActionEnabledRequest
 	(*ClaimRequest)(nil),               // 3: flo.dispatcher.v1.ClaimRequest
-	(*ClaimResponse)(nil),              // 4: flo.dispatcher.v1.ClaimResponse
-	(*Report)(nil),                     // 5: flo.dispatcher.v1.Report
-	(*ReportRequest)(nil),              // 6: flo.dispatcher.v1.ReportRequest
-	(*ReportResponse)(nil),             // 7: flo.dispatcher.v1.ReportResponse
-	(*TouchRequest)(nil),               // 8: flo.dispatcher.v1.TouchRequest
-	(*GetKeyForAuthRequest)(nil),       // 9: flo.dispatcher.v1.GetKeyForAuthRequest
-	(*KeyForAuth)(nil),                 // 10: flo.dispatcher.v1.KeyForAuth
-	nil,                                // 11: flo.dispatcher.v1.Report.TraceContextEntry
-	(*v1.Action)(nil),                  // 12: flo.v1.Action
-	(*v1.TaskAssignment)(nil),          // 13: flo.v1.TaskAssignment
-	(*v1.Completed)(nil),               // 14: flo.v1.Completed
-	(*v1.Failed)(nil),                  // 15: flo.v1.Failed
-	(*v1.Nack)(nil),                    // 16: flo.v1.Nack
-	(*v1.Abandon)(nil),                 // 17: flo.v1.Abandon
-	(*v1.Pending)(nil),                 // 18: flo.v1.Pending
-	(*timestamppb.Timestamp)(nil),      // 19: google.protobuf.Timestamp
-	(*v1.CreateNamespaceRequest)(nil),  // 20: flo.v1.CreateNamespaceRequest
-	(*v1.GetNamespaceRequest)(nil),     // 21: flo.v1.GetNamespaceRequest
-	(*v1.ListNamespacesRequest)(nil),   // 22: flo.v1.ListNamespacesRequest
-	(*v1.RegisterActionRequest)(nil),   // 23: flo.v1.RegisterActionRequest
-	(*v1.GetActionRequest)(nil),        // 24: flo.v1.GetActionRequest
-	(*v1.ListActionsRequest)(nil),      // 25: flo.v1.ListActionsRequest
-	(*v1.GetTaskRequest)(nil),          // 26: flo.v1.GetTaskRequest
-	(*v1.ListDeadLettersRequest)(nil),  // 27: flo.v1.ListDeadLettersRequest
-	(*v1.CompleteTaskRequest)(nil),     // 28: flo.v1.CompleteTaskRequest
-	(*v1.FailTaskRequest)(nil),         // 29: flo.v1.FailTaskRequest
-	(*v1.CreateKeyRequest)(nil),        // 30: flo.v1.CreateKeyRequest
-	(*v1.ListKeysRequest)(nil),         // 31: flo.v1.ListKeysRequest
-	(*v1.RevokeKeyRequest)(nil),        // 32: flo.v1.RevokeKeyRequest
-	(*v1.Namespace)(nil),               // 33: flo.v1.Namespace
-	(*v1.ListNamespacesResponse)(nil),  // 34: flo.v1.ListNamespacesResponse
-	(*v1.ListActionsResponse)(nil),     // 35: flo.v1.ListActionsResponse
-	(*v1.Task)(nil),                    // 36: flo.v1.Task
-	(*v1.ListDeadLettersResponse)(nil), // 37: flo.v1.ListDeadLettersResponse
-	(*v1.TouchAck)(nil),                // 38: flo.v1.TouchAck
-	(*v1.CreateKeyResponse)(nil),       // 39: flo.v1.CreateKeyResponse
-	(*v1.ListKeysResponse)(nil),        // 40: flo.v1.ListKeysResponse
-	(*v1.ApiKey)(nil),                  // 41: flo.v1.ApiKey
+	(*ListReplicasRequest)(nil),        // 4: flo.dispatcher.v1.ListReplicasRequest
+	(*ListReplicasResponse)(nil),       // 5: flo.dispatcher.v1.ListReplicasResponse
+	(*Replica)(nil),                    // 6: flo.dispatcher.v1.Replica
+	(*ClaimResponse)(nil),              // 7: flo.dispatcher.v1.ClaimResponse
+	(*Report)(nil),                     // 8: flo.dispatcher.v1.Report
+	(*ReportRequest)(nil),              // 9: flo.dispatcher.v1.ReportRequest
+	(*ReportResponse)(nil),             // 10: flo.dispatcher.v1.ReportResponse
+	(*TouchRequest)(nil),               // 11: flo.dispatcher.v1.TouchRequest
+	(*GetKeyForAuthRequest)(nil),       // 12: flo.dispatcher.v1.GetKeyForAuthRequest
+	(*KeyForAuth)(nil),                 // 13: flo.dispatcher.v1.KeyForAuth
+	nil,                                // 14: flo.dispatcher.v1.Report.TraceContextEntry
+	(*v1.Action)(nil),                  // 15: flo.v1.Action
+	(*v1.TaskAssignment)(nil),          // 16: flo.v1.TaskAssignment
+	(*v1.Completed)(nil),               // 17: flo.v1.Completed
+	(*v1.Failed)(nil),                  // 18: flo.v1.Failed
+	(*v1.Nack)(nil),                    // 19: flo.v1.Nack
+	(*v1.Abandon)(nil),                 // 20: flo.v1.Abandon
+	(*v1.Pending)(nil),                 // 21: flo.v1.Pending
+	(*timestamppb.Timestamp)(nil),      // 22: google.protobuf.Timestamp
+	(*v1.CreateNamespaceRequest)(nil),  // 23: flo.v1.CreateNamespaceRequest
+	(*v1.GetNamespaceRequest)(nil),     // 24: flo.v1.GetNamespaceRequest
+	(*v1.ListNamespacesRequest)(nil),   // 25: flo.v1.ListNamespacesRequest
+	(*v1.RegisterActionRequest)(nil),   // 26: flo.v1.RegisterActionRequest
+	(*v1.GetActionRequest)(nil),        // 27: flo.v1.GetActionRequest
+	(*v1.ListActionsRequest)(nil),      // 28: flo.v1.ListActionsRequest
+	(*v1.GetTaskRequest)(nil),          // 29: flo.v1.GetTaskRequest
+	(*v1.ListDeadLettersRequest)(nil),  // 30: flo.v1.ListDeadLettersRequest
+	(*v1.CompleteTaskRequest)(nil),     // 31: flo.v1.CompleteTaskRequest
+	(*v1.FailTaskRequest)(nil),         // 32: flo.v1.FailTaskRequest
+	(*v1.CreateKeyRequest)(nil),        // 33: flo.v1.CreateKeyRequest
+	(*v1.ListKeysRequest)(nil),         // 34: flo.v1.ListKeysRequest
+	(*v1.RevokeKeyRequest)(nil),        // 35: flo.v1.RevokeKeyRequest
+	(*v1.Namespace)(nil),               // 36: flo.v1.Namespace
+	(*v1.ListNamespacesResponse)(nil),  // 37: flo.v1.ListNamespacesResponse
+	(*v1.ListActionsResponse)(nil),     // 38: flo.v1.ListActionsResponse
+	(*v1.Task)(nil),                    // 39: flo.v1.Task
+	(*v1.ListDeadLettersResponse)(nil), // 40: flo.v1.ListDeadLettersResponse
+	(*v1.TouchAck)(nil),                // 41: flo.v1.TouchAck
+	(*v1.CreateKeyResponse)(nil),       // 42: flo.v1.CreateKeyResponse
+	(*v1.ListKeysResponse)(nil),        // 43: flo.v1.ListKeysResponse
+	(*v1.ApiKey)(nil),                  // 44: flo.v1.ApiKey
 }
 var file_flo_dispatcher_v1_dispatcher_proto_depIdxs = []int32{
-	12, // 0: flo.dispatcher.v1.EnsureActionsResponse.actions:type_name -> flo.v1.Action
-	13, // 1: flo.dispatcher.v1.ClaimResponse.tasks:type_name -> flo.v1.TaskAssignment
-	14, // 2: flo.dispatcher.v1.Report.completed:type_name -> flo.v1.Completed
-	15, // 3: flo.dispatcher.v1.Report.failed:type_name -> flo.v1.Failed
-	16, // 4: flo.dispatcher.v1.Report.nack:type_name -> flo.v1.Nack
-	17, // 5: flo.dispatcher.v1.Report.abandon:type_name -> flo.v1.Abandon
-	18, // 6: flo.dispatcher.v1.Report.pending:type_name -> flo.v1.Pending
-	11, // 7: flo.dispatcher.v1.Report.trace_context:type_name -> flo.dispatcher.v1.Report.TraceContextEntry
-	5,  // 8: flo.dispatcher.v1.ReportRequest.reports:type_name -> flo.dispatcher.v1.Report
-	19, // 9: flo.dispatcher.v1.KeyForAuth.expires_at:type_name -> google.protobuf.Timestamp
-	19, // 10: flo.dispatcher.v1.KeyForAuth.revoked_at:type_name -> google.protobuf.Timestamp
-	20, // 11: flo.dispatcher.v1.Dispatcher.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
-	21, // 12: flo.dispatcher.v1.Dispatcher.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
-	22, // 13: flo.dispatcher.v1.Dispatcher.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
-	23, // 14: flo.dispatcher.v1.Dispatcher.RegisterAction:input_type -> flo.v1.RegisterActionRequest
-	0,  // 15: flo.dispatcher.v1.Dispatcher.EnsureActions:input_type -> flo.dispatcher.v1.EnsureActionsRequest
-	24, // 16: flo.dispatcher.v1.Dispatcher.GetAction:input_type -> flo.v1.GetActionRequest
-	25, // 17: flo.dispatcher.v1.Dispatcher.ListActions:input_type -> flo.v1.ListActionsRequest
-	2,  // 18: flo.dispatcher.v1.Dispatcher.SetActionEnabled:input_type -> flo.dispatcher.v1.SetActionEnabledRequest
-	26, // 19: flo.dispatcher.v1.Dispatcher.GetTask:input_type -> flo.v1.GetTaskRequest
-	27, // 20: flo.dispatcher.v1.Dispatcher.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
-	26, // 21: flo.dispatcher.v1.Dispatcher.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
-	28, // 22: flo.dispatcher.v1.Dispatcher.CompleteTask:input_type -> flo.v1.CompleteTaskRequest
-	29, // 23: flo.dispatcher.v1.Dispatcher.FailTask:input_type -> flo.v1.FailTaskRequest
-	3,  // 24: flo.dispatcher.v1.Dispatcher.Claim:input_type -> flo.dispatcher.v1.ClaimRequest
-	6,  // 25: flo.dispatcher.v1.Dispatcher.Report:input_type -> flo.dispatcher.v1.ReportRequest
-	8,  // 26: flo.dispatcher.v1.Dispatcher.Touch:input_type -> flo.dispatcher.v1.TouchRequest
-	30, // 27: flo.dispatcher.v1.Dispatcher.CreateKey:input_type -> flo.v1.CreateKeyRequest
-	31, // 28: flo.dispatcher.v1.Dispatcher.ListKeys:input_type -> flo.v1.ListKeysRequest
-	32, // 29: flo.dispatcher.v1.Dispatcher.RevokeKey:input_type -> flo.v1.RevokeKeyRequest
-	9,  // 30: flo.dispatcher.v1.Dispatcher.GetKeyForAuth:input_type -> flo.dispatcher.v1.GetKeyForAuthRequest
-	33, // 31: flo.dispatcher.v1.Dispatcher.CreateNamespace:output_type -> flo.v1.Namespace
-	33, // 32: flo.dispatcher.v1.Dispatcher.GetNamespace:output_type -> flo.v1.Namespace
-	34, // 33: flo.dispatcher.v1.Dispatcher.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
-	12, // 34: flo.dispatcher.v1.Dispatcher.RegisterAction:output_type -> flo.v1.Action
-	1,  // 35: flo.dispatcher.v1.Dispatcher.EnsureActions:output_type -> flo.dispatcher.v1.EnsureActionsResponse
-	12, // 36: flo.dispatcher.v1.Dispatcher.GetAction:output_type -> flo.v1.Action
-	35, // 37: flo.dispatcher.v1.Dispatcher.ListActions:output_type -> flo.v1.ListActionsResponse
-	12, // 38: flo.dispatcher.v1.Dispatcher.SetActionEnabled:output_type -> flo.v1.Action
-	36, // 39: flo.dispatcher.v1.Dispatcher.GetTask:output_type -> flo.v1.Task
-	37, // 40: flo.dispatcher.v1.Dispatcher.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
-	36, // 41: flo.dispatcher.v1.Dispatcher.RequeueDeadLetter:output_type -> flo.v1.Task
-	36, // 42: flo.dispatcher.v1.Dispatcher.CompleteTask:output_type -> flo.v1.Task
-	36, // 43: flo.dispatcher.v1.Dispatcher.FailTask:output_type -> flo.v1.Task
-	4,  // 44: flo.dispatcher.v1.Dispatcher.Claim:output_type -> flo.dispatcher.v1.ClaimResponse
-	7,  // 45: flo.dispatcher.v1.Dispatcher.Report:output_type -> flo.dispatcher.v1.ReportResponse
-	38, // 46: flo.dispatcher.v1.Dispatcher.Touch:output_type -> flo.v1.TouchAck
-	39, // 47: flo.dispatcher.v1.Dispatcher.CreateKey:output_type -> flo.v1.CreateKeyResponse
-	40, // 48: flo.dispatcher.v1.Dispatcher.ListKeys:output_type -> flo.v1.ListKeysResponse
-	41, // 49: flo.dispatcher.v1.Dispatcher.RevokeKey:output_type -> flo.v1.ApiKey
-	10, // 50: flo.dispatcher.v1.Dispatcher.GetKeyForAuth:output_type -> flo.dispatcher.v1.KeyForAuth
-	31, // [31:51] is the sub-list for method output_type
-	11, // [11:31] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	15, // 0: flo.dispatcher.v1.EnsureActionsResponse.actions:type_name -> flo.v1.Action
+	6,  // 1: flo.dispatcher.v1.ListReplicasResponse.replicas:type_name -> flo.dispatcher.v1.Replica
+	16, // 2: flo.dispatcher.v1.ClaimResponse.tasks:type_name -> flo.v1.TaskAssignment
+	17, // 3: flo.dispatcher.v1.Report.completed:type_name -> flo.v1.Completed
+	18, // 4: flo.dispatcher.v1.Report.failed:type_name -> flo.v1.Failed
+	19, // 5: flo.dispatcher.v1.Report.nack:type_name -> flo.v1.Nack
+	20, // 6: flo.dispatcher.v1.Report.abandon:type_name -> flo.v1.Abandon
+	21, // 7: flo.dispatcher.v1.Report.pending:type_name -> flo.v1.Pending
+	14, // 8: flo.dispatcher.v1.Report.trace_context:type_name -> flo.dispatcher.v1.Report.TraceContextEntry
+	8,  // 9: flo.dispatcher.v1.ReportRequest.reports:type_name -> flo.dispatcher.v1.Report
+	22, // 10: flo.dispatcher.v1.KeyForAuth.expires_at:type_name -> google.protobuf.Timestamp
+	22, // 11: flo.dispatcher.v1.KeyForAuth.revoked_at:type_name -> google.protobuf.Timestamp
+	23, // 12: flo.dispatcher.v1.Dispatcher.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
+	24, // 13: flo.dispatcher.v1.Dispatcher.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
+	25, // 14: flo.dispatcher.v1.Dispatcher.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
+	26, // 15: flo.dispatcher.v1.Dispatcher.RegisterAction:input_type -> flo.v1.RegisterActionRequest
+	0,  // 16: flo.dispatcher.v1.Dispatcher.EnsureActions:input_type -> flo.dispatcher.v1.EnsureActionsRequest
+	27, // 17: flo.dispatcher.v1.Dispatcher.GetAction:input_type -> flo.v1.GetActionRequest
+	28, // 18: flo.dispatcher.v1.Dispatcher.ListActions:input_type -> flo.v1.ListActionsRequest
+	2,  // 19: flo.dispatcher.v1.Dispatcher.SetActionEnabled:input_type -> flo.dispatcher.v1.SetActionEnabledRequest
+	29, // 20: flo.dispatcher.v1.Dispatcher.GetTask:input_type -> flo.v1.GetTaskRequest
+	30, // 21: flo.dispatcher.v1.Dispatcher.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
+	29, // 22: flo.dispatcher.v1.Dispatcher.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
+	31, // 23: flo.dispatcher.v1.Dispatcher.CompleteTask:input_type -> flo.v1.CompleteTaskRequest
+	32, // 24: flo.dispatcher.v1.Dispatcher.FailTask:input_type -> flo.v1.FailTaskRequest
+	3,  // 25: flo.dispatcher.v1.Dispatcher.Claim:input_type -> flo.dispatcher.v1.ClaimRequest
+	4,  // 26: flo.dispatcher.v1.Dispatcher.ListReplicas:input_type -> flo.dispatcher.v1.ListReplicasRequest
+	9,  // 27: flo.dispatcher.v1.Dispatcher.Report:input_type -> flo.dispatcher.v1.ReportRequest
+	11, // 28: flo.dispatcher.v1.Dispatcher.Touch:input_type -> flo.dispatcher.v1.TouchRequest
+	33, // 29: flo.dispatcher.v1.Dispatcher.CreateKey:input_type -> flo.v1.CreateKeyRequest
+	34, // 30: flo.dispatcher.v1.Dispatcher.ListKeys:input_type -> flo.v1.ListKeysRequest
+	35, // 31: flo.dispatcher.v1.Dispatcher.RevokeKey:input_type -> flo.v1.RevokeKeyRequest
+	12, // 32: flo.dispatcher.v1.Dispatcher.GetKeyForAuth:input_type -> flo.dispatcher.v1.GetKeyForAuthRequest
+	36, // 33: flo.dispatcher.v1.Dispatcher.CreateNamespace:output_type -> flo.v1.Namespace
+	36, // 34: flo.dispatcher.v1.Dispatcher.GetNamespace:output_type -> flo.v1.Namespace
+	37, // 35: flo.dispatcher.v1.Dispatcher.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
+	15, // 36: flo.dispatcher.v1.Dispatcher.RegisterAction:output_type -> flo.v1.Action
+	1,  // 37: flo.dispatcher.v1.Dispatcher.EnsureActions:output_type -> flo.dispatcher.v1.EnsureActionsResponse
+	15, // 38: flo.dispatcher.v1.Dispatcher.GetAction:output_type -> flo.v1.Action
+	38, // 39: flo.dispatcher.v1.Dispatcher.ListActions:output_type -> flo.v1.ListActionsResponse
+	15, // 40: flo.dispatcher.v1.Dispatcher.SetActionEnabled:output_type -> flo.v1.Action
+	39, // 41: flo.dispatcher.v1.Dispatcher.GetTask:output_type -> flo.v1.Task
+	40, // 42: flo.dispatcher.v1.Dispatcher.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
+	39, // 43: flo.dispatcher.v1.Dispatcher.RequeueDeadLetter:output_type -> flo.v1.Task
+	39, // 44: flo.dispatcher.v1.Dispatcher.CompleteTask:output_type -> flo.v1.Task
+	39, // 45: flo.dispatcher.v1.Dispatcher.FailTask:output_type -> flo.v1.Task
+	7,  // 46: flo.dispatcher.v1.Dispatcher.Claim:output_type -> flo.dispatcher.v1.ClaimResponse
+	5,  // 47: flo.dispatcher.v1.Dispatcher.ListReplicas:output_type -> flo.dispatcher.v1.ListReplicasResponse
+	10, // 48: flo.dispatcher.v1.Dispatcher.Report:output_type -> flo.dispatcher.v1.ReportResponse
+	41, // 49: flo.dispatcher.v1.Dispatcher.Touch:output_type -> flo.v1.TouchAck
+	42, // 50: flo.dispatcher.v1.Dispatcher.CreateKey:output_type -> flo.v1.CreateKeyResponse
+	43, // 51: flo.dispatcher.v1.Dispatcher.ListKeys:output_type -> flo.v1.ListKeysResponse
+	44, // 52: flo.dispatcher.v1.Dispatcher.RevokeKey:output_type -> flo.v1.ApiKey
+	13, // 53: flo.dispatcher.v1.Dispatcher.GetKeyForAuth:output_type -> flo.dispatcher.v1.KeyForAuth
+	33, // [33:54] is the sub-list for method output_type
+	12, // [12:33] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_flo_dispatcher_v1_dispatcher_proto_init() }
@@ -986,7 +1134,7 @@ func file_flo_dispatcher_v1_dispatcher_proto_init() {
 	if File_flo_dispatcher_v1_dispatcher_proto != nil {
 		return
 	}
-	file_flo_dispatcher_v1_dispatcher_proto_msgTypes[5].OneofWrappers = []any{
+	file_flo_dispatcher_v1_dispatcher_proto_msgTypes[8].OneofWrappers = []any{
 		(*Report_Completed)(nil),
 		(*Report_Failed)(nil),
 		(*Report_Nack)(nil),
@@ -999,7 +1147,7 @@ func file_flo_dispatcher_v1_dispatcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flo_dispatcher_v1_dispatcher_proto_rawDesc), len(file_flo_dispatcher_v1_dispatcher_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -36,6 +36,7 @@ const (
 	Dispatcher_CompleteTask_FullMethodName      = "/flo.dispatcher.v1.Dispatcher/CompleteTask"
 	Dispatcher_FailTask_FullMethodName          = "/flo.dispatcher.v1.Dispatcher/FailTask"
 	Dispatcher_Claim_FullMethodName             = "/flo.dispatcher.v1.Dispatcher/Claim"
+	Dispatcher_ListReplicas_FullMethodName      = "/flo.dispatcher.v1.Dispatcher/ListReplicas"
 	Dispatcher_Report_FullMethodName            = "/flo.dispatcher.v1.Dispatcher/Report"
 	Dispatcher_Touch_FullMethodName             = "/flo.dispatcher.v1.Dispatcher/Touch"
 	Dispatcher_CreateKey_FullMethodName         = "/flo.dispatcher.v1.Dispatcher/CreateKey"
@@ -69,6 +70,9 @@ type DispatcherClient interface {
 	// Claim leases up to count queued tasks to a worker, waiting up to wait_ms
 	// for work to arrive when none is ready.
 	Claim(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*ClaimResponse, error)
+	// ListReplicas names the replicas that own task partitions, so a gateway
+	// can send each a claim: a task of any action may sit in any partition.
+	ListReplicas(ctx context.Context, in *ListReplicasRequest, opts ...grpc.CallOption) (*ListReplicasResponse, error)
 	// Report records how attempts ended: completed, failed, nacked or abandoned.
 	Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error)
 	Touch(ctx context.Context, in *TouchRequest, opts ...grpc.CallOption) (*v1.TouchAck, error)
@@ -228,6 +232,16 @@ func (c *dispatcherClient) Claim(ctx context.Context, in *ClaimRequest, opts ...
 	return out, nil
 }
 
+func (c *dispatcherClient) ListReplicas(ctx context.Context, in *ListReplicasRequest, opts ...grpc.CallOption) (*ListReplicasResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListReplicasResponse)
+	err := c.cc.Invoke(ctx, Dispatcher_ListReplicas_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *dispatcherClient) Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReportResponse)
@@ -313,6 +327,9 @@ type DispatcherServer interface {
 	// Claim leases up to count queued tasks to a worker, waiting up to wait_ms
 	// for work to arrive when none is ready.
 	Claim(context.Context, *ClaimRequest) (*ClaimResponse, error)
+	// ListReplicas names the replicas that own task partitions, so a gateway
+	// can send each a claim: a task of any action may sit in any partition.
+	ListReplicas(context.Context, *ListReplicasRequest) (*ListReplicasResponse, error)
 	// Report records how attempts ended: completed, failed, nacked or abandoned.
 	Report(context.Context, *ReportRequest) (*ReportResponse, error)
 	Touch(context.Context, *TouchRequest) (*v1.TouchAck, error)
@@ -373,6 +390,9 @@ func (UnimplementedDispatcherServer) FailTask(context.Context, *v1.FailTaskReque
 }
 func (UnimplementedDispatcherServer) Claim(context.Context, *ClaimRequest) (*ClaimResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Claim not implemented")
+}
+func (UnimplementedDispatcherServer) ListReplicas(context.Context, *ListReplicasRequest) (*ListReplicasResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListReplicas not implemented")
 }
 func (UnimplementedDispatcherServer) Report(context.Context, *ReportRequest) (*ReportResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Report not implemented")
@@ -665,6 +685,24 @@ func _Dispatcher_Claim_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Dispatcher_ListReplicas_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListReplicasRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DispatcherServer).ListReplicas(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Dispatcher_ListReplicas_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DispatcherServer).ListReplicas(ctx, req.(*ListReplicasRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Dispatcher_Report_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReportRequest)
 	if err := dec(in); err != nil {
@@ -835,6 +873,10 @@ var Dispatcher_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Claim",
 			Handler:    _Dispatcher_Claim_Handler,
+		},
+		{
+			MethodName: "ListReplicas",
+			Handler:    _Dispatcher_ListReplicas_Handler,
 		},
 		{
 			MethodName: "Report",

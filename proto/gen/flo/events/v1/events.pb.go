@@ -45,6 +45,9 @@ const (
 	// WAITING: the attempt's handler answered that its result comes later, by
 	// CompleteTask or FailTask; the task waits without a lease.
 	TaskEventType_TASK_EVENT_TYPE_WAITING TaskEventType = 11
+	// LEASE_EXTENDED: the worker holding the attempt extended its lease. Only
+	// the dispatcher reads it (to rebuild the lease after an ownership move).
+	TaskEventType_TASK_EVENT_TYPE_LEASE_EXTENDED TaskEventType = 12
 )
 
 // Enum value maps for TaskEventType.
@@ -62,6 +65,7 @@ var (
 		9:  "TASK_EVENT_TYPE_LEASE_EXPIRED",
 		10: "TASK_EVENT_TYPE_REJECTED",
 		11: "TASK_EVENT_TYPE_WAITING",
+		12: "TASK_EVENT_TYPE_LEASE_EXTENDED",
 	}
 	TaskEventType_value = map[string]int32{
 		"TASK_EVENT_TYPE_UNSPECIFIED":     0,
@@ -76,6 +80,7 @@ var (
 		"TASK_EVENT_TYPE_LEASE_EXPIRED":   9,
 		"TASK_EVENT_TYPE_REJECTED":        10,
 		"TASK_EVENT_TYPE_WAITING":         11,
+		"TASK_EVENT_TYPE_LEASE_EXTENDED":  12,
 	}
 )
 
@@ -366,7 +371,12 @@ type TaskEvent struct {
 	TimedOut bool `protobuf:"varint,16,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
 	// The error code of the failed attempt (Failed.error_code) on a
 	// RETRY_SCHEDULED, FAILED or DEAD_LETTERED event; empty when it had none.
-	ErrorCode     string `protobuf:"bytes,17,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorCode string `protobuf:"bytes,17,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	// The task's state after this event, as the dispatcher that owns the
+	// task's partition holds it: the events partition is the changelog the
+	// dispatcher rebuilds from and the view is written from. Other consumers
+	// ignore it.
+	State         *TaskState `protobuf:"bytes,18,opt,name=state,proto3" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -520,6 +530,206 @@ func (x *TaskEvent) GetErrorCode() string {
 	return ""
 }
 
+func (x *TaskEvent) GetState() *TaskState {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+// TaskState is what a TaskEvent's own fields do not say about a task. Payload
+// is set only on the records that bring the task (back) to life, CREATED and
+// REQUEUED; result only on a COMPLETED record whose event has no result.
+type TaskState struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Payload           []byte                 `protobuf:"bytes,1,opt,name=payload,proto3" json:"payload,omitempty"`
+	IdempotencyKey    string                 `protobuf:"bytes,2,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	Priority          int32                  `protobuf:"varint,3,opt,name=priority,proto3" json:"priority,omitempty"`
+	MaxAttempts       int32                  `protobuf:"varint,4,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	TimeoutMs         int64                  `protobuf:"varint,5,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	BackoffKind       string                 `protobuf:"bytes,6,opt,name=backoff_kind,json=backoffKind,proto3" json:"backoff_kind,omitempty"`
+	BackoffInitialMs  int64                  `protobuf:"varint,7,opt,name=backoff_initial_ms,json=backoffInitialMs,proto3" json:"backoff_initial_ms,omitempty"`
+	BackoffMaxMs      int64                  `protobuf:"varint,8,opt,name=backoff_max_ms,json=backoffMaxMs,proto3" json:"backoff_max_ms,omitempty"`
+	BackoffMultiplier float64                `protobuf:"fixed64,9,opt,name=backoff_multiplier,json=backoffMultiplier,proto3" json:"backoff_multiplier,omitempty"`
+	TraceContext      map[string]string      `protobuf:"bytes,10,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	RunAt             *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
+	LeaseUntil        *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=lease_until,json=leaseUntil,proto3" json:"lease_until,omitempty"`
+	CompletionSecret  []byte                 `protobuf:"bytes,13,opt,name=completion_secret,json=completionSecret,proto3" json:"completion_secret,omitempty"`
+	CompleteBy        *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=complete_by,json=completeBy,proto3" json:"complete_by,omitempty"`
+	StartedAt         *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	FinishedAt        *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	Result            []byte                 `protobuf:"bytes,17,opt,name=result,proto3" json:"result,omitempty"`
+	// The whole error and outcome, set only when the event's own (capped)
+	// fields were cut.
+	Error         string `protobuf:"bytes,18,opt,name=error,proto3" json:"error,omitempty"`
+	Outcome       string `protobuf:"bytes,19,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskState) Reset() {
+	*x = TaskState{}
+	mi := &file_flo_events_v1_events_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskState) ProtoMessage() {}
+
+func (x *TaskState) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_events_v1_events_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskState.ProtoReflect.Descriptor instead.
+func (*TaskState) Descriptor() ([]byte, []int) {
+	return file_flo_events_v1_events_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TaskState) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *TaskState) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *TaskState) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *TaskState) GetMaxAttempts() int32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *TaskState) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *TaskState) GetBackoffKind() string {
+	if x != nil {
+		return x.BackoffKind
+	}
+	return ""
+}
+
+func (x *TaskState) GetBackoffInitialMs() int64 {
+	if x != nil {
+		return x.BackoffInitialMs
+	}
+	return 0
+}
+
+func (x *TaskState) GetBackoffMaxMs() int64 {
+	if x != nil {
+		return x.BackoffMaxMs
+	}
+	return 0
+}
+
+func (x *TaskState) GetBackoffMultiplier() float64 {
+	if x != nil {
+		return x.BackoffMultiplier
+	}
+	return 0
+}
+
+func (x *TaskState) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
+	}
+	return nil
+}
+
+func (x *TaskState) GetRunAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RunAt
+	}
+	return nil
+}
+
+func (x *TaskState) GetLeaseUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LeaseUntil
+	}
+	return nil
+}
+
+func (x *TaskState) GetCompletionSecret() []byte {
+	if x != nil {
+		return x.CompletionSecret
+	}
+	return nil
+}
+
+func (x *TaskState) GetCompleteBy() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CompleteBy
+	}
+	return nil
+}
+
+func (x *TaskState) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *TaskState) GetFinishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return nil
+}
+
+func (x *TaskState) GetResult() []byte {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *TaskState) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *TaskState) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
 // WorkerEvent is a worker registry change on flo.workers.events, keyed by
 // namespace + "/" + worker id. The gateway acts on DRAINING at once.
 type WorkerEvent struct {
@@ -537,7 +747,7 @@ type WorkerEvent struct {
 
 func (x *WorkerEvent) Reset() {
 	*x = WorkerEvent{}
-	mi := &file_flo_events_v1_events_proto_msgTypes[2]
+	mi := &file_flo_events_v1_events_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -549,7 +759,7 @@ func (x *WorkerEvent) String() string {
 func (*WorkerEvent) ProtoMessage() {}
 
 func (x *WorkerEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_events_v1_events_proto_msgTypes[2]
+	mi := &file_flo_events_v1_events_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -562,7 +772,7 @@ func (x *WorkerEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerEvent.ProtoReflect.Descriptor instead.
 func (*WorkerEvent) Descriptor() ([]byte, []int) {
-	return file_flo_events_v1_events_proto_rawDescGZIP(), []int{2}
+	return file_flo_events_v1_events_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *WorkerEvent) GetEventId() string {
@@ -634,7 +844,7 @@ type RunEvent struct {
 
 func (x *RunEvent) Reset() {
 	*x = RunEvent{}
-	mi := &file_flo_events_v1_events_proto_msgTypes[3]
+	mi := &file_flo_events_v1_events_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -646,7 +856,7 @@ func (x *RunEvent) String() string {
 func (*RunEvent) ProtoMessage() {}
 
 func (x *RunEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_events_v1_events_proto_msgTypes[3]
+	mi := &file_flo_events_v1_events_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -659,7 +869,7 @@ func (x *RunEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunEvent.ProtoReflect.Descriptor instead.
 func (*RunEvent) Descriptor() ([]byte, []int) {
-	return file_flo_events_v1_events_proto_rawDescGZIP(), []int{3}
+	return file_flo_events_v1_events_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RunEvent) GetEventId() string {
@@ -751,7 +961,7 @@ const file_flo_events_v1_events_proto_rawDesc = "" +
 	"\x06run_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12\x16\n" +
 	"\x06origin\x18\n" +
 	" \x01(\tR\x06origin\x12!\n" +
-	"\fmax_attempts\x18\v \x01(\x05R\vmaxAttempts\"\xc3\x04\n" +
+	"\fmax_attempts\x18\v \x01(\x05R\vmaxAttempts\"\xf3\x04\n" +
 	"\tTaskEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x120\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x1c.flo.events.v1.TaskEventTypeR\x04type\x12\x17\n" +
@@ -773,7 +983,37 @@ const file_flo_events_v1_events_proto_rawDesc = "" +
 	"\rnon_retryable\x18\x0f \x01(\bR\fnonRetryable\x12\x1b\n" +
 	"\ttimed_out\x18\x10 \x01(\bR\btimedOut\x12\x1d\n" +
 	"\n" +
-	"error_code\x18\x11 \x01(\tR\terrorCode\"\xc1\x02\n" +
+	"error_code\x18\x11 \x01(\tR\terrorCode\x12.\n" +
+	"\x05state\x18\x12 \x01(\v2\x18.flo.events.v1.TaskStateR\x05state\"\xfe\x06\n" +
+	"\tTaskState\x12\x18\n" +
+	"\apayload\x18\x01 \x01(\fR\apayload\x12'\n" +
+	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12\x1a\n" +
+	"\bpriority\x18\x03 \x01(\x05R\bpriority\x12!\n" +
+	"\fmax_attempts\x18\x04 \x01(\x05R\vmaxAttempts\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x05 \x01(\x03R\ttimeoutMs\x12!\n" +
+	"\fbackoff_kind\x18\x06 \x01(\tR\vbackoffKind\x12,\n" +
+	"\x12backoff_initial_ms\x18\a \x01(\x03R\x10backoffInitialMs\x12$\n" +
+	"\x0ebackoff_max_ms\x18\b \x01(\x03R\fbackoffMaxMs\x12-\n" +
+	"\x12backoff_multiplier\x18\t \x01(\x01R\x11backoffMultiplier\x12O\n" +
+	"\rtrace_context\x18\n" +
+	" \x03(\v2*.flo.events.v1.TaskState.TraceContextEntryR\ftraceContext\x121\n" +
+	"\x06run_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12;\n" +
+	"\vlease_until\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"leaseUntil\x12+\n" +
+	"\x11completion_secret\x18\r \x01(\fR\x10completionSecret\x12;\n" +
+	"\vcomplete_by\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"completeBy\x129\n" +
+	"\n" +
+	"started_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12;\n" +
+	"\vfinished_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\x12\x16\n" +
+	"\x06result\x18\x11 \x01(\fR\x06result\x12\x14\n" +
+	"\x05error\x18\x12 \x01(\tR\x05error\x12\x18\n" +
+	"\aoutcome\x18\x13 \x01(\tR\aoutcome\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc1\x02\n" +
 	"\vWorkerEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x122\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x1e.flo.events.v1.WorkerEventTypeR\x04type\x12\x1c\n" +
@@ -795,7 +1035,7 @@ const file_flo_events_v1_events_proto_rawDesc = "" +
 	"\rparent_run_id\x18\t \x01(\tR\vparentRunId\x12;\n" +
 	"\voccurred_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"occurredAt*\x88\x03\n" +
+	"occurredAt*\xac\x03\n" +
 	"\rTaskEventType\x12\x1f\n" +
 	"\x1bTASK_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17TASK_EVENT_TYPE_CREATED\x10\x01\x12\x1b\n" +
@@ -809,7 +1049,8 @@ const file_flo_events_v1_events_proto_rawDesc = "" +
 	"\x1dTASK_EVENT_TYPE_LEASE_EXPIRED\x10\t\x12\x1c\n" +
 	"\x18TASK_EVENT_TYPE_REJECTED\x10\n" +
 	"\x12\x1b\n" +
-	"\x17TASK_EVENT_TYPE_WAITING\x10\v*\xa0\x01\n" +
+	"\x17TASK_EVENT_TYPE_WAITING\x10\v\x12\"\n" +
+	"\x1eTASK_EVENT_TYPE_LEASE_EXTENDED\x10\f*\xa0\x01\n" +
 	"\x0fWorkerEventType\x12!\n" +
 	"\x1dWORKER_EVENT_TYPE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cWORKER_EVENT_TYPE_REGISTERED\x10\x01\x12$\n" +
@@ -834,39 +1075,48 @@ func file_flo_events_v1_events_proto_rawDescGZIP() []byte {
 }
 
 var file_flo_events_v1_events_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_flo_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_flo_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_flo_events_v1_events_proto_goTypes = []any{
 	(TaskEventType)(0),            // 0: flo.events.v1.TaskEventType
 	(WorkerEventType)(0),          // 1: flo.events.v1.WorkerEventType
 	(RunEventType)(0),             // 2: flo.events.v1.RunEventType
 	(*InvokeTask)(nil),            // 3: flo.events.v1.InvokeTask
 	(*TaskEvent)(nil),             // 4: flo.events.v1.TaskEvent
-	(*WorkerEvent)(nil),           // 5: flo.events.v1.WorkerEvent
-	(*RunEvent)(nil),              // 6: flo.events.v1.RunEvent
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
-	(v1.TaskStatus)(0),            // 8: flo.v1.TaskStatus
-	(v1.WorkerStatus)(0),          // 9: flo.v1.WorkerStatus
-	(v1.RunStatus)(0),             // 10: flo.v1.RunStatus
+	(*TaskState)(nil),             // 5: flo.events.v1.TaskState
+	(*WorkerEvent)(nil),           // 6: flo.events.v1.WorkerEvent
+	(*RunEvent)(nil),              // 7: flo.events.v1.RunEvent
+	nil,                           // 8: flo.events.v1.TaskState.TraceContextEntry
+	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
+	(v1.TaskStatus)(0),            // 10: flo.v1.TaskStatus
+	(v1.WorkerStatus)(0),          // 11: flo.v1.WorkerStatus
+	(v1.RunStatus)(0),             // 12: flo.v1.RunStatus
 }
 var file_flo_events_v1_events_proto_depIdxs = []int32{
-	7,  // 0: flo.events.v1.InvokeTask.invoked_at:type_name -> google.protobuf.Timestamp
-	7,  // 1: flo.events.v1.InvokeTask.run_at:type_name -> google.protobuf.Timestamp
+	9,  // 0: flo.events.v1.InvokeTask.invoked_at:type_name -> google.protobuf.Timestamp
+	9,  // 1: flo.events.v1.InvokeTask.run_at:type_name -> google.protobuf.Timestamp
 	0,  // 2: flo.events.v1.TaskEvent.type:type_name -> flo.events.v1.TaskEventType
-	8,  // 3: flo.events.v1.TaskEvent.status:type_name -> flo.v1.TaskStatus
-	7,  // 4: flo.events.v1.TaskEvent.occurred_at:type_name -> google.protobuf.Timestamp
-	7,  // 5: flo.events.v1.TaskEvent.created_at:type_name -> google.protobuf.Timestamp
-	1,  // 6: flo.events.v1.WorkerEvent.type:type_name -> flo.events.v1.WorkerEventType
-	9,  // 7: flo.events.v1.WorkerEvent.status:type_name -> flo.v1.WorkerStatus
-	9,  // 8: flo.events.v1.WorkerEvent.previous_status:type_name -> flo.v1.WorkerStatus
-	7,  // 9: flo.events.v1.WorkerEvent.occurred_at:type_name -> google.protobuf.Timestamp
-	2,  // 10: flo.events.v1.RunEvent.type:type_name -> flo.events.v1.RunEventType
-	10, // 11: flo.events.v1.RunEvent.status:type_name -> flo.v1.RunStatus
-	7,  // 12: flo.events.v1.RunEvent.occurred_at:type_name -> google.protobuf.Timestamp
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	10, // 3: flo.events.v1.TaskEvent.status:type_name -> flo.v1.TaskStatus
+	9,  // 4: flo.events.v1.TaskEvent.occurred_at:type_name -> google.protobuf.Timestamp
+	9,  // 5: flo.events.v1.TaskEvent.created_at:type_name -> google.protobuf.Timestamp
+	5,  // 6: flo.events.v1.TaskEvent.state:type_name -> flo.events.v1.TaskState
+	8,  // 7: flo.events.v1.TaskState.trace_context:type_name -> flo.events.v1.TaskState.TraceContextEntry
+	9,  // 8: flo.events.v1.TaskState.run_at:type_name -> google.protobuf.Timestamp
+	9,  // 9: flo.events.v1.TaskState.lease_until:type_name -> google.protobuf.Timestamp
+	9,  // 10: flo.events.v1.TaskState.complete_by:type_name -> google.protobuf.Timestamp
+	9,  // 11: flo.events.v1.TaskState.started_at:type_name -> google.protobuf.Timestamp
+	9,  // 12: flo.events.v1.TaskState.finished_at:type_name -> google.protobuf.Timestamp
+	1,  // 13: flo.events.v1.WorkerEvent.type:type_name -> flo.events.v1.WorkerEventType
+	11, // 14: flo.events.v1.WorkerEvent.status:type_name -> flo.v1.WorkerStatus
+	11, // 15: flo.events.v1.WorkerEvent.previous_status:type_name -> flo.v1.WorkerStatus
+	9,  // 16: flo.events.v1.WorkerEvent.occurred_at:type_name -> google.protobuf.Timestamp
+	2,  // 17: flo.events.v1.RunEvent.type:type_name -> flo.events.v1.RunEventType
+	12, // 18: flo.events.v1.RunEvent.status:type_name -> flo.v1.RunStatus
+	9,  // 19: flo.events.v1.RunEvent.occurred_at:type_name -> google.protobuf.Timestamp
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_flo_events_v1_events_proto_init() }
@@ -880,7 +1130,7 @@ func file_flo_events_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flo_events_v1_events_proto_rawDesc), len(file_flo_events_v1_events_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   4,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
