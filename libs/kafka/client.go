@@ -106,6 +106,18 @@ func NewProducer(ctx context.Context, conn config.Kafka, partitions int32, maxPa
 	return cl, nil
 }
 
+// PartitionOf is the partition, of a topic with n partitions, that our
+// producers send a record keyed by key to: Kafka's own key hash (murmur2), as
+// franz-go's default partitioner applies it, so it agrees with every producer
+// that leaves partitioning to the client.
+func PartitionOf(key []byte, n int32) int32 {
+	return int32(keyPartitioner.ForTopic("").Partition(&kgo.Record{Key: key}, int(n)))
+}
+
+// keyPartitioner hashes keys as franz-go's default partitioner does (both
+// use KafkaHasher(murmur2) for keyed records) and keeps no state for them.
+var keyPartitioner = kgo.StickyKeyPartitioner(nil)
+
 // defaultBatchBytes bounds a produced batch unless NewProducer sizes it for
 // the payload limit; it is also the smallest batch NewProducer makes, so a
 // small payload limit does not make batches of small records smaller.

@@ -367,3 +367,51 @@ func TestNoTopics(t *testing.T) {
 	_, err = kafka.NewClient(config.Kafka{})
 	require.Error(t, err)
 }
+
+// PartitionOf names the partition a producer with the default partitioner
+// sends a keyed record to, so a reader can find a task by its id.
+func TestPartitionOfAgreesWithProducers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	broker := harness.NewBroker(t)
+	prod := newProducer(t, broker.Addrs())
+	require.NoError(t, kafka.EnsureTopics(ctx, prod, 7, "keyed"))
+	rs := make([]*kgo.Record, 200)
+	for i := range rs {
+		rs[i] = &kgo.Record{Topic: "keyed", Key: fmt.Appendf(nil, "task-%d", i)}
+	}
+	require.NoError(t, prod.ProduceSync(ctx, rs...).FirstErr())
+	seen := map[int32]bool{}
+	for _, r := range rs {
+		require.Equal(t, r.Partition, kafka.PartitionOf(r.Key, 7), "key %s", r.Key)
+		seen[r.Partition] = true
+	}
+	require.Len(t, seen, 7, "200 keys spread over every partition")
+}
+
+// A tail reads committed records only: what a transaction aborted never
+// reaches it.
+func TestTailSkipsAbortedTransactions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	broker := harness.NewBroker(t)
+	prod := newProducer(t, broker.Addrs())
+	require.NoError(t, kafka.EnsureTopics(ctx, prod, 1, "txns"))
+	col := &collector{}
+	startTail(t, broker.Addrs(), "txns", col.handle)
+
+	txn, err := kafka.NewClient(broker.Kafka(), kgo.TransactionalID("tail-test"))
+	require.NoError(t, err)
+	t.Cleanup(txn.Close)
+	for _, c := range []struct {
+		value  string
+		commit kgo.TransactionEndTry
+	}{{"aborted", kgo.TryAbort}, {"committed", kgo.TryCommit}} {
+		require.NoError(t, txn.BeginTransaction())
+		require.NoError(t, txn.ProduceSync(ctx, &kgo.Record{Topic: "txns", Value: []byte(c.value)}).FirstErr())
+		require.NoError(t, txn.EndTransaction(ctx, c.commit))
+	}
+	produce(t, prod, "txns", "plain")
+	require.Eventually(t, func() bool { return slices.Contains(col.got(), "plain") }, 20*time.Second, 10*time.Millisecond)
+	require.Equal(t, []string{"committed", "plain"}, col.got())
+}

@@ -46,7 +46,9 @@ func NewTail(conn config.Kafka, topics []string, h BatchHandler, log *slog.Logge
 	// No topic auto-creation: a reader must not create a topic with
 	// whatever defaults the broker has, and Ready then means the same with
 	// a dev broker as with a production one.
-	cl, err := newClient(conn, kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))
+	// Read committed: the dispatcher writes task events in transactions, and a
+	// record of an aborted one never happened.
+	cl, err := newClient(conn, kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		return nil, fmt.Errorf("new tail: %w", err)
 	}
