@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -236,9 +237,34 @@ func (s *Stack) startInfra(ctx context.Context) error {
 
 // StartDispatcher starts a dispatcher replica (again, after StopDispatcher).
 func (s *Stack) StartDispatcher(ctx context.Context) error {
+	svc, err := s.newDispatcher(ctx, s.cfg.DispatcherGRPCAddr, s.cfg.DispatcherHTTPAddr)
+	if err != nil {
+		return err
+	}
+	// The gateway dials the dispatcher's address, so a replacement must bind
+	// the same one: remember what the first bind picked.
+	s.cfg.DispatcherGRPCAddr = svc.GRPCAddr()
+	s.cfg.DispatcherHTTPAddr = svc.HTTPAddr()
+	s.run("dispatcher", svc.Run)
+	return nil
+}
+
+// StartDispatcherReplica starts one more dispatcher replica beside the first,
+// on ports the system picks, as the service called name ("dispatcher" is the
+// first); Stop ends it. flo-bench runs two replicas in one process this way.
+func (s *Stack) StartDispatcherReplica(ctx context.Context, name string) error {
+	svc, err := s.newDispatcher(ctx, "127.0.0.1:0", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	s.run(name, svc.Run)
+	return nil
+}
+
+func (s *Stack) newDispatcher(ctx context.Context, grpcAddr, httpAddr string) (*dispatcher.Service, error) {
 	svc, err := dispatcher.New(ctx, dispatcher.Config{
-		GRPCAddr:            s.cfg.DispatcherGRPCAddr,
-		HTTPAddr:            s.cfg.DispatcherHTTPAddr,
+		GRPCAddr:            grpcAddr,
+		HTTPAddr:            httpAddr,
 		BootstrapNamespaces: s.cfg.Namespaces,
 		LeaseCheckInterval:  s.cfg.LeaseCheckInterval,
 		MaxPayloadBytes:     s.cfg.MaxPayloadBytes,
@@ -247,14 +273,9 @@ func (s *Stack) StartDispatcher(ctx context.Context) error {
 		Auth:                s.internal,
 	}, s.log.With("component", "dispatcher"), dispatcher.WithMetricsHandler(s.telemetry.MetricsHandler()))
 	if err != nil {
-		return fmt.Errorf("start dispatcher: %w", err)
+		return nil, fmt.Errorf("start dispatcher: %w", err)
 	}
-	// The gateway dials the dispatcher's address, so a replacement must bind
-	// the same one: remember what the first bind picked.
-	s.cfg.DispatcherGRPCAddr = svc.GRPCAddr()
-	s.cfg.DispatcherHTTPAddr = svc.HTTPAddr()
-	s.run("dispatcher", svc.Run)
-	return nil
+	return svc, nil
 }
 
 // StopDispatcher stops the dispatcher and waits for it to end.
@@ -441,7 +462,16 @@ func (s *Stack) Broker() *localbroker.Broker { return s.broker }
 // Stop stops the services (gateway first, so no new work enters), then the
 // broker and Postgres it started.
 func (s *Stack) Stop() {
-	for _, name := range []string{"gateway", "workflow", "streams", "registry", "dispatcher"} {
+	names := []string{"gateway", "workflow", "streams", "registry", "dispatcher"}
+	// Then the replicas StartDispatcherReplica added.
+	s.mu.Lock()
+	for name := range s.services {
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	s.mu.Unlock()
+	for _, name := range names {
 		if err := s.stop(name); err != nil {
 			s.log.Error("stop service", "service", name, "error", err)
 		}
