@@ -8,12 +8,9 @@ package completion
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -25,50 +22,17 @@ import (
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/sweep"
 	"github.com/razorbill/flo/libs/text"
+	"github.com/razorbill/flo/services/dispatcher/internal/engine"
 	"github.com/razorbill/flo/services/dispatcher/internal/store"
 	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
 )
 
-// tokenPrefix versions the token's layout.
-const tokenPrefix = "flo1."
-
-// secretBytes is the length of the secret drawn at each claim.
-const secretBytes = 16
-
 // expireBatch is how many passed deadlines one transaction handles.
 const expireBatch = 1000
 
-// Token is the completion token of one attempt: the task id, the attempt and
-// the secret drawn when it was claimed, so knowing the id is not enough.
+// Token is the completion token of one attempt (engine.Token).
 func Token(id uuid.UUID, attempt int32, secret []byte) string {
-	if len(secret) != secretBytes {
-		return ""
-	}
-	b := make([]byte, 0, 16+4+secretBytes)
-	b = append(b, id[:]...)
-	b = binary.BigEndian.AppendUint32(b, uint32(attempt))
-	b = append(b, secret...)
-	return tokenPrefix + base64.RawURLEncoding.EncodeToString(b)
-}
-
-// token is a parsed completion token.
-type token struct {
-	id      uuid.UUID
-	attempt int32
-	secret  []byte
-}
-
-func parseToken(s string) (token, error) {
-	raw, ok := strings.CutPrefix(s, tokenPrefix)
-	b, err := base64.RawURLEncoding.DecodeString(raw)
-	if !ok || err != nil || len(b) != 16+4+secretBytes {
-		return token{}, fault.Invalidf("token is not a completion token")
-	}
-	var t token
-	copy(t.id[:], b[:16])
-	t.attempt = int32(binary.BigEndian.Uint32(b[16:20]))
-	t.secret = b[20:]
-	return t, nil
+	return engine.Token{ID: id, Attempt: attempt, Secret: secret}.String()
 }
 
 // Notifier is told that the outbox has new rows.
@@ -107,11 +71,11 @@ func (c *Completions) finish(ctx context.Context, namespace, tok string, f store
 	if err := text.Name("namespace", namespace); err != nil {
 		return store.Task{}, err
 	}
-	t, err := parseToken(tok)
+	t, err := engine.ParseToken(tok)
 	if err != nil {
 		return store.Task{}, err
 	}
-	f.ID, f.Namespace, f.Attempt, f.Secret = t.id, namespace, t.attempt, t.secret
+	f.ID, f.Namespace, f.Attempt, f.Secret = t.ID, namespace, t.Attempt, t.Secret
 	typ := taskevent.Completed
 	if f.Failed {
 		typ = taskevent.Failed
@@ -133,11 +97,11 @@ func (c *Completions) finish(ctx context.Context, namespace, tok string, f store
 		if err := events.Write(ctx, tx, "completion"); err != nil {
 			return err
 		}
-		task, err = store.GetTask(ctx, tx, namespace, t.id)
+		task, err = store.GetTask(ctx, tx, namespace, t.ID)
 		return err
 	})
 	if err != nil {
-		return store.Task{}, fmt.Errorf("finish task %s by token: %w", t.id, err)
+		return store.Task{}, fmt.Errorf("finish task %s by token: %w", t.ID, err)
 	}
 	c.tasks.Count(ctx, events)
 	c.relay.Notify()
@@ -146,15 +110,15 @@ func (c *Completions) finish(ctx context.Context, namespace, tok string, f store
 
 // whyNot explains a token that finished nothing. A token whose secret does
 // not match says no more than an unknown task would.
-func whyNot(ctx context.Context, tx pgx.Tx, namespace string, t token) error {
-	w, err := store.GetWaitingState(ctx, tx, namespace, t.id, t.secret)
-	if errors.Is(err, pg.ErrNotFound) || (err == nil && (!w.SecretMatches || w.Attempt != t.attempt)) {
+func whyNot(ctx context.Context, tx pgx.Tx, namespace string, t engine.Token) error {
+	w, err := store.GetWaitingState(ctx, tx, namespace, t.ID, t.Secret)
+	if errors.Is(err, pg.ErrNotFound) || (err == nil && (!w.SecretMatches || w.Attempt != t.Attempt)) {
 		return fault.NotFoundf("no task of namespace %s waits for this token", namespace)
 	}
 	if err != nil {
 		return err
 	}
-	return fault.Preconditionf("task %s is %s, not waiting for a result: it was finished already, or its async deadline passed", t.id, w.Status)
+	return fault.Preconditionf("task %s is %s, not waiting for a result: it was finished already, or its async deadline passed", t.ID, w.Status)
 }
 
 // Run fails waiting tasks whose deadline passed, every interval until ctx

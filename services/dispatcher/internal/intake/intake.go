@@ -23,6 +23,7 @@ import (
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/wake"
 	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
+	"github.com/razorbill/flo/services/dispatcher/internal/engine"
 	"github.com/razorbill/flo/services/dispatcher/internal/store"
 	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
 )
@@ -64,22 +65,7 @@ func New(pool *pgxpool.Pool, cat *catalog.Catalog, hub *wake.Hub, relay Notifier
 func (in *Intake) Run(ctx context.Context) error { return in.batch.Run(ctx) }
 
 // Invocation is one request to run an action.
-type Invocation struct {
-	TaskID         uuid.UUID
-	Namespace      string
-	Action         string
-	Payload        []byte
-	IdempotencyKey string
-	Priority       int32
-	TraceContext   map[string]string
-	// Origin is who invoked the task; see eventsv1.InvokeTask.
-	Origin string
-	// MaxAttempts, when positive, overrides the action's.
-	MaxAttempts int32
-	InvokedAt   time.Time
-	// RunAt zero means at once.
-	RunAt time.Time
-}
+type Invocation = engine.Invocation
 
 // Enqueue inserts tasks for the invocations, in one transaction with those
 // of concurrent calls. Invocations whose task already exists change nothing;

@@ -19,6 +19,7 @@ import (
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/sweep"
 	"github.com/razorbill/flo/libs/wake"
+	"github.com/razorbill/flo/services/dispatcher/internal/engine"
 	"github.com/razorbill/flo/services/dispatcher/internal/store"
 	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
 )
@@ -27,7 +28,7 @@ import (
 const reapBatch = 1000
 
 // MaxExtend bounds one lease extension.
-const MaxExtend = 24 * time.Hour
+const MaxExtend = engine.MaxExtend
 
 // Notifier is told that the outbox has new rows.
 type Notifier interface{ Notify() }
@@ -51,7 +52,7 @@ func New(pool *pgxpool.Pool, hub *wake.Hub, relay Notifier, log *slog.Logger, me
 }
 
 // ErrNotRunning is wrapped by Touch when the attempt is not running any more.
-var ErrNotRunning = errors.New("attempt is not running")
+var ErrNotRunning = engine.ErrNotRunning
 
 // Touch extends a running attempt's lease to now+extend (zero: the task's
 // timeout) and returns the new deadline. It fails with ErrNotRunning when the

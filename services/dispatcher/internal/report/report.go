@@ -20,6 +20,7 @@ import (
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/text"
 	"github.com/razorbill/flo/libs/wake"
+	"github.com/razorbill/flo/services/dispatcher/internal/engine"
 	"github.com/razorbill/flo/services/dispatcher/internal/store"
 	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
 )
@@ -30,61 +31,24 @@ const (
 	batchSize = 256
 )
 
-// MaxNackDelay bounds a nack's delay.
-const MaxNackDelay = 7 * 24 * time.Hour
-
-// How long a pending attempt waits for its result by completion token:
-// DefaultAsyncTimeout when the worker named no time, at most MaxAsyncTimeout.
+// Report kinds, limits and the report itself live with the partition
+// engine, which applies them.
 const (
-	DefaultAsyncTimeout = 24 * time.Hour
-	MaxAsyncTimeout     = 7 * 24 * time.Hour
+	MaxNackDelay        = engine.MaxNackDelay
+	DefaultAsyncTimeout = engine.DefaultAsyncTimeout
+	MaxAsyncTimeout     = engine.MaxAsyncTimeout
+	Complete            = engine.Complete
+	Fail                = engine.Fail
+	Nack                = engine.Nack
+	Abandon             = engine.Abandon
+	Pending             = engine.Pending
 )
 
 // Kind is how an attempt ended.
-type Kind int
-
-// Report kinds.
-const (
-	// Complete: the handler succeeded.
-	Complete Kind = iota + 1
-	// Fail: the handler failed; Retry and NonRetryable say what happens next.
-	Fail
-	// Nack: the worker hands the task back to run again after Delay, counting the attempt.
-	Nack
-	// Abandon: the worker hands the task back at once without counting the attempt.
-	Abandon
-	// Pending: the handler accepted the work and its result comes later, by
-	// completion token, within Delay.
-	Pending
-)
+type Kind = engine.Kind
 
 // Report is one worker's account of one attempt.
-type Report struct {
-	TaskID  string
-	Attempt int32
-	Kind    Kind
-	// Result and Outcome of a completed attempt.
-	Result  []byte
-	Outcome string
-	// Error of a failed attempt, or the reason of a nack.
-	Error string
-	// Retry, for Fail: false dead-letters the task at once.
-	Retry bool
-	// NonRetryable, for Fail: fail the task at once, without dead-lettering.
-	NonRetryable bool
-	// TimedOut, for Fail: the handler ran out of time. It does not change
-	// what happens next; the task and its events record it.
-	TimedOut bool
-	// ErrorCode, for Fail: the worker's code for the failure, which the
-	// task and its events record; an invalid one is dropped (text.CleanFailure).
-	ErrorCode string
-	// Delay, for Nack; for Pending, how long to wait for the result (zero:
-	// DefaultAsyncTimeout).
-	Delay time.Duration
-	// TraceContext is the W3C trace context of the worker's handler span,
-	// when the worker sent it.
-	TraceContext map[string]string
-}
+type Report = engine.Report
 
 // Request is one call's reports, all about tasks of Namespace.
 type Request struct {

@@ -44,6 +44,8 @@ const (
 	Rejected
 	// Waiting: the attempt's handler answered that its result comes later.
 	Waiting
+	// LeaseExtended: the worker holding the attempt extended its lease.
+	LeaseExtended
 )
 
 var protoTypes = map[Type]eventsv1.TaskEventType{
@@ -58,6 +60,20 @@ var protoTypes = map[Type]eventsv1.TaskEventType{
 	LeaseExpired:   eventsv1.TaskEventType_TASK_EVENT_TYPE_LEASE_EXPIRED,
 	Rejected:       eventsv1.TaskEventType_TASK_EVENT_TYPE_REJECTED,
 	Waiting:        eventsv1.TaskEventType_TASK_EVENT_TYPE_WAITING,
+	LeaseExtended:  eventsv1.TaskEventType_TASK_EVENT_TYPE_LEASE_EXTENDED,
+}
+
+// Proto is the wire type of t.
+func (t Type) Proto() eventsv1.TaskEventType { return protoTypes[t] }
+
+// TypeOf is the Type of a wire type; ok=false for one it does not know.
+func TypeOf(p eventsv1.TaskEventType) (Type, bool) {
+	for t, q := range protoTypes {
+		if q == p {
+			return t, true
+		}
+	}
+	return 0, false
 }
 
 // Status maps a task state to its API status.

@@ -1,0 +1,107 @@
+package engine
+
+import (
+	"crypto/rand"
+	"time"
+
+	"github.com/razorbill/flo/services/dispatcher/internal/store"
+	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
+)
+
+// Slot is room for one task in a claim.
+type Slot struct {
+	WorkerID string
+	// Lease is the lease length; zero means the task's own timeout.
+	Lease time.Duration
+}
+
+// Claimed is a task a claim moved to running, and the slot it went to.
+type Claimed struct {
+	Task Task
+	Slot int
+}
+
+// Ready counts the tasks of ns/action claimable at now (queued, run_at <= now).
+func (p *Partition) Ready(ns, action string, now time.Time) int {
+	p.advance(now)
+	h, ok := p.ready[queueKey{ns, action}]
+	if !ok {
+		return 0
+	}
+	return h.live
+}
+
+// Actions lists, as store.Key names, the actions with tasks claimable at now,
+// for waking the claims that wait on them.
+func (p *Partition) Actions(now time.Time) []string {
+	p.advance(now)
+	var out []string
+	for k, h := range p.ready {
+		if h.live > 0 {
+			out = append(out, store.Key(k.namespace, k.action))
+		}
+	}
+	return out
+}
+
+// maxClaimActions is how many actions a claim merges without allocating.
+const maxClaimActions = 8
+
+// Claim leases up to len(slots) ready tasks of ns among actions, taken in
+// hand-out order across the actions (priority DESC, run_at, created_at):
+// slot i gets the i-th task, as its next attempt, running on the slot's
+// worker until now plus the slot's lease (zero: the task's timeout), with a
+// new completion secret. Each claimed task is a Started change.
+func (p *Partition) Claim(ns string, actions []string, slots []Slot, now time.Time) ([]Claimed, []Change) {
+	if len(slots) == 0 {
+		return nil, nil
+	}
+	p.advance(now)
+	var buf [maxClaimActions]*heap
+	queues := buf[:0]
+	for _, a := range actions {
+		if h, ok := p.ready[queueKey{ns, a}]; ok && h.live > 0 {
+			queues = append(queues, h)
+		}
+	}
+	if len(queues) == 0 {
+		return nil, nil
+	}
+	var (
+		claimed []Claimed
+		changes []Change
+		secrets []byte
+	)
+	for i, slot := range slots {
+		var best *heap
+		var bestTop *item
+		for _, h := range queues {
+			if top := h.top(); top != nil && (bestTop == nil || handOut(top, bestTop)) {
+				best, bestTop = h, top
+			}
+		}
+		if best == nil {
+			break
+		}
+		if secrets == nil {
+			// One read for the whole claim: the secrets share its array.
+			secrets = make([]byte, secretBytes*len(slots))
+			_, _ = rand.Read(secrets) // crypto/rand.Read never fails
+			claimed = make([]Claimed, 0, len(slots))
+			changes = make([]Change, 0, len(slots))
+		}
+		e := take(best)
+		t := e.t
+		lease := slot.Lease
+		if lease <= 0 {
+			lease = t.Settings.Timeout
+		}
+		t.Status, t.Attempt, t.WorkerID = store.Running, t.Attempt+1, slot.WorkerID
+		t.LeaseUntil, t.StartedAt, t.UpdatedAt = now.Add(lease), now, now
+		t.CompletionSecret = secrets[i*secretBytes : (i+1)*secretBytes : (i+1)*secretBytes]
+		p.put(e, t)
+		claimed = append(claimed, Claimed{Task: t, Slot: i})
+		changes = append(changes, Change{Type: taskevent.Started, Task: t})
+	}
+	return claimed, changes
+}

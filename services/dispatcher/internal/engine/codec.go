@@ -1,0 +1,207 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/razorbill/flo/libs/backoff"
+	"github.com/razorbill/flo/libs/text"
+	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
+	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
+	"github.com/razorbill/flo/services/dispatcher/internal/store"
+	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
+)
+
+// CmdHeader is the header of every events record that holds the commands
+// offset its partition's owner had consumed up to (the next one to read):
+// the checkpoint a rebuild resumes the commands from.
+const CmdHeader = "flo-cmd"
+
+// ErrNoState is wrapped by Decode for a record that carries no task state
+// (written before partitions had owners), which cannot be replayed.
+var ErrNoState = errors.New("task event carries no task state")
+
+// Encode makes the events record of c for partition, stamped with the
+// commands offset consumed so far. The event's own fields keep their meaning
+// for every consumer (a result only on a COMPLETED event of a task with an
+// origin, free text capped at taskevent.MaxTextBytes); TaskState carries the
+// rest of the task, the payload only on the records that bring it to life.
+func Encode(c Change, partition int32, cmdOffset int64) (*kgo.Record, error) {
+	t := &c.Task
+	st := &eventsv1.TaskState{
+		IdempotencyKey:    t.IdempotencyKey,
+		Priority:          t.Priority,
+		MaxAttempts:       t.Settings.MaxAttempts,
+		TimeoutMs:         t.Settings.Timeout.Milliseconds(),
+		BackoffKind:       string(t.Settings.Backoff.Kind),
+		BackoffInitialMs:  t.Settings.Backoff.Initial.Milliseconds(),
+		BackoffMaxMs:      t.Settings.Backoff.Max.Milliseconds(),
+		BackoffMultiplier: t.Settings.Backoff.Multiplier,
+		TraceContext:      t.TraceContext,
+		RunAt:             stamp(t.RunAt),
+		LeaseUntil:        stamp(t.LeaseUntil),
+		CompletionSecret:  t.CompletionSecret,
+		CompleteBy:        stamp(t.CompleteBy),
+		StartedAt:         stamp(t.StartedAt),
+		FinishedAt:        stamp(t.FinishedAt),
+	}
+	if c.Type == taskevent.Created || c.Type == taskevent.Requeued {
+		st.Payload = t.Payload
+	}
+	ev := &eventsv1.TaskEvent{
+		EventId:    uuid.NewString(),
+		Type:       c.Type.Proto(),
+		TaskId:     t.ID.String(),
+		Namespace:  t.Namespace,
+		Action:     t.Action,
+		Status:     taskevent.Status(t.Status),
+		Attempt:    t.Attempt,
+		WorkerId:   t.WorkerID,
+		Outcome:    text.Clean(t.Outcome, taskevent.MaxTextBytes),
+		Error:      text.Clean(t.Error, taskevent.MaxTextBytes),
+		OccurredAt: timestamppb.New(t.UpdatedAt),
+		CreatedAt:  timestamppb.New(t.CreatedAt),
+		Origin:     t.Origin,
+		// Only the workflow service reads results off the log; other
+		// consumers read them from the dispatcher when they need them.
+		NonRetryable: c.Type == taskevent.Failed,
+		TimedOut:     t.TimedOut,
+		ErrorCode:    t.ErrorCode,
+		State:        st,
+	}
+	if ev.Outcome != t.Outcome {
+		st.Outcome = t.Outcome
+	}
+	if ev.Error != t.Error {
+		st.Error = t.Error
+	}
+	if t.Origin != "" && c.Type == taskevent.Completed {
+		ev.Result = t.Result
+	} else {
+		st.Result = t.Result
+	}
+	value, err := proto.Marshal(ev)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s event of task %s: %w", ev.Type, t.ID, err)
+	}
+	trace := c.TraceHeaders
+	if trace == nil {
+		trace = t.TraceContext
+	}
+	headers := make([]kgo.RecordHeader, 0, len(trace)+1)
+	for k, v := range trace {
+		headers = append(headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+	}
+	headers = append(headers, kgo.RecordHeader{Key: CmdHeader, Value: strconv.AppendInt(nil, cmdOffset, 10)})
+	return &kgo.Record{Topic: taskevent.Topic, Partition: partition, Key: []byte(ev.TaskId), Value: value, Headers: headers}, nil
+}
+
+// Decode reads a record Encode made, and the commands offset it holds (-1
+// when it has none). Payload is nil on records that do not carry it; Apply
+// keeps the held one.
+func Decode(r *kgo.Record) (Change, int64, error) {
+	var ev eventsv1.TaskEvent
+	if err := proto.Unmarshal(r.Value, &ev); err != nil {
+		return Change{}, 0, fmt.Errorf("decode task event at %d/%d: %w", r.Partition, r.Offset, err)
+	}
+	cmd := int64(-1)
+	var trace map[string]string
+	for _, h := range r.Headers {
+		if h.Key == CmdHeader {
+			n, err := strconv.ParseInt(string(h.Value), 10, 64)
+			if err != nil {
+				return Change{}, 0, fmt.Errorf("decode task event at %d/%d: header %s: %w", r.Partition, r.Offset, CmdHeader, err)
+			}
+			cmd = n
+			continue
+		}
+		if trace == nil {
+			trace = make(map[string]string, len(r.Headers))
+		}
+		trace[h.Key] = string(h.Value)
+	}
+	typ, ok := taskevent.TypeOf(ev.GetType())
+	if !ok {
+		return Change{}, 0, fmt.Errorf("decode task event at %d/%d: unknown type %s", r.Partition, r.Offset, ev.GetType())
+	}
+	st := ev.GetState()
+	if st == nil {
+		return Change{}, cmd, fmt.Errorf("decode task event at %d/%d: %w", r.Partition, r.Offset, ErrNoState)
+	}
+	id, err := uuid.Parse(ev.GetTaskId())
+	if err != nil {
+		return Change{}, 0, fmt.Errorf("decode task event at %d/%d: task_id %q: %w", r.Partition, r.Offset, ev.GetTaskId(), err)
+	}
+	t := Task{
+		ID: id, Namespace: ev.GetNamespace(), Action: ev.GetAction(), Status: statusOf(ev.GetStatus()),
+		Priority: st.GetPriority(), Payload: st.GetPayload(), Result: ev.GetResult(),
+		Outcome: ev.GetOutcome(), Error: ev.GetError(), ErrorCode: ev.GetErrorCode(), TimedOut: ev.GetTimedOut(),
+		IdempotencyKey: st.GetIdempotencyKey(), Attempt: ev.GetAttempt(),
+		Settings: store.Settings{
+			MaxAttempts: st.GetMaxAttempts(),
+			Timeout:     time.Duration(st.GetTimeoutMs()) * time.Millisecond,
+			Backoff: backoff.Policy{
+				Kind:       backoff.Kind(st.GetBackoffKind()),
+				Initial:    time.Duration(st.GetBackoffInitialMs()) * time.Millisecond,
+				Max:        time.Duration(st.GetBackoffMaxMs()) * time.Millisecond,
+				Multiplier: st.GetBackoffMultiplier(),
+			},
+		},
+		WorkerID: ev.GetWorkerId(), TraceContext: st.GetTraceContext(), Origin: ev.GetOrigin(),
+		CreatedAt: unstamp(ev.GetCreatedAt()), RunAt: unstamp(st.GetRunAt()), StartedAt: unstamp(st.GetStartedAt()),
+		FinishedAt: unstamp(st.GetFinishedAt()), UpdatedAt: unstamp(ev.GetOccurredAt()),
+		LeaseUntil: unstamp(st.GetLeaseUntil()), CompletionSecret: st.GetCompletionSecret(), CompleteBy: unstamp(st.GetCompleteBy()),
+	}
+	if len(t.Result) == 0 {
+		t.Result = st.GetResult()
+	}
+	if st.GetOutcome() != "" {
+		t.Outcome = st.GetOutcome()
+	}
+	if st.GetError() != "" {
+		t.Error = st.GetError()
+	}
+	c := Change{Type: typ, Task: t}
+	if !maps.Equal(trace, t.TraceContext) {
+		c.TraceHeaders = trace
+	}
+	return c, cmd, nil
+}
+
+// stamp is t on the wire, nil when unset.
+func stamp(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+// unstamp is a wire time, zero when unset.
+func unstamp(ts *timestamppb.Timestamp) time.Time {
+	if ts == nil {
+		return time.Time{}
+	}
+	return ts.AsTime()
+}
+
+// statuses are every task state, for reading them back from API statuses.
+var statuses = [...]store.Status{store.Queued, store.Running, store.Waiting, store.Completed, store.Failed, store.DeadLettered}
+
+// statusOf is the task state of an API status; empty for none (a REJECTED
+// event's).
+func statusOf(s flov1.TaskStatus) store.Status {
+	for _, st := range statuses {
+		if taskevent.Status(st) == s {
+			return st
+		}
+	}
+	return ""
+}

@@ -1,0 +1,296 @@
+// Package engine is the state machine of one partition of tasks, as the
+// dispatcher replica that owns the partition holds it in memory: it creates,
+// hands out, leases, retries, finishes and dead-letters tasks, and says each
+// change it made as a Change, which the owner records on the task events log
+// (Encode) before it answers anyone. A new owner rebuilds the same state from
+// the view (Load) and the log (Decode, Apply).
+//
+// It does no I/O and is not safe for concurrent use: one goroutine owns a
+// Partition.
+package engine
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/razorbill/flo/services/dispatcher/internal/store"
+	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
+)
+
+// Task is one task as its partition's owner holds it (also what every event
+// record's state encodes). Zero times are unset.
+type Task struct {
+	ID        uuid.UUID
+	Namespace string
+	Action    string
+	Status    store.Status
+	Priority  int32
+	Payload   []byte
+	Result    []byte
+	Outcome   string
+	Error     string
+	ErrorCode string
+	// TimedOut says the last attempt that ended ran out of time.
+	TimedOut       bool
+	IdempotencyKey string
+	Attempt        int32
+	// Settings are the action's, copied when the task was created.
+	Settings     store.Settings
+	WorkerID     string
+	TraceContext map[string]string
+	// Origin is who invoked the task; empty for plain invocations.
+	Origin     string
+	CreatedAt  time.Time
+	RunAt      time.Time
+	StartedAt  time.Time
+	FinishedAt time.Time
+	UpdatedAt  time.Time
+	// LeaseUntil is set while running.
+	LeaseUntil time.Time
+	// CompletionSecret is drawn at each claim; with the id and attempt it
+	// makes the attempt's completion token.
+	CompletionSecret []byte
+	// CompleteBy is set while waiting.
+	CompleteBy time.Time
+}
+
+// Row is the task as the API reads it.
+func (t *Task) Row() store.Task {
+	r := store.Task{
+		ID: t.ID, Namespace: t.Namespace, Action: t.Action, Status: t.Status, Priority: t.Priority,
+		Payload: t.Payload, Result: t.Result, Outcome: t.Outcome, Error: t.Error, TimedOut: t.TimedOut,
+		ErrorCode: t.ErrorCode, IdempotencyKey: t.IdempotencyKey, Attempt: t.Attempt,
+		MaxAttempts: t.Settings.MaxAttempts, WorkerID: t.WorkerID, CreatedAt: t.CreatedAt, RunAt: t.RunAt,
+		StartedAt: t.StartedAt, FinishedAt: t.FinishedAt, UpdatedAt: t.UpdatedAt,
+	}
+	if t.Status == store.Waiting {
+		r.CompleteBy = t.CompleteBy
+	}
+	return r
+}
+
+// Final says the task will not change again, unless a dead letter is requeued.
+func (t *Task) Final() bool {
+	return t.Status == store.Completed || t.Status == store.Failed || t.Status == store.DeadLettered
+}
+
+// Change is one recorded change: the event type and the task as it left it
+// (a copy the caller may keep; its byte slices and maps are shared and must
+// not be modified).
+type Change struct {
+	Type taskevent.Type
+	Task Task
+	// TraceHeaders, when set, are the W3C headers of the span that caused it
+	// (a worker's report); else the task's own TraceContext is used.
+	TraceHeaders map[string]string
+}
+
+// entry is a held task and where it is indexed.
+type entry struct {
+	t Task
+	// gen changes with every change of t, which makes the items indexing
+	// the earlier state stale.
+	gen uint32
+	// in is the index holding the entry's live item, nil when none.
+	in *heap
+	// last is the events offset of the task's last recorded change, -1
+	// before any.
+	last int64
+}
+
+// queueKey names the ready tasks of one action.
+type queueKey struct{ namespace, action string }
+
+// Partition is the tasks of one partition.
+type Partition struct {
+	id    int32
+	tasks map[uuid.UUID]*entry
+	// ready holds each action's claimable tasks in hand-out order.
+	ready map[queueKey]*heap
+	// delayed holds queued tasks not claimable yet, by run_at; they move to
+	// ready when due.
+	delayed heap
+	// leases holds running tasks by lease end, waiting ones by deadline.
+	leases, deadlines heap
+	// evictable holds final tasks by the offset of their last change.
+	evictable heap
+	// now is the latest time the partition was told (Unix nanoseconds):
+	// queued tasks due by then go to ready at once.
+	now int64
+}
+
+// New returns an empty partition.
+func New(id int32) *Partition {
+	return &Partition{
+		id:        id,
+		tasks:     map[uuid.UUID]*entry{},
+		ready:     map[queueKey]*heap{},
+		delayed:   heap{less: dueFirst},
+		leases:    heap{less: dueFirst},
+		deadlines: heap{less: dueFirst},
+		evictable: heap{less: dueFirst},
+	}
+}
+
+// ID is the partition's number.
+func (p *Partition) ID() int32 { return p.id }
+
+// Has reports whether the task is held (live, or final and not yet evicted).
+func (p *Partition) Has(id uuid.UUID) bool {
+	_, ok := p.tasks[id]
+	return ok
+}
+
+// Get returns a held task.
+func (p *Partition) Get(id uuid.UUID) (Task, bool) {
+	e, ok := p.tasks[id]
+	if !ok {
+		return Task{}, false
+	}
+	return e.t, true
+}
+
+// Len is how many tasks the partition holds.
+func (p *Partition) Len() int { return len(p.tasks) }
+
+// Load puts a task read from the view into the partition as it is (rebuild,
+// or a dead letter evicted earlier that is to be requeued). A final task
+// loaded is evicted at the next Materialized unless it changes first.
+func (p *Partition) Load(t Task) {
+	p.see(t.UpdatedAt)
+	e := p.hold(t.ID)
+	p.put(e, t)
+	e.last = -1
+	if t.Final() {
+		p.evictable.push(item{at: -1, gen: e.gen, e: e})
+	}
+}
+
+// Apply replays one recorded change during a rebuild: the task becomes
+// c.Task, keeping the held payload and result when c.Task has none (records
+// carry the payload only when they bring the task to life).
+func (p *Partition) Apply(c Change) {
+	if c.Type == taskevent.Rejected {
+		return // no task was created
+	}
+	t := c.Task
+	p.see(t.UpdatedAt)
+	e := p.hold(t.ID)
+	if len(t.Payload) == 0 {
+		t.Payload = e.t.Payload
+	}
+	if len(t.Result) == 0 {
+		t.Result = e.t.Result
+	}
+	p.put(e, t)
+}
+
+// Recorded tells the partition that a change of task id was committed at
+// this events offset.
+func (p *Partition) Recorded(id uuid.UUID, offset int64) {
+	e, ok := p.tasks[id]
+	if !ok {
+		return
+	}
+	e.last = offset
+	if e.t.Final() {
+		p.evictable.push(item{at: offset, gen: e.gen, e: e})
+	}
+}
+
+// Materialized tells the partition that the view holds every change up to
+// and including this events offset: final tasks whose last change is in the
+// view are let go, since the view answers for them from now on.
+func (p *Partition) Materialized(offset int64) {
+	h := &p.evictable
+	for len(h.items) > 0 && h.items[0].at <= offset {
+		it := h.pop()
+		e := it.e
+		if it.live() && it.at == e.last && e.t.Final() && p.tasks[e.t.ID] == e {
+			delete(p.tasks, e.t.ID)
+			e.gen++
+		}
+	}
+}
+
+// hold returns the entry of id, new when the task is not held.
+func (p *Partition) hold(id uuid.UUID) *entry {
+	e, ok := p.tasks[id]
+	if !ok {
+		e = &entry{last: -1}
+		p.tasks[id] = e
+	}
+	return e
+}
+
+// see moves the partition's clock to at when at is later.
+func (p *Partition) see(at time.Time) {
+	if at.IsZero() {
+		return
+	}
+	if n := at.UnixNano(); n > p.now {
+		p.now = n
+	}
+}
+
+// put sets e's task to t and indexes it by its new state.
+func (p *Partition) put(e *entry, t Task) {
+	e.gen++
+	if e.in != nil {
+		e.in.stale()
+		e.in = nil
+	}
+	e.t = t
+	var h *heap
+	it := item{gen: e.gen, e: e}
+	switch t.Status {
+	case store.Queued:
+		it.at = t.RunAt.UnixNano()
+		if it.at <= p.now {
+			h = p.queue(t.Namespace, t.Action)
+			it.prio, it.created = t.Priority, t.CreatedAt.UnixNano()
+		} else {
+			h = &p.delayed
+		}
+	case store.Running:
+		h, it.at = &p.leases, t.LeaseUntil.UnixNano()
+	case store.Waiting:
+		h, it.at = &p.deadlines, t.CompleteBy.UnixNano()
+	default:
+		return
+	}
+	h.push(it)
+	e.in = h
+}
+
+// take removes the top item of h, which h.top returned, and returns its entry.
+func take(h *heap) *entry {
+	e := h.pop().e
+	e.in = nil
+	return e
+}
+
+// queue returns the ready heap of an action, made on first use.
+func (p *Partition) queue(namespace, action string) *heap {
+	k := queueKey{namespace, action}
+	h, ok := p.ready[k]
+	if !ok {
+		h = &heap{less: handOut}
+		p.ready[k] = h
+	}
+	return h
+}
+
+// advance moves the clock to now and the queued tasks due by then to ready.
+func (p *Partition) advance(now time.Time) {
+	p.see(now)
+	for {
+		it := p.delayed.top()
+		if it == nil || it.at > p.now {
+			return
+		}
+		e := take(&p.delayed)
+		p.put(e, e.t)
+	}
+}
