@@ -1,0 +1,318 @@
+package view
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/libs/retry"
+	"github.com/razorbill/flo/services/dispatcher/internal/engine"
+)
+
+const (
+	// window is how long states gather before a flush: a task changed
+	// several times within it is written once.
+	window = 100 * time.Millisecond
+	// maxBatch bounds the tasks of one flush (one statement, one
+	// transaction); a buffer that reaches it is flushed at once.
+	maxBatch = 10_000
+)
+
+// flushRetry spaces the attempts at a flush that failed (Postgres down or
+// unreachable); the buffer keeps growing meanwhile.
+var flushRetry = retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
+
+// Entry is one committed record's task state, for the view.
+type Entry struct {
+	Partition int32
+	// Offset is the record's events offset.
+	Offset int64
+	// CmdOffset is the record's checkpoint: the next commands offset of the
+	// partition consumed when it was produced.
+	CmdOffset int64
+	Task      engine.Task
+}
+
+// buffered is the latest state of one task since it was last taken, and the
+// first events offset folded into it.
+type buffered struct {
+	Entry
+	first int64
+}
+
+// batch is what one flush writes.
+type batch struct {
+	rows  rows
+	marks []mark
+}
+
+// Materializer writes committed task states to the tasks table in batches:
+// the hot path hands it states and never waits for Postgres.
+type Materializer struct {
+	pool      *pgxpool.Pool
+	log       *slog.Logger
+	onFlushed func(partition int32, offset int64)
+	meter     metric.Meter
+	lag       metric.Int64ObservableGauge
+	written   metric.Int64Counter
+
+	mu   sync.Mutex
+	buf  map[uuid.UUID]*buffered
+	full chan struct{}
+
+	// flushMu serialises flushes, so a partition's offsets and rows are
+	// written in order.
+	flushMu sync.Mutex
+	// pending is the batch taken from buf and not written yet; a failed
+	// flush keeps it for the next try.
+	pending    *batch
+	pendingLen atomic.Int64
+}
+
+// NewMaterializer returns a materializer writing through pool. States gather
+// for 100 ms, or until 10,000 tasks are buffered, before a flush; onFlushed,
+// when not nil, is called after each commit with the highest events offset
+// now in the view for each partition the flush wrote. It is called with the
+// flush lock held, so it must not call Flush.
+func NewMaterializer(pool *pgxpool.Pool, log *slog.Logger, meter metric.Meter, onFlushed func(partition int32, offset int64)) (*Materializer, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if onFlushed == nil {
+		onFlushed = func(int32, int64) {}
+	}
+	lag, err := meter.Int64ObservableGauge("flo.dispatcher.view.lag", metric.WithUnit("{task}"),
+		metric.WithDescription("Task states committed to the log and not written to the tasks view yet."))
+	if err != nil {
+		return nil, fmt.Errorf("create metric: %w", err)
+	}
+	written, err := meter.Int64Counter("flo.dispatcher.view.rows_written", metric.WithUnit("{row}"),
+		metric.WithDescription("Rows of the tasks view inserted or updated by the materializer."))
+	if err != nil {
+		return nil, fmt.Errorf("create metric: %w", err)
+	}
+	return &Materializer{
+		pool: pool, log: log, onFlushed: onFlushed, meter: meter, lag: lag, written: written,
+		buf: make(map[uuid.UUID]*buffered), full: make(chan struct{}, 1),
+	}, nil
+}
+
+// Add buffers committed states; it never waits for Postgres. Of one task only
+// the state of the highest offset is kept, with the payload and result of an
+// earlier state when it has none. Add takes entries of a partition in offset
+// order.
+func (m *Materializer) Add(entries ...Entry) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range entries {
+		b, ok := m.buf[e.Task.ID]
+		if !ok {
+			m.buf[e.Task.ID] = &buffered{Entry: e, first: e.Offset}
+			continue
+		}
+		b.first = min(b.first, e.Offset)
+		older, newer := &e.Task, &b.Task
+		if e.Offset > b.Offset {
+			older, newer = &b.Task, &e.Task
+		}
+		if newer.Payload == nil {
+			newer.Payload = older.Payload
+		}
+		if newer.Result == nil {
+			newer.Result = older.Result
+		}
+		if e.Offset > b.Offset {
+			b.Entry = e
+		}
+	}
+	if len(m.buf) >= maxBatch {
+		select {
+		case m.full <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Run flushes every 100 ms, and at once when the buffer is full, until ctx
+// ends; then it returns nil (Flush writes what is left). A failed flush is
+// retried with backoff while states keep buffering; each streak of failures
+// is logged once.
+func (m *Materializer) Run(ctx context.Context) error {
+	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(m.lag, m.Lag())
+		return nil
+	}, m.lag)
+	if err != nil {
+		return fmt.Errorf("register view metrics: %w", err)
+	}
+	defer func() { _ = reg.Unregister() }()
+	tick := time.NewTicker(window)
+	defer tick.Stop()
+	backoff := flushRetry.Backoff()
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		case <-m.full:
+		}
+		for {
+			m.flushMu.Lock()
+			_, err := m.flushOnce(ctx)
+			m.flushMu.Unlock()
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err != nil {
+				if failures == 0 {
+					m.log.WarnContext(ctx, "write task view failed; retrying while states buffer", "buffered", m.Lag(), "error", err)
+				}
+				failures++
+				if !retry.Sleep(ctx, backoff.NextBackOff()) {
+					return nil
+				}
+				continue
+			}
+			if failures > 0 {
+				m.log.InfoContext(ctx, "write task view recovered", "failed_attempts", failures)
+				failures = 0
+			}
+			backoff.Reset()
+			if m.buffered() < maxBatch {
+				break
+			}
+		}
+	}
+}
+
+// Flush writes what is buffered now, in as many transactions as it takes
+// (10,000 tasks each); on error what was not written stays buffered.
+func (m *Materializer) Flush(ctx context.Context) error {
+	m.flushMu.Lock()
+	defer m.flushMu.Unlock()
+	// Bounded by what is buffered now, so a steady stream of Adds cannot
+	// keep Flush going.
+	n := (m.buffered()+maxBatch-1)/maxBatch + 1
+	for range n {
+		wrote, err := m.flushOnce(ctx)
+		if err != nil {
+			return err
+		}
+		if !wrote {
+			return nil
+		}
+	}
+	return nil
+}
+
+// Lag is how many task states are buffered and not written yet.
+func (m *Materializer) Lag() int64 {
+	return int64(m.buffered()) + m.pendingLen.Load()
+}
+
+func (m *Materializer) buffered() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.buf)
+}
+
+// flushOnce writes the pending batch, taking one from the buffer first when
+// there is none, and reports whether there was anything to write. The caller
+// holds flushMu.
+func (m *Materializer) flushOnce(ctx context.Context) (bool, error) {
+	if m.pending == nil {
+		m.pending = m.take()
+		if m.pending == nil {
+			return false, nil
+		}
+		m.pendingLen.Store(int64(len(m.pending.rows.ids)))
+	}
+	var n int64
+	err := pg.InTx(ctx, m.pool, func(tx pgx.Tx) error {
+		var err error
+		n, err = write(ctx, tx, &m.pending.rows, m.pending.marks)
+		return err
+	})
+	if err != nil {
+		return true, err
+	}
+	marks := m.pending.marks
+	m.pending = nil
+	m.pendingLen.Store(0)
+	m.written.Add(ctx, n)
+	for _, mk := range marks {
+		m.onFlushed(mk.partition, mk.last)
+	}
+	return true, nil
+}
+
+// take moves up to maxBatch buffered states into a batch; nil when none are
+// buffered. When more are buffered, it takes those of the lowest offsets, and
+// a partition's events offset stops before the first record folded into a
+// state left behind, so the view's offsets never pass a state it lacks.
+func (m *Materializer) take() *batch {
+	m.mu.Lock()
+	all := make([]*buffered, 0, len(m.buf))
+	for _, b := range m.buf {
+		all = append(all, b)
+	}
+	var rest []*buffered
+	if len(all) > maxBatch {
+		slices.SortFunc(all, func(a, b *buffered) int { return cmp.Compare(a.Offset, b.Offset) })
+		all, rest = all[:maxBatch], all[maxBatch:]
+	}
+	for _, b := range all {
+		delete(m.buf, b.Task.ID)
+	}
+	m.mu.Unlock()
+	if len(all) == 0 {
+		return nil
+	}
+	// stop[p] is the first offset of p still buffered.
+	stop := make(map[int32]int64)
+	for _, b := range rest {
+		if s, ok := stop[b.Partition]; !ok || b.first < s {
+			stop[b.Partition] = b.first
+		}
+	}
+	out := &batch{}
+	index := make(map[int32]int)
+	for _, b := range all {
+		out.rows.add(b.Entry)
+		i, ok := index[b.Partition]
+		if !ok {
+			i = len(out.marks)
+			index[b.Partition] = i
+			out.marks = append(out.marks, mark{partition: b.Partition, last: -1})
+		}
+		out.marks[i].last = max(out.marks[i].last, b.Offset)
+	}
+	for i := range out.marks {
+		mk := &out.marks[i]
+		mk.events = mk.last + 1
+		if s, ok := stop[mk.partition]; ok {
+			mk.events = min(mk.events, s)
+		}
+	}
+	// A partition's commands offset is the checkpoint of the last state
+	// below its events offset (checkpoints grow with offsets).
+	for _, b := range all {
+		mk := &out.marks[index[b.Partition]]
+		if b.Offset < mk.events {
+			mk.commands = max(mk.commands, b.CmdOffset)
+		}
+	}
+	return out
+}

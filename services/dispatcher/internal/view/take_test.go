@@ -1,0 +1,48 @@
+package view
+
+import (
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/razorbill/flo/services/dispatcher/internal/engine"
+)
+
+// A buffer over the batch bound is written in batches whose offsets never
+// pass a state left behind.
+func TestTakeCutsOffsetsBeforeStatesLeftBehind(t *testing.T) {
+	t.Parallel()
+	m, err := NewMaterializer(nil, nil, noop.NewMeterProvider().Meter("test"), nil)
+	require.NoError(t, err)
+	task := func(id uuid.UUID) engine.Task { return engine.Task{ID: id} }
+	for o := int64(1); o <= 3; o++ {
+		m.Add(Entry{Partition: 1, Offset: o, CmdOffset: o, Task: task(uuid.New())})
+	}
+	// Task a is created at 5,000 and changed again at 20,000: its state
+	// is among the newest, but the view lacks it from 5,000 on.
+	a := uuid.New()
+	for o := int64(1); o <= 9998; o++ {
+		id := uuid.New()
+		if o == 5000 {
+			id = a
+		}
+		m.Add(Entry{Partition: 0, Offset: o, CmdOffset: o / 2, Task: task(id)})
+	}
+	m.Add(Entry{Partition: 0, Offset: 20_000, CmdOffset: 12_000, Task: task(a)})
+	require.Equal(t, int64(maxBatch+1), m.Lag())
+
+	first := m.take()
+	require.Len(t, first.rows.ids, maxBatch)
+	require.NotContains(t, first.rows.ids, a)
+	require.ElementsMatch(t, []mark{
+		{partition: 0, events: 5000, commands: 4999 / 2, last: 9998},
+		{partition: 1, events: 4, commands: 3, last: 3},
+	}, first.marks)
+
+	second := m.take()
+	require.Equal(t, []uuid.UUID{a}, second.rows.ids)
+	require.Equal(t, []mark{{partition: 0, events: 20_001, commands: 12_000, last: 20_000}}, second.marks)
+	require.Nil(t, m.take())
+}

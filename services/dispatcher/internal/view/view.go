@@ -1,0 +1,114 @@
+// Package view is the dispatcher's tasks table as a view of the task-events
+// log: the Materializer writes each partition's committed task states into it
+// in large batches, with how far it has read each partition, and the reads
+// here give a partition's new owner its snapshot (Offsets, LoadLive) and any
+// replica a task no owner holds any more (Load, Existing). Postgres is never
+// written per task on the hot path.
+//
+// partition_owners, a row per partition naming the replica that owns it, lives
+// here too.
+package view
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/razorbill/flo/libs/backoff"
+	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/services/dispatcher/internal/engine"
+	"github.com/razorbill/flo/services/dispatcher/internal/store"
+)
+
+// Offsets returns where a partition's owner resumes: the next events offset
+// the view has not read and the next commands offset its states had
+// consumed; 0, 0 when the view has nothing of the partition.
+func Offsets(ctx context.Context, db store.DB, partition int32) (events, commands int64, err error) {
+	err = db.QueryRow(ctx, `SELECT events_offset, commands_offset FROM view_offsets WHERE partition = $1`, partition).Scan(&events, &commands)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("read view offsets of partition %d: %w", partition, err)
+	}
+	return events, commands, nil
+}
+
+// taskColumns is what scanTask reads: an engine.Task whole.
+const taskColumns = `id, namespace, action, state, priority, payload, result, outcome, error, timed_out, error_code,
+	idempotency_key, attempt, max_attempts, timeout_ms, backoff_kind, backoff_initial_ms, backoff_max_ms, backoff_multiplier,
+	worker_id, trace_context, origin, created_at, run_at, started_at, finished_at, updated_at, lease_until, completion_secret,
+	complete_by`
+
+func scanTask(r pgx.Row) (engine.Task, error) {
+	var (
+		t                                 engine.Task
+		timeout, initial, maxDelay        int64
+		kind                              string
+		started, finished, lease, complBy *time.Time
+	)
+	err := r.Scan(&t.ID, &t.Namespace, &t.Action, &t.Status, &t.Priority, &t.Payload, &t.Result, &t.Outcome, &t.Error,
+		&t.TimedOut, &t.ErrorCode, &t.IdempotencyKey, &t.Attempt, &t.Settings.MaxAttempts, &timeout, &kind, &initial,
+		&maxDelay, &t.Settings.Backoff.Multiplier, &t.WorkerID, &t.TraceContext, &t.Origin, &t.CreatedAt, &t.RunAt,
+		&started, &finished, &t.UpdatedAt, &lease, &t.CompletionSecret, &complBy)
+	t.Settings.Timeout = time.Duration(timeout) * time.Millisecond
+	t.Settings.Backoff.Kind = backoff.Kind(kind)
+	t.Settings.Backoff.Initial = time.Duration(initial) * time.Millisecond
+	t.Settings.Backoff.Max = time.Duration(maxDelay) * time.Millisecond
+	t.StartedAt, t.FinishedAt, t.LeaseUntil, t.CompleteBy = orZero(started), orZero(finished), orZero(lease), orZero(complBy)
+	return t, err
+}
+
+// LoadLive returns the tasks of a partition that are not final (queued,
+// running, waiting), whole, for the partition's new owner.
+func LoadLive(ctx context.Context, db store.DB, partition int32) ([]engine.Task, error) {
+	rows, err := db.Query(ctx, `SELECT `+taskColumns+` FROM tasks
+WHERE partition = $1 AND state IN ('queued', 'running', 'waiting')`, partition)
+	if err != nil {
+		return nil, fmt.Errorf("load live tasks of partition %d: %w", partition, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.Task, error) { return scanTask(r) })
+	if err != nil {
+		return nil, fmt.Errorf("load live tasks of partition %d: %w", partition, err)
+	}
+	return out, nil
+}
+
+// Load reads one task of a namespace whole; pg.ErrNotFound when the view
+// has none.
+func Load(ctx context.Context, db store.DB, namespace string, id uuid.UUID) (engine.Task, error) {
+	t, err := scanTask(db.QueryRow(ctx, `SELECT `+taskColumns+` FROM tasks WHERE id = $1 AND namespace = $2`, id, namespace))
+	if err != nil {
+		return engine.Task{}, fmt.Errorf("load task %s: %w", id, pg.MapError(err))
+	}
+	return t, nil
+}
+
+// Existing reports which of ids the view has, in any namespace.
+func Existing(ctx context.Context, db store.DB, ids []uuid.UUID) (map[uuid.UUID]bool, error) {
+	rows, err := db.Query(ctx, `SELECT id FROM tasks WHERE id = ANY($1::uuid[])`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("look up tasks: %w", err)
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("look up tasks: %w", err)
+	}
+	out := make(map[uuid.UUID]bool, len(found))
+	for _, id := range found {
+		out[id] = true
+	}
+	return out, nil
+}
+
+// orZero turns a nullable timestamp into the zero time for NULL.
+func orZero(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
+}

@@ -1,0 +1,338 @@
+package view_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/razorbill/flo/libs/backoff"
+	"github.com/razorbill/flo/libs/harness"
+	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/services/dispatcher/internal/engine"
+	"github.com/razorbill/flo/services/dispatcher/internal/store"
+	"github.com/razorbill/flo/services/dispatcher/internal/view"
+	"github.com/razorbill/flo/services/dispatcher/migrations"
+)
+
+func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
+
+// openDB migrates a fresh database and returns a pool on it.
+func openDB(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pg.Open(t.Context(), harness.NewDatabase(t), "dispatcher", 4, migrations.FS, nil)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// flushed records what onFlushed was called with.
+type flushed struct {
+	mu   sync.Mutex
+	last map[int32]int64
+}
+
+func (f *flushed) record(p int32, offset int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.last[p] = offset
+}
+
+func (f *flushed) get() map[int32]int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[int32]int64, len(f.last))
+	for p, o := range f.last {
+		out[p] = o
+	}
+	return out
+}
+
+func newMaterializer(t *testing.T, pool *pgxpool.Pool, log *slog.Logger) (*view.Materializer, *flushed) {
+	t.Helper()
+	f := &flushed{last: map[int32]int64{}}
+	m, err := view.NewMaterializer(pool, log, noop.NewMeterProvider().Meter("test"), f.record)
+	require.NoError(t, err)
+	return m, f
+}
+
+// now is a time Postgres keeps exactly (microseconds, UTC).
+func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+
+// queued is a freshly created task with every creation field set.
+func queued(ns string) engine.Task {
+	at := now()
+	return engine.Task{
+		ID: uuid.New(), Namespace: ns, Action: "send", Status: store.Queued, Priority: 3,
+		Payload: []byte(`{"to":"a"}`), IdempotencyKey: "key-" + uuid.NewString(),
+		Settings: store.Settings{Timeout: 30 * time.Second, MaxAttempts: 5,
+			Backoff: backoff.Policy{Kind: backoff.Linear, Initial: time.Second, Max: time.Minute, Multiplier: 1.5}},
+		TraceContext: map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+		Origin:       "workflow", CreatedAt: at, RunAt: at.Add(time.Second), UpdatedAt: at,
+	}
+}
+
+// running is t claimed by a worker: no payload, as a STARTED record has none.
+func running(t engine.Task) engine.Task {
+	at := now()
+	t.Status, t.Attempt, t.WorkerID, t.Payload = store.Running, t.Attempt+1, "worker-1", nil
+	t.StartedAt, t.LeaseUntil, t.UpdatedAt = at, at.Add(30*time.Second), at
+	t.CompletionSecret = []byte("0123456789abcdef")
+	return t
+}
+
+// utc puts a loaded task's times in UTC so it compares with what was written.
+func utc(t engine.Task) engine.Task {
+	for _, at := range []*time.Time{&t.CreatedAt, &t.RunAt, &t.StartedAt, &t.FinishedAt, &t.UpdatedAt, &t.LeaseUntil, &t.CompleteBy} {
+		*at = at.UTC()
+	}
+	return t
+}
+
+func load(t *testing.T, pool *pgxpool.Pool, task engine.Task) engine.Task {
+	t.Helper()
+	got, err := view.Load(t.Context(), pool, task.Namespace, task.ID)
+	require.NoError(t, err)
+	return utc(got)
+}
+
+func TestRowsMoveForwardAndKeepPayloadAndResult(t *testing.T) {
+	t.Parallel()
+	pool := openDB(t)
+	m, flushes := newMaterializer(t, pool, nil)
+	ctx := t.Context()
+
+	created := queued("ns")
+	started := running(created)
+	// Created and started within one window: one row, with the payload of
+	// the first and the state of the second.
+	m.Add(view.Entry{Partition: 1, Offset: 10, CmdOffset: 4, Task: created}, view.Entry{Partition: 1, Offset: 11, CmdOffset: 5, Task: started})
+	require.NoError(t, m.Flush(ctx))
+	got := load(t, pool, created)
+	want := started
+	want.Payload = created.Payload
+	require.Equal(t, want, got)
+	require.Equal(t, map[int32]int64{1: 11}, flushes.get())
+
+	// An older state (a previous owner's late flush) never overwrites.
+	m.Add(view.Entry{Partition: 1, Offset: 10, CmdOffset: 4, Task: created})
+	require.NoError(t, m.Flush(ctx))
+	require.Equal(t, want, load(t, pool, created))
+
+	// The final state has a result and no payload: the payload stays.
+	done := started
+	done.Status, done.Result, done.Outcome, done.FinishedAt, done.LeaseUntil = store.Completed, []byte(`"ok"`), "sent", now(), time.Time{}
+	m.Add(view.Entry{Partition: 1, Offset: 12, CmdOffset: 5, Task: done})
+	require.NoError(t, m.Flush(ctx))
+	want = done
+	want.Payload = created.Payload
+	require.Equal(t, want, load(t, pool, created))
+
+	// A later state without a result keeps the stored one.
+	later := done
+	later.Result, later.UpdatedAt = nil, now()
+	m.Add(view.Entry{Partition: 1, Offset: 13, CmdOffset: 6, Task: later})
+	require.NoError(t, m.Flush(ctx))
+	want.UpdatedAt = later.UpdatedAt
+	require.Equal(t, want, load(t, pool, created))
+	require.Equal(t, map[int32]int64{1: 13}, flushes.get())
+	require.Zero(t, m.Lag())
+}
+
+func TestOffsetsOnlyMoveForward(t *testing.T) {
+	t.Parallel()
+	pool := openDB(t)
+	m, _ := newMaterializer(t, pool, nil)
+	ctx := t.Context()
+
+	events, commands, err := view.Offsets(ctx, pool, 2)
+	require.NoError(t, err)
+	require.Equal(t, [2]int64{0, 0}, [2]int64{events, commands})
+
+	m.Add(view.Entry{Partition: 2, Offset: 19, CmdOffset: 6, Task: queued("ns")}, view.Entry{Partition: 2, Offset: 20, CmdOffset: 7, Task: queued("ns")},
+		view.Entry{Partition: 3, Offset: 4, CmdOffset: 2, Task: queued("ns")})
+	require.NoError(t, m.Flush(ctx))
+	events, commands, err = view.Offsets(ctx, pool, 2)
+	require.NoError(t, err)
+	require.Equal(t, [2]int64{21, 7}, [2]int64{events, commands})
+
+	// States an earlier owner buffered land, but the offsets stay.
+	m.Add(view.Entry{Partition: 2, Offset: 5, CmdOffset: 2, Task: queued("ns")})
+	require.NoError(t, m.Flush(ctx))
+	events, commands, err = view.Offsets(ctx, pool, 2)
+	require.NoError(t, err)
+	require.Equal(t, [2]int64{21, 7}, [2]int64{events, commands})
+	events, commands, err = view.Offsets(ctx, pool, 3)
+	require.NoError(t, err)
+	require.Equal(t, [2]int64{5, 2}, [2]int64{events, commands})
+}
+
+func TestFlushOfTenThousandTasksIsOneTransaction(t *testing.T) {
+	t.Parallel()
+	pool := openDB(t)
+	m, flushes := newMaterializer(t, pool, nil)
+	const n = 10_000
+	entries := make([]view.Entry, n)
+	for i := range entries {
+		entries[i] = view.Entry{Partition: int32(i % 4), Offset: int64(i), CmdOffset: int64(i / 2), Task: queued("ns")}
+	}
+	m.Add(entries...)
+	require.Equal(t, int64(n), m.Lag())
+	start := time.Now()
+	require.NoError(t, m.Flush(t.Context()))
+	t.Logf("flush of %d tasks took %v", n, time.Since(start))
+
+	// Every row and every offset has the same writing transaction.
+	var rows, xids int
+	require.NoError(t, pool.QueryRow(t.Context(), `
+SELECT count(*), count(DISTINCT xmin::text) FROM (SELECT xmin FROM tasks UNION ALL SELECT xmin FROM view_offsets) x`).Scan(&rows, &xids))
+	require.Equal(t, n+4, rows)
+	require.Equal(t, 1, xids)
+	require.Equal(t, map[int32]int64{0: n - 4, 1: n - 3, 2: n - 2, 3: n - 1}, flushes.get())
+	require.Zero(t, m.Lag())
+}
+
+// logLines counts the warnings and infos logged.
+type logLines struct {
+	mu          sync.Mutex
+	warn, infos int
+}
+
+func (l *logLines) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logLines) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch r.Level {
+	case slog.LevelWarn:
+		l.warn++
+	case slog.LevelInfo:
+		l.infos++
+	}
+	return nil
+}
+func (l *logLines) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logLines) WithGroup(string) slog.Handler      { return l }
+func (l *logLines) counts() (int, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.warn, l.infos
+}
+
+func TestBufferedStatesLandAfterPostgresComesBack(t *testing.T) {
+	t.Parallel()
+	pool := openDB(t)
+	lines := &logLines{}
+	m, flushes := newMaterializer(t, pool, slog.New(lines))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+
+	// The database refuses connections and its sessions are ended.
+	admin, err := pgx.Connect(t.Context(), harness.Postgres(t).URL("postgres"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = admin.Close(context.Background()) })
+	db := pgx.Identifier{pool.Config().ConnConfig.Database}.Sanitize()
+	_, err = admin.Exec(t.Context(), `ALTER DATABASE `+db+` WITH ALLOW_CONNECTIONS false`)
+	require.NoError(t, err)
+	_, err = admin.Exec(t.Context(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, pool.Config().ConnConfig.Database)
+	require.NoError(t, err)
+
+	first, second := queued("ns"), queued("ns")
+	m.Add(view.Entry{Partition: 0, Offset: 1, CmdOffset: 1, Task: first})
+	require.Eventually(t, func() bool { w, _ := lines.counts(); return w == 1 }, 10*time.Second, 10*time.Millisecond)
+	m.Add(view.Entry{Partition: 0, Offset: 2, CmdOffset: 2, Task: second})
+	require.Equal(t, int64(2), m.Lag())
+
+	_, err = admin.Exec(t.Context(), `ALTER DATABASE `+db+` WITH ALLOW_CONNECTIONS true`)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return m.Lag() == 0 }, 20*time.Second, 10*time.Millisecond)
+	require.Equal(t, first, load(t, pool, first))
+	require.Equal(t, second, load(t, pool, second))
+	require.Equal(t, map[int32]int64{0: 2}, flushes.get())
+	warns, infos := lines.counts()
+	require.Equal(t, [2]int{1, 1}, [2]int{warns, infos}, "one warning for the failure streak, one line for the recovery")
+}
+
+func TestLoadLiveExistingAndLoad(t *testing.T) {
+	t.Parallel()
+	pool := openDB(t)
+	m, _ := newMaterializer(t, pool, nil)
+	ctx := t.Context()
+
+	// Tasks whose creation the view missed: states with their payloads.
+	busy := running(queued("ns"))
+	busy.Payload = []byte("busy")
+	waiting := running(queued("ns"))
+	waiting.Status, waiting.CompleteBy, waiting.Payload = store.Waiting, now().Add(time.Hour), []byte("waiting")
+	noLease := waiting
+	noLease.LeaseUntil = time.Time{}
+	plain := queued("ns")
+	plain.TraceContext, plain.Origin, plain.IdempotencyKey = nil, "", ""
+	live := []engine.Task{queued("ns"), busy, waiting, plain}
+	final := running(queued("ns"))
+	final.Status, final.Error, final.ErrorCode, final.TimedOut, final.FinishedAt = store.DeadLettered, "boom", "E42", true, now()
+	final.Payload = []byte("p")
+	var entries []view.Entry
+	for i, task := range live {
+		entries = append(entries, view.Entry{Partition: 1, Offset: int64(i), Task: task})
+	}
+	entries = append(entries, view.Entry{Partition: 1, Offset: 10, Task: final}, view.Entry{Partition: 2, Offset: 10, Task: queued("ns")})
+	m.Add(entries...)
+	require.NoError(t, m.Flush(ctx))
+
+	loaded, err := view.LoadLive(ctx, pool, 1)
+	require.NoError(t, err)
+	got := make(map[uuid.UUID]engine.Task, len(loaded))
+	for _, task := range loaded {
+		got[task.ID] = utc(task)
+	}
+	// A lease is kept for running tasks only.
+	live[2] = noLease
+	require.Len(t, got, len(live))
+	for _, task := range live {
+		require.Equal(t, task, got[task.ID])
+	}
+
+	// A final state has no lease, whatever the state said.
+	final.LeaseUntil = time.Time{}
+	require.Equal(t, final, load(t, pool, final))
+	_, err = view.Load(ctx, pool, "other", final.ID)
+	require.ErrorIs(t, err, pg.ErrNotFound)
+
+	missing := uuid.New()
+	found, err := view.Existing(ctx, pool, []uuid.UUID{final.ID, live[0].ID, missing})
+	require.NoError(t, err)
+	require.Equal(t, map[uuid.UUID]bool{final.ID: true, live[0].ID: true}, found)
+}
+
+func TestOwners(t *testing.T) {
+	t.Parallel()
+	pool := openDB(t)
+	ctx := t.Context()
+	require.NoError(t, view.SetOwners(ctx, pool, "r1", "10.0.0.1:9090", []int32{0, 1, 2}))
+	require.NoError(t, view.SetOwners(ctx, pool, "r2", "10.0.0.2:9090", []int32{2, 3}))
+	owners, err := view.Owners(ctx, pool)
+	require.NoError(t, err)
+	type owner struct {
+		partition        int32
+		replica, address string
+	}
+	var got []owner
+	for _, o := range owners {
+		require.False(t, o.UpdatedAt.IsZero())
+		got = append(got, owner{o.Partition, o.Replica, o.Address})
+	}
+	require.Equal(t, []owner{{0, "r1", "10.0.0.1:9090"}, {1, "r1", "10.0.0.1:9090"}, {2, "r2", "10.0.0.2:9090"}, {3, "r2", "10.0.0.2:9090"}}, got)
+}
