@@ -55,7 +55,7 @@ test-short: ## the quick tests only
 bench: ## actions, streams, workflows and plans on the embedded stack, a few minutes in all (docs/benchmarks.md)
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/flo-bench ./services/devstack/cmd/flo-bench
-	$(BIN)/flo-bench -mode actions -tasks 20000 -half-load 8s
+	$(BIN)/flo-bench -mode actions -sustain 10s -batch 100 -invokers 8 -rate 1000
 	$(BIN)/flo-bench -mode streams -records 100000 -batch 100
 	$(BIN)/flo-bench -mode workflows -runs 3000
 	$(BIN)/flo-bench -mode plans -runs 2000

@@ -20,8 +20,11 @@ type actionPayload struct {
 // benchActions invokes o.tasks tasks as fast as it can and, once they are
 // all completed, prints tasks/s for the full cycle and the invoke-to-start
 // latency; then it invokes at half that rate (or o.rate) for o.halfLoadFor
-// and prints the latency again.
+// and prints the latency again. With o.sustain it runs benchSustained.
 func benchActions(ctx context.Context, p *platform, o options) error {
+	if o.sustain > 0 {
+		return benchSustained(ctx, p, o)
+	}
 	client := p.client
 	var lat latencies
 	err := p.serveActions(ctx, o, map[string]actionHandler{

@@ -5,7 +5,10 @@
 //   - actions (the default): invoke through the gateway, the log and the
 //     dispatcher, execute in SDK workers over the worker stream, and
 //     complete; tasks/s and invoke-to-start latency, at full load and then
-//     at half that rate.
+//     at half that rate. With -sustain it is a steady rate instead: a
+//     backlog kept topped up for a window, then half that rate, then a fixed
+//     rate, each with Postgres's commits and CPU, this process's CPU and each
+//     dispatcher replica's per task (-dispatchers runs several in-process).
 //   - streams: the broker's raw produce and consume rate with a plain
 //     franz-go client, then stream appends and group consumption by SDK
 //     stream workers on the same broker, in records/s, and our rate as a
@@ -59,6 +62,10 @@ type options struct {
 	invokers    int
 	halfLoadFor time.Duration
 	rate        float64
+	sustain     time.Duration
+	warmup      time.Duration
+	backlog     int
+	dispatchers int
 
 	// streams
 	records    int
@@ -87,7 +94,13 @@ func main() {
 	flag.IntVar(&o.tasks, "tasks", 30000, "actions: tasks to invoke in the full-load phase")
 	flag.IntVar(&o.invokers, "invokers", 128, "actions: concurrent invoking goroutines")
 	flag.DurationVar(&o.halfLoadFor, "half-load", 10*time.Second, "actions: duration of the half-load latency phase (0 skips it)")
-	flag.Float64Var(&o.rate, "rate", 0, "actions: tasks/s of the paced latency phase (0 means half the measured full-load rate)")
+	flag.Float64Var(&o.rate, "rate", 0, "actions: tasks/s of the paced latency phase (0 means half the measured full-load rate); "+
+		"with -sustain the fixed rate of the last phase (0: 1000)")
+	flag.DurationVar(&o.sustain, "sustain", 0, "actions: measure steady rates over windows this long (0: the burst of -tasks); "+
+		"each phase runs -warmup first, not measured, and -half-load 0 skips the paced phases")
+	flag.DurationVar(&o.warmup, "warmup", 5*time.Second, "actions with -sustain: the start of each phase, not measured")
+	flag.IntVar(&o.backlog, "backlog", 10000, "actions with -sustain: tasks kept invoked and not yet started at full load")
+	flag.IntVar(&o.dispatchers, "dispatchers", 1, "actions with -sustain: dispatcher replicas in the process, each one's CPU measured")
 
 	flag.IntVar(&o.records, "records", 100000, "streams: records to produce, append and consume")
 	flag.IntVar(&o.payload, "payload", 100, "streams: bytes of each record's payload")
@@ -108,6 +121,10 @@ func main() {
 	bench, ok := modes[o.mode]
 	if !ok {
 		fmt.Fprintf(os.Stderr, "flo-bench: unknown -mode %q (actions, streams, workflows or plans)\n", o.mode)
+		os.Exit(2)
+	}
+	if o.dispatchers != 1 && (o.mode != "actions" || o.sustain <= 0) || o.dispatchers < 1 {
+		fmt.Fprintln(os.Stderr, "flo-bench: -dispatchers takes 1 or more, with -mode actions -sustain only")
 		os.Exit(2)
 	}
 	// Every service runs in this process; tune the collector as their

@@ -1,0 +1,350 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
+
+	flo "github.com/razorbill/flo-go"
+)
+
+// sustained is the state of the sustained actions mode across its phases.
+type sustained struct {
+	p  *platform
+	o  options
+	db *pgx.Conn
+	// pgPID is the private Postgres's postmaster, 0 when it is not on this
+	// machine (then its CPU is not reported).
+	pgPID int
+
+	invoked atomic.Int64 // tasks invoked, every phase
+	started atomic.Int64 // handler starts, every phase
+	stamps  stamps
+	begin   time.Time
+}
+
+// phase is one row of the sustained mode's table.
+type phase struct {
+	name    string
+	tasks   float64 // handler starts per second in the window
+	p50     time.Duration
+	p90     time.Duration
+	p99     time.Duration
+	commits float64       // Postgres commits per second
+	pgCPU   time.Duration // Postgres CPU in the window, -1 when unknown
+	cpu     time.Duration // this process's CPU in the window
+	worked  int64         // tasks started in the window
+	// replicas is the CPU of each dispatcher replica in the window, by
+	// replica number.
+	replicas map[string]time.Duration
+}
+
+// benchSustained runs the actions mode for a steady rate: first at full load,
+// invoking for o.warmup+o.sustain while keeping o.backlog tasks invoked and
+// not yet started ahead of the workers (as `river bench` keeps its queue
+// filled), then paced at half the rate measured, then at a fixed rate (o.rate,
+// 1,000 tasks/s when 0). Each phase measures its last o.sustain only and waits
+// until everything it invoked is completed before the next begins.
+func benchSustained(ctx context.Context, p *platform, o options) error {
+	s := &sustained{p: p, o: o, begin: time.Now()}
+	if err := s.startDispatchers(ctx); err != nil {
+		return err
+	}
+	err := p.serveActions(ctx, o, map[string]actionHandler{
+		"bench": func(actx *flo.ActionContext) ([]byte, error) {
+			now := time.Now()
+			var pl actionPayload
+			if err := actx.Into(&pl); err != nil {
+				return nil, flo.NewNonRetryableErrorf("bad payload: %v", err)
+			}
+			s.started.Add(1)
+			s.stamps.add(pl.InvokedAt, now.UnixNano())
+			return nil, nil
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if s.db, err = pgx.Connect(ctx, p.stack.DatabaseURL()); err != nil {
+		return fmt.Errorf("connect to postgres: %w", err)
+	}
+	defer s.db.Close(ctx)
+	if s.pgPID, err = postmaster(ctx, s.db); err != nil {
+		return err
+	}
+
+	mode := "unary Invoke"
+	if o.batch > 0 {
+		mode = fmt.Sprintf("InvokeMany of %d", o.batch)
+	}
+	fmt.Printf("sustained: %d invokers (%s), backlog %d, %d workers x %d slots, %d dispatcher replica(s), fsync=%v; "+
+		"each phase runs %v and measures its last %v\n",
+		o.invokers, mode, o.backlog, o.workers, o.concurrency, o.dispatchers, o.fsync, o.warmup+o.sustain, o.sustain)
+
+	full, err := s.phase(ctx, fmt.Sprintf("full load, backlog %d", o.backlog), o.cpuProfile, s.topUp)
+	if err != nil {
+		return err
+	}
+	rows := []phase{full}
+	if o.halfLoadFor > 0 {
+		fixed := o.rate
+		if fixed <= 0 {
+			fixed = 1000
+		}
+		for _, pc := range []struct {
+			name string
+			rate float64
+		}{{"half rate", full.tasks / 2}, {"fixed rate", fixed}} {
+			name := fmt.Sprintf("%s, %.0f tasks/s", pc.name, pc.rate)
+			row, err := s.phase(ctx, name, "", func(ctx context.Context, d time.Duration) (int, error) {
+				return paced(ctx, p.client, pc.rate, d, o.invokers, o.batch)
+			})
+			if err != nil {
+				return err
+			}
+			rows = append(rows, row)
+		}
+	}
+	s.print(rows)
+	return nil
+}
+
+// startDispatchers restarts the stack's dispatcher under the pprof label
+// dispatcher=1 and starts replicas 2..o.dispatchers under theirs, so a CPU
+// profile can tell each replica's share: every goroutine a replica starts
+// inherits its label. Work of the Go runtime's background GC and of shared
+// telemetry exporters carries no label and is counted for none.
+func (s *sustained) startDispatchers(ctx context.Context) error {
+	if err := s.p.stack.StopDispatcher(); err != nil {
+		return err
+	}
+	for i := 1; i <= s.o.dispatchers; i++ {
+		var err error
+		pprof.Do(ctx, pprof.Labels(replicaLabel, strconv.Itoa(i)), func(ctx context.Context) {
+			if i == 1 {
+				err = s.p.stack.StartDispatcher(ctx)
+			} else {
+				err = s.p.stack.StartDispatcherReplica(ctx, fmt.Sprintf("dispatcher-%d", i))
+			}
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// phase runs load for o.warmup+o.sustain, measures the last o.sustain and
+// waits until every task invoked so far is completed. A non-empty
+// profilePath gets the window's CPU profile.
+func (s *sustained) phase(ctx context.Context, name, profilePath string, load func(context.Context, time.Duration) (int, error)) (phase, error) {
+	s.stamps.reset()
+	var g errgroup.Group
+	g.Go(func() error {
+		n, err := load(ctx, s.o.warmup+s.o.sustain)
+		s.invoked.Add(int64(n))
+		return err
+	})
+	row, prof, err := s.measure(ctx, name)
+	if err != nil {
+		return phase{}, err
+	}
+	if profilePath != "" {
+		if err := os.WriteFile(profilePath, prof, 0o644); err != nil {
+			return phase{}, fmt.Errorf("cpu profile: %w", err)
+		}
+	}
+	if err := g.Wait(); err != nil {
+		return phase{}, err
+	}
+	if err := waitCompleted(ctx, s.db, int(s.invoked.Load()), s.begin); err != nil {
+		return phase{}, err
+	}
+	fmt.Printf("  %s: %.0f tasks/s; all %d invoked so far completed %v after the start\n",
+		name, row.tasks, s.invoked.Load(), time.Since(s.begin).Round(time.Second))
+	return row, nil
+}
+
+// measure waits out the warm-up and reads the counters and a CPU profile
+// around the window.
+func (s *sustained) measure(ctx context.Context, name string) (phase, []byte, error) {
+	if err := sleep(ctx, s.o.warmup); err != nil {
+		return phase{}, nil, err
+	}
+	before, err := s.read(ctx)
+	if err != nil {
+		return phase{}, nil, err
+	}
+	stop, err := recordProfile()
+	if err != nil {
+		return phase{}, nil, err
+	}
+	err = sleep(ctx, s.o.sustain)
+	prof := stop()
+	if err != nil {
+		return phase{}, nil, err
+	}
+	after, err := s.read(ctx)
+	if err != nil {
+		return phase{}, nil, err
+	}
+	window := after.at.Sub(before.at)
+	row := phase{
+		name:    name,
+		worked:  after.started - before.started,
+		commits: perSecond(int(after.commits-before.commits), window),
+		pgCPU:   -1,
+		cpu:     after.cpu - before.cpu,
+	}
+	row.tasks = perSecond(int(row.worked), window)
+	if s.pgPID != 0 {
+		row.pgCPU = after.pgCPU - before.pgCPU
+	}
+	row.p50, row.p90, row.p99 = s.stamps.percentiles(before.at, after.at)
+	if row.replicas, err = cpuByLabel(prof, replicaLabel); err != nil {
+		return phase{}, nil, err
+	}
+	return row, prof, nil
+}
+
+// reading is the counters at one moment.
+type reading struct {
+	at      time.Time
+	started int64
+	commits int64
+	pgCPU   time.Duration
+	cpu     time.Duration
+}
+
+func (s *sustained) read(ctx context.Context) (reading, error) {
+	r := reading{at: time.Now(), started: s.started.Load()}
+	var err error
+	if r.cpu, err = processCPU(); err != nil {
+		return reading{}, err
+	}
+	if s.pgPID != 0 {
+		if r.pgCPU, err = postgresCPU(s.pgPID); err != nil {
+			return reading{}, err
+		}
+	}
+	if r.commits, err = commits(ctx, s.db); err != nil {
+		return reading{}, err
+	}
+	return r, nil
+}
+
+// topUp invokes for d, each of o.invokers goroutines invoking again while
+// fewer than o.backlog tasks are invoked and not yet started; it returns how
+// many it invoked. The check is the bench's own counters, a polling loop in
+// a load generator, not part of the platform.
+func (s *sustained) topUp(ctx context.Context, d time.Duration) (int, error) {
+	per := int64(max(s.o.batch, 1))
+	var n atomic.Int64
+	// Earlier phases' tasks are all completed, but a redelivered task may
+	// have started twice: count from here.
+	ahead := s.invoked.Load() - s.started.Load()
+	deadline := time.Now().Add(d)
+	var g errgroup.Group
+	for range s.o.invokers {
+		g.Go(func() error {
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				if ahead+n.Add(per)-s.started.Load() > int64(s.o.backlog) {
+					n.Add(-per)
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				if err := invoke(ctx, s.p.client, s.o.batch, int(per)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	err := g.Wait()
+	return int(n.Load()), err
+}
+
+// print writes the phases as a Markdown table.
+func (s *sustained) print(rows []phase) {
+	fmt.Println()
+	fmt.Println("| phase | tasks/s | invoke-to-start p50 / p90 / p99 ms | Postgres commits/s | Postgres CPU ms per 1k tasks | process CPU ms per 1k tasks | dispatcher CPU ms per 1k tasks |")
+	fmt.Println("|---|---|---|---|---|---|---|")
+	perK := func(d time.Duration, worked int64) string {
+		if d < 0 || worked == 0 {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.1f", float64(d.Microseconds())/1000/(float64(worked)/1000))
+	}
+	for _, r := range rows {
+		var replicas []string
+		for i := 1; i <= s.o.dispatchers; i++ {
+			id := strconv.Itoa(i)
+			replicas = append(replicas, id+": "+perK(r.replicas[id], r.worked))
+		}
+		fmt.Printf("| %s | %.0f | %s / %s / %s | %.0f | %s | %s | %s |\n", r.name, r.tasks, ms(r.p50), ms(r.p90), ms(r.p99),
+			r.commits, perK(r.pgCPU, r.worked), perK(r.cpu, r.worked), strings.Join(replicas, ", "))
+	}
+}
+
+// ms formats d in milliseconds.
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000) }
+
+// stamps collects, for each handler start, when the task was invoked and
+// when its handler started, in Unix nanoseconds.
+type stamps struct {
+	mu      sync.Mutex
+	invoked []int64
+	start   []int64
+}
+
+func (s *stamps) add(invoked, start int64) {
+	s.mu.Lock()
+	s.invoked = append(s.invoked, invoked)
+	s.start = append(s.start, start)
+	s.mu.Unlock()
+}
+
+func (s *stamps) reset() {
+	s.mu.Lock()
+	s.invoked, s.start = s.invoked[:0], s.start[:0]
+	s.mu.Unlock()
+}
+
+// percentiles of invoke-to-start latency of the tasks invoked in [from, to).
+func (s *stamps) percentiles(from, to time.Time) (p50, p90, p99 time.Duration) {
+	lo, hi := from.UnixNano(), to.UnixNano()
+	s.mu.Lock()
+	var lat []int64
+	for i, at := range s.invoked {
+		if at >= lo && at < hi {
+			lat = append(lat, s.start[i]-at)
+		}
+	}
+	s.mu.Unlock()
+	if len(lat) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(lat)
+	at := func(q float64) time.Duration { return time.Duration(lat[int(q*float64(len(lat)-1))]) }
+	return at(0.50), at(0.90), at(0.99)
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
