@@ -53,6 +53,7 @@ import (
 	"github.com/razorbill/flo/services/gateway/internal/invoke"
 	"github.com/razorbill/flo/services/gateway/internal/namespace"
 	"github.com/razorbill/flo/services/gateway/internal/recovery"
+	"github.com/razorbill/flo/services/gateway/internal/replicas"
 	"github.com/razorbill/flo/services/gateway/internal/taskwait"
 	"github.com/razorbill/flo/services/gateway/internal/workerstream"
 )
@@ -174,6 +175,7 @@ type Service struct {
 
 	conn         *grpc.ClientConn
 	dispatcher   dispatcherv1.DispatcherClient
+	replicas     *replicas.Set
 	registryConn *grpc.ClientConn
 	streamsConn  *grpc.ClientConn
 	workflowConn *grpc.ClientConn
@@ -320,15 +322,16 @@ func (s *Service) dialInternal() (internal, error) {
 	}
 	// A claim can return up to 256 maximal payloads at once.
 	claimRecv := 256*(cfg.MaxPayloadBytes+4<<10) + 1<<20
-	s.conn, err = grpc.NewClient(cfg.DispatcherAddr, append(slices.Clip(creds),
+	dispatcherDial := append(slices.Clip(creds),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 5 * time.Minute, Timeout: 20 * time.Second}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(claimRecv)),
-	)...)
-	if err != nil {
+	)
+	if s.conn, err = grpc.NewClient(cfg.DispatcherAddr, dispatcherDial...); err != nil {
 		return behind, fmt.Errorf("dial dispatcher %s: %w", cfg.DispatcherAddr, err)
 	}
 	s.dispatcher = dispatcherv1.NewDispatcherClient(s.conn)
+	s.replicas = replicas.New(s.dispatcher, replicas.Options{Dial: replicas.DialOptions(dispatcherDial, cfg.DispatcherAddr), Log: s.log})
 
 	offPath := append(slices.Clip(creds), offPathDialOptions()...)
 	if cfg.RegistryAddr != "" {
@@ -387,6 +390,7 @@ func (s *Service) newAPI(behind internal) httpapi.Services {
 		CheckNamespace: func(ctx context.Context, name string) error {
 			return api.CheckNamespace(ctx, log, namespaces, name)
 		},
+		Claimer:        s.replicas,
 		Registry:       behind.registry,
 		Streams:        behind.workerStreams,
 		MaxReadRecords: api.MaxReadRecords(cfg.MaxPayloadBytes),
@@ -557,6 +561,9 @@ func (s *Service) Run(ctx context.Context) error {
 		stage.New("tails").
 			Go("task-events tail", tailRun(s.tail)).
 			Go("worker-events tail", tailRun(s.workerTail)),
+		// Worker sessions claim through the replicas until the gRPC
+		// server has stopped; then their connections close.
+		stage.New("dispatcher replicas").Go("replica list", s.replicas.Run),
 		// Group reads of sessions that ended may still wait; they stop
 		// before the streams connection closes, so their nacks get through.
 		stage.New("stream reads").OnStop(func(context.Context) { s.streams.Close() }),

@@ -209,18 +209,14 @@ func (s *session) idle(p *pool, hasCredit bool, untilExpiry time.Duration) bool 
 func (s *session) claim(p *pool, count int, wait time.Duration) ([]*flov1.TaskAssignment, error) {
 	ctx, cancel := context.WithTimeout(s.claimCtx, wait+claimSlack)
 	defer cancel()
-	resp, err := s.srv.dispatcher.Claim(ctx, &dispatcherv1.ClaimRequest{
+	return s.srv.opts.Claimer.Claim(ctx, &dispatcherv1.ClaimRequest{
 		Namespace: s.namespace,
 		WorkerId:  s.workerID,
 		Actions:   p.actions,
 		Count:     int32(count),
 		WaitMs:    max(wait.Milliseconds(), 1),
 		LeaseMs:   p.leaseMS,
-	})
-	if err != nil {
-		return nil, err
-	}
-	return resp.GetTasks(), nil
+	}, s.abandon)
 }
 
 // sendTasks queues claimed tasks as TaskBatches no larger than about one

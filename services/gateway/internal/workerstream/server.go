@@ -107,9 +107,15 @@ var errNoStreams = status.Error(codes.Unavailable, "streams service not configur
 // Dispatcher is the part of the dispatcher's API a worker session uses.
 type Dispatcher interface {
 	EnsureActions(ctx context.Context, in *dispatcherv1.EnsureActionsRequest, opts ...grpc.CallOption) (*dispatcherv1.EnsureActionsResponse, error)
-	Claim(ctx context.Context, in *dispatcherv1.ClaimRequest, opts ...grpc.CallOption) (*dispatcherv1.ClaimResponse, error)
 	Report(ctx context.Context, in *dispatcherv1.ReportRequest, opts ...grpc.CallOption) (*dispatcherv1.ReportResponse, error)
 	Touch(ctx context.Context, in *dispatcherv1.TouchRequest, opts ...grpc.CallOption) (*flov1.TouchAck, error)
+}
+
+// Claimer leases tasks to a session: up to req.Count, from whichever
+// dispatcher replicas hold them. Tasks it cannot return (beyond the count) it
+// hands to abandon before it returns.
+type Claimer interface {
+	Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, abandon func([]*flov1.TaskAssignment)) ([]*flov1.TaskAssignment, error)
 }
 
 // Streams is the part of the streams service's API a worker session uses.
@@ -135,6 +141,8 @@ type Options struct {
 	// CheckNamespace returns a gRPC status error when the namespace is empty
 	// or unknown.
 	CheckNamespace func(ctx context.Context, name string) error
+	// Claimer sends the sessions' claims (services/gateway/internal/replicas).
+	Claimer Claimer
 	// Registry, when set, is asked whether a worker opening a stream is
 	// draining already.
 	Registry Registry
@@ -176,7 +184,8 @@ type Server struct {
 	left       *leftovers
 }
 
-// NewServer returns a Server that claims and reports through d.
+// NewServer returns a Server that claims through opts.Claimer and reports
+// through d.
 func NewServer(d Dispatcher, opts Options) *Server {
 	if opts.MaxReadRecords <= 0 || opts.MaxReadRecords > maxReadCount {
 		opts.MaxReadRecords = maxReadCount

@@ -1,0 +1,300 @@
+// Package replicas sends a worker's claims to every dispatcher replica. Each
+// replica owns some task partitions and holds their tasks in memory, and a
+// task of any action may sit in any partition, so a claim has to reach them
+// all. A Set keeps the list of replicas fresh (ListReplicas through the
+// gateway's one dispatcher connection, which any replica answers) and one
+// connection per replica. Reports, touches and reads do not come here: the
+// replica that receives one forwards it to the partition's owner.
+package replicas
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
+	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
+)
+
+const (
+	// defaultRefresh is how often the replica list is read when nothing
+	// asks sooner: replicas come and go with rebalances, which take seconds.
+	defaultRefresh = 2 * time.Second
+	// listTimeout bounds one ListReplicas call.
+	listTimeout = 2 * time.Second
+)
+
+// Dispatcher is what a Set needs of the gateway's dispatcher client: the
+// list of replicas, and the claim it sends when there is at most one.
+type Dispatcher interface {
+	ListReplicas(ctx context.Context, in *dispatcherv1.ListReplicasRequest, opts ...grpc.CallOption) (*dispatcherv1.ListReplicasResponse, error)
+	Claim(ctx context.Context, in *dispatcherv1.ClaimRequest, opts ...grpc.CallOption) (*dispatcherv1.ClaimResponse, error)
+}
+
+// Options configure a Set.
+type Options struct {
+	// Dial are the options each replica's connection is dialed with: the
+	// internal credentials and whatever else the default connection has
+	// (see DialOptions for the authority).
+	Dial []grpc.DialOption
+	// Refresh is how often the list is read; zero means every 2 s.
+	Refresh time.Duration
+	// Log receives changes of the list and failures to read it.
+	Log *slog.Logger
+}
+
+// Set is the dispatcher replicas a gateway claims from. Its zero value is
+// not usable; call New.
+type Set struct {
+	def     Dispatcher
+	dial    []grpc.DialOption
+	refresh time.Duration
+	log     *slog.Logger
+	// stale asks Run to read the list now; a claim that failed in a way a
+	// changed list explains sends on it.
+	stale chan struct{}
+
+	mu       sync.Mutex
+	replicas map[string]*replica // by address; only Run replaces it
+}
+
+type replica struct {
+	addr   string
+	conn   *grpc.ClientConn
+	client dispatcherv1.DispatcherClient
+}
+
+// New returns a Set that lists replicas through def. Until Run has read a
+// list of two or more, claims go through def.
+func New(def Dispatcher, opts Options) *Set {
+	if opts.Refresh <= 0 {
+		opts.Refresh = defaultRefresh
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Set{def: def, dial: opts.Dial, refresh: opts.Refresh, log: opts.Log, stale: make(chan struct{}, 1)}
+}
+
+// DialOptions returns base with the authority of the configured dispatcher
+// address, target (host:port, optionally with a gRPC scheme). Replicas are
+// dialed at the addresses they advertise, pod IPs in a cluster, while their
+// certificates name the Service the gateway is configured with; with TLS the
+// authority is the name the handshake verifies.
+func DialOptions(base []grpc.DialOption, target string) []grpc.DialOption {
+	return append(slices.Clip(base), grpc.WithAuthority(authority(target)))
+}
+
+// authority is the host:port part of a gRPC target, as gRPC derives the
+// default authority: "dns:///flo-dispatcher:9101" -> "flo-dispatcher:9101".
+func authority(target string) string {
+	// A bare host:port parses as scheme and opaque part, with no path.
+	u, err := url.Parse(target)
+	if err != nil || u.Path == "" {
+		return target
+	}
+	return strings.TrimPrefix(u.Path, "/")
+}
+
+// Run reads the replica list every Refresh interval, and at once when a
+// claim asks, until ctx ends; then it closes the replicas' connections and
+// later claims go through the default client.
+func (s *Set) Run(ctx context.Context) error {
+	defer s.update(ctx, nil)
+	t := time.NewTicker(s.refresh)
+	defer t.Stop()
+	failing := false
+	for {
+		addrs, err := s.list(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			// The list stays as it was: the replicas known may well be up
+			// while the one that answered the list is not.
+			if !failing {
+				s.log.WarnContext(ctx, "list dispatcher replicas failed; keeping the list", slog.Any("error", err))
+			}
+			failing = true
+		default:
+			if failing {
+				s.log.InfoContext(ctx, "dispatcher replicas listed again")
+			}
+			failing = false
+			s.update(ctx, addrs)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-s.stale:
+		}
+	}
+}
+
+// list asks the default client for the replicas' addresses, sorted and
+// without duplicates.
+func (s *Set) list(ctx context.Context) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, listTimeout)
+	defer cancel()
+	resp, err := s.def.ListReplicas(ctx, &dispatcherv1.ListReplicasRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("list dispatcher replicas: %w", err)
+	}
+	addrs := make([]string, 0, len(resp.GetReplicas()))
+	for _, r := range resp.GetReplicas() {
+		if r.GetAddress() != "" {
+			addrs = append(addrs, r.GetAddress())
+		}
+	}
+	slices.Sort(addrs)
+	return slices.Compact(addrs), nil
+}
+
+// update makes the connections match addrs: new replicas are dialed (lazily,
+// so a dial costs nothing until the first claim), those that left are closed.
+// A claim still running on a closed connection fails and skips that replica.
+func (s *Set) update(ctx context.Context, addrs []string) {
+	s.mu.Lock()
+	old := s.replicas
+	s.mu.Unlock()
+	next := make(map[string]*replica, len(addrs))
+	var added []string
+	for _, a := range addrs {
+		if r, ok := old[a]; ok {
+			next[a] = r
+			continue
+		}
+		conn, err := grpc.NewClient(a, s.dial...)
+		if err != nil {
+			s.log.WarnContext(ctx, "dial dispatcher replica failed; claims skip it", slog.String("addr", a), slog.Any("error", err))
+			continue
+		}
+		next[a] = &replica{addr: a, conn: conn, client: dispatcherv1.NewDispatcherClient(conn)}
+		added = append(added, a)
+	}
+	s.mu.Lock()
+	s.replicas = next
+	s.mu.Unlock()
+	var removed []string
+	for a, r := range old {
+		if _, ok := next[a]; !ok {
+			removed = append(removed, a)
+			_ = r.conn.Close()
+		}
+	}
+	if len(added) > 0 || len(removed) > 0 {
+		slices.Sort(removed)
+		s.log.InfoContext(ctx, "dispatcher replicas changed", slog.Any("replicas", addrs),
+			slog.Any("added", added), slog.Any("removed", removed))
+	}
+}
+
+// snapshot returns the replicas known now.
+func (s *Set) snapshot() []*replica {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*replica, 0, len(s.replicas))
+	for _, r := range s.replicas {
+		out = append(out, r)
+	}
+	return out
+}
+
+// Claim leases up to req.Count tasks. With two or more replicas known it
+// sends req to each at once; the first answer with tasks wins and the other
+// calls are cancelled. Tasks that arrive anyway are kept up to req.Count and
+// handed to abandon beyond it (before Claim returns), so none stays leased to
+// a worker that never sees it. A replica that fails is skipped unless all
+// do. With at most one replica known the default client is asked, as with a
+// single dispatcher.
+//
+// A failure that a changed replica list explains (Unavailable, or
+// FailedPrecondition: the replica no longer owns the partitions it had) has
+// the list read at once; FailedPrecondition is answered as Unavailable, so
+// the worker's session retries instead of ending.
+func (s *Set) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, abandon func([]*flov1.TaskAssignment)) ([]*flov1.TaskAssignment, error) {
+	replicas := s.snapshot()
+	if len(replicas) <= 1 {
+		resp, err := s.def.Claim(ctx, req)
+		if err != nil {
+			return nil, s.failed(err)
+		}
+		return keep(resp.GetTasks(), int(req.GetCount()), nil, abandon), nil
+	}
+	type answer struct {
+		addr  string
+		tasks []*flov1.TaskAssignment
+		err   error
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	answers := make(chan answer, len(replicas))
+	for _, r := range replicas {
+		go func() {
+			resp, err := r.client.Claim(cctx, req)
+			answers <- answer{addr: r.addr, tasks: resp.GetTasks(), err: err}
+		}()
+	}
+	// Every call is waited for: once cancelled they return at once, and an
+	// answer already on its way still brings tasks that must not be lost.
+	var tasks []*flov1.TaskAssignment
+	var errs []error
+	for range replicas {
+		a := <-answers
+		if a.err != nil {
+			// A call this claim cancelled after winning did not fail.
+			if status.Code(a.err) != codes.Canceled || ctx.Err() != nil {
+				errs = append(errs, fmt.Errorf("claim from dispatcher replica %s: %w", a.addr, a.err))
+				s.log.DebugContext(ctx, "claim from a dispatcher replica failed; skipping it", slog.String("addr", a.addr), slog.Any("error", a.err))
+			}
+			continue
+		}
+		tasks = keep(a.tasks, int(req.GetCount()), tasks, abandon)
+		if len(tasks) > 0 {
+			cancel()
+		}
+	}
+	if len(errs) == len(replicas) {
+		return nil, s.failed(errs[0])
+	}
+	for _, err := range errs {
+		s.failed(err)
+	}
+	return tasks, nil
+}
+
+// keep appends got to tasks up to count and abandons the rest.
+func keep(got []*flov1.TaskAssignment, count int, tasks []*flov1.TaskAssignment, abandon func([]*flov1.TaskAssignment)) []*flov1.TaskAssignment {
+	n := min(len(got), max(count-len(tasks), 0))
+	if n < len(got) {
+		abandon(got[n:])
+	}
+	return append(tasks, got[:n]...)
+}
+
+// failed asks for a fresh list when err is what a changed list explains, and
+// returns err as the claim's caller should see it.
+func (s *Set) failed(err error) error {
+	switch status.Code(err) {
+	case codes.Unavailable:
+	case codes.FailedPrecondition:
+		err = status.Error(codes.Unavailable, err.Error())
+	default:
+		return err
+	}
+	select {
+	case s.stale <- struct{}{}:
+	default:
+	}
+	return err
+}

@@ -1,0 +1,426 @@
+package replicas
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
+
+	"github.com/razorbill/flo/libs/config"
+	"github.com/razorbill/flo/libs/harness"
+	"github.com/razorbill/flo/libs/internalauth"
+	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
+	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
+)
+
+// replicaServer is a dispatcher replica on a real gRPC server: it lists the
+// replicas it is told to, answers claims as its claim func says, and counts
+// claims, claims cancelled by the caller, list calls and open connections.
+type replicaServer struct {
+	dispatcherv1.UnimplementedDispatcherServer
+	addr string
+
+	// claim answers a claim; nil means "wait until the caller gives up".
+	claim func(*dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error)
+	// received gets a value for each claim that arrives.
+	received chan struct{}
+
+	mu     sync.Mutex
+	listed []string
+	reqs   []*dispatcherv1.ClaimRequest
+
+	lists     atomic.Int32
+	cancelled atomic.Int32
+	conns     atomic.Int32
+}
+
+func startReplica(t *testing.T, claim func(*dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error)) *replicaServer {
+	t.Helper()
+	return serveReplica(t, "127.0.0.1", claim)
+}
+
+func serveReplica(t *testing.T, host string, claim func(*dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error), opts ...grpc.ServerOption) *replicaServer {
+	t.Helper()
+	lis, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	require.NoError(t, err)
+	r := &replicaServer{addr: lis.Addr().String(), claim: claim, received: make(chan struct{}, 100)}
+	srv := grpc.NewServer(append(opts, grpc.StatsHandler(connCounter{&r.conns}))...)
+	dispatcherv1.RegisterDispatcherServer(srv, r)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return r
+}
+
+func (r *replicaServer) list(addrs ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.listed = addrs
+}
+
+func (r *replicaServer) claims() []*dispatcherv1.ClaimRequest {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.reqs)
+}
+
+func (r *replicaServer) ListReplicas(context.Context, *dispatcherv1.ListReplicasRequest) (*dispatcherv1.ListReplicasResponse, error) {
+	r.lists.Add(1)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	resp := &dispatcherv1.ListReplicasResponse{}
+	for i, a := range r.listed {
+		resp.Replicas = append(resp.Replicas, &dispatcherv1.Replica{Address: a, Partitions: []int32{int32(i)}})
+	}
+	return resp, nil
+}
+
+func (r *replicaServer) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
+	r.mu.Lock()
+	r.reqs = append(r.reqs, req)
+	r.mu.Unlock()
+	r.received <- struct{}{}
+	if r.claim != nil {
+		return r.claim(req)
+	}
+	<-ctx.Done()
+	r.cancelled.Add(1)
+	return nil, ctx.Err()
+}
+
+// connCounter counts a server's open client connections.
+type connCounter struct{ open *atomic.Int32 }
+
+func (c connCounter) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
+func (c connCounter) HandleRPC(context.Context, stats.RPCStats)                         {}
+func (c connCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (c connCounter) HandleConn(_ context.Context, s stats.ConnStats) {
+	switch s.(type) {
+	case *stats.ConnBegin:
+		c.open.Add(1)
+	case *stats.ConnEnd:
+		c.open.Add(-1)
+	}
+}
+
+// tasks answers every claim with n tasks named after prefix.
+func tasks(prefix string, n int) func(*dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
+	return func(*dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
+		resp := &dispatcherv1.ClaimResponse{}
+		for i := range n {
+			resp.Tasks = append(resp.Tasks, &flov1.TaskAssignment{TaskId: fmt.Sprintf("%s-%d", prefix, i), Attempt: 1})
+		}
+		return resp, nil
+	}
+}
+
+func fails(code codes.Code) func(*dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
+	return func(*dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
+		return nil, status.Error(code, "replica refuses")
+	}
+}
+
+var plain = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+
+func dial(t *testing.T, addr string, opts ...grpc.DialOption) dispatcherv1.DispatcherClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return dispatcherv1.NewDispatcherClient(conn)
+}
+
+// run runs set until the test ends and waits until it knows want replicas.
+func run(t *testing.T, set *Set, want int) context.CancelFunc {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = set.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	require.Eventually(t, func() bool { return len(set.snapshot()) == want }, 5*time.Second, 5*time.Millisecond)
+	return cancel
+}
+
+// over returns a running Set whose default connection, to front, lists the
+// replicas; its replica connections are dialed with opts.
+func over(t *testing.T, front *replicaServer, opts []grpc.DialOption, replicas ...*replicaServer) *Set {
+	t.Helper()
+	addrs := make([]string, len(replicas))
+	for i, r := range replicas {
+		addrs[i] = r.addr
+	}
+	front.list(addrs...)
+	set := New(dial(t, front.addr, plain...), Options{Dial: opts, Refresh: time.Hour})
+	run(t, set, len(replicas))
+	return set
+}
+
+// abandons collects what a claim abandons.
+type abandons struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (a *abandons) add(tasks []*flov1.TaskAssignment) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, t := range tasks {
+		a.ids = append(a.ids, t.GetTaskId())
+	}
+}
+
+func (a *abandons) list() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.ids)
+}
+
+func ids(tasks []*flov1.TaskAssignment) []string {
+	out := make([]string, len(tasks))
+	for i, t := range tasks {
+		out[i] = t.GetTaskId()
+	}
+	return out
+}
+
+func claimReq(count int32) *dispatcherv1.ClaimRequest {
+	return &dispatcherv1.ClaimRequest{Namespace: "ns", WorkerId: "w", Actions: []string{"a"}, Count: count, WaitMs: 30_000}
+}
+
+func TestClaimWithOneReplicaGoesToTheDefaultConnection(t *testing.T) {
+	t.Parallel()
+	front := startReplica(t, tasks("front", 1))
+	front.list(front.addr)
+	set := New(dial(t, front.addr, plain...), Options{Dial: plain, Refresh: time.Hour})
+
+	var ab abandons
+	got, err := set.Claim(t.Context(), claimReq(5), ab.add)
+	require.NoError(t, err)
+	require.Equal(t, []string{"front-0"}, ids(got), "before any list, the default connection claims")
+
+	run(t, set, 1)
+	got, err = set.Claim(t.Context(), claimReq(5), ab.add)
+	require.NoError(t, err)
+	require.Equal(t, []string{"front-0"}, ids(got))
+	require.Len(t, front.claims(), 2)
+	require.Equal(t, int32(1), front.conns.Load(), "a single replica costs no connection of its own")
+	require.Empty(t, ab.list())
+}
+
+func TestClaimFirstAnswerWinsAndTheOthersAreCancelled(t *testing.T) {
+	t.Parallel()
+	waiting := startReplica(t, nil)
+	// The answer waits until the other replica has the claim, so there is
+	// a call to cancel.
+	ready := startReplica(t, func(req *dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
+		<-waiting.received
+		return tasks("a", 2)(req)
+	})
+	front := startReplica(t, tasks("front", 1))
+	set := over(t, front, plain, ready, waiting)
+
+	var ab abandons
+	got, err := set.Claim(t.Context(), claimReq(5), ab.add)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a-0", "a-1"}, ids(got))
+	require.Empty(t, ab.list())
+	require.Empty(t, front.claims(), "with two replicas the default connection claims nothing")
+	require.Eventually(t, func() bool { return waiting.cancelled.Load() == 1 }, 5*time.Second, 5*time.Millisecond,
+		"the replica with nothing ready sees its claim cancelled")
+	for _, r := range []*replicaServer{ready, waiting} {
+		reqs := r.claims()
+		require.Len(t, reqs, 1)
+		require.Equal(t, int32(5), reqs[0].GetCount(), "every replica is asked for the same count")
+		require.Equal(t, int64(30_000), reqs[0].GetWaitMs(), "and the same wait")
+	}
+}
+
+func TestClaimKeepsTheCountAndAbandonsWhatArrivesBeyondIt(t *testing.T) {
+	t.Parallel()
+	a := startReplica(t, tasks("a", 2))
+	b := startReplica(t, tasks("b", 2))
+	front := startReplica(t, nil)
+	// Both answers are held until both have arrived, so the second is on
+	// its way when the first wins, as when two replicas answer at once.
+	var arrived sync.WaitGroup
+	arrived.Add(2)
+	both := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		arrived.Done()
+		arrived.Wait()
+		return err
+	}
+	set := over(t, front, append(slices.Clip(plain), grpc.WithUnaryInterceptor(both)), a, b)
+
+	var ab abandons
+	got, err := set.Claim(t.Context(), claimReq(3), ab.add)
+	require.NoError(t, err)
+	require.Len(t, got, 3, "tasks that arrive together are kept up to the count")
+	require.Len(t, ab.list(), 1, "and the rest abandoned at once")
+	all := append(ids(got), ab.list()...)
+	require.ElementsMatch(t, []string{"a-0", "a-1", "b-0", "b-1"}, all, "no task is lost or doubled")
+}
+
+func TestClaimSkipsAFailingReplicaAndReadsTheListAgain(t *testing.T) {
+	t.Parallel()
+	down := startReplica(t, fails(codes.Unavailable))
+	// Nothing at first, so no answer wins and cancels the failing call;
+	// then one task. Each answer waits until the failing replica has the
+	// claim.
+	var upClaims atomic.Int32
+	up := startReplica(t, func(req *dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
+		<-down.received
+		return tasks("up", int(min(upClaims.Add(1)-1, 1)))(req)
+	})
+	front := startReplica(t, nil)
+	set := over(t, front, plain, down, up)
+	lists := front.lists.Load()
+
+	var ab abandons
+	got, err := set.Claim(t.Context(), claimReq(5), ab.add)
+	require.NoError(t, err, "one replica answering is enough")
+	require.Empty(t, got)
+	require.Eventually(t, func() bool { return front.lists.Load() > lists }, 5*time.Second, 5*time.Millisecond,
+		"an unavailable replica has the list read at once, not at the next interval")
+
+	got, err = set.Claim(t.Context(), claimReq(5), ab.add)
+	require.NoError(t, err)
+	require.Equal(t, []string{"up-0"}, ids(got))
+	require.Len(t, down.claims(), 2, "a failing replica still listed is asked again")
+}
+
+func TestClaimFailsOnlyWhenEveryReplicaFails(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		a, b codes.Code
+		want codes.Code
+	}{
+		{name: "unavailable", a: codes.Unavailable, b: codes.Unavailable, want: codes.Unavailable},
+		// Not the owner any more: the session retries rather than ends.
+		{name: "not the owner", a: codes.FailedPrecondition, b: codes.FailedPrecondition, want: codes.Unavailable},
+		{name: "bad request", a: codes.InvalidArgument, b: codes.InvalidArgument, want: codes.InvalidArgument},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			a, b := startReplica(t, fails(tt.a)), startReplica(t, fails(tt.b))
+			set := over(t, startReplica(t, nil), plain, a, b)
+			var ab abandons
+			_, err := set.Claim(t.Context(), claimReq(5), ab.add)
+			require.Equal(t, tt.want, status.Code(err), "%v", err)
+		})
+	}
+}
+
+func TestClaimWithNothingReadyAnswersEmptyAfterEveryReplica(t *testing.T) {
+	t.Parallel()
+	a, b := startReplica(t, tasks("a", 0)), startReplica(t, tasks("b", 0))
+	set := over(t, startReplica(t, nil), plain, a, b)
+	var ab abandons
+	got, err := set.Claim(t.Context(), claimReq(5), ab.add)
+	require.NoError(t, err)
+	require.Empty(t, got)
+	require.Len(t, a.claims(), 1)
+	require.Len(t, b.claims(), 1)
+}
+
+func TestReplicasThatLeaveAreClosed(t *testing.T) {
+	t.Parallel()
+	a, b, c := startReplica(t, tasks("a", 0)), startReplica(t, tasks("b", 0)), startReplica(t, tasks("c", 0))
+	front := startReplica(t, tasks("front", 0))
+	front.list(a.addr, b.addr)
+	set := New(dial(t, front.addr, plain...), Options{Dial: plain, Refresh: 10 * time.Millisecond})
+	stop := run(t, set, 2)
+	var ab abandons
+	_, err := set.Claim(t.Context(), claimReq(1), ab.add)
+	require.NoError(t, err)
+	require.Equal(t, int32(1), a.conns.Load())
+	require.Equal(t, int32(1), b.conns.Load())
+
+	front.list(b.addr, c.addr)
+	require.Eventually(t, func() bool { return a.conns.Load() == 0 }, 5*time.Second, 5*time.Millisecond,
+		"the connection of a replica that left is closed")
+	_, err = set.Claim(t.Context(), claimReq(1), ab.add)
+	require.NoError(t, err)
+	require.Len(t, a.claims(), 1)
+	require.Len(t, b.claims(), 2, "a replica that stays keeps its connection")
+	require.Len(t, c.claims(), 1, "a replica that joined is claimed from")
+	require.Equal(t, int32(1), b.conns.Load())
+
+	stop()
+	require.Eventually(t, func() bool { return b.conns.Load() == 0 && c.conns.Load() == 0 }, 5*time.Second, 5*time.Millisecond,
+		"Run closes every replica connection when it ends")
+	_, err = set.Claim(t.Context(), claimReq(1), ab.add)
+	require.NoError(t, err)
+	require.Len(t, front.claims(), 1, "after Run the default connection claims")
+}
+
+// TestReplicasAreDialedWithTheDispatchersNameAndToken dials replicas at
+// addresses their certificate does not name (127.0.0.2), as pod IPs are not
+// in a dispatcher's certificate: the authority of the configured address
+// (localhost) is what the handshake verifies, and the internal token rides
+// along.
+func TestReplicasAreDialedWithTheDispatchersNameAndToken(t *testing.T) {
+	t.Parallel()
+	ca := harness.NewCA(t)
+	cert, key := ca.Issue(t)
+	auth := config.Auth{InternalToken: "internal-secret", InternalCertFile: cert, InternalKeyFile: key, InternalCAFile: ca.File}
+	serverOpts, err := internalauth.ServerOptions(auth, nil)
+	require.NoError(t, err)
+	dialOpts, err := internalauth.DialOptions(auth, nil)
+	require.NoError(t, err)
+	b := serveReplica(t, "127.0.0.2", tasks("b", 0), serverOpts...)
+	a := serveReplica(t, "127.0.0.2", func(req *dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
+		<-b.received
+		return tasks("a", 1)(req)
+	}, serverOpts...)
+	front := serveReplica(t, "127.0.0.1", nil, serverOpts...)
+	front.list(a.addr, b.addr)
+	_, frontPort, err := net.SplitHostPort(front.addr)
+	require.NoError(t, err)
+	configured := "dns:///localhost:" + frontPort
+
+	set := New(dial(t, configured, dialOpts...), Options{Dial: DialOptions(dialOpts, configured), Refresh: time.Hour})
+	run(t, set, 2)
+	var ab abandons
+	got, err := set.Claim(t.Context(), claimReq(1), ab.add)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a-0"}, ids(got))
+	require.Len(t, b.claims(), 1, "both replicas verified and accepted the call")
+
+	// Without the authority the same replicas are refused by the handshake.
+	bare := New(dial(t, configured, dialOpts...), Options{Dial: dialOpts, Refresh: time.Hour})
+	run(t, bare, 2)
+	_, err = bare.Claim(t.Context(), claimReq(1), ab.add)
+	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+}
+
+func TestAuthority(t *testing.T) {
+	t.Parallel()
+	for target, want := range map[string]string{
+		"flo-dispatcher:9101":             "flo-dispatcher:9101",
+		"localhost:9101":                  "localhost:9101",
+		"127.0.0.1:9101":                  "127.0.0.1:9101",
+		"dns:///flo-dispatcher:9101":      "flo-dispatcher:9101",
+		"dns://10.0.0.10/dispatcher:9101": "dispatcher:9101",
+	} {
+		require.Equal(t, want, authority(target), target)
+	}
+}
