@@ -100,14 +100,14 @@ func (p *Partition) Tick(now time.Time) []Change {
 // NextDue is the earliest time Tick or Ready would change anything: a lease
 // end, an async deadline, a queued task's run_at; zero when there is none.
 func (p *Partition) NextDue() time.Time {
-	next := int64(0)
-	for _, h := range []*heap{&p.leases, &p.deadlines, &p.delayed} {
-		if it := h.top(); it != nil && (next == 0 || it.at < next) {
-			next = it.at
+	var next time.Time
+	consider := func(h *heap, due func(t *Task) time.Time) {
+		if it := h.top(); it != nil && (next.IsZero() || it.at < next.UnixNano()) {
+			next = due(&it.e.t)
 		}
 	}
-	if next == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, next)
+	consider(&p.leases, func(t *Task) time.Time { return t.LeaseUntil })
+	consider(&p.deadlines, func(t *Task) time.Time { return t.CompleteBy })
+	consider(&p.delayed, func(t *Task) time.Time { return t.RunAt })
+	return next
 }
