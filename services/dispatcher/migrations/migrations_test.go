@@ -1,16 +1,56 @@
 package migrations_test
 
 import (
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/razorbill/flo/libs/harness"
 	"github.com/razorbill/flo/libs/outbox"
+	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/services/dispatcher/migrations"
 )
+
+func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
 
 // The outbox table must be the one the relay expects.
 func TestOutboxMigrationsMatchLibrary(t *testing.T) {
 	t.Parallel()
 	require.NoError(t, outbox.CheckMigrations(migrations.FS, "0001_outbox.sql", "0004_outbox_batches.sql", "0005_outbox_dead.sql"))
+}
+
+// The task view's migration goes down (the sweeps' indexes back, the view's
+// columns and tables gone) and up again.
+func TestTaskViewMigrationDownAndUp(t *testing.T) {
+	t.Parallel()
+	pool, err := pg.Open(t.Context(), harness.NewDatabase(t), "dispatcher", 2, migrations.FS, nil)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	src, err := migrations.FS.ReadFile("0010_task_view.sql")
+	require.NoError(t, err)
+	up, down, ok := strings.Cut(string(src), "-- +goose Down")
+	require.True(t, ok)
+
+	// exists reports which of the view's objects and the sweeps' indexes
+	// are there.
+	exists := func() []bool {
+		var live, offsets, owners, lease, waiting, partition bool
+		require.NoError(t, pool.QueryRow(t.Context(), `
+SELECT to_regclass('tasks_live_idx') IS NOT NULL, to_regclass('view_offsets') IS NOT NULL,
+	to_regclass('partition_owners') IS NOT NULL, to_regclass('tasks_lease_idx') IS NOT NULL,
+	to_regclass('tasks_waiting_idx') IS NOT NULL,
+	EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = 'dispatcher' AND table_name = 'tasks' AND column_name = 'partition')`).
+			Scan(&live, &offsets, &owners, &lease, &waiting, &partition))
+		return []bool{live, offsets, owners, lease, waiting, partition}
+	}
+	require.Equal(t, []bool{true, true, true, false, false, true}, exists())
+	// Each section is plain statements, as goose runs them.
+	_, err = pool.Exec(t.Context(), down)
+	require.NoError(t, err)
+	require.Equal(t, []bool{false, false, false, true, true, false}, exists())
+	_, err = pool.Exec(t.Context(), up)
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, true, true, false, false, true}, exists())
 }

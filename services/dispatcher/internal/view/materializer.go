@@ -53,7 +53,7 @@ type buffered struct {
 
 // batch is what one flush writes.
 type batch struct {
-	rows  rows
+	rows  [][]any
 	marks []mark
 }
 
@@ -237,12 +237,12 @@ func (m *Materializer) flushOnce(ctx context.Context) (bool, error) {
 		if m.pending == nil {
 			return false, nil
 		}
-		m.pendingLen.Store(int64(len(m.pending.rows.ids)))
+		m.pendingLen.Store(int64(len(m.pending.rows)))
 	}
 	var n int64
 	err := pg.InTx(ctx, m.pool, func(tx pgx.Tx) error {
 		var err error
-		n, err = write(ctx, tx, &m.pending.rows, m.pending.marks)
+		n, err = write(ctx, tx, m.pending.rows, m.pending.marks)
 		return err
 	})
 	if err != nil {
@@ -287,10 +287,10 @@ func (m *Materializer) take() *batch {
 			stop[b.Partition] = b.first
 		}
 	}
-	out := &batch{}
+	out := &batch{rows: make([][]any, 0, len(all))}
 	index := make(map[int32]int)
 	for _, b := range all {
-		out.rows.add(b.Entry)
+		out.rows = append(out.rows, row(b.Entry))
 		i, ok := index[b.Partition]
 		if !ok {
 			i = len(out.marks)
@@ -314,5 +314,8 @@ func (m *Materializer) take() *batch {
 			mk.commands = max(mk.commands, b.CmdOffset)
 		}
 	}
+	// Offsets rows are locked in partition order, as two writers may share
+	// partitions while ownership moves.
+	slices.SortFunc(out.marks, func(a, b mark) int { return cmp.Compare(a.partition, b.partition) })
 	return out
 }
