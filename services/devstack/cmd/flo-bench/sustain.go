@@ -29,8 +29,11 @@ type sustained struct {
 
 	invoked atomic.Int64 // tasks invoked, every phase
 	started atomic.Int64 // handler starts, every phase
-	stamps  stamps
-	begin   time.Time
+	// ahead holds a token for each task invoked and not yet started while
+	// the full-load phase runs: invokers put them, handler starts take them.
+	ahead  atomic.Pointer[chan struct{}]
+	stamps stamps
+	begin  time.Time
 }
 
 // phase is one row of the sustained mode's table.
@@ -68,6 +71,12 @@ func benchSustained(ctx context.Context, p *platform, o options) error {
 				return nil, flo.NewNonRetryableErrorf("bad payload: %v", err)
 			}
 			s.started.Add(1)
+			if ahead := s.ahead.Load(); ahead != nil {
+				select {
+				case <-*ahead:
+				default:
+				}
+			}
 			s.stamps.add(pl.InvokedAt, now.UnixNano())
 			return nil, nil
 		},
@@ -243,31 +252,34 @@ func (s *sustained) read(ctx context.Context) (reading, error) {
 	return r, nil
 }
 
-// topUp invokes for d, each of o.invokers goroutines invoking again while
-// fewer than o.backlog tasks are invoked and not yet started; it returns how
-// many it invoked. The check is the bench's own counters, a polling loop in
-// a load generator, not part of the platform.
+// topUp invokes for d with o.invokers goroutines, each invoking again as
+// soon as fewer than o.backlog tasks are invoked and not yet started; it
+// returns how many it invoked.
 func (s *sustained) topUp(ctx context.Context, d time.Duration) (int, error) {
-	per := int64(max(s.o.batch, 1))
+	per := max(s.o.batch, 1)
+	ahead := make(chan struct{}, s.o.backlog)
+	s.ahead.Store(&ahead)
+	defer s.ahead.Store(nil)
+	// The last invokes finish on ctx: only waiting for room ends at d.
+	until, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
 	var n atomic.Int64
-	// Earlier phases' tasks are all completed, but a redelivered task may
-	// have started twice: count from here.
-	ahead := s.invoked.Load() - s.started.Load()
-	deadline := time.Now().Add(d)
 	var g errgroup.Group
 	for range s.o.invokers {
 		g.Go(func() error {
-			for time.Now().Before(deadline) && ctx.Err() == nil {
-				if ahead+n.Add(per)-s.started.Load() > int64(s.o.backlog) {
-					n.Add(-per)
-					time.Sleep(time.Millisecond)
-					continue
+			for {
+				for range per {
+					select {
+					case ahead <- struct{}{}:
+					case <-until.Done():
+						return nil
+					}
 				}
-				if err := invoke(ctx, s.p.client, s.o.batch, int(per)); err != nil {
+				if err := invoke(ctx, s.p.client, s.o.batch, per); err != nil {
 					return err
 				}
+				n.Add(int64(per))
 			}
-			return nil
 		})
 	}
 	err := g.Wait()
