@@ -219,7 +219,9 @@ func (m *Materializer) Flush(ctx context.Context) error {
 
 // Lag is how many task states are buffered and not written yet.
 func (m *Materializer) Lag() int64 {
-	return int64(m.buffered()) + m.pendingLen.Load()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return int64(len(m.buf)) + m.pendingLen.Load()
 }
 
 func (m *Materializer) buffered() int {
@@ -237,7 +239,6 @@ func (m *Materializer) flushOnce(ctx context.Context) (bool, error) {
 		if m.pending == nil {
 			return false, nil
 		}
-		m.pendingLen.Store(int64(len(m.pending.rows)))
 	}
 	var n int64
 	err := pg.InTx(ctx, m.pool, func(tx pgx.Tx) error {
@@ -248,13 +249,13 @@ func (m *Materializer) flushOnce(ctx context.Context) (bool, error) {
 	if err != nil {
 		return true, err
 	}
-	marks := m.pending.marks
-	m.pending = nil
-	m.pendingLen.Store(0)
 	m.written.Add(ctx, n)
-	for _, mk := range marks {
+	for _, mk := range m.pending.marks {
 		m.onFlushed(mk.partition, mk.last)
 	}
+	// Last, so a Lag of zero means the states are written and announced.
+	m.pending = nil
+	m.pendingLen.Store(0)
 	return true, nil
 }
 
@@ -276,6 +277,8 @@ func (m *Materializer) take() *batch {
 	for _, b := range all {
 		delete(m.buf, b.Task.ID)
 	}
+	// Under mu, so Lag never misses the states between buf and pending.
+	m.pendingLen.Store(int64(len(all)))
 	m.mu.Unlock()
 	if len(all) == 0 {
 		return nil

@@ -12,7 +12,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/razorbill/flo/libs/backoff"
 	"github.com/razorbill/flo/libs/harness"
@@ -58,8 +61,13 @@ func (f *flushed) get() map[int32]int64 {
 
 func newMaterializer(t *testing.T, pool *pgxpool.Pool, log *slog.Logger) (*view.Materializer, *flushed) {
 	t.Helper()
+	return newMaterializerWith(t, pool, log, noop.NewMeterProvider().Meter("test"))
+}
+
+func newMaterializerWith(t *testing.T, pool *pgxpool.Pool, log *slog.Logger, meter metric.Meter) (*view.Materializer, *flushed) {
+	t.Helper()
 	f := &flushed{last: map[int32]int64{}}
-	m, err := view.NewMaterializer(pool, log, noop.NewMeterProvider().Meter("test"), f.record)
+	m, err := view.NewMaterializer(pool, log, meter, f.record)
 	require.NoError(t, err)
 	return m, f
 }
@@ -230,7 +238,8 @@ func TestBufferedStatesLandAfterPostgresComesBack(t *testing.T) {
 	t.Parallel()
 	pool := openDB(t)
 	lines := &logLines{}
-	m, flushes := newMaterializer(t, pool, slog.New(lines))
+	reader := sdkmetric.NewManualReader()
+	m, flushes := newMaterializerWith(t, pool, slog.New(lines), sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test"))
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
@@ -254,6 +263,7 @@ func TestBufferedStatesLandAfterPostgresComesBack(t *testing.T) {
 	require.Eventually(t, func() bool { w, _ := lines.counts(); return w == 1 }, 10*time.Second, 10*time.Millisecond)
 	m.Add(view.Entry{Partition: 0, Offset: 2, CmdOffset: 2, Task: second})
 	require.Equal(t, int64(2), m.Lag())
+	require.Equal(t, int64(2), collect(t, reader)["flo.dispatcher.view.lag"])
 
 	_, err = admin.Exec(t.Context(), `ALTER DATABASE `+db+` WITH ALLOW_CONNECTIONS true`)
 	require.NoError(t, err)
@@ -263,6 +273,26 @@ func TestBufferedStatesLandAfterPostgresComesBack(t *testing.T) {
 	require.Equal(t, map[int32]int64{0: 2}, flushes.get())
 	warns, infos := lines.counts()
 	require.Equal(t, [2]int{1, 1}, [2]int{warns, infos}, "one warning for the failure streak, one line for the recovery")
+	require.Equal(t, map[string]int64{"flo.dispatcher.view.lag": 0, "flo.dispatcher.view.rows_written": 2}, collect(t, reader))
+}
+
+// collect reads the integer metrics' values (of their only data point).
+func collect(t *testing.T, reader sdkmetric.Reader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(t.Context(), &rm))
+	out := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, mt := range sm.Metrics {
+			switch d := mt.Data.(type) {
+			case metricdata.Gauge[int64]:
+				out[mt.Name] = d.DataPoints[0].Value
+			case metricdata.Sum[int64]:
+				out[mt.Name] = d.DataPoints[0].Value
+			}
+		}
+	}
+	return out
 }
 
 func TestLoadLiveExistingAndLoad(t *testing.T) {
