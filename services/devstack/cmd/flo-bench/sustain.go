@@ -39,6 +39,8 @@ type sustained struct {
 // phase is one row of the sustained mode's table.
 type phase struct {
 	name    string
+	from    time.Time // the window
+	to      time.Time
 	tasks   float64 // handler starts per second in the window
 	p50     time.Duration
 	p90     time.Duration
@@ -179,6 +181,9 @@ func (s *sustained) phase(ctx context.Context, name, profilePath string, load fu
 	if err := waitCompleted(ctx, s.db, int(s.invoked.Load()), s.begin); err != nil {
 		return phase{}, err
 	}
+	// Now that every task invoked in the window has started, the backlog's
+	// last included.
+	row.p50, row.p90, row.p99 = s.stamps.percentiles(row.from, row.to)
 	fmt.Printf("  %s: %.0f tasks/s; all %d invoked so far completed %v after the start\n",
 		name, row.tasks, s.invoked.Load(), time.Since(s.begin).Round(time.Second))
 	return row, nil
@@ -210,6 +215,8 @@ func (s *sustained) measure(ctx context.Context, name string) (phase, []byte, er
 	window := after.at.Sub(before.at)
 	row := phase{
 		name:    name,
+		from:    before.at,
+		to:      after.at,
 		worked:  after.started - before.started,
 		commits: perSecond(int(after.commits-before.commits), window),
 		pgCPU:   -1,
@@ -219,7 +226,6 @@ func (s *sustained) measure(ctx context.Context, name string) (phase, []byte, er
 	if s.pgPID != 0 {
 		row.pgCPU = after.pgCPU - before.pgCPU
 	}
-	row.p50, row.p90, row.p99 = s.stamps.percentiles(before.at, after.at)
 	if row.replicas, err = cpuByLabel(prof, replicaLabel); err != nil {
 		return phase{}, nil, err
 	}
