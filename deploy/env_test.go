@@ -80,14 +80,19 @@ func otherVarAllowed(name string) bool {
 	return strings.HasPrefix(name, "OTEL_") || slices.Contains([]string{"GOMAXPROCS", "GOMEMLIMIT", "GODEBUG"}, name)
 }
 
+// advertiseSuffix ends the variable of the address a service's replicas
+// reach each other at (FLO_DISPATCHER_ADVERTISE_ADDR).
+const advertiseSuffix = "_ADVERTISE_ADDR"
+
 // peerAddr reports whether key names a peer's internal API, such as
-// FLO_DISPATCHER_ADDR, rather than an address the service listens on itself
-// (FLO_<SERVICE>_GRPC_ADDR, _HTTP_ADDR, _METRICS_ADDR).
+// FLO_DISPATCHER_ADDR, rather than an address of the service itself
+// (FLO_<SERVICE>_GRPC_ADDR, _HTTP_ADDR, _METRICS_ADDR, and _ADVERTISE_ADDR,
+// where its own replicas reach it).
 func peerAddr(key string) bool {
 	if !strings.HasSuffix(key, "_ADDR") {
 		return false
 	}
-	for _, own := range []string{"_GRPC_ADDR", "_HTTP_ADDR", "_METRICS_ADDR"} {
+	for _, own := range []string{"_GRPC_ADDR", "_HTTP_ADDR", "_METRICS_ADDR", advertiseSuffix} {
 		if strings.HasSuffix(key, own) {
 			return false
 		}
@@ -199,7 +204,7 @@ func TestEnvProblemsCatchUnknownNamesAndBadValues(t *testing.T) {
 		{name: "misspelt variable", env: map[string]string{"FLO_DISPATCHER_ADRR": "x:1"}, want: "FLO_DISPATCHER_ADRR is not read"},
 		{name: "another service's variable", env: map[string]string{"FLO_GATEWAY_HTTP_ADDR": ":1"}, want: "FLO_GATEWAY_HTTP_ADDR is not read"},
 		{name: "foreign variable", env: map[string]string{"DATABASE_URL": "x"}, want: "neither a FLO_*"},
-		{name: "bad duration", env: map[string]string{"FLO_LEASE_CHECK_INTERVAL": "soon"}, want: "values do not parse"},
+		{name: "bad duration", env: map[string]string{"FLO_SHUTDOWN_DELAY": "soon"}, want: "values do not parse"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -209,6 +214,6 @@ func TestEnvProblemsCatchUnknownNamesAndBadValues(t *testing.T) {
 		})
 	}
 	require.Empty(t, envProblems(floServices["dispatcher"].serve(), map[string]string{
-		"FLO_LEASE_CHECK_INTERVAL": "2s", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317",
+		"FLO_SHUTDOWN_DELAY": "2s", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317",
 	}))
 }

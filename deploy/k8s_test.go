@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"fmt"
 	"net"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -212,12 +213,25 @@ func checkPodHardening(t *testing.T, what string, spec corev1.PodSpec) {
 	require.Contains(t, c.Resources.Limits, corev1.ResourceMemory, "%s: limits.memory", what)
 }
 
+// podIP stands for the pod's address (fieldRef status.podIP) in the
+// variables a test resolves.
+const podIP = "192.0.2.10"
+
+// varRef is a $(NAME) reference in an env value, which Kubernetes expands
+// only when NAME is defined earlier in the container's environment.
+var varRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
+
 // containerEnv resolves the variables a container gets: from its envFrom
-// ConfigMaps and its env. values holds those whose value the build knows
-// (ConfigMap data, literals, Secrets the overlay generates); names all.
+// ConfigMaps and its env, $(NAME) references expanded as Kubernetes does.
+// values holds those whose value the build knows (ConfigMap data, literals,
+// Secrets the overlay generates, the pod's IP); names all that its service
+// reads, which leaves out a variable outside FLO_* set only for others to
+// reference (POD_IP).
 func (b k8sBuild) containerEnv(t *testing.T, what string, c corev1.Container) (values map[string]string, names []string) {
 	t.Helper()
 	values = map[string]string{}
+	defined := map[string]bool{}
+	referenced := map[string]bool{}
 	for _, from := range c.EnvFrom {
 		require.NotNil(t, from.ConfigMapRef, "%s: envFrom takes ConfigMaps only", what)
 		cm, ok := b.configMaps[from.ConfigMapRef.Name]
@@ -225,13 +239,22 @@ func (b k8sBuild) containerEnv(t *testing.T, what string, c corev1.Container) (v
 		for k, v := range cm.Data {
 			values[k] = v
 			names = append(names, k)
+			defined[k] = true
 		}
 	}
 	for _, e := range c.Env {
 		names = append(names, e.Name)
 		switch {
 		case e.ValueFrom == nil:
-			values[e.Name] = e.Value
+			values[e.Name] = varRef.ReplaceAllStringFunc(e.Value, func(ref string) string {
+				name := varRef.FindStringSubmatch(ref)[1]
+				require.True(t, defined[name], "%s: %s refers to %s, which is not defined before it (Kubernetes would leave %s as it is)", what, e.Name, name, ref)
+				referenced[name] = true
+				return values[name]
+			})
+		case e.ValueFrom.FieldRef != nil:
+			require.Equal(t, "status.podIP", e.ValueFrom.FieldRef.FieldPath, "%s: %s: the pod's IP is the one field a container takes", what, e.Name)
+			values[e.Name] = podIP
 		case e.ValueFrom.ConfigMapKeyRef != nil:
 			ref := e.ValueFrom.ConfigMapKeyRef
 			cm, ok := b.configMaps[ref.Name]
@@ -247,13 +270,15 @@ func (b k8sBuild) containerEnv(t *testing.T, what string, c corev1.Container) (v
 				values[e.Name] = string(v)
 			}
 		default:
-			t.Errorf("%s: %s comes from neither a ConfigMap nor a Secret", what, e.Name)
+			t.Errorf("%s: %s comes from neither a ConfigMap, a Secret nor the pod's IP", what, e.Name)
 		}
+		defined[e.Name] = true
 	}
 	slices.Sort(names)
 	for i := 1; i < len(names); i++ {
 		require.NotEqual(t, names[i-1], names[i], "%s: %s is set twice", what, names[i])
 	}
+	names = slices.DeleteFunc(names, func(n string) bool { return referenced[n] && !strings.HasPrefix(n, "FLO_") })
 	return values, names
 }
 

@@ -119,7 +119,8 @@ func (b k8sBuild) strangers() []pod {
 }
 
 // callers maps each Flo service to the Deployments whose configuration dials
-// its gRPC Service (FLO_<SERVICE>_ADDR).
+// its gRPC Service (FLO_<SERVICE>_ADDR), and to itself when its replicas call
+// each other at the address each advertises (FLO_<SERVICE>_ADVERTISE_ADDR).
 func (b k8sBuild) callers(t *testing.T) map[string][]string {
 	t.Helper()
 	byService := map[string]string{} // "service:port" -> Flo name
@@ -136,6 +137,9 @@ func (b k8sBuild) callers(t *testing.T) map[string][]string {
 	for _, flo := range sortedKeys(b.deployments) {
 		values, _ := b.containerEnv(t, flo, b.deployments[flo].Spec.Template.Spec.Containers[0])
 		for key, value := range values {
+			if strings.HasSuffix(key, advertiseSuffix) {
+				out[flo] = append(out[flo], flo)
+			}
 			if !peerAddr(key) {
 				continue
 			}
@@ -197,6 +201,35 @@ func TestKubernetesInternalServicesAdmitOnlyTheirCallers(t *testing.T) {
 		// The public edge stays reachable.
 		for _, port := range []string{"grpc", "http"} {
 			require.True(t, b.admits(t, b.strangers()[1], pods["deployment gateway"], port), "%s: the gateway's %s port", b.dir, port)
+		}
+	})
+}
+
+// TestKubernetesDispatcherReplicasReachEachOther: each dispatcher replica
+// advertises its pod's IP and its gRPC port (gateways send claims to every
+// replica; a replica forwards a report to the owner of the task's
+// partition), and the policies let the other replicas and the gateways reach
+// that port.
+func TestKubernetesDispatcherReplicasReachEachOther(t *testing.T) {
+	t.Parallel()
+	eachOverlay(t, func(t *testing.T, b k8sBuild) {
+		d := b.deployments["dispatcher"]
+		what := fmt.Sprintf("%s: Deployment %s", b.dir, d.Name)
+		c := container(t, what, d.Spec.Template.Spec)
+		values, _ := b.containerEnv(t, what, c)
+		var grpcPort int32
+		for _, p := range c.Ports {
+			if p.Name == "grpc" {
+				grpcPort = p.ContainerPort
+			}
+		}
+		require.Equal(t, net.JoinHostPort(podIP, fmt.Sprint(grpcPort)), values["FLO_DISPATCHER"+advertiseSuffix],
+			"%s: a replica advertises its pod's IP and gRPC port", what)
+		require.Contains(t, b.callers(t)["dispatcher"], "dispatcher", what)
+		pods := b.floPods()
+		for _, from := range []string{"dispatcher", "gateway"} {
+			require.True(t, b.admits(t, pods["deployment "+from], pods["deployment dispatcher"], "grpc"),
+				"%s: %s pods reach the dispatcher replicas' gRPC port", b.dir, from)
 		}
 	})
 }
