@@ -33,7 +33,8 @@ const (
 // unreachable); the buffer keeps growing meanwhile.
 var flushRetry = retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 
-// Entry is one committed record's task state, for the view.
+// Entry is one committed record's task state, for the view. A state without
+// a status (a REJECTED invocation's) is no task: it moves the offsets only.
 type Entry struct {
 	Partition int32
 	// Offset is the record's events offset.
@@ -293,7 +294,9 @@ func (m *Materializer) take() *batch {
 	out := &batch{rows: make([][]any, 0, len(all))}
 	index := make(map[int32]int)
 	for _, b := range all {
-		out.rows = append(out.rows, row(b.Entry))
+		if b.Task.Status != "" {
+			out.rows = append(out.rows, row(b.Entry))
+		}
 		i, ok := index[b.Partition]
 		if !ok {
 			i = len(out.marks)

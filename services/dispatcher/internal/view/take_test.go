@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/razorbill/flo/services/dispatcher/internal/engine"
+	"github.com/razorbill/flo/services/dispatcher/internal/store"
 )
 
 // A buffer over the batch bound is written in batches whose offsets never
@@ -16,7 +17,7 @@ func TestTakeCutsOffsetsBeforeStatesLeftBehind(t *testing.T) {
 	t.Parallel()
 	m, err := NewMaterializer(nil, nil, noop.NewMeterProvider().Meter("test"), nil)
 	require.NoError(t, err)
-	task := func(id uuid.UUID) engine.Task { return engine.Task{ID: id} }
+	task := func(id uuid.UUID) engine.Task { return engine.Task{ID: id, Status: store.Queued} }
 	for o := int64(1); o <= 3; o++ {
 		m.Add(Entry{Partition: 1, Offset: o, CmdOffset: o, Task: task(uuid.New())})
 	}

@@ -165,12 +165,18 @@ func TestOffsetsOnlyMoveForward(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, [2]int64{0, 0}, [2]int64{events, commands})
 
-	m.Add(view.Entry{Partition: 2, Offset: 19, CmdOffset: 6, Task: queued("ns")}, view.Entry{Partition: 2, Offset: 20, CmdOffset: 7, Task: queued("ns")},
+	// The last record of partition 2 is a rejected invocation: no row,
+	// but the offsets pass it.
+	rejected := engine.Task{ID: uuid.New(), Namespace: "ns", Action: "missing", Outcome: engine.RejectNotFound, CreatedAt: now(), UpdatedAt: now()}
+	m.Add(view.Entry{Partition: 2, Offset: 19, CmdOffset: 6, Task: queued("ns")}, view.Entry{Partition: 2, Offset: 20, CmdOffset: 7, Task: rejected},
 		view.Entry{Partition: 3, Offset: 4, CmdOffset: 2, Task: queued("ns")})
 	require.NoError(t, m.Flush(ctx))
 	events, commands, err = view.Offsets(ctx, pool, 2)
 	require.NoError(t, err)
 	require.Equal(t, [2]int64{21, 7}, [2]int64{events, commands})
+	found, err := view.Existing(ctx, pool, []uuid.UUID{rejected.ID})
+	require.NoError(t, err)
+	require.Empty(t, found)
 
 	// States an earlier owner buffered land, but the offsets stay.
 	m.Add(view.Entry{Partition: 2, Offset: 5, CmdOffset: 2, Task: queued("ns")})
