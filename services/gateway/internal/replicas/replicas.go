@@ -31,6 +31,10 @@ const (
 	defaultRefresh = 2 * time.Second
 	// listTimeout bounds one ListReplicas call.
 	listTimeout = 2 * time.Second
+	// answerGrace is how long past a claim's wait a replica may take to
+	// answer before its call is given up: a replica that does not answer
+	// (paused, cut off) must not hold every claim until its deadline.
+	answerGrace = time.Second
 )
 
 // Dispatcher is what a Set needs of the gateway's dispatcher client: the
@@ -212,7 +216,8 @@ func (s *Set) snapshot() []*replica {
 
 // Claim leases up to req.Count tasks. With two or more replicas known it
 // sends req to each at once; the first answer with tasks wins and the other
-// calls are cancelled. Tasks that arrive anyway are kept up to req.Count and
+// calls are cancelled, as are those still running answerGrace after the
+// wait. Tasks that arrive anyway are kept up to req.Count and
 // handed to abandon beyond it (before Claim returns), so none stays leased to
 // a worker that never sees it. A replica that fails is skipped unless all
 // do. With at most one replica known the default client is asked, as with a
@@ -238,6 +243,8 @@ func (s *Set) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, abandon
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	late := time.AfterFunc(time.Duration(req.GetWaitMs())*time.Millisecond+answerGrace, cancel)
+	defer late.Stop()
 	answers := make(chan answer, len(replicas))
 	for _, r := range replicas {
 		go func() {
@@ -252,7 +259,8 @@ func (s *Set) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, abandon
 	for range replicas {
 		a := <-answers
 		if a.err != nil {
-			// A call this claim cancelled after winning did not fail.
+			// A call this claim cancelled (another answer won, or it
+			// was late) did not fail.
 			if status.Code(a.err) != codes.Canceled || ctx.Err() != nil {
 				errs = append(errs, fmt.Errorf("claim from dispatcher replica %s: %w", a.addr, a.err))
 				s.log.DebugContext(ctx, "claim from a dispatcher replica failed; skipping it", slog.String("addr", a.addr), slog.Any("error", a.err))

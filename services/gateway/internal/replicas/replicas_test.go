@@ -341,6 +341,21 @@ func TestClaimWithNothingReadyAnswersEmptyAfterEveryReplica(t *testing.T) {
 	require.Len(t, b.claims(), 1)
 }
 
+func TestClaimGivesUpOnAReplicaThatDoesNotAnswer(t *testing.T) {
+	t.Parallel()
+	silent, idle := startReplica(t, nil), startReplica(t, tasks("idle", 0))
+	set := over(t, startReplica(t, nil), plain, silent, idle)
+	req := claimReq(5)
+	req.WaitMs = 50
+	start := time.Now()
+	var ab abandons
+	got, err := set.Claim(t.Context(), req, ab.add)
+	require.NoError(t, err, "a replica given up on is skipped like one that failed")
+	require.Empty(t, got)
+	require.Less(t, time.Since(start), 5*time.Second, "the claim ends soon after its wait, not at its deadline")
+	require.Eventually(t, func() bool { return silent.cancelled.Load() == 1 }, 5*time.Second, 5*time.Millisecond)
+}
+
 func TestReplicasThatLeaveAreClosed(t *testing.T) {
 	t.Parallel()
 	a, b, c := startReplica(t, tasks("a", 0)), startReplica(t, tasks("b", 0)), startReplica(t, tasks("c", 0))
