@@ -56,6 +56,8 @@ type buffered struct {
 type batch struct {
 	rows  [][]any
 	marks []mark
+	// states counts the entries taken, rejections included.
+	states int
 }
 
 // Materializer writes committed task states to the tasks table in batches:
@@ -75,9 +77,10 @@ type Materializer struct {
 	// flushMu serialises flushes, so a partition's offsets and rows are
 	// written in order.
 	flushMu sync.Mutex
-	// pending is the batch taken from buf and not written yet; a failed
-	// flush keeps it for the next try.
-	pending    *batch
+	// pending are the batches taken from buf and not written yet, in the
+	// order they must be written; a failed flush keeps them for the next
+	// try.
+	pending    []*batch
 	pendingLen atomic.Int64
 }
 
@@ -171,30 +174,27 @@ func (m *Materializer) Run(ctx context.Context) error {
 		}
 		for {
 			m.flushMu.Lock()
-			_, err := m.flushOnce(ctx)
+			err := m.flushTaken(ctx)
 			m.flushMu.Unlock()
 			if ctx.Err() != nil {
 				return nil
 			}
-			if err != nil {
-				if failures == 0 {
-					m.log.WarnContext(ctx, "write task view failed; retrying while states buffer", "buffered", m.Lag(), "error", err)
-				}
-				failures++
-				if !retry.Sleep(ctx, backoff.NextBackOff()) {
-					return nil
-				}
-				continue
-			}
-			if failures > 0 {
-				m.log.InfoContext(ctx, "write task view recovered", "failed_attempts", failures)
-				failures = 0
-			}
-			backoff.Reset()
-			if m.buffered() < maxBatch {
+			if err == nil {
 				break
 			}
+			if failures == 0 {
+				m.log.WarnContext(ctx, "write task view failed; retrying while states buffer", "buffered", m.Lag(), "error", err)
+			}
+			failures++
+			if !retry.Sleep(ctx, backoff.NextBackOff()) {
+				return nil
+			}
 		}
+		if failures > 0 {
+			m.log.InfoContext(ctx, "write task view recovered", "failed_attempts", failures)
+			failures = 0
+		}
+		backoff.Reset()
 	}
 }
 
@@ -203,16 +203,10 @@ func (m *Materializer) Run(ctx context.Context) error {
 func (m *Materializer) Flush(ctx context.Context) error {
 	m.flushMu.Lock()
 	defer m.flushMu.Unlock()
-	// Bounded by what is buffered now, so a steady stream of Adds cannot
-	// keep Flush going.
-	n := (m.buffered()+maxBatch-1)/maxBatch + 1
-	for range n {
-		wrote, err := m.flushOnce(ctx)
-		if err != nil {
+	// Twice: batches a failed flush left come before the buffer.
+	for range 2 {
+		if err := m.flushTaken(ctx); err != nil {
 			return err
-		}
-		if !wrote {
-			return nil
 		}
 	}
 	return nil
@@ -225,75 +219,79 @@ func (m *Materializer) Lag() int64 {
 	return int64(len(m.buf)) + m.pendingLen.Load()
 }
 
-func (m *Materializer) buffered() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.buf)
-}
-
-// flushOnce writes the pending batch, taking one from the buffer first when
-// there is none, and reports whether there was anything to write. The caller
-// holds flushMu.
-func (m *Materializer) flushOnce(ctx context.Context) (bool, error) {
-	if m.pending == nil {
+// flushTaken writes the pending batches, taking what is buffered first when
+// there are none. The caller holds flushMu.
+func (m *Materializer) flushTaken(ctx context.Context) error {
+	if len(m.pending) == 0 {
 		m.pending = m.take()
-		if m.pending == nil {
-			return false, nil
+	}
+	for len(m.pending) > 0 {
+		b := m.pending[0]
+		var n int64
+		err := pg.InTx(ctx, m.pool, func(tx pgx.Tx) error {
+			var err error
+			n, err = write(ctx, tx, b.rows, b.marks)
+			return err
+		})
+		if err != nil {
+			return err
 		}
+		m.written.Add(ctx, n)
+		for _, mk := range b.marks {
+			m.onFlushed(mk.partition, mk.last)
+		}
+		// Last, so a Lag of zero means the states are written and
+		// announced.
+		m.pending = m.pending[1:]
+		m.pendingLen.Add(-int64(b.states))
 	}
-	var n int64
-	err := pg.InTx(ctx, m.pool, func(tx pgx.Tx) error {
-		var err error
-		n, err = write(ctx, tx, m.pending.rows, m.pending.marks)
-		return err
-	})
-	if err != nil {
-		return true, err
-	}
-	m.written.Add(ctx, n)
-	for _, mk := range m.pending.marks {
-		m.onFlushed(mk.partition, mk.last)
-	}
-	// Last, so a Lag of zero means the states are written and announced.
-	m.pending = nil
-	m.pendingLen.Store(0)
-	return true, nil
+	return nil
 }
 
-// take moves up to maxBatch buffered states into a batch; nil when none are
-// buffered. When more are buffered, it takes those of the lowest offsets, and
-// a partition's events offset stops before the first record folded into a
-// state left behind, so the view's offsets never pass a state it lacks.
-func (m *Materializer) take() *batch {
+// take moves every buffered state into batches of up to maxBatch tasks,
+// holding the buffer's lock only to swap it for an empty one. Over one batch,
+// states are written in offset order, and a batch's events offset for a
+// partition stops before the first record folded into a state of a later
+// batch, so the view's offsets never pass a state it lacks.
+func (m *Materializer) take() []*batch {
 	m.mu.Lock()
-	all := make([]*buffered, 0, len(m.buf))
-	for _, b := range m.buf {
-		all = append(all, b)
-	}
-	var rest []*buffered
-	if len(all) > maxBatch {
-		slices.SortFunc(all, func(a, b *buffered) int { return cmp.Compare(a.Offset, b.Offset) })
-		all, rest = all[:maxBatch], all[maxBatch:]
-	}
-	for _, b := range all {
-		delete(m.buf, b.Task.ID)
-	}
+	buf := m.buf
+	m.buf = make(map[uuid.UUID]*buffered, len(buf))
 	// Under mu, so Lag never misses the states between buf and pending.
-	m.pendingLen.Store(int64(len(all)))
+	m.pendingLen.Store(int64(len(buf)))
 	m.mu.Unlock()
-	if len(all) == 0 {
+	if len(buf) == 0 {
 		return nil
 	}
-	// stop[p] is the first offset of p still buffered.
+	all := make([]*buffered, 0, len(buf))
+	for _, b := range buf {
+		all = append(all, b)
+	}
+	if len(all) > maxBatch {
+		slices.SortFunc(all, func(a, b *buffered) int { return cmp.Compare(a.Offset, b.Offset) })
+	}
+	out := make([]*batch, (len(all)+maxBatch-1)/maxBatch)
+	// stop[p] is the first offset of p in the batches after the one being
+	// made: built from the last batch back.
 	stop := make(map[int32]int64)
-	for _, b := range rest {
-		if s, ok := stop[b.Partition]; !ok || b.first < s {
-			stop[b.Partition] = b.first
+	for i := len(out) - 1; i >= 0; i-- {
+		chunk := all[i*maxBatch : min((i+1)*maxBatch, len(all))]
+		out[i] = newBatch(chunk, stop)
+		for _, b := range chunk {
+			if s, ok := stop[b.Partition]; !ok || b.first < s {
+				stop[b.Partition] = b.first
+			}
 		}
 	}
-	out := &batch{rows: make([][]any, 0, len(all))}
+	return out
+}
+
+// newBatch makes the batch writing states, whose partitions' events offsets
+// stop at stop's when it has one.
+func newBatch(states []*buffered, stop map[int32]int64) *batch {
+	out := &batch{rows: make([][]any, 0, len(states)), states: len(states)}
 	index := make(map[int32]int)
-	for _, b := range all {
+	for _, b := range states {
 		if b.Task.Status != "" {
 			out.rows = append(out.rows, row(b.Entry))
 		}
@@ -314,7 +312,7 @@ func (m *Materializer) take() *batch {
 	}
 	// A partition's commands offset is the checkpoint of the last state
 	// below its events offset (checkpoints grow with offsets).
-	for _, b := range all {
+	for _, b := range states {
 		mk := &out.marks[index[b.Partition]]
 		if b.Offset < mk.events {
 			mk.commands = max(mk.commands, b.CmdOffset)

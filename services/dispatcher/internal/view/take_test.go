@@ -34,15 +34,17 @@ func TestTakeCutsOffsetsBeforeStatesLeftBehind(t *testing.T) {
 	m.Add(Entry{Partition: 0, Offset: 20_000, CmdOffset: 12_000, Task: task(a)})
 	require.Equal(t, int64(maxBatch+1), m.Lag())
 
-	first := m.take()
+	batches := m.take()
+	require.Len(t, batches, 2)
+	require.Zero(t, len(m.buf))
+	require.Equal(t, int64(maxBatch+1), m.Lag())
+	first, second := batches[0], batches[1]
 	require.Len(t, first.rows, maxBatch)
 	require.NotContains(t, ids(first), a)
 	require.Equal(t, []mark{
 		{partition: 0, events: 5000, commands: 4999 / 2, last: 9998},
 		{partition: 1, events: 4, commands: 3, last: 3},
 	}, first.marks)
-
-	second := m.take()
 	require.Equal(t, []uuid.UUID{a}, ids(second))
 	require.Equal(t, []mark{{partition: 0, events: 20_001, commands: 12_000, last: 20_000}}, second.marks)
 	require.Nil(t, m.take())

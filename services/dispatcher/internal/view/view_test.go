@@ -254,16 +254,7 @@ func TestBufferedStatesLandAfterPostgresComesBack(t *testing.T) {
 		require.NoError(t, <-done)
 	})
 
-	// The database refuses connections and its sessions are ended.
-	admin, err := pgx.Connect(t.Context(), harness.Postgres(t).URL("postgres"))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = admin.Close(context.Background()) })
-	db := pgx.Identifier{pool.Config().ConnConfig.Database}.Sanitize()
-	_, err = admin.Exec(t.Context(), `ALTER DATABASE `+db+` WITH ALLOW_CONNECTIONS false`)
-	require.NoError(t, err)
-	_, err = admin.Exec(t.Context(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, pool.Config().ConnConfig.Database)
-	require.NoError(t, err)
-
+	restore := refuse(t, pool)
 	first, second := queued("ns"), queued("ns")
 	m.Add(view.Entry{Partition: 0, Offset: 1, CmdOffset: 1, Task: first})
 	require.Eventually(t, func() bool { w, _ := lines.counts(); return w == 1 }, 10*time.Second, 10*time.Millisecond)
@@ -271,8 +262,7 @@ func TestBufferedStatesLandAfterPostgresComesBack(t *testing.T) {
 	require.Equal(t, int64(2), m.Lag())
 	require.Equal(t, int64(2), collect(t, reader)["flo.dispatcher.view.lag"])
 
-	_, err = admin.Exec(t.Context(), `ALTER DATABASE `+db+` WITH ALLOW_CONNECTIONS true`)
-	require.NoError(t, err)
+	restore()
 	require.Eventually(t, func() bool { return m.Lag() == 0 }, 20*time.Second, 10*time.Millisecond)
 	require.Equal(t, first, load(t, pool, first))
 	require.Equal(t, second, load(t, pool, second))
@@ -280,6 +270,44 @@ func TestBufferedStatesLandAfterPostgresComesBack(t *testing.T) {
 	warns, infos := lines.counts()
 	require.Equal(t, [2]int{1, 1}, [2]int{warns, infos}, "one warning for the failure streak, one line for the recovery")
 	require.Equal(t, map[string]int64{"flo.dispatcher.view.lag": 0, "flo.dispatcher.view.rows_written": 2}, collect(t, reader))
+}
+
+// refuse makes pool's database refuse connections and ends its sessions,
+// as if Postgres were down, until the returned function is called.
+func refuse(t *testing.T, pool *pgxpool.Pool) func() {
+	t.Helper()
+	admin, err := pgx.Connect(t.Context(), harness.Postgres(t).URL("postgres"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = admin.Close(context.Background()) })
+	name := pool.Config().ConnConfig.Database
+	_, err = admin.Exec(t.Context(), `ALTER DATABASE `+pgx.Identifier{name}.Sanitize()+` WITH ALLOW_CONNECTIONS false`)
+	require.NoError(t, err)
+	_, err = admin.Exec(t.Context(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, name)
+	require.NoError(t, err)
+	return func() {
+		_, err := admin.Exec(t.Context(), `ALTER DATABASE `+pgx.Identifier{name}.Sanitize()+` WITH ALLOW_CONNECTIONS true`)
+		require.NoError(t, err)
+	}
+}
+
+func TestFlushAfterAFailedFlushWritesEverything(t *testing.T) {
+	t.Parallel()
+	pool := openDB(t)
+	m, flushes := newMaterializer(t, pool, nil)
+	restore := refuse(t, pool)
+	first, second := queued("ns"), queued("ns")
+	m.Add(view.Entry{Partition: 5, Offset: 7, CmdOffset: 3, Task: first})
+	require.Error(t, m.Flush(t.Context()))
+	m.Add(view.Entry{Partition: 5, Offset: 8, CmdOffset: 4, Task: second})
+	restore()
+	require.NoError(t, m.Flush(t.Context()))
+	require.Zero(t, m.Lag())
+	require.Equal(t, first, load(t, pool, first))
+	require.Equal(t, second, load(t, pool, second))
+	events, commands, err := view.Offsets(t.Context(), pool, 5)
+	require.NoError(t, err)
+	require.Equal(t, [2]int64{9, 4}, [2]int64{events, commands})
+	require.Equal(t, map[int32]int64{5: 8}, flushes.get())
 }
 
 // collect reads the integer metrics' values (of their only data point).
