@@ -100,13 +100,13 @@ func NewConsumer(conn config.Kafka, group string, topics []string, h BatchHandle
 	if err != nil {
 		return nil, fmt.Errorf("new consumer %s: %w", group, err)
 	}
-	dl, err := newDeadLetterer(cl, group, c.log)
+	dl, err := NewDeadLetterer(cl, group, c.log)
 	if err != nil {
 		cl.Close()
 		return nil, fmt.Errorf("new consumer %s: %w", group, err)
 	}
 	c.cl = cl
-	c.h = &isolator{h: newChain(h, c.log), reject: dl.deadLetter, log: c.log}
+	c.h = &isolator{h: newChain(h, c.log), reject: dl.DeadLetter, log: c.log}
 	return c, nil
 }
 

@@ -77,9 +77,9 @@ func poisonCounter(name, desc string) (metric.Int64Counter, error) {
 	return c, nil
 }
 
-// deadLetterer writes the records a consumer group cannot handle to their
+// DeadLetterer writes the records a consumer group cannot handle to their
 // topic's dead-letter topic.
-type deadLetterer struct {
+type DeadLetterer struct {
 	cl      *kgo.Client
 	group   string
 	log     *slog.Logger
@@ -89,20 +89,22 @@ type deadLetterer struct {
 	created map[string]bool
 }
 
-func newDeadLetterer(cl *kgo.Client, group string, log *slog.Logger) (*deadLetterer, error) {
+// NewDeadLetterer returns a DeadLetterer writing through cl on behalf of
+// group (a consumer group, or a service that reads a topic by itself).
+func NewDeadLetterer(cl *kgo.Client, group string, log *slog.Logger) (*DeadLetterer, error) {
 	counter, err := poisonCounter("flo.consumer.dead_lettered",
 		"Records a consumer group could not handle, written to their topic's dead-letter topic (<topic>.dlq).")
 	if err != nil {
 		return nil, err
 	}
-	return &deadLetterer{cl: cl, group: group, log: log, created: map[string]bool{}, counter: counter}, nil
+	return &DeadLetterer{cl: cl, group: group, log: log, created: map[string]bool{}, counter: counter}, nil
 }
 
-// deadLetter writes r with cause to its dead-letter topic and waits for the
+// DeadLetter writes r with cause to its dead-letter topic and waits for the
 // broker's acknowledgement, trying again for as long as that fails: the
 // source offset may be committed past r only once r is safe elsewhere. It
 // reports false when ctx ended first.
-func (d *deadLetterer) deadLetter(ctx context.Context, r *kgo.Record, cause error) bool {
+func (d *DeadLetterer) DeadLetter(ctx context.Context, r *kgo.Record, cause error) bool {
 	topic := DeadLetterTopic(r.Topic)
 	rec := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: withoutHeaders(r.Headers, dlqHeaders...)}
 	msg := text.Clean(cause.Error(), maxErrorHeader)
@@ -135,7 +137,7 @@ func (d *deadLetterer) deadLetter(ctx context.Context, r *kgo.Record, cause erro
 // ensure creates topic before its first record, with one partition, as
 // EnsureTopics creates every other topic (and not with whatever defaults a
 // broker's auto-creation has).
-func (d *deadLetterer) ensure(ctx context.Context, topic string) error {
+func (d *DeadLetterer) ensure(ctx context.Context, topic string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.created[topic] {

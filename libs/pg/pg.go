@@ -162,7 +162,12 @@ func lockKey(name string) int64 {
 // rolls back and returns fn's error unchanged, so callers can match domain
 // errors with errors.Is.
 func InTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
-	tx, err := pool.Begin(ctx)
+	return InTxWith(ctx, pool, pgx.TxOptions{}, fn)
+}
+
+// InTxWith is InTx with the transaction's options (isolation, read only).
+func InTxWith(ctx context.Context, pool *pgxpool.Pool, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
+	tx, err := pool.BeginTx(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}

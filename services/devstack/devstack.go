@@ -69,8 +69,6 @@ type Config struct {
 
 	// Namespaces are created at start.
 	Namespaces []string `env:"FLO_BOOTSTRAP_NAMESPACES, default=default,myapp"`
-	// LeaseCheckInterval is how often expired leases are looked for.
-	LeaseCheckInterval time.Duration `env:"FLO_LEASE_CHECK_INTERVAL, default=1s"`
 	// HeartbeatTimeout is how long a silent worker stays healthy.
 	HeartbeatTimeout time.Duration `env:"FLO_WORKER_HEARTBEAT_TIMEOUT, default=90s"`
 	// HealthCheckInterval is how often silent workers are looked for.
@@ -266,7 +264,6 @@ func (s *Stack) newDispatcher(ctx context.Context, grpcAddr, httpAddr string) (*
 		GRPCAddr:            grpcAddr,
 		HTTPAddr:            httpAddr,
 		BootstrapNamespaces: s.cfg.Namespaces,
-		LeaseCheckInterval:  s.cfg.LeaseCheckInterval,
 		MaxPayloadBytes:     s.cfg.MaxPayloadBytes,
 		Postgres:            config.Postgres{URL: s.dbURL, MaxConns: 16},
 		Kafka:               s.kafka,

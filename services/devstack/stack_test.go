@@ -62,7 +62,6 @@ func newEnvWith(t *testing.T, adjust func(cfg *devstack.Config), opts ...devstac
 		DatabaseURL:         dbURL,
 		Kafka:               config.Kafka{Brokers: broker.Addrs(), Partitions: 4},
 		Namespaces:          []string{"default", "myapp"},
-		LeaseCheckInterval:  100 * time.Millisecond,
 		HeartbeatTimeout:    90 * time.Second,
 		HealthCheckInterval: time.Second,
 		MaxPayloadBytes:     64 << 10,

@@ -2,7 +2,6 @@ package service_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -15,14 +14,14 @@ func TestConfigFromEnvironment(t *testing.T) {
 	t.Setenv("FLO_KAFKA_BROKERS", "k1:9092,k2:9092")
 	t.Setenv("FLO_INTERNAL_TOKEN", "internal-secret")
 	t.Setenv("FLO_BOOTSTRAP_NAMESPACES", "default,payments")
-	t.Setenv("FLO_LEASE_CHECK_INTERVAL", "250ms")
+	t.Setenv("FLO_DISPATCHER_ADVERTISE_ADDR", "10.0.0.7:9101")
 	var cfg service.Config
 	require.NoError(t, config.Load(t.Context(), &cfg))
 	require.Equal(t, service.Config{
 		GRPCAddr:               ":9101",
 		HTTPAddr:               ":9111",
 		BootstrapNamespaces:    []string{"default", "payments"},
-		LeaseCheckInterval:     250 * time.Millisecond,
+		AdvertiseAddr:          "10.0.0.7:9101",
 		MaxPayloadBytes:        config.DefaultMaxPayloadBytes,
 		MaxActionsPerNamespace: 10000,
 		Postgres:               config.Postgres{URL: "postgres://db/flo", MaxConns: 16},
@@ -33,11 +32,11 @@ func TestConfigFromEnvironment(t *testing.T) {
 
 func TestNewRejectsMissingSettings(t *testing.T) {
 	t.Parallel()
-	_, err := service.New(t.Context(), service.Config{LeaseCheckInterval: time.Second, Kafka: config.Kafka{Brokers: []string{"x"}}}, nil)
+	_, err := service.New(t.Context(), service.Config{Kafka: config.Kafka{Brokers: []string{"x"}}}, nil)
 	require.ErrorContains(t, err, "FLO_DATABASE_URL")
-	_, err = service.New(t.Context(), service.Config{LeaseCheckInterval: time.Second, Postgres: config.Postgres{URL: "postgres://x"}}, nil)
+	_, err = service.New(t.Context(), service.Config{Postgres: config.Postgres{URL: "postgres://x"}}, nil)
 	require.ErrorContains(t, err, "FLO_KAFKA_BROKERS")
-	_, err = service.New(t.Context(), service.Config{LeaseCheckInterval: time.Second, Postgres: config.Postgres{URL: "postgres://x"}, Kafka: config.Kafka{Brokers: []string{"x"}}}, nil)
+	_, err = service.New(t.Context(), service.Config{Postgres: config.Postgres{URL: "postgres://x"}, Kafka: config.Kafka{Brokers: []string{"x"}}}, nil)
 	require.ErrorContains(t, err, "FLO_INTERNAL_TOKEN")
 }
 
@@ -47,5 +46,5 @@ func TestConfigDefaults(t *testing.T) {
 	var cfg service.Config
 	require.NoError(t, config.Load(t.Context(), &cfg))
 	require.Equal(t, []string{"default"}, cfg.BootstrapNamespaces)
-	require.Equal(t, time.Second, cfg.LeaseCheckInterval)
+	require.Empty(t, cfg.AdvertiseAddr, "the listener's address, resolved at start")
 }

@@ -1,6 +1,6 @@
 // Package service wires the dispatcher: Postgres pool and migrations, the
-// commands consumer, the outbox relay, claims, reports, leases, wake-ups, and
-// the gRPC and HTTP servers, with an orderly graceful stop.
+// catalog, the replica's share of the task partitions (package owner) and its
+// view, and the gRPC and HTTP servers, with an orderly graceful stop.
 package service
 
 import (
@@ -11,19 +11,18 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel"
 	"google.golang.org/grpc"
 
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/internalauth"
-	"github.com/razorbill/flo/libs/kafka"
-	"github.com/razorbill/flo/libs/outbox"
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/probe"
 	"github.com/razorbill/flo/libs/stage"
@@ -31,15 +30,10 @@ import (
 	"github.com/razorbill/flo/libs/wake"
 	"github.com/razorbill/flo/services/dispatcher/internal/apikey"
 	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
-	"github.com/razorbill/flo/services/dispatcher/internal/claim"
-	"github.com/razorbill/flo/services/dispatcher/internal/completion"
 	"github.com/razorbill/flo/services/dispatcher/internal/grpcapi"
-	"github.com/razorbill/flo/services/dispatcher/internal/intake"
-	"github.com/razorbill/flo/services/dispatcher/internal/lease"
+	"github.com/razorbill/flo/services/dispatcher/internal/owner"
 	"github.com/razorbill/flo/services/dispatcher/internal/queue"
-	"github.com/razorbill/flo/services/dispatcher/internal/report"
 	"github.com/razorbill/flo/services/dispatcher/internal/store"
-	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
 	"github.com/razorbill/flo/services/dispatcher/migrations"
 )
 
@@ -49,7 +43,6 @@ const Schema = "dispatcher"
 // Shutdown bounds.
 const (
 	grpcStopTimeout  = 10 * time.Second
-	relayFlushWait   = 5 * time.Second
 	httpStopTimeout  = 5 * time.Second
 	safetyTick       = time.Second
 	readyPingTimeout = time.Second
@@ -57,10 +50,13 @@ const (
 
 // Config is the dispatcher's configuration, read from FLO_* variables.
 type Config struct {
-	GRPCAddr            string        `env:"FLO_DISPATCHER_GRPC_ADDR, default=:9101"`
-	HTTPAddr            string        `env:"FLO_DISPATCHER_HTTP_ADDR, default=:9111"`
-	BootstrapNamespaces []string      `env:"FLO_BOOTSTRAP_NAMESPACES, default=default"`
-	LeaseCheckInterval  time.Duration `env:"FLO_LEASE_CHECK_INTERVAL, default=1s"`
+	GRPCAddr string `env:"FLO_DISPATCHER_GRPC_ADDR, default=:9101"`
+	HTTPAddr string `env:"FLO_DISPATCHER_HTTP_ADDR, default=:9111"`
+	// AdvertiseAddr is the gRPC address other replicas and the gateways
+	// reach this replica at; empty means the listener's, with an
+	// unspecified host replaced by the host name.
+	AdvertiseAddr       string   `env:"FLO_DISPATCHER_ADVERTISE_ADDR"`
+	BootstrapNamespaces []string `env:"FLO_BOOTSTRAP_NAMESPACES, default=default"`
 	// MaxPayloadBytes is the platform's payload limit, which bounds the
 	// results task events carry; the producer is sized for it. Zero means
 	// the default.
@@ -95,16 +91,10 @@ type Service struct {
 	log *slog.Logger
 
 	pool     *pgxpool.Pool
-	producer *kgo.Client
-	consumer *kafka.Consumer
-	relay    *outbox.Relay
 	hub      *wake.Hub
 	listener *wake.Listener
-	claimer  *claim.Claimer
-	reporter *report.Reporter
-	intake   *intake.Intake
-	leases   *lease.Leases
-	done     *completion.Completions
+	replica  *owner.Replica
+	peers    *owner.Peers
 	gauges   *telemetry.Gauges
 
 	grpcServer *grpc.Server
@@ -133,10 +123,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	if len(cfg.Kafka.Brokers) == 0 {
 		return nil, errors.New("dispatcher: FLO_KAFKA_BROKERS is required")
 	}
-	if cfg.LeaseCheckInterval <= 0 {
-		return nil, fmt.Errorf("dispatcher: FLO_LEASE_CHECK_INTERVAL must be positive, got %s", cfg.LeaseCheckInterval)
-	}
 	if err := internalauth.Validate(cfg.Auth); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	// Replicas pass calls about other partitions to their owners.
+	dial, err := internalauth.DialOptions(cfg.Auth, log)
+	if err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	s := &Service{cfg: cfg, log: log}
@@ -154,54 +146,30 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 
-	if s.producer, err = kafka.NewProducer(ctx, cfg.Kafka, cfg.Kafka.Partitions, cmp.Or(cfg.MaxPayloadBytes, config.DefaultMaxPayloadBytes),
-		[]string{intake.CommandsTopic, taskevent.Topic}); err != nil {
-		return nil, fmt.Errorf("dispatcher: producer: %w", err)
-	}
-	s.relay = outbox.NewRelay(s.pool, s.producer, log)
 	s.hub = wake.NewHub()
-
 	meter := otel.Meter("github.com/razorbill/flo/services/dispatcher")
-	in, err := intake.New(s.pool, cat, s.hub, s.relay, log, meter)
-	if err != nil {
-		return nil, fmt.Errorf("dispatcher: %w", err)
-	}
-	s.intake = in
-	if s.claimer, err = claim.New(s.pool, cat, s.hub, s.relay, meter); err != nil {
-		return nil, fmt.Errorf("dispatcher: %w", err)
-	}
-	if s.reporter, err = report.New(s.pool, s.hub, s.relay, meter); err != nil {
-		return nil, fmt.Errorf("dispatcher: %w", err)
-	}
-	if s.leases, err = lease.New(s.pool, s.hub, s.relay, log, meter); err != nil {
-		return nil, fmt.Errorf("dispatcher: %w", err)
-	}
-	if s.done, err = completion.New(s.pool, s.relay, log, meter); err != nil {
-		return nil, fmt.Errorf("dispatcher: %w", err)
-	}
 	if s.gauges, err = queue.NewGauges(s.pool, meter); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	s.listener = wake.NewListener(pg.Dialer(s.pool), map[string]func(string){
-		store.TasksChannel:   func(key string) { s.hub.Wake(key) },
 		store.ActionsChannel: cat.Invalidate,
-	}, func() {
-		cat.Forget()
-		s.hub.WakeAll()
-	}, log)
-
-	if s.grpcServer, err = grpcapi.NewGRPCServer(grpcapi.Deps{
-		Catalog: cat, Claimer: s.claimer, Reporter: s.reporter, Leases: s.leases,
-		Queue: queue.New(s.pool, cat, s.hub, s.relay), Completions: s.done, Keys: apikey.New(s.pool, cat), Log: log,
-	}, cfg.Auth); err != nil {
-		return nil, fmt.Errorf("dispatcher: %w", err)
-	}
+	}, cat.Forget, log)
 	if s.grpcLis, s.httpLis, err = stage.Listen(cfg.GRPCAddr, cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	s.httpServer = &http.Server{Handler: probe.Handler(s.ready(), o.metrics), ReadHeaderTimeout: 10 * time.Second}
-	// Last, because a consumer's client is only released by its Run.
-	if s.consumer, err = kafka.NewConsumer(cfg.Kafka, intake.ConsumerGroup, []string{intake.CommandsTopic}, in.HandleRecords, log); err != nil {
+	// Last, because the replica's clients are only released by its Run.
+	if s.replica, err = owner.New(ctx, owner.Config{
+		Kafka: cfg.Kafka, Partitions: cfg.Kafka.Partitions,
+		MaxPayloadBytes: cmp.Or(cfg.MaxPayloadBytes, config.DefaultMaxPayloadBytes),
+		Address:         advertised(cfg.AdvertiseAddr, s.grpcLis.Addr().String()), ReplicaID: uuid.NewString(),
+	}, s.pool, cat, s.hub, log, meter); err != nil {
+		return nil, fmt.Errorf("dispatcher: %w", err)
+	}
+	s.peers = owner.NewPeers(s.replica, dial, log)
+	if s.grpcServer, err = grpcapi.NewGRPCServer(grpcapi.Deps{
+		Catalog: cat, Replica: s.replica, Peers: s.peers, Queue: queue.New(s.pool, cat), Keys: apikey.New(s.pool, cat), Log: log,
+	}, cfg.Auth); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	return s, nil
@@ -215,48 +183,37 @@ func (s *Service) HTTPAddr() string { return s.httpLis.Addr().String() }
 
 // Run serves until ctx ends or a component fails, then stops in order:
 // readiness off (serving on for Shutdown.Delay), waiting claims released, gRPC
-// drained, the consumer stopped (committing what it handled), background work
-// stopped, the outbox flushed, HTTP stopped and connections closed. Every
-// state change is committed with its outbox rows, so stopping at any point
-// loses nothing.
+// drained, the partitions stopped (each ends its transaction in flight, the
+// view is flushed and the replica leaves the group, so its partitions move at
+// once), background work stopped, HTTP stopped and connections closed. A
+// worker is answered only after its change is committed on the log, so
+// stopping at any point loses nothing.
 func (s *Service) Run(ctx context.Context) error {
-	s.consuming.Store(true)
 	err := stage.Run(ctx, s.log,
 		stage.HTTP(s.httpServer, s.httpLis, httpStopTimeout, s.log),
-		stage.New("relay").
-			Go("outbox relay", s.relay.Run).
-			OnStop(s.relay.FlushAtStop(relayFlushWait)),
 		stage.New("work").
-			Go("claimer", s.claimer.Run).
-			Go("reporter", s.reporter.Run).
-			Go("intake", s.intake.Run).
 			Go("wake hub", func(ctx context.Context) error { return s.hub.Run(ctx, safetyTick) }).
 			Go("listener", s.listener.Run).
-			Go("lease reaper", func(ctx context.Context) error { return s.leases.Run(ctx, s.cfg.LeaseCheckInterval) }).
-			Go("async deadlines", func(ctx context.Context) error { return s.done.Run(ctx, s.cfg.LeaseCheckInterval) }).
 			Go("queue gauges", s.gauges.Run),
-		stage.New("consumer").Go("commands consumer", func(ctx context.Context) error {
+		stage.New("partitions").Go("replica", func(ctx context.Context) error {
+			s.consuming.Store(true)
 			defer s.consuming.Store(false)
-			return s.consumer.Run(ctx)
-		}),
+			return s.replica.Run(ctx)
+		}).OnStop(func(context.Context) { s.peers.Close() }),
 		stage.GRPC(s.grpcServer, s.grpcLis, grpcStopTimeout, s.log),
-		stage.New("claims").OnStop(func(context.Context) { s.claimer.Close() }),
+		stage.New("claims").OnStop(func(context.Context) { s.replica.Close() }),
 		stage.Readiness(s.cfg.Shutdown.Delay, func() { s.stopping.Store(true) }, s.log),
 	)
 	s.closeResources()
 	return err
 }
 
-// closeResources closes the listeners (if the servers did not), the
-// producer and the pool.
+// closeResources closes the listeners (if the servers did not) and the pool.
 func (s *Service) closeResources() {
 	for _, l := range []net.Listener{s.grpcLis, s.httpLis} {
 		if l != nil {
 			_ = l.Close()
 		}
-	}
-	if s.producer != nil {
-		s.producer.Close()
 	}
 	if s.pool != nil {
 		s.pool.Close()
@@ -267,6 +224,24 @@ func (s *Service) closeResources() {
 // database answering and the commands consumer running.
 func (s *Service) ready() func(context.Context) error {
 	return probe.All(probe.Unset(&s.stopping, "stopping"), probe.Set(&s.consuming, "commands consumer not running"), probe.Ping("database", s.pool, readyPingTimeout))
+}
+
+// advertised is the address peers reach a replica at: addr when set, else
+// the listener's, with an unspecified host replaced by the host name.
+func advertised(addr, listener string) string {
+	if addr != "" {
+		return addr
+	}
+	host, port, err := net.SplitHostPort(listener)
+	if err != nil {
+		return listener
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		if name, err := os.Hostname(); err == nil {
+			host = name
+		}
+	}
+	return net.JoinHostPort(host, port)
 }
 
 func trimNames(names []string) []string {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/razorbill/flo/libs/kafka"
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
@@ -284,8 +285,8 @@ func testCommands(t *testing.T, e *env) {
 	// the partition: the valid commands behind them still arrive.
 	require.NoError(t, e.producer.ProduceSync(t.Context(), &kgo.Record{Topic: commandsTopic, Key: []byte("k"), Value: []byte("not protobuf \xff")}).FirstErr())
 	unknown := &eventsv1.InvokeTask{Namespace: ns, Action: "missing"}
-	e.produce(t, "k", nil, unknown)
-	e.produce(t, "k", headers, cmds...)
+	e.produce(t, "", nil, unknown)
+	e.produce(t, "", headers, cmds...)
 
 	for _, c := range cmds {
 		task := e.waitTask(t, ns, c.GetTaskId())
@@ -322,6 +323,16 @@ func testCommands(t *testing.T, e *env) {
 	}
 }
 
+// samePartition returns a new task id in the partition of id.
+func samePartition(id string) string {
+	for {
+		other := uuid.NewString()
+		if kafka.PartitionOf([]byte(other), partitions) == kafka.PartitionOf([]byte(id), partitions) {
+			return other
+		}
+	}
+}
+
 func headerValue(r *kgo.Record, key string) string {
 	for _, h := range r.Headers {
 		if h.Key == key {
@@ -346,12 +357,12 @@ func testIdempotentInsert(t *testing.T, e *env) {
 	id := uuid.NewString()
 	first := &eventsv1.InvokeTask{TaskId: id, Namespace: ns, Action: "once", Payload: []byte(`"first"`), IdempotencyKey: "k1"}
 	second := &eventsv1.InvokeTask{TaskId: id, Namespace: ns, Action: "once", Payload: []byte(`"second"`), IdempotencyKey: "k1"}
-	marker := &eventsv1.InvokeTask{Namespace: ns, Action: "once"}
-	// One key: one partition, handled in order, so once the marker exists
-	// the duplicate has been handled too.
+	// A marker in the task's partition, handled in order, so once the
+	// marker exists the duplicates have been handled too.
+	marker := &eventsv1.InvokeTask{Namespace: ns, Action: "once", TaskId: samePartition(id)}
 	third := &eventsv1.InvokeTask{TaskId: id, Namespace: ns, Action: "once", Payload: []byte(`"third"`), IdempotencyKey: "k1"}
-	e.produce(t, id, nil, first)
-	e.produce(t, id, nil, second, third, marker)
+	e.produce(t, "", nil, first)
+	e.produce(t, "", nil, second, third, marker)
 	e.waitTask(t, ns, marker.GetTaskId())
 	e.events.waitEvents(t, marker.GetTaskId(), evCreated)
 
@@ -678,8 +689,11 @@ func testPriorityAndDelay(t *testing.T, e *env) {
 	low := &eventsv1.InvokeTask{Namespace: ns, Action: "p", Priority: 1}
 	high := &eventsv1.InvokeTask{Namespace: ns, Action: "p", Priority: 9}
 	delayed := &eventsv1.InvokeTask{Namespace: ns, Action: "p", Priority: 100, RunAt: timestamppb.New(time.Now().Add(3 * time.Second))}
-	e.produce(t, "same", nil, low, high, delayed)
-	e.waitTask(t, ns, delayed.GetTaskId())
+	e.produce(t, "", nil, low, high, delayed)
+	// Each task may sit in its own partition, each applied on its own.
+	for _, c := range []*eventsv1.InvokeTask{low, high, delayed} {
+		e.waitTask(t, ns, c.GetTaskId())
+	}
 
 	first := e.claim(t, ns, []string{"p"}, 10, 0, 0)
 	require.Len(t, first, 2, "the delayed task is not claimable yet")

@@ -279,7 +279,6 @@ func (s *stack) startDispatcher(t *testing.T) {
 		GRPCAddr:            s.dispatchAddr,
 		HTTPAddr:            "127.0.0.1:0",
 		BootstrapNamespaces: []string{"default"},
-		LeaseCheckInterval:  100 * time.Millisecond,
 		Postgres:            config.Postgres{URL: s.dbURL, MaxConns: 8},
 		Auth:                s.auth,
 		Kafka:               s.kafka(),

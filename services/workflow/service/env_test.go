@@ -56,7 +56,7 @@ func startDispatcher(t testing.TB, dbURL string, brokers []string) dispatcherv1.
 	t.Helper()
 	cfg := dispatcher.Config{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		BootstrapNamespaces: []string{"default"}, LeaseCheckInterval: 100 * time.Millisecond,
+		BootstrapNamespaces: []string{"default"},
 		Postgres: config.Postgres{URL: dbURL, MaxConns: 8},
 		Kafka:    config.Kafka{Brokers: brokers, Partitions: 4},
 		Auth:     harness.InternalAuth(),

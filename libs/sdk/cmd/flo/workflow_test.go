@@ -138,7 +138,6 @@ func startDevStack(t *testing.T, adjust func(*devstack.Config)) (*devstack.Stack
 		DatabaseURL:         harness.NewDatabase(t),
 		Kafka:               config.Kafka{Brokers: broker.Addrs(), Partitions: 4},
 		Namespaces:          []string{"default", "myapp"},
-		LeaseCheckInterval:  100 * time.Millisecond,
 		HeartbeatTimeout:    90 * time.Second,
 		HealthCheckInterval: time.Second,
 		MaxPayloadBytes:     64 << 10,

@@ -13,8 +13,7 @@ import (
 	"github.com/razorbill/flo/libs/millis"
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
-	"github.com/razorbill/flo/services/dispatcher/internal/completion"
-	"github.com/razorbill/flo/services/dispatcher/internal/report"
+	"github.com/razorbill/flo/services/dispatcher/internal/engine"
 	"github.com/razorbill/flo/services/dispatcher/internal/store"
 	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
 )
@@ -124,36 +123,37 @@ func jsonValue(b []byte) *structpb.Value {
 	return v
 }
 
-func assignmentProto(t store.Claimed) *flov1.TaskAssignment {
+func assignmentProto(c engine.Claimed) *flov1.TaskAssignment {
+	t := c.Task
 	return &flov1.TaskAssignment{
 		TaskId:       t.ID.String(),
 		Action:       t.Action,
 		Payload:      t.Payload,
 		Attempt:      t.Attempt,
-		MaxAttempts:  t.MaxAttempts,
+		MaxAttempts:  t.Settings.MaxAttempts,
 		CreatedAt:    timestamp(t.CreatedAt),
 		LeaseUntil:   timestamp(t.LeaseUntil),
 		TraceContext: t.TraceContext,
-		// A claimed attempt always has a secret; Token refuses anything else.
-		CompletionToken: completion.Token(t.ID, t.Attempt, t.CompletionSecret),
+		// A claimed attempt always has a secret; String refuses anything else.
+		CompletionToken: engine.Token{ID: t.ID, Attempt: t.Attempt, Secret: t.CompletionSecret}.String(),
 	}
 }
 
-func reportDomain(r *dispatcherv1.Report) report.Report {
-	out := report.Report{TaskID: r.GetTaskId(), Attempt: r.GetAttempt(), TraceContext: r.GetTraceContext()}
+func reportDomain(r *dispatcherv1.Report) engine.Report {
+	out := engine.Report{TaskID: r.GetTaskId(), Attempt: r.GetAttempt(), TraceContext: r.GetTraceContext()}
 	switch k := r.GetKind().(type) {
 	case *dispatcherv1.Report_Completed:
-		out.Kind, out.Result, out.Outcome = report.Complete, k.Completed.GetBody(), k.Completed.GetOutcome()
+		out.Kind, out.Result, out.Outcome = engine.Complete, k.Completed.GetBody(), k.Completed.GetOutcome()
 	case *dispatcherv1.Report_Failed:
-		out.Kind, out.Error = report.Fail, k.Failed.GetError()
+		out.Kind, out.Error = engine.Fail, k.Failed.GetError()
 		out.Retry, out.NonRetryable, out.TimedOut = k.Failed.GetRetry(), k.Failed.GetNonRetryable(), k.Failed.GetTimedOut()
 		out.ErrorCode = k.Failed.GetErrorCode()
 	case *dispatcherv1.Report_Nack:
-		out.Kind, out.Error, out.Delay = report.Nack, k.Nack.GetReason(), millis.Duration(k.Nack.GetDelayMs())
+		out.Kind, out.Error, out.Delay = engine.Nack, k.Nack.GetReason(), millis.Duration(k.Nack.GetDelayMs())
 	case *dispatcherv1.Report_Abandon:
-		out.Kind = report.Abandon
+		out.Kind = engine.Abandon
 	case *dispatcherv1.Report_Pending:
-		out.Kind, out.Delay = report.Pending, millis.Duration(k.Pending.GetTimeoutMs())
+		out.Kind, out.Delay = engine.Pending, millis.Duration(k.Pending.GetTimeoutMs())
 	}
 	return out
 }

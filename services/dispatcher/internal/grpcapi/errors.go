@@ -6,9 +6,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/razorbill/flo/libs/coalesce"
 	"github.com/razorbill/flo/libs/fault"
-	"github.com/razorbill/flo/services/dispatcher/internal/lease"
+	"github.com/razorbill/flo/services/dispatcher/internal/engine"
+	"github.com/razorbill/flo/services/dispatcher/internal/owner"
 )
 
 // dispatcherStatus maps the errors only the dispatcher knows to status
@@ -16,10 +16,11 @@ import (
 // rest.
 func dispatcherStatus(err error) error {
 	switch {
-	case errors.Is(err, lease.ErrNotRunning):
-		return status.Error(codes.FailedPrecondition, err.Error())
-	case errors.Is(err, coalesce.ErrStopped):
-		return status.Error(codes.Unavailable, "dispatcher is stopping")
+	case errors.Is(err, owner.ErrNotOwner):
+		// A forwarding replica reads ABORTED as "ask the owner again".
+		return status.Error(codes.Aborted, err.Error())
+	case errors.Is(err, owner.ErrUnavailable):
+		return status.Error(codes.Unavailable, err.Error())
 	}
 	return nil
 }
@@ -27,7 +28,7 @@ func dispatcherStatus(err error) error {
 // touchRefusal says whether a Touch error is a refusal to answer with
 // ok=false (rather than an RPC error), and its message.
 func touchRefusal(err error) (string, bool) {
-	if errors.Is(err, lease.ErrNotRunning) {
+	if errors.Is(err, engine.ErrNotRunning) {
 		return err.Error(), true
 	}
 	if kind, msg, ok := fault.KindOf(err); ok && kind == fault.Invalid {

@@ -7,6 +7,7 @@ package grpcapi
 import (
 	"context"
 	"log/slog"
+	"sync"
 
 	"google.golang.org/grpc"
 
@@ -18,11 +19,10 @@ import (
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	"github.com/razorbill/flo/services/dispatcher/internal/apikey"
 	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
-	"github.com/razorbill/flo/services/dispatcher/internal/claim"
-	"github.com/razorbill/flo/services/dispatcher/internal/completion"
-	"github.com/razorbill/flo/services/dispatcher/internal/lease"
+	"github.com/razorbill/flo/services/dispatcher/internal/engine"
+	"github.com/razorbill/flo/services/dispatcher/internal/owner"
 	"github.com/razorbill/flo/services/dispatcher/internal/queue"
-	"github.com/razorbill/flo/services/dispatcher/internal/report"
+	"github.com/razorbill/flo/services/dispatcher/internal/store"
 )
 
 // maxMessageBytes lets report batches carry many large results.
@@ -30,13 +30,13 @@ const maxMessageBytes = 256 << 20
 
 // Deps are the domain parts the API serves.
 type Deps struct {
-	Catalog  *catalog.Catalog
-	Claimer  *claim.Claimer
-	Reporter *report.Reporter
-	Leases   *lease.Leases
-	Queue    *queue.Queue
-	// Completions finishes waiting tasks by completion token.
-	Completions *completion.Completions
+	Catalog *catalog.Catalog
+	// Replica serves the task partitions this replica owns; Peers passes
+	// calls about other partitions to their owners.
+	Replica *owner.Replica
+	Peers   *owner.Peers
+	// Queue lists dead letters from the view.
+	Queue *queue.Queue
 	// Keys makes, lists, revokes and reads API keys.
 	Keys *apikey.Keys
 	Log  *slog.Logger
@@ -154,19 +154,26 @@ func (s *Server) SetActionEnabled(ctx context.Context, req *dispatcherv1.SetActi
 	return actionProto(a), nil
 }
 
-// GetTask reads a task.
+// GetTask reads a task, at the owner of its partition.
 func (s *Server) GetTask(ctx context.Context, req *flov1.GetTaskRequest) (*flov1.Task, error) {
-	t, err := s.d.Queue.Get(ctx, req.GetNamespace(), req.GetTaskId())
-	if err != nil {
-		return nil, err
-	}
-	return taskProto(t), nil
+	return s.taskCall(ctx, req.GetTaskId(),
+		func(ctx context.Context) (store.Task, error) {
+			return s.d.Replica.Get(ctx, req.GetNamespace(), req.GetTaskId())
+		},
+		func(ctx context.Context, c dispatcherv1.DispatcherClient) (*flov1.Task, error) {
+			return c.GetTask(ctx, req)
+		})
 }
 
 // ListDeadLetters lists dead-lettered tasks.
 func (s *Server) ListDeadLetters(ctx context.Context, req *flov1.ListDeadLettersRequest) (*flov1.ListDeadLettersResponse, error) {
 	p, err := page.New(req.GetLimit(), req.GetPageToken(), page.MaxLimit, 2)
 	if err != nil {
+		return nil, err
+	}
+	// The view trails the partitions by a flush window; this replica's
+	// share is written first (another replica's may trail by one window).
+	if err := s.d.Replica.FlushView(ctx); err != nil {
 		return nil, err
 	}
 	ts, next, err := s.d.Queue.ListDeadLetters(ctx, req.GetNamespace(), req.GetAction(), p)
@@ -182,34 +189,73 @@ func (s *Server) ListDeadLetters(ctx context.Context, req *flov1.ListDeadLetters
 
 // RequeueDeadLetter queues a dead-lettered task again.
 func (s *Server) RequeueDeadLetter(ctx context.Context, req *flov1.GetTaskRequest) (*flov1.Task, error) {
-	t, err := s.d.Queue.Requeue(ctx, req.GetNamespace(), req.GetTaskId())
-	if err != nil {
-		return nil, err
-	}
-	return taskProto(t), nil
+	return s.taskCall(ctx, req.GetTaskId(),
+		func(ctx context.Context) (store.Task, error) {
+			return s.d.Replica.Requeue(ctx, req.GetNamespace(), req.GetTaskId())
+		},
+		func(ctx context.Context, c dispatcherv1.DispatcherClient) (*flov1.Task, error) {
+			return c.RequeueDeadLetter(ctx, req)
+		})
 }
 
 // CompleteTask finishes a waiting task successfully by its completion token.
 func (s *Server) CompleteTask(ctx context.Context, req *flov1.CompleteTaskRequest) (*flov1.Task, error) {
-	t, err := s.d.Completions.Complete(ctx, req.GetNamespace(), req.GetToken(), req.GetResult(), req.GetOutcome())
+	tok, err := engine.ParseToken(req.GetToken())
 	if err != nil {
 		return nil, err
 	}
-	return taskProto(t), nil
+	f := engine.Finish{Result: req.GetResult(), Outcome: req.GetOutcome()}
+	return s.taskCall(ctx, tok.ID.String(),
+		func(ctx context.Context) (store.Task, error) {
+			return s.d.Replica.Finish(ctx, req.GetNamespace(), req.GetToken(), f)
+		},
+		func(ctx context.Context, c dispatcherv1.DispatcherClient) (*flov1.Task, error) {
+			return c.CompleteTask(ctx, req)
+		})
 }
 
 // FailTask finishes a waiting task with a failure by its completion token.
 func (s *Server) FailTask(ctx context.Context, req *flov1.FailTaskRequest) (*flov1.Task, error) {
-	t, err := s.d.Completions.Fail(ctx, req.GetNamespace(), req.GetToken(), req.GetError(), req.GetErrorCode())
+	tok, err := engine.ParseToken(req.GetToken())
 	if err != nil {
 		return nil, err
 	}
-	return taskProto(t), nil
+	f := engine.Finish{Failed: true, Error: req.GetError(), ErrorCode: req.GetErrorCode()}
+	return s.taskCall(ctx, tok.ID.String(),
+		func(ctx context.Context) (store.Task, error) {
+			return s.d.Replica.Finish(ctx, req.GetNamespace(), req.GetToken(), f)
+		},
+		func(ctx context.Context, c dispatcherv1.DispatcherClient) (*flov1.Task, error) {
+			return c.FailTask(ctx, req)
+		})
 }
 
-// Claim leases tasks to a worker, waiting up to wait_ms for some.
+// taskCall serves a call about one task here when this replica owns its
+// partition, and passes it to the owner otherwise.
+func (s *Server) taskCall(ctx context.Context, taskID string, local func(context.Context) (store.Task, error),
+	remote func(context.Context, dispatcherv1.DispatcherClient) (*flov1.Task, error)) (*flov1.Task, error) {
+	var out *flov1.Task
+	err := s.d.Peers.Route(ctx, taskID,
+		func(ctx context.Context) error {
+			t, err := local(ctx)
+			if err == nil {
+				out = taskProto(t)
+			}
+			return err
+		},
+		func(ctx context.Context, c dispatcherv1.DispatcherClient) error {
+			var err error
+			out, err = remote(ctx, c)
+			return err
+		})
+	return out, err
+}
+
+// Claim leases tasks of this replica's partitions to a worker, waiting up
+// to wait_ms for some. Gateways send each claim to every replica
+// (ListReplicas), so claims are never passed on.
 func (s *Server) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
-	tasks, err := s.d.Claimer.Claim(ctx, claim.Request{
+	tasks, err := s.d.Replica.Claim(ctx, owner.ClaimRequest{
 		Namespace: req.GetNamespace(),
 		WorkerID:  req.GetWorkerId(),
 		Actions:   req.GetActions(),
@@ -227,15 +273,58 @@ func (s *Server) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest) (*di
 	return out, nil
 }
 
-// Report records how attempts ended.
-func (s *Server) Report(ctx context.Context, req *dispatcherv1.ReportRequest) (*dispatcherv1.ReportResponse, error) {
-	reports := make([]report.Report, len(req.GetReports()))
-	for i, r := range req.GetReports() {
-		reports[i] = reportDomain(r)
-	}
-	rejected, err := s.d.Reporter.Report(ctx, report.Request{Namespace: req.GetNamespace(), Reports: reports})
+// ListReplicas names the replicas that own task partitions.
+func (s *Server) ListReplicas(ctx context.Context, _ *dispatcherv1.ListReplicasRequest) (*dispatcherv1.ListReplicasResponse, error) {
+	reps, err := s.d.Peers.Replicas(ctx)
 	if err != nil {
 		return nil, err
+	}
+	return &dispatcherv1.ListReplicasResponse{Replicas: reps}, nil
+}
+
+// Report records how attempts ended, each at the owner of its task's
+// partition, the partitions in parallel.
+func (s *Server) Report(ctx context.Context, req *dispatcherv1.ReportRequest) (*dispatcherv1.ReportResponse, error) {
+	byPart := map[int32][]*dispatcherv1.Report{}
+	for _, r := range req.GetReports() {
+		p := s.d.Replica.PartitionOf(r.GetTaskId())
+		byPart[p] = append(byPart[p], r)
+	}
+	var (
+		mu       sync.Mutex
+		rejected []string
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	for p, reps := range byPart {
+		wg.Go(func() {
+			var got []string
+			err := s.d.Peers.RoutePartition(ctx, p,
+				func(ctx context.Context) error {
+					reports := make([]engine.Report, len(reps))
+					for i, r := range reps {
+						reports[i] = reportDomain(r)
+					}
+					var err error
+					got, err = s.d.Replica.Report(ctx, req.GetNamespace(), reports)
+					return err
+				},
+				func(ctx context.Context, c dispatcherv1.DispatcherClient) error {
+					resp, err := c.Report(ctx, &dispatcherv1.ReportRequest{Namespace: req.GetNamespace(), WorkerId: req.GetWorkerId(), Reports: reps})
+					got = resp.GetRejectedTaskIds()
+					return err
+				})
+			mu.Lock()
+			defer mu.Unlock()
+			rejected = append(rejected, got...)
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
 	}
 	return &dispatcherv1.ReportResponse{RejectedTaskIds: rejected}, nil
 }
@@ -244,13 +333,25 @@ func (s *Server) Report(ctx context.Context, req *dispatcherv1.ReportRequest) (*
 // a malformed request) is answered with ok=false and the reason, not an RPC
 // error, because the worker stream relays it as a TouchAck.
 func (s *Server) Touch(ctx context.Context, req *dispatcherv1.TouchRequest) (*flov1.TouchAck, error) {
-	until, err := s.d.Leases.Touch(ctx, req.GetNamespace(), req.GetTaskId(), req.GetAttempt(), millis.Duration(req.GetExtendMs()))
-	if err != nil {
-		msg, ok := touchRefusal(err)
-		if !ok {
-			return nil, err
-		}
-		return &flov1.TouchAck{TaskId: req.GetTaskId(), Ok: false, Error: msg}, nil
-	}
-	return &flov1.TouchAck{TaskId: req.GetTaskId(), Ok: true, LeaseUntil: timestamp(until)}, nil
+	var out *flov1.TouchAck
+	err := s.d.Peers.Route(ctx, req.GetTaskId(),
+		func(ctx context.Context) error {
+			until, err := s.d.Replica.Touch(ctx, req.GetNamespace(), req.GetTaskId(), req.GetAttempt(), millis.Duration(req.GetExtendMs()))
+			if err != nil {
+				msg, ok := touchRefusal(err)
+				if !ok {
+					return err
+				}
+				out = &flov1.TouchAck{TaskId: req.GetTaskId(), Ok: false, Error: msg}
+				return nil
+			}
+			out = &flov1.TouchAck{TaskId: req.GetTaskId(), Ok: true, LeaseUntil: timestamp(until)}
+			return nil
+		},
+		func(ctx context.Context, c dispatcherv1.DispatcherClient) error {
+			var err error
+			out, err = c.Touch(ctx, req)
+			return err
+		})
+	return out, err
 }

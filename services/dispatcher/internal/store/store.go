@@ -37,10 +37,6 @@ const (
 	DeadLettered Status = "dead_lettered"
 )
 
-// TasksChannel is the Postgres NOTIFY channel announcing "namespace/action has
-// new work" to every replica.
-const TasksChannel = "flo_tasks"
-
 // ActionsChannel is the NOTIFY channel announcing "namespace/action settings
 // changed", so replicas drop cached settings.
 const ActionsChannel = "flo_actions"
@@ -98,54 +94,6 @@ type Task struct {
 	UpdatedAt      time.Time
 	// CompleteBy is the deadline of a waiting task; zero otherwise.
 	CompleteBy time.Time
-}
-
-// Change is a task as a state change left it: what a task event reports.
-type Change struct {
-	ID        uuid.UUID
-	Namespace string
-	Action    string
-	Status    Status
-	Attempt   int32
-	WorkerID  string
-	Outcome   string
-	Error     string
-	// TimedOut says the last attempt that ended ran out of time.
-	TimedOut bool
-	// ErrorCode is the worker's code for the last failed attempt.
-	ErrorCode    string
-	CreatedAt    time.Time
-	RunAt        time.Time
-	TraceContext map[string]string
-	// Origin is who invoked the task; empty for plain invocations.
-	Origin string
-	// Result is the task's result, read only for tasks with an origin.
-	Result []byte
-}
-
-// Key is the queue the changed task belongs to.
-func (c Change) Key() string { return Key(c.Namespace, c.Action) }
-
-// changeColumns is the RETURNING list scanned by scanChange; every statement
-// that changes tasks returns it so each change becomes an event.
-const changeColumns = `t.id, t.namespace, t.action, t.state, t.attempt, t.worker_id, t.outcome, t.error, t.timed_out, t.error_code, t.created_at, t.run_at, t.trace_context,
-	t.origin, CASE WHEN t.origin <> '' THEN t.result END`
-
-func changeDest(c *Change) []any {
-	return []any{&c.ID, &c.Namespace, &c.Action, &c.Status, &c.Attempt, &c.WorkerID, &c.Outcome, &c.Error, &c.TimedOut, &c.ErrorCode, &c.CreatedAt, &c.RunAt, &c.TraceContext, &c.Origin, &c.Result}
-}
-
-func collectChanges(rows pgx.Rows) ([]Change, error) {
-	var out []Change
-	for rows.Next() {
-		var c Change
-		if err := rows.Scan(changeDest(&c)...); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, rows.Err()
 }
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }

@@ -6,8 +6,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-
-	"github.com/razorbill/flo/services/dispatcher/internal/store"
 )
 
 // counterSpecs name the counter each event type adds to. Every task state
@@ -31,15 +29,6 @@ type tally struct {
 	typ               Type
 	namespace, action string
 	reason            string
-}
-
-func tallyOf(typ Type, c store.Change) tally {
-	if typ == Rejected {
-		// A rejected invocation may name anything: counting it by its
-		// names would let callers create series without bound.
-		return tally{typ: typ, reason: c.Outcome}
-	}
-	return tally{typ: typ, namespace: c.Namespace, action: c.Action}
 }
 
 func (t tally) attributes() metric.MeasurementOption {
@@ -68,15 +57,16 @@ func NewCounters(meter metric.Meter) (*Counters, error) {
 	return c, nil
 }
 
-// Count adds the events b collected; call it once their transaction
-// committed. A nil b counts nothing.
-func (c *Counters) Count(ctx context.Context, b *Builder) {
-	if b == nil {
+// CountEvents adds n events of typ about tasks of namespace/action; for
+// Rejected, outcome is the reason and the names are not recorded.
+func (c *Counters) CountEvents(ctx context.Context, typ Type, namespace, action, outcome string, n int64) {
+	counter, ok := c.byType[typ]
+	if !ok {
 		return
 	}
-	for t, n := range b.tallies {
-		if counter, ok := c.byType[t.typ]; ok {
-			counter.Add(ctx, n, t.attributes())
-		}
+	t := tally{typ: typ, namespace: namespace, action: action}
+	if typ == Rejected {
+		t = tally{typ: typ, reason: outcome}
 	}
+	counter.Add(ctx, n, t.attributes())
 }

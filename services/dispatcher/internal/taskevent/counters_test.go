@@ -3,34 +3,26 @@ package taskevent
 import (
 	"context"
 	"testing"
-	"time"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/razorbill/flo/libs/telemetry/telemetrytest"
-	"github.com/razorbill/flo/services/dispatcher/internal/store"
 )
 
-func TestCountersCountCommittedEventsByAction(t *testing.T) {
+func TestCountersCountEventsByAction(t *testing.T) {
 	metrics := telemetrytest.New(t)
 	counters, err := NewCounters(metrics.Meter("test"))
 	require.NoError(t, err)
 	ctx := context.Background()
 
-	change := func(action string) store.Change {
-		return store.Change{ID: uuid.New(), Namespace: "ns", Action: action, Status: store.DeadLettered}
-	}
-	b := NewBuilder(time.Now())
-	b.Add(Created, change("a"))
-	b.Add(Created, change("a"))
-	b.Add(Created, change("b"))
-	b.Add(LeaseExpired, change("a"))
-	b.Add(DeadLettered, change("a"))
-	b.Add(Rejected, store.Change{ID: uuid.New(), Namespace: "ns", Action: "made-up", Outcome: "target_not_found"})
-	counters.Count(ctx, b)
-	counters.Count(ctx, nil)
-	counters.Count(ctx, NewBuilder(time.Now()))
+	counters.CountEvents(ctx, Created, "ns", "a", "", 2)
+	counters.CountEvents(ctx, Created, "ns", "b", "", 1)
+	counters.CountEvents(ctx, LeaseExpired, "ns", "a", "", 1)
+	counters.CountEvents(ctx, DeadLettered, "ns", "a", "", 1)
+	// A rejected invocation may name anything: it is counted by reason only.
+	counters.CountEvents(ctx, Rejected, "ns", "made-up", "target_not_found", 1)
+	// A type without a counter counts nothing.
+	counters.CountEvents(ctx, LeaseExtended, "ns", "a", "", 1)
 
 	require.Equal(t, map[string]float64{
 		"flo.tasks.invoked action=a,namespace=ns":        2,

@@ -1,0 +1,594 @@
+package owner
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/razorbill/flo/libs/fault"
+	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/libs/text"
+	"github.com/razorbill/flo/services/dispatcher/internal/engine"
+	"github.com/razorbill/flo/services/dispatcher/internal/store"
+	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
+	"github.com/razorbill/flo/services/dispatcher/internal/view"
+)
+
+// Limits on one claim.
+const (
+	MaxClaimCount = 1000
+	MaxClaimWait  = 5 * time.Minute
+	MaxLease      = 24 * time.Hour
+)
+
+// unseenWait bounds how long a read of an id the partition has not seen
+// waits for the partition to apply the commands already on the log: the
+// id may be an invocation accepted a moment ago.
+const unseenWait = 5 * time.Second
+
+// ClaimRequest asks for up to Count tasks of Actions for worker WorkerID.
+type ClaimRequest struct {
+	Namespace string
+	WorkerID  string
+	Actions   []string
+	Count     int
+	// Wait is how long to wait for work when none is ready.
+	Wait time.Duration
+	// Lease is the lease length; zero means each task's timeout.
+	Lease time.Duration
+}
+
+// Claim leases up to req.Count tasks of the partitions this replica owns,
+// waiting up to req.Wait for some to become ready. It returns no tasks and
+// no error when the wait ran out.
+func (r *Replica) Claim(ctx context.Context, req ClaimRequest) ([]engine.Claimed, error) {
+	req, err := r.validateClaim(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(req.Actions))
+	for i, a := range req.Actions {
+		keys[i] = store.Key(req.Namespace, a)
+	}
+	w := r.hub.Subscribe(keys)
+	defer r.hub.Unsubscribe(w)
+	var deadline <-chan time.Time
+	if req.Wait > 0 {
+		t := time.NewTimer(req.Wait)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for {
+		// Re-read each time: an action enabled while we waited becomes claimable.
+		actions, err := r.cat.Claimable(ctx, req.Namespace, req.Actions)
+		if err != nil {
+			return nil, err
+		}
+		var got []engine.Claimed
+		if len(actions) > 0 {
+			if got, err = r.claimOnce(ctx, req, actions); err != nil {
+				return nil, err
+			}
+		}
+		if len(got) > 0 || deadline == nil {
+			r.metrics.started(ctx, got)
+			return got, nil
+		}
+		select {
+		case <-w.C():
+		case <-deadline:
+			return nil, nil
+		case <-r.closing:
+			return nil, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (r *Replica) validateClaim(ctx context.Context, req ClaimRequest) (ClaimRequest, error) {
+	if err := r.cat.CheckNamespace(ctx, req.Namespace); err != nil {
+		return req, err
+	}
+	if err := text.WorkerID("worker_id", req.WorkerID); err != nil {
+		return req, err
+	}
+	if len(req.Actions) == 0 {
+		return req, fault.Invalidf("actions must name at least one action")
+	}
+	for _, a := range req.Actions {
+		if err := text.Name("actions", a); err != nil {
+			return req, err
+		}
+	}
+	switch {
+	case req.Count < 0:
+		return req, fault.Invalidf("count must not be negative, got %d", req.Count)
+	case req.Count == 0:
+		req.Count = 1
+	case req.Count > MaxClaimCount:
+		req.Count = MaxClaimCount
+	}
+	if req.Wait < 0 {
+		return req, fault.Invalidf("wait_ms must not be negative")
+	}
+	req.Wait = min(req.Wait, MaxClaimWait)
+	if req.Lease < 0 {
+		return req, fault.Invalidf("lease_ms must not be negative")
+	}
+	req.Lease = min(req.Lease, MaxLease)
+	return req, nil
+}
+
+// claimOnce asks the partitions that counted ready tasks of the actions,
+// starting at a rotating one so no partition is always served first, for
+// no more than each counted and req.Count in all.
+func (r *Replica) claimOnce(ctx context.Context, req ClaimRequest, actions []string) ([]engine.Claimed, error) {
+	parts := r.owned()
+	if len(parts) == 0 {
+		return nil, nil
+	}
+	turn := int(r.claimTurn.Add(1)) % len(parts)
+	type ask struct {
+		p *partition
+		n int
+	}
+	var asks []ask
+	left := req.Count
+	for i := range parts {
+		p := parts[(turn+i)%len(parts)]
+		if n := min(p.readyFor(req.Namespace, actions), left); n > 0 {
+			asks = append(asks, ask{p, n})
+			left -= n
+		}
+		if left == 0 {
+			break
+		}
+	}
+	if len(asks) == 1 {
+		return r.claimFrom(ctx, asks[0].p, req, actions, asks[0].n)
+	}
+	var (
+		mu       sync.Mutex
+		out      []engine.Claimed
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	for _, a := range asks {
+		wg.Go(func() {
+			got, err := r.claimFrom(ctx, a.p, req, actions, a.n)
+			mu.Lock()
+			defer mu.Unlock()
+			out = append(out, got...)
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+		})
+	}
+	wg.Wait()
+	if len(out) > 0 {
+		// Each partition hands out in priority order; the claim keeps that
+		// order across them.
+		slices.SortStableFunc(out, func(a, b engine.Claimed) int {
+			return cmp.Or(cmp.Compare(b.Task.Priority, a.Task.Priority), a.Task.RunAt.Compare(b.Task.RunAt), a.Task.CreatedAt.Compare(b.Task.CreatedAt))
+		})
+		return out, nil
+	}
+	return nil, firstErr
+}
+
+// FlushView writes what this replica's partitions recorded to the view now,
+// for reads over many tasks (dead-letter listings) that should see every
+// change made through this replica.
+func (r *Replica) FlushView(ctx context.Context) error { return r.mat.Flush(ctx) }
+
+// claimFrom leases up to n tasks from one partition. A partition that stops
+// meanwhile gives nothing, not an error: another claim finds the tasks at
+// their new owner.
+func (r *Replica) claimFrom(ctx context.Context, p *partition, req ClaimRequest, actions []string, n int) ([]engine.Claimed, error) {
+	slots := make([]engine.Slot, n)
+	for i := range slots {
+		slots[i] = engine.Slot{WorkerID: req.WorkerID, Lease: req.Lease}
+	}
+	o := &claimOp{ns: req.Namespace, actions: actions, slots: slots, answer: make(chan error, 1)}
+	queued, err := p.submit(ctx, o, o.answer)
+	if queued && err != nil && ctx.Err() != nil {
+		// The caller left while the claim was being recorded: give back
+		// what it leased rather than let the leases run out.
+		go func() {
+			if <-o.answer == nil && len(o.got) > 0 {
+				r.giveBack(p, req.Namespace, o.got)
+			}
+		}()
+	}
+	if IsNotOwner(err) {
+		return nil, nil
+	}
+	return o.got, err
+}
+
+// giveBack abandons claimed tasks nobody received.
+func (r *Replica) giveBack(p *partition, ns string, got []engine.Claimed) {
+	reports := make([]engine.Report, len(got))
+	for i, c := range got {
+		reports[i] = engine.Report{TaskID: c.Task.ID.String(), Attempt: c.Task.Attempt, Kind: engine.Abandon}
+	}
+	o := &reportOp{ns: ns, reports: reports, answer: make(chan error, 1)}
+	ctx, cancel := context.WithTimeout(context.Background(), stopWait)
+	defer cancel()
+	if _, err := p.submit(ctx, o, o.answer); err != nil {
+		r.log.Warn("giving back unclaimed tasks failed; their leases will run out", "tasks", len(got), "error", err)
+	}
+}
+
+type claimOp struct {
+	ns      string
+	actions []string
+	slots   []engine.Slot
+	got     []engine.Claimed
+	answer  chan error
+}
+
+func (o *claimOp) apply(p *partition, now time.Time) []engine.Change {
+	var changes []engine.Change
+	o.got, changes = p.eng.Claim(o.ns, o.actions, o.slots, now)
+	return changes
+}
+
+func (o *claimOp) done(err error) {
+	if err != nil {
+		o.got = nil
+	}
+	o.answer <- err
+}
+
+// Report applies reports about tasks of partitions this replica owns and
+// returns the ids of those that matched no running attempt. Reports of
+// partitions it does not own are rejected with errNotOwner as a whole.
+func (r *Replica) Report(ctx context.Context, ns string, reports []engine.Report) ([]string, error) {
+	if len(reports) == 0 {
+		return nil, nil
+	}
+	if err := text.Name("namespace", ns); err != nil {
+		return nil, err
+	}
+	byPart := map[int32][]engine.Report{}
+	var rejected []string
+	for _, rep := range reports {
+		id := r.PartitionOf(rep.TaskID)
+		byPart[id] = append(byPart[id], rep)
+	}
+	for id, reps := range byPart {
+		p := r.part(id)
+		if p == nil {
+			return nil, errNotOwner
+		}
+		spans := startReportSpans(ctx, reps)
+		o := &reportOp{ns: ns, reports: reps, answer: make(chan error, 1)}
+		_, err := p.submit(ctx, o, o.answer)
+		endReportSpans(spans, o.ok, err)
+		if err != nil {
+			return nil, err
+		}
+		for i, ok := range o.ok {
+			if !ok {
+				rejected = append(rejected, reps[i].TaskID)
+			}
+		}
+	}
+	r.metrics.stale.Add(ctx, int64(len(rejected)))
+	return rejected, nil
+}
+
+type reportOp struct {
+	ns      string
+	reports []engine.Report
+	ok      []bool
+	answer  chan error
+}
+
+func (o *reportOp) apply(p *partition, now time.Time) []engine.Change {
+	o.ok = make([]bool, len(o.reports))
+	var changes []engine.Change
+	for i, rep := range o.reports {
+		ok, ch := p.eng.Report(o.ns, rep, now)
+		o.ok[i] = ok
+		changes = append(changes, ch...)
+	}
+	return changes
+}
+
+func (o *reportOp) done(err error) { o.answer <- err }
+
+// Touch extends the lease of a running attempt.
+func (r *Replica) Touch(ctx context.Context, ns, taskID string, attempt int32, extend time.Duration) (time.Time, error) {
+	id, p, err := r.locate(ctx, ns, taskID)
+	if err != nil {
+		return time.Time{}, err
+	}
+	o := &touchOp{ns: ns, id: id, attempt: attempt, extend: extend, answer: make(chan error, 1)}
+	if _, err := p.submit(ctx, o, o.answer); err != nil {
+		return time.Time{}, err
+	}
+	return o.until, o.err
+}
+
+type touchOp struct {
+	ns      string
+	id      uuid.UUID
+	attempt int32
+	extend  time.Duration
+	until   time.Time
+	err     error
+	answer  chan error
+}
+
+func (o *touchOp) apply(p *partition, now time.Time) []engine.Change {
+	var changes []engine.Change
+	o.until, changes, o.err = p.eng.Touch(o.ns, o.id, o.attempt, o.extend, now)
+	return changes
+}
+
+func (o *touchOp) done(err error) { o.answer <- err }
+
+// Finish ends a running or waiting attempt by its completion token.
+func (r *Replica) Finish(ctx context.Context, ns, token string, f engine.Finish) (store.Task, error) {
+	if err := text.Name("namespace", ns); err != nil {
+		return store.Task{}, err
+	}
+	tok, err := engine.ParseToken(token)
+	if err != nil {
+		return store.Task{}, err
+	}
+	p := r.part(r.PartitionOf(tok.ID.String()))
+	if p == nil {
+		return store.Task{}, errNotOwner
+	}
+	o := &finishOp{ns: ns, tok: tok, f: f, answer: make(chan error, 1)}
+	if _, err := p.submit(ctx, o, o.answer); err != nil {
+		return store.Task{}, err
+	}
+	if o.err != nil {
+		return store.Task{}, o.err
+	}
+	return o.task.Row(), nil
+}
+
+type finishOp struct {
+	ns     string
+	tok    engine.Token
+	f      engine.Finish
+	task   engine.Task
+	err    error
+	answer chan error
+}
+
+func (o *finishOp) apply(p *partition, now time.Time) []engine.Change {
+	var changes []engine.Change
+	o.task, changes, o.err = p.eng.Finish(o.ns, o.tok, o.f, now)
+	return changes
+}
+
+func (o *finishOp) done(err error) { o.answer <- err }
+
+// Requeue queues a dead-lettered task again. A dead letter the partition
+// no longer holds is loaded from the view first.
+func (r *Replica) Requeue(ctx context.Context, ns, taskID string) (store.Task, error) {
+	id, p, err := r.locate(ctx, ns, taskID)
+	if err != nil {
+		return store.Task{}, err
+	}
+	if _, held, err := r.getHeld(ctx, p, ns, id); err != nil {
+		return store.Task{}, err
+	} else if !held {
+		t, err := view.Load(ctx, r.pool, ns, id)
+		if errors.Is(err, pg.ErrNotFound) {
+			return store.Task{}, notFoundTask(ns, taskID)
+		}
+		if err != nil {
+			return store.Task{}, err
+		}
+		o := &requeueOp{ns: ns, id: id, load: &t, answer: make(chan error, 1)}
+		return o.run(ctx, p)
+	}
+	o := &requeueOp{ns: ns, id: id, answer: make(chan error, 1)}
+	return o.run(ctx, p)
+}
+
+type requeueOp struct {
+	ns     string
+	id     uuid.UUID
+	load   *engine.Task
+	task   engine.Task
+	err    error
+	answer chan error
+}
+
+func (o *requeueOp) run(ctx context.Context, p *partition) (store.Task, error) {
+	if _, err := p.submit(ctx, o, o.answer); err != nil {
+		return store.Task{}, err
+	}
+	if o.err != nil {
+		return store.Task{}, o.err
+	}
+	return o.task.Row(), nil
+}
+
+func (o *requeueOp) apply(p *partition, now time.Time) []engine.Change {
+	if o.load != nil && !p.eng.Has(o.id) {
+		p.eng.Load(*o.load)
+	}
+	var changes []engine.Change
+	o.task, changes, o.err = p.eng.Requeue(o.ns, o.id, now)
+	return changes
+}
+
+func (o *requeueOp) done(err error) { o.answer <- err }
+
+// Get reads a task: from the partition while it holds it (live tasks, and
+// final ones until the view has them), else from the view. An id neither
+// knows may be an invocation still on its way, so the read first waits for
+// the partition to apply the commands the log holds now.
+func (r *Replica) Get(ctx context.Context, ns, taskID string) (store.Task, error) {
+	id, p, err := r.locate(ctx, ns, taskID)
+	if err != nil {
+		return store.Task{}, err
+	}
+	for waited := false; ; waited = true {
+		t, held, err := r.getHeld(ctx, p, ns, id)
+		if err != nil {
+			return store.Task{}, err
+		}
+		if held {
+			return t.Row(), nil
+		}
+		vt, err := view.Load(ctx, r.pool, ns, id)
+		if err == nil {
+			return vt.Row(), nil
+		}
+		if !errors.Is(err, pg.ErrNotFound) {
+			return store.Task{}, err
+		}
+		if waited {
+			return store.Task{}, notFoundTask(ns, taskID)
+		}
+		if err := r.awaitCommands(ctx, p); err != nil {
+			return store.Task{}, err
+		}
+	}
+}
+
+// commandsEnd is the end offset of a commands partition now.
+func (r *Replica) commandsEnd(ctx context.Context, id int32) (int64, error) {
+	ends, err := kadm.NewClient(r.admin).ListEndOffsets(ctx, CommandsTopic)
+	if err != nil {
+		return 0, fmt.Errorf("list commands end offsets: %w", err)
+	}
+	end, ok := ends.Lookup(CommandsTopic, id)
+	if !ok || end.Err != nil {
+		return 0, fmt.Errorf("end offset of %s/%d: %v", CommandsTopic, id, end.Err)
+	}
+	return end.Offset, nil
+}
+
+// awaitCommands waits, up to unseenWait, until p applied every command the
+// log holds for it now.
+func (r *Replica) awaitCommands(ctx context.Context, p *partition) error {
+	ctx, cancel := context.WithTimeout(ctx, unseenWait)
+	defer cancel()
+	end, err := r.commandsEnd(ctx, p.id)
+	if err != nil {
+		return err
+	}
+	if err := p.waitCommands(ctx, end); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
+// getHeld asks the partition for a task it holds, under the namespace.
+func (r *Replica) getHeld(ctx context.Context, p *partition, ns string, id uuid.UUID) (engine.Task, bool, error) {
+	o := &getOp{id: id, answer: make(chan error, 1)}
+	if _, err := p.submit(ctx, o, o.answer); err != nil {
+		return engine.Task{}, false, err
+	}
+	if !o.held || o.task.Namespace != ns {
+		return engine.Task{}, false, nil
+	}
+	return o.task, true, nil
+}
+
+type getOp struct {
+	id     uuid.UUID
+	task   engine.Task
+	held   bool
+	answer chan error
+}
+
+func (o *getOp) apply(p *partition, _ time.Time) []engine.Change {
+	o.task, o.held = p.eng.Get(o.id)
+	return nil
+}
+
+func (o *getOp) done(err error) { o.answer <- err }
+
+// locate parses a task id of ns and finds its partition here.
+func (r *Replica) locate(ctx context.Context, ns, taskID string) (uuid.UUID, *partition, error) {
+	if err := r.cat.CheckNamespace(ctx, ns); err != nil {
+		return uuid.UUID{}, nil, err
+	}
+	id, err := uuid.Parse(taskID)
+	if err != nil {
+		return uuid.UUID{}, nil, fault.Invalidf("task_id %q is not a UUID", taskID)
+	}
+	p := r.part(r.PartitionOf(taskID))
+	if p == nil {
+		return uuid.UUID{}, nil, errNotOwner
+	}
+	return id, p, nil
+}
+
+func notFoundTask(ns, taskID string) error {
+	return fault.NotFoundf("task %s not found in namespace %s", taskID, ns)
+}
+
+// metrics are the owner's instruments.
+type metrics struct {
+	tasks         *taskevent.Counters
+	stale         metric.Int64Counter
+	rebuilds      metric.Int64Counter
+	invokeToStart metric.Float64Histogram
+}
+
+func (m *metrics) started(ctx context.Context, got []engine.Claimed) {
+	now := time.Now()
+	for _, c := range got {
+		m.invokeToStart.Record(ctx, now.Sub(c.Task.CreatedAt).Seconds(), metric.WithAttributes(
+			attribute.String("namespace", c.Task.Namespace), attribute.String("action", c.Task.Action)))
+	}
+}
+
+func newMetrics(meter metric.Meter) (*metrics, error) {
+	m := &metrics{}
+	var err error
+	if m.tasks, err = taskevent.NewCounters(meter); err != nil {
+		return nil, err
+	}
+	if m.stale, err = meter.Int64Counter("flo.dispatcher.reports.stale", metric.WithUnit("{report}"),
+		metric.WithDescription("Worker reports that matched no running attempt (its lease had expired, the task was final, the id was unknown) and changed nothing.")); err != nil {
+		return nil, fmt.Errorf("create metric: %w", err)
+	}
+	if m.rebuilds, err = meter.Int64Counter("flo.dispatcher.partition.rebuilds", metric.WithUnit("{rebuild}"),
+		metric.WithDescription("Partitions this replica rebuilt from the view and the log: on taking a partition over, and after a failed transaction.")); err != nil {
+		return nil, fmt.Errorf("create metric: %w", err)
+	}
+	if m.invokeToStart, err = meter.Float64Histogram("flo.tasks.invoke_to_start.duration", metric.WithUnit("s"),
+		metric.WithDescription("From invocation to the attempt being handed to a worker.")); err != nil {
+		return nil, fmt.Errorf("create metric: %w", err)
+	}
+	return m, nil
+}
+
+// count adds a committed batch's changes to the flo.tasks.* counters.
+func (m *metrics) count(ctx context.Context, changes []engine.Change) {
+	type key struct {
+		typ                       taskevent.Type
+		namespace, action, reason string
+	}
+	n := map[key]int64{}
+	for _, c := range changes {
+		n[key{c.Type, c.Task.Namespace, c.Task.Action, c.Task.Outcome}]++
+	}
+	for k, v := range n {
+		m.tasks.CountEvents(ctx, k.typ, k.namespace, k.action, k.reason, v)
+	}
+}

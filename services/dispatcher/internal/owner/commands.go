@@ -1,0 +1,125 @@
+package owner
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/razorbill/flo/libs/kafka"
+	"github.com/razorbill/flo/libs/text"
+	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
+	"github.com/razorbill/flo/services/dispatcher/internal/engine"
+)
+
+var tracer = otel.Tracer("github.com/razorbill/flo/services/dispatcher/internal/owner")
+
+// decodeInvocation reads one InvokeTask command. Its span continues the
+// invoker's trace, and that span's context goes on the task, so the worker's
+// handler span joins the same trace. A command that does not decode, or
+// whose ids and names are impossible, is an error: the caller dead-letters it.
+func decodeInvocation(r *kgo.Record) (engine.Invocation, error) {
+	var cmd eventsv1.InvokeTask
+	if err := proto.Unmarshal(r.Value, &cmd); err != nil {
+		return engine.Invocation{}, fmt.Errorf("decode InvokeTask: %w", err)
+	}
+	id, err := uuid.Parse(cmd.GetTaskId())
+	if err != nil {
+		return engine.Invocation{}, fmt.Errorf("task_id %q: %w", cmd.GetTaskId(), err)
+	}
+	if err := text.Name("namespace", cmd.GetNamespace()); err != nil {
+		return engine.Invocation{}, err
+	}
+	if err := text.Name("action", cmd.GetAction()); err != nil {
+		return engine.Invocation{}, err
+	}
+	if err := text.Key("idempotency_key", cmd.GetIdempotencyKey()); err != nil {
+		return engine.Invocation{}, err
+	}
+	if err := text.Storable("origin", cmd.GetOrigin()); err != nil {
+		return engine.Invocation{}, err
+	}
+	inv := engine.Invocation{
+		TaskID:         id,
+		Namespace:      cmd.GetNamespace(),
+		Action:         cmd.GetAction(),
+		Payload:        cmd.GetPayload(),
+		IdempotencyKey: cmd.GetIdempotencyKey(),
+		Priority:       cmd.GetPriority(),
+		Origin:         cmd.GetOrigin(),
+		MaxAttempts:    cmd.GetMaxAttempts(),
+		InvokedAt:      r.Timestamp,
+	}
+	if cmd.GetInvokedAt().IsValid() {
+		inv.InvokedAt = cmd.GetInvokedAt().AsTime()
+	}
+	if inv.InvokedAt.IsZero() {
+		inv.InvokedAt = time.Now()
+	}
+	if cmd.GetRunAt().IsValid() {
+		inv.RunAt = cmd.GetRunAt().AsTime()
+	}
+	ctx, span := tracer.Start(kafka.ExtractTrace(context.Background(), r), "enqueue "+inv.Action,
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String("flo.task_id", inv.TaskID.String()),
+			attribute.String("flo.namespace", inv.Namespace),
+			attribute.String("flo.action", inv.Action),
+		))
+	inv.TraceContext = kafka.TraceHeaders(ctx)
+	span.End()
+	return inv, nil
+}
+
+// reportSpanNames name a report's span by its kind.
+var reportSpanNames = map[engine.Kind]string{
+	engine.Complete: "report completion",
+	engine.Fail:     "report failure",
+	engine.Nack:     "report nack",
+	engine.Abandon:  "report abandon",
+	engine.Pending:  "report pending",
+}
+
+// startReportSpans starts a span for each report that carries its worker's
+// handler span, as that span's child, and puts the new span's context on
+// the report: the events it causes carry it, so whatever waits on the task
+// (a workflow step) continues the trace from the report.
+func startReportSpans(ctx context.Context, reps []engine.Report) []trace.Span {
+	spans := make([]trace.Span, len(reps))
+	for i, rep := range reps {
+		if len(rep.TraceContext) == 0 {
+			continue
+		}
+		sctx, span := tracer.Start(kafka.ContextFromHeaders(ctx, rep.TraceContext), reportSpanNames[rep.Kind],
+			trace.WithAttributes(
+				attribute.String("flo.task.id", rep.TaskID),
+				attribute.Int("flo.task.attempt", int(rep.Attempt)),
+			))
+		spans[i] = span
+		reps[i].TraceContext = kafka.TraceHeaders(sctx)
+	}
+	return spans
+}
+
+// endReportSpans ends the spans once the reports were recorded (err nil)
+// or not; ok says which reports matched a running attempt.
+func endReportSpans(spans []trace.Span, ok []bool, err error) {
+	for i, span := range spans {
+		if span == nil {
+			continue
+		}
+		span.SetAttributes(attribute.Bool("flo.report.accepted", err == nil && i < len(ok) && ok[i]))
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, "report not applied")
+		}
+		span.End()
+	}
+}

@@ -1,0 +1,651 @@
+package owner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/razorbill/flo/libs/kafka"
+	"github.com/razorbill/flo/libs/retry"
+	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
+	"github.com/razorbill/flo/services/dispatcher/internal/engine"
+	"github.com/razorbill/flo/services/dispatcher/internal/store"
+	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
+	"github.com/razorbill/flo/services/dispatcher/internal/view"
+)
+
+// Batch bounds: one transaction takes at most this many commands and
+// calls, so a flood of one kind cannot starve the other of latency.
+const (
+	maxBatchCommands = 5000
+	maxBatchOps      = 1000
+	opQueue          = 4096
+)
+
+// errFenced says another replica took the partition over: its producer
+// bumped the transactional epoch, so nothing this replica writes for the
+// partition can commit any more.
+var errFenced = errors.New("partition taken over by another replica")
+
+// rebuildRetry paces rebuild attempts while the broker or Postgres is down.
+var rebuildRetry = retry.Policy{Initial: 100 * time.Millisecond, Max: 2 * time.Second}
+
+// op is a call applied by a partition's goroutine: apply changes the engine
+// and returns what must be recorded; done answers the caller once the
+// records are committed (err nil) or could not be (err set).
+type op interface {
+	apply(p *partition, now time.Time) []engine.Change
+	done(err error)
+}
+
+// partition runs one owned partition: a single goroutine applies commands,
+// calls and timers to its engine.Partition and records every change on the
+// events partition in one Kafka transaction per batch.
+type partition struct {
+	r   *Replica
+	id  int32
+	log *slog.Logger
+	txn *kgo.Client
+
+	ops chan op
+
+	cmdMu     sync.Mutex
+	cmds      []*kgo.Record
+	cmdSignal chan struct{}
+
+	materialized atomic.Int64
+	matSignal    chan struct{}
+
+	// cmdNext is the next commands offset to apply: the checkpoint every
+	// record of the partition carries.
+	cmdNext atomic.Int64
+	// progress is closed and replaced after each batch, for readers
+	// waiting for the partition to pass an offset.
+	progressMu sync.Mutex
+	progress   chan struct{}
+
+	// serving is closed once the first rebuild finished.
+	serving     chan struct{}
+	servingOnce sync.Once
+
+	readyMu sync.RWMutex
+	ready   map[string]int
+	keys    map[string][2]string
+
+	eng    *engine.Partition
+	cancel context.CancelFunc
+	exited chan struct{}
+}
+
+func newPartition(r *Replica, id int32, txn *kgo.Client) *partition {
+	return &partition{
+		r: r, id: id, txn: txn, log: r.log.With("partition", id),
+		ops: make(chan op, opQueue), cmdSignal: make(chan struct{}, 1), matSignal: make(chan struct{}, 1),
+		progress: make(chan struct{}), serving: make(chan struct{}), exited: make(chan struct{}),
+		ready: map[string]int{}, keys: map[string][2]string{},
+	}
+}
+
+// start runs the partition until stop.
+func (p *partition) start(ctx context.Context) {
+	ctx, p.cancel = context.WithCancel(ctx)
+	go p.run(ctx)
+}
+
+// stop ends the partition and waits for its goroutine, which ends its
+// batch in flight first.
+func (p *partition) stop() {
+	p.cancel()
+	<-p.exited
+}
+
+func (p *partition) run(ctx context.Context) {
+	defer close(p.exited)
+	defer p.txn.Close()
+	defer p.refuseQueued()
+	wait := rebuildRetry.Backoff()
+	for {
+		err := p.rebuild(ctx)
+		if err == nil {
+			wait.Reset()
+			p.servingOnce.Do(func() { close(p.serving) })
+			err = p.serve(ctx)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, errFenced) {
+			p.log.WarnContext(ctx, "partition taken over; stopping it here")
+			p.r.forget(p)
+			return
+		}
+		p.log.ErrorContext(ctx, "partition failed; rebuilding it from the view and the log", "error", err)
+		if !retry.Sleep(ctx, wait.NextBackOff()) {
+			return
+		}
+	}
+}
+
+// refuseQueued answers calls still queued when the partition stops: the
+// caller asks the new owner.
+func (p *partition) refuseQueued() {
+	for {
+		select {
+		case o := <-p.ops:
+			o.done(errNotOwner)
+		default:
+			return
+		}
+	}
+}
+
+// submit queues o and waits for its answer. queued says whether o was
+// queued: then it is answered on answered even when ctx ended first.
+func (p *partition) submit(ctx context.Context, o op, answered <-chan error) (queued bool, err error) {
+	select {
+	case p.ops <- o:
+	case <-p.exited:
+		return false, errNotOwner
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	select {
+	case err := <-answered:
+		return true, err
+	case <-ctx.Done():
+		return true, ctx.Err()
+	}
+}
+
+// pushCommands hands polled commands to the partition.
+func (p *partition) pushCommands(recs []*kgo.Record) {
+	p.cmdMu.Lock()
+	p.cmds = append(p.cmds, recs...)
+	p.cmdMu.Unlock()
+	select {
+	case p.cmdSignal <- struct{}{}:
+	default:
+	}
+}
+
+// takeCommands returns up to maxBatchCommands queued commands.
+func (p *partition) takeCommands() []*kgo.Record {
+	p.cmdMu.Lock()
+	defer p.cmdMu.Unlock()
+	n := min(len(p.cmds), maxBatchCommands)
+	out := p.cmds[:n:n]
+	p.cmds = p.cmds[n:]
+	if len(p.cmds) > 0 {
+		select {
+		case p.cmdSignal <- struct{}{}:
+		default:
+		}
+	}
+	return out
+}
+
+// viewReached is told by the materializer that the view holds the
+// partition's records up to offset.
+func (p *partition) viewReached(offset int64) {
+	for {
+		cur := p.materialized.Load()
+		if offset <= cur || p.materialized.CompareAndSwap(cur, offset) {
+			break
+		}
+	}
+	select {
+	case p.matSignal <- struct{}{}:
+	default:
+	}
+}
+
+// rebuild makes the partition's state from the view and the log. It first
+// takes the partition's transactional id, which aborts whatever a previous
+// owner left open and fences it, so the log it then reads to its end is
+// final.
+func (p *partition) rebuild(ctx context.Context) error {
+	start := time.Now()
+	if _, _, err := p.txn.ProducerID(ctx); err != nil {
+		if fenced(err) {
+			return errFenced
+		}
+		return fmt.Errorf("take transactional id: %w", err)
+	}
+	eng := engine.New(p.id)
+	keys := map[string][2]string{}
+	var evNext, cmdNext int64
+	err := p.r.readSnapshot(ctx, func(tx pgx.Tx) error {
+		var err error
+		if evNext, cmdNext, err = view.Offsets(ctx, tx, p.id); err != nil {
+			return err
+		}
+		live, err := view.LoadLive(ctx, tx, p.id)
+		if err != nil {
+			return err
+		}
+		for _, t := range live {
+			eng.Load(t)
+			keys[store.Key(t.Namespace, t.Action)] = [2]string{t.Namespace, t.Action}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read the view: %w", err)
+	}
+	replayed, cmdNext, err := p.replay(ctx, eng, keys, evNext, cmdNext)
+	if err != nil {
+		return fmt.Errorf("replay events: %w", err)
+	}
+	p.eng = eng
+	p.keys = keys
+	p.readyMu.Lock()
+	p.ready = map[string]int{}
+	p.readyMu.Unlock()
+	p.cmdNext.Store(cmdNext)
+	p.refreshReady(time.Now(), true)
+	p.r.metrics.rebuilds.Add(ctx, 1)
+	p.log.InfoContext(ctx, "partition rebuilt", "tasks", eng.Len(), "replayed", replayed,
+		"events_from", evNext, "commands_from", cmdNext, "took", time.Since(start).String())
+	return nil
+}
+
+// replay applies the partition's committed events from offset from to the
+// log's last stable offset and returns how many it applied and the
+// commands checkpoint they carry. Each replayed state goes to the
+// materializer too: the previous owner may have died before its view had
+// them.
+func (p *partition) replay(ctx context.Context, eng *engine.Partition, keys map[string][2]string, from, cmdNext int64) (int, int64, error) {
+	adm := kadm.NewClient(p.r.admin)
+	ends, err := adm.ListCommittedOffsets(ctx, taskevent.Topic)
+	if err != nil {
+		return 0, 0, fmt.Errorf("list last stable offsets: %w", err)
+	}
+	end, ok := ends.Lookup(taskevent.Topic, p.id)
+	if !ok || end.Err != nil {
+		return 0, 0, fmt.Errorf("last stable offset of %s/%d: %v", taskevent.Topic, p.id, end.Err)
+	}
+	if end.Offset <= from {
+		return 0, cmdNext, nil
+	}
+	cl, err := kafka.NewClient(p.r.cfg.Kafka,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{taskevent.Topic: {p.id: kgo.NewOffset().At(from)}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// Control records carry offsets too; without them a log ending in
+		// a transaction marker would never be seen to reach its end.
+		kgo.KeepControlRecords(),
+		kgo.FetchMaxWait(100*time.Millisecond),
+		kgo.FetchMaxBytes(64<<20),
+	)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer cl.Close()
+	var (
+		n       int
+		next    = from
+		entries []view.Entry
+	)
+	for next < end.Offset {
+		fetches := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return 0, 0, ctx.Err()
+		}
+		if err := fetchErr(fetches); err != nil {
+			return 0, 0, err
+		}
+		for _, rec := range fetches.Records() {
+			next = rec.Offset + 1
+			if rec.Attrs.IsControl() {
+				continue
+			}
+			c, cmd, err := engine.Decode(rec)
+			if err != nil {
+				// Every record here was written by an owner; one that does
+				// not decode is skipped rather than blocking the partition.
+				p.log.ErrorContext(ctx, "skipping an undecodable task event", "offset", rec.Offset, "error", err)
+				continue
+			}
+			eng.Apply(c)
+			eng.Recorded(c.Task.ID, rec.Offset)
+			keys[store.Key(c.Task.Namespace, c.Task.Action)] = [2]string{c.Task.Namespace, c.Task.Action}
+			cmdNext = max(cmdNext, cmd)
+			entries = append(entries, view.Entry{Partition: p.id, Offset: rec.Offset, CmdOffset: cmd, Task: c.Task})
+			n++
+		}
+	}
+	p.r.mat.Add(entries...)
+	return n, cmdNext, nil
+}
+
+// serve applies batches until ctx ends (nil) or a transaction fails.
+func (p *partition) serve(ctx context.Context) error {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		p.resetTimer(timer)
+		var ops []op
+		select {
+		case <-ctx.Done():
+			return nil
+		case o := <-p.ops:
+			ops = append(ops, o)
+		case <-p.cmdSignal:
+		case <-p.matSignal:
+		case <-timer.C:
+		}
+		ops = p.drainOps(ops)
+		if err := p.batch(ctx, ops); err != nil {
+			return err
+		}
+	}
+}
+
+func (p *partition) resetTimer(t *time.Timer) {
+	due := p.eng.NextDue()
+	wait := time.Hour
+	if !due.IsZero() {
+		wait = max(time.Until(due), 0)
+	}
+	t.Reset(wait)
+}
+
+func (p *partition) drainOps(ops []op) []op {
+	for len(ops) < maxBatchOps {
+		select {
+		case o := <-p.ops:
+			ops = append(ops, o)
+		default:
+			return ops
+		}
+	}
+	return ops
+}
+
+// batch applies one batch: queued commands, calls and what time did, then
+// records the changes in one transaction and answers the calls.
+func (p *partition) batch(ctx context.Context, ops []op) error {
+	now := time.Now()
+	p.eng.Materialized(p.materialized.Load())
+	cmdBefore := p.cmdNext.Load()
+	changes, err := p.intake(ctx, p.takeCommands(), now)
+	if err != nil {
+		for _, o := range ops {
+			o.done(errUnavailable(err))
+		}
+		return err
+	}
+	for _, o := range ops {
+		changes = append(changes, o.apply(p, now)...)
+	}
+	changes = append(changes, p.eng.Tick(now)...)
+	if len(changes) == 0 {
+		for _, o := range ops {
+			o.done(nil)
+		}
+		// A delayed task may have come due.
+		p.refreshReady(now, true)
+		p.advance(cmdBefore)
+		return nil
+	}
+	offsets, err := p.record(ctx, changes)
+	if err != nil {
+		for _, o := range ops {
+			o.done(errUnavailable(err))
+		}
+		return err
+	}
+	for _, o := range ops {
+		o.done(nil)
+	}
+	entries := make([]view.Entry, len(changes))
+	cmd := p.cmdNext.Load()
+	for i, c := range changes {
+		p.eng.Recorded(c.Task.ID, offsets[i])
+		entries[i] = view.Entry{Partition: p.id, Offset: offsets[i], CmdOffset: cmd, Task: c.Task}
+	}
+	p.r.mat.Add(entries...)
+	p.r.metrics.count(ctx, changes)
+	p.refreshReady(now, false, changes...)
+	p.advance(cmdBefore)
+	return nil
+}
+
+// advance publishes progress and, when commands were applied, commits the
+// group offset as a hint of where the next owner's fetch may start (the
+// checkpoint in the records is what counts).
+func (p *partition) advance(cmdBefore int64) {
+	p.progressMu.Lock()
+	close(p.progress)
+	p.progress = make(chan struct{})
+	p.progressMu.Unlock()
+	if next := p.cmdNext.Load(); next > cmdBefore {
+		p.r.group.CommitOffsets(context.Background(), map[string]map[int32]kgo.EpochOffset{
+			CommandsTopic: {p.id: {Epoch: -1, Offset: next}},
+		}, nil)
+	}
+}
+
+// waitCommands waits until the partition applied its commands up to
+// offset, or ctx ends.
+func (p *partition) waitCommands(ctx context.Context, offset int64) error {
+	for {
+		p.progressMu.Lock()
+		ch := p.progress
+		p.progressMu.Unlock()
+		if p.cmdNext.Load() >= offset {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-p.exited:
+			return errNotOwner
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// intake turns commands into tasks. Commands below the checkpoint were
+// applied before (a fetch that started at an older group offset). An
+// invocation with an idempotency key or an origin may repeat an older one
+// the partition no longer holds, so those are looked up in the view.
+func (p *partition) intake(ctx context.Context, recs []*kgo.Record, now time.Time) ([]engine.Change, error) {
+	next := p.cmdNext.Load()
+	invs := make([]engine.Invocation, 0, len(recs))
+	var lookup []uuid.UUID
+	for _, rec := range recs {
+		if rec.Offset < next {
+			continue
+		}
+		next = rec.Offset + 1
+		inv, err := decodeInvocation(rec)
+		if err == nil && kafka.PartitionOf([]byte(inv.TaskID.String()), p.r.n) != p.id {
+			// Reads and reports find a task by its id's partition.
+			err = fmt.Errorf("task_id %s belongs to partition %d, not %d: commands must be keyed by their task id", inv.TaskID, kafka.PartitionOf([]byte(inv.TaskID.String()), p.r.n), p.id)
+		}
+		if err != nil {
+			p.r.poison(ctx, rec, err)
+			continue
+		}
+		invs = append(invs, inv)
+		if (inv.IdempotencyKey != "" || inv.Origin != "") && !p.eng.Has(inv.TaskID) {
+			lookup = append(lookup, inv.TaskID)
+		}
+	}
+	if len(invs) == 0 {
+		p.cmdNext.Store(next)
+		return nil, nil
+	}
+	var existing map[uuid.UUID]bool
+	if len(lookup) > 0 {
+		var err error
+		if existing, err = view.Existing(ctx, p.r.pool, lookup); err != nil {
+			return nil, fmt.Errorf("look up repeated invocations: %w", err)
+		}
+	}
+	refs := make([]catalog.Ref, len(invs))
+	for i, inv := range invs {
+		refs[i] = catalog.Ref{Namespace: inv.Namespace, Action: inv.Action}
+	}
+	actions, err := p.r.cat.Lookup(ctx, p.r.pool, refs)
+	if err != nil {
+		return nil, fmt.Errorf("look up actions: %w", err)
+	}
+	var changes []engine.Change
+	for _, inv := range invs {
+		if existing[inv.TaskID] {
+			continue
+		}
+		a, ok := actions[store.Key(inv.Namespace, inv.Action)]
+		switch {
+		case !ok:
+			changes = append(changes, p.eng.Invoke(inv, nil, engine.RejectNotFound, now)...)
+		case !a.Enabled && inv.Origin != "":
+			// A workflow step must not wait on a disabled action; a plain
+			// invocation waits until the action is enabled again.
+			changes = append(changes, p.eng.Invoke(inv, &a.Settings, engine.RejectDisabled, now)...)
+		default:
+			s := a.Settings
+			changes = append(changes, p.eng.Invoke(inv, &s, "", now)...)
+		}
+	}
+	p.cmdNext.Store(next)
+	return changes, nil
+}
+
+// record writes changes as one transaction on the partition's events and
+// returns each record's offset.
+func (p *partition) record(ctx context.Context, changes []engine.Change) ([]int64, error) {
+	cmd := p.cmdNext.Load()
+	recs := make([]*kgo.Record, len(changes))
+	for i, c := range changes {
+		r, err := engine.Encode(c, p.id, cmd)
+		if err != nil {
+			return nil, err
+		}
+		recs[i] = r
+	}
+	if err := p.txn.BeginTransaction(); err != nil {
+		return nil, fmt.Errorf("begin transaction: %w", err)
+	}
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	wg.Add(len(recs))
+	for _, r := range recs {
+		p.txn.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			if err != nil {
+				mu.Lock()
+				firstErr = cmpErr(firstErr, err)
+				mu.Unlock()
+			}
+			wg.Done()
+		})
+	}
+	if err := p.txn.Flush(ctx); err != nil {
+		firstErr = cmpErr(firstErr, err)
+	}
+	wg.Wait()
+	commit := kgo.TryCommit
+	if firstErr != nil {
+		commit = kgo.TryAbort
+	}
+	if err := p.txn.EndTransaction(ctx, commit); err != nil {
+		firstErr = cmpErr(firstErr, err)
+	}
+	if firstErr != nil {
+		if fenced(firstErr) {
+			return nil, errFenced
+		}
+		return nil, fmt.Errorf("record %d task events: %w", len(recs), firstErr)
+	}
+	offsets := make([]int64, len(recs))
+	for i, r := range recs {
+		offsets[i] = r.Offset
+	}
+	return offsets, nil
+}
+
+func cmpErr(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+// fenced reports whether err says a newer producer took the transactional id.
+func fenced(err error) bool {
+	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) ||
+		errors.Is(err, kerr.TransactionalIDAuthorizationFailed)
+}
+
+// refreshReady recounts the claimable tasks of the queues changes touched
+// (all known queues when all is set, as after a timer) and wakes the claims
+// waiting for queues that have some.
+func (p *partition) refreshReady(now time.Time, all bool, changes ...engine.Change) {
+	touched := map[string]bool{}
+	for _, c := range changes {
+		k := store.Key(c.Task.Namespace, c.Task.Action)
+		if _, ok := p.keys[k]; !ok {
+			p.keys[k] = [2]string{c.Task.Namespace, c.Task.Action}
+		}
+		touched[k] = true
+	}
+	if all {
+		for k := range p.keys {
+			touched[k] = true
+		}
+	}
+	var wake []string
+	p.readyMu.Lock()
+	for k := range touched {
+		na := p.keys[k]
+		n := p.eng.Ready(na[0], na[1], now)
+		if n > 0 && n > p.ready[k] {
+			wake = append(wake, k)
+		}
+		if n == 0 {
+			delete(p.ready, k)
+		} else {
+			p.ready[k] = n
+		}
+	}
+	p.readyMu.Unlock()
+	if len(wake) > 0 {
+		p.r.hub.Wake(wake...)
+	}
+}
+
+// readyFor is how many tasks of ns among actions the partition last
+// counted as claimable.
+func (p *partition) readyFor(ns string, actions []string) int {
+	p.readyMu.RLock()
+	defer p.readyMu.RUnlock()
+	n := 0
+	for _, a := range actions {
+		n += p.ready[store.Key(ns, a)]
+	}
+	return n
+}
+
+func fetchErr(f kgo.Fetches) error {
+	var out error
+	f.EachError(func(_ string, _ int32, err error) {
+		if out == nil {
+			out = err
+		}
+	})
+	return out
+}

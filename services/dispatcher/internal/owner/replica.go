@@ -1,0 +1,367 @@
+// Package owner runs the task partitions a dispatcher replica owns. The
+// replicas form one consumer group on the commands topic; the group's
+// assignment decides who owns which partition. An owner keeps its
+// partitions' live tasks in memory (engine.Partition), applies commands,
+// worker calls and timers to them on one goroutine per partition, and
+// records every change on the events partition of the same number in one
+// Kafka transaction per batch, under a transactional id per partition so a
+// replica that lost a partition can no longer commit anything for it. The
+// records feed the view (package view); a new owner rebuilds from the view
+// and the records after it. See docs/design/dispatch.md.
+package owner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/razorbill/flo/libs/config"
+	"github.com/razorbill/flo/libs/kafka"
+	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/libs/retry"
+	"github.com/razorbill/flo/libs/wake"
+	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
+	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
+	"github.com/razorbill/flo/services/dispatcher/internal/view"
+)
+
+// CommandsTopic carries InvokeTask commands, keyed by task id.
+const CommandsTopic = "flo.actions.commands"
+
+// Group is the dispatcher replicas' consumer group on CommandsTopic.
+const Group = "flo-dispatcher"
+
+// ownersRetry paces writing the owners table while Postgres is away.
+var ownersRetry = retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
+
+// stopWait bounds how long a revoked partition may take to end its batch.
+const stopWait = 10 * time.Second
+
+// ErrNotOwner answers a call for a partition this replica does not own
+// (any more); the caller asks the owner. It is ABORTED on the wire.
+var ErrNotOwner = errors.New("this dispatcher replica does not own the task's partition")
+
+// errNotOwner is ErrNotOwner, short for this package.
+var errNotOwner = ErrNotOwner
+
+// IsNotOwner reports whether err says the replica does not own the partition.
+func IsNotOwner(err error) bool { return errors.Is(err, ErrNotOwner) }
+
+// ErrUnavailable marks a failure of the log or the view that a retry may
+// not meet: UNAVAILABLE on the wire.
+var ErrUnavailable = errors.New("task log unavailable")
+
+func errUnavailable(err error) error { return fmt.Errorf("%w: %v", ErrUnavailable, err) }
+
+// Config is what a Replica needs besides its dependencies.
+type Config struct {
+	Kafka config.Kafka
+	// Partitions is the partition count of the commands and events topics
+	// when this replica creates them (FLO_KAFKA_PARTITIONS).
+	Partitions int32
+	// MaxPayloadBytes sizes the transactional producers' batches.
+	MaxPayloadBytes int
+	// Address is this replica's internal gRPC address as peers and
+	// gateways reach it; ReplicaID names it in the owners table.
+	Address   string
+	ReplicaID string
+}
+
+// Replica is one dispatcher replica's share of the task partitions.
+type Replica struct {
+	cfg     Config
+	log     *slog.Logger
+	pool    *pgxpool.Pool
+	cat     *catalog.Catalog
+	hub     *wake.Hub
+	mat     *view.Materializer
+	admin   *kgo.Client
+	group   *kgo.Client
+	dlq     *kafka.DeadLetterer
+	metrics *metrics
+	n       int32
+
+	mu    sync.RWMutex
+	parts map[int32]*partition
+	ctx   context.Context
+
+	claimTurn atomic.Uint32
+	closing   chan struct{}
+	closeOnce sync.Once
+}
+
+// New joins nothing yet: it creates the topics if needed, checks that both
+// have the same partition count, and prepares the group client; Run joins.
+func New(ctx context.Context, cfg Config, pool *pgxpool.Pool, cat *catalog.Catalog, hub *wake.Hub, log *slog.Logger, meter metric.Meter) (*Replica, error) {
+	r := &Replica{cfg: cfg, log: log, pool: pool, cat: cat, hub: hub, parts: map[int32]*partition{}, closing: make(chan struct{})}
+	var err error
+	if r.metrics, err = newMetrics(meter); err != nil {
+		return nil, err
+	}
+	if r.mat, err = view.NewMaterializer(pool, log, meter, r.viewReached); err != nil {
+		return nil, err
+	}
+	// Topics, dead letters and offset lookups; the group client is made
+	// by Run, since a group client joins as soon as it exists.
+	r.admin, err = kafka.NewClient(cfg.Kafka, kgo.ProducerBatchMaxBytes(int32(max(kafka.MaxRecordSize(cfg.MaxPayloadBytes), 1<<20))))
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	if err := r.checkTopics(ctx); err != nil {
+		r.admin.Close()
+		return nil, err
+	}
+	if r.dlq, err = kafka.NewDeadLetterer(r.admin, Group, log); err != nil {
+		r.admin.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// checkTopics creates the commands and events topics when missing and
+// refuses topics whose partition counts differ: the events partition of a
+// task must be its commands partition's number.
+func (r *Replica) checkTopics(ctx context.Context) error {
+	if err := kafka.EnsureTopics(ctx, r.admin, r.cfg.Partitions, CommandsTopic, taskevent.Topic); err != nil {
+		return err
+	}
+	details, err := kadm.NewClient(r.admin).ListTopics(ctx, CommandsTopic, taskevent.Topic)
+	if err != nil {
+		return fmt.Errorf("describe task topics: %w", err)
+	}
+	cmds, events := len(details[CommandsTopic].Partitions), len(details[taskevent.Topic].Partitions)
+	if cmds == 0 || cmds != events {
+		return fmt.Errorf("topics %s (%d partitions) and %s (%d partitions) must have the same partition count; see docs/design/dispatch.md on changing it",
+			CommandsTopic, cmds, taskevent.Topic, events)
+	}
+	r.n = int32(cmds)
+	return nil
+}
+
+// Partitions is the partition count of the task topics.
+func (r *Replica) Partitions() int32 { return r.n }
+
+// PartitionOf is the partition of a task id.
+func (r *Replica) PartitionOf(taskID string) int32 { return kafka.PartitionOf([]byte(taskID), r.n) }
+
+// Run polls commands and hands them to the owned partitions until ctx ends,
+// then stops every partition (each ends its batch), flushes the view and
+// leaves the group so the partitions move at once.
+func (r *Replica) Run(ctx context.Context) error {
+	defer r.admin.Close()
+	r.mu.Lock()
+	r.ctx = ctx
+	r.mu.Unlock()
+	group, err := kafka.NewClient(r.cfg.Kafka,
+		kgo.ConsumerGroup(Group),
+		kgo.ConsumeTopics(CommandsTopic),
+		kgo.DisableAutoCommit(),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.OnPartitionsAssigned(r.assigned),
+		kgo.OnPartitionsRevoked(r.revoked),
+		kgo.OnPartitionsLost(r.revoked),
+		// A replica that dies without leaving holds its partitions until
+		// its session times out.
+		kgo.SessionTimeout(10*time.Second),
+		kgo.HeartbeatInterval(time.Second),
+	)
+	if err != nil {
+		return fmt.Errorf("commands consumer: %w", err)
+	}
+	r.group = group
+	matCtx, stopMat := context.WithCancel(context.WithoutCancel(ctx))
+	matDone := make(chan error, 1)
+	go func() { matDone <- r.mat.Run(matCtx) }()
+	defer func() {
+		r.stopAll()
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopWait)
+		if err := r.mat.Flush(flushCtx); err != nil {
+			r.log.WarnContext(ctx, "view not flushed at stop; the next owner replays it", "error", err)
+		}
+		cancel()
+		stopMat()
+		<-matDone
+		r.group.Close()
+	}()
+	for {
+		fetches := r.group.PollRecords(ctx, 2*maxBatchCommands)
+		if ctx.Err() != nil {
+			return nil
+		}
+		fetches.EachError(func(topic string, p int32, err error) {
+			r.log.WarnContext(ctx, "fetch commands failed", "topic", topic, "partition", p, "error", err)
+		})
+		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+			if len(fp.Records) == 0 {
+				return
+			}
+			if p := r.part(fp.Partition); p != nil {
+				p.pushCommands(fp.Records)
+			}
+		})
+	}
+}
+
+// Close makes waiting claims return what they have (nothing) at once.
+func (r *Replica) Close() { r.closeOnce.Do(func() { close(r.closing) }) }
+
+func (r *Replica) part(id int32) *partition {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.parts[id]
+}
+
+// owned lists the partitions this replica runs.
+func (r *Replica) owned() []*partition {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]*partition, 0, len(r.parts))
+	for _, p := range r.parts {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b *partition) int { return int(a.id - b.id) })
+	return out
+}
+
+// Owns reports whether this replica runs partition id.
+func (r *Replica) Owns(id int32) bool { return r.part(id) != nil }
+
+// OwnedPartitions lists the partitions this replica runs.
+func (r *Replica) OwnedPartitions() []int32 {
+	ps := r.owned()
+	out := make([]int32, len(ps))
+	for i, p := range ps {
+		out[i] = p.id
+	}
+	return out
+}
+
+// Serving reports whether every owned partition finished its rebuild.
+func (r *Replica) Serving() bool {
+	for _, p := range r.owned() {
+		select {
+		case <-p.serving:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func (r *Replica) assigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	ids := assigned[CommandsTopic]
+	if len(ids) == 0 {
+		return
+	}
+	r.mu.Lock()
+	ctx := r.ctx
+	for _, id := range ids {
+		if r.parts[id] != nil {
+			continue
+		}
+		txn, err := kafka.NewClient(r.cfg.Kafka,
+			kgo.TransactionalID(Group+"-p"+strconv.Itoa(int(id))),
+			// An owner that dies mid-transaction holds the partition's
+			// readers back until this passes or the next owner takes over.
+			kgo.TransactionTimeout(10*time.Second),
+			kgo.ProducerLinger(0),
+			kgo.ProducerBatchMaxBytes(int32(max(kafka.MaxRecordSize(r.cfg.MaxPayloadBytes), 1<<20))),
+		)
+		if err != nil {
+			r.log.Error("cannot make the partition's producer", "partition", id, "error", err)
+			continue
+		}
+		p := newPartition(r, id, txn)
+		r.parts[id] = p
+		p.start(ctx)
+	}
+	r.mu.Unlock()
+	r.log.Info("partitions assigned", "partitions", ids)
+	go r.publishOwners(ctx)
+}
+
+func (r *Replica) revoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	ids := revoked[CommandsTopic]
+	var stopping []*partition
+	r.mu.Lock()
+	for _, id := range ids {
+		if p := r.parts[id]; p != nil {
+			stopping = append(stopping, p)
+			delete(r.parts, id)
+		}
+	}
+	r.mu.Unlock()
+	r.stop(stopping)
+	if len(stopping) > 0 {
+		r.log.Info("partitions revoked", "partitions", ids)
+	}
+}
+
+// forget drops a partition that found itself fenced.
+func (r *Replica) forget(p *partition) {
+	r.mu.Lock()
+	if r.parts[p.id] == p {
+		delete(r.parts, p.id)
+	}
+	r.mu.Unlock()
+}
+
+func (r *Replica) stopAll() {
+	r.mu.Lock()
+	ps := make([]*partition, 0, len(r.parts))
+	for id, p := range r.parts {
+		ps = append(ps, p)
+		delete(r.parts, id)
+	}
+	r.mu.Unlock()
+	r.stop(ps)
+}
+
+// stop ends partitions in parallel, each finishing its batch.
+func (r *Replica) stop(ps []*partition) {
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		wg.Go(p.stop)
+	}
+	wg.Wait()
+}
+
+// publishOwners writes which partitions this replica owns, for gateways and
+// peers to route by; it retries while Postgres is away.
+func (r *Replica) publishOwners(ctx context.Context) {
+	_ = retry.Do(ctx, ownersRetry, func() error {
+		return view.SetOwners(ctx, r.pool, r.cfg.ReplicaID, r.cfg.Address, r.OwnedPartitions())
+	}, func(err error, attempt int, next time.Duration) {
+		r.log.WarnContext(ctx, "publishing partition owners failed; retrying", "attempt", attempt, "retry_in", next, "error", err)
+	})
+}
+
+// viewReached is the materializer's callback.
+func (r *Replica) viewReached(partition int32, offset int64) {
+	if p := r.part(partition); p != nil {
+		p.viewReached(offset)
+	}
+}
+
+// readSnapshot runs fn in a repeatable-read transaction, so the view's
+// offsets and its tasks are read as of one moment.
+func (r *Replica) readSnapshot(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pg.InTxWith(ctx, r.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
+}
+
+// poison dead-letters a command no partition can apply.
+func (r *Replica) poison(ctx context.Context, rec *kgo.Record, err error) {
+	r.dlq.DeadLetter(ctx, rec, err)
+}
