@@ -35,6 +35,12 @@ const (
 	// answer before its call is given up: a replica that does not answer
 	// (paused, cut off) must not hold every claim until its deadline.
 	answerGrace = time.Second
+	// settleGrace is how long the other calls of a claim that got its
+	// tasks run on before they are cancelled: long enough for an answer a
+	// replica is committing or sending to arrive (a cancellation races the
+	// answer and may drop it), short enough that an idle replica's call does
+	// not go on taking tasks that will be abandoned.
+	settleGrace = 100 * time.Millisecond
 )
 
 // Dispatcher is what a Set needs of the gateway's dispatcher client: the
@@ -215,13 +221,14 @@ func (s *Set) snapshot() []*replica {
 }
 
 // Claim leases up to req.Count tasks. With two or more replicas known it
-// sends req to each at once; the first answer with tasks wins and the other
-// calls are cancelled, as are those still running answerGrace after the
-// wait. Tasks that arrive anyway are kept up to req.Count and
-// handed to abandon beyond it (before Claim returns), so none stays leased to
-// a worker that never sees it. A replica that fails is skipped unless all
-// do. With at most one replica known the default client is asked, as with a
-// single dispatcher.
+// sends req to each at once and returns the first answer with tasks. The
+// other calls run on for settleGrace, so that answers already on their way
+// arrive rather than being dropped by a cancellation (their tasks would stay
+// leased to nobody until the lease ran out), and are then cancelled; tasks
+// they bring are handed to abandon, after Claim returned. Calls still
+// running answerGrace past the wait are given up on. A replica that fails is
+// skipped unless all do. With at most one replica known the default client
+// is asked, as with a single dispatcher.
 //
 // A failure that a changed replica list explains (Unavailable, or
 // FailedPrecondition: the replica no longer owns the partitions it had) has
@@ -234,17 +241,12 @@ func (s *Set) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, abandon
 		if err != nil {
 			return nil, s.failed(err)
 		}
-		return keep(resp.GetTasks(), int(req.GetCount()), nil, abandon), nil
+		return s.keep(ctx, resp.GetTasks(), int(req.GetCount()), abandon), nil
 	}
-	type answer struct {
-		addr  string
-		tasks []*flov1.TaskAssignment
-		err   error
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The calls may outlive Claim (see settle), so they do not end with
+	// ctx, which the caller cancels once Claim returns.
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	late := time.AfterFunc(time.Duration(req.GetWaitMs())*time.Millisecond+answerGrace, cancel)
-	defer late.Stop()
 	answers := make(chan answer, len(replicas))
 	for _, r := range replicas {
 		go func() {
@@ -252,42 +254,76 @@ func (s *Set) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, abandon
 			answers <- answer{addr: r.addr, tasks: resp.GetTasks(), err: err}
 		}()
 	}
-	// Every call is waited for: once cancelled they return at once, and an
-	// answer already on its way still brings tasks that must not be lost.
-	var tasks []*flov1.TaskAssignment
 	var errs []error
-	for range replicas {
-		a := <-answers
+	for left := len(replicas); left > 0; left-- {
+		var a answer
+		select {
+		case a = <-answers:
+		case <-ctx.Done():
+			// The caller is gone: nothing it asked for can reach it now.
+			go s.settle(ctx, left, answers, 0, cancel, late, abandon)
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
 		if a.err != nil {
-			// A call this claim cancelled (another answer won, or it
-			// was late) did not fail.
-			if status.Code(a.err) != codes.Canceled || ctx.Err() != nil {
-				errs = append(errs, fmt.Errorf("claim from dispatcher replica %s: %w", a.addr, a.err))
-				s.log.DebugContext(ctx, "claim from a dispatcher replica failed; skipping it", slog.String("addr", a.addr), slog.Any("error", a.err))
-			}
+			errs = append(errs, fmt.Errorf("claim from dispatcher replica %s: %w", a.addr, a.err))
+			s.log.DebugContext(ctx, "claim from a dispatcher replica failed; skipping it", slog.String("addr", a.addr), slog.Any("error", a.err))
 			continue
 		}
-		tasks = keep(a.tasks, int(req.GetCount()), tasks, abandon)
-		if len(tasks) > 0 {
-			cancel()
+		if len(a.tasks) > 0 {
+			go s.settle(ctx, left-1, answers, settleGrace, cancel, late, abandon)
+			return s.keep(ctx, a.tasks, int(req.GetCount()), abandon), nil
 		}
 	}
+	late.Stop()
+	cancel()
 	if len(errs) == len(replicas) {
 		return nil, s.failed(errs[0])
 	}
 	for _, err := range errs {
 		s.failed(err)
 	}
-	return tasks, nil
+	return nil, nil
 }
 
-// keep appends got to tasks up to count and abandons the rest.
-func keep(got []*flov1.TaskAssignment, count int, tasks []*flov1.TaskAssignment, abandon func([]*flov1.TaskAssignment)) []*flov1.TaskAssignment {
-	n := min(len(got), max(count-len(tasks), 0))
-	if n < len(got) {
-		abandon(got[n:])
+// answer is one replica's answer to a claim.
+type answer struct {
+	addr  string
+	tasks []*flov1.TaskAssignment
+	err   error
+}
+
+// settle collects the remaining answers of a claim that returned,
+// cancelling the calls after grace, and abandons the tasks they bring.
+func (s *Set) settle(ctx context.Context, remaining int, answers <-chan answer, grace time.Duration,
+	cancel context.CancelFunc, late *time.Timer, abandon func([]*flov1.TaskAssignment)) {
+	late.Stop()
+	stop := time.AfterFunc(grace, cancel)
+	defer stop.Stop()
+	defer cancel()
+	ctx = context.WithoutCancel(ctx)
+	for range remaining {
+		a := <-answers
+		switch {
+		case len(a.tasks) > 0:
+			s.log.DebugContext(ctx, "tasks arrived after a claim was answered; abandoning them",
+				slog.String("addr", a.addr), slog.Int("tasks", len(a.tasks)))
+			abandon(a.tasks)
+		case a.err != nil && status.Code(a.err) != codes.Canceled:
+			s.failed(a.err)
+		}
 	}
-	return append(tasks, got[:n]...)
+}
+
+// keep returns up to count of got and abandons the rest, which a replica
+// should never send.
+func (s *Set) keep(ctx context.Context, got []*flov1.TaskAssignment, count int, abandon func([]*flov1.TaskAssignment)) []*flov1.TaskAssignment {
+	if len(got) <= count {
+		return got
+	}
+	s.log.WarnContext(ctx, "a dispatcher answered a claim with more tasks than asked; abandoning the rest",
+		slog.Int("count", count), slog.Int("tasks", len(got)))
+	abandon(got[count:])
+	return got[:count]
 }
 
 // failed asks for a fresh list when err is what a changed list explains, and

@@ -251,11 +251,10 @@ func TestClaimFirstAnswerWinsAndTheOthersAreCancelled(t *testing.T) {
 	}
 }
 
-func TestClaimKeepsTheCountAndAbandonsWhatArrivesBeyondIt(t *testing.T) {
+func TestClaimAbandonsTasksThatArriveAfterTheWinner(t *testing.T) {
 	t.Parallel()
 	a := startReplica(t, tasks("a", 2))
 	b := startReplica(t, tasks("b", 2))
-	front := startReplica(t, nil)
 	// Both answers are held until both have arrived, so the second is on
 	// its way when the first wins, as when two replicas answer at once.
 	var arrived sync.WaitGroup
@@ -266,15 +265,33 @@ func TestClaimKeepsTheCountAndAbandonsWhatArrivesBeyondIt(t *testing.T) {
 		arrived.Wait()
 		return err
 	}
-	set := over(t, front, append(slices.Clip(plain), grpc.WithUnaryInterceptor(both)), a, b)
+	set := over(t, startReplica(t, nil), append(slices.Clip(plain), grpc.WithUnaryInterceptor(both)), a, b)
 
 	var ab abandons
 	got, err := set.Claim(t.Context(), claimReq(3), ab.add)
 	require.NoError(t, err)
-	require.Len(t, got, 3, "tasks that arrive together are kept up to the count")
-	require.Len(t, ab.list(), 1, "and the rest abandoned at once")
+	require.Len(t, got, 2, "the first answer with tasks is the claim's")
+	require.Eventually(t, func() bool { return len(ab.list()) == 2 }, 5*time.Second, 5*time.Millisecond,
+		"the other answer's tasks are abandoned")
 	all := append(ids(got), ab.list()...)
 	require.ElementsMatch(t, []string{"a-0", "a-1", "b-0", "b-1"}, all, "no task is lost or doubled")
+}
+
+func TestClaimEndsWithItsCaller(t *testing.T) {
+	t.Parallel()
+	a, b := startReplica(t, nil), startReplica(t, nil)
+	set := over(t, startReplica(t, nil), plain, a, b)
+	ctx, cancel := context.WithCancel(t.Context())
+	go func() {
+		<-a.received
+		<-b.received
+		cancel()
+	}()
+	var ab abandons
+	_, err := set.Claim(ctx, claimReq(5), ab.add)
+	require.Equal(t, codes.Canceled, status.Code(err), "%v", err)
+	require.Eventually(t, func() bool { return a.cancelled.Load() == 1 && b.cancelled.Load() == 1 }, 5*time.Second, 5*time.Millisecond,
+		"the replicas' calls are cancelled")
 }
 
 func TestClaimSkipsAFailingReplicaAndReadsTheListAgain(t *testing.T) {

@@ -112,8 +112,9 @@ type Dispatcher interface {
 }
 
 // Claimer leases tasks to a session: up to req.Count, from whichever
-// dispatcher replicas hold them. Tasks it cannot return (beyond the count) it
-// hands to abandon before it returns.
+// dispatcher replicas hold them. Tasks leased that it does not return (they
+// arrived after the claim was answered) it hands to abandon, which may be
+// called after Claim returned, even after the session ended.
 type Claimer interface {
 	Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, abandon func([]*flov1.TaskAssignment)) ([]*flov1.TaskAssignment, error)
 }
