@@ -3,8 +3,10 @@ package view
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -15,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/retry"
 	"github.com/razorbill/flo/services/dispatcher/internal/engine"
@@ -29,9 +32,15 @@ const (
 	maxBatch = 10_000
 )
 
-// flushRetry spaces the attempts at a flush that failed (Postgres down or
-// unreachable); the buffer keeps growing meanwhile.
-var flushRetry = retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
+var (
+	// flushRetry spaces the attempts at a flush that failed (Postgres down
+	// or unreachable); the buffer keeps growing meanwhile.
+	flushRetry = retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
+	// refusedRetry spaces Run's attempts at refused states: soon enough
+	// that a fixed cause lets them land within seconds, and further apart
+	// while nothing lands, as each attempt bisects them again.
+	refusedRetry = retry.Policy{Initial: 2 * time.Second, Max: time.Minute}
+)
 
 // Entry is one committed record's task state, for the view. A state without
 // a status (a REJECTED invocation's) is no task: it moves the offsets only.
@@ -45,19 +54,48 @@ type Entry struct {
 	Task      engine.Task
 }
 
-// buffered is the latest state of one task since it was last taken, and the
-// first events offset folded into it.
+// buffered is the latest state of one task since it was last written, and
+// the first events offset folded into it: the view lacks the task's
+// records from there on.
 type buffered struct {
 	Entry
 	first int64
+	// refused is set once Postgres refused this state, or an older one
+	// folded into it, and the refusal was logged and counted.
+	refused bool
+}
+
+// fold makes b the newer of b and o, two states of one task, with the
+// payload and result of the older when the newer has none.
+func (b *buffered) fold(o *buffered) {
+	b.first = min(b.first, o.first)
+	b.refused = b.refused || o.refused
+	older, newer := &o.Task, &b.Task
+	if o.Offset > b.Offset {
+		older, newer = &b.Task, &o.Task
+	}
+	if newer.Payload == nil {
+		newer.Payload = older.Payload
+	}
+	if newer.Result == nil {
+		newer.Result = older.Result
+	}
+	if o.Offset > b.Offset {
+		b.Entry = o.Entry
+	}
 }
 
 // batch is what one flush writes.
 type batch struct {
-	rows  [][]any
-	marks []mark
-	// states counts the entries taken, rejections included.
-	states int
+	// states are every state taken, rejections included.
+	states []*buffered
+	// rows are the rows of the states with a status; owners[i] is the
+	// state rows[i] writes.
+	rows   [][]any
+	owners []*buffered
+	// stop holds, per partition, the first events offset of the states
+	// left to the batches after this one.
+	stop map[int32]int64
 }
 
 // Materializer writes committed task states to the tasks table in batches:
@@ -69,26 +107,42 @@ type Materializer struct {
 	meter     metric.Meter
 	lag       metric.Int64ObservableGauge
 	written   metric.Int64Counter
+	refusals  metric.Int64Counter
 
 	mu   sync.Mutex
 	buf  map[uuid.UUID]*buffered
 	full chan struct{}
 
 	// flushMu serialises flushes, so a partition's offsets and rows are
-	// written in order.
+	// written in order; it guards the fields below.
 	flushMu sync.Mutex
 	// pending are the batches taken from buf and not written yet, in the
 	// order they must be written; a failed flush keeps them for the next
 	// try.
 	pending    []*batch
 	pendingLen atomic.Int64
+	// refused are the states Postgres refused, by task, until they land or
+	// a newer state of their task does.
+	refused    map[uuid.UUID]*buffered
+	refusedLen atomic.Int64
+	// refusedNext is when Run tries the refused states again.
+	refusedNext    time.Time
+	refusedBackoff interface {
+		NextBackOff() time.Duration
+		Reset()
+	}
+	// reached is, per partition, how far the written states take it,
+	// refusals aside: where its offsets go once nothing refused holds
+	// them back.
+	reached map[int32]mark
 }
 
 // NewMaterializer returns a materializer writing through pool. States gather
 // for 100 ms, or until 10,000 tasks are buffered, before a flush; onFlushed,
 // when not nil, is called after each commit with the highest events offset
-// now in the view for each partition the flush wrote. It is called with the
-// flush lock held, so it must not call Flush.
+// now in the view for each partition the flush wrote, short of any state
+// Postgres refused. It is called with the flush lock held, so it must not
+// call Flush.
 func NewMaterializer(pool *pgxpool.Pool, log *slog.Logger, meter metric.Meter, onFlushed func(partition int32, offset int64)) (*Materializer, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -106,9 +160,15 @@ func NewMaterializer(pool *pgxpool.Pool, log *slog.Logger, meter metric.Meter, o
 	if err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
+	refusals, err := meter.Int64Counter("flo.dispatcher.view.refused", metric.WithUnit("{task}"),
+		metric.WithDescription("Task states Postgres refused to store in the tasks view (each task counted once until it lands)."))
+	if err != nil {
+		return nil, fmt.Errorf("create metric: %w", err)
+	}
 	return &Materializer{
-		pool: pool, log: log, onFlushed: onFlushed, meter: meter, lag: lag, written: written,
+		pool: pool, log: log, onFlushed: onFlushed, meter: meter, lag: lag, written: written, refusals: refusals,
 		buf: make(map[uuid.UUID]*buffered), full: make(chan struct{}, 1),
+		refused: make(map[uuid.UUID]*buffered), refusedBackoff: refusedRetry.Backoff(), reached: make(map[int32]mark),
 	}, nil
 }
 
@@ -120,25 +180,12 @@ func (m *Materializer) Add(entries ...Entry) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, e := range entries {
-		b, ok := m.buf[e.Task.ID]
-		if !ok {
-			m.buf[e.Task.ID] = &buffered{Entry: e, first: e.Offset}
+		s := &buffered{Entry: e, first: e.Offset}
+		if b, ok := m.buf[e.Task.ID]; ok {
+			b.fold(s)
 			continue
 		}
-		b.first = min(b.first, e.Offset)
-		older, newer := &e.Task, &b.Task
-		if e.Offset > b.Offset {
-			older, newer = &b.Task, &e.Task
-		}
-		if newer.Payload == nil {
-			newer.Payload = older.Payload
-		}
-		if newer.Result == nil {
-			newer.Result = older.Result
-		}
-		if e.Offset > b.Offset {
-			b.Entry = e
-		}
+		m.buf[e.Task.ID] = s
 	}
 	if len(m.buf) >= maxBatch {
 		select {
@@ -151,7 +198,8 @@ func (m *Materializer) Add(entries ...Entry) {
 // Run flushes every 100 ms, and at once when the buffer is full, until ctx
 // ends; then it returns nil (Flush writes what is left). A failed flush is
 // retried with backoff while states keep buffering; each streak of failures
-// is logged once.
+// is logged once. Refused states are tried again after 2 s, then further
+// apart (up to a minute) while none of them lands.
 func (m *Materializer) Run(ctx context.Context) error {
 	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(m.lag, m.Lag())
@@ -174,7 +222,7 @@ func (m *Materializer) Run(ctx context.Context) error {
 		}
 		for {
 			m.flushMu.Lock()
-			err := m.flushTaken(ctx)
+			err := m.flushTaken(ctx, false)
 			m.flushMu.Unlock()
 			if ctx.Err() != nil {
 				return nil
@@ -198,68 +246,76 @@ func (m *Materializer) Run(ctx context.Context) error {
 	}
 }
 
-// Flush writes what is buffered now, in as many transactions as it takes
-// (10,000 tasks each); on error what was not written stays buffered.
+// Flush writes what is buffered now, refused states included, in as many
+// transactions as it takes (10,000 tasks each); on error what was not written
+// stays buffered. States Postgres refuses again stay aside, and Flush
+// returns nil.
 func (m *Materializer) Flush(ctx context.Context) error {
 	m.flushMu.Lock()
 	defer m.flushMu.Unlock()
-	// Twice: batches a failed flush left come before the buffer.
-	for range 2 {
-		if err := m.flushTaken(ctx); err != nil {
+	// Batches a failed flush left come before the buffer.
+	for _, retryRefused := range []bool{false, true} {
+		if err := m.flushTaken(ctx, retryRefused); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// Lag is how many task states are buffered and not written yet.
+// Lag is how many task states are buffered and not written yet, refused
+// ones included.
 func (m *Materializer) Lag() int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return int64(len(m.buf)) + m.pendingLen.Load()
+	return int64(len(m.buf)) + m.pendingLen.Load() + m.refusedLen.Load()
 }
 
 // flushTaken writes the pending batches, taking what is buffered first when
-// there are none. The caller holds flushMu.
-func (m *Materializer) flushTaken(ctx context.Context) error {
+// there are none, with the refused states when retryRefused or when their
+// time has come. The caller holds flushMu.
+func (m *Materializer) flushTaken(ctx context.Context, retryRefused bool) error {
 	if len(m.pending) == 0 {
-		m.pending = m.take()
+		retryRefused = retryRefused || !time.Now().Before(m.refusedNext)
+		m.pending = m.take(retryRefused)
 	}
 	for len(m.pending) > 0 {
-		b := m.pending[0]
-		var n int64
-		err := pg.InTx(ctx, m.pool, func(tx pgx.Tx) error {
-			var err error
-			n, err = write(ctx, tx, b.rows, b.marks)
-			return err
-		})
-		if err != nil {
+		if err := m.writeBatch(ctx, m.pending[0]); err != nil {
 			return err
 		}
-		m.written.Add(ctx, n)
-		for _, mk := range b.marks {
-			m.onFlushed(mk.partition, mk.last)
-		}
-		// Last, so a Lag of zero means the states are written and
-		// announced.
 		m.pending = m.pending[1:]
-		m.pendingLen.Add(-int64(b.states))
 	}
 	return nil
 }
 
 // take moves every buffered state into batches of up to maxBatch tasks,
-// holding the buffer's lock only to swap it for an empty one. Over one batch,
-// states are written in offset order, and a batch's events offset for a
-// partition stops before the first record folded into a state of a later
-// batch, so the view's offsets never pass a state it lacks.
-func (m *Materializer) take() []*batch {
+// holding the buffer's lock only to swap it for an empty one. A refused
+// state comes along when a newer state of its task does (folded into it) or
+// when retryRefused. Over one batch, states are written in offset order, and
+// a batch's events offset for a partition stops before the first record
+// folded into a state of a later batch, so the view's offsets never pass a
+// state it lacks.
+func (m *Materializer) take(retryRefused bool) []*batch {
 	m.mu.Lock()
 	buf := m.buf
 	m.buf = make(map[uuid.UUID]*buffered, len(buf))
 	// Under mu, so Lag never misses the states between buf and pending.
 	m.pendingLen.Store(int64(len(buf)))
 	m.mu.Unlock()
+	for id, r := range m.refused {
+		if b, ok := buf[id]; ok {
+			b.fold(r)
+		} else if retryRefused {
+			buf[id] = r
+			m.pendingLen.Add(1)
+		} else {
+			continue
+		}
+		delete(m.refused, id)
+	}
+	m.refusedLen.Store(int64(len(m.refused)))
+	if retryRefused {
+		m.refusedNext = time.Now().Add(m.refusedBackoff.NextBackOff())
+	}
 	if len(buf) == 0 {
 		return nil
 	}
@@ -276,7 +332,7 @@ func (m *Materializer) take() []*batch {
 	stop := make(map[int32]int64)
 	for i := len(out) - 1; i >= 0; i-- {
 		chunk := all[i*maxBatch : min((i+1)*maxBatch, len(all))]
-		out[i] = newBatch(chunk, stop)
+		out[i] = newBatch(chunk, maps.Clone(stop))
 		for _, b := range chunk {
 			if s, ok := stop[b.Partition]; !ok || b.first < s {
 				stop[b.Partition] = b.first
@@ -289,37 +345,207 @@ func (m *Materializer) take() []*batch {
 // newBatch makes the batch writing states, whose partitions' events offsets
 // stop at stop's when it has one.
 func newBatch(states []*buffered, stop map[int32]int64) *batch {
-	out := &batch{rows: make([][]any, 0, len(states)), states: len(states)}
-	index := make(map[int32]int)
+	out := &batch{states: states, rows: make([][]any, 0, len(states)), owners: make([]*buffered, 0, len(states)), stop: stop}
 	for _, b := range states {
 		if b.Task.Status != "" {
 			out.rows = append(out.rows, row(b.Entry))
-		}
-		i, ok := index[b.Partition]
-		if !ok {
-			i = len(out.marks)
-			index[b.Partition] = i
-			out.marks = append(out.marks, mark{partition: b.Partition, last: -1})
-		}
-		out.marks[i].last = max(out.marks[i].last, b.Offset)
-	}
-	for i := range out.marks {
-		mk := &out.marks[i]
-		mk.events = mk.last + 1
-		if s, ok := stop[mk.partition]; ok {
-			mk.events = min(mk.events, s)
+			out.owners = append(out.owners, b)
 		}
 	}
-	// A partition's commands offset is the checkpoint of the last state
-	// below its events offset (checkpoints grow with offsets).
-	for _, b := range states {
-		mk := &out.marks[index[b.Partition]]
-		if b.Offset < mk.events {
-			mk.commands = max(mk.commands, b.CmdOffset)
+	return out
+}
+
+// writeBatch writes one batch: its rows and offsets in one transaction, or, when
+// Postgres refuses a row, the rows in halves down to the refused ones and
+// then the offsets, which stop before each refused state (see the package
+// comment).
+func (m *Materializer) writeBatch(ctx context.Context, b *batch) error {
+	marks, reached := m.marks(b, nil)
+	n, err := m.inTx(ctx, b.rows, marks)
+	var refused map[*buffered]error
+	if err != nil {
+		if m.transient(ctx, err) {
+			return err
 		}
+		if refused, n, err = m.isolate(ctx, b, err); err != nil {
+			return err
+		}
+		marks, reached = m.marks(b, refused)
+		if _, err := m.inTx(ctx, nil, marks); err != nil {
+			return err
+		}
+	}
+	m.written.Add(ctx, n)
+	maps.Copy(m.reached, reached)
+	for _, mk := range marks {
+		m.onFlushed(mk.partition, mk.last)
+	}
+	m.setAside(ctx, b, refused)
+	// Last, so a Lag of zero means the states are written and announced.
+	m.pendingLen.Add(-int64(len(b.states)))
+	return nil
+}
+
+// inTx writes rows and marks in a transaction of their own.
+func (m *Materializer) inTx(ctx context.Context, rows [][]any, marks []mark) (int64, error) {
+	var n int64
+	err := pg.InTx(ctx, m.pool, func(tx pgx.Tx) error {
+		var err error
+		n, err = write(ctx, tx, rows, marks)
+		return err
+	})
+	return n, err
+}
+
+// transient reports whether err is Postgres (or the way to it) failing
+// rather than a row: the whole batch is tried again.
+func (m *Materializer) transient(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || errors.Is(err, context.Canceled) || kafka.IsTransient(err)
+}
+
+// isolate writes the rows of b, which failed together with cause, in halves,
+// each in a transaction of its own, down to the single rows Postgres
+// refuses, and returns those with why, and how many rows it wrote. It fails
+// as the write of nothing does, first (then the table or the offsets are
+// at fault, not a row), and on a transient failure.
+func (m *Materializer) isolate(ctx context.Context, b *batch, cause error) (map[*buffered]error, int64, error) {
+	if _, err := m.inTx(ctx, nil, nil); err != nil {
+		return nil, 0, fmt.Errorf("%w (a write of no task fails too)", err)
+	}
+	refused := make(map[*buffered]error)
+	var n int64
+	var split func(lo, hi int, cause error) error
+	split = func(lo, hi int, cause error) error {
+		if hi-lo <= 1 {
+			if hi > lo {
+				refused[b.owners[lo]] = cause
+			}
+			return nil
+		}
+		mid := (lo + hi) / 2
+		for _, half := range [][2]int{{lo, mid}, {mid, hi}} {
+			w, err := m.inTx(ctx, b.rows[half[0]:half[1]], nil)
+			switch {
+			case err == nil:
+				n += w
+			case m.transient(ctx, err):
+				return err
+			default:
+				if err := split(half[0], half[1], err); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if err := split(0, len(b.rows), cause); err != nil {
+		return nil, 0, err
+	}
+	return refused, n, nil
+}
+
+// setAside keeps the refused states of a written batch for a later try,
+// logging and counting each task's refusal once, and logs the states that
+// land after a refusal.
+func (m *Materializer) setAside(ctx context.Context, b *batch, refused map[*buffered]error) {
+	landed := false
+	for _, s := range b.owners {
+		err, ok := refused[s]
+		switch {
+		case ok && !s.refused:
+			s.refused = true
+			m.refusals.Add(ctx, 1)
+			m.log.ErrorContext(ctx, "the tasks view refused a task state; kept aside and tried again, the partition's view offset waits for it",
+				"task_id", s.Task.ID, "partition", s.Partition, "offset", s.Offset, "error", err)
+		case !ok && s.refused:
+			landed = true
+			m.log.InfoContext(ctx, "a refused task state is in the tasks view now", "task_id", s.Task.ID, "partition", s.Partition, "offset", s.Offset)
+		}
+		if ok {
+			m.refused[s.Task.ID] = s
+		}
+	}
+	if landed {
+		m.refusedBackoff.Reset()
+		m.refusedNext = time.Now().Add(m.refusedBackoff.NextBackOff())
+	}
+	m.refusedLen.Store(int64(len(m.refused)))
+}
+
+// marks are how far writing b takes each of its partitions when Postgres
+// refused the states in refused: as far as its written states and the
+// earlier batches' go (reached, to keep once written), but never past the
+// first record folded into a refused state, this batch's or an earlier one's.
+func (m *Materializer) marks(b *batch, refused map[*buffered]error) (marks []mark, reached map[int32]mark) {
+	hold := make(map[int32]int64)
+	holdAt := func(s *buffered) {
+		if h, ok := hold[s.Partition]; !ok || s.first < h {
+			hold[s.Partition] = s.first
+		}
+	}
+	for _, s := range m.refused {
+		holdAt(s)
+	}
+	for s := range refused {
+		holdAt(s)
+	}
+	last := make(map[int32]int64)
+	for _, s := range b.states {
+		if _, ok := refused[s]; !ok {
+			if l, ok := last[s.Partition]; !ok || s.Offset > l {
+				last[s.Partition] = s.Offset
+			}
+		}
+	}
+	events := make(map[int32]int64, len(last))
+	for p, l := range last {
+		events[p] = l + 1
+		if s, ok := b.stop[p]; ok {
+			events[p] = min(events[p], s)
+		}
+	}
+	commands := checkpoints(b, refused, events)
+	held := make(map[int32]int64)
+	for p, e := range events {
+		if h, ok := hold[p]; ok && h < max(e, m.reached[p].events) {
+			held[p] = h
+		}
+	}
+	heldCommands := checkpoints(b, refused, held)
+	reached = make(map[int32]mark, len(last))
+	marks = make([]mark, 0, len(last))
+	for p, l := range last {
+		prev := m.reached[p]
+		r := mark{partition: p, events: max(events[p], prev.events), commands: max(commands[p], prev.commands), last: max(l, prev.last)}
+		reached[p] = r
+		if h, ok := held[p]; ok {
+			r.events, r.last, r.commands = h, min(r.last, h-1), heldCommands[p]
+			if prev.events <= h {
+				r.commands = max(r.commands, prev.commands)
+			}
+		}
+		marks = append(marks, r)
 	}
 	// Offsets rows are locked in partition order, as two writers may share
 	// partitions while ownership moves.
-	slices.SortFunc(out.marks, func(a, b mark) int { return cmp.Compare(a.partition, b.partition) })
+	slices.SortFunc(marks, func(a, b mark) int { return cmp.Compare(a.partition, b.partition) })
+	return marks, reached
+}
+
+// checkpoints are, per partition of before, the commands checkpoint of the
+// last state of b written below that events offset (checkpoints grow with
+// offsets); 0 when none.
+func checkpoints(b *batch, refused map[*buffered]error, before map[int32]int64) map[int32]int64 {
+	out := make(map[int32]int64, len(before))
+	if len(before) == 0 {
+		return out
+	}
+	for _, s := range b.states {
+		if e, ok := before[s.Partition]; ok && s.Offset < e {
+			if _, no := refused[s]; !no {
+				out[s.Partition] = max(out[s.Partition], s.CmdOffset)
+			}
+		}
+	}
 	return out
 }

@@ -34,7 +34,7 @@ func TestTakeCutsOffsetsBeforeStatesLeftBehind(t *testing.T) {
 	m.Add(Entry{Partition: 0, Offset: 20_000, CmdOffset: 12_000, Task: task(a)})
 	require.Equal(t, int64(maxBatch+1), m.Lag())
 
-	batches := m.take()
+	batches := m.take(false)
 	require.Len(t, batches, 2)
 	require.Zero(t, len(m.buf))
 	require.Equal(t, int64(maxBatch+1), m.Lag())
@@ -44,10 +44,10 @@ func TestTakeCutsOffsetsBeforeStatesLeftBehind(t *testing.T) {
 	require.Equal(t, []mark{
 		{partition: 0, events: 5000, commands: 4999 / 2, last: 9998},
 		{partition: 1, events: 4, commands: 3, last: 3},
-	}, first.marks)
+	}, marksOf(m, first))
 	require.Equal(t, []uuid.UUID{a}, ids(second))
-	require.Equal(t, []mark{{partition: 0, events: 20_001, commands: 12_000, last: 20_000}}, second.marks)
-	require.Nil(t, m.take())
+	require.Equal(t, []mark{{partition: 0, events: 20_001, commands: 12_000, last: 20_000}}, marksOf(m, second))
+	require.Nil(t, m.take(false))
 }
 
 // ids are the task ids of a batch's rows.
@@ -57,4 +57,11 @@ func ids(b *batch) []uuid.UUID {
 		out[i] = r[0].(uuid.UUID)
 	}
 	return out
+}
+
+// marksOf are the offsets writing b would take its partitions to, nothing
+// refused.
+func marksOf(m *Materializer, b *batch) []mark {
+	marks, _ := m.marks(b, nil)
+	return marks
 }
