@@ -36,7 +36,8 @@ dev: ## run the whole platform in the foreground (ctrl-C stops it)
 # while a worker is busy (golang/go#75804), with nothing wrong with the target.
 FUZZ_TARGETS := FuzzParse:./services/workflow/internal/definition \
 	FuzzResolve:./services/workflow/internal/mapping \
-	FuzzAdvance:./services/workflow/internal/engine
+	FuzzAdvance:./services/workflow/internal/engine \
+	FuzzPartition:./services/dispatcher/internal/engine
 FUZZTIME ?= 50000x
 
 test: ## every test, against real Postgres and a real Kafka-protocol broker, then each fuzz target briefly

@@ -14,8 +14,15 @@ type item struct {
 
 func (it *item) live() bool { return it.gen == it.e.gen }
 
-// dueFirst orders by at.
-func dueFirst(a, b *item) bool { return a.at < b.at }
+// dueFirst orders by at, then id, so that what falls due at once is handled
+// in one order everywhere (a rebuilt partition expires leases as the live
+// one did).
+func dueFirst(a, b *item) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	return bytes.Compare(a.e.t.ID[:], b.e.t.ID[:]) < 0
+}
 
 // handOut orders ready tasks as claims take them: priority DESC, run_at,
 // created_at, then id so that equal tasks go out in one order everywhere.

@@ -1,0 +1,161 @@
+package engine_test
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
+	"github.com/razorbill/flo/services/dispatcher/internal/engine"
+	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
+)
+
+// roundTrip encodes c, decodes it, and checks what came back.
+func roundTrip(t *testing.T, c engine.Change, partition int32, cmd int64) (*kgo.Record, engine.Change) {
+	t.Helper()
+	rec, err := engine.Encode(c, partition, cmd)
+	require.NoError(t, err)
+	require.Equal(t, taskevent.Topic, rec.Topic)
+	require.Equal(t, partition, rec.Partition)
+	require.Equal(t, c.Task.ID.String(), string(rec.Key))
+	got, gotCmd, err := engine.Decode(rec)
+	require.NoError(t, err)
+	require.Equal(t, cmd, gotCmd)
+	require.Equal(t, c.Type, got.Type)
+	want := c.Task
+	if c.Type != taskevent.Created && c.Type != taskevent.Requeued {
+		want.Payload = nil
+	}
+	require.Equal(t, normal(want), normal(got.Task))
+	return rec, got
+}
+
+func event(t *testing.T, rec *kgo.Record) *eventsv1.TaskEvent {
+	t.Helper()
+	var ev eventsv1.TaskEvent
+	require.NoError(t, proto.Unmarshal(rec.Value, &ev))
+	return &ev
+}
+
+func headers(rec *kgo.Record) map[string]string {
+	out := map[string]string{}
+	for _, h := range rec.Headers {
+		out[h.Key] = string(h.Value)
+	}
+	return out
+}
+
+func TestCodec(t *testing.T) {
+	t.Parallel()
+	p := engine.New(0)
+	inv := invocation("send", 2)
+	inv.Origin = "workflow"
+	created := p.Invoke(inv, settings(3), "", t0)
+	claimed, started := p.Claim(ns, []string{"send"}, []engine.Slot{{WorkerID: "w1"}}, at(time.Second))
+	require.Len(t, claimed, 1)
+	_, failed := p.Report(ns, engine.Report{TaskID: inv.TaskID.String(), Attempt: 1, Kind: engine.Fail, Error: "boom", Retry: true, ErrorCode: "E1"}, at(2*time.Second))
+	claimed, _ = p.Claim(ns, []string{"send"}, []engine.Slot{{WorkerID: "w2"}}, at(time.Minute))
+	require.Len(t, claimed, 1)
+	_, extended, err := p.Touch(ns, inv.TaskID, 2, time.Minute, at(time.Minute))
+	require.NoError(t, err)
+	_, waiting := p.Report(ns, engine.Report{TaskID: inv.TaskID.String(), Attempt: 2, Kind: engine.Pending}, at(time.Minute))
+	_, completed, err := p.Finish(ns, engine.Token{ID: inv.TaskID, Attempt: 2, Secret: claimed[0].Task.CompletionSecret},
+		engine.Finish{Result: []byte(`{"ok":true}`), Outcome: "sent"}, at(2*time.Minute))
+	require.NoError(t, err)
+	rejected := p.Invoke(invocation("gone", 0), nil, "", t0)
+
+	for _, tt := range []struct {
+		name string
+		c    engine.Change
+	}{
+		{"created", created[0]}, {"started", started[0]}, {"retry scheduled", failed[0]}, {"lease extended", extended[0]},
+		{"waiting", waiting[0]}, {"completed", completed[0]}, {"rejected", rejected[0]},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rec, got := roundTrip(t, tt.c, 7, 1234)
+			ev := event(t, rec)
+			require.Equal(t, tt.c.Type.Proto(), ev.GetType())
+			require.Equal(t, tt.c.Task.Attempt, ev.GetAttempt())
+			require.Equal(t, tt.c.Task.WorkerID, ev.GetWorkerId())
+			require.Equal(t, tt.c.Task.ErrorCode, ev.GetErrorCode())
+			require.Equal(t, tt.c.Type == taskevent.Failed, ev.GetNonRetryable())
+			require.Equal(t, "1234", headers(rec)[engine.CmdHeader])
+			require.Equal(t, inv.TraceContext["traceparent"], headers(rec)["traceparent"])
+			require.Nil(t, got.TraceHeaders, "the task's own trace")
+			require.LessOrEqual(t, len(ev.GetError()), taskevent.MaxTextBytes)
+			if tt.c.Type == taskevent.Created {
+				require.Equal(t, inv.Payload, ev.GetState().GetPayload())
+			} else {
+				require.Empty(t, ev.GetState().GetPayload())
+			}
+			if tt.c.Type == taskevent.Completed {
+				require.Equal(t, []byte(`{"ok":true}`), ev.GetResult(), "a task with an origin has its result on the event")
+			}
+		})
+	}
+
+	// Text longer than an event carries is whole in the state only.
+	long := failed[0]
+	long.Task.Error = strings.Repeat("é", taskevent.MaxTextBytes)
+	rec, _ := roundTrip(t, long, 0, 1)
+	ev := event(t, rec)
+	require.LessOrEqual(t, len(ev.GetError()), taskevent.MaxTextBytes)
+	require.True(t, ev.GetState().GetError() == long.Task.Error, "whole in the state")
+	rec, _ = roundTrip(t, failed[0], 0, 1)
+	require.Empty(t, event(t, rec).GetState().GetError(), "short text only once")
+
+	// A report's span is what the record carries; the task keeps its own.
+	c := completed[0]
+	c.TraceHeaders = map[string]string{"traceparent": "00-report"}
+	rec, got := roundTrip(t, c, 0, 2)
+	require.Equal(t, c.TraceHeaders, got.TraceHeaders)
+	require.Equal(t, "00-report", headers(rec)["traceparent"])
+
+	// Without an origin the result is in the state only; a failure by
+	// token is non-retryable.
+	q := engine.New(0)
+	task := running(t, q, 3, t0)
+	_, done := q.Report(ns, engine.Report{TaskID: task.ID.String(), Attempt: 1, Kind: engine.Complete, Result: []byte("r")}, t0)
+	rec, _ = roundTrip(t, done[0], 0, 3)
+	require.Empty(t, event(t, rec).GetResult())
+	require.Equal(t, []byte("r"), event(t, rec).GetState().GetResult())
+	task = running(t, q, 3, t0)
+	_, fails, err := q.Finish(ns, engine.Token{ID: task.ID, Attempt: 1, Secret: task.CompletionSecret}, engine.Finish{Failed: true, Error: "no"}, t0)
+	require.NoError(t, err)
+	rec, _ = roundTrip(t, fails[0], 0, 4)
+	require.True(t, event(t, rec).GetNonRetryable())
+}
+
+func TestDecodeRefuses(t *testing.T) {
+	t.Parallel()
+	p := engine.New(0)
+	c := p.Invoke(invocation("send", 0), settings(3), "", t0)[0]
+	rec, err := engine.Encode(c, 0, 9)
+	require.NoError(t, err)
+
+	ev := event(t, rec)
+	ev.State = nil
+	old := *rec
+	old.Value, err = proto.Marshal(ev)
+	require.NoError(t, err)
+	old.Headers = nil
+	_, cmd, err := engine.Decode(&old)
+	require.ErrorIs(t, err, engine.ErrNoState, "a record of before partition owners")
+	require.Equal(t, int64(-1), cmd)
+
+	bad := *rec
+	bad.Headers = []kgo.RecordHeader{{Key: engine.CmdHeader, Value: []byte("x")}}
+	_, _, err = engine.Decode(&bad)
+	require.Error(t, err)
+
+	garbage := *rec
+	garbage.Value = []byte{0xff, 0xff}
+	_, _, err = engine.Decode(&garbage)
+	require.Error(t, err)
+	require.Equal(t, strconv.Itoa(9), headers(rec)[engine.CmdHeader])
+}
