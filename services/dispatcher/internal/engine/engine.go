@@ -10,6 +10,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"time"
 
 	"github.com/google/uuid"
@@ -243,7 +244,7 @@ func (p *Partition) put(e *entry, t Task) {
 	}
 	e.t = t
 	var h *heap
-	it := item{gen: e.gen, e: e}
+	it := item{gen: e.gen, e: e, id: binary.BigEndian.Uint64(t.ID[:8])}
 	switch t.Status {
 	case store.Queued:
 		it.at = t.RunAt.UnixNano()

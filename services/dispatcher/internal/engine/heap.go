@@ -7,9 +7,12 @@ import "bytes"
 type item struct {
 	at      int64 // due time in Unix nanoseconds (run_at, lease end, deadline), or an events offset
 	created int64
-	prio    int32
-	gen     uint32
-	e       *entry
+	// id is the task id's first half, which settles ties without reaching
+	// for the entry.
+	id   uint64
+	prio int32
+	gen  uint32
+	e    *entry
 }
 
 func (it *item) live() bool { return it.gen == it.e.gen }
@@ -21,7 +24,7 @@ func dueFirst(a, b *item) bool {
 	if a.at != b.at {
 		return a.at < b.at
 	}
-	return bytes.Compare(a.e.t.ID[:], b.e.t.ID[:]) < 0
+	return idLess(a, b)
 }
 
 // handOut orders ready tasks as claims take them: priority DESC, run_at,
@@ -36,7 +39,14 @@ func handOut(a, b *item) bool {
 	if a.created != b.created {
 		return a.created < b.created
 	}
-	return bytes.Compare(a.e.t.ID[:], b.e.t.ID[:]) < 0
+	return idLess(a, b)
+}
+
+func idLess(a, b *item) bool {
+	if a.id != b.id {
+		return a.id < b.id
+	}
+	return bytes.Compare(a.e.t.ID[8:], b.e.t.ID[8:]) < 0
 }
 
 // heap is a binary heap of items (container/heap would box each one).
