@@ -46,7 +46,7 @@ func (p *Partition) Invoke(inv Invocation, s *store.Settings, reject string, now
 	}
 	p.advance(now)
 	if s == nil || reject != "" {
-		return []Change{{Type: taskevent.Rejected, Task: rejection(inv, s == nil, now)}}
+		return []Change{{Type: taskevent.Rejected, Task: rejection(inv, s == nil || reject == RejectNotFound, now)}}
 	}
 	settings := *s
 	if inv.MaxAttempts > 0 {
