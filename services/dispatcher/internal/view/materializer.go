@@ -301,19 +301,21 @@ func (m *Materializer) take(retryRefused bool) []*batch {
 	// Under mu, so Lag never misses the states between buf and pending.
 	m.pendingLen.Store(int64(len(buf)))
 	m.mu.Unlock()
+	retried := false
 	for id, r := range m.refused {
 		if b, ok := buf[id]; ok {
 			b.fold(r)
 		} else if retryRefused {
 			buf[id] = r
 			m.pendingLen.Add(1)
+			retried = true
 		} else {
 			continue
 		}
 		delete(m.refused, id)
 	}
 	m.refusedLen.Store(int64(len(m.refused)))
-	if retryRefused {
+	if retried {
 		m.refusedNext = time.Now().Add(m.refusedBackoff.NextBackOff())
 	}
 	if len(buf) == 0 {
@@ -467,6 +469,10 @@ func (m *Materializer) setAside(ctx context.Context, b *batch, refused map[*buff
 	}
 	if landed {
 		m.refusedBackoff.Reset()
+	}
+	// A first refusal waits for Run's next try; a retry set the time of the
+	// one after as it took the states.
+	if len(refused) > 0 && !m.refusedNext.After(time.Now()) {
 		m.refusedNext = time.Now().Add(m.refusedBackoff.NextBackOff())
 	}
 	m.refusedLen.Store(int64(len(m.refused)))

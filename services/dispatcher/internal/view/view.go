@@ -5,6 +5,34 @@
 // replica a task no owner holds any more (Load, Existing). Postgres is never
 // written per task on the hot path.
 //
+// A state Postgres refuses for the row's sake (a constraint, a trigger that
+// raises, a value it cannot store) stops nothing else. A flush that fails so
+// writes its batch again in halves, each in a transaction of its own, down to
+// the refused rows (about one transaction per halving: 10 for one refused row
+// among 1,000); every other row lands; each refused task is logged once and
+// counted (flo.dispatcher.view.refused), and its state is kept aside and tried
+// again, by Run after 2 s and then further apart up to a minute while none
+// lands, and by every Flush, so a fixed cause (a dropped trigger) lets it
+// land. A newer state of the task supersedes it, with its payload. Failures
+// that are Postgres's or the way to it (lost or refused connections, class
+// 08, 53, shutdown, serialization, deadlock, lock and statement timeouts:
+// kafka.IsTransient), and failures a write of no row hits too, keep the whole
+// batch for the next try instead.
+//
+// A refused state holds its partition's offsets back. If the first record
+// folded into it is at events offset X of partition p, view_offsets[p] stays
+// at most X, so a rebuild replays it from the log, and onFlushed(p, o) keeps o
+// below X, since the owner lets go of final tasks up to o: the refused task,
+// and every final task of p after it, stay in the owner's memory. Rows of p
+// after X are still written (a row only moves forward by view_offset); once
+// the refused state lands, or a newer one of its task does, the offsets and
+// onFlushed move to where the written states reached.
+//
+// The materializer's buffer has no bound of its own while Postgres is down
+// (flo.dispatcher.view.lag shows it): it keeps one state per task, and every
+// task in it is one an owner holds too until the view has it (live, or final
+// and not yet let go), so the owners' memory bounds it.
+//
 // partition_owners, a row per partition naming the replica that owns it, lives
 // here too.
 package view

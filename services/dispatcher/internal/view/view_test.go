@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -70,6 +71,27 @@ func newMaterializerWith(t *testing.T, pool *pgxpool.Pool, log *slog.Logger, met
 	m, err := view.NewMaterializer(pool, log, meter, f.record)
 	require.NoError(t, err)
 	return m, f
+}
+
+// observed is a materializer whose logs and metrics the test reads.
+func observed(t *testing.T, pool *pgxpool.Pool) (*view.Materializer, *flushed, *logLines, sdkmetric.Reader) {
+	t.Helper()
+	lines := &logLines{}
+	reader := sdkmetric.NewManualReader()
+	m, flushes := newMaterializerWith(t, pool, slog.New(lines), sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test"))
+	return m, flushes, lines, reader
+}
+
+// run runs m until the test ends.
+func run(t *testing.T, m *view.Materializer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
 }
 
 // now is a time Postgres keeps exactly (microseconds, UTC).
@@ -214,21 +236,38 @@ SELECT count(*), count(DISTINCT xmin::text) FROM (SELECT xmin FROM tasks UNION A
 	require.Zero(t, m.Lag())
 }
 
-// logLines counts the warnings and infos logged.
+// logLines counts the warnings and infos logged and keeps the errors' and
+// infos' messages and attributes.
 type logLines struct {
 	mu          sync.Mutex
 	warn, infos int
+	errors      []logged
+	infoLines   []logged
+}
+
+// logged is one log line's message and attributes.
+type logged struct {
+	msg   string
+	attrs map[string]any
 }
 
 func (l *logLines) Enabled(context.Context, slog.Level) bool { return true }
 func (l *logLines) Handle(_ context.Context, r slog.Record) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	line := logged{msg: r.Message, attrs: map[string]any{}}
+	r.Attrs(func(a slog.Attr) bool {
+		line.attrs[a.Key] = a.Value.Any()
+		return true
+	})
 	switch r.Level {
 	case slog.LevelWarn:
 		l.warn++
 	case slog.LevelInfo:
 		l.infos++
+		l.infoLines = append(l.infoLines, line)
+	case slog.LevelError:
+		l.errors = append(l.errors, line)
 	}
 	return nil
 }
@@ -240,19 +279,23 @@ func (l *logLines) counts() (int, int) {
 	return l.warn, l.infos
 }
 
+func (l *logLines) errorLines() []logged {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.errors)
+}
+
+func (l *logLines) infoMessages() []logged {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.infoLines)
+}
+
 func TestBufferedStatesLandAfterPostgresComesBack(t *testing.T) {
 	t.Parallel()
 	pool := openDB(t)
-	lines := &logLines{}
-	reader := sdkmetric.NewManualReader()
-	m, flushes := newMaterializerWith(t, pool, slog.New(lines), sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test"))
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
+	m, flushes, lines, reader := observed(t, pool)
+	run(t, m)
 
 	restore := refuse(t, pool)
 	first, second := queued("ns"), queued("ns")
@@ -290,17 +333,25 @@ func refuse(t *testing.T, pool *pgxpool.Pool) func() {
 	}
 }
 
+// Postgres refusing connections is no row's fault: the whole batch waits,
+// no row is isolated or set aside.
 func TestFlushAfterAFailedFlushWritesEverything(t *testing.T) {
 	t.Parallel()
 	pool := openDB(t)
-	m, flushes := newMaterializer(t, pool, nil)
+	m, flushes, lines, reader := observed(t, pool)
 	restore := refuse(t, pool)
 	first, second := queued("ns"), queued("ns")
 	m.Add(view.Entry{Partition: 5, Offset: 7, CmdOffset: 3, Task: first})
-	require.Error(t, m.Flush(t.Context()))
+	err := m.Flush(t.Context())
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "a write of no task fails too", "taken for a row's fault")
+	require.Empty(t, lines.errorLines())
+	require.Equal(t, int64(1), m.Lag())
 	m.Add(view.Entry{Partition: 5, Offset: 8, CmdOffset: 4, Task: second})
 	restore()
 	require.NoError(t, m.Flush(t.Context()))
+	require.Empty(t, lines.errorLines())
+	require.Equal(t, map[string]int64{"flo.dispatcher.view.rows_written": 2}, collect(t, reader))
 	require.Zero(t, m.Lag())
 	require.Equal(t, first, load(t, pool, first))
 	require.Equal(t, second, load(t, pool, second))
