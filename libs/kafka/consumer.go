@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -90,6 +91,10 @@ func NewConsumer(conn config.Kafka, group string, topics []string, h BatchHandle
 		kgo.OnPartitionsRevoked(c.revoked),
 		kgo.OnPartitionsLost(c.lost),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// Transaction markers take offsets too; seeing them lets the
+		// committed offset, and the lag, reach the end of a partition whose
+		// last record is one.
+		kgo.KeepControlRecords(),
 		// A member that dies without leaving holds its partitions until its
 		// session times out; Kafka's 45 s default would stall a restarted
 		// replica's partitions that long.
@@ -139,9 +144,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 				return
 			}
 			wg.Go(func() {
-				if !c.h.handle(ctx, p.Records) {
+				if data := withoutControl(p.Records); len(data) > 0 && !c.h.handle(ctx, data) {
 					return
 				}
+				// The last record may be a transaction marker: the handled
+				// position, and so the lag, counts it.
 				last := p.Records[len(p.Records)-1]
 				c.setLag(p.Topic, p.Partition, p.HighWatermark-(last.Offset+1))
 				mu.Lock()
@@ -275,6 +282,13 @@ func (c *Consumer) Lag() map[string]int64 {
 // consumer reports it without wiring of its own. Replicas report the
 // partitions each owns: their sum is the group's lag.
 func (c *Consumer) registerLag() (metric.Registration, error) {
+	return RegisterLag(c.group, c.Lag)
+}
+
+// RegisterLag reports a consumer group member's lag, per topic, as
+// flo.consumer.lag through the global meter provider, for readers that are
+// not a Consumer (the dispatcher's partition owners).
+func RegisterLag(group string, lag func() map[string]int64) (metric.Registration, error) {
 	meter := otel.Meter("github.com/razorbill/flo/libs/kafka")
 	gauge, err := meter.Int64ObservableGauge("flo.consumer.lag", metric.WithUnit("{record}"),
 		metric.WithDescription("Records in the log beyond those the consumer group handled, in the partitions this member owns."))
@@ -282,12 +296,28 @@ func (c *Consumer) registerLag() (metric.Registration, error) {
 		return nil, fmt.Errorf("create consumer lag gauge: %w", err)
 	}
 	// Lag is in memory: a zero max age reads it afresh on every collection.
-	lag := func(context.Context) (map[string]int64, error) { return c.Lag(), nil }
-	return telemetry.NewGauges(meter, 0, lag, func(byTopic map[string]int64, o metric.Observer) {
+	read := func(context.Context) (map[string]int64, error) { return lag(), nil }
+	return telemetry.NewGauges(meter, 0, read, func(byTopic map[string]int64, o metric.Observer) {
 		for topic, n := range byTopic {
-			o.ObserveInt64(gauge, n, metric.WithAttributes(attribute.String("topic", topic), attribute.String("group", c.group)))
+			o.ObserveInt64(gauge, n, metric.WithAttributes(attribute.String("topic", topic), attribute.String("group", group)))
 		}
 	}, gauge).Register()
+}
+
+// withoutControl drops transaction markers, which no handler wants.
+func withoutControl(recs []*kgo.Record) []*kgo.Record {
+	for i, r := range recs {
+		if r.Attrs.IsControl() {
+			out := slices.Clip(recs[:i])
+			for _, r := range recs[i+1:] {
+				if !r.Attrs.IsControl() {
+					out = append(out, r)
+				}
+			}
+			return out
+		}
+	}
+	return recs
 }
 
 func containsPartition(parts map[string][]int32, topic string, partition int32) bool {

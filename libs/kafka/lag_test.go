@@ -56,3 +56,30 @@ func TestConsumerReportsLag(t *testing.T) {
 	require.True(t, ok)
 	require.Zero(t, reported)
 }
+
+// Records written in transactions are followed by a marker that takes an
+// offset: the consumer never hands a marker to its handler, yet its lag
+// reaches zero at the end of the partition.
+func TestConsumerLagCountsTransactionMarkers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	broker := harness.NewBroker(t)
+	prod := newProducer(t, broker.Addrs())
+	require.NoError(t, kafka.EnsureTopics(ctx, prod, 1, "txn-lag"))
+	txn, err := kafka.NewClient(broker.Kafka(), kgo.TransactionalID("lag-test"))
+	require.NoError(t, err)
+	t.Cleanup(txn.Close)
+	for _, v := range seq("t", 3) {
+		require.NoError(t, txn.BeginTransaction())
+		require.NoError(t, txn.ProduceSync(ctx, &kgo.Record{Topic: "txn-lag", Value: []byte(v)}).FirstErr())
+		require.NoError(t, txn.EndTransaction(ctx, kgo.TryCommit))
+	}
+
+	col := &collector{}
+	c, err := kafka.NewConsumer(broker.Kafka(), "txn-lag-group", []string{"txn-lag"}, col.handle, quiet)
+	require.NoError(t, err)
+	run(t, c.Run)
+	require.Eventually(t, func() bool { return len(col.got()) == 3 }, 20*time.Second, 10*time.Millisecond)
+	require.Equal(t, seq("t", 3), col.got(), "markers are not records")
+	require.Eventually(t, func() bool { return c.Lag()["txn-lag"] == 0 }, 20*time.Second, 10*time.Millisecond)
+}

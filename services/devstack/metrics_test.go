@@ -233,7 +233,7 @@ func TestMetricsCountTheWorkload(t *testing.T) {
 		{"flo_tasks_queue_depth", backlog, queued},
 		{"flo_tasks_queue_delayed", backlog, 0},
 		{"flo_tasks_invoked_total", []string{"namespace", ns, "action", "step"}, 2},
-		{"flo_outbox_backlog", []string{"schema", "dispatcher"}, 0},
+		{"flo_dispatcher_view_lag", nil, 0},
 		{"flo_outbox_backlog", []string{"schema", "registry"}, 0},
 		{"flo_outbox_backlog", []string{"schema", "workflow"}, 0},
 		{"flo_consumer_lag", []string{"topic", "flo.actions.commands", "group", "flo-dispatcher"}, 0},

@@ -75,9 +75,11 @@ func (r *Replica) Claim(ctx context.Context, req ClaimRequest) ([]engine.Claimed
 		}
 		var got []engine.Claimed
 		if len(actions) > 0 {
+			start := time.Now()
 			if got, err = r.claimOnce(ctx, req, actions); err != nil {
 				return nil, err
 			}
+			r.metrics.claimPass.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attribute.String("namespace", req.Namespace)))
 		}
 		if len(got) > 0 || deadline == nil {
 			r.metrics.started(ctx, got)
@@ -357,6 +359,22 @@ func (r *Replica) Finish(ctx context.Context, ns, token string, f engine.Finish)
 	if _, err := p.submit(ctx, o, o.answer); err != nil {
 		return store.Task{}, err
 	}
+	if o.err != nil && !o.held {
+		// A task finished a while ago is only in the view; with it loaded
+		// the answer says why the token finishes nothing (or finishes it,
+		// had it moved there meanwhile).
+		t, err := view.Load(ctx, r.pool, ns, tok.ID)
+		if errors.Is(err, pg.ErrNotFound) {
+			return store.Task{}, o.err
+		}
+		if err != nil {
+			return store.Task{}, err
+		}
+		o = &finishOp{ns: ns, tok: tok, f: f, load: &t, answer: make(chan error, 1)}
+		if _, err := p.submit(ctx, o, o.answer); err != nil {
+			return store.Task{}, err
+		}
+	}
 	if o.err != nil {
 		return store.Task{}, o.err
 	}
@@ -364,15 +382,23 @@ func (r *Replica) Finish(ctx context.Context, ns, token string, f engine.Finish)
 }
 
 type finishOp struct {
-	ns     string
-	tok    engine.Token
-	f      engine.Finish
+	ns  string
+	tok engine.Token
+	f   engine.Finish
+	// load, when set, is the task as the view has it, held first if the
+	// partition does not hold it; held says whether it did.
+	load   *engine.Task
+	held   bool
 	task   engine.Task
 	err    error
 	answer chan error
 }
 
 func (o *finishOp) apply(p *partition, now time.Time) []engine.Change {
+	o.held = p.eng.Has(o.tok.ID)
+	if o.load != nil && !o.held {
+		p.eng.Load(*o.load)
+	}
 	var changes []engine.Change
 	o.task, changes, o.err = p.eng.Finish(o.ns, o.tok, o.f, now)
 	return changes
@@ -547,6 +573,7 @@ type metrics struct {
 	stale         metric.Int64Counter
 	rebuilds      metric.Int64Counter
 	invokeToStart metric.Float64Histogram
+	claimPass     metric.Float64Histogram
 }
 
 func (m *metrics) started(ctx context.Context, got []engine.Claimed) {
@@ -573,6 +600,10 @@ func newMetrics(meter metric.Meter) (*metrics, error) {
 	}
 	if m.invokeToStart, err = meter.Float64Histogram("flo.tasks.invoke_to_start.duration", metric.WithUnit("s"),
 		metric.WithDescription("From invocation to the attempt being handed to a worker.")); err != nil {
+		return nil, fmt.Errorf("create metric: %w", err)
+	}
+	if m.claimPass, err = meter.Float64Histogram("flo.tasks.claim.duration", metric.WithUnit("s"),
+		metric.WithDescription("One pass of a claim: asking the owned partitions with ready tasks and recording the leases; waiting for work is not in it.")); err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
 	return m, nil

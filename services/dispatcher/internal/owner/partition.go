@@ -66,6 +66,9 @@ type partition struct {
 	materialized atomic.Int64
 	matSignal    chan struct{}
 
+	// highWatermark is the commands partition's end as last fetched.
+	highWatermark atomic.Int64
+
 	// cmdNext is the next commands offset to apply: the checkpoint every
 	// record of the partition carries.
 	cmdNext atomic.Int64

@@ -181,6 +181,11 @@ func (r *Replica) Run(ctx context.Context) error {
 		return fmt.Errorf("commands consumer: %w", err)
 	}
 	r.group = group
+	if reg, err := kafka.RegisterLag(Group, r.lag); err != nil {
+		r.log.WarnContext(ctx, "commands lag not reported", "error", err)
+	} else {
+		defer func() { _ = reg.Unregister() }()
+	}
 	matCtx, stopMat := context.WithCancel(context.WithoutCancel(ctx))
 	matDone := make(chan error, 1)
 	go func() { matDone <- r.mat.Run(matCtx) }()
@@ -208,10 +213,20 @@ func (r *Replica) Run(ctx context.Context) error {
 				return
 			}
 			if p := r.part(fp.Partition); p != nil {
+				p.highWatermark.Store(fp.HighWatermark)
 				p.pushCommands(fp.Records)
 			}
 		})
 	}
+}
+
+// lag is how many commands of the owned partitions wait to be applied.
+func (r *Replica) lag() map[string]int64 {
+	var n int64
+	for _, p := range r.owned() {
+		n += max(p.highWatermark.Load()-p.cmdNext.Load(), 0)
+	}
+	return map[string]int64{CommandsTopic: n}
 }
 
 // Close makes waiting claims return what they have (nothing) at once.
