@@ -8,12 +8,14 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 
@@ -369,11 +371,11 @@ func (m *Materializer) writeBatch(ctx context.Context, b *batch) error {
 		if m.transient(ctx, err) {
 			return err
 		}
-		if refused, n, err = m.isolate(ctx, b, err); err != nil {
+		if refused, err = m.isolate(ctx, b, err); err != nil {
 			return err
 		}
 		marks, reached = m.marks(b, refused)
-		if _, err := m.inTx(ctx, nil, marks); err != nil {
+		if n, err = m.inTx(ctx, nil, marks); err != nil {
 			return err
 		}
 	}
@@ -400,22 +402,27 @@ func (m *Materializer) inTx(ctx context.Context, rows [][]any, marks []mark) (in
 }
 
 // transient reports whether err is Postgres (or the way to it) failing
-// rather than a row: the whole batch is tried again.
+// rather than a row: the whole batch is tried again. That is what the log
+// consumers retry (kafka.IsTransient) and any other operator intervention
+// (class 57) or rolled back transaction (class 40).
 func (m *Materializer) transient(ctx context.Context, err error) bool {
-	return ctx.Err() != nil || errors.Is(err, context.Canceled) || kafka.IsTransient(err)
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) || kafka.IsTransient(err) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "57") || strings.HasPrefix(pgErr.Code, "40"))
 }
 
 // isolate writes the rows of b, which failed together with cause, in halves,
 // each in a transaction of its own, down to the single rows Postgres
-// refuses, and returns those with why, and how many rows it wrote. It fails
-// as the write of nothing does, first (then the table or the offsets are
-// at fault, not a row), and on a transient failure.
-func (m *Materializer) isolate(ctx context.Context, b *batch, cause error) (map[*buffered]error, int64, error) {
+// refuses, and returns those with why. It fails as the write of nothing
+// does, first (then the table or the offsets are at fault, not a row), and on
+// a transient failure.
+func (m *Materializer) isolate(ctx context.Context, b *batch, cause error) (map[*buffered]error, error) {
 	if _, err := m.inTx(ctx, nil, nil); err != nil {
-		return nil, 0, fmt.Errorf("%w (a write of no task fails too)", err)
+		return nil, fmt.Errorf("%w (a write of no task fails too)", err)
 	}
 	refused := make(map[*buffered]error)
-	var n int64
 	var split func(lo, hi int, cause error) error
 	split = func(lo, hi int, cause error) error {
 		if hi-lo <= 1 {
@@ -429,7 +436,7 @@ func (m *Materializer) isolate(ctx context.Context, b *batch, cause error) (map[
 			w, err := m.inTx(ctx, b.rows[half[0]:half[1]], nil)
 			switch {
 			case err == nil:
-				n += w
+				m.written.Add(ctx, w)
 			case m.transient(ctx, err):
 				return err
 			default:
@@ -441,9 +448,9 @@ func (m *Materializer) isolate(ctx context.Context, b *batch, cause error) (map[
 		return nil
 	}
 	if err := split(0, len(b.rows), cause); err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	return refused, n, nil
+	return refused, nil
 }
 
 // setAside keeps the refused states of a written batch for a later try,

@@ -14,10 +14,10 @@
 // again, by Run after 2 s and then further apart up to a minute while none
 // lands, and by every Flush, so a fixed cause (a dropped trigger) lets it
 // land. A newer state of the task supersedes it, with its payload. Failures
-// that are Postgres's or the way to it (lost or refused connections, class
-// 08, 53, shutdown, serialization, deadlock, lock and statement timeouts:
-// kafka.IsTransient), and failures a write of no row hits too, keep the whole
-// batch for the next try instead.
+// that are Postgres's or the way to it (a lost or refused connection, SQLSTATE
+// classes 08, 40, 53 and 57, a lock timeout: what kafka.IsTransient retries
+// and more), and failures a write of no row hits too, keep the whole batch
+// for the next try instead.
 //
 // A refused state holds its partition's offsets back. If the first record
 // folded into it is at events offset X of partition p, view_offsets[p] stays
@@ -31,7 +31,9 @@
 // The materializer's buffer has no bound of its own while Postgres is down
 // (flo.dispatcher.view.lag shows it): it keeps one state per task, and every
 // task in it is one an owner holds too until the view has it (live, or final
-// and not yet let go), so the owners' memory bounds it.
+// and not yet let go), so the owners' memory bounds it; only the states of a
+// partition the replica gave up stay behind with no owner holding them, until
+// they are written.
 //
 // partition_owners, a row per partition naming the replica that owns it, lives
 // here too.
