@@ -147,3 +147,31 @@ func TestRunTriesRefusedStatesAgain(t *testing.T) {
 	warns, _ := lines.counts()
 	require.Zero(t, warns, "a refused row is no failed flush")
 }
+
+// A failure every write of tasks hits, of no row in particular, sets no row
+// aside: the whole batch waits.
+func TestTableWideFailureKeepsTheWholeBatch(t *testing.T) {
+	t.Parallel()
+	pool := openDB(t)
+	m, flushes, lines, _ := observed(t, pool)
+	ctx := t.Context()
+	_, err := pool.Exec(ctx, `
+		CREATE FUNCTION refuse_all() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'tasks are read only for the test'; END $$;
+		CREATE TRIGGER refuse_all BEFORE INSERT ON tasks FOR EACH STATEMENT EXECUTE FUNCTION refuse_all()`)
+	require.NoError(t, err)
+	first, second := queued("ns"), queued("ns")
+	m.Add(view.Entry{Partition: 0, Offset: 1, CmdOffset: 1, Task: first}, view.Entry{Partition: 0, Offset: 2, CmdOffset: 2, Task: second})
+	require.ErrorContains(t, m.Flush(ctx), "a write of no task fails too")
+	require.Empty(t, lines.errorLines())
+	require.Equal(t, int64(2), m.Lag())
+	requireOffsets(t, pool, 0, 0, 0)
+
+	_, err = pool.Exec(ctx, `DROP TRIGGER refuse_all ON tasks`)
+	require.NoError(t, err)
+	require.NoError(t, m.Flush(ctx))
+	require.Zero(t, m.Lag())
+	require.Equal(t, first, load(t, pool, first))
+	requireOffsets(t, pool, 0, 3, 2)
+	require.Equal(t, map[int32]int64{0: 2}, flushes.get())
+}
