@@ -111,12 +111,17 @@ func NewProducer(ctx context.Context, conn config.Kafka, partitions int32, maxPa
 // franz-go's default partitioner applies it, so it agrees with every producer
 // that leaves partitioning to the client.
 func PartitionOf(key []byte, n int32) int32 {
-	return int32(keyPartitioner.ForTopic("").Partition(&kgo.Record{Key: key}, int(n)))
+	if key == nil {
+		key = []byte{}
+	}
+	return int32(keyHash.Partition(&kgo.Record{Key: key}, int(n)))
 }
 
-// keyPartitioner hashes keys as franz-go's default partitioner does (both
-// use KafkaHasher(murmur2) for keyed records) and keeps no state for them.
-var keyPartitioner = kgo.StickyKeyPartitioner(nil)
+// keyHash hashes keys as franz-go's default partitioner does (both use
+// KafkaHasher(murmur2) for keyed records). For a record with a key it keeps
+// no state, so one instance serves every caller; making one per call would
+// seed a random source each time.
+var keyHash = kgo.StickyKeyPartitioner(nil).ForTopic("")
 
 // defaultBatchBytes bounds a produced batch unless NewProducer sizes it for
 // the payload limit; it is also the smallest batch NewProducer makes, so a
