@@ -55,12 +55,12 @@ type Config struct {
 	// AdvertiseAddr is the gRPC address other replicas and the gateways
 	// reach this replica at; empty means the listener's, with an
 	// unspecified host replaced by the host name.
-	AdvertiseAddr       string   `env:"FLO_DISPATCHER_ADVERTISE_ADDR"`
+	AdvertiseAddr string `env:"FLO_DISPATCHER_ADVERTISE_ADDR"`
 	// ServiceAddr is the address the cluster reaches dispatcher replicas at
 	// (a Service name). Calls to a peer's advertised address carry its
 	// host as their authority, so internal TLS certificates issued for the
 	// Service verify at pod addresses; empty means the peer's own address.
-	ServiceAddr string `env:"FLO_DISPATCHER_ADDR"`
+	ServiceAddr         string   `env:"FLO_DISPATCHER_ADDR"`
 	BootstrapNamespaces []string `env:"FLO_BOOTSTRAP_NAMESPACES, default=default"`
 	// MaxPayloadBytes is the platform's payload limit, which bounds the
 	// results task events carry; the producer is sized for it. Zero means
