@@ -400,7 +400,10 @@ func (p *partition) batch(ctx context.Context, ops []op) error {
 		p.advance(cmdBefore)
 		return nil
 	}
-	offsets, err := p.record(ctx, changes)
+	// A stop (revocation, SIGTERM) lets the batch in flight commit.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopWait)
+	offsets, err := p.record(rctx, changes)
+	cancel()
 	if err != nil {
 		for _, o := range ops {
 			o.done(errUnavailable(err))
