@@ -32,6 +32,9 @@ const (
 	opQueue          = 4096
 )
 
+// hintEvery spaces a partition's group offset commits.
+const hintEvery = time.Second
+
 // errFenced says another replica took the partition over: its producer
 // bumped the transactional epoch, so nothing this replica writes for the
 // partition can commit any more.
@@ -86,6 +89,7 @@ type partition struct {
 	keys    map[string][2]string
 
 	eng    *engine.Partition
+	hinted time.Time
 	cancel context.CancelFunc
 	exited chan struct{}
 }
@@ -434,7 +438,9 @@ func (p *partition) advance(cmdBefore int64) {
 	close(p.progress)
 	p.progress = make(chan struct{})
 	p.progressMu.Unlock()
-	if next := p.cmdNext.Load(); next > cmdBefore {
+	// At most once a second: the hint only shortens a new owner's fetch.
+	if next := p.cmdNext.Load(); next > cmdBefore && time.Since(p.hinted) >= hintEvery {
+		p.hinted = time.Now()
 		p.r.group.CommitOffsets(context.Background(), map[string]map[int32]kgo.EpochOffset{
 			CommandsTopic: {p.id: {Epoch: -1, Offset: next}},
 		}, nil)
