@@ -404,6 +404,11 @@ func (p *partition) batch(ctx context.Context, ops []op) error {
 		p.advance(cmdBefore)
 		return nil
 	}
+	// Claims waiting for these queues are woken now: their calls queue up
+	// while this transaction commits and are applied right after it (a
+	// failed commit rebuilds the partition first, so nothing uncommitted is
+	// handed out).
+	p.refreshReady(now, false, changes...)
 	// A stop (revocation, SIGTERM) lets the batch in flight commit.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopWait)
 	offsets, err := p.record(rctx, changes)
@@ -425,7 +430,6 @@ func (p *partition) batch(ctx context.Context, ops []op) error {
 	}
 	p.r.mat.Add(entries...)
 	p.r.metrics.count(ctx, changes)
-	p.refreshReady(now, false, changes...)
 	p.advance(cmdBefore)
 	return nil
 }
