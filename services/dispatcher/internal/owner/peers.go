@@ -30,6 +30,12 @@ const ownersMaxAge = 200 * time.Millisecond
 // owner (during a rebalance) before it fails as unavailable.
 const unassignedWait = 10 * time.Second
 
+// forwardTimeout bounds one call passed to an owner, which may wait up to
+// unseenWait itself: an owner that does not answer (paused past its
+// session, cut off) is given up on and the call tried where the owners
+// table then points, instead of holding the caller until its deadline.
+const forwardTimeout = 2 * unseenWait
+
 // Forwarded reports whether the call in ctx was passed on by another replica.
 func Forwarded(ctx context.Context) bool {
 	md, _ := metadata.FromIncomingContext(ctx)
@@ -123,12 +129,16 @@ func (p *Peers) RoutePartition(ctx context.Context, part int32, local func(conte
 			return err
 		}
 		if c != nil {
-			err := remote(metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), dispatcherv1.NewDispatcherClient(c))
-			if status.Code(err) != codes.Aborted {
+			fctx, cancel := context.WithTimeout(ctx, forwardTimeout)
+			err := remote(metadata.AppendToOutgoingContext(fctx, forwardedKey, "1"), dispatcherv1.NewDispatcherClient(c))
+			cancel()
+			silent := status.Code(err) == codes.DeadlineExceeded && ctx.Err() == nil
+			if status.Code(err) != codes.Aborted && !silent {
 				return err
 			}
 		}
-		// No owner yet, or it just lost the partition: a rebalance is on.
+		// No owner yet, it just lost the partition, or it does not answer:
+		// a rebalance is on.
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%w: task partition %d has no owner; the dispatcher replicas are rebalancing", ErrUnavailable, part)
 		}
