@@ -54,6 +54,10 @@ type Task struct {
 	CompletionSecret []byte
 	// CompleteBy is set while waiting.
 	CompleteBy time.Time
+	// PayloadOut says the partition let the payload go from memory (see
+	// Limits): Payload is empty and the view has it. Records do not carry
+	// it.
+	PayloadOut bool
 }
 
 // Row is the task as the API reads it.
@@ -98,6 +102,9 @@ type entry struct {
 	// last is the events offset of the task's last recorded change, -1
 	// before any.
 	last int64
+	// pin says where the entry's payload waits to be let go (pinNone,
+	// pinRecorded, pinHot).
+	pin uint8
 }
 
 // queueKey names the ready tasks of one action.
@@ -119,6 +126,15 @@ type Partition struct {
 	// now is the latest time the partition was told (Unix nanoseconds):
 	// queued tasks due by then go to ready at once.
 	now int64
+
+	limits Limits
+	// payloadBytes is the length of every payload held.
+	payloadBytes int64
+	// recorded holds the held payloads whose last change the view may not
+	// have yet, in record order; hot those it has, oldest first. hotLive
+	// counts hot's items still pinned.
+	recorded, hot []item
+	hotLive       int
 }
 
 // New returns an empty partition.
@@ -157,12 +173,24 @@ func (p *Partition) Len() int { return len(p.tasks) }
 
 // Load puts a task read from the view into the partition as it is (rebuild,
 // or a dead letter evicted earlier that is to be requeued). A final task
-// loaded is evicted at the next Materialized unless it changes first.
+// loaded is evicted at the next Materialized unless it changes first. A
+// task already held keeps its state: only its payload, when the partition
+// let it go, is taken from t.
 func (p *Partition) Load(t Task) {
+	if e, ok := p.tasks[t.ID]; ok {
+		if e.t.PayloadOut {
+			p.payloadBytes += int64(len(t.Payload))
+			e.t.Payload, e.t.PayloadOut = t.Payload, false
+			p.pinPayload(e)
+		}
+		return
+	}
 	p.see(t.UpdatedAt)
 	e := p.hold(t.ID)
+	t.PayloadOut = false
 	p.put(e, t)
 	e.last = -1
+	p.pinPayload(e)
 	if t.Final() {
 		p.evictable.push(item{at: -1, gen: e.gen, e: e})
 	}
@@ -179,7 +207,7 @@ func (p *Partition) Apply(c Change) {
 	p.see(t.UpdatedAt)
 	e := p.hold(t.ID)
 	if len(t.Payload) == 0 {
-		t.Payload = e.t.Payload
+		t.Payload, t.PayloadOut = e.t.Payload, e.t.PayloadOut
 	}
 	if len(t.Result) == 0 {
 		t.Result = e.t.Result
@@ -195,6 +223,7 @@ func (p *Partition) Recorded(id uuid.UUID, offset int64) {
 		return
 	}
 	e.last = offset
+	p.pinPayload(e)
 	if e.t.Final() {
 		p.evictable.push(item{at: offset, gen: e.gen, e: e})
 	}
@@ -202,7 +231,8 @@ func (p *Partition) Recorded(id uuid.UUID, offset int64) {
 
 // Materialized tells the partition that the view holds every change up to
 // and including this events offset: final tasks whose last change is in the
-// view are let go, since the view answers for them from now on.
+// view are let go, since the view answers for them from now on, and so are
+// payloads the Limits do not leave room for.
 func (p *Partition) Materialized(offset int64) {
 	h := &p.evictable
 	for len(h.items) > 0 && h.items[0].at <= offset {
@@ -211,8 +241,11 @@ func (p *Partition) Materialized(offset int64) {
 		if it.live() && it.at == e.last && e.t.Final() && p.tasks[e.t.ID] == e {
 			delete(p.tasks, e.t.ID)
 			e.gen++
+			p.unpin(e)
+			p.payloadBytes -= int64(len(e.t.Payload))
 		}
 	}
+	p.shed(offset)
 }
 
 // hold returns the entry of id, new when the task is not held.
@@ -242,6 +275,7 @@ func (p *Partition) put(e *entry, t Task) {
 		e.in.stale()
 		e.in = nil
 	}
+	p.payloadBytes += int64(len(t.Payload) - len(e.t.Payload))
 	e.t = t
 	var h *heap
 	it := item{gen: e.gen, e: e, id: binary.BigEndian.Uint64(t.ID[:8])}

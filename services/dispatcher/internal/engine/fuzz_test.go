@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"errors"
 	"reflect"
 	"testing"
 	"time"
@@ -20,19 +21,35 @@ var actions = []string{"a", "b"}
 // sim drives a live partition with operations read from bytes, records each
 // change through Encode and Decode, and replays it on a second partition,
 // checking after each operation that the two hold the same tasks and that
-// the live one's tasks are consistent.
+// the live one's tasks are consistent. With limits, both let payloads go as
+// the view catches up, and the sim plays the view for requeues.
 type sim struct {
 	t          *testing.T
 	live, copy *engine.Partition
+	limits     engine.Limits
 	ids        []uuid.UUID
 	now        time.Time
 	offset     int64
 	in         []byte
+	// payloads are the tasks' payloads as the view has them; created and
+	// last are each task's first and last records; materialized the offset
+	// the view last reached.
+	payloads      map[uuid.UUID][]byte
+	created, last map[uuid.UUID]int64
+	materialized  int64
 }
 
-func newSim(t *testing.T, in []byte) *sim {
-	return &sim{t: t, live: engine.New(1), copy: engine.New(1), now: t0, in: in}
+func newSim(t *testing.T, in []byte, limits engine.Limits) *sim {
+	s := &sim{t: t, live: engine.New(1), copy: engine.New(1), limits: limits, now: t0, in: in,
+		payloads: map[uuid.UUID][]byte{}, created: map[uuid.UUID]int64{}, last: map[uuid.UUID]int64{}, materialized: -1}
+	s.live.SetLimits(limits)
+	s.copy.SetLimits(limits)
+	return s
 }
+
+// smallLimits make a sim's partitions let payloads go all the time: room for
+// two of invocation's payloads, and delays beyond 2 s.
+var smallLimits = engine.Limits{PayloadBytes: 16, Horizon: 2 * time.Second}
 
 // next is the next input byte, zero once they run out.
 func (s *sim) next() int {
@@ -63,6 +80,10 @@ func (s *sim) record(changes []engine.Change) {
 		s.copy.Apply(got)
 		s.live.Recorded(c.Task.ID, s.offset)
 		s.copy.Recorded(c.Task.ID, s.offset)
+		s.last[c.Task.ID] = s.offset
+		if _, ok := s.created[c.Task.ID]; !ok {
+			s.created[c.Task.ID] = s.offset
+		}
 		s.offset++
 	}
 }
@@ -93,6 +114,7 @@ func (s *sim) step() {
 		require.Len(t, changes, 1)
 		if set != nil {
 			s.ids = append(s.ids, inv.TaskID)
+			s.payloads[inv.TaskID] = inv.Payload
 		}
 		s.record(changes)
 	case 1: // redelivery
@@ -149,12 +171,25 @@ func (s *sim) step() {
 		id := s.pick()
 		task, held := p.Get(id)
 		_, changes, err := p.Requeue(ns, id, s.now)
+		if errors.Is(err, engine.ErrPayloadOut) {
+			require.True(t, task.PayloadOut)
+			// As the owner does: the task as the view has it gives the
+			// payload back.
+			task.Payload = s.payloads[id]
+			p.Load(task)
+			_, changes, err = p.Requeue(ns, id, s.now)
+		}
 		require.Equal(t, err == nil, held && task.Status == store.DeadLettered)
+		for _, c := range changes {
+			require.Equal(t, s.payloads[id], c.Task.Payload, "a requeue records the payload")
+		}
 		s.record(changes)
 	case 8: // the view catches up
-		off := s.offset - int64(s.next()%8)
+		off := s.offset - 1 - int64(s.next()%8)
 		p.Materialized(off)
 		s.copy.Materialized(off)
+		s.materialized = max(s.materialized, off)
+		s.checkBound()
 	default:
 		s.now = s.now.Add(time.Duration(s.next()*10) * time.Millisecond)
 	}
@@ -164,6 +199,7 @@ func (s *sim) step() {
 func (s *sim) check() {
 	t := s.t
 	ready := map[string]int{}
+	var held int64
 	for _, id := range s.ids {
 		task, ok := s.live.Get(id)
 		require.Equal(t, ok, s.copy.Has(id), "both hold %s or neither", id)
@@ -180,6 +216,13 @@ func (s *sim) check() {
 		require.Equal(t, task.Status == store.Running, !task.LeaseUntil.IsZero(), "a lease only while running: %+v", task)
 		require.Equal(t, task.Status == store.Waiting, !task.CompleteBy.IsZero(), "a deadline only while waiting")
 		require.Equal(t, task.Final(), !task.FinishedAt.IsZero(), "finished only when final")
+		if task.PayloadOut {
+			require.Empty(t, task.Payload)
+			require.LessOrEqual(t, s.created[id], s.materialized, "a payload goes only once the view has it")
+		} else {
+			require.Equal(t, s.payloads[id], task.Payload)
+			held += int64(len(task.Payload))
+		}
 		switch task.Status {
 		case store.Running, store.Waiting:
 			require.GreaterOrEqual(t, task.Attempt, int32(1))
@@ -198,7 +241,32 @@ func (s *sim) check() {
 		require.Equal(t, ready[a], s.copy.Ready(ns, a, s.now), "replayed ready %s", a)
 	}
 	require.Equal(t, s.live.Len(), s.copy.Len())
+	require.Equal(t, held, s.live.PayloadBytes(), "payload bytes counted exactly")
+	require.Equal(t, held, s.copy.PayloadBytes(), "replayed payload bytes counted exactly")
 	require.True(t, s.live.NextDue().Equal(s.copy.NextDue()), "next due %v, replayed %v", s.live.NextDue(), s.copy.NextDue())
+}
+
+// checkBound checks, after the view caught up, that the payloads held are
+// within the bound unless only payloads the view lacks remain, and that none
+// of a queued task due beyond the horizon is held.
+func (s *sim) checkBound() {
+	t := s.t
+	if s.limits == (engine.Limits{}) {
+		return
+	}
+	var viewed int64
+	for _, id := range s.ids {
+		task, ok := s.live.Get(id)
+		if !ok || task.PayloadOut || s.last[id] > s.materialized {
+			continue
+		}
+		viewed += int64(len(task.Payload))
+		if task.Status == store.Queued {
+			require.False(t, task.RunAt.After(s.now.Add(s.limits.Horizon)), "payload of %s due at %v held at %v", id, task.RunAt, s.now)
+		}
+	}
+	require.True(t, viewed == 0 || s.live.PayloadBytes() <= s.limits.PayloadBytes,
+		"%d bytes held, %d of them in the view, bound %d", s.live.PayloadBytes(), viewed, s.limits.PayloadBytes)
 }
 
 // finish rebuilds a third partition from the live tasks as the view would
@@ -247,9 +315,11 @@ func TestReplay(t *testing.T) {
 		5, 1, 2, 6, 2, 1, 4, 200, 2, 3, 2, 3, 0, 3, 0, 6, 5, 1, 4, 250, 7, 0, 7, 1, 7, 2,
 		3, 3, 0, 0, 0, 8, 3, 9, 100, 2, 3, 0, 2, 3, 3, 0, 1, 0, 4, 250, 4, 250, 8, 0, 1, 2,
 	}
-	s := newSim(t, ops)
-	s.run()
-	require.NotZero(t, s.offset)
+	for _, limits := range []engine.Limits{{}, smallLimits} {
+		s := newSim(t, ops, limits)
+		s.run()
+		require.NotZero(t, s.offset)
+	}
 }
 
 func FuzzPartition(f *testing.F) {
@@ -260,7 +330,8 @@ func FuzzPartition(f *testing.F) {
 		if len(ops) > 256 { // longer inputs find no more and make minimizing slow
 			return
 		}
-		newSim(t, ops).run()
+		newSim(t, ops, engine.Limits{}).run()
+		newSim(t, ops, smallLimits).run()
 	})
 }
 
@@ -268,7 +339,7 @@ func FuzzPartition(f *testing.F) {
 // replayed without creating a task.
 func TestSimRejects(t *testing.T) {
 	t.Parallel()
-	s := newSim(t, nil)
+	s := newSim(t, nil, engine.Limits{})
 	s.record(s.live.Invoke(invocation("gone", 0), nil, "", t0))
 	require.Equal(t, int64(1), s.offset)
 	require.Zero(t, s.copy.Len())

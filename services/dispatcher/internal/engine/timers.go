@@ -44,7 +44,8 @@ func (p *Partition) Touch(ns string, id uuid.UUID, attempt int32, extend time.Du
 // Requeue queues a dead-lettered task again from attempt zero, its error
 // cleared: a Requeued change. A task the partition does not hold (Load an
 // evicted one first) is fault.NotFound, one that is not dead-lettered
-// fault.Precondition.
+// fault.Precondition; one whose payload was let go is ErrPayloadOut (Load
+// it to give the payload back).
 func (p *Partition) Requeue(ns string, id uuid.UUID, now time.Time) (Task, []Change, error) {
 	e, ok := p.tasks[id]
 	if !ok || e.t.Namespace != ns {
@@ -52,6 +53,9 @@ func (p *Partition) Requeue(ns string, id uuid.UUID, now time.Time) (Task, []Cha
 	}
 	if e.t.Status != store.DeadLettered {
 		return Task{}, nil, fmt.Errorf("requeue task %s: %w", id, fault.Preconditionf("task %s is %s, not dead-lettered", id, e.t.Status))
+	}
+	if e.t.PayloadOut {
+		return Task{}, nil, fmt.Errorf("requeue task %s: %w", id, ErrPayloadOut)
 	}
 	p.advance(now)
 	t := e.t

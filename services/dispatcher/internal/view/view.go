@@ -135,6 +135,28 @@ func Existing(ctx context.Context, db store.DB, ids []uuid.UUID) (map[uuid.UUID]
 	return out, nil
 }
 
+// Payloads reads the payloads of tasks, for a claim of tasks whose owner let
+// their payloads go from memory (engine.Limits); a task the view lacks is
+// missing from the map.
+func Payloads(ctx context.Context, db store.DB, ids []uuid.UUID) (map[uuid.UUID][]byte, error) {
+	rows, err := db.Query(ctx, `SELECT id, payload FROM tasks WHERE id = ANY($1::uuid[])`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read task payloads: %w", err)
+	}
+	out := make(map[uuid.UUID][]byte, len(ids))
+	var (
+		id      uuid.UUID
+		payload []byte
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &payload}, func() error {
+		out[id] = payload
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read task payloads: %w", err)
+	}
+	return out, nil
+}
+
 // orZero turns a nullable timestamp into the zero time for NULL.
 func orZero(t *time.Time) time.Time {
 	if t == nil {
