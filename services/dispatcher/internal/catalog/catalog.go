@@ -343,6 +343,15 @@ func (c *Catalog) Lookup(ctx context.Context, db store.DB, refs []Ref) (map[stri
 	}
 	found, err := store.LookupActions(ctx, db, missNS, missNames)
 	if err != nil {
+		// Postgres away: answers past their TTL are better than none, so
+		// tasks keep moving through an outage (changes made meanwhile show
+		// once it is back).
+		if stale, ok := c.stale(missNS, missNames); ok {
+			for k, a := range stale {
+				out[k] = a
+			}
+			return out, nil
+		}
 		return nil, err
 	}
 	for _, a := range found {
@@ -363,6 +372,25 @@ func (c *Catalog) Lookup(ctx context.Context, db store.DB, refs []Ref) (map[stri
 		c.actions[store.Key(a.Namespace, a.Name)] = cachedAction{action: a, found: true, loadedAt: now}
 	}
 	return out, nil
+}
+
+// stale returns the cached actions among refs whatever their age, and
+// whether every one of them is cached.
+func (c *Catalog) stale(namespaces, names []string) (map[string]store.Action, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]store.Action, len(names))
+	for i := range names {
+		k := store.Key(namespaces[i], names[i])
+		e, ok := c.actions[k]
+		if !ok {
+			return nil, false
+		}
+		if e.found {
+			out[k] = e.action
+		}
+	}
+	return out, true
 }
 
 // Claimable returns the actions among names that exist and are enabled: the
