@@ -30,6 +30,7 @@ import (
 	"github.com/razorbill/flo/libs/wake"
 	"github.com/razorbill/flo/services/dispatcher/internal/apikey"
 	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
+	"github.com/razorbill/flo/services/dispatcher/internal/engine"
 	"github.com/razorbill/flo/services/dispatcher/internal/grpcapi"
 	"github.com/razorbill/flo/services/dispatcher/internal/owner"
 	"github.com/razorbill/flo/services/dispatcher/internal/queue"
@@ -44,7 +45,6 @@ const Schema = "dispatcher"
 const (
 	grpcStopTimeout  = 10 * time.Second
 	httpStopTimeout  = 5 * time.Second
-	safetyTick       = time.Second
 	readyPingTimeout = time.Second
 )
 
@@ -69,9 +69,17 @@ type Config struct {
 	// MaxActionsPerNamespace refuses registering a new action past this
 	// many in a namespace. Zero means the default.
 	MaxActionsPerNamespace int `env:"FLO_MAX_ACTIONS_PER_NAMESPACE, default=10000"`
-	Postgres               config.Postgres
-	Kafka                  config.Kafka
-	Shutdown               config.Shutdown
+	// PayloadMemory bounds the bytes of task payloads each owned partition
+	// keeps in memory; past it, payloads the view has are read from it when
+	// their tasks are claimed. 32 MiB: a replica owning all 8 default
+	// partitions holds at most 256 MiB of payloads, within a 1 GiB pod.
+	PayloadMemory int64 `env:"FLO_DISPATCH_PAYLOAD_MEMORY, default=33554432"`
+	// HotHorizon: a queued task due later than this keeps its payload only
+	// in the view until it is claimed.
+	HotHorizon time.Duration `env:"FLO_DISPATCH_HOT_HORIZON, default=1m"`
+	Postgres   config.Postgres
+	Kafka      config.Kafka
+	Shutdown   config.Shutdown
 	// Auth is the internal credential its gRPC server requires and its
 	// clients of other services carry.
 	Auth config.Auth
@@ -96,7 +104,6 @@ type Service struct {
 	log *slog.Logger
 
 	pool     *pgxpool.Pool
-	hub      *wake.Hub
 	listener *wake.Listener
 	replica  *owner.Replica
 	peers    *owner.Peers
@@ -154,7 +161,6 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 
-	s.hub = wake.NewHub()
 	meter := otel.Meter("github.com/razorbill/flo/services/dispatcher")
 	if s.gauges, err = queue.NewGauges(s.pool, meter); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
@@ -171,7 +177,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		Kafka: cfg.Kafka, Partitions: cfg.Kafka.Partitions,
 		MaxPayloadBytes: cmp.Or(cfg.MaxPayloadBytes, config.DefaultMaxPayloadBytes),
 		Address:         advertised(cfg.AdvertiseAddr, s.grpcLis.Addr().String()), ReplicaID: uuid.NewString(),
-	}, s.pool, cat, s.hub, log, meter); err != nil {
+		Memory: engine.Limits{PayloadBytes: cfg.PayloadMemory, Horizon: cfg.HotHorizon},
+	}, s.pool, cat, log, meter); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}
 	s.peers = owner.NewPeers(s.replica, dial, log)
@@ -200,7 +207,6 @@ func (s *Service) Run(ctx context.Context) error {
 	err := stage.Run(ctx, s.log,
 		stage.HTTP(s.httpServer, s.httpLis, httpStopTimeout, s.log),
 		stage.New("work").
-			Go("wake hub", func(ctx context.Context) error { return s.hub.Run(ctx, safetyTick) }).
 			Go("listener", s.listener.Run).
 			Go("queue gauges", s.gauges.Run),
 		stage.New("partitions").Go("replica", func(ctx context.Context) error {

@@ -55,43 +55,93 @@ func (r *Replica) Claim(ctx context.Context, req ClaimRequest) ([]engine.Claimed
 	if err != nil {
 		return nil, err
 	}
-	keys := make([]string, len(req.Actions))
-	for i, a := range req.Actions {
-		keys[i] = store.Key(req.Namespace, a)
+	actions, err := r.cat.Claimable(ctx, req.Namespace, req.Actions)
+	if err != nil {
+		return nil, err
 	}
-	w := r.hub.Subscribe(keys)
-	defer r.hub.Unsubscribe(w)
-	var deadline <-chan time.Time
-	if req.Wait > 0 {
-		t := time.NewTimer(req.Wait)
-		defer t.Stop()
-		deadline = t.C
-	}
-	for {
-		// Re-read each time: an action enabled while we waited becomes claimable.
-		actions, err := r.cat.Claimable(ctx, req.Namespace, req.Actions)
-		if err != nil {
+	var got []engine.Claimed
+	if len(actions) > 0 {
+		start := time.Now()
+		if got, err = r.claimOnce(ctx, req, actions); err != nil {
 			return nil, err
 		}
-		var got []engine.Claimed
-		if len(actions) > 0 {
-			start := time.Now()
-			if got, err = r.claimOnce(ctx, req, actions); err != nil {
-				return nil, err
-			}
-			r.metrics.claimPass.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attribute.String("namespace", req.Namespace)))
+		r.metrics.claimPass.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attribute.String("namespace", req.Namespace)))
+	}
+	if len(got) == 0 && req.Wait > 0 {
+		got, err = r.wait(ctx, req)
+	}
+	if err == nil {
+		// After the claim's transaction: partitions never wait on Postgres.
+		if err = r.fillPayloads(ctx, got); err != nil {
+			go r.giveBackAll(req.Namespace, got)
+			got = nil
 		}
-		if len(got) > 0 || deadline == nil {
-			r.metrics.started(ctx, got)
-			return got, nil
+	}
+	r.metrics.started(ctx, got)
+	return got, err
+}
+
+// actionsRecheck is how often a waiting claim reads which of its actions
+// are enabled, so enabling one serves the claim without a new call.
+const actionsRecheck = time.Second
+
+// wait parks the claim at every partition until one leases it tasks, the
+// wait ends, the replica closes or ctx ends.
+func (r *Replica) wait(ctx context.Context, req ClaimRequest) ([]engine.Claimed, error) {
+	deadline := time.NewTimer(req.Wait)
+	defer deadline.Stop()
+	recheck := time.NewTicker(actionsRecheck)
+	defer recheck.Stop()
+	var s *standing
+	leave := func() []engine.Claimed {
+		if s == nil {
+			return nil
+		}
+		r.standing.unpark(s)
+		return s.close()
+	}
+	var actions []string
+	for {
+		now, err := r.cat.Claimable(ctx, req.Namespace, req.Actions)
+		if err != nil {
+			return leave(), err
+		}
+		if !slices.Equal(now, actions) {
+			if got := leave(); len(got) > 0 {
+				return got, nil
+			}
+			actions, s = now, nil
+			if len(actions) > 0 {
+				s = newStanding(req.Namespace, actions, engine.Slot{WorkerID: req.WorkerID, Lease: req.Lease}, req.Count)
+				r.standing.park(s)
+				// Tasks that became ready before the claim was parked are
+				// served by the batch this starts.
+				for _, p := range r.owned() {
+					if p.readyFor(req.Namespace, actions) > 0 {
+						p.poke()
+					}
+				}
+			}
+		}
+		var signal <-chan struct{}
+		if s != nil {
+			signal = s.signal
 		}
 		select {
-		case <-w.C():
-		case <-deadline:
-			return nil, nil
+		case <-signal:
+			if got, ok := s.finishIfServed(); ok {
+				r.standing.unpark(s)
+				return got, nil
+			}
+		case <-recheck.C:
+		case <-deadline.C:
+			return leave(), nil
 		case <-r.closing:
-			return nil, nil
+			return leave(), nil
 		case <-ctx.Done():
+			if got := leave(); len(got) > 0 {
+				go r.giveBackAll(req.Namespace, got)
+			}
 			return nil, ctx.Err()
 		}
 	}
@@ -216,6 +266,59 @@ func (r *Replica) claimFrom(ctx context.Context, p *partition, req ClaimRequest,
 		return nil, nil
 	}
 	return o.got, err
+}
+
+// fillPayloads reads from the view, in one query, the payloads the
+// partition let go of the claimed tasks (engine.Limits).
+func (r *Replica) fillPayloads(ctx context.Context, got []engine.Claimed) error {
+	var ids []uuid.UUID
+	for _, c := range got {
+		if c.Task.PayloadOut {
+			ids = append(ids, c.Task.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	payloads, err := view.Payloads(ctx, r.pool, ids)
+	if err != nil {
+		return errUnavailable(err)
+	}
+	for i := range got {
+		t := &got[i].Task
+		if !t.PayloadOut {
+			continue
+		}
+		p, ok := payloads[t.ID]
+		if !ok {
+			// The partition lets a payload go only once the view has it.
+			return fmt.Errorf("payload of task %s is not in the view", t.ID)
+		}
+		t.Payload, t.PayloadOut = p, false
+	}
+	return nil
+}
+
+// withPayload is t with its payload read from the view if the partition
+// let it go.
+func (r *Replica) withPayload(ctx context.Context, t engine.Task) (engine.Task, error) {
+	got := []engine.Claimed{{Task: t}}
+	err := r.fillPayloads(ctx, got)
+	return got[0].Task, err
+}
+
+// giveBackAll abandons claimed tasks of any partitions nobody received.
+func (r *Replica) giveBackAll(ns string, got []engine.Claimed) {
+	byPart := map[int32][]engine.Claimed{}
+	for _, c := range got {
+		id := r.PartitionOf(c.Task.ID.String())
+		byPart[id] = append(byPart[id], c)
+	}
+	for id, cs := range byPart {
+		if p := r.part(id); p != nil {
+			r.giveBack(p, ns, cs)
+		}
+	}
 }
 
 // giveBack abandons claimed tasks nobody received.
@@ -378,7 +481,11 @@ func (r *Replica) Finish(ctx context.Context, ns, token string, f engine.Finish)
 	if o.err != nil {
 		return store.Task{}, o.err
 	}
-	return o.task.Row(), nil
+	t, err := r.withPayload(ctx, o.task)
+	if err != nil {
+		return store.Task{}, err
+	}
+	return t.Row(), nil
 }
 
 type finishOp struct {
@@ -407,15 +514,18 @@ func (o *finishOp) apply(p *partition, now time.Time) []engine.Change {
 func (o *finishOp) done(err error) { o.answer <- err }
 
 // Requeue queues a dead-lettered task again. A dead letter the partition
-// no longer holds is loaded from the view first.
+// no longer holds, or holds without its payload (which the Requeued record
+// carries), is loaded from the view first.
 func (r *Replica) Requeue(ctx context.Context, ns, taskID string) (store.Task, error) {
 	id, p, err := r.locate(ctx, ns, taskID)
 	if err != nil {
 		return store.Task{}, err
 	}
-	if _, held, err := r.getHeld(ctx, p, ns, id); err != nil {
+	o := &requeueOp{ns: ns, id: id, answer: make(chan error, 1)}
+	if _, err := p.submit(ctx, o, o.answer); err != nil {
 		return store.Task{}, err
-	} else if !held {
+	}
+	if !o.held || errors.Is(o.err, engine.ErrPayloadOut) {
 		t, err := view.Load(ctx, r.pool, ns, id)
 		if errors.Is(err, pg.ErrNotFound) {
 			return store.Task{}, notFoundTask(ns, taskID)
@@ -423,25 +533,10 @@ func (r *Replica) Requeue(ctx context.Context, ns, taskID string) (store.Task, e
 		if err != nil {
 			return store.Task{}, err
 		}
-		o := &requeueOp{ns: ns, id: id, load: &t, answer: make(chan error, 1)}
-		return o.run(ctx, p)
-	}
-	o := &requeueOp{ns: ns, id: id, answer: make(chan error, 1)}
-	return o.run(ctx, p)
-}
-
-type requeueOp struct {
-	ns     string
-	id     uuid.UUID
-	load   *engine.Task
-	task   engine.Task
-	err    error
-	answer chan error
-}
-
-func (o *requeueOp) run(ctx context.Context, p *partition) (store.Task, error) {
-	if _, err := p.submit(ctx, o, o.answer); err != nil {
-		return store.Task{}, err
+		o = &requeueOp{ns: ns, id: id, load: &t, answer: make(chan error, 1)}
+		if _, err := p.submit(ctx, o, o.answer); err != nil {
+			return store.Task{}, err
+		}
 	}
 	if o.err != nil {
 		return store.Task{}, o.err
@@ -449,8 +544,22 @@ func (o *requeueOp) run(ctx context.Context, p *partition) (store.Task, error) {
 	return o.task.Row(), nil
 }
 
+type requeueOp struct {
+	ns string
+	id uuid.UUID
+	// load, when set, is the task as the view has it: held first if the
+	// partition does not hold it, or its payload taken if it holds it
+	// without; held says whether the partition held it.
+	load   *engine.Task
+	held   bool
+	task   engine.Task
+	err    error
+	answer chan error
+}
+
 func (o *requeueOp) apply(p *partition, now time.Time) []engine.Change {
-	if o.load != nil && !p.eng.Has(o.id) {
+	o.held = p.eng.Has(o.id)
+	if o.load != nil {
 		p.eng.Load(*o.load)
 	}
 	var changes []engine.Change
@@ -475,6 +584,9 @@ func (r *Replica) Get(ctx context.Context, ns, taskID string) (store.Task, error
 			return store.Task{}, err
 		}
 		if held {
+			if t, err = r.withPayload(ctx, t); err != nil {
+				return store.Task{}, err
+			}
 			return t.Row(), nil
 		}
 		vt, err := view.Load(ctx, r.pool, ns, id)

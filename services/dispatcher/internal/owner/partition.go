@@ -66,8 +66,13 @@ type partition struct {
 	cmds      []*kgo.Record
 	cmdSignal chan struct{}
 
+	// materialized is the last events offset the view holds; -1 until the
+	// materializer says.
 	materialized atomic.Int64
 	matSignal    chan struct{}
+	// payloadBytes is the engine's PayloadBytes after the last batch, for
+	// the flo.dispatcher.payload_bytes gauge.
+	payloadBytes atomic.Int64
 
 	// highWatermark is the commands partition's end as last fetched.
 	highWatermark atomic.Int64
@@ -95,12 +100,14 @@ type partition struct {
 }
 
 func newPartition(r *Replica, id int32, txn *kgo.Client) *partition {
-	return &partition{
+	p := &partition{
 		r: r, id: id, txn: txn, log: r.log.With("partition", id),
 		ops: make(chan op, opQueue), cmdSignal: make(chan struct{}, 1), matSignal: make(chan struct{}, 1),
 		progress: make(chan struct{}), serving: make(chan struct{}), exited: make(chan struct{}),
 		ready: map[string]int{}, keys: map[string][2]string{},
 	}
+	p.materialized.Store(-1)
+	return p
 }
 
 // start runs the partition until stop.
@@ -229,6 +236,7 @@ func (p *partition) rebuild(ctx context.Context) error {
 		return fmt.Errorf("take transactional id: %w", err)
 	}
 	eng := engine.New(p.id)
+	eng.SetLimits(p.r.cfg.Memory)
 	keys := map[string][2]string{}
 	var evNext, cmdNext int64
 	err := p.r.readSnapshot(ctx, func(tx pgx.Tx) error {
@@ -354,6 +362,7 @@ func (p *partition) serve(ctx context.Context) error {
 		if err := p.batch(ctx, ops); err != nil {
 			return err
 		}
+		p.payloadBytes.Store(p.eng.PayloadBytes())
 	}
 }
 
@@ -395,6 +404,8 @@ func (p *partition) batch(ctx context.Context, ops []op) error {
 		changes = append(changes, o.apply(p, now)...)
 	}
 	changes = append(changes, p.eng.Tick(now)...)
+	leased, leases := p.serveStanding(now)
+	changes = append(changes, leased...)
 	if len(changes) == 0 {
 		for _, o := range ops {
 			o.done(nil)
@@ -404,10 +415,9 @@ func (p *partition) batch(ctx context.Context, ops []op) error {
 		p.advance(cmdBefore)
 		return nil
 	}
-	// Claims waiting for these queues are woken now: their calls queue up
-	// while this transaction commits and are applied right after it (a
-	// failed commit rebuilds the partition first, so nothing uncommitted is
-	// handed out).
+	// Counted before the commit: a claim that asks meanwhile is applied
+	// after it (a failed commit rebuilds the partition first, so nothing
+	// uncommitted is handed out).
 	p.refreshReady(now, false, changes...)
 	// A stop (revocation, SIGTERM) lets the batch in flight commit.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopWait)
@@ -417,10 +427,16 @@ func (p *partition) batch(ctx context.Context, ops []op) error {
 		for _, o := range ops {
 			o.done(errUnavailable(err))
 		}
+		for _, l := range leases {
+			l.s.deliver(l.reserved, nil)
+		}
 		return err
 	}
 	for _, o := range ops {
 		o.done(nil)
+	}
+	for _, l := range leases {
+		l.s.deliver(l.reserved, l.got)
 	}
 	entries := make([]view.Entry, len(changes))
 	cmd := p.cmdNext.Load()
@@ -607,9 +623,9 @@ func fenced(err error) bool {
 		errors.Is(err, kerr.TransactionalIDAuthorizationFailed)
 }
 
-// refreshReady recounts the claimable tasks of the queues changes touched
-// (all known queues when all is set, as after a timer) and wakes the claims
-// waiting for queues that have some.
+// refreshReady recounts the claimable tasks of the queues changes touched,
+// or of every known queue when all is set (after a timer, when delayed
+// tasks may have come due), for claims to know which partitions to ask.
 func (p *partition) refreshReady(now time.Time, all bool, changes ...engine.Change) {
 	touched := map[string]bool{}
 	for _, c := range changes {
@@ -624,23 +640,15 @@ func (p *partition) refreshReady(now time.Time, all bool, changes ...engine.Chan
 			touched[k] = true
 		}
 	}
-	var wake []string
 	p.readyMu.Lock()
+	defer p.readyMu.Unlock()
 	for k := range touched {
 		na := p.keys[k]
-		n := p.eng.Ready(na[0], na[1], now)
-		if n > 0 && n > p.ready[k] {
-			wake = append(wake, k)
-		}
-		if n == 0 {
-			delete(p.ready, k)
-		} else {
+		if n := p.eng.Ready(na[0], na[1], now); n > 0 {
 			p.ready[k] = n
+		} else {
+			delete(p.ready, k)
 		}
-	}
-	p.readyMu.Unlock()
-	if len(wake) > 0 {
-		p.r.hub.Wake(wake...)
 	}
 }
 

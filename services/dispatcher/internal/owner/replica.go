@@ -25,14 +25,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/retry"
-	"github.com/razorbill/flo/libs/wake"
 	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
+	"github.com/razorbill/flo/services/dispatcher/internal/engine"
 	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
 	"github.com/razorbill/flo/services/dispatcher/internal/view"
 )
@@ -77,6 +78,9 @@ type Config struct {
 	// gateways reach it; ReplicaID names it in the owners table.
 	Address   string
 	ReplicaID string
+	// Memory bounds the payloads each partition keeps in memory
+	// (FLO_DISPATCH_PAYLOAD_MEMORY, FLO_DISPATCH_HOT_HORIZON).
+	Memory engine.Limits
 }
 
 // Replica is one dispatcher replica's share of the task partitions.
@@ -85,7 +89,6 @@ type Replica struct {
 	log     *slog.Logger
 	pool    *pgxpool.Pool
 	cat     *catalog.Catalog
-	hub     *wake.Hub
 	mat     *view.Materializer
 	admin   *kgo.Client
 	group   *kgo.Client
@@ -97,6 +100,7 @@ type Replica struct {
 	parts map[int32]*partition
 	ctx   context.Context
 
+	standing  standingClaims
 	claimTurn atomic.Uint32
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -104,11 +108,16 @@ type Replica struct {
 
 // New joins nothing yet: it creates the topics if needed, checks that both
 // have the same partition count, and prepares the group client; Run joins.
-func New(ctx context.Context, cfg Config, pool *pgxpool.Pool, cat *catalog.Catalog, hub *wake.Hub, log *slog.Logger, meter metric.Meter) (*Replica, error) {
-	r := &Replica{cfg: cfg, log: log, pool: pool, cat: cat, hub: hub, parts: map[int32]*partition{}, closing: make(chan struct{})}
+func New(ctx context.Context, cfg Config, pool *pgxpool.Pool, cat *catalog.Catalog, log *slog.Logger, meter metric.Meter) (*Replica, error) {
+	r := &Replica{cfg: cfg, log: log, pool: pool, cat: cat, parts: map[int32]*partition{}, closing: make(chan struct{})}
 	var err error
 	if r.metrics, err = newMetrics(meter); err != nil {
 		return nil, err
+	}
+	if _, err = meter.Int64ObservableGauge("flo.dispatcher.payload_bytes", metric.WithUnit("By"),
+		metric.WithDescription("Bytes of task payloads a partition this replica owns holds in memory (bounded by FLO_DISPATCH_PAYLOAD_MEMORY once the view has them)."),
+		metric.WithInt64Callback(r.observePayloadBytes)); err != nil {
+		return nil, fmt.Errorf("create metric: %w", err)
 	}
 	if r.mat, err = view.NewMaterializer(pool, log, meter, r.viewReached); err != nil {
 		return nil, err
@@ -227,6 +236,14 @@ func (r *Replica) lag() map[string]int64 {
 		n += max(p.highWatermark.Load()-p.cmdNext.Load(), 0)
 	}
 	return map[string]int64{CommandsTopic: n}
+}
+
+// observePayloadBytes reports each owned partition's payload bytes.
+func (r *Replica) observePayloadBytes(_ context.Context, o metric.Int64Observer) error {
+	for _, p := range r.owned() {
+		o.Observe(p.payloadBytes.Load(), metric.WithAttributes(attribute.Int("partition", int(p.id))))
+	}
+	return nil
 }
 
 // Close makes waiting claims return what they have (nothing) at once.

@@ -1,0 +1,211 @@
+package owner
+
+import (
+	"sync"
+	"time"
+
+	"github.com/razorbill/flo/services/dispatcher/internal/engine"
+	"github.com/razorbill/flo/services/dispatcher/internal/store"
+)
+
+// standing is a claim that found nothing and waits at every partition of
+// this replica. A partition whose batch makes tasks of its queues ready
+// leases them to it in that batch, so a task invoked while a worker waits
+// is created and handed out in one transaction. Partitions reserve what
+// they lease from the claim's count, so together they never give it more
+// than it asked for.
+type standing struct {
+	ns      string
+	actions []string
+	slot    engine.Slot
+	signal  chan struct{}
+
+	mu      sync.Mutex
+	left    int
+	closed  bool
+	pending int
+	got     []engine.Claimed
+}
+
+func newStanding(ns string, actions []string, slot engine.Slot, count int) *standing {
+	return &standing{ns: ns, actions: actions, slot: slot, left: count, signal: make(chan struct{}, 1)}
+}
+
+// reserve takes up to n of the claim's count for a partition, which owes
+// a deliver call when it took any.
+func (s *standing) reserve(n int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.left == 0 {
+		return 0
+	}
+	k := min(n, s.left)
+	s.left -= k
+	s.pending++
+	return k
+}
+
+// deliver hands over what a partition leased against its reservation, once
+// its transaction is over; got is empty when it failed.
+func (s *standing) deliver(reserved int, got []engine.Claimed) {
+	s.mu.Lock()
+	s.pending--
+	s.left += reserved - len(got)
+	s.got = append(s.got, got...)
+	s.mu.Unlock()
+	select {
+	case s.signal <- struct{}{}:
+	default:
+	}
+}
+
+// finishIfServed closes the claim and returns its tasks when it has some
+// and no partition still owes a delivery.
+func (s *standing) finishIfServed() ([]engine.Claimed, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.got) == 0 || s.pending > 0 {
+		return nil, false
+	}
+	s.closed = true
+	return s.got, true
+}
+
+// close stops further reservations and waits, up to stopWait, for the
+// deliveries partitions still owe; it returns everything delivered.
+func (s *standing) close() []engine.Claimed {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	deadline := time.NewTimer(stopWait)
+	defer deadline.Stop()
+	for {
+		s.mu.Lock()
+		pending, got := s.pending, s.got
+		s.mu.Unlock()
+		if pending == 0 {
+			return got
+		}
+		select {
+		case <-s.signal:
+		case <-deadline.C:
+			return got
+		}
+	}
+}
+
+// standingClaims indexes the waiting claims of a replica by queue.
+type standingClaims struct {
+	mu     sync.RWMutex
+	byKey  map[string]map[*standing]struct{}
+	claims int
+}
+
+func (sc *standingClaims) park(s *standing) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.byKey == nil {
+		sc.byKey = map[string]map[*standing]struct{}{}
+	}
+	for _, a := range s.actions {
+		k := store.Key(s.ns, a)
+		if sc.byKey[k] == nil {
+			sc.byKey[k] = map[*standing]struct{}{}
+		}
+		sc.byKey[k][s] = struct{}{}
+	}
+	sc.claims++
+}
+
+func (sc *standingClaims) unpark(s *standing) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	for _, a := range s.actions {
+		k := store.Key(s.ns, a)
+		delete(sc.byKey[k], s)
+		if len(sc.byKey[k]) == 0 {
+			delete(sc.byKey, k)
+		}
+	}
+	sc.claims--
+}
+
+// waitingFor returns the claims waiting for any of keys, each once.
+func (sc *standingClaims) waitingFor(keys func(yield func(string) bool)) []*standing {
+	sc.mu.RLock()
+	defer sc.mu.RUnlock()
+	if sc.claims == 0 {
+		return nil
+	}
+	var out []*standing
+	seen := map[*standing]bool{}
+	for k := range keys {
+		for s := range sc.byKey[k] {
+			if !seen[s] {
+				seen[s] = true
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// lease is what a partition leased to a standing claim in one batch.
+type lease struct {
+	s        *standing
+	reserved int
+	got      []engine.Claimed
+}
+
+// serveStanding leases ready tasks of this partition to the claims waiting
+// for them, within the batch being built, and returns the changes and
+// what to deliver once the batch's transaction is over.
+func (p *partition) serveStanding(now time.Time) ([]engine.Change, []lease) {
+	waiting := p.r.standing.waitingFor(func(yield func(string) bool) {
+		for k := range p.keys {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	var (
+		changes []engine.Change
+		leases  []lease
+	)
+	for _, s := range waiting {
+		ready := 0
+		for _, a := range s.actions {
+			ready += p.eng.Ready(s.ns, a, now)
+		}
+		if ready == 0 {
+			continue
+		}
+		k := s.reserve(ready)
+		if k == 0 {
+			continue
+		}
+		slots := make([]engine.Slot, k)
+		for i := range slots {
+			slots[i] = s.slot
+		}
+		got, ch := p.eng.Claim(s.ns, s.actions, slots, now)
+		changes = append(changes, ch...)
+		leases = append(leases, lease{s: s, reserved: k, got: got})
+	}
+	return changes, leases
+}
+
+// poke makes the partition run a batch soon, in which it serves the
+// standing claims; a partition whose queue is full is about to run one.
+func (p *partition) poke() {
+	select {
+	case p.ops <- pokeOp{}:
+	default:
+	}
+}
+
+// pokeOp changes nothing; it only makes a batch happen.
+type pokeOp struct{}
+
+func (pokeOp) apply(*partition, time.Time) []engine.Change { return nil }
+func (pokeOp) done(error)                                  {}
