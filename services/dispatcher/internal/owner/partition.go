@@ -40,6 +40,9 @@ const hintEvery = time.Second
 // partition can commit any more.
 var errFenced = errors.New("partition taken over by another replica")
 
+// intakeRetry paces applying commands again after it failed.
+var intakeRetry = retry.Policy{Initial: 100 * time.Millisecond, Max: 2 * time.Second}
+
 // rebuildRetry paces rebuild attempts while the broker or Postgres is down.
 var rebuildRetry = retry.Policy{Initial: 100 * time.Millisecond, Max: 2 * time.Second}
 
@@ -95,14 +98,25 @@ type partition struct {
 
 	eng    *engine.Partition
 	hinted time.Time
-	cancel context.CancelFunc
-	exited chan struct{}
+	// intakeRetryAt holds commands back after intake failed (Postgres
+	// away); intakeWait paces the attempts.
+	intakeRetryAt time.Time
+	intakeWait    interface {
+		NextBackOff() time.Duration
+		Reset()
+	}
+	// poisoned are the commands dead-lettered and not yet passed by the
+	// checkpoint, so a command tried again is not dead-lettered twice.
+	poisoned map[int64]bool
+	cancel   context.CancelFunc
+	exited   chan struct{}
 }
 
 func newPartition(r *Replica, id int32, txn *kgo.Client) *partition {
 	p := &partition{
 		r: r, id: id, txn: txn, log: r.log.With("partition", id),
 		ops: make(chan op, opQueue), cmdSignal: make(chan struct{}, 1), matSignal: make(chan struct{}, 1),
+		intakeWait: intakeRetry.Backoff(), poisoned: map[int64]bool{},
 		progress: make(chan struct{}), serving: make(chan struct{}), exited: make(chan struct{}),
 		ready: map[string]int{}, keys: map[string][2]string{},
 	}
@@ -190,6 +204,13 @@ func (p *partition) pushCommands(recs []*kgo.Record) {
 	case p.cmdSignal <- struct{}{}:
 	default:
 	}
+}
+
+// putBack returns commands intake could not apply to the queue's front.
+func (p *partition) putBack(recs []*kgo.Record) {
+	p.cmdMu.Lock()
+	p.cmds = append(recs[:len(recs):len(recs)], p.cmds...)
+	p.cmdMu.Unlock()
 }
 
 // takeCommands returns up to maxBatchCommands queued commands.
@@ -306,10 +327,15 @@ func (p *partition) replay(ctx context.Context, eng *engine.Partition, keys map[
 	}
 	defer cl.Close()
 	var (
-		n       int
-		next    = from
-		entries []view.Entry
+		n, legacy int
+		next      = from
+		entries   []view.Entry
 	)
+	defer func() {
+		if legacy > 0 {
+			p.log.InfoContext(ctx, "skipped task events written before log-first dispatch", "records", legacy)
+		}
+	}()
 	for next < end.Offset {
 		fetches := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
@@ -324,6 +350,11 @@ func (p *partition) replay(ctx context.Context, eng *engine.Partition, keys map[
 				continue
 			}
 			c, cmd, err := engine.Decode(rec)
+			if errors.Is(err, engine.ErrNoState) {
+				// Written before log-first dispatch; the view has its task.
+				legacy++
+				continue
+			}
 			if err != nil {
 				// Every record here was written by an owner; one that does
 				// not decode is skipped rather than blocking the partition.
@@ -368,6 +399,9 @@ func (p *partition) serve(ctx context.Context) error {
 
 func (p *partition) resetTimer(t *time.Timer) {
 	due := p.eng.NextDue()
+	if p.intakeRetryAt.After(time.Now()) && (due.IsZero() || p.intakeRetryAt.Before(due)) {
+		due = p.intakeRetryAt
+	}
 	wait := time.Hour
 	if !due.IsZero() {
 		wait = max(time.Until(due), 0)
@@ -393,12 +427,19 @@ func (p *partition) batch(ctx context.Context, ops []op) error {
 	now := time.Now()
 	p.eng.Materialized(p.materialized.Load())
 	cmdBefore := p.cmdNext.Load()
-	changes, err := p.intake(ctx, p.takeCommands(), now)
-	if err != nil {
-		for _, o := range ops {
-			o.done(errUnavailable(err))
+	var changes []engine.Change
+	if now.After(p.intakeRetryAt) {
+		cmds := p.takeCommands()
+		var err error
+		if changes, err = p.intake(ctx, cmds, now); err != nil {
+			// Postgres away: the commands wait, and the calls go on.
+			p.putBack(cmds)
+			wait := p.intakeWait.NextBackOff()
+			p.intakeRetryAt = now.Add(wait)
+			p.log.WarnContext(ctx, "applying commands failed; trying again", "retry_in", wait.String(), "error", err)
+		} else {
+			p.intakeWait.Reset()
 		}
-		return err
 	}
 	for _, o := range ops {
 		changes = append(changes, o.apply(p, now)...)
@@ -506,7 +547,10 @@ func (p *partition) intake(ctx context.Context, recs []*kgo.Record, now time.Tim
 			err = fmt.Errorf("task_id %s belongs to partition %d, not %d: commands must be keyed by their task id", inv.TaskID, kafka.PartitionOf([]byte(inv.TaskID.String()), p.r.n), p.id)
 		}
 		if err != nil {
-			p.r.poison(ctx, rec, err)
+			if !p.poisoned[rec.Offset] {
+				p.poisoned[rec.Offset] = true
+				p.r.poison(ctx, rec, err)
+			}
 			continue
 		}
 		invs = append(invs, inv)
@@ -515,7 +559,7 @@ func (p *partition) intake(ctx context.Context, recs []*kgo.Record, now time.Tim
 		}
 	}
 	if len(invs) == 0 {
-		p.cmdNext.Store(next)
+		p.advanceCommands(next)
 		return nil, nil
 	}
 	var existing map[uuid.UUID]bool
@@ -551,8 +595,18 @@ func (p *partition) intake(ctx context.Context, recs []*kgo.Record, now time.Tim
 			changes = append(changes, p.eng.Invoke(inv, &s, "", now)...)
 		}
 	}
-	p.cmdNext.Store(next)
+	p.advanceCommands(next)
 	return changes, nil
+}
+
+// advanceCommands moves the checkpoint to next.
+func (p *partition) advanceCommands(next int64) {
+	p.cmdNext.Store(next)
+	for off := range p.poisoned {
+		if off < next {
+			delete(p.poisoned, off)
+		}
+	}
 }
 
 // record writes changes as one transaction on the partition's events and

@@ -136,6 +136,16 @@ func New(ctx context.Context, cfg Config, pool *pgxpool.Pool, cat *catalog.Catal
 		r.admin.Close()
 		return nil, err
 	}
+	// Tasks queued before log-first dispatch are loaded by their
+	// partition's owner once they have one.
+	moved, err := view.AssignPartitions(ctx, pool, r.PartitionOf)
+	if err != nil {
+		r.admin.Close()
+		return nil, err
+	}
+	if moved > 0 {
+		log.InfoContext(ctx, "gave tasks from before log-first dispatch their partitions", "tasks", moved)
+	}
 	return r, nil
 }
 
