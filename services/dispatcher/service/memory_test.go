@@ -1,0 +1,120 @@
+package service_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/razorbill/flo/libs/config"
+	"github.com/razorbill/flo/libs/harness"
+	"github.com/razorbill/flo/libs/kafka"
+	"github.com/razorbill/flo/libs/telemetry/telemetrytest"
+	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
+	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
+	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
+	"github.com/razorbill/flo/services/dispatcher/service"
+)
+
+// payloadBytes reads flo.dispatcher.payload_bytes of every partition.
+func payloadBytes(m *telemetrytest.Reader) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range m.Series() {
+		if attrs, ok := strings.CutPrefix(k, "flo.dispatcher.payload_bytes "); ok {
+			out[attrs] = v
+		}
+	}
+	return out
+}
+
+// A backlog far beyond the payload bound: each partition keeps no more
+// than the bound of payloads in memory once the view has them, and every
+// task still reaches its handler with its exact payload, read from the view
+// at claim.
+func TestPayloadMemoryIsBounded(t *testing.T) {
+	// Not parallel: the gauge is read through the global meter provider.
+	metrics := telemetrytest.Global(t)
+	const (
+		bound = 16 << 10 // per partition
+		tasks = 2000
+	)
+	broker := harness.NewBroker(t)
+	cfg := service.Config{
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", BootstrapNamespaces: []string{"default"},
+		Postgres: config.Postgres{URL: harness.NewDatabase(t), MaxConns: 8},
+		Kafka:    config.Kafka{Brokers: broker.Addrs(), Partitions: partitions},
+		Auth:     harness.InternalAuth(), PayloadMemory: bound, HotHorizon: time.Minute,
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	svc, err := service.New(ctx, cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	e := &env{svc: svc, client: dispatcherv1.NewDispatcherClient(harness.DialInternal(t, svc.GRPCAddr())), producer: newProducer(t, broker.Addrs())}
+	ns := e.namespace(t)
+	e.register(t, ns, "work", &flov1.RegisterActionRequest{MaxAttempts: 1})
+
+	cmds := make([]*eventsv1.InvokeTask, tasks)
+	want := map[string][]byte{}
+	last := map[int32]string{}
+	for i := range cmds {
+		cmds[i] = &eventsv1.InvokeTask{Namespace: ns, Action: "work", Payload: fmt.Appendf(nil, "%-1024d", i)}
+	}
+	e.produce(t, "", nil, cmds...)
+	for _, c := range cmds {
+		want[c.GetTaskId()] = c.GetPayload()
+		last[kafka.PartitionOf([]byte(c.GetTaskId()), partitions)] = c.GetTaskId()
+	}
+	// The last invocation of each partition applied, all are.
+	for _, id := range last {
+		e.waitTask(t, ns, id)
+	}
+	require.Eventually(t, func() bool {
+		held := payloadBytes(metrics)
+		for _, v := range held {
+			if v > bound {
+				return false
+			}
+		}
+		return len(held) == partitions
+	}, waitFor, tick, "payloads held beyond the bound: %v", payloadBytes(metrics))
+	// A read of a task whose payload went has it.
+	for _, id := range last {
+		require.Equal(t, want[id], e.task(t, ns, id).GetPayload())
+	}
+
+	got := 0
+	for got < tasks {
+		batch := e.claim(t, ns, []string{"work"}, 100, waitFor, time.Minute)
+		require.NotEmpty(t, batch)
+		reports := make([]*dispatcherv1.Report, len(batch))
+		for i, a := range batch {
+			p, ok := want[a.GetTaskId()]
+			require.True(t, ok, "task %s claimed twice or unknown", a.GetTaskId())
+			require.True(t, bytes.Equal(p, a.GetPayload()), "payload of %s", a.GetTaskId())
+			delete(want, a.GetTaskId())
+			reports[i] = completed(a, `{}`, "")
+		}
+		require.Empty(t, e.report(t, ns, reports...))
+		got += len(batch)
+	}
+	require.Empty(t, want)
+	require.Eventually(t, func() bool {
+		for _, v := range payloadBytes(metrics) {
+			if v != 0 {
+				return false
+			}
+		}
+		return true
+	}, waitFor, tick, "finished tasks let their payloads go: %v", payloadBytes(metrics))
+}
