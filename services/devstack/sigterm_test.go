@@ -63,7 +63,10 @@ func serviceBinaries(t *testing.T) string {
 // proc is one service running as its own OS process, stopped and restarted
 // the way an orchestrator does it.
 type proc struct {
+	// name tells the process apart in logs; service is its binary and the
+	// FLO_<SERVICE>_* prefix of its listen addresses.
 	name     string
+	service  string
 	bin      string
 	env      []string
 	addrFile string
@@ -83,10 +86,18 @@ type proc struct {
 // fails; at cleanup it gets SIGTERM.
 func newProc(t *testing.T, name string, env []string) *proc {
 	t.Helper()
+	return newReplicaProc(t, name, name, env)
+}
+
+// newReplicaProc is newProc for one of several processes of service, told
+// apart as name.
+func newReplicaProc(t *testing.T, service, name string, env []string) *proc {
+	t.Helper()
 	dir := t.TempDir()
 	logs, err := os.Create(filepath.Join(dir, name+".log"))
 	require.NoError(t, err)
-	p := &proc{name: name, bin: filepath.Join(serviceBinaries(t), name), env: env, addrFile: filepath.Join(dir, name+".addr"), logs: logs}
+	p := &proc{name: name, service: service, bin: filepath.Join(serviceBinaries(t), service), env: env,
+		addrFile: filepath.Join(dir, name+".addr"), logs: logs}
 	t.Cleanup(func() {
 		if p.exited != nil {
 			_ = p.cmd.Process.Signal(syscall.SIGTERM)
@@ -115,7 +126,7 @@ func (p *proc) start(t *testing.T) {
 	if first {
 		grpcAddr, httpAddr = "127.0.0.1:0", "127.0.0.1:0"
 	}
-	upper := strings.ToUpper(p.name)
+	upper := strings.ToUpper(p.service)
 	p.cmd = exec.Command(p.bin)
 	// Every process of a test shares the harness's internal token.
 	p.cmd.Env = append(os.Environ(), "FLO_INTERNAL_TOKEN="+harness.InternalAuth().InternalToken)
@@ -239,6 +250,10 @@ type processPlatform struct {
 	gatewayGRPC string
 	brokers     []string
 	env         *env
+	// dbURL and common are what every service process is given, for
+	// replicas a test adds.
+	dbURL  string
+	common []string
 }
 
 func startProcessPlatform(t *testing.T) *processPlatform {
@@ -255,11 +270,10 @@ func startProcessPlatform(t *testing.T) *processPlatform {
 		"FLO_LOG_LEVEL=" + level,
 		"FLO_SHUTDOWN_DELAY=" + shutdownDelay.String(),
 		"FLO_BOOTSTRAP_NAMESPACES=default",
-		"FLO_LEASE_CHECK_INTERVAL=100ms",
 		"FLO_MAX_PAYLOAD_BYTES=65536",
 		"FLO_ADMIN_TOKEN=" + testAdminToken,
 	}
-	pl := &processPlatform{procs: map[string]*proc{}, brokers: broker.Addrs(), env: &env{db: openPool(t, dbURL)}}
+	pl := &processPlatform{procs: map[string]*proc{}, brokers: broker.Addrs(), env: &env{db: openPool(t, dbURL)}, dbURL: dbURL, common: common}
 	// services lists the gateway last: it is started once the others have
 	// reported their addresses, which it is given.
 	for _, s := range services {
