@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -24,6 +25,8 @@ func TestConfigFromEnvironment(t *testing.T) {
 		AdvertiseAddr:          "10.0.0.7:9101",
 		MaxPayloadBytes:        config.DefaultMaxPayloadBytes,
 		MaxActionsPerNamespace: 10000,
+		PayloadMemory:          32 << 20,
+		HotHorizon:             time.Minute,
 		Postgres:               config.Postgres{URL: "postgres://db/flo", MaxConns: 16},
 		Kafka:                  config.Kafka{Brokers: []string{"k1:9092", "k2:9092"}, Partitions: 8},
 		Auth:                   config.Auth{Mode: "on", InternalToken: "internal-secret"},

@@ -95,6 +95,9 @@ type Replica struct {
 	dlq     *kafka.DeadLetterer
 	metrics *metrics
 	n       int32
+	// meter and payloadBytes report flo.dispatcher.payload_bytes while Run runs.
+	meter        metric.Meter
+	payloadBytes metric.Int64ObservableGauge
 
 	mu    sync.RWMutex
 	parts map[int32]*partition
@@ -114,9 +117,9 @@ func New(ctx context.Context, cfg Config, pool *pgxpool.Pool, cat *catalog.Catal
 	if r.metrics, err = newMetrics(meter); err != nil {
 		return nil, err
 	}
-	if _, err = meter.Int64ObservableGauge("flo.dispatcher.payload_bytes", metric.WithUnit("By"),
-		metric.WithDescription("Bytes of task payloads a partition this replica owns holds in memory (bounded by FLO_DISPATCH_PAYLOAD_MEMORY once the view has them)."),
-		metric.WithInt64Callback(r.observePayloadBytes)); err != nil {
+	r.meter = meter
+	if r.payloadBytes, err = meter.Int64ObservableGauge("flo.dispatcher.payload_bytes", metric.WithUnit("By"),
+		metric.WithDescription("Bytes of task payloads a partition this replica owns holds in memory (bounded by FLO_DISPATCH_PAYLOAD_MEMORY once the view has them).")); err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
 	if r.mat, err = view.NewMaterializer(pool, log, meter, r.viewReached); err != nil {
@@ -205,6 +208,11 @@ func (r *Replica) Run(ctx context.Context) error {
 	} else {
 		defer func() { _ = reg.Unregister() }()
 	}
+	if reg, err := r.meter.RegisterCallback(r.observePayloadBytes, r.payloadBytes); err != nil {
+		r.log.WarnContext(ctx, "payload bytes not reported", "error", err)
+	} else {
+		defer func() { _ = reg.Unregister() }()
+	}
 	matCtx, stopMat := context.WithCancel(context.WithoutCancel(ctx))
 	matDone := make(chan error, 1)
 	go func() { matDone <- r.mat.Run(matCtx) }()
@@ -249,9 +257,9 @@ func (r *Replica) lag() map[string]int64 {
 }
 
 // observePayloadBytes reports each owned partition's payload bytes.
-func (r *Replica) observePayloadBytes(_ context.Context, o metric.Int64Observer) error {
+func (r *Replica) observePayloadBytes(_ context.Context, o metric.Observer) error {
 	for _, p := range r.owned() {
-		o.Observe(p.payloadBytes.Load(), metric.WithAttributes(attribute.Int("partition", int(p.id))))
+		o.ObserveInt64(r.payloadBytes, p.payloadBytes.Load(), metric.WithAttributes(attribute.Int("partition", int(p.id))))
 	}
 	return nil
 }
