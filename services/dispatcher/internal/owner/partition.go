@@ -427,13 +427,17 @@ func (p *partition) batch(ctx context.Context, ops []op) error {
 	now := time.Now()
 	p.eng.Materialized(p.materialized.Load())
 	cmdBefore := p.cmdNext.Load()
-	var changes []engine.Change
+	var (
+		changes []engine.Change
+		cmds    []*kgo.Record
+	)
 	if now.After(p.intakeRetryAt) {
-		cmds := p.takeCommands()
+		cmds = p.takeCommands()
 		var err error
 		if changes, err = p.intake(ctx, cmds, now); err != nil {
 			// Postgres away: the commands wait, and the calls go on.
 			p.putBack(cmds)
+			cmds = nil
 			wait := p.intakeWait.NextBackOff()
 			p.intakeRetryAt = now.Add(wait)
 			p.log.WarnContext(ctx, "applying commands failed; trying again", "retry_in", wait.String(), "error", err)
@@ -465,6 +469,10 @@ func (p *partition) batch(ctx context.Context, ops []op) error {
 	offsets, err := p.record(rctx, changes)
 	cancel()
 	if err != nil {
+		// The rebuilt partition applies them again from its checkpoint:
+		// the group consumer has moved past them and will not fetch them
+		// again.
+		p.putBack(cmds)
 		for _, o := range ops {
 			o.done(errUnavailable(err))
 		}
