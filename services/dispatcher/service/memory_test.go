@@ -95,6 +95,22 @@ func TestPayloadMemoryIsBounded(t *testing.T) {
 		require.Equal(t, want[id], e.task(t, ns, id).GetPayload())
 	}
 
+	// Dead letters whose payloads went are requeued with them: the
+	// REQUEUED record carries the payload, and the next claim gets it.
+	first := e.claim(t, ns, []string{"work"}, 100, waitFor, time.Minute)
+	require.NotEmpty(t, first)
+	fails := make([]*dispatcherv1.Report, len(first))
+	for i, a := range first {
+		require.True(t, bytes.Equal(want[a.GetTaskId()], a.GetPayload()), "payload of %s", a.GetTaskId())
+		fails[i] = failed(a, "boom", false, false)
+	}
+	require.Empty(t, e.report(t, ns, fails...))
+	for _, a := range first {
+		task, err := e.client.RequeueDeadLetter(t.Context(), &flov1.GetTaskRequest{Namespace: ns, TaskId: a.GetTaskId()})
+		require.NoError(t, err)
+		require.Equal(t, want[a.GetTaskId()], task.GetPayload())
+	}
+
 	got := 0
 	for got < tasks {
 		batch := e.claim(t, ns, []string{"work"}, 100, waitFor, time.Minute)
