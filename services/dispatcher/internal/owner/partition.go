@@ -153,9 +153,18 @@ func (p *partition) run(ctx context.Context) {
 			return
 		}
 		if errors.Is(err, errFenced) {
-			p.log.WarnContext(ctx, "partition taken over; stopping it here")
-			p.r.forget(p)
-			return
+			// Another producer took the transactional id: a new owner,
+			// whose assignment revokes the partition here within a
+			// session, or a replica paused past its session (a zombie)
+			// whose failed batch rebuilt before it saw it lost the
+			// partition. Dropping the partition then would leave it
+			// unserved while the group still assigns it here: wait a
+			// session for the revocation, then take the id back.
+			p.log.WarnContext(ctx, "partition taken over; waiting for its revocation", "wait", sessionTimeout.String())
+			if !retry.Sleep(ctx, sessionTimeout) {
+				return
+			}
+			continue
 		}
 		p.log.ErrorContext(ctx, "partition failed; rebuilding it from the view and the log", "error", err)
 		if !retry.Sleep(ctx, wait.NextBackOff()) {

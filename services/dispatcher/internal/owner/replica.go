@@ -50,6 +50,10 @@ var ownersRetry = retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Se
 // stopWait bounds how long a revoked partition may take to end its batch.
 const stopWait = 10 * time.Second
 
+// sessionTimeout is how long the group waits for a silent replica before
+// giving its partitions to others.
+const sessionTimeout = 10 * time.Second
+
 // ErrNotOwner answers a call for a partition this replica does not own
 // (any more); the caller asks the owner. It is ABORTED on the wire.
 var ErrNotOwner = errors.New("this dispatcher replica does not own the task's partition")
@@ -196,7 +200,7 @@ func (r *Replica) Run(ctx context.Context) error {
 		kgo.OnPartitionsLost(r.revoked),
 		// A replica that dies without leaving holds its partitions until
 		// its session times out.
-		kgo.SessionTimeout(10*time.Second),
+		kgo.SessionTimeout(sessionTimeout),
 		kgo.HeartbeatInterval(time.Second),
 	)
 	if err != nil {
@@ -357,15 +361,6 @@ func (r *Replica) revoked(_ context.Context, _ *kgo.Client, revoked map[string][
 	if len(stopping) > 0 {
 		r.log.Info("partitions revoked", "partitions", ids)
 	}
-}
-
-// forget drops a partition that found itself fenced.
-func (r *Replica) forget(p *partition) {
-	r.mu.Lock()
-	if r.parts[p.id] == p {
-		delete(r.parts, p.id)
-	}
-	r.mu.Unlock()
 }
 
 func (r *Replica) stopAll() {
