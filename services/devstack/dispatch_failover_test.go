@@ -607,8 +607,9 @@ func TestZombieOwnerIsFenced(t *testing.T) {
 // requireEpochsNeverGoBack checks that in each events partition the
 // producer epochs of the records read_committed readers see never go
 // back: once an owner took a partition's transactional id (bumping its
-// epoch), nothing an earlier owner wrote became visible. moved are
-// partitions that changed owner, whose epochs must have grown.
+// epoch, as every transaction also does), nothing an earlier owner wrote
+// became visible. moved are partitions that changed owner, whose epochs
+// must have grown.
 func requireEpochsNeverGoBack(t *testing.T, log taskLog, moved []int32) {
 	t.Helper()
 	for p, recs := range log.byPartition {
