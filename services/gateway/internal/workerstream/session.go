@@ -560,14 +560,30 @@ func joinReasons(a, b string) string {
 // report makes one Report call, retried while the dispatcher is unavailable,
 // and returns the task ids it refused with the reason.
 func (s *session) report(reports []*dispatcherv1.Report) (rejected []string, why string) {
+	// An abandoned attempt keeps its number and may come back to this
+	// stream as soon as the abandon is recorded: it is forgotten first.
+	var abandoned, ended []*dispatcherv1.Report
+	for _, r := range reports {
+		if r.GetAbandon() != nil {
+			abandoned = append(abandoned, r)
+		} else {
+			ended = append(ended, r)
+		}
+	}
+	if s.held.remove(attemptKeys(abandoned)) {
+		s.wakePools()
+	}
+	rejected, why = s.send(reports)
+	if s.held.remove(attemptKeys(ended)) {
+		s.wakePools()
+	}
+	return rejected, why
+}
+
+// send records reports with the dispatcher, retrying what can be retried.
+func (s *session) send(reports []*dispatcherv1.Report) (rejected []string, why string) {
 	if len(reports) == 0 {
 		return nil, ""
-	}
-	ids := make([]string, len(reports))
-	attempts := make([]string, len(reports))
-	for i, r := range reports {
-		ids[i] = r.GetTaskId()
-		attempts[i] = attemptKey(r.GetTaskId(), r.GetAttempt())
 	}
 	ctx, cancel := context.WithTimeout(s.calls, callTimeout)
 	defer cancel()
@@ -579,11 +595,12 @@ func (s *session) report(reports []*dispatcherv1.Report) (rejected []string, why
 		})
 		return err
 	})
-	if s.held.remove(attempts) {
-		s.wakePools()
-	}
 	if err != nil {
 		s.log.WarnContext(ctx, "report results failed", slog.Int("reports", len(reports)), slog.Any("error", err))
+		ids := make([]string, len(reports))
+		for i, r := range reports {
+			ids[i] = r.GetTaskId()
+		}
 		return ids, "recording the results failed: " + status.Convert(err).Message()
 	}
 	if len(resp.GetRejectedTaskIds()) > 0 {
@@ -592,8 +609,18 @@ func (s *session) report(reports []*dispatcherv1.Report) (rejected []string, why
 	return nil, ""
 }
 
+// attemptKeys are the held-set keys of reports' attempts.
+func attemptKeys(reports []*dispatcherv1.Report) []string {
+	keys := make([]string, len(reports))
+	for i, r := range reports {
+		keys[i] = attemptKey(r.GetTaskId(), r.GetAttempt())
+	}
+	return keys
+}
+
 // abandon hands tasks the worker never received back to the queue without
-// counting an attempt.
+// counting an attempt (report forgets them before the call). Tasks it never
+// held, a claim's late answer, are not in the held set.
 func (s *session) abandon(tasks []*flov1.TaskAssignment) {
 	reports := make([]*dispatcherv1.Report, len(tasks))
 	for i, t := range tasks {
