@@ -75,12 +75,15 @@ type Set struct {
 
 	mu       sync.Mutex
 	replicas map[string]*replica // by address; only Run replaces it
+	// changed is closed, and replaced, when the list changes: claims
+	// waiting at the old list end so that their callers ask the new one.
+	changed chan struct{}
 }
 
 type replica struct {
 	addr   string
 	conn   *grpc.ClientConn
-	client dispatcherv1.DispatcherClient
+	client Dispatcher
 }
 
 // New returns a Set that lists replicas through def. Until Run has read a
@@ -92,7 +95,7 @@ func New(def Dispatcher, opts Options) *Set {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Set{def: def, dial: opts.Dial, refresh: opts.Refresh, log: opts.Log, stale: make(chan struct{}, 1)}
+	return &Set{def: def, dial: opts.Dial, refresh: opts.Refresh, log: opts.Log, stale: make(chan struct{}, 1), changed: make(chan struct{})}
 }
 
 // DialOptions returns base with the authority of the configured dispatcher
@@ -194,6 +197,11 @@ func (s *Set) update(ctx context.Context, addrs []string) {
 	}
 	s.mu.Lock()
 	s.replicas = next
+	grew := len(added) > 0
+	if grew {
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}
 	s.mu.Unlock()
 	var removed []string
 	for a, r := range old {
@@ -209,15 +217,16 @@ func (s *Set) update(ctx context.Context, addrs []string) {
 	}
 }
 
-// snapshot returns the replicas known now.
-func (s *Set) snapshot() []*replica {
+// snapshot returns the replicas known now, and a channel closed when
+// replicas are added.
+func (s *Set) snapshot() ([]*replica, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]*replica, 0, len(s.replicas))
 	for _, r := range s.replicas {
 		out = append(out, r)
 	}
-	return out
+	return out, s.changed
 }
 
 // Claim leases up to req.Count tasks. With two or more replicas known it
@@ -235,13 +244,10 @@ func (s *Set) snapshot() []*replica {
 // the list read at once; FailedPrecondition is answered as Unavailable, so
 // the worker's session retries instead of ending.
 func (s *Set) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, abandon func([]*flov1.TaskAssignment)) ([]*flov1.TaskAssignment, error) {
-	replicas := s.snapshot()
+	replicas, added := s.snapshot()
 	if len(replicas) <= 1 {
-		resp, err := s.def.Claim(ctx, req)
-		if err != nil {
-			return nil, s.failed(err)
-		}
-		return s.keep(ctx, resp.GetTasks(), int(req.GetCount()), abandon), nil
+		// One replica, or none known: the default client reaches it.
+		replicas = []*replica{{addr: "default", client: s.def}}
 	}
 	// The calls may outlive Claim (see settle), so they do not end with
 	// ctx, which the caller cancels once Claim returns.
@@ -263,6 +269,11 @@ func (s *Set) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, abandon
 			// The caller is gone: nothing it asked for can reach it now.
 			go s.settle(ctx, left, answers, 0, cancel, late, abandon)
 			return nil, status.FromContextError(ctx.Err()).Err()
+		case <-added:
+			// A new replica may own the partitions with the work: the
+			// caller asks the new list.
+			go s.settle(ctx, left, answers, settleGrace, cancel, late, abandon)
+			return nil, nil
 		}
 		if a.err != nil {
 			errs = append(errs, fmt.Errorf("claim from dispatcher replica %s: %w", a.addr, a.err))

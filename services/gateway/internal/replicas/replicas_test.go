@@ -153,7 +153,7 @@ func run(t *testing.T, set *Set, want int) context.CancelFunc {
 		cancel()
 		<-done
 	})
-	require.Eventually(t, func() bool { return len(set.snapshot()) == want }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { reps, _ := set.snapshot(); return len(reps) == want }, 5*time.Second, 5*time.Millisecond)
 	return cancel
 }
 
@@ -455,4 +455,38 @@ func TestAuthority(t *testing.T) {
 	} {
 		require.Equal(t, want, authority(target), target)
 	}
+}
+
+// A claim waiting at the replicas known when it was sent ends, empty, when a
+// replica is added: the new one may own the partitions with the work, and
+// the caller's next claim asks it too.
+func TestClaimEndsWhenAReplicaIsAdded(t *testing.T) {
+	t.Parallel()
+	front, b := startReplica(t, nil), startReplica(t, tasks("b", 1))
+	front.list(front.addr)
+	set := New(dial(t, front.addr, plain...), Options{Dial: plain, Refresh: 10 * time.Millisecond})
+	run(t, set, 1)
+	req := claimReq(1)
+	req.WaitMs = 60_000
+	done := make(chan error, 1)
+	var ab abandons
+	go func() {
+		got, err := set.Claim(t.Context(), req, ab.add)
+		if err == nil && len(got) > 0 {
+			err = fmt.Errorf("got %d tasks from a replica that has none", len(got))
+		}
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return len(front.claims()) == 1 }, 5*time.Second, 5*time.Millisecond)
+	front.list(front.addr, b.addr)
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the claim kept waiting at the old list")
+	}
+	got, err := set.Claim(t.Context(), claimReq(1), ab.add)
+	require.NoError(t, err)
+	require.Equal(t, []string{"b-0"}, ids(got), "the next claim reaches the added replica")
+	require.Eventually(t, func() bool { return front.cancelled.Load() >= 1 }, 5*time.Second, 5*time.Millisecond)
 }
