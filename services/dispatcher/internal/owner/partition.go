@@ -142,7 +142,25 @@ func (p *partition) run(ctx context.Context) {
 	defer p.txn.Close()
 	defer p.refuseQueued()
 	wait := rebuildRetry.Backoff()
-	for {
+	for first := true; ; first = false {
+		if !first {
+			// A replica paused past its session (a zombie) must not take
+			// the transactional id back, fencing the real owner, before
+			// its heartbeat tells it it lost the partition: ask the group
+			// coordinator first.
+			owns, err := p.r.stillOwns(ctx, p.id)
+			if err != nil || !owns {
+				pause := sessionTimeout
+				if err != nil {
+					pause = wait.NextBackOff()
+				}
+				p.log.WarnContext(ctx, "not rebuilding a partition the group may no longer assign here", "error", err, "retry_in", pause.String())
+				if !retry.Sleep(ctx, pause) {
+					return
+				}
+				continue
+			}
+		}
 		err := p.rebuild(ctx)
 		if err == nil {
 			wait.Reset()

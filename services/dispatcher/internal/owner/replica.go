@@ -393,6 +393,36 @@ func (r *Replica) publishOwners(ctx context.Context) {
 	})
 }
 
+// stillOwns asks the group coordinator whether this replica's member is
+// assigned partition id now. A replica paused past its session learns here
+// that it lost the partition before its own heartbeat tells it.
+func (r *Replica) stillOwns(ctx context.Context, id int32) (bool, error) {
+	member, _ := r.group.GroupMetadata()
+	groups, err := kadm.NewClient(r.admin).DescribeGroups(ctx, Group)
+	if err != nil {
+		return false, fmt.Errorf("describe group %s: %w", Group, err)
+	}
+	g, ok := groups[Group]
+	if !ok || g.Err != nil {
+		return false, fmt.Errorf("describe group %s: %v", Group, g.Err)
+	}
+	for _, m := range g.Members {
+		if m.MemberID != member {
+			continue
+		}
+		c, ok := m.Assigned.AsConsumer()
+		if !ok {
+			return false, nil
+		}
+		for _, t := range c.Topics {
+			if t.Topic == CommandsTopic && slices.Contains(t.Partitions, id) {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
 // viewReached is the materializer's callback.
 func (r *Replica) viewReached(partition int32, offset int64) {
 	if p := r.part(partition); p != nil {
