@@ -57,9 +57,9 @@ func startDispatcher(t testing.TB, dbURL string, brokers []string) dispatcherv1.
 	cfg := dispatcher.Config{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		BootstrapNamespaces: []string{"default"},
-		Postgres: config.Postgres{URL: dbURL, MaxConns: 8},
-		Kafka:    config.Kafka{Brokers: brokers, Partitions: 4},
-		Auth:     harness.InternalAuth(),
+		Postgres:            config.Postgres{URL: dbURL, MaxConns: 8},
+		Kafka:               config.Kafka{Brokers: brokers, Partitions: 4},
+		Auth:                harness.InternalAuth(),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	svc, err := dispatcher.New(ctx, cfg, testLog())
