@@ -262,7 +262,7 @@ func (r *Replica) claimFrom(ctx context.Context, p *partition, req ClaimRequest,
 			}
 		}()
 	}
-	if IsNotOwner(err) {
+	if isNotOwner(err) {
 		return nil, nil
 	}
 	return o.got, err

@@ -88,10 +88,6 @@ type partition struct {
 	progressMu sync.Mutex
 	progress   chan struct{}
 
-	// serving is closed once the first rebuild finished.
-	serving     chan struct{}
-	servingOnce sync.Once
-
 	readyMu sync.RWMutex
 	ready   map[string]int
 	keys    map[string][2]string
@@ -117,7 +113,7 @@ func newPartition(r *Replica, id int32, txn *kgo.Client) *partition {
 		r: r, id: id, txn: txn, log: r.log.With("partition", id),
 		ops: make(chan op, opQueue), cmdSignal: make(chan struct{}, 1), matSignal: make(chan struct{}, 1),
 		intakeWait: intakeRetry.Backoff(), poisoned: map[int64]bool{},
-		progress: make(chan struct{}), serving: make(chan struct{}), exited: make(chan struct{}),
+		progress: make(chan struct{}), exited: make(chan struct{}),
 		ready: map[string]int{}, keys: map[string][2]string{},
 	}
 	p.materialized.Store(-1)
@@ -164,7 +160,6 @@ func (p *partition) run(ctx context.Context) {
 		err := p.rebuild(ctx)
 		if err == nil {
 			wait.Reset()
-			p.servingOnce.Do(func() { close(p.serving) })
 			err = p.serve(ctx)
 		}
 		if ctx.Err() != nil {

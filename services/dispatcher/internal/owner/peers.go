@@ -36,8 +36,8 @@ const unassignedWait = 10 * time.Second
 // table then points, instead of holding the caller until its deadline.
 const forwardTimeout = 2 * unseenWait
 
-// Forwarded reports whether the call in ctx was passed on by another replica.
-func Forwarded(ctx context.Context) bool {
+// forwarded reports whether the call in ctx was passed on by another replica.
+func forwarded(ctx context.Context) bool {
 	md, _ := metadata.FromIncomingContext(ctx)
 	return len(md.Get(forwardedKey)) > 0
 }
@@ -113,15 +113,15 @@ func (p *Peers) Route(ctx context.Context, taskID string, local func(context.Con
 func (p *Peers) RoutePartition(ctx context.Context, part int32, local func(context.Context) error,
 	remote func(context.Context, dispatcherv1.DispatcherClient) error) error {
 	deadline := time.Now().Add(unassignedWait)
-	forwarded := Forwarded(ctx)
+	passedOn := forwarded(ctx)
 	for refresh := false; ; refresh = true {
 		if p.r.Owns(part) {
 			err := local(ctx)
-			if !IsNotOwner(err) {
+			if !isNotOwner(err) {
 				return err
 			}
 		}
-		if forwarded {
+		if passedOn {
 			return errNotOwner
 		}
 		c, err := p.client(ctx, part, refresh)

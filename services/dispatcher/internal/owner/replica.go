@@ -61,8 +61,8 @@ var ErrNotOwner = errors.New("this dispatcher replica does not own the task's pa
 // errNotOwner is ErrNotOwner, short for this package.
 var errNotOwner = ErrNotOwner
 
-// IsNotOwner reports whether err says the replica does not own the partition.
-func IsNotOwner(err error) bool { return errors.Is(err, ErrNotOwner) }
+// isNotOwner reports whether err says the replica does not own the partition.
+func isNotOwner(err error) bool { return errors.Is(err, ErrNotOwner) }
 
 // ErrUnavailable marks a failure of the log or the view that a retry may
 // not meet: UNAVAILABLE on the wire.
@@ -175,9 +175,6 @@ func (r *Replica) checkTopics(ctx context.Context) error {
 	r.n = int32(cmds)
 	return nil
 }
-
-// Partitions is the partition count of the task topics.
-func (r *Replica) Partitions() int32 { return r.n }
 
 // PartitionOf is the partition of a task id.
 func (r *Replica) PartitionOf(taskID string) int32 { return kafka.PartitionOf([]byte(taskID), r.n) }
@@ -300,18 +297,6 @@ func (r *Replica) OwnedPartitions() []int32 {
 		out[i] = p.id
 	}
 	return out
-}
-
-// Serving reports whether every owned partition finished its rebuild.
-func (r *Replica) Serving() bool {
-	for _, p := range r.owned() {
-		select {
-		case <-p.serving:
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 func (r *Replica) assigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
