@@ -521,11 +521,22 @@ func (r *Replica) Requeue(ctx context.Context, ns, taskID string) (store.Task, e
 	if err != nil {
 		return store.Task{}, err
 	}
-	o := &requeueOp{ns: ns, id: id, answer: make(chan error, 1)}
-	if _, err := p.submit(ctx, o, o.answer); err != nil {
-		return store.Task{}, err
-	}
-	if !o.held || errors.Is(o.err, engine.ErrPayloadOut) {
+	var load *engine.Task
+	for tries := 0; ; tries++ {
+		o := &requeueOp{ns: ns, id: id, load: load, answer: make(chan error, 1)}
+		if _, err := p.submit(ctx, o, o.answer); err != nil {
+			return store.Task{}, err
+		}
+		// The view is read when the partition let the task (or its
+		// payload) go, and again when what was read turned out older than
+		// the state the partition had let go.
+		again := o.err != nil && !o.held || errors.Is(o.err, engine.ErrPayloadOut) || errors.Is(o.err, errStaleView)
+		if !again || tries == 3 {
+			if o.err != nil {
+				return store.Task{}, o.err
+			}
+			return o.task.Row(), nil
+		}
 		t, err := view.Load(ctx, r.pool, ns, id)
 		if errors.Is(err, pg.ErrNotFound) {
 			return store.Task{}, notFoundTask(ns, taskID)
@@ -533,16 +544,14 @@ func (r *Replica) Requeue(ctx context.Context, ns, taskID string) (store.Task, e
 		if err != nil {
 			return store.Task{}, err
 		}
-		o = &requeueOp{ns: ns, id: id, load: &t, answer: make(chan error, 1)}
-		if _, err := p.submit(ctx, o, o.answer); err != nil {
-			return store.Task{}, err
-		}
+		load = &t
 	}
-	if o.err != nil {
-		return store.Task{}, o.err
-	}
-	return o.task.Row(), nil
 }
+
+// errStaleView says a task read from the view was older than the state the
+// partition had let go (the view had it by then, the read came before):
+// the caller reads the view again.
+var errStaleView = errors.New("the view was read before it had the task's last state")
 
 type requeueOp struct {
 	ns string
@@ -560,6 +569,13 @@ type requeueOp struct {
 func (o *requeueOp) apply(p *partition, now time.Time) []engine.Change {
 	o.held = p.eng.Has(o.id)
 	if o.load != nil {
+		// A task the partition let go is final, and the view had that
+		// state when it went; a row that is not final was read before.
+		// Holding it would bring back a state the log has moved past.
+		if !o.held && !o.load.Final() {
+			o.err = errStaleView
+			return nil
+		}
 		p.eng.Load(*o.load)
 	}
 	var changes []engine.Change
