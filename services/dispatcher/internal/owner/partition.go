@@ -32,6 +32,10 @@ const (
 	opQueue          = 4096
 )
 
+// replayStall bounds how long a rebuild's read of the log may go without a
+// record before it starts over.
+const replayStall = 30 * time.Second
+
 // hintEvery spaces a partition's group offset commits.
 const hintEvery = time.Second
 
@@ -359,11 +363,18 @@ func (p *partition) replay(ctx context.Context, eng *engine.Partition, keys map[
 		}
 	}()
 	for next < end.Offset {
-		fetches := cl.PollFetches(ctx)
+		// A replay that stops moving is given up and tried again from
+		// the start (logged), rather than waiting in silence.
+		pctx, cancel := context.WithTimeout(ctx, replayStall)
+		fetches := cl.PollFetches(pctx)
+		cancel()
 		if ctx.Err() != nil {
 			return 0, 0, ctx.Err()
 		}
-		if err := fetchErr(fetches); err != nil {
+		if len(fetches.Records()) == 0 && pctx.Err() != nil {
+			return 0, 0, fmt.Errorf("replay stalled at offset %d of %d", next, end.Offset)
+		}
+		if err := fetchErr(fetches); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			return 0, 0, err
 		}
 		for _, rec := range fetches.Records() {
