@@ -75,7 +75,6 @@ func Encode(c Change, partition int32, cmdOffset int64) (*kgo.Record, error) {
 		NonRetryable: c.Type == taskevent.Failed,
 		TimedOut:     t.TimedOut,
 		ErrorCode:    t.ErrorCode,
-		State:        st,
 	}
 	if ev.Outcome != t.Outcome {
 		st.Outcome = t.Outcome
@@ -88,6 +87,11 @@ func Encode(c Change, partition int32, cmdOffset int64) (*kgo.Record, error) {
 	} else {
 		st.Result = t.Result
 	}
+	state, err := proto.Marshal(st)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s state of task %s: %w", ev.Type, t.ID, err)
+	}
+	ev.State = state
 	value, err := proto.Marshal(ev)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s event of task %s: %w", ev.Type, t.ID, err)
@@ -132,9 +136,12 @@ func Decode(r *kgo.Record) (Change, int64, error) {
 	if !ok {
 		return Change{}, 0, fmt.Errorf("decode task event at %d/%d: unknown type %s", r.Partition, r.Offset, ev.GetType())
 	}
-	st := ev.GetState()
-	if st == nil {
+	if len(ev.GetState()) == 0 {
 		return Change{}, cmd, fmt.Errorf("decode task event at %d/%d: %w", r.Partition, r.Offset, ErrNoState)
+	}
+	st := &eventsv1.TaskState{}
+	if err := proto.Unmarshal(ev.GetState(), st); err != nil {
+		return Change{}, cmd, fmt.Errorf("decode task state at %d/%d: %w", r.Partition, r.Offset, err)
 	}
 	id, err := uuid.Parse(ev.GetTaskId())
 	if err != nil {

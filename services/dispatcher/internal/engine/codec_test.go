@@ -42,6 +42,14 @@ func event(t *testing.T, rec *kgo.Record) *eventsv1.TaskEvent {
 	return &ev
 }
 
+// stateOf reads the task state a record's event carries.
+func stateOf(t *testing.T, ev *eventsv1.TaskEvent) *eventsv1.TaskState {
+	t.Helper()
+	var st eventsv1.TaskState
+	require.NoError(t, proto.Unmarshal(ev.GetState(), &st))
+	return &st
+}
+
 func headers(rec *kgo.Record) map[string]string {
 	out := map[string]string{}
 	for _, h := range rec.Headers {
@@ -89,9 +97,9 @@ func TestCodec(t *testing.T) {
 			require.Nil(t, got.TraceHeaders, "the task's own trace")
 			require.LessOrEqual(t, len(ev.GetError()), taskevent.MaxTextBytes)
 			if tt.c.Type == taskevent.Created {
-				require.Equal(t, inv.Payload, ev.GetState().GetPayload())
+				require.Equal(t, inv.Payload, stateOf(t, ev).GetPayload())
 			} else {
-				require.Empty(t, ev.GetState().GetPayload())
+				require.Empty(t, stateOf(t, ev).GetPayload())
 			}
 			if tt.c.Type == taskevent.Completed {
 				require.Equal(t, []byte(`{"ok":true}`), ev.GetResult(), "a task with an origin has its result on the event")
@@ -105,9 +113,9 @@ func TestCodec(t *testing.T) {
 	rec, _ := roundTrip(t, long, 0, 1)
 	ev := event(t, rec)
 	require.LessOrEqual(t, len(ev.GetError()), taskevent.MaxTextBytes)
-	require.True(t, ev.GetState().GetError() == long.Task.Error, "whole in the state")
+	require.True(t, stateOf(t, ev).GetError() == long.Task.Error, "whole in the state")
 	rec, _ = roundTrip(t, failed[0], 0, 1)
-	require.Empty(t, event(t, rec).GetState().GetError(), "short text only once")
+	require.Empty(t, stateOf(t, event(t, rec)).GetError(), "short text only once")
 
 	// A report's span is what the record carries; the task keeps its own.
 	c := completed[0]
@@ -123,7 +131,7 @@ func TestCodec(t *testing.T) {
 	_, done := q.Report(ns, engine.Report{TaskID: task.ID.String(), Attempt: 1, Kind: engine.Complete, Result: []byte("r")}, t0)
 	rec, _ = roundTrip(t, done[0], 0, 3)
 	require.Empty(t, event(t, rec).GetResult())
-	require.Equal(t, []byte("r"), event(t, rec).GetState().GetResult())
+	require.Equal(t, []byte("r"), stateOf(t, event(t, rec)).GetResult())
 	task = running(t, q, 3, t0)
 	_, fails, err := q.Finish(ns, engine.Token{ID: task.ID, Attempt: 1, Secret: task.CompletionSecret}, engine.Finish{Failed: true, Error: "no"}, t0)
 	require.NoError(t, err)

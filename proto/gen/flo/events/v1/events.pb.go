@@ -372,11 +372,13 @@ type TaskEvent struct {
 	// The error code of the failed attempt (Failed.error_code) on a
 	// RETRY_SCHEDULED, FAILED or DEAD_LETTERED event; empty when it had none.
 	ErrorCode string `protobuf:"bytes,17,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
-	// The task's state after this event, as the dispatcher that owns the
-	// task's partition holds it: the events partition is the changelog the
-	// dispatcher rebuilds from and the view is written from. Other consumers
-	// ignore it.
-	State         *TaskState `protobuf:"bytes,18,opt,name=state,proto3" json:"state,omitempty"`
+	// The task's state after this event, a serialized TaskState, as the
+	// dispatcher that owns the task's partition holds it: the events
+	// partition is the changelog the dispatcher rebuilds from and the view is
+	// written from. It is bytes, not a TaskState field, so that the other
+	// consumers of every task event skip it without parsing it (the encoding
+	// on the wire is the same).
+	State         []byte `protobuf:"bytes,18,opt,name=state,proto3" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -530,7 +532,7 @@ func (x *TaskEvent) GetErrorCode() string {
 	return ""
 }
 
-func (x *TaskEvent) GetState() *TaskState {
+func (x *TaskEvent) GetState() []byte {
 	if x != nil {
 		return x.State
 	}
@@ -961,7 +963,7 @@ const file_flo_events_v1_events_proto_rawDesc = "" +
 	"\x06run_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12\x16\n" +
 	"\x06origin\x18\n" +
 	" \x01(\tR\x06origin\x12!\n" +
-	"\fmax_attempts\x18\v \x01(\x05R\vmaxAttempts\"\xf3\x04\n" +
+	"\fmax_attempts\x18\v \x01(\x05R\vmaxAttempts\"\xd9\x04\n" +
 	"\tTaskEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x120\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x1c.flo.events.v1.TaskEventTypeR\x04type\x12\x17\n" +
@@ -983,8 +985,8 @@ const file_flo_events_v1_events_proto_rawDesc = "" +
 	"\rnon_retryable\x18\x0f \x01(\bR\fnonRetryable\x12\x1b\n" +
 	"\ttimed_out\x18\x10 \x01(\bR\btimedOut\x12\x1d\n" +
 	"\n" +
-	"error_code\x18\x11 \x01(\tR\terrorCode\x12.\n" +
-	"\x05state\x18\x12 \x01(\v2\x18.flo.events.v1.TaskStateR\x05state\"\xfe\x06\n" +
+	"error_code\x18\x11 \x01(\tR\terrorCode\x12\x14\n" +
+	"\x05state\x18\x12 \x01(\fR\x05state\"\xfe\x06\n" +
 	"\tTaskState\x12\x18\n" +
 	"\apayload\x18\x01 \x01(\fR\apayload\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12\x1a\n" +
@@ -1098,25 +1100,24 @@ var file_flo_events_v1_events_proto_depIdxs = []int32{
 	10, // 3: flo.events.v1.TaskEvent.status:type_name -> flo.v1.TaskStatus
 	9,  // 4: flo.events.v1.TaskEvent.occurred_at:type_name -> google.protobuf.Timestamp
 	9,  // 5: flo.events.v1.TaskEvent.created_at:type_name -> google.protobuf.Timestamp
-	5,  // 6: flo.events.v1.TaskEvent.state:type_name -> flo.events.v1.TaskState
-	8,  // 7: flo.events.v1.TaskState.trace_context:type_name -> flo.events.v1.TaskState.TraceContextEntry
-	9,  // 8: flo.events.v1.TaskState.run_at:type_name -> google.protobuf.Timestamp
-	9,  // 9: flo.events.v1.TaskState.lease_until:type_name -> google.protobuf.Timestamp
-	9,  // 10: flo.events.v1.TaskState.complete_by:type_name -> google.protobuf.Timestamp
-	9,  // 11: flo.events.v1.TaskState.started_at:type_name -> google.protobuf.Timestamp
-	9,  // 12: flo.events.v1.TaskState.finished_at:type_name -> google.protobuf.Timestamp
-	1,  // 13: flo.events.v1.WorkerEvent.type:type_name -> flo.events.v1.WorkerEventType
-	11, // 14: flo.events.v1.WorkerEvent.status:type_name -> flo.v1.WorkerStatus
-	11, // 15: flo.events.v1.WorkerEvent.previous_status:type_name -> flo.v1.WorkerStatus
-	9,  // 16: flo.events.v1.WorkerEvent.occurred_at:type_name -> google.protobuf.Timestamp
-	2,  // 17: flo.events.v1.RunEvent.type:type_name -> flo.events.v1.RunEventType
-	12, // 18: flo.events.v1.RunEvent.status:type_name -> flo.v1.RunStatus
-	9,  // 19: flo.events.v1.RunEvent.occurred_at:type_name -> google.protobuf.Timestamp
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	8,  // 6: flo.events.v1.TaskState.trace_context:type_name -> flo.events.v1.TaskState.TraceContextEntry
+	9,  // 7: flo.events.v1.TaskState.run_at:type_name -> google.protobuf.Timestamp
+	9,  // 8: flo.events.v1.TaskState.lease_until:type_name -> google.protobuf.Timestamp
+	9,  // 9: flo.events.v1.TaskState.complete_by:type_name -> google.protobuf.Timestamp
+	9,  // 10: flo.events.v1.TaskState.started_at:type_name -> google.protobuf.Timestamp
+	9,  // 11: flo.events.v1.TaskState.finished_at:type_name -> google.protobuf.Timestamp
+	1,  // 12: flo.events.v1.WorkerEvent.type:type_name -> flo.events.v1.WorkerEventType
+	11, // 13: flo.events.v1.WorkerEvent.status:type_name -> flo.v1.WorkerStatus
+	11, // 14: flo.events.v1.WorkerEvent.previous_status:type_name -> flo.v1.WorkerStatus
+	9,  // 15: flo.events.v1.WorkerEvent.occurred_at:type_name -> google.protobuf.Timestamp
+	2,  // 16: flo.events.v1.RunEvent.type:type_name -> flo.events.v1.RunEventType
+	12, // 17: flo.events.v1.RunEvent.status:type_name -> flo.v1.RunStatus
+	9,  // 18: flo.events.v1.RunEvent.occurred_at:type_name -> google.protobuf.Timestamp
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_flo_events_v1_events_proto_init() }
