@@ -68,7 +68,7 @@ func (r *Replica) Claim(ctx context.Context, req ClaimRequest) ([]engine.Claimed
 		r.metrics.claimPass.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attribute.String("namespace", req.Namespace)))
 	}
 	if len(got) == 0 && req.Wait > 0 {
-		got, err = r.wait(ctx, req)
+		got, err = r.wait(ctx, req, actions)
 	}
 	if err == nil {
 		// After the claim's transaction: partitions never wait on Postgres.
@@ -85,9 +85,9 @@ func (r *Replica) Claim(ctx context.Context, req ClaimRequest) ([]engine.Claimed
 // are enabled, so enabling one serves the claim without a new call.
 const actionsRecheck = time.Second
 
-// wait parks the claim at every partition until one leases it tasks, the
-// wait ends, the replica closes or ctx ends.
-func (r *Replica) wait(ctx context.Context, req ClaimRequest) ([]engine.Claimed, error) {
+// wait parks the claim for its claimable actions at every partition until
+// one leases it tasks, the wait ends, the replica closes or ctx ends.
+func (r *Replica) wait(ctx context.Context, req ClaimRequest, claimable []string) ([]engine.Claimed, error) {
 	deadline := time.NewTimer(req.Wait)
 	defer deadline.Stop()
 	recheck := time.NewTicker(actionsRecheck)
@@ -102,15 +102,11 @@ func (r *Replica) wait(ctx context.Context, req ClaimRequest) ([]engine.Claimed,
 	}
 	var actions []string
 	for {
-		now, err := r.cat.Claimable(ctx, req.Namespace, req.Actions)
-		if err != nil {
-			return leave(), err
-		}
-		if !slices.Equal(now, actions) {
+		if !slices.Equal(claimable, actions) {
 			if got := leave(); len(got) > 0 {
 				return got, nil
 			}
-			actions, s = now, nil
+			actions, s = claimable, nil
 			if len(actions) > 0 {
 				s = newStanding(req.Namespace, actions, engine.Slot{WorkerID: req.WorkerID, Lease: req.Lease}, req.Count)
 				r.standing.park(s)
@@ -134,6 +130,10 @@ func (r *Replica) wait(ctx context.Context, req ClaimRequest) ([]engine.Claimed,
 				return got, nil
 			}
 		case <-recheck.C:
+			var err error
+			if claimable, err = r.cat.Claimable(ctx, req.Namespace, req.Actions); err != nil {
+				return leave(), err
+			}
 		case <-deadline.C:
 			return leave(), nil
 		case <-r.closing:

@@ -1,6 +1,7 @@
 package owner
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -675,14 +676,14 @@ func (p *partition) record(ctx context.Context, changes []engine.Change) ([]int6
 		p.txn.Produce(ctx, r, func(_ *kgo.Record, err error) {
 			if err != nil {
 				mu.Lock()
-				firstErr = cmpErr(firstErr, err)
+				firstErr = cmp.Or(firstErr, err)
 				mu.Unlock()
 			}
 			wg.Done()
 		})
 	}
 	if err := p.txn.Flush(ctx); err != nil {
-		firstErr = cmpErr(firstErr, err)
+		firstErr = cmp.Or(firstErr, err)
 	}
 	wg.Wait()
 	commit := kgo.TryCommit
@@ -690,7 +691,7 @@ func (p *partition) record(ctx context.Context, changes []engine.Change) ([]int6
 		commit = kgo.TryAbort
 	}
 	if err := p.txn.EndTransaction(ctx, commit); err != nil {
-		firstErr = cmpErr(firstErr, err)
+		firstErr = cmp.Or(firstErr, err)
 	}
 	if firstErr != nil {
 		if fenced(firstErr) {
@@ -703,13 +704,6 @@ func (p *partition) record(ctx context.Context, changes []engine.Change) ([]int6
 		offsets[i] = r.Offset
 	}
 	return offsets, nil
-}
-
-func cmpErr(first, err error) error {
-	if first != nil {
-		return first
-	}
-	return err
 }
 
 // fenced reports whether err says a newer producer took the transactional id.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -86,18 +87,8 @@ func (p *Peers) Replicas(ctx context.Context) ([]*dispatcherv1.Replica, error) {
 		}
 		rep.Partitions = append(rep.Partitions, o.Partition)
 	}
-	slices.SortFunc(out, func(a, b *dispatcherv1.Replica) int { return cmpString(a.Address, b.Address) })
+	slices.SortFunc(out, func(a, b *dispatcherv1.Replica) int { return strings.Compare(a.Address, b.Address) })
 	return out, nil
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Route calls local when this replica owns the partition of taskID, and

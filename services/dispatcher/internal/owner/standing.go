@@ -1,6 +1,8 @@
 package owner
 
 import (
+	"iter"
+	"maps"
 	"sync"
 	"time"
 
@@ -131,7 +133,7 @@ func (sc *standingClaims) unpark(s *standing) {
 }
 
 // waitingFor returns the claims waiting for any of keys, each once.
-func (sc *standingClaims) waitingFor(keys func(yield func(string) bool)) []*standing {
+func (sc *standingClaims) waitingFor(keys iter.Seq[string]) []*standing {
 	sc.mu.RLock()
 	defer sc.mu.RUnlock()
 	if sc.claims == 0 {
@@ -161,13 +163,7 @@ type lease struct {
 // for them, within the batch being built, and returns the changes and
 // what to deliver once the batch's transaction is over.
 func (p *partition) serveStanding(now time.Time) ([]engine.Change, []lease) {
-	waiting := p.r.standing.waitingFor(func(yield func(string) bool) {
-		for k := range p.keys {
-			if !yield(k) {
-				return
-			}
-		}
-	})
+	waiting := p.r.standing.waitingFor(maps.Keys(p.keys))
 	var (
 		changes []engine.Change
 		leases  []lease
