@@ -358,7 +358,7 @@ func (o *claimOp) done(err error) {
 
 // Report applies reports about tasks of partitions this replica owns and
 // returns the ids of those that matched no running attempt. Reports of
-// partitions it does not own are rejected with errNotOwner as a whole.
+// partitions it does not own are rejected with ErrNotOwner as a whole.
 func (r *Replica) Report(ctx context.Context, ns string, reports []engine.Report) ([]string, error) {
 	if len(reports) == 0 {
 		return nil, nil
@@ -375,7 +375,7 @@ func (r *Replica) Report(ctx context.Context, ns string, reports []engine.Report
 	for id, reps := range byPart {
 		p := r.part(id)
 		if p == nil {
-			return nil, errNotOwner
+			return nil, ErrNotOwner
 		}
 		spans := startReportSpans(ctx, reps)
 		o := &reportOp{ns: ns, reports: reps, answer: make(chan error, 1)}
@@ -456,7 +456,7 @@ func (r *Replica) Finish(ctx context.Context, ns, token string, f engine.Finish)
 	}
 	p := r.part(r.PartitionOf(tok.ID.String()))
 	if p == nil {
-		return store.Task{}, errNotOwner
+		return store.Task{}, ErrNotOwner
 	}
 	o := &finishOp{ns: ns, tok: tok, f: f, answer: make(chan error, 1)}
 	if _, err := p.submit(ctx, o, o.answer); err != nil {
@@ -686,7 +686,7 @@ func (r *Replica) locate(ctx context.Context, ns, taskID string) (uuid.UUID, *pa
 	}
 	p := r.part(r.PartitionOf(taskID))
 	if p == nil {
-		return uuid.UUID{}, nil, errNotOwner
+		return uuid.UUID{}, nil, ErrNotOwner
 	}
 	return id, p, nil
 }

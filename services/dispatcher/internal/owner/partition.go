@@ -197,7 +197,7 @@ func (p *partition) refuseQueued() {
 	for {
 		select {
 		case o := <-p.ops:
-			o.done(errNotOwner)
+			o.done(ErrNotOwner)
 		default:
 			return
 		}
@@ -210,7 +210,7 @@ func (p *partition) submit(ctx context.Context, o op, answered <-chan error) (qu
 	select {
 	case p.ops <- o:
 	case <-p.exited:
-		return false, errNotOwner
+		return false, ErrNotOwner
 	case <-ctx.Done():
 		return false, ctx.Err()
 	}
@@ -563,7 +563,7 @@ func (p *partition) waitCommands(ctx context.Context, offset int64) error {
 		select {
 		case <-ch:
 		case <-p.exited:
-			return errNotOwner
+			return ErrNotOwner
 		case <-ctx.Done():
 			return ctx.Err()
 		}

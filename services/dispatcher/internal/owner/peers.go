@@ -113,7 +113,7 @@ func (p *Peers) RoutePartition(ctx context.Context, part int32, local func(conte
 			}
 		}
 		if passedOn {
-			return errNotOwner
+			return ErrNotOwner
 		}
 		c, err := p.client(ctx, part, refresh)
 		if err != nil {
