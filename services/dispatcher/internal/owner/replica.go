@@ -58,7 +58,6 @@ const sessionTimeout = 10 * time.Second
 // (any more); the caller asks the owner. It is ABORTED on the wire.
 var ErrNotOwner = errors.New("this dispatcher replica does not own the task's partition")
 
-
 // isNotOwner reports whether err says the replica does not own the partition.
 func isNotOwner(err error) bool { return errors.Is(err, ErrNotOwner) }
 
