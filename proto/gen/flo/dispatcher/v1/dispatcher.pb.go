@@ -189,7 +189,12 @@ type ClaimRequest struct {
 	Count     int32                  `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
 	WaitMs    int64                  `protobuf:"varint,5,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
 	// Zero means each action's timeout.
-	LeaseMs       int64 `protobuf:"varint,6,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	LeaseMs int64 `protobuf:"varint,6,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	// The workers the claim is for, so one waiting claim serves many: tasks
+	// are leased to the slots one at a time, in turn, until each slot's count
+	// is used. A gateway claims for all its idle workers of the same actions
+	// and lease with one call.
+	Slots         []*ClaimSlot `protobuf:"bytes,7,rep,name=slots,proto3" json:"slots,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -266,6 +271,66 @@ func (x *ClaimRequest) GetLeaseMs() int64 {
 	return 0
 }
 
+func (x *ClaimRequest) GetSlots() []*ClaimSlot {
+	if x != nil {
+		return x.Slots
+	}
+	return nil
+}
+
+// ClaimSlot is one worker's share of a claim.
+type ClaimSlot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Count         int32                  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClaimSlot) Reset() {
+	*x = ClaimSlot{}
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClaimSlot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClaimSlot) ProtoMessage() {}
+
+func (x *ClaimSlot) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClaimSlot.ProtoReflect.Descriptor instead.
+func (*ClaimSlot) Descriptor() ([]byte, []int) {
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ClaimSlot) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *ClaimSlot) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
 type ListReplicasRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -274,7 +339,7 @@ type ListReplicasRequest struct {
 
 func (x *ListReplicasRequest) Reset() {
 	*x = ListReplicasRequest{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[4]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -286,7 +351,7 @@ func (x *ListReplicasRequest) String() string {
 func (*ListReplicasRequest) ProtoMessage() {}
 
 func (x *ListReplicasRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[4]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -299,7 +364,7 @@ func (x *ListReplicasRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReplicasRequest.ProtoReflect.Descriptor instead.
 func (*ListReplicasRequest) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{4}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{5}
 }
 
 type ListReplicasResponse struct {
@@ -311,7 +376,7 @@ type ListReplicasResponse struct {
 
 func (x *ListReplicasResponse) Reset() {
 	*x = ListReplicasResponse{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[5]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -323,7 +388,7 @@ func (x *ListReplicasResponse) String() string {
 func (*ListReplicasResponse) ProtoMessage() {}
 
 func (x *ListReplicasResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[5]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -336,7 +401,7 @@ func (x *ListReplicasResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReplicasResponse.ProtoReflect.Descriptor instead.
 func (*ListReplicasResponse) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{5}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListReplicasResponse) GetReplicas() []*Replica {
@@ -358,7 +423,7 @@ type Replica struct {
 
 func (x *Replica) Reset() {
 	*x = Replica{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[6]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -370,7 +435,7 @@ func (x *Replica) String() string {
 func (*Replica) ProtoMessage() {}
 
 func (x *Replica) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[6]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -383,7 +448,7 @@ func (x *Replica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replica.ProtoReflect.Descriptor instead.
 func (*Replica) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{6}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Replica) GetAddress() string {
@@ -401,15 +466,17 @@ func (x *Replica) GetPartitions() []int32 {
 }
 
 type ClaimResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tasks         []*v1.TaskAssignment   `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Tasks []*v1.TaskAssignment   `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// The worker each task was leased to, in the order of tasks.
+	WorkerIds     []string `protobuf:"bytes,2,rep,name=worker_ids,json=workerIds,proto3" json:"worker_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[7]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -421,7 +488,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[7]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -434,12 +501,19 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{7}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ClaimResponse) GetTasks() []*v1.TaskAssignment {
 	if x != nil {
 		return x.Tasks
+	}
+	return nil
+}
+
+func (x *ClaimResponse) GetWorkerIds() []string {
+	if x != nil {
+		return x.WorkerIds
 	}
 	return nil
 }
@@ -465,7 +539,7 @@ type Report struct {
 
 func (x *Report) Reset() {
 	*x = Report{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[8]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -477,7 +551,7 @@ func (x *Report) String() string {
 func (*Report) ProtoMessage() {}
 
 func (x *Report) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[8]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -490,7 +564,7 @@ func (x *Report) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Report.ProtoReflect.Descriptor instead.
 func (*Report) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{8}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Report) GetTaskId() string {
@@ -611,7 +685,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[9]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -623,7 +697,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[9]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -636,7 +710,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{9}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReportRequest) GetNamespace() string {
@@ -670,7 +744,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[10]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -682,7 +756,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[10]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -695,7 +769,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{10}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReportResponse) GetRejectedTaskIds() []string {
@@ -718,7 +792,7 @@ type TouchRequest struct {
 
 func (x *TouchRequest) Reset() {
 	*x = TouchRequest{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[11]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +804,7 @@ func (x *TouchRequest) String() string {
 func (*TouchRequest) ProtoMessage() {}
 
 func (x *TouchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[11]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +817,7 @@ func (x *TouchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TouchRequest.ProtoReflect.Descriptor instead.
 func (*TouchRequest) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{11}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TouchRequest) GetNamespace() string {
@@ -790,7 +864,7 @@ type GetKeyForAuthRequest struct {
 
 func (x *GetKeyForAuthRequest) Reset() {
 	*x = GetKeyForAuthRequest{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[12]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -802,7 +876,7 @@ func (x *GetKeyForAuthRequest) String() string {
 func (*GetKeyForAuthRequest) ProtoMessage() {}
 
 func (x *GetKeyForAuthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[12]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -815,7 +889,7 @@ func (x *GetKeyForAuthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyForAuthRequest.ProtoReflect.Descriptor instead.
 func (*GetKeyForAuthRequest) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{12}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetKeyForAuthRequest) GetId() string {
@@ -844,7 +918,7 @@ type KeyForAuth struct {
 
 func (x *KeyForAuth) Reset() {
 	*x = KeyForAuth{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[13]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +930,7 @@ func (x *KeyForAuth) String() string {
 func (*KeyForAuth) ProtoMessage() {}
 
 func (x *KeyForAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[13]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +943,7 @@ func (x *KeyForAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyForAuth.ProtoReflect.Descriptor instead.
 func (*KeyForAuth) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{13}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *KeyForAuth) GetId() string {
@@ -927,14 +1001,18 @@ const file_flo_dispatcher_v1_dispatcher_proto_rawDesc = "" +
 	"\x17SetActionEnabledRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
-	"\aenabled\x18\x03 \x01(\bR\aenabled\"\xad\x01\n" +
+	"\aenabled\x18\x03 \x01(\bR\aenabled\"\xe1\x01\n" +
 	"\fClaimRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x18\n" +
 	"\aactions\x18\x03 \x03(\tR\aactions\x12\x14\n" +
 	"\x05count\x18\x04 \x01(\x05R\x05count\x12\x17\n" +
 	"\await_ms\x18\x05 \x01(\x03R\x06waitMs\x12\x19\n" +
-	"\blease_ms\x18\x06 \x01(\x03R\aleaseMs\"\x15\n" +
+	"\blease_ms\x18\x06 \x01(\x03R\aleaseMs\x122\n" +
+	"\x05slots\x18\a \x03(\v2\x1c.flo.dispatcher.v1.ClaimSlotR\x05slots\">\n" +
+	"\tClaimSlot\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x05R\x05count\"\x15\n" +
 	"\x13ListReplicasRequest\"N\n" +
 	"\x14ListReplicasResponse\x126\n" +
 	"\breplicas\x18\x01 \x03(\v2\x1a.flo.dispatcher.v1.ReplicaR\breplicas\"C\n" +
@@ -942,9 +1020,11 @@ const file_flo_dispatcher_v1_dispatcher_proto_rawDesc = "" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x02 \x03(\x05R\n" +
-	"partitions\"=\n" +
+	"partitions\"\\\n" +
 	"\rClaimResponse\x12,\n" +
-	"\x05tasks\x18\x01 \x03(\v2\x16.flo.v1.TaskAssignmentR\x05tasks\"\xb1\x03\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x16.flo.v1.TaskAssignmentR\x05tasks\x12\x1d\n" +
+	"\n" +
+	"worker_ids\x18\x02 \x03(\tR\tworkerIds\"\xb1\x03\n" +
 	"\x06Report\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x121\n" +
@@ -1019,114 +1099,116 @@ func file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP() []byte {
 	return file_flo_dispatcher_v1_dispatcher_proto_rawDescData
 }
 
-var file_flo_dispatcher_v1_dispatcher_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_flo_dispatcher_v1_dispatcher_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_flo_dispatcher_v1_dispatcher_proto_goTypes = []any{
 	(*EnsureActionsRequest)(nil),       // 0: flo.dispatcher.v1.EnsureActionsRequest
 	(*EnsureActionsResponse)(nil),      // 1: flo.dispatcher.v1.EnsureActionsResponse
 	(*SetActionEnabledRequest)(nil),    // 2: flo.dispatcher.v1.SetActionEnabledRequest
 	(*ClaimRequest)(nil),               // 3: flo.dispatcher.v1.ClaimRequest
-	(*ListReplicasRequest)(nil),        // 4: flo.dispatcher.v1.ListReplicasRequest
-	(*ListReplicasResponse)(nil),       // 5: flo.dispatcher.v1.ListReplicasResponse
-	(*Replica)(nil),                    // 6: flo.dispatcher.v1.Replica
-	(*ClaimResponse)(nil),              // 7: flo.dispatcher.v1.ClaimResponse
-	(*Report)(nil),                     // 8: flo.dispatcher.v1.Report
-	(*ReportRequest)(nil),              // 9: flo.dispatcher.v1.ReportRequest
-	(*ReportResponse)(nil),             // 10: flo.dispatcher.v1.ReportResponse
-	(*TouchRequest)(nil),               // 11: flo.dispatcher.v1.TouchRequest
-	(*GetKeyForAuthRequest)(nil),       // 12: flo.dispatcher.v1.GetKeyForAuthRequest
-	(*KeyForAuth)(nil),                 // 13: flo.dispatcher.v1.KeyForAuth
-	nil,                                // 14: flo.dispatcher.v1.Report.TraceContextEntry
-	(*v1.Action)(nil),                  // 15: flo.v1.Action
-	(*v1.TaskAssignment)(nil),          // 16: flo.v1.TaskAssignment
-	(*v1.Completed)(nil),               // 17: flo.v1.Completed
-	(*v1.Failed)(nil),                  // 18: flo.v1.Failed
-	(*v1.Nack)(nil),                    // 19: flo.v1.Nack
-	(*v1.Abandon)(nil),                 // 20: flo.v1.Abandon
-	(*v1.Pending)(nil),                 // 21: flo.v1.Pending
-	(*timestamppb.Timestamp)(nil),      // 22: google.protobuf.Timestamp
-	(*v1.CreateNamespaceRequest)(nil),  // 23: flo.v1.CreateNamespaceRequest
-	(*v1.GetNamespaceRequest)(nil),     // 24: flo.v1.GetNamespaceRequest
-	(*v1.ListNamespacesRequest)(nil),   // 25: flo.v1.ListNamespacesRequest
-	(*v1.RegisterActionRequest)(nil),   // 26: flo.v1.RegisterActionRequest
-	(*v1.GetActionRequest)(nil),        // 27: flo.v1.GetActionRequest
-	(*v1.ListActionsRequest)(nil),      // 28: flo.v1.ListActionsRequest
-	(*v1.GetTaskRequest)(nil),          // 29: flo.v1.GetTaskRequest
-	(*v1.ListDeadLettersRequest)(nil),  // 30: flo.v1.ListDeadLettersRequest
-	(*v1.CompleteTaskRequest)(nil),     // 31: flo.v1.CompleteTaskRequest
-	(*v1.FailTaskRequest)(nil),         // 32: flo.v1.FailTaskRequest
-	(*v1.CreateKeyRequest)(nil),        // 33: flo.v1.CreateKeyRequest
-	(*v1.ListKeysRequest)(nil),         // 34: flo.v1.ListKeysRequest
-	(*v1.RevokeKeyRequest)(nil),        // 35: flo.v1.RevokeKeyRequest
-	(*v1.Namespace)(nil),               // 36: flo.v1.Namespace
-	(*v1.ListNamespacesResponse)(nil),  // 37: flo.v1.ListNamespacesResponse
-	(*v1.ListActionsResponse)(nil),     // 38: flo.v1.ListActionsResponse
-	(*v1.Task)(nil),                    // 39: flo.v1.Task
-	(*v1.ListDeadLettersResponse)(nil), // 40: flo.v1.ListDeadLettersResponse
-	(*v1.TouchAck)(nil),                // 41: flo.v1.TouchAck
-	(*v1.CreateKeyResponse)(nil),       // 42: flo.v1.CreateKeyResponse
-	(*v1.ListKeysResponse)(nil),        // 43: flo.v1.ListKeysResponse
-	(*v1.ApiKey)(nil),                  // 44: flo.v1.ApiKey
+	(*ClaimSlot)(nil),                  // 4: flo.dispatcher.v1.ClaimSlot
+	(*ListReplicasRequest)(nil),        // 5: flo.dispatcher.v1.ListReplicasRequest
+	(*ListReplicasResponse)(nil),       // 6: flo.dispatcher.v1.ListReplicasResponse
+	(*Replica)(nil),                    // 7: flo.dispatcher.v1.Replica
+	(*ClaimResponse)(nil),              // 8: flo.dispatcher.v1.ClaimResponse
+	(*Report)(nil),                     // 9: flo.dispatcher.v1.Report
+	(*ReportRequest)(nil),              // 10: flo.dispatcher.v1.ReportRequest
+	(*ReportResponse)(nil),             // 11: flo.dispatcher.v1.ReportResponse
+	(*TouchRequest)(nil),               // 12: flo.dispatcher.v1.TouchRequest
+	(*GetKeyForAuthRequest)(nil),       // 13: flo.dispatcher.v1.GetKeyForAuthRequest
+	(*KeyForAuth)(nil),                 // 14: flo.dispatcher.v1.KeyForAuth
+	nil,                                // 15: flo.dispatcher.v1.Report.TraceContextEntry
+	(*v1.Action)(nil),                  // 16: flo.v1.Action
+	(*v1.TaskAssignment)(nil),          // 17: flo.v1.TaskAssignment
+	(*v1.Completed)(nil),               // 18: flo.v1.Completed
+	(*v1.Failed)(nil),                  // 19: flo.v1.Failed
+	(*v1.Nack)(nil),                    // 20: flo.v1.Nack
+	(*v1.Abandon)(nil),                 // 21: flo.v1.Abandon
+	(*v1.Pending)(nil),                 // 22: flo.v1.Pending
+	(*timestamppb.Timestamp)(nil),      // 23: google.protobuf.Timestamp
+	(*v1.CreateNamespaceRequest)(nil),  // 24: flo.v1.CreateNamespaceRequest
+	(*v1.GetNamespaceRequest)(nil),     // 25: flo.v1.GetNamespaceRequest
+	(*v1.ListNamespacesRequest)(nil),   // 26: flo.v1.ListNamespacesRequest
+	(*v1.RegisterActionRequest)(nil),   // 27: flo.v1.RegisterActionRequest
+	(*v1.GetActionRequest)(nil),        // 28: flo.v1.GetActionRequest
+	(*v1.ListActionsRequest)(nil),      // 29: flo.v1.ListActionsRequest
+	(*v1.GetTaskRequest)(nil),          // 30: flo.v1.GetTaskRequest
+	(*v1.ListDeadLettersRequest)(nil),  // 31: flo.v1.ListDeadLettersRequest
+	(*v1.CompleteTaskRequest)(nil),     // 32: flo.v1.CompleteTaskRequest
+	(*v1.FailTaskRequest)(nil),         // 33: flo.v1.FailTaskRequest
+	(*v1.CreateKeyRequest)(nil),        // 34: flo.v1.CreateKeyRequest
+	(*v1.ListKeysRequest)(nil),         // 35: flo.v1.ListKeysRequest
+	(*v1.RevokeKeyRequest)(nil),        // 36: flo.v1.RevokeKeyRequest
+	(*v1.Namespace)(nil),               // 37: flo.v1.Namespace
+	(*v1.ListNamespacesResponse)(nil),  // 38: flo.v1.ListNamespacesResponse
+	(*v1.ListActionsResponse)(nil),     // 39: flo.v1.ListActionsResponse
+	(*v1.Task)(nil),                    // 40: flo.v1.Task
+	(*v1.ListDeadLettersResponse)(nil), // 41: flo.v1.ListDeadLettersResponse
+	(*v1.TouchAck)(nil),                // 42: flo.v1.TouchAck
+	(*v1.CreateKeyResponse)(nil),       // 43: flo.v1.CreateKeyResponse
+	(*v1.ListKeysResponse)(nil),        // 44: flo.v1.ListKeysResponse
+	(*v1.ApiKey)(nil),                  // 45: flo.v1.ApiKey
 }
 var file_flo_dispatcher_v1_dispatcher_proto_depIdxs = []int32{
-	15, // 0: flo.dispatcher.v1.EnsureActionsResponse.actions:type_name -> flo.v1.Action
-	6,  // 1: flo.dispatcher.v1.ListReplicasResponse.replicas:type_name -> flo.dispatcher.v1.Replica
-	16, // 2: flo.dispatcher.v1.ClaimResponse.tasks:type_name -> flo.v1.TaskAssignment
-	17, // 3: flo.dispatcher.v1.Report.completed:type_name -> flo.v1.Completed
-	18, // 4: flo.dispatcher.v1.Report.failed:type_name -> flo.v1.Failed
-	19, // 5: flo.dispatcher.v1.Report.nack:type_name -> flo.v1.Nack
-	20, // 6: flo.dispatcher.v1.Report.abandon:type_name -> flo.v1.Abandon
-	21, // 7: flo.dispatcher.v1.Report.pending:type_name -> flo.v1.Pending
-	14, // 8: flo.dispatcher.v1.Report.trace_context:type_name -> flo.dispatcher.v1.Report.TraceContextEntry
-	8,  // 9: flo.dispatcher.v1.ReportRequest.reports:type_name -> flo.dispatcher.v1.Report
-	22, // 10: flo.dispatcher.v1.KeyForAuth.expires_at:type_name -> google.protobuf.Timestamp
-	22, // 11: flo.dispatcher.v1.KeyForAuth.revoked_at:type_name -> google.protobuf.Timestamp
-	23, // 12: flo.dispatcher.v1.Dispatcher.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
-	24, // 13: flo.dispatcher.v1.Dispatcher.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
-	25, // 14: flo.dispatcher.v1.Dispatcher.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
-	26, // 15: flo.dispatcher.v1.Dispatcher.RegisterAction:input_type -> flo.v1.RegisterActionRequest
-	0,  // 16: flo.dispatcher.v1.Dispatcher.EnsureActions:input_type -> flo.dispatcher.v1.EnsureActionsRequest
-	27, // 17: flo.dispatcher.v1.Dispatcher.GetAction:input_type -> flo.v1.GetActionRequest
-	28, // 18: flo.dispatcher.v1.Dispatcher.ListActions:input_type -> flo.v1.ListActionsRequest
-	2,  // 19: flo.dispatcher.v1.Dispatcher.SetActionEnabled:input_type -> flo.dispatcher.v1.SetActionEnabledRequest
-	29, // 20: flo.dispatcher.v1.Dispatcher.GetTask:input_type -> flo.v1.GetTaskRequest
-	30, // 21: flo.dispatcher.v1.Dispatcher.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
-	29, // 22: flo.dispatcher.v1.Dispatcher.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
-	31, // 23: flo.dispatcher.v1.Dispatcher.CompleteTask:input_type -> flo.v1.CompleteTaskRequest
-	32, // 24: flo.dispatcher.v1.Dispatcher.FailTask:input_type -> flo.v1.FailTaskRequest
-	3,  // 25: flo.dispatcher.v1.Dispatcher.Claim:input_type -> flo.dispatcher.v1.ClaimRequest
-	4,  // 26: flo.dispatcher.v1.Dispatcher.ListReplicas:input_type -> flo.dispatcher.v1.ListReplicasRequest
-	9,  // 27: flo.dispatcher.v1.Dispatcher.Report:input_type -> flo.dispatcher.v1.ReportRequest
-	11, // 28: flo.dispatcher.v1.Dispatcher.Touch:input_type -> flo.dispatcher.v1.TouchRequest
-	33, // 29: flo.dispatcher.v1.Dispatcher.CreateKey:input_type -> flo.v1.CreateKeyRequest
-	34, // 30: flo.dispatcher.v1.Dispatcher.ListKeys:input_type -> flo.v1.ListKeysRequest
-	35, // 31: flo.dispatcher.v1.Dispatcher.RevokeKey:input_type -> flo.v1.RevokeKeyRequest
-	12, // 32: flo.dispatcher.v1.Dispatcher.GetKeyForAuth:input_type -> flo.dispatcher.v1.GetKeyForAuthRequest
-	36, // 33: flo.dispatcher.v1.Dispatcher.CreateNamespace:output_type -> flo.v1.Namespace
-	36, // 34: flo.dispatcher.v1.Dispatcher.GetNamespace:output_type -> flo.v1.Namespace
-	37, // 35: flo.dispatcher.v1.Dispatcher.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
-	15, // 36: flo.dispatcher.v1.Dispatcher.RegisterAction:output_type -> flo.v1.Action
-	1,  // 37: flo.dispatcher.v1.Dispatcher.EnsureActions:output_type -> flo.dispatcher.v1.EnsureActionsResponse
-	15, // 38: flo.dispatcher.v1.Dispatcher.GetAction:output_type -> flo.v1.Action
-	38, // 39: flo.dispatcher.v1.Dispatcher.ListActions:output_type -> flo.v1.ListActionsResponse
-	15, // 40: flo.dispatcher.v1.Dispatcher.SetActionEnabled:output_type -> flo.v1.Action
-	39, // 41: flo.dispatcher.v1.Dispatcher.GetTask:output_type -> flo.v1.Task
-	40, // 42: flo.dispatcher.v1.Dispatcher.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
-	39, // 43: flo.dispatcher.v1.Dispatcher.RequeueDeadLetter:output_type -> flo.v1.Task
-	39, // 44: flo.dispatcher.v1.Dispatcher.CompleteTask:output_type -> flo.v1.Task
-	39, // 45: flo.dispatcher.v1.Dispatcher.FailTask:output_type -> flo.v1.Task
-	7,  // 46: flo.dispatcher.v1.Dispatcher.Claim:output_type -> flo.dispatcher.v1.ClaimResponse
-	5,  // 47: flo.dispatcher.v1.Dispatcher.ListReplicas:output_type -> flo.dispatcher.v1.ListReplicasResponse
-	10, // 48: flo.dispatcher.v1.Dispatcher.Report:output_type -> flo.dispatcher.v1.ReportResponse
-	41, // 49: flo.dispatcher.v1.Dispatcher.Touch:output_type -> flo.v1.TouchAck
-	42, // 50: flo.dispatcher.v1.Dispatcher.CreateKey:output_type -> flo.v1.CreateKeyResponse
-	43, // 51: flo.dispatcher.v1.Dispatcher.ListKeys:output_type -> flo.v1.ListKeysResponse
-	44, // 52: flo.dispatcher.v1.Dispatcher.RevokeKey:output_type -> flo.v1.ApiKey
-	13, // 53: flo.dispatcher.v1.Dispatcher.GetKeyForAuth:output_type -> flo.dispatcher.v1.KeyForAuth
-	33, // [33:54] is the sub-list for method output_type
-	12, // [12:33] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	16, // 0: flo.dispatcher.v1.EnsureActionsResponse.actions:type_name -> flo.v1.Action
+	4,  // 1: flo.dispatcher.v1.ClaimRequest.slots:type_name -> flo.dispatcher.v1.ClaimSlot
+	7,  // 2: flo.dispatcher.v1.ListReplicasResponse.replicas:type_name -> flo.dispatcher.v1.Replica
+	17, // 3: flo.dispatcher.v1.ClaimResponse.tasks:type_name -> flo.v1.TaskAssignment
+	18, // 4: flo.dispatcher.v1.Report.completed:type_name -> flo.v1.Completed
+	19, // 5: flo.dispatcher.v1.Report.failed:type_name -> flo.v1.Failed
+	20, // 6: flo.dispatcher.v1.Report.nack:type_name -> flo.v1.Nack
+	21, // 7: flo.dispatcher.v1.Report.abandon:type_name -> flo.v1.Abandon
+	22, // 8: flo.dispatcher.v1.Report.pending:type_name -> flo.v1.Pending
+	15, // 9: flo.dispatcher.v1.Report.trace_context:type_name -> flo.dispatcher.v1.Report.TraceContextEntry
+	9,  // 10: flo.dispatcher.v1.ReportRequest.reports:type_name -> flo.dispatcher.v1.Report
+	23, // 11: flo.dispatcher.v1.KeyForAuth.expires_at:type_name -> google.protobuf.Timestamp
+	23, // 12: flo.dispatcher.v1.KeyForAuth.revoked_at:type_name -> google.protobuf.Timestamp
+	24, // 13: flo.dispatcher.v1.Dispatcher.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
+	25, // 14: flo.dispatcher.v1.Dispatcher.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
+	26, // 15: flo.dispatcher.v1.Dispatcher.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
+	27, // 16: flo.dispatcher.v1.Dispatcher.RegisterAction:input_type -> flo.v1.RegisterActionRequest
+	0,  // 17: flo.dispatcher.v1.Dispatcher.EnsureActions:input_type -> flo.dispatcher.v1.EnsureActionsRequest
+	28, // 18: flo.dispatcher.v1.Dispatcher.GetAction:input_type -> flo.v1.GetActionRequest
+	29, // 19: flo.dispatcher.v1.Dispatcher.ListActions:input_type -> flo.v1.ListActionsRequest
+	2,  // 20: flo.dispatcher.v1.Dispatcher.SetActionEnabled:input_type -> flo.dispatcher.v1.SetActionEnabledRequest
+	30, // 21: flo.dispatcher.v1.Dispatcher.GetTask:input_type -> flo.v1.GetTaskRequest
+	31, // 22: flo.dispatcher.v1.Dispatcher.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
+	30, // 23: flo.dispatcher.v1.Dispatcher.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
+	32, // 24: flo.dispatcher.v1.Dispatcher.CompleteTask:input_type -> flo.v1.CompleteTaskRequest
+	33, // 25: flo.dispatcher.v1.Dispatcher.FailTask:input_type -> flo.v1.FailTaskRequest
+	3,  // 26: flo.dispatcher.v1.Dispatcher.Claim:input_type -> flo.dispatcher.v1.ClaimRequest
+	5,  // 27: flo.dispatcher.v1.Dispatcher.ListReplicas:input_type -> flo.dispatcher.v1.ListReplicasRequest
+	10, // 28: flo.dispatcher.v1.Dispatcher.Report:input_type -> flo.dispatcher.v1.ReportRequest
+	12, // 29: flo.dispatcher.v1.Dispatcher.Touch:input_type -> flo.dispatcher.v1.TouchRequest
+	34, // 30: flo.dispatcher.v1.Dispatcher.CreateKey:input_type -> flo.v1.CreateKeyRequest
+	35, // 31: flo.dispatcher.v1.Dispatcher.ListKeys:input_type -> flo.v1.ListKeysRequest
+	36, // 32: flo.dispatcher.v1.Dispatcher.RevokeKey:input_type -> flo.v1.RevokeKeyRequest
+	13, // 33: flo.dispatcher.v1.Dispatcher.GetKeyForAuth:input_type -> flo.dispatcher.v1.GetKeyForAuthRequest
+	37, // 34: flo.dispatcher.v1.Dispatcher.CreateNamespace:output_type -> flo.v1.Namespace
+	37, // 35: flo.dispatcher.v1.Dispatcher.GetNamespace:output_type -> flo.v1.Namespace
+	38, // 36: flo.dispatcher.v1.Dispatcher.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
+	16, // 37: flo.dispatcher.v1.Dispatcher.RegisterAction:output_type -> flo.v1.Action
+	1,  // 38: flo.dispatcher.v1.Dispatcher.EnsureActions:output_type -> flo.dispatcher.v1.EnsureActionsResponse
+	16, // 39: flo.dispatcher.v1.Dispatcher.GetAction:output_type -> flo.v1.Action
+	39, // 40: flo.dispatcher.v1.Dispatcher.ListActions:output_type -> flo.v1.ListActionsResponse
+	16, // 41: flo.dispatcher.v1.Dispatcher.SetActionEnabled:output_type -> flo.v1.Action
+	40, // 42: flo.dispatcher.v1.Dispatcher.GetTask:output_type -> flo.v1.Task
+	41, // 43: flo.dispatcher.v1.Dispatcher.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
+	40, // 44: flo.dispatcher.v1.Dispatcher.RequeueDeadLetter:output_type -> flo.v1.Task
+	40, // 45: flo.dispatcher.v1.Dispatcher.CompleteTask:output_type -> flo.v1.Task
+	40, // 46: flo.dispatcher.v1.Dispatcher.FailTask:output_type -> flo.v1.Task
+	8,  // 47: flo.dispatcher.v1.Dispatcher.Claim:output_type -> flo.dispatcher.v1.ClaimResponse
+	6,  // 48: flo.dispatcher.v1.Dispatcher.ListReplicas:output_type -> flo.dispatcher.v1.ListReplicasResponse
+	11, // 49: flo.dispatcher.v1.Dispatcher.Report:output_type -> flo.dispatcher.v1.ReportResponse
+	42, // 50: flo.dispatcher.v1.Dispatcher.Touch:output_type -> flo.v1.TouchAck
+	43, // 51: flo.dispatcher.v1.Dispatcher.CreateKey:output_type -> flo.v1.CreateKeyResponse
+	44, // 52: flo.dispatcher.v1.Dispatcher.ListKeys:output_type -> flo.v1.ListKeysResponse
+	45, // 53: flo.dispatcher.v1.Dispatcher.RevokeKey:output_type -> flo.v1.ApiKey
+	14, // 54: flo.dispatcher.v1.Dispatcher.GetKeyForAuth:output_type -> flo.dispatcher.v1.KeyForAuth
+	34, // [34:55] is the sub-list for method output_type
+	13, // [13:34] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_flo_dispatcher_v1_dispatcher_proto_init() }
@@ -1134,7 +1216,7 @@ func file_flo_dispatcher_v1_dispatcher_proto_init() {
 	if File_flo_dispatcher_v1_dispatcher_proto != nil {
 		return
 	}
-	file_flo_dispatcher_v1_dispatcher_proto_msgTypes[8].OneofWrappers = []any{
+	file_flo_dispatcher_v1_dispatcher_proto_msgTypes[9].OneofWrappers = []any{
 		(*Report_Completed)(nil),
 		(*Report_Failed)(nil),
 		(*Report_Nack)(nil),
@@ -1147,7 +1229,7 @@ func file_flo_dispatcher_v1_dispatcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flo_dispatcher_v1_dispatcher_proto_rawDesc), len(file_flo_dispatcher_v1_dispatcher_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
