@@ -5,6 +5,7 @@
 package devstack
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -69,6 +70,13 @@ type Config struct {
 
 	// Namespaces are created at start.
 	Namespaces []string `env:"FLO_BOOTSTRAP_NAMESPACES, default=default,myapp"`
+
+	// The services' other settings (limits such as
+	// FLO_MAX_WORKERS_PER_NAMESPACE, caches, ticks, stream caps) are each
+	// service's own: Start reads them from the environment with the
+	// service's names and defaults, as its binary does. The fields below
+	// are the ones tests set in code; zero takes the environment's value.
+
 	// HeartbeatTimeout is how long a silent worker stays healthy.
 	HeartbeatTimeout time.Duration `env:"FLO_WORKER_HEARTBEAT_TIMEOUT, default=90s"`
 	// HealthCheckInterval is how often silent workers are looked for.
@@ -260,15 +268,18 @@ func (s *Stack) StartDispatcherReplica(ctx context.Context, name string) error {
 }
 
 func (s *Stack) newDispatcher(ctx context.Context, grpcAddr, httpAddr string) (*dispatcher.Service, error) {
-	svc, err := dispatcher.New(ctx, dispatcher.Config{
-		GRPCAddr:            grpcAddr,
-		HTTPAddr:            httpAddr,
-		BootstrapNamespaces: s.cfg.Namespaces,
-		MaxPayloadBytes:     s.cfg.MaxPayloadBytes,
-		Postgres:            config.Postgres{URL: s.dbURL, MaxConns: 16},
-		Kafka:               s.kafka,
-		Auth:                s.internal,
-	}, s.log.With("component", "dispatcher"), dispatcher.WithMetricsHandler(s.telemetry.MetricsHandler()))
+	cfg, err := serviceConfig[dispatcher.Config](ctx, "dispatcher")
+	if err != nil {
+		return nil, err
+	}
+	cfg.GRPCAddr, cfg.HTTPAddr = grpcAddr, httpAddr
+	// The replicas of one stack reach each other at their listeners.
+	cfg.AdvertiseAddr, cfg.ServiceAddr = "", ""
+	cfg.BootstrapNamespaces = s.cfg.Namespaces
+	cfg.MaxPayloadBytes = cmp.Or(s.cfg.MaxPayloadBytes, cfg.MaxPayloadBytes)
+	cfg.Postgres = config.Postgres{URL: s.dbURL, MaxConns: 16}
+	cfg.Kafka, cfg.Auth = s.kafka, s.internal
+	svc, err := dispatcher.New(ctx, cfg, s.log.With("component", "dispatcher"), dispatcher.WithMetricsHandler(s.telemetry.MetricsHandler()))
 	if err != nil {
 		return nil, fmt.Errorf("start dispatcher: %w", err)
 	}
@@ -280,17 +291,17 @@ func (s *Stack) StopDispatcher() error { return s.stop("dispatcher") }
 
 // StartRegistry starts a registry replica (again, after StopRegistry).
 func (s *Stack) StartRegistry(ctx context.Context) error {
-	svc, err := registry.New(ctx, registry.Config{
-		GRPCAddr:               s.cfg.RegistryGRPCAddr,
-		HTTPAddr:               s.cfg.RegistryHTTPAddr,
-		HeartbeatTimeout:       s.cfg.HeartbeatTimeout,
-		HealthCheckInterval:    s.cfg.HealthCheckInterval,
-		MaxWorkersPerNamespace: 10000,
-		MaxPayloadBytes:        s.cfg.MaxPayloadBytes,
-		Postgres:               config.Postgres{URL: s.dbURL, MaxConns: 8},
-		Kafka:                  s.kafka,
-		Auth:                   s.internal,
-	}, s.log.With("component", "registry"), registry.WithMetricsHandler(s.telemetry.MetricsHandler()))
+	cfg, err := serviceConfig[registry.Config](ctx, "registry")
+	if err != nil {
+		return err
+	}
+	cfg.GRPCAddr, cfg.HTTPAddr = s.cfg.RegistryGRPCAddr, s.cfg.RegistryHTTPAddr
+	cfg.HeartbeatTimeout = cmp.Or(s.cfg.HeartbeatTimeout, cfg.HeartbeatTimeout)
+	cfg.HealthCheckInterval = cmp.Or(s.cfg.HealthCheckInterval, cfg.HealthCheckInterval)
+	cfg.MaxPayloadBytes = cmp.Or(s.cfg.MaxPayloadBytes, cfg.MaxPayloadBytes)
+	cfg.Postgres = config.Postgres{URL: s.dbURL, MaxConns: 8}
+	cfg.Kafka, cfg.Auth = s.kafka, s.internal
+	svc, err := registry.New(ctx, cfg, s.log.With("component", "registry"), registry.WithMetricsHandler(s.telemetry.MetricsHandler()))
 	if err != nil {
 		return fmt.Errorf("start registry: %w", err)
 	}
@@ -305,15 +316,14 @@ func (s *Stack) StopRegistry() error { return s.stop("registry") }
 
 // StartStreams starts a streams replica (again, after StopStreams).
 func (s *Stack) StartStreams(ctx context.Context) error {
-	svc, err := streams.New(ctx, streams.Config{
-		GRPCAddr:       s.cfg.StreamsGRPCAddr,
-		HTTPAddr:       s.cfg.StreamsHTTPAddr,
-		MaxRecordBytes: s.cfg.MaxPayloadBytes,
-		ReadCacheBytes: 64 << 20,
-		Postgres:       config.Postgres{URL: s.dbURL, MaxConns: 16},
-		Kafka:          s.kafka,
-		Auth:           s.internal,
-	}, s.log.With("component", "streams"), streams.WithMetricsHandler(s.telemetry.MetricsHandler()))
+	cfg, err := serviceConfig[streams.Config](ctx, "streams")
+	if err != nil {
+		return err
+	}
+	cfg.GRPCAddr, cfg.HTTPAddr = s.cfg.StreamsGRPCAddr, s.cfg.StreamsHTTPAddr
+	cfg.Postgres = config.Postgres{URL: s.dbURL, MaxConns: 16}
+	cfg.Kafka, cfg.Auth = s.kafka, s.internal
+	svc, err := streams.New(ctx, cfg, s.log.With("component", "streams"), streams.WithMetricsHandler(s.telemetry.MetricsHandler()))
 	if err != nil {
 		return fmt.Errorf("start streams: %w", err)
 	}
@@ -328,18 +338,16 @@ func (s *Stack) StopStreams() error { return s.stop("streams") }
 
 // StartWorkflow starts a workflow service replica (again, after StopWorkflow).
 func (s *Stack) StartWorkflow(ctx context.Context) error {
-	svc, err := workflow.New(ctx, workflow.Config{
-		GRPCAddr:        s.cfg.WorkflowGRPCAddr,
-		HTTPAddr:        s.cfg.WorkflowHTTPAddr,
-		MaxPayloadBytes: s.cfg.MaxPayloadBytes,
-		// The service's default: timers wake when they are due, the tick
-		// is only the slowest the loop looks.
-		TimerTick:   time.Second,
-		StreamsAddr: s.cfg.StreamsGRPCAddr,
-		Postgres:    config.Postgres{URL: s.dbURL, MaxConns: 16},
-		Kafka:       s.kafka,
-		Auth:        s.internal,
-	}, s.log.With("component", "workflow"), workflow.WithMetricsHandler(s.telemetry.MetricsHandler()))
+	cfg, err := serviceConfig[workflow.Config](ctx, "workflow")
+	if err != nil {
+		return err
+	}
+	cfg.GRPCAddr, cfg.HTTPAddr = s.cfg.WorkflowGRPCAddr, s.cfg.WorkflowHTTPAddr
+	cfg.MaxPayloadBytes = cmp.Or(s.cfg.MaxPayloadBytes, cfg.MaxPayloadBytes)
+	cfg.StreamsAddr = s.cfg.StreamsGRPCAddr
+	cfg.Postgres = config.Postgres{URL: s.dbURL, MaxConns: 16}
+	cfg.Kafka, cfg.Auth = s.kafka, s.internal
+	svc, err := workflow.New(ctx, cfg, s.log.With("component", "workflow"), workflow.WithMetricsHandler(s.telemetry.MetricsHandler()))
 	if err != nil {
 		return fmt.Errorf("start workflow: %w", err)
 	}
@@ -353,25 +361,19 @@ func (s *Stack) StartWorkflow(ctx context.Context) error {
 func (s *Stack) StopWorkflow() error { return s.stop("workflow") }
 
 func (s *Stack) startGateway(ctx context.Context) error {
-	cfg := gateway.Config{
-		GRPCAddr:        s.cfg.GatewayGRPCAddr,
-		HTTPAddr:        s.cfg.GatewayHTTPAddr,
-		DispatcherAddr:  s.cfg.DispatcherGRPCAddr,
-		RegistryAddr:    s.cfg.RegistryGRPCAddr,
-		StreamsAddr:     s.cfg.StreamsGRPCAddr,
-		WorkflowAddr:    s.cfg.WorkflowGRPCAddr,
-		MetricsAddr:     s.cfg.GatewayMetricsAddr,
-		MaxPayloadBytes: s.cfg.MaxPayloadBytes,
-		TLSCertFile:     s.cfg.GatewayTLSCert,
-		TLSKeyFile:      s.cfg.GatewayTLSKey,
-		Auth:            s.internal,
-		Kafka:           s.kafka,
+	// The key cache, the per-role rate limits and the stream caps are the
+	// gateway's own settings (FLO_AUTH_KEY_CACHE_TTL, FLO_RATE_LIMIT_*,
+	// FLO_GATEWAY_MAX_*), as in production.
+	cfg, err := serviceConfig[gateway.Config](ctx, "gateway")
+	if err != nil {
+		return err
 	}
-	// The key cache and the per-role rate limits are the gateway's own
-	// settings (FLO_AUTH_KEY_CACHE_TTL, FLO_RATE_LIMIT_*), as in production.
-	if err := config.Load(ctx, &cfg.APIKeys); err != nil {
-		return fmt.Errorf("gateway config: %w", err)
-	}
+	cfg.GRPCAddr, cfg.HTTPAddr, cfg.MetricsAddr = s.cfg.GatewayGRPCAddr, s.cfg.GatewayHTTPAddr, s.cfg.GatewayMetricsAddr
+	cfg.DispatcherAddr, cfg.RegistryAddr = s.cfg.DispatcherGRPCAddr, s.cfg.RegistryGRPCAddr
+	cfg.StreamsAddr, cfg.WorkflowAddr = s.cfg.StreamsGRPCAddr, s.cfg.WorkflowGRPCAddr
+	cfg.MaxPayloadBytes = cmp.Or(s.cfg.MaxPayloadBytes, cfg.MaxPayloadBytes)
+	cfg.TLSCertFile, cfg.TLSKeyFile = s.cfg.GatewayTLSCert, s.cfg.GatewayTLSKey
+	cfg.Kafka, cfg.Auth = s.kafka, s.internal
 	cfg.APIKeys.AdminToken = s.admin
 	svc, err := gateway.New(ctx, cfg, s.log.With("component", "gateway"), gateway.WithMetricsHandler(s.telemetry.MetricsHandler()))
 	if err != nil {
@@ -380,6 +382,17 @@ func (s *Stack) startGateway(ctx context.Context) error {
 	s.gateway = svc
 	s.run("gateway", svc.Run)
 	return nil
+}
+
+// serviceConfig reads a service's settings from the environment with the
+// service's own names and defaults; the caller then sets what the stack
+// decides: addresses, database, broker and credentials.
+func serviceConfig[C any](ctx context.Context, service string) (C, error) {
+	var cfg C
+	if err := config.Load(ctx, &cfg); err != nil {
+		return cfg, fmt.Errorf("%s config: %w", service, err)
+	}
+	return cfg, nil
 }
 
 func (s *Stack) run(name string, fn func(context.Context) error) {
