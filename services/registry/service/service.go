@@ -90,6 +90,7 @@ type Service struct {
 	producer *kgo.Client
 	consumer *kafka.Consumer
 	relay    *outbox.Relay
+	roster   *roster.Roster
 	checker  *health.Checker
 	tally    *tally.Tally
 	gauges   *telemetry.Gauges
@@ -134,8 +135,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	s.relay = outbox.NewRelay(s.pool, s.producer, log)
 
 	meter := otel.Meter("github.com/razorbill/flo/services/registry")
-	r, err := roster.New(s.pool, s.relay, cfg.MaxWorkersPerNamespace, meter)
-	if err != nil {
+	if s.roster, err = roster.New(s.pool, s.relay, cfg.MaxWorkersPerNamespace, meter); err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
 	if s.checker, err = health.New(s.pool, s.relay, cfg.HeartbeatTimeout, log, meter); err != nil {
@@ -148,7 +148,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		return nil, fmt.Errorf("registry: %w", err)
 	}
 
-	if s.grpcServer, err = grpcapi.NewGRPCServer(r, log, cfg.Auth); err != nil {
+	if s.grpcServer, err = grpcapi.NewGRPCServer(s.roster, log, cfg.Auth); err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
 	if s.grpcLis, s.httpLis, err = stage.Listen(cfg.GRPCAddr, cfg.HTTPAddr); err != nil {
@@ -200,6 +200,7 @@ func (s *Service) Run(ctx context.Context) error {
 			Go("outbox relay", s.relay.Run).
 			OnStop(s.relay.FlushAtStop(relayFlushWait)),
 		stage.New("work").
+			Go("registration and heartbeat batches", s.roster.Run).
 			Go("health check", func(ctx context.Context) error { return s.checker.Run(ctx, s.cfg.HealthCheckInterval) }).
 			Go("inbox pruning", s.tally.RunPruning).
 			Go("worker gauges", s.gauges.Run),

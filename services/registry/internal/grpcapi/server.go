@@ -5,10 +5,14 @@ package grpcapi
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	"github.com/razorbill/flo/libs/coalesce"
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/grpcserver"
 	"github.com/razorbill/flo/libs/page"
@@ -28,12 +32,25 @@ type Server struct {
 // refusing calls without auth's internal credential, and the tracing,
 // recovery and error-mapping interceptors installed.
 func NewGRPCServer(r *roster.Roster, log *slog.Logger, auth config.Auth) (*grpc.Server, error) {
-	s, err := grpcserver.NewInternal(auth, log, nil)
+	s, err := grpcserver.NewInternal(auth, log, registryStatus)
 	if err != nil {
 		return nil, err
 	}
 	registryv1.RegisterRegistryServer(s, &Server{roster: r})
 	return s, nil
+}
+
+// registryStatus maps the errors only the registry knows to status codes,
+// and returns nil for any other; grpcserver.ErrorInterceptor maps the rest.
+// Unavailable tells the SDK to try again later.
+func registryStatus(err error) error {
+	switch {
+	case errors.Is(err, roster.ErrUnavailable):
+		return status.Error(codes.Unavailable, roster.ErrUnavailable.Error())
+	case errors.Is(err, coalesce.ErrStopped):
+		return status.Error(codes.Unavailable, "the worker registry is stopping; retry")
+	}
+	return nil
 }
 
 // RegisterWorker creates or replaces a worker's record.

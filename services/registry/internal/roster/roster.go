@@ -6,18 +6,17 @@ package roster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/razorbill/flo/libs/coalesce"
 	"github.com/razorbill/flo/libs/fault"
-	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/outbox"
 	"github.com/razorbill/flo/libs/page"
 	"github.com/razorbill/flo/libs/pg"
@@ -28,96 +27,89 @@ import (
 // idAttempts bounds how often a made-up id is redrawn when it is taken.
 const idAttempts = 8
 
+// Batch bounds. A batch is one transaction; calls beyond a full queue wait
+// for room.
+const (
+	heartbeatQueue    = 4096
+	heartbeatBatch    = 1000
+	registrationQueue = 4096
+	registrationBatch = 500
+)
+
+// ErrUnavailable wraps the error of a batch that failed for a reason that
+// is not the callers' (Postgres down or restarting, a lost connection, a
+// deadlock): nothing of the batch was written and the call can be retried.
+var ErrUnavailable = errors.New("the worker registry's database is unavailable; retry")
+
 // Notifier is told that the outbox has new rows.
 type Notifier interface{ Notify() }
 
 // Roster registers and tracks workers.
 type Roster struct {
-	pool         *pgxpool.Pool
-	relay        Notifier
-	maxWorkers   int
-	registered   metric.Int64Counter
-	heartbeats   metric.Int64Counter
-	deregistered metric.Int64Counter
+	pool          *pgxpool.Pool
+	relay         Notifier
+	maxWorkers    int
+	registrations *coalesce.Batcher[registration, store.Worker]
+	heartbeats    *coalesce.Batcher[store.Beat, store.Status]
+	registered    metric.Int64Counter
+	beats         metric.Int64Counter
+	deregistered  metric.Int64Counter
+	batchSize     metric.Int64Histogram
 }
 
 // New returns a Roster admitting at most maxWorkers workers per namespace.
+// Registrations and heartbeats are written while Run runs.
 func New(pool *pgxpool.Pool, relay Notifier, maxWorkers int, meter metric.Meter) (*Roster, error) {
 	if maxWorkers <= 0 {
 		return nil, fmt.Errorf("roster: the worker limit must be positive, got %d", maxWorkers)
 	}
 	r := &Roster{pool: pool, relay: relay, maxWorkers: maxWorkers}
+	r.registrations = coalesce.New(registrationQueue, registrationBatch, r.execRegistrations)
+	r.heartbeats = coalesce.New(heartbeatQueue, heartbeatBatch, r.execHeartbeats)
 	var err error
 	if r.registered, err = meter.Int64Counter("flo.registry.workers.registered", metric.WithUnit("{worker}"), metric.WithDescription("Worker registrations, replacements included.")); err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
-	if r.heartbeats, err = meter.Int64Counter("flo.registry.heartbeats", metric.WithUnit("{heartbeat}"), metric.WithDescription("Heartbeats recorded.")); err != nil {
+	if r.beats, err = meter.Int64Counter("flo.registry.heartbeats", metric.WithUnit("{heartbeat}"), metric.WithDescription("Heartbeats recorded.")); err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
 	if r.deregistered, err = meter.Int64Counter("flo.registry.workers.deregistered", metric.WithUnit("{worker}"), metric.WithDescription("Workers removed.")); err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
+	if r.batchSize, err = meter.Int64Histogram("flo.registry.batch.size", metric.WithUnit("{call}"),
+		metric.WithDescription("Calls written by one transaction, by kind (heartbeat, registration)."),
+		metric.WithExplicitBucketBoundaries(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)); err != nil {
+		return nil, fmt.Errorf("create metric: %w", err)
+	}
 	return r, nil
+}
+
+// Run writes batches of registrations and heartbeats until ctx ends; calls
+// made after that fail with coalesce.ErrStopped.
+func (r *Roster) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = r.registrations.Run(ctx) })
+	wg.Go(func() { _ = r.heartbeats.Run(ctx) })
+	wg.Wait()
+	return nil
 }
 
 // Register creates the record of reg.ID, or replaces it when the id is
 // registered already: status back to active, counters reset, processes
 // replaced. A new worker that would take its namespace past the limit is
 // refused. An empty id is made up ("worker-" and 8 hex digits) and never
-// replaces someone else's record.
+// replaces someone else's record. Concurrent registrations are written
+// together (see execRegistrations); Register returns once its batch
+// committed.
 func (r *Roster) Register(ctx context.Context, reg store.Registration) (store.Worker, error) {
 	generated, err := normalize(&reg)
 	if err != nil {
 		return store.Worker{}, err
 	}
-	var w store.Worker
-	err = pg.InTx(ctx, r.pool, func(tx pgx.Tx) error {
-		// Registrations in one namespace take turns, so the count below
-		// cannot be overtaken by a concurrent registration.
-		if err := store.LockNamespace(ctx, tx, reg.Namespace); err != nil {
-			return err
-		}
-		var (
-			count int
-			prev  store.Status
-			found bool
-		)
-		for attempt := 1; ; attempt++ {
-			var err error
-			if count, prev, found, err = store.Occupancy(ctx, tx, reg.Namespace, reg.ID); err != nil {
-				return err
-			}
-			if !found || !generated {
-				break
-			}
-			if attempt == idAttempts {
-				return fmt.Errorf("make up a free worker id in %s: %d tries taken", reg.Namespace, attempt)
-			}
-			reg.ID = newWorkerID()
-		}
-		if !found && count >= r.maxWorkers {
-			return fault.Exhaustedf("namespace %s has %d workers, the limit is %d", reg.Namespace, count, r.maxWorkers)
-		}
-		var err error
-		if w, err = store.PutWorker(ctx, tx, reg); err != nil {
-			if errors.Is(err, store.ErrBadMetadata) {
-				return fault.Invalidf("metadata: %v", err)
-			}
-			return err
-		}
-		rec, err := workerevent.Record(workerevent.Registered, store.Change{
-			Namespace: reg.Namespace, WorkerID: reg.ID, From: prev, To: w.Status,
-		}, time.Now())
-		if err != nil {
-			return err
-		}
-		return outbox.Write(ctx, tx, rec)
-	})
+	w, err := r.registrations.Do(ctx, registration{Registration: reg, generated: generated})
 	if err != nil {
 		return store.Worker{}, fmt.Errorf("register worker %s/%s: %w", reg.Namespace, reg.ID, err)
 	}
-	r.relay.Notify()
-	r.registered.Add(ctx, 1)
 	return w, nil
 }
 
@@ -125,57 +117,17 @@ func (r *Roster) Register(ctx context.Context, reg store.Registration) (store.Wo
 // drain was asked for, otherwise active with work in hand and idle without.
 // A heartbeat from an unhealthy worker makes it active or idle again. An
 // unknown worker gets NotFound, which tells the SDK to register again.
+// Concurrent heartbeats are written together (see execHeartbeats); Heartbeat
+// returns once its batch committed.
 func (r *Roster) Heartbeat(ctx context.Context, b store.Beat) (store.Status, error) {
 	if err := validateBeat(b); err != nil {
 		return "", err
 	}
-	ev, err := statusEvent(ctx, b)
+	st, err := r.heartbeats.Do(ctx, b)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("heartbeat of %s/%s: %w", b.Namespace, b.ID, err)
 	}
-	c, err := store.Heartbeat(ctx, r.pool, b, ev)
-	if errors.Is(err, pg.ErrNotFound) {
-		return "", notFound(b.Namespace, b.ID)
-	}
-	if err != nil {
-		return "", err
-	}
-	r.heartbeats.Add(ctx, 1)
-	if c.From != c.To {
-		r.relay.Notify()
-	}
-	return c.To, nil
-}
-
-// statusEvent encodes, for each status a heartbeat could move the worker out
-// of, the event announcing that move; the store picks the one that applies.
-func statusEvent(ctx context.Context, b store.Beat) (store.StatusEvent, error) {
-	to := store.Idle
-	if b.CurrentLoad > 0 {
-		to = store.Active
-	}
-	headers, err := json.Marshal(kafka.TraceHeaders(ctx))
-	if err != nil {
-		return store.StatusEvent{}, fmt.Errorf("encode trace headers: %w", err)
-	}
-	ev := store.StatusEvent{
-		Topic:      workerevent.Topic,
-		Key:        workerevent.Key(b.Namespace, b.ID),
-		Headers:    string(headers),
-		ByPrevious: make(map[store.Status][]byte, 2),
-	}
-	// One event id for all of them: at most one is written.
-	id, at := uuid.NewString(), time.Now()
-	for _, from := range []store.Status{store.Active, store.Idle, store.Unhealthy} {
-		if from == to {
-			continue
-		}
-		c := store.Change{Namespace: b.Namespace, WorkerID: b.ID, From: from, To: to}
-		if ev.ByPrevious[from], err = workerevent.Encode(workerevent.StatusChanged, c, id, at); err != nil {
-			return store.StatusEvent{}, err
-		}
-	}
-	return ev, nil
+	return st, nil
 }
 
 // Drain marks a worker draining: the dispatcher stops handing it tasks and
