@@ -535,7 +535,7 @@ func TestZombieOwnerIsFenced(t *testing.T) {
 	var claimErr error
 	calls.Go(func() {
 		claimed, claimErr = direct.Claim(callCtx, &dispatcherv1.ClaimRequest{
-			Namespace: "default", WorkerId: "zombie-probe", Actions: []string{mixedAction}, Count: 100,
+			Namespace: "default", Slots: []*dispatcherv1.ClaimSlot{{WorkerId: "zombie-probe", Count: 100}}, Actions: []string{mixedAction},
 		})
 	})
 	reports := make([]*dispatcherv1.Report, len(held))

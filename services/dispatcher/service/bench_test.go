@@ -38,7 +38,7 @@ func BenchmarkCycle(b *testing.B) {
 		wg.Go(func() {
 			worker := uuid.NewString()
 			for done.Load() < int64(b.N) {
-				resp, err := r.client.Claim(b.Context(), &dispatcherv1.ClaimRequest{Namespace: "default", WorkerId: worker, Actions: []string{"bench"}, Count: 50, WaitMs: 100})
+				resp, err := r.client.Claim(b.Context(), &dispatcherv1.ClaimRequest{Namespace: "default", Slots: []*dispatcherv1.ClaimSlot{{WorkerId: worker, Count: 50}}, Actions: []string{"bench"}, WaitMs: 100})
 				if err != nil {
 					b.Errorf("claim: %v", err)
 					return

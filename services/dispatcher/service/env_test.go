@@ -197,7 +197,7 @@ func (e *env) waitStatus(t *testing.T, ns, id string, status flov1.TaskStatus) *
 func (e *env) claim(t *testing.T, ns string, actions []string, count int32, wait, lease time.Duration) []*flov1.TaskAssignment {
 	t.Helper()
 	resp, err := e.client.Claim(t.Context(), &dispatcherv1.ClaimRequest{
-		Namespace: ns, WorkerId: "w1", Actions: actions, Count: count,
+		Namespace: ns, Slots: []*dispatcherv1.ClaimSlot{{WorkerId: "w1", Count: count}}, Actions: actions,
 		WaitMs: wait.Milliseconds(), LeaseMs: lease.Milliseconds(),
 	})
 	require.NoError(t, err)

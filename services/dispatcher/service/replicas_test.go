@@ -54,7 +54,7 @@ func drain(t *testing.T, replicas []*replica, ns, action string, want int) {
 				if finished {
 					return
 				}
-				resp, err := r.client.Claim(t.Context(), &dispatcherv1.ClaimRequest{Namespace: ns, WorkerId: uuid.NewString(), Actions: []string{action}, Count: 50, WaitMs: 200})
+				resp, err := r.client.Claim(t.Context(), &dispatcherv1.ClaimRequest{Namespace: ns, Slots: []*dispatcherv1.ClaimSlot{{WorkerId: uuid.NewString(), Count: 50}}, Actions: []string{action}, WaitMs: 200})
 				if err != nil {
 					t.Errorf("claim: %v", err)
 					return

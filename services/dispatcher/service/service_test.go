@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"testing"
@@ -57,6 +58,7 @@ func TestDispatcher(t *testing.T) {
 	t.Run("touch", func(t *testing.T) { t.Parallel(); testTouch(t, e) })
 	t.Run("requeue", func(t *testing.T) { t.Parallel(); testRequeue(t, e) })
 	t.Run("claim waits for work", func(t *testing.T) { t.Parallel(); testClaimWaits(t, e) })
+	t.Run("claim spreads tasks over its slots", func(t *testing.T) { t.Parallel(); testClaimSlots(t, e) })
 	t.Run("priority and delay", func(t *testing.T) { t.Parallel(); testPriorityAndDelay(t, e) })
 	t.Run("disabled action", func(t *testing.T) { t.Parallel(); testDisabled(t, e) })
 	t.Run("http", func(t *testing.T) { t.Parallel(); testHTTP(t, e) })
@@ -152,7 +154,7 @@ func testErrors(t *testing.T, e *env) {
 	requireCode(t, codes.NotFound, err, "namespace nope not found")
 	_, err = e.client.GetNamespace(ctx, &flov1.GetNamespaceRequest{Name: "nope"})
 	requireCode(t, codes.NotFound, err, "namespace nope not found")
-	_, err = e.client.Claim(ctx, &dispatcherv1.ClaimRequest{Namespace: "nope", WorkerId: "w", Actions: []string{"a"}})
+	_, err = e.client.Claim(ctx, &dispatcherv1.ClaimRequest{Namespace: "nope", Slots: []*dispatcherv1.ClaimSlot{{WorkerId: "w"}}, Actions: []string{"a"}})
 	requireCode(t, codes.NotFound, err, "namespace nope not found")
 	_, err = e.client.GetTask(ctx, &flov1.GetTaskRequest{Namespace: "nope", TaskId: uuid.NewString()})
 	requireCode(t, codes.NotFound, err, "namespace nope not found")
@@ -197,10 +199,12 @@ func testErrors(t *testing.T, e *env) {
 	require.NoError(t, err)
 	require.Len(t, list.GetActions(), 1)
 
-	_, err = e.client.Claim(ctx, &dispatcherv1.ClaimRequest{Namespace: ns, WorkerId: "w"})
+	_, err = e.client.Claim(ctx, &dispatcherv1.ClaimRequest{Namespace: ns, Slots: []*dispatcherv1.ClaimSlot{{WorkerId: "w"}}})
 	requireCode(t, codes.InvalidArgument, err, "actions")
 	_, err = e.client.Claim(ctx, &dispatcherv1.ClaimRequest{Namespace: ns, Actions: []string{"known"}})
-	requireCode(t, codes.InvalidArgument, err, "worker_id")
+	requireCode(t, codes.InvalidArgument, err, "slots")
+	_, err = e.client.Claim(ctx, &dispatcherv1.ClaimRequest{Namespace: ns, Actions: []string{"known"}, Slots: []*dispatcherv1.ClaimSlot{{WorkerId: ""}}})
+	requireCode(t, codes.InvalidArgument, err, "slots[0].worker_id")
 	_, err = e.client.ListDeadLetters(ctx, &flov1.ListDeadLettersRequest{Namespace: ns, Limit: -1})
 	requireCode(t, codes.InvalidArgument, err, "limit")
 
@@ -666,7 +670,7 @@ func testClaimWaits(t *testing.T, e *env) {
 
 	got := make(chan []*flov1.TaskAssignment, 1)
 	go func() {
-		resp, err := e.client.Claim(t.Context(), &dispatcherv1.ClaimRequest{Namespace: ns, WorkerId: "w2", Actions: []string{"later", "other"}, Count: 5, WaitMs: waitFor.Milliseconds()})
+		resp, err := e.client.Claim(t.Context(), &dispatcherv1.ClaimRequest{Namespace: ns, Slots: []*dispatcherv1.ClaimSlot{{WorkerId: "w2", Count: 5}}, Actions: []string{"later", "other"}, WaitMs: waitFor.Milliseconds()})
 		if err != nil {
 			got <- nil
 			return
@@ -680,6 +684,69 @@ func testClaimWaits(t *testing.T, e *env) {
 		require.Equal(t, id, tasks[0].GetTaskId())
 	case <-time.After(waitFor):
 		t.Fatal("waiting claim was not served")
+	}
+}
+
+func testClaimSlots(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	e.register(t, ns, "spread", nil)
+	slots := []*dispatcherv1.ClaimSlot{{WorkerId: "a", Count: 3}, {WorkerId: "b", Count: 1}, {WorkerId: "c", Count: 2}}
+	claim := func(wait time.Duration) (*dispatcherv1.ClaimResponse, error) {
+		resp, err := e.client.Claim(t.Context(), &dispatcherv1.ClaimRequest{Namespace: ns, Slots: slots, Actions: []string{"spread"}, WaitMs: wait.Milliseconds()})
+		if err == nil && len(resp.GetWorkerIds()) != len(resp.GetTasks()) {
+			err = fmt.Errorf("%d worker ids for %d tasks", len(resp.GetWorkerIds()), len(resp.GetTasks()))
+		}
+		return resp, err
+	}
+	countOf := func(resp *dispatcherv1.ClaimResponse) map[string]int {
+		n := map[string]int{}
+		for _, w := range resp.GetWorkerIds() {
+			n[w]++
+		}
+		return n
+	}
+
+	// A claim, waiting or not when they come, leases a burst to its
+	// workers in turn.
+	got := make(chan *dispatcherv1.ClaimResponse, 1)
+	go func() {
+		resp, err := claim(waitFor)
+		if err != nil {
+			t.Errorf("waiting claim: %v", err)
+		}
+		got <- resp
+	}()
+	var ids []string
+	for range 3 {
+		ids = append(ids, e.invoke(t, ns, "spread", `{}`))
+	}
+	var first *dispatcherv1.ClaimResponse
+	select {
+	case first = <-got:
+	case <-time.After(waitFor):
+		t.Fatal("waiting claim was not served")
+	}
+	require.NotEmpty(t, first.GetTasks())
+	for w, n := range countOf(first) {
+		require.Equal(t, 1, n, "worker %s got more than one of a burst of three (%v)", w, countOf(first))
+	}
+	for _, task := range first.GetTasks() {
+		require.Contains(t, ids, task.GetTaskId())
+	}
+
+	// Ready tasks are leased the same way at once, at most each slot's count.
+	for range 10 {
+		e.waitTask(t, ns, e.invoke(t, ns, "spread", `{}`))
+	}
+	var total map[string]int
+	require.Eventually(t, func() bool {
+		resp, err := claim(0)
+		require.NoError(t, err)
+		total = countOf(resp)
+		return len(total) > 0
+	}, waitFor, tick)
+	for w, n := range total {
+		require.LessOrEqual(t, n, map[string]int{"a": 3, "b": 1, "c": 2}[w], "worker %s", w)
 	}
 }
 

@@ -264,7 +264,7 @@ func seedDeadLetters(t *testing.T, s *stack, ns string, n int) {
 	_, err := s.tasks.InvokeTasks(ctx, &flov1.InvokeTasksRequest{Namespace: ns, Tasks: invokes})
 	require.NoError(t, err)
 	for failed := 0; failed < n; {
-		claimed, err := s.dispatcher.Claim(ctx, &dispatcherv1.ClaimRequest{Namespace: ns, WorkerId: "w-0", Actions: []string{"doomed"}, Count: int32(n), WaitMs: 5000})
+		claimed, err := s.dispatcher.Claim(ctx, &dispatcherv1.ClaimRequest{Namespace: ns, Slots: []*dispatcherv1.ClaimSlot{{WorkerId: "w-0", Count: int32(n)}}, Actions: []string{"doomed"}, WaitMs: 5000})
 		require.NoError(t, err)
 		reports := make([]*dispatcherv1.Report, len(claimed.GetTasks()))
 		for i, a := range claimed.GetTasks() {

@@ -113,7 +113,7 @@ steps:
 func fastWorker(ctx context.Context, e *env, ns, id string, actions []string) {
 	for ctx.Err() == nil {
 		resp, err := e.dispatcher.Claim(ctx, &dispatcherv1.ClaimRequest{
-			Namespace: ns, WorkerId: id, Actions: actions, Count: 256, WaitMs: 500, LeaseMs: 60_000,
+			Namespace: ns, Slots: []*dispatcherv1.ClaimSlot{{WorkerId: id, Count: 256}}, Actions: actions, WaitMs: 500, LeaseMs: 60_000,
 		})
 		if err != nil || len(resp.GetTasks()) == 0 {
 			continue

@@ -267,7 +267,7 @@ func (e *env) worker(t testing.TB, ns string, s script) {
 	wg.Go(func() {
 		for ctx.Err() == nil {
 			resp, err := e.dispatcher.Claim(ctx, &dispatcherv1.ClaimRequest{
-				Namespace: ns, WorkerId: "scripted", Actions: actions, Count: 64, WaitMs: 500, LeaseMs: 30_000,
+				Namespace: ns, Slots: []*dispatcherv1.ClaimSlot{{WorkerId: "scripted", Count: 64}}, Actions: actions, WaitMs: 500, LeaseMs: 30_000,
 			})
 			if err != nil {
 				if ctx.Err() == nil {

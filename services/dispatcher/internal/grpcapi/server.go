@@ -251,24 +251,29 @@ func (s *Server) taskCall(ctx context.Context, taskID string, local func(context
 	return out, err
 }
 
-// Claim leases tasks of this replica's partitions to a worker, waiting up
-// to wait_ms for some. Gateways send each claim to every replica
-// (ListReplicas), so claims are never passed on.
+// Claim leases tasks of this replica's partitions to the request's workers
+// (its slots), waiting up to wait_ms for some, and names each task's worker.
+// Gateways send each claim to every replica (ListReplicas), so claims are
+// never passed on.
 func (s *Server) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
+	slots := make([]owner.Slot, len(req.GetSlots()))
+	for i, sl := range req.GetSlots() {
+		slots[i] = owner.Slot{WorkerID: sl.GetWorkerId(), Count: int(sl.GetCount())}
+	}
 	tasks, err := s.d.Replica.Claim(ctx, owner.ClaimRequest{
 		Namespace: req.GetNamespace(),
-		WorkerID:  req.GetWorkerId(),
+		Slots:     slots,
 		Actions:   req.GetActions(),
-		Count:     int(req.GetCount()),
 		Wait:      millis.Duration(req.GetWaitMs()),
 		Lease:     millis.Duration(req.GetLeaseMs()),
 	})
 	if err != nil {
 		return nil, err
 	}
-	out := &dispatcherv1.ClaimResponse{Tasks: make([]*flov1.TaskAssignment, len(tasks))}
+	out := &dispatcherv1.ClaimResponse{Tasks: make([]*flov1.TaskAssignment, len(tasks)), WorkerIds: make([]string, len(tasks))}
 	for i, t := range tasks {
 		out.Tasks[i] = assignmentProto(t)
+		out.WorkerIds[i] = t.Task.WorkerID
 	}
 	return out, nil
 }

@@ -35,26 +35,60 @@ const (
 // id may be an invocation accepted a moment ago.
 const unseenWait = 5 * time.Second
 
-// ClaimRequest asks for up to Count tasks of Actions for worker WorkerID.
+// ClaimRequest asks for tasks of Actions for the workers of Slots.
 type ClaimRequest struct {
 	Namespace string
-	WorkerID  string
-	Actions   []string
-	Count     int
+	// Slots are the workers the claim is for, each with how many tasks it
+	// takes; one waiting claim serves them all.
+	Slots   []Slot
+	Actions []string
 	// Wait is how long to wait for work when none is ready.
 	Wait time.Duration
 	// Lease is the lease length; zero means each task's timeout.
 	Lease time.Duration
 }
 
-// Claim leases up to req.Count tasks of the partitions this replica owns,
-// waiting up to req.Wait for some to become ready. It returns no tasks and
-// no error when the wait ran out.
+// Slot is one worker's share of a claim: up to Count tasks (zero means one).
+type Slot struct {
+	WorkerID string
+	Count    int
+}
+
+// turns lays the slots out as one engine slot per task, in turn: one to
+// each slot with count left, then again, so that a burst smaller than the
+// claim spreads over its workers instead of filling the first.
+func turns(slots []Slot, lease time.Duration) []engine.Slot {
+	total := 0
+	left := make([]int, len(slots))
+	active := make([]int, len(slots))
+	for i, s := range slots {
+		left[i], active[i] = s.Count, i
+		total += s.Count
+	}
+	out := make([]engine.Slot, 0, total)
+	for len(active) > 0 {
+		next := active[:0]
+		for _, i := range active {
+			out = append(out, engine.Slot{WorkerID: slots[i].WorkerID, Lease: lease})
+			if left[i]--; left[i] > 0 {
+				next = append(next, i)
+			}
+		}
+		active = next
+	}
+	return out
+}
+
+// Claim leases tasks of the partitions this replica owns to the request's
+// slots, waiting up to req.Wait for some to become ready. Each task's
+// WorkerID names the slot's worker it went to. It returns no tasks and no
+// error when the wait ran out.
 func (r *Replica) Claim(ctx context.Context, req ClaimRequest) ([]engine.Claimed, error) {
 	req, err := r.validateClaim(ctx, req)
 	if err != nil {
 		return nil, err
 	}
+	slots := turns(req.Slots, req.Lease)
 	actions, err := r.cat.Claimable(ctx, req.Namespace, req.Actions)
 	if err != nil {
 		return nil, err
@@ -62,13 +96,13 @@ func (r *Replica) Claim(ctx context.Context, req ClaimRequest) ([]engine.Claimed
 	var got []engine.Claimed
 	if len(actions) > 0 {
 		start := time.Now()
-		if got, err = r.claimOnce(ctx, req, actions); err != nil {
+		if got, err = r.claimOnce(ctx, req.Namespace, actions, slots); err != nil {
 			return nil, err
 		}
 		r.metrics.claimPass.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attribute.String("namespace", req.Namespace)))
 	}
 	if len(got) == 0 && req.Wait > 0 {
-		got, err = r.wait(ctx, req, actions)
+		got, err = r.wait(ctx, req, actions, slots)
 	}
 	if err == nil {
 		// After the claim's transaction: partitions never wait on Postgres.
@@ -87,7 +121,7 @@ const actionsRecheck = time.Second
 
 // wait parks the claim for its claimable actions at every partition until
 // one leases it tasks, the wait ends, the replica closes or ctx ends.
-func (r *Replica) wait(ctx context.Context, req ClaimRequest, claimable []string) ([]engine.Claimed, error) {
+func (r *Replica) wait(ctx context.Context, req ClaimRequest, claimable []string, slots []engine.Slot) ([]engine.Claimed, error) {
 	deadline := time.NewTimer(req.Wait)
 	defer deadline.Stop()
 	recheck := time.NewTicker(actionsRecheck)
@@ -97,7 +131,7 @@ func (r *Replica) wait(ctx context.Context, req ClaimRequest, claimable []string
 		if s == nil {
 			return nil
 		}
-		r.standing.unpark(s)
+		r.unpark(s)
 		return s.close()
 	}
 	var actions []string
@@ -108,8 +142,8 @@ func (r *Replica) wait(ctx context.Context, req ClaimRequest, claimable []string
 			}
 			actions, s = claimable, nil
 			if len(actions) > 0 {
-				s = newStanding(req.Namespace, actions, engine.Slot{WorkerID: req.WorkerID, Lease: req.Lease}, req.Count)
-				r.standing.park(s)
+				s = newStanding(req.Namespace, actions, slots)
+				r.park(s)
 				// Tasks that became ready before the claim was parked are
 				// served by the batch this starts.
 				for _, p := range r.owned() {
@@ -126,7 +160,7 @@ func (r *Replica) wait(ctx context.Context, req ClaimRequest, claimable []string
 		select {
 		case <-signal:
 			if got, ok := s.finishIfServed(); ok {
-				r.standing.unpark(s)
+				r.unpark(s)
 				return got, nil
 			}
 		case <-recheck.C:
@@ -151,9 +185,6 @@ func (r *Replica) validateClaim(ctx context.Context, req ClaimRequest) (ClaimReq
 	if err := r.cat.CheckNamespace(ctx, req.Namespace); err != nil {
 		return req, err
 	}
-	if err := text.WorkerID("worker_id", req.WorkerID); err != nil {
-		return req, err
-	}
 	if len(req.Actions) == 0 {
 		return req, fault.Invalidf("actions must name at least one action")
 	}
@@ -162,14 +193,26 @@ func (r *Replica) validateClaim(ctx context.Context, req ClaimRequest) (ClaimReq
 			return req, err
 		}
 	}
-	switch {
-	case req.Count < 0:
-		return req, fault.Invalidf("count must not be negative, got %d", req.Count)
-	case req.Count == 0:
-		req.Count = 1
-	case req.Count > MaxClaimCount:
-		req.Count = MaxClaimCount
+	if len(req.Slots) == 0 {
+		return req, fault.Invalidf("slots must name at least one worker")
 	}
+	// The total is capped at MaxClaimCount: the slots past it are dropped,
+	// the last one kept may be cut short.
+	slots := make([]Slot, 0, min(len(req.Slots), MaxClaimCount))
+	total := 0
+	for i, s := range req.Slots {
+		if err := text.WorkerID(fmt.Sprintf("slots[%d].worker_id", i), s.WorkerID); err != nil {
+			return req, err
+		}
+		if s.Count < 0 {
+			return req, fault.Invalidf("slots[%d].count must not be negative, got %d", i, s.Count)
+		}
+		if n := min(max(s.Count, 1), MaxClaimCount-total); n > 0 {
+			slots = append(slots, Slot{WorkerID: s.WorkerID, Count: n})
+			total += n
+		}
+	}
+	req.Slots = slots
 	if req.Wait < 0 {
 		return req, fault.Invalidf("wait_ms must not be negative")
 	}
@@ -183,31 +226,32 @@ func (r *Replica) validateClaim(ctx context.Context, req ClaimRequest) (ClaimReq
 
 // claimOnce asks the partitions that counted ready tasks of the actions,
 // starting at a rotating one so no partition is always served first, for
-// no more than each counted and req.Count in all.
-func (r *Replica) claimOnce(ctx context.Context, req ClaimRequest, actions []string) ([]engine.Claimed, error) {
+// no more than each counted and len(slots) in all; each partition gets the
+// next of the slots.
+func (r *Replica) claimOnce(ctx context.Context, ns string, actions []string, slots []engine.Slot) ([]engine.Claimed, error) {
 	parts := r.owned()
 	if len(parts) == 0 {
 		return nil, nil
 	}
 	turn := int(r.claimTurn.Add(1)) % len(parts)
 	type ask struct {
-		p *partition
-		n int
+		p     *partition
+		slots []engine.Slot
 	}
 	var asks []ask
-	left := req.Count
+	left := slots
 	for i := range parts {
 		p := parts[(turn+i)%len(parts)]
-		if n := min(p.readyFor(req.Namespace, actions), left); n > 0 {
-			asks = append(asks, ask{p, n})
-			left -= n
+		if n := min(p.readyFor(ns, actions), len(left)); n > 0 {
+			asks = append(asks, ask{p, left[:n:n]})
+			left = left[n:]
 		}
-		if left == 0 {
+		if len(left) == 0 {
 			break
 		}
 	}
 	if len(asks) == 1 {
-		return r.claimFrom(ctx, asks[0].p, req, actions, asks[0].n)
+		return r.claimFrom(ctx, asks[0].p, ns, actions, asks[0].slots)
 	}
 	var (
 		mu       sync.Mutex
@@ -217,7 +261,7 @@ func (r *Replica) claimOnce(ctx context.Context, req ClaimRequest, actions []str
 	)
 	for _, a := range asks {
 		wg.Go(func() {
-			got, err := r.claimFrom(ctx, a.p, req, actions, a.n)
+			got, err := r.claimFrom(ctx, a.p, ns, actions, a.slots)
 			mu.Lock()
 			defer mu.Unlock()
 			out = append(out, got...)
@@ -243,22 +287,18 @@ func (r *Replica) claimOnce(ctx context.Context, req ClaimRequest, actions []str
 // change made through this replica.
 func (r *Replica) FlushView(ctx context.Context) error { return r.mat.Flush(ctx) }
 
-// claimFrom leases up to n tasks from one partition. A partition that stops
-// meanwhile gives nothing, not an error: another claim finds the tasks at
-// their new owner.
-func (r *Replica) claimFrom(ctx context.Context, p *partition, req ClaimRequest, actions []string, n int) ([]engine.Claimed, error) {
-	slots := make([]engine.Slot, n)
-	for i := range slots {
-		slots[i] = engine.Slot{WorkerID: req.WorkerID, Lease: req.Lease}
-	}
-	o := &claimOp{ns: req.Namespace, actions: actions, slots: slots, answer: make(chan error, 1)}
+// claimFrom leases up to len(slots) tasks from one partition. A partition
+// that stops meanwhile gives nothing, not an error: another claim finds the
+// tasks at their new owner.
+func (r *Replica) claimFrom(ctx context.Context, p *partition, ns string, actions []string, slots []engine.Slot) ([]engine.Claimed, error) {
+	o := &claimOp{ns: ns, actions: actions, slots: slots, answer: make(chan error, 1)}
 	queued, err := p.submit(ctx, o, o.answer)
 	if queued && err != nil && ctx.Err() != nil {
 		// The caller left while the claim was being recorded: give back
 		// what it leased rather than let the leases run out.
 		go func() {
 			if <-o.answer == nil && len(o.got) > 0 {
-				r.giveBack(p, req.Namespace, o.got)
+				r.giveBack(p, ns, o.got)
 			}
 		}()
 	}
@@ -702,6 +742,7 @@ type metrics struct {
 	rebuilds      metric.Int64Counter
 	invokeToStart metric.Float64Histogram
 	claimPass     metric.Float64Histogram
+	waiting       metric.Int64UpDownCounter
 }
 
 func (m *metrics) started(ctx context.Context, got []engine.Claimed) {
@@ -732,6 +773,10 @@ func newMetrics(meter metric.Meter) (*metrics, error) {
 	}
 	if m.claimPass, err = meter.Float64Histogram("flo.tasks.claim.duration", metric.WithUnit("s"),
 		metric.WithDescription("One pass of a claim: asking the owned partitions with ready tasks and recording the leases; waiting for work is not in it.")); err != nil {
+		return nil, fmt.Errorf("create metric: %w", err)
+	}
+	if m.waiting, err = meter.Int64UpDownCounter("flo.dispatcher.claims.waiting", metric.WithUnit("{claim}"),
+		metric.WithDescription("Claims waiting at this replica for work to arrive; a gateway makes one per action set and lease, whatever the number of idle workers.")); err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
 	return m, nil

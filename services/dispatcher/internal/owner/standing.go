@@ -1,8 +1,10 @@
 package owner
 
 import (
+	"context"
 	"iter"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,46 +15,52 @@ import (
 // standing is a claim that found nothing and waits at every partition of
 // this replica. A partition whose batch makes tasks of its queues ready
 // leases them to it in that batch, so a task invoked while a worker waits
-// is created and handed out in one transaction. Partitions reserve what
-// they lease from the claim's count, so together they never give it more
-// than it asked for.
+// is created and handed out in one transaction. Partitions reserve the
+// claim's slots (the next ones in turn) for what they lease and give back
+// those they did not fill, so together they never give it more than it
+// asked for and a burst still spreads over its workers.
 type standing struct {
 	ns      string
 	actions []string
-	slot    engine.Slot
 	signal  chan struct{}
 
-	mu      sync.Mutex
-	left    int
+	mu sync.Mutex
+	// free are the slots no partition holds, in the order they are given.
+	free    []engine.Slot
 	closed  bool
 	pending int
 	got     []engine.Claimed
 }
 
-func newStanding(ns string, actions []string, slot engine.Slot, count int) *standing {
-	return &standing{ns: ns, actions: actions, slot: slot, left: count, signal: make(chan struct{}, 1)}
+func newStanding(ns string, actions []string, slots []engine.Slot) *standing {
+	return &standing{ns: ns, actions: actions, free: slots, signal: make(chan struct{}, 1)}
 }
 
-// reserve takes up to n of the claim's count for a partition, which owes
-// a deliver call when it took any.
-func (s *standing) reserve(n int) int {
+// reserve takes up to n of the claim's free slots for a partition, which
+// owes a deliver call when it took any.
+func (s *standing) reserve(n int) []engine.Slot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed || s.left == 0 {
-		return 0
+	if s.closed || len(s.free) == 0 {
+		return nil
 	}
-	k := min(n, s.left)
-	s.left -= k
+	k := min(n, len(s.free))
+	slots := s.free[:k:k]
+	s.free = s.free[k:]
 	s.pending++
-	return k
+	return slots
 }
 
 // deliver hands over what a partition leased against its reservation, once
-// its transaction is over; got is empty when it failed.
-func (s *standing) deliver(reserved int, got []engine.Claimed) {
+// its transaction is over; got is empty when it failed. The engine fills a
+// claim's slots from the first, so the unfilled ones are the reservation's
+// tail: they go back to the front, to be the next given.
+func (s *standing) deliver(reserved []engine.Slot, got []engine.Claimed) {
 	s.mu.Lock()
 	s.pending--
-	s.left += reserved - len(got)
+	if unused := reserved[len(got):]; len(unused) > 0 {
+		s.free = append(slices.Clip(unused), s.free...)
+	}
 	s.got = append(s.got, got...)
 	s.mu.Unlock()
 	select {
@@ -152,10 +160,22 @@ func (sc *standingClaims) waitingFor(keys iter.Seq[string]) []*standing {
 	return out
 }
 
+// park makes s wait at every partition, counted in flo.dispatcher.claims.waiting.
+func (r *Replica) park(s *standing) {
+	r.standing.park(s)
+	r.metrics.waiting.Add(context.Background(), 1)
+}
+
+// unpark ends s's wait.
+func (r *Replica) unpark(s *standing) {
+	r.standing.unpark(s)
+	r.metrics.waiting.Add(context.Background(), -1)
+}
+
 // lease is what a partition leased to a standing claim in one batch.
 type lease struct {
 	s        *standing
-	reserved int
+	reserved []engine.Slot
 	got      []engine.Claimed
 }
 
@@ -176,17 +196,13 @@ func (p *partition) serveStanding(now time.Time) ([]engine.Change, []lease) {
 		if ready == 0 {
 			continue
 		}
-		k := s.reserve(ready)
-		if k == 0 {
+		slots := s.reserve(ready)
+		if len(slots) == 0 {
 			continue
-		}
-		slots := make([]engine.Slot, k)
-		for i := range slots {
-			slots[i] = s.slot
 		}
 		got, ch := p.eng.Claim(s.ns, s.actions, slots, now)
 		changes = append(changes, ch...)
-		leases = append(leases, lease{s: s, reserved: k, got: got})
+		leases = append(leases, lease{s: s, reserved: slots, got: got})
 	}
 	return changes, leases
 }

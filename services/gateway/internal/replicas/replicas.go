@@ -282,7 +282,7 @@ func (s *Set) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, abandon
 		}
 		if len(a.tasks) > 0 {
 			go s.settle(ctx, left-1, answers, settleGrace, cancel, late, abandon)
-			return s.keep(ctx, a.tasks, int(req.GetCount()), abandon), nil
+			return s.keep(ctx, a.tasks, slotsCount(req), abandon), nil
 		}
 	}
 	late.Stop()
@@ -294,6 +294,15 @@ func (s *Set) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, abandon
 		s.failed(err)
 	}
 	return nil, nil
+}
+
+// slotsCount is how many tasks a claim asks for in all.
+func slotsCount(req *dispatcherv1.ClaimRequest) int {
+	n := 0
+	for _, sl := range req.GetSlots() {
+		n += max(int(sl.GetCount()), 1)
+	}
+	return n
 }
 
 // answer is one replica's answer to a claim.

@@ -200,7 +200,7 @@ func ids(tasks []*flov1.TaskAssignment) []string {
 }
 
 func claimReq(count int32) *dispatcherv1.ClaimRequest {
-	return &dispatcherv1.ClaimRequest{Namespace: "ns", WorkerId: "w", Actions: []string{"a"}, Count: count, WaitMs: 30_000}
+	return &dispatcherv1.ClaimRequest{Namespace: "ns", Slots: []*dispatcherv1.ClaimSlot{{WorkerId: "w", Count: count}}, Actions: []string{"a"}, WaitMs: 30_000}
 }
 
 func TestClaimWithOneReplicaGoesToTheDefaultConnection(t *testing.T) {
@@ -246,7 +246,7 @@ func TestClaimFirstAnswerWinsAndTheOthersAreCancelled(t *testing.T) {
 	for _, r := range []*replicaServer{ready, waiting} {
 		reqs := r.claims()
 		require.Len(t, reqs, 1)
-		require.Equal(t, int32(5), reqs[0].GetCount(), "every replica is asked for the same count")
+		require.Equal(t, int32(5), reqs[0].GetSlots()[0].GetCount(), "every replica is asked for the same count")
 		require.Equal(t, int64(30_000), reqs[0].GetWaitMs(), "and the same wait")
 	}
 }

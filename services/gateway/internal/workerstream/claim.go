@@ -211,9 +211,8 @@ func (s *session) claim(p *pool, count int, wait time.Duration) ([]*flov1.TaskAs
 	defer cancel()
 	return s.srv.opts.Claimer.Claim(ctx, &dispatcherv1.ClaimRequest{
 		Namespace: s.namespace,
-		WorkerId:  s.workerID,
+		Slots:     []*dispatcherv1.ClaimSlot{{WorkerId: s.workerID, Count: int32(count)}},
 		Actions:   p.actions,
-		Count:     int32(count),
 		WaitMs:    max(wait.Milliseconds(), 1),
 		LeaseMs:   p.leaseMS,
 	}, s.abandon)
