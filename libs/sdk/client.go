@@ -122,6 +122,15 @@ func (c *Client) Connect() error {
 		// batch of large payloads.
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxReceiveBytes)),
 		grpc.WithDefaultServiceConfig(serviceConfig()),
+		// No service config from the resolver: ours is the one above. For a
+		// host name (the README's localhost:9000) gRPC's DNS resolver would
+		// otherwise look up the TXT record _grpc_config.<host> before the
+		// connection gets its addresses, and /etc/hosts does not answer TXT,
+		// so it goes to the nameserver. One that drops queries under load
+		// (many clients starting at once) holds each lookup for the
+		// resolver's 5 s timeout and retry: calls stalled in steps of 5 s,
+		// up to 10 s, while the server sat idle.
+		grpc.WithDisableServiceConfig(),
 	}
 	opts = append(opts, c.dialOpts...)
 	conn, err := grpc.NewClient(c.addr, opts...)

@@ -214,17 +214,21 @@ func (l *lifecycle) run(ctx context.Context) error {
 		beating.Wait()
 		l.deregister()
 	}()
-	if err := l.register(runCtx); err != nil {
-		switch {
-		case runCtx.Err() != nil:
-			return nil
-		case registryUnreachable(err):
-			l.log.Warn("flo: worker registry unreachable; running and registering again once it answers", "error", err)
-		default:
-			return fmt.Errorf("flo: worker %s: %w", l.set.workerID, err)
-		}
+	retryAfter, err := l.register(runCtx)
+	switch {
+	case err == nil:
+		beating.Go(func() { l.heartbeatLoop(beats) })
+	case runCtx.Err() != nil:
+		return nil
+	case registrationTransient(err, retryAfter):
+		// The worker starts working while it keeps trying to register.
+		beating.Go(func() {
+			l.keepRegistering(beats, err, retryAfter)
+			l.heartbeatLoop(beats)
+		})
+	default:
+		return fmt.Errorf("flo: worker %s: %w", l.set.workerID, err)
 	}
-	beating.Go(func() { l.heartbeatLoop(beats) })
 
 	delays := newBackoff(reconnectMin, reconnectMax)
 	for {

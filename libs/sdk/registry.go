@@ -4,16 +4,35 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
-// registryCallTimeout bounds each call a worker makes to the registry: registering,
-// heartbeating and deregistering must not hold up the work itself.
+// registryCallTimeout bounds a heartbeat or a deregistration: they must not hold up the work
+// itself.
 const registryCallTimeout = 10 * time.Second
+
+const (
+	// registerAttemptTimeout bounds one registration attempt. It is generous: when thousands
+	// of workers start at once (or come back after a gateway restart) the registry answers
+	// them in turn, and an attempt given up early only queues again behind the others.
+	registerAttemptTimeout = 30 * time.Second
+	// registerRetryMin and registerRetryMax bound the wait between registration attempts.
+	registerRetryMin = 250 * time.Millisecond
+	registerRetryMax = 15 * time.Second
+	// registerWarnEvery is how many failed attempts in a row make one Warn line: a storm's
+	// retry or two stays quiet, a registry that stays away does not.
+	registerWarnEvery = 4
+	// retryAfterKey is the trailer in which the gateway says how many seconds a caller over
+	// its rate should wait.
+	retryAfterKey = "retry-after"
+)
 
 // WorkerType says what kind of work a worker does.
 type WorkerType string
@@ -190,28 +209,19 @@ func (c *Client) DeregisterWorker(ctx context.Context, id string) error {
 	return nil
 }
 
-// registryUnreachable reports whether a registry call failed because the registry (or the
-// gateway's way to it) is down or slow, rather than because it refused the call: the worker
-// keeps running and tries again later.
-func registryUnreachable(err error) bool {
-	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded:
-		return true
-	}
-	return false
-}
-
-// register creates or replaces the worker's record: its type, concurrency, processes,
-// metadata and machine.
-func (l *lifecycle) register(ctx context.Context) error {
+// register makes one attempt to create or replace the worker's record: its type,
+// concurrency, processes, metadata and machine. When the gateway refuses it for being over
+// its rate, retryAfter is how long it asked the worker to wait.
+func (l *lifecycle) register(ctx context.Context) (retryAfter time.Duration, err error) {
 	svc, err := l.client.registryService()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	workerType, processes := l.kind.registration()
 	l.registered.Store(true)
-	ctx, cancel := context.WithTimeout(ctx, registryCallTimeout)
+	ctx, cancel := context.WithTimeout(ctx, registerAttemptTimeout)
 	defer cancel()
+	var trailer metadata.MD
 	_, err = svc.RegisterWorker(ctx, &flov1.RegisterWorkerRequest{
 		Namespace:      l.client.namespace,
 		WorkerId:       l.set.workerID,
@@ -220,11 +230,85 @@ func (l *lifecycle) register(ctx context.Context) error {
 		Processes:      processes,
 		Metadata:       l.metadata,
 		MachineId:      l.set.machineID,
-	})
+	}, grpc.Trailer(&trailer))
 	if err != nil {
-		return fmt.Errorf("register worker: %w", err)
+		return retryAfterOf(trailer), fmt.Errorf("register worker: %w", err)
 	}
-	return nil
+	return 0, nil
+}
+
+// retryAfterOf is the wait a retry-after trailer asks for, zero without one.
+func retryAfterOf(trailer metadata.MD) time.Duration {
+	v := trailer.Get(retryAfterKey)
+	if len(v) == 0 {
+		return 0
+	}
+	seconds, err := strconv.Atoi(v[0])
+	if err != nil || seconds <= 0 {
+		return 0
+	}
+	return time.Duration(seconds) * time.Second
+}
+
+// registrationTransient reports whether a registration may succeed if tried again: the
+// registry (or the gateway's way to it) is down or slow, or the gateway is overloaded and
+// said when to come back (retryAfter). A ResourceExhausted without a retry-after is the
+// namespace's worker limit, which holds until other workers leave: the worker is refused.
+func registrationTransient(err error, retryAfter time.Duration) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	case codes.ResourceExhausted:
+		return retryAfter > 0
+	}
+	return false
+}
+
+// keepRegistering carries on after a registration attempt failed with err (and retryAfter):
+// it tries again with backoff while the failure is transient, until the registry takes the
+// worker or refuses it, or the worker stops. The worker runs meanwhile: the registry is not on
+// the task path. A refusal is logged; the next heartbeat finds no record and tries again.
+func (l *lifecycle) keepRegistering(ctx context.Context, err error, retryAfter time.Duration) {
+	delays := newBackoff(registerRetryMin, registerRetryMax)
+	for failed := 1; ; failed++ {
+		if !registrationTransient(err, retryAfter) {
+			l.log.Warn("flo: the worker registry refused the worker; trying again with the next heartbeat", "error", err)
+			return
+		}
+		if failed%registerWarnEvery == 0 {
+			l.log.Warn("flo: registering the worker keeps failing; the worker runs and keeps trying",
+				"attempts", failed, "error", err)
+		} else {
+			l.log.Debug("flo: registering the worker failed; trying again", "attempts", failed, "error", err)
+		}
+		if !l.wait(ctx, max(delays.NextBackOff(), retryAfter)) {
+			return
+		}
+		if retryAfter, err = l.register(ctx); err == nil {
+			if failed >= registerWarnEvery {
+				l.log.Info("flo: worker registered", "attempts", failed+1)
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// wait waits d, or less if the worker stops or ctx ends first, and reports whether it waited
+// d.
+func (l *lifecycle) wait(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return !l.stopping.Load()
+	case <-l.stopCh:
+		return false
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // heartbeatLoop sends a heartbeat every HeartbeatInterval until ctx ends, which is when Start
@@ -268,8 +352,8 @@ func (l *lifecycle) heartbeat(ctx context.Context) {
 			return // on its way out; the record would only be removed again
 		}
 		l.log.Info("flo: the worker registry does not know this worker; registering again")
-		if err := l.register(ctx); err != nil {
-			l.log.Warn("flo: registering the worker again failed; retrying with the next heartbeat", "error", err)
+		if retryAfter, err := l.register(ctx); err != nil && ctx.Err() == nil {
+			l.keepRegistering(ctx, err, retryAfter)
 		}
 	default:
 		l.log.Warn("flo: heartbeat failed; retrying with the next one", "error", err)

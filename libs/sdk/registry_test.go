@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -13,7 +14,9 @@ import (
 	flo "github.com/razorbill/flo-go"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -30,6 +33,10 @@ type registryPeer struct {
 	statuses    map[string]flov1.WorkerStatus
 	heartbeats  []*flov1.HeartbeatRequest
 	registerErr error
+	// failures registrations still fail with registerErr (and trailer); zero with registerErr
+	// set: all of them.
+	failures int
+	trailer  metadata.MD
 }
 
 func newRegistryPeer() *registryPeer {
@@ -76,11 +83,14 @@ func (r *registryPeer) loads() []int32 {
 	return out
 }
 
-// setRegisterErr makes RegisterWorker fail with err (nil: succeed again).
-func (r *registryPeer) setRegisterErr(err error) {
+// setRegisterErr makes every RegisterWorker fail with err (nil: succeed again).
+func (r *registryPeer) setRegisterErr(err error) { r.failRegistrations(0, err, nil) }
+
+// failRegistrations makes the next n registrations fail with err, answered with trailer.
+func (r *registryPeer) failRegistrations(n int, err error, trailer metadata.MD) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.registerErr = err
+	r.registerErr, r.failures, r.trailer = err, n, trailer
 }
 
 // drain marks the worker draining, as DrainWorker through the CLI would.
@@ -98,12 +108,20 @@ func (r *registryPeer) forget(id string) {
 	delete(r.statuses, id)
 }
 
-func (r *registryPeer) RegisterWorker(_ context.Context, req *flov1.RegisterWorkerRequest) (*flov1.Worker, error) {
+func (r *registryPeer) RegisterWorker(ctx context.Context, req *flov1.RegisterWorkerRequest) (*flov1.Worker, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.log = append(r.log, "register "+req.GetWorkerId())
-	if r.registerErr != nil {
-		return nil, r.registerErr
+	if err := r.registerErr; err != nil {
+		if r.trailer != nil {
+			_ = grpc.SetTrailer(ctx, r.trailer)
+		}
+		if r.failures > 0 {
+			if r.failures--; r.failures == 0 {
+				r.registerErr = nil
+			}
+		}
+		return nil, err
 	}
 	r.workers[req.GetWorkerId()] = req
 	r.statuses[req.GetWorkerId()] = flov1.WorkerStatus_WORKER_STATUS_ACTIVE
@@ -396,6 +414,88 @@ func TestWorkerStartFailsWhenTheRegistryRefusesIt(t *testing.T) {
 	require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
 	require.ErrorContains(t, err, "w-x")
 	require.NotContains(t, p.registry.calls(), "stream", "a refused worker opened no stream")
+}
+
+// logRecorder keeps the log records a worker writes, for tests that check what it said.
+type logRecorder struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (l *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+
+func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.records = append(l.records, r)
+	return nil
+}
+
+func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logRecorder) WithGroup(string) slog.Handler      { return l }
+
+// count counts the records at level whose message contains text.
+func (l *logRecorder) count(level slog.Level, text string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, r := range l.records {
+		if r.Level == level && strings.Contains(r.Message, text) {
+			n++
+		}
+	}
+	return n
+}
+
+// failingRegistration starts worker id against a registry failing its next n registrations
+// with err and trailer (n zero: all of them), heartbeats far apart so that registering again
+// is the retry's doing alone, and returns once the worker stream is open: the worker works
+// while it is not registered yet.
+func failingRegistration(t *testing.T, id string, n int, err error, trailer metadata.MD) (*peer, *logRecorder, func() error) {
+	t.Helper()
+	p, client := startPeer(t)
+	p.registry.failRegistrations(n, err, trailer)
+	logs := &logRecorder{}
+	w, err := client.NewActionWorker(flo.ActionWorkerOptions{WorkerID: id, HeartbeatInterval: time.Hour, Logger: slog.New(logs)})
+	require.NoError(t, err)
+	w.MustRegisterAction("a", func(*flo.ActionContext) ([]byte, error) { return nil, nil })
+	stop := runWorker(t, w)
+	p.accept(t).handshake()
+	return p, logs, stop
+}
+
+func TestWorkerRegistrationWaitsOutASlowOrOverloadedServer(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		err     error
+		trailer metadata.MD
+	}{
+		{name: "unavailable", err: status.Error(codes.Unavailable, "registry restarting")},
+		{name: "deadline exceeded", err: status.Error(codes.DeadlineExceeded, "registry busy")},
+		{name: "gateway over its rate", err: status.Error(codes.ResourceExhausted, "key k is over its rate of 10 calls/s"),
+			trailer: metadata.Pairs("retry-after", "1")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p, logs, stop := failingRegistration(t, "w-s", 3, tc.err, tc.trailer)
+			require.Eventually(t, func() bool { return p.registry.registration("w-s") != nil }, 2*waitFor, time.Millisecond,
+				"the worker never registered")
+			require.Equal(t, 4, p.registry.count("register w-s"))
+			require.Zero(t, logs.count(slog.LevelWarn, ""), "three failed attempts logged a warning")
+			require.NoError(t, stop())
+		})
+	}
+}
+
+func TestWorkerRegistrationFailuresWarnOncePerFewAttempts(t *testing.T) {
+	t.Parallel()
+	p, logs, stop := failingRegistration(t, "w-q", 0, status.Error(codes.Unavailable, "registry down"), nil)
+	require.Eventually(t, func() bool { return p.registry.count("register w-q") >= 5 }, 2*waitFor, time.Millisecond)
+	// The fifth attempt follows the fourth failure's warning; the next is due at the eighth.
+	require.Equal(t, 1, logs.count(slog.LevelWarn, "registering the worker keeps failing"))
+	require.Equal(t, 1, logs.count(slog.LevelWarn, ""))
+	require.NoError(t, stop())
 }
 
 func TestClientReadsAndDrainsWorkers(t *testing.T) {
