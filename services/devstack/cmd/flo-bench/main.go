@@ -17,6 +17,13 @@
 //     start-to-complete latency.
 //   - plans: runs/s of a one-step workflow whose step is a two-executor plan,
 //     beside the same workflow with a plain action step, in one process.
+//   - workers: -workers idle SDK workers (action workers, or stream workers
+//     with -stream-workers), each on its own connection, in load processes
+//     of this binary (-procs) so that file descriptors suffice: time until
+//     all are connected and registered, this process's RSS, heap and
+//     goroutines after -settle, its and Postgres's CPU over -idle, time for
+//     -spread tasks (or records) spread over them, and with -over-limit
+//     whether worker N+1 is refused.
 package main
 
 import (
@@ -77,18 +84,35 @@ type options struct {
 	// workflows
 	runs     int
 	starters int
+
+	// workers
+	streamWorkers bool
+	procs         int
+	settle        time.Duration
+	idle          time.Duration
+	wait          time.Duration
+	spread        int
+	overLimit     bool
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == workersChildFlag {
+		if err := runWorkersChild(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "flo-bench load process:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var o options
-	flag.StringVar(&o.mode, "mode", "actions", "what to measure: actions, streams, workflows or plans")
+	flag.StringVar(&o.mode, "mode", "actions", "what to measure: actions, streams, workflows, plans or workers")
 	flag.StringVar(&o.token, "token", "", "the key clients and workers send (FLO_TOKEN); it is also the started stack's admin key "+
 		"unless FLO_ADMIN_TOKEN is set; empty uses the stack's own admin key")
 	flag.BoolVar(&o.fsync, "fsync", true, "run the private Postgres with fsync on, as a deployment would")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase (every service runs in this process) to this file")
 	flag.IntVar(&o.batch, "batch", 0, "actions: invoke through InvokeMany with this many tasks per call (0: one unary Invoke per task); "+
 		"streams: records per produce, append and stream-worker read (0: 100)")
-	flag.IntVar(&o.workers, "workers", 2, "actions, workflows, plans: action worker processes (each with its own stream)")
+	flag.IntVar(&o.workers, "workers", 2, "actions, workflows, plans: action worker processes (each with its own stream); "+
+		"workers: idle workers, each with its own connection")
 	flag.IntVar(&o.concurrency, "concurrency", 256, "handler slots per action or stream worker")
 
 	flag.IntVar(&o.tasks, "tasks", 30000, "actions: tasks to invoke in the full-load phase")
@@ -110,6 +134,15 @@ func main() {
 
 	flag.IntVar(&o.runs, "runs", 3000, "workflows, plans: runs to start (per phase for plans)")
 	flag.IntVar(&o.starters, "starters", 32, "workflows, plans: concurrent starting goroutines")
+
+	flag.BoolVar(&o.streamWorkers, "stream-workers", false, "workers: stream workers of one stream's group instead of action workers of one action")
+	flag.IntVar(&o.procs, "procs", 0, "workers: load processes the workers run in (0: as many as hold 5,000 each)")
+	flag.DurationVar(&o.settle, "settle", time.Minute, "workers: wait this long after all registered before reading memory")
+	flag.DurationVar(&o.idle, "idle", time.Minute, "workers: the window over which idle CPU and Postgres commits are measured")
+	flag.DurationVar(&o.wait, "wait", 5*time.Minute, "workers: carry on after this long even if not all workers are connected and registered")
+	flag.IntVar(&o.spread, "spread", 1000, "workers: tasks (or records) handed to the idle workers after the idle window")
+	flag.BoolVar(&o.overLimit, "over-limit", false, "workers: at the end start worker N+1 and report whether it is refused, "+
+		"as it must be when -workers is the namespace's limit (FLO_MAX_WORKERS_PER_NAMESPACE, 10000)")
 	flag.Parse()
 
 	modes := map[string]func(context.Context, *platform, options) error{
@@ -117,10 +150,11 @@ func main() {
 		"streams":   benchStreams,
 		"workflows": benchWorkflows,
 		"plans":     benchPlans,
+		"workers":   benchWorkers,
 	}
 	bench, ok := modes[o.mode]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "flo-bench: unknown -mode %q (actions, streams, workflows or plans)\n", o.mode)
+		fmt.Fprintf(os.Stderr, "flo-bench: unknown -mode %q (actions, streams, workflows, plans or workers)\n", o.mode)
 		os.Exit(2)
 	}
 	if o.dispatchers != 1 && (o.mode != "actions" || o.sustain <= 0) || o.dispatchers < 1 {
