@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
@@ -80,7 +79,7 @@ func (r *Roster) execHeartbeats(ctx context.Context, calls []*heartbeatCall) err
 			rec.Headers = kafka.TraceHeaders(calls[latest[store.Key{Namespace: ch.Namespace, ID: ch.WorkerID}]].Ctx)
 			records = append(records, rec)
 		}
-		return commitWith(ctx, tx, records)
+		return store.Commit(ctx, tx, records)
 	})
 	if err != nil {
 		return batchError("record heartbeats", err)
@@ -185,7 +184,7 @@ func (r *Roster) registerBatch(ctx context.Context, calls []*registrationCall) e
 			records = append(records, rec)
 		}
 		admitted = len(records)
-		return commitWith(ctx, tx, records)
+		return store.Commit(ctx, tx, records)
 	})
 	if err != nil {
 		return batchError("register workers", err)
@@ -262,19 +261,6 @@ func freeIDs(ctx context.Context, db store.DB, regs []registration, statuses map
 			statuses[k] = s
 		}
 	}
-}
-
-// commitWith writes records to the outbox and commits, in one round trip.
-func commitWith(ctx context.Context, tx *pg.BatchTx, records []outbox.Record) error {
-	b := &pgx.Batch{}
-	if len(records) > 0 {
-		sql, args, err := outbox.Insert(ctx, records...)
-		if err != nil {
-			return err
-		}
-		b.Queue(sql, args...)
-	}
-	return tx.Commit(ctx, b, "write outbox")
 }
 
 // batchError says what a failed batch was doing; a failure that is not the

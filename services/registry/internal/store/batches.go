@@ -10,6 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/razorbill/flo/libs/outbox"
+	"github.com/razorbill/flo/libs/pg"
 )
 
 // Sender sends several statements in one round trip; pgx.Tx and pg.BatchTx
@@ -159,7 +162,7 @@ func PutWorkers(ctx context.Context, tx Sender, regs []Registration, replaced []
 		SELECT r.namespace, r.worker_id, r.worker_type, 'active', r.max_concurrency, r.machine_id, NULLIF(r.metadata, '')::jsonb
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::text[], $6::text[])
 			AS r(namespace, worker_id, worker_type, max_concurrency, machine_id, metadata)
-		ORDER BY r.namespace, r.worker_id
+		ORDER BY r.namespace COLLATE "C", r.worker_id COLLATE "C"
 		ON CONFLICT (namespace, worker_id) DO UPDATE SET
 			worker_type = EXCLUDED.worker_type, status = 'active', max_concurrency = EXCLUDED.max_concurrency,
 			current_load = 0, cpu_load = 0, memory_load = 0,
@@ -295,4 +298,18 @@ func Heartbeats(ctx context.Context, db DB, beats []Beat) ([]Change, error) {
 		return nil, fmt.Errorf("heartbeats of %d workers: %w", len(beats), err)
 	}
 	return out, nil
+}
+
+// Commit writes records to the outbox as one row and commits tx, in one
+// round trip.
+func Commit(ctx context.Context, tx *pg.BatchTx, records []outbox.Record) error {
+	b := &pgx.Batch{}
+	if len(records) > 0 {
+		sql, args, err := outbox.Insert(ctx, records...)
+		if err != nil {
+			return err
+		}
+		b.Queue(sql, args...)
+	}
+	return tx.Commit(ctx, b, "write outbox")
 }

@@ -83,7 +83,7 @@ func AddProcessCounts(ctx context.Context, db DB, counts []ProcessCount) error {
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::timestamptz[])
 			AS c(namespace, worker_id, name, runs, fails, last_run_at)
 		JOIN workers w ON w.namespace = c.namespace AND w.worker_id = c.worker_id
-		ORDER BY c.namespace, c.worker_id, c.name
+		ORDER BY c.namespace COLLATE "C", c.worker_id COLLATE "C", c.name COLLATE "C"
 		ON CONFLICT (namespace, worker_id, name) DO UPDATE SET
 			run_count = p.run_count + EXCLUDED.run_count,
 			fail_count = p.fail_count + EXCLUDED.fail_count,

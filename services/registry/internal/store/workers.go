@@ -56,7 +56,7 @@ func DeleteWorker(ctx context.Context, db DB, namespace, id string) (Status, err
 // GetWorker reads one worker with its processes; pg.ErrNotFound when it is
 // not registered.
 func GetWorker(ctx context.Context, db DB, namespace, id string) (Worker, error) {
-	ws, err := selectWorkers(ctx, db, `w.namespace = $1 AND w.worker_id = $2`, namespace, id)
+	ws, err := selectWorkers(ctx, db, `SELECT * FROM workers WHERE namespace = $1 AND worker_id = $2`, namespace, id)
 	if err != nil {
 		return Worker{}, fmt.Errorf("select worker %s/%s: %w", namespace, id, err)
 	}
@@ -66,13 +66,19 @@ func GetWorker(ctx context.Context, db DB, namespace, id string) (Worker, error)
 	return ws[0], nil
 }
 
-// ListWorkers reads every worker of namespace with its processes, by id in
+// listPage is a page of a namespace's workers: a range of the primary key
+// (whose worker_id is in byte order), so every page costs the same however
+// far into the namespace it is. The limit counts workers, not the joined
+// rows of their processes.
+const listPage = `
+	SELECT * FROM workers WHERE namespace = $1 AND worker_id COLLATE "C" > $2
+	ORDER BY worker_id COLLATE "C" LIMIT $3`
+
+// ListWorkers reads a page of the workers of namespace with their
+// processes, the first limit whose id comes after after in byte order. of namespace with its processes, by id in
 // byte order.
 func ListWorkers(ctx context.Context, db DB, namespace, after string, limit int) ([]Worker, error) {
-	// The limit counts workers, not the joined rows of their processes.
-	ws, err := selectWorkers(ctx, db, `w.namespace = $1 AND w.worker_id IN (
-		SELECT worker_id FROM workers WHERE namespace = $1 AND worker_id COLLATE "C" > $2
-		ORDER BY worker_id COLLATE "C" LIMIT $3)`, namespace, after, limit)
+	ws, err := selectWorkers(ctx, db, listPage, namespace, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("select workers of %s: %w", namespace, err)
 	}
@@ -82,13 +88,9 @@ func ListWorkers(ctx context.Context, db DB, namespace, after string, limit int)
 // selectWorkers reads workers and their processes in one statement (one row
 // per process), so a worker and its processes come from one snapshot. Byte
 // order (COLLATE "C") keeps listings the same whatever the database locale,
-// and matches the order PutWorker returns processes in.
-func selectWorkers(ctx context.Context, db DB, where string, args ...any) ([]Worker, error) {
-	rows, err := db.Query(ctx, `
-		SELECT `+workerColumns+`, p.name, p.kind, p.run_count, p.fail_count, p.last_run_at
-		FROM workers w LEFT JOIN worker_processes p ON p.namespace = w.namespace AND p.worker_id = w.worker_id
-		WHERE `+where+`
-		ORDER BY w.worker_id COLLATE "C", p.name COLLATE "C"`, args...)
+// and matches the order PutWorkers returns processes in.
+func selectWorkers(ctx context.Context, db DB, workers string, args ...any) ([]Worker, error) {
+	rows, err := db.Query(ctx, selectSQL(workers), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -121,23 +123,37 @@ func selectWorkers(ctx context.Context, db DB, where string, args ...any) ([]Wor
 	return out, rows.Err()
 }
 
+// selectSQL reads the workers the query workers selects with their
+// processes.
+func selectSQL(workers string) string {
+	return `
+		SELECT ` + workerColumns + `, p.name, p.kind, p.run_count, p.fail_count, p.last_run_at
+		FROM (` + workers + `) w LEFT JOIN worker_processes p ON p.namespace = w.namespace AND p.worker_id = w.worker_id
+		ORDER BY w.worker_id COLLATE "C", p.name COLLATE "C"`
+}
+
+// markUnhealthySQL takes the due workers from the partial index
+// workers_heartbeat_due_idx, oldest heartbeat first, so a sweep that finds
+// nobody due reads one index entry.
+const markUnhealthySQL = `
+	WITH due AS MATERIALIZED (
+		SELECT namespace, worker_id, status FROM workers
+		WHERE status IN ('active', 'idle') AND last_heartbeat < now() - $1::bigint * interval '1 microsecond'
+		ORDER BY last_heartbeat
+		LIMIT $2
+		FOR UPDATE SKIP LOCKED
+	)
+	UPDATE workers w SET status = 'unhealthy', updated_at = now()
+	FROM due
+	WHERE w.namespace = due.namespace AND w.worker_id = due.worker_id
+	RETURNING w.namespace, w.worker_id, due.status`
+
 // MarkUnhealthy marks up to limit workers unhealthy whose last heartbeat is
 // older than timeout, and returns the changes. Rows another transaction holds
 // are skipped, so replicas running it at once never mark a worker twice, and
 // the locked row is rechecked, so a heartbeat that committed first wins.
 func MarkUnhealthy(ctx context.Context, db DB, timeout time.Duration, limit int) ([]Change, error) {
-	rows, err := db.Query(ctx, `
-		WITH due AS MATERIALIZED (
-			SELECT namespace, worker_id, status FROM workers
-			WHERE status IN ('active', 'idle') AND last_heartbeat < now() - $1::bigint * interval '1 microsecond'
-			ORDER BY last_heartbeat
-			LIMIT $2
-			FOR UPDATE SKIP LOCKED
-		)
-		UPDATE workers w SET status = 'unhealthy', updated_at = now()
-		FROM due
-		WHERE w.namespace = due.namespace AND w.worker_id = due.worker_id
-		RETURNING w.namespace, w.worker_id, due.status`, timeout.Microseconds(), limit)
+	rows, err := db.Query(ctx, markUnhealthySQL, timeout.Microseconds(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("mark workers unhealthy: %w", err)
 	}
