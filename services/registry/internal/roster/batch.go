@@ -76,7 +76,7 @@ func (r *Roster) execHeartbeats(ctx context.Context, calls []*heartbeatCall) err
 				return err
 			}
 			// The trace goes on from the heartbeat that made the change.
-			rec.Headers = kafka.TraceHeaders(calls[latest[store.Key{Namespace: ch.Namespace, ID: ch.WorkerID}]].Ctx)
+			rec.Headers = kafka.TraceHeaders(calls[latest[ch.Key()]].Ctx)
 			records = append(records, rec)
 		}
 		return store.Commit(ctx, tx, records)
@@ -87,9 +87,10 @@ func (r *Roster) execHeartbeats(ctx context.Context, calls []*heartbeatCall) err
 	status := make(map[store.Key]store.Status, len(changes))
 	notify := false
 	for _, ch := range changes {
-		status[store.Key{Namespace: ch.Namespace, ID: ch.WorkerID}] = ch.To
+		status[ch.Key()] = ch.To
 		notify = notify || ch.From != ch.To
 	}
+	recorded := 0
 	for _, c := range calls {
 		st, ok := status[c.Req.Key()]
 		if !ok {
@@ -97,8 +98,9 @@ func (r *Roster) execHeartbeats(ctx context.Context, calls []*heartbeatCall) err
 			continue
 		}
 		c.Resp = st
+		recorded++
 	}
-	r.beats.Add(ctx, int64(len(changes)))
+	r.beats.Add(ctx, int64(recorded))
 	if notify {
 		r.relay.Notify()
 	}

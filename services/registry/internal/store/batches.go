@@ -239,6 +239,9 @@ func (a *workerArrays) add(r Registration) {
 // Key is the key of the registered worker.
 func (r Registration) Key() Key { return Key{r.Namespace, r.ID} }
 
+// Key is the key of the changed worker.
+func (c Change) Key() Key { return Key{c.Namespace, c.WorkerID} }
+
 // Key is the key of the beating worker.
 func (b Beat) Key() Key { return Key{b.Namespace, b.ID} }
 
