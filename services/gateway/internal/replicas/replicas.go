@@ -229,8 +229,9 @@ func (s *Set) snapshot() ([]*replica, <-chan struct{}) {
 	return out, s.changed
 }
 
-// Claim leases up to req.Count tasks. With two or more replicas known it
-// sends req to each at once and returns the first answer with tasks. The
+// Claim leases up to each of req.Slots' count to its worker. With two or
+// more replicas known it sends req to each at once and returns the first
+// answer with tasks. The
 // other calls run on for settleGrace, so that answers already on their way
 // arrive rather than being dropped by a cancellation (their tasks would stay
 // leased to nobody until the lease ran out), and are then cancelled; tasks
@@ -243,7 +244,7 @@ func (s *Set) snapshot() ([]*replica, <-chan struct{}) {
 // FailedPrecondition: the replica no longer owns the partitions it had) has
 // the list read at once; FailedPrecondition is answered as Unavailable, so
 // the worker's session retries instead of ending.
-func (s *Set) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, abandon func([]*flov1.TaskAssignment)) ([]*flov1.TaskAssignment, error) {
+func (s *Set) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, abandon func([]*flov1.TaskAssignment)) (*dispatcherv1.ClaimResponse, error) {
 	replicas, added := s.snapshot()
 	if len(replicas) <= 1 {
 		// One replica, or none known: the default client reaches it.
@@ -257,7 +258,7 @@ func (s *Set) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, abandon
 	for _, r := range replicas {
 		go func() {
 			resp, err := r.client.Claim(cctx, req)
-			answers <- answer{addr: r.addr, tasks: resp.GetTasks(), err: err}
+			answers <- answer{addr: r.addr, resp: resp, err: err}
 		}()
 	}
 	var errs []error
@@ -280,9 +281,9 @@ func (s *Set) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, abandon
 			s.log.DebugContext(ctx, "claim from a dispatcher replica failed; skipping it", slog.String("addr", a.addr), slog.Any("error", a.err))
 			continue
 		}
-		if len(a.tasks) > 0 {
+		if len(a.resp.GetTasks()) > 0 {
 			go s.settle(ctx, left-1, answers, settleGrace, cancel, late, abandon)
-			return s.keep(ctx, a.tasks, slotsCount(req), abandon), nil
+			return s.keep(ctx, a.resp, req, abandon), nil
 		}
 	}
 	late.Stop()
@@ -296,20 +297,11 @@ func (s *Set) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, abandon
 	return nil, nil
 }
 
-// slotsCount is how many tasks a claim asks for in all.
-func slotsCount(req *dispatcherv1.ClaimRequest) int {
-	n := 0
-	for _, sl := range req.GetSlots() {
-		n += max(int(sl.GetCount()), 1)
-	}
-	return n
-}
-
 // answer is one replica's answer to a claim.
 type answer struct {
-	addr  string
-	tasks []*flov1.TaskAssignment
-	err   error
+	addr string
+	resp *dispatcherv1.ClaimResponse
+	err  error
 }
 
 // settle collects the remaining answers of a claim that returned,
@@ -324,26 +316,46 @@ func (s *Set) settle(ctx context.Context, remaining int, answers <-chan answer, 
 	for range remaining {
 		a := <-answers
 		switch {
-		case len(a.tasks) > 0:
+		case len(a.resp.GetTasks()) > 0:
 			s.log.DebugContext(ctx, "tasks arrived after a claim was answered; abandoning them",
-				slog.String("addr", a.addr), slog.Int("tasks", len(a.tasks)))
-			abandon(a.tasks)
+				slog.String("addr", a.addr), slog.Int("tasks", len(a.resp.GetTasks())))
+			abandon(a.resp.GetTasks())
 		case a.err != nil && status.Code(a.err) != codes.Canceled:
 			s.failed(a.err)
 		}
 	}
 }
 
-// keep returns up to count of got and abandons the rest, which a replica
-// should never send.
-func (s *Set) keep(ctx context.Context, got []*flov1.TaskAssignment, count int, abandon func([]*flov1.TaskAssignment)) []*flov1.TaskAssignment {
-	if len(got) <= count {
-		return got
+// keep returns the tasks of got that req asked for: for each slot, up to
+// its count (zero counts one) of tasks named with its worker, and abandons
+// the rest, which a replica should never send.
+func (s *Set) keep(ctx context.Context, got *dispatcherv1.ClaimResponse, req *dispatcherv1.ClaimRequest, abandon func([]*flov1.TaskAssignment)) *dispatcherv1.ClaimResponse {
+	left := make(map[string]int, len(req.GetSlots()))
+	for _, sl := range req.GetSlots() {
+		left[sl.GetWorkerId()] += max(int(sl.GetCount()), 1)
 	}
-	s.log.WarnContext(ctx, "a dispatcher answered a claim with more tasks than asked; abandoning the rest",
-		slog.Int("count", count), slog.Int("tasks", len(got)))
-	abandon(got[count:])
-	return got[:count]
+	tasks, workers := got.GetTasks(), got.GetWorkerIds()
+	out := &dispatcherv1.ClaimResponse{Tasks: make([]*flov1.TaskAssignment, 0, len(tasks)), WorkerIds: make([]string, 0, len(tasks))}
+	var extra []*flov1.TaskAssignment
+	for i, t := range tasks {
+		var w string
+		if i < len(workers) {
+			w = workers[i]
+		}
+		if left[w] <= 0 {
+			extra = append(extra, t)
+			continue
+		}
+		left[w]--
+		out.Tasks = append(out.Tasks, t)
+		out.WorkerIds = append(out.WorkerIds, w)
+	}
+	if len(extra) > 0 {
+		s.log.WarnContext(ctx, "a dispatcher answered a claim with tasks it did not ask for; abandoning them",
+			slog.Int("tasks", len(tasks)), slog.Int("extra", len(extra)))
+		abandon(extra)
+	}
+	return out
 }
 
 // failed asks for a fresh list when err is what a changed list explains, and

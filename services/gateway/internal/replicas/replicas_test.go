@@ -119,6 +119,7 @@ func tasks(prefix string, n int) func(*dispatcherv1.ClaimRequest) (*dispatcherv1
 		resp := &dispatcherv1.ClaimResponse{}
 		for i := range n {
 			resp.Tasks = append(resp.Tasks, &flov1.TaskAssignment{TaskId: fmt.Sprintf("%s-%d", prefix, i), Attempt: 1})
+			resp.WorkerIds = append(resp.WorkerIds, "w")
 		}
 		return resp, nil
 	}
@@ -191,9 +192,9 @@ func (a *abandons) list() []string {
 	return slices.Clone(a.ids)
 }
 
-func ids(tasks []*flov1.TaskAssignment) []string {
-	out := make([]string, len(tasks))
-	for i, t := range tasks {
+func ids(resp *dispatcherv1.ClaimResponse) []string {
+	out := make([]string, len(resp.GetTasks()))
+	for i, t := range resp.GetTasks() {
 		out[i] = t.GetTaskId()
 	}
 	return out
@@ -221,6 +222,28 @@ func TestClaimWithOneReplicaGoesToTheDefaultConnection(t *testing.T) {
 	require.Len(t, front.claims(), 2)
 	require.Equal(t, int32(1), front.conns.Load(), "a single replica costs no connection of its own")
 	require.Empty(t, ab.list())
+}
+
+func TestClaimAbandonsTasksItsSlotsDidNotAskFor(t *testing.T) {
+	t.Parallel()
+	front := startReplica(t, func(*dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
+		return &dispatcherv1.ClaimResponse{
+			Tasks: []*flov1.TaskAssignment{
+				{TaskId: "a-0"}, {TaskId: "b-0"}, {TaskId: "a-1"}, {TaskId: "x-0"}, {TaskId: "a-2"},
+			},
+			WorkerIds: []string{"a", "b", "a", "x", "a"},
+		}, nil
+	})
+	set := New(dial(t, front.addr, plain...), Options{Dial: plain, Refresh: time.Hour})
+	req := claimReq(1)
+	req.Slots = []*dispatcherv1.ClaimSlot{{WorkerId: "a", Count: 2}, {WorkerId: "b", Count: 1}}
+
+	var ab abandons
+	got, err := set.Claim(t.Context(), req, ab.add)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a-0", "b-0", "a-1"}, ids(got))
+	require.Equal(t, []string{"a", "b", "a"}, got.GetWorkerIds())
+	require.ElementsMatch(t, []string{"x-0", "a-2"}, ab.list(), "a worker not asked for, and one past its slot's count")
 }
 
 func TestClaimFirstAnswerWinsAndTheOthersAreCancelled(t *testing.T) {
@@ -270,7 +293,7 @@ func TestClaimAbandonsTasksThatArriveAfterTheWinner(t *testing.T) {
 	var ab abandons
 	got, err := set.Claim(t.Context(), claimReq(3), ab.add)
 	require.NoError(t, err)
-	require.Len(t, got, 2, "the first answer with tasks is the claim's")
+	require.Len(t, got.GetTasks(), 2, "the first answer with tasks is the claim's")
 	require.Eventually(t, func() bool { return len(ab.list()) == 2 }, 5*time.Second, 5*time.Millisecond,
 		"the other answer's tasks are abandoned")
 	all := append(ids(got), ab.list()...)
@@ -312,7 +335,7 @@ func TestClaimSkipsAFailingReplicaAndReadsTheListAgain(t *testing.T) {
 	var ab abandons
 	got, err := set.Claim(t.Context(), claimReq(5), ab.add)
 	require.NoError(t, err, "one replica answering is enough")
-	require.Empty(t, got)
+	require.Empty(t, got.GetTasks())
 	require.Eventually(t, func() bool { return front.lists.Load() > lists }, 5*time.Second, 5*time.Millisecond,
 		"an unavailable replica has the list read at once, not at the next interval")
 
@@ -353,7 +376,7 @@ func TestClaimWithNothingReadyAnswersEmptyAfterEveryReplica(t *testing.T) {
 	var ab abandons
 	got, err := set.Claim(t.Context(), claimReq(5), ab.add)
 	require.NoError(t, err)
-	require.Empty(t, got)
+	require.Empty(t, got.GetTasks())
 	require.Len(t, a.claims(), 1)
 	require.Len(t, b.claims(), 1)
 }
@@ -368,7 +391,7 @@ func TestClaimGivesUpOnAReplicaThatDoesNotAnswer(t *testing.T) {
 	var ab abandons
 	got, err := set.Claim(t.Context(), req, ab.add)
 	require.NoError(t, err, "a replica given up on is skipped like one that failed")
-	require.Empty(t, got)
+	require.Empty(t, got.GetTasks())
 	require.Less(t, time.Since(start), 5*time.Second, "the claim ends soon after its wait, not at its deadline")
 	require.Eventually(t, func() bool { return silent.cancelled.Load() == 1 }, 5*time.Second, 5*time.Millisecond)
 }
@@ -472,8 +495,8 @@ func TestClaimEndsWhenAReplicaIsAdded(t *testing.T) {
 	var ab abandons
 	go func() {
 		got, err := set.Claim(t.Context(), req, ab.add)
-		if err == nil && len(got) > 0 {
-			err = fmt.Errorf("got %d tasks from a replica that has none", len(got))
+		if err == nil && len(got.GetTasks()) > 0 {
+			err = fmt.Errorf("got %d tasks from a replica that has none", len(got.GetTasks()))
 		}
 		done <- err
 	}()

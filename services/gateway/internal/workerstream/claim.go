@@ -1,8 +1,6 @@
 package workerstream
 
 import (
-	"context"
-	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,8 +9,6 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	backoffretry "github.com/razorbill/flo/libs/retry"
-	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 )
 
@@ -22,23 +18,104 @@ type grant struct {
 	deadline  time.Time
 }
 
-// pool is the credit for one combination of actions and lease length. Grants
-// are used oldest first; a grant whose deadline passes with credit left is
-// dropped and answered with one empty TaskBatch, which tells the worker to
-// send that Ready again. A worker can mirror this bookkeeping exactly because
-// it sees the same messages in the same order.
-type pool struct {
-	actions []string
-	leaseMS int64
-	wake    chan struct{}
-
-	mu     sync.Mutex
-	grants []grant
+// grants are a pool's credit. Grants are used oldest first; a grant whose
+// deadline passes with credit left is dropped and answered with one empty
+// TaskBatch, which tells the worker to send that Ready again. A worker can
+// mirror this bookkeeping exactly because it sees the same messages in the
+// same order.
+type grants struct {
+	list   []grant
 	credit int
 }
 
-func newPool(actions []string, leaseMS int64) *pool {
-	return &pool{actions: actions, leaseMS: leaseMS, wake: make(chan struct{}, 1)}
+// add records a Ready's credit, clamped so the pool never holds more than
+// maxCredit; it reports whether it added any.
+func (g *grants) add(count int, deadline time.Time) bool {
+	count = min(count, maxCredit-g.credit)
+	if count <= 0 {
+		return false
+	}
+	g.list = append(g.list, grant{remaining: count, deadline: deadline})
+	g.credit += count
+	return true
+}
+
+// expire drops the grants whose deadline passed. It returns how many it
+// dropped, the credit left and the earliest deadline among the grants left.
+func (g *grants) expire(now time.Time) (expired, credit int, next time.Time) {
+	kept := g.list[:0]
+	for _, gr := range g.list {
+		if !now.Before(gr.deadline) {
+			expired++
+			g.credit -= gr.remaining
+			continue
+		}
+		if next.IsZero() || gr.deadline.Before(next) {
+			next = gr.deadline
+		}
+		kept = append(kept, gr)
+	}
+	clear(g.list[len(kept):])
+	g.list = kept
+	if len(kept) == 0 {
+		g.list = nil
+	}
+	return expired, g.credit, next
+}
+
+// consume uses n credit, oldest grants first.
+func (g *grants) consume(n int) {
+	g.credit -= n
+	i := 0
+	for ; i < len(g.list) && n > 0; i++ {
+		use := min(n, g.list[i].remaining)
+		g.list[i].remaining -= use
+		n -= use
+		if g.list[i].remaining > 0 {
+			break
+		}
+	}
+	g.list = slices.Delete(g.list, 0, i)
+	if g.credit < 0 {
+		g.credit = 0
+	}
+}
+
+// pool is one session's credit for one combination of actions and lease
+// length. It runs no goroutine: its want, min(credit, room), is claimed by
+// the hub of its key together with the other pools of that key on this
+// gateway, and the hub hands it the tasks leased to its worker (take). A
+// timer answers grants that expire (expire); tasks and those answers go to
+// the writer in the order they happened, through outbox.
+type pool struct {
+	s       *session
+	h       *hub
+	actions []string
+	leaseMS int64
+
+	mu     sync.Mutex
+	grants grants
+	// timer fires at timerAt, no later than the earliest grant deadline.
+	timer   *time.Timer
+	timerAt time.Time
+	// outbox holds what goes to the writer next; flushing says a goroutine
+	// (of s.claimers) is moving it there, so the hub never waits for a
+	// worker's send queue.
+	outbox   []outgoing
+	flushing bool
+
+	// Guarded by h.mu: what the pool wants claimed, how much of it rounds in
+	// flight ask for, whether it waits in h's queue, whether it stopped
+	// (its session stopped claiming), and the rounds it is in.
+	want     int
+	inFlight int
+	queued   bool
+	stopped  bool
+	rounds   []*round
+}
+
+func newPool(s *session, h *hub, actions []string, leaseMS int64) *pool {
+	return &pool{s: s, h: h, actions: actions, leaseMS: leaseMS}
 }
 
 // poolKey names a pool: its lease length and its sorted action names.
@@ -46,189 +123,147 @@ func poolKey(actions []string, leaseMS int64) string {
 	return strconv.FormatInt(leaseMS, 10) + "\x00" + strings.Join(actions, "\x00")
 }
 
-func (p *pool) signal() {
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
-}
+// signal tells the hub that the pool's want may have changed.
+func (p *pool) signal() { p.h.refresh(p) }
 
-// add records a Ready's credit, clamped so the pool never holds more than
-// maxCredit.
+// add records a Ready's credit and arms the timer for its deadline.
 func (p *pool) add(count int, deadline time.Time) {
 	p.mu.Lock()
-	count = min(count, maxCredit-p.credit)
-	if count > 0 {
-		p.grants = append(p.grants, grant{remaining: count, deadline: deadline})
-		p.credit += count
+	if p.grants.add(count, deadline) {
+		p.armLocked(deadline)
 	}
 	p.mu.Unlock()
 	p.signal()
-}
-
-// expire drops the grants whose deadline passed. It returns how many it
-// dropped, the credit left and the earliest deadline among the grants left.
-func (p *pool) expire(now time.Time) (expired, credit int, next time.Time) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	kept := p.grants[:0]
-	for _, g := range p.grants {
-		if !now.Before(g.deadline) {
-			expired++
-			p.credit -= g.remaining
-			continue
-		}
-		if next.IsZero() || g.deadline.Before(next) {
-			next = g.deadline
-		}
-		kept = append(kept, g)
-	}
-	clear(p.grants[len(kept):])
-	p.grants = kept
-	return expired, p.credit, next
 }
 
 // clear drops every grant, for a worker that gets nothing more.
 func (p *pool) clear() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.grants, p.credit = nil, 0
+	p.grants = grants{}
+	p.stopTimerLocked()
 }
 
-// consume uses n credit, oldest grants first.
-func (p *pool) consume(n int) {
+// credit is the credit the pool has left.
+func (p *pool) credit() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.credit -= n
-	i := 0
-	for ; i < len(p.grants) && n > 0; i++ {
-		use := min(n, p.grants[i].remaining)
-		p.grants[i].remaining -= use
-		n -= use
-		if p.grants[i].remaining > 0 {
-			break
-		}
+	return p.grants.credit
+}
+
+// armLocked makes the timer fire no later than at.
+func (p *pool) armLocked(at time.Time) {
+	if !p.timerAt.IsZero() && !at.Before(p.timerAt) {
+		return
 	}
-	p.grants = slices.Delete(p.grants, 0, i)
-	if p.credit < 0 {
-		p.credit = 0
+	p.timerAt = at
+	if p.timer == nil {
+		p.timer = time.AfterFunc(time.Until(at), p.expire)
+		return
+	}
+	p.timer.Reset(time.Until(at))
+}
+
+func (p *pool) stopTimerLocked() {
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	p.timerAt = time.Time{}
+}
+
+// expire drops the grants whose deadline passed, answers each with an
+// empty TaskBatch, as the worker expects, and arms the timer for the next.
+func (p *pool) expire() {
+	now := time.Now()
+	p.mu.Lock()
+	p.timerAt = time.Time{}
+	expired, _, next := p.grants.expire(now)
+	if expired > 0 {
+		items := make([]outgoing, expired)
+		for i := range items {
+			items[i] = outgoing{msg: emptyBatch()}
+		}
+		// A session that ended gets nothing more: no answer is owed.
+		p.pushLocked(items)
+	}
+	if !next.IsZero() {
+		p.armLocked(next)
+	}
+	p.mu.Unlock()
+	if expired > 0 {
+		p.signal()
 	}
 }
 
-// claimLoop turns one pool's credit into claimed tasks until the session
-// stops claiming or the worker drains. A dispatcher that is down or
-// restarting is retried with backoff; the worker's stream stays open
-// meanwhile.
-func (s *session) claimLoop(p *pool) {
-	b := dispatcherRetry.Backoff()
+// take hands the pool tasks a round leased to its worker: as many as its
+// credit and its session's room allow, unless the session stopped claiming
+// or its worker drains. It returns the tasks it did not take, which the
+// caller abandons: they were never the worker's.
+func (p *pool) take(tasks []*flov1.TaskAssignment, now time.Time) (rest []*flov1.TaskAssignment) {
+	s := p.s
+	if s.claimCtx.Err() != nil || s.workerDraining.Load() {
+		return tasks
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := min(len(tasks), p.grants.credit, s.held.room(now))
+	if n <= 0 {
+		return tasks
+	}
+	if !p.pushLocked(s.taskBatches(tasks[:n])) {
+		return tasks
+	}
+	// Held before p.mu lets the outbox go to the writer, so the worker may
+	// report the tasks as soon as it has them.
+	s.held.add(tasks[:n], now)
+	p.grants.consume(n)
+	return tasks[n:]
+}
+
+// pushLocked queues items for the writer, starting the goroutine that moves
+// them there; it reports false, queuing nothing, once the session ended.
+func (p *pool) pushLocked(items []outgoing) bool {
+	if !p.flushing {
+		if !p.s.claimers.Go(p.flush) {
+			return false
+		}
+		p.flushing = true
+	}
+	p.outbox = append(p.outbox, items...)
+	return true
+}
+
+// flush moves the outbox to the writer until it is empty. Tasks the writer
+// can no longer take are abandoned.
+func (p *pool) flush() {
 	for {
-		count, wait, ok := s.awaitCredit(p)
-		if !ok {
+		p.mu.Lock()
+		items := p.outbox
+		p.outbox = nil
+		if len(items) == 0 {
+			p.flushing = false
+		}
+		p.mu.Unlock()
+		if len(items) == 0 {
 			return
 		}
-		tasks, err := s.claim(p, count, wait)
-		if err != nil {
-			if s.claimCtx.Err() != nil {
-				return
+		for _, item := range items {
+			if !p.s.enqueue(item) && len(item.tasks) > 0 {
+				p.s.abandon(item.tasks)
 			}
-			if permanent(err) {
-				s.fail(err)
-				return
-			}
-			s.log.WarnContext(s.ctx, "claim tasks failed; retrying", slog.Any("error", err))
-			if !backoffretry.Sleep(s.claimCtx, b.NextBackOff()) {
-				return
-			}
-			continue
-		}
-		b.Reset()
-		if len(tasks) == 0 {
-			continue
-		}
-		if s.workerDraining.Load() {
-			// The claim was in flight when the drain began: give its tasks
-			// back rather than hand them to a worker told it gets no more.
-			s.abandon(tasks)
-			return
-		}
-		p.consume(len(tasks))
-		s.held.add(tasks, time.Now())
-		s.sendTasks(tasks)
-	}
-}
-
-// awaitCredit waits until the pool has credit and the session has room,
-// answering expired grants with empty batches meanwhile. It returns how many
-// tasks to claim and how long the claim may wait: until the earliest grant
-// expires, at most maxClaimWait. The room is what the stream may still hold
-// (its worker's max_concurrency, or maxHeld), so credit beyond it waits for
-// tasks to be reported. It reports false once the session stops claiming or
-// the worker drains.
-func (s *session) awaitCredit(p *pool) (count int, wait time.Duration, ok bool) {
-	for {
-		if s.workerDraining.Load() {
-			return 0, 0, false
-		}
-		now := time.Now()
-		expired, credit, next := p.expire(now)
-		for range expired {
-			if !s.enqueue(outgoing{msg: emptyBatch()}) {
-				return 0, 0, false
-			}
-		}
-		room := s.held.room(now)
-		if credit > 0 && room > 0 {
-			return min(credit, room, maxClaim), min(next.Sub(now), maxClaimWait), true
-		}
-		if !s.idle(p, credit > 0, next.Sub(now)) {
-			return 0, 0, false
 		}
 	}
 }
 
-// idle waits for the pool to be woken (new credit, room freed) or, when it
-// has credit, for its earliest grant to expire. It reports false once the
-// session stops claiming.
-func (s *session) idle(p *pool, hasCredit bool, untilExpiry time.Duration) bool {
-	var timeout <-chan time.Time
-	if hasCredit {
-		t := time.NewTimer(untilExpiry)
-		defer t.Stop()
-		timeout = t.C
-	}
-	select {
-	case <-p.wake:
-		return true
-	case <-timeout:
-		return true
-	case <-s.claimCtx.Done():
-		return false
-	}
-}
-
-func (s *session) claim(p *pool, count int, wait time.Duration) ([]*flov1.TaskAssignment, error) {
-	ctx, cancel := context.WithTimeout(s.claimCtx, wait+claimSlack)
-	defer cancel()
-	return s.srv.opts.Claimer.Claim(ctx, &dispatcherv1.ClaimRequest{
-		Namespace: s.namespace,
-		Slots:     []*dispatcherv1.ClaimSlot{{WorkerId: s.workerID, Count: int32(count)}},
-		Actions:   p.actions,
-		WaitMs:    max(wait.Milliseconds(), 1),
-		LeaseMs:   p.leaseMS,
-	}, s.abandon)
-}
-
-// sendTasks queues claimed tasks as TaskBatches no larger than about one
-// maximal payload each, so a worker's receive limit never has to grow with
-// its credit. Tasks that can no longer be sent are abandoned at once rather
-// than left leased to a worker that will never see them.
-func (s *session) sendTasks(tasks []*flov1.TaskAssignment) {
+// taskBatches splits claimed tasks into TaskBatches no larger than about
+// one maximal payload each, so a worker's receive limit never has to grow
+// with its credit.
+func (s *session) taskBatches(tasks []*flov1.TaskAssignment) []outgoing {
 	limit := s.srv.opts.MaxPayloadBytes + batchOverhead
+	var out []outgoing
 	flush := func(batch []*flov1.TaskAssignment) {
 		msg := &flov1.ServerMessage{Msg: &flov1.ServerMessage_TaskBatch{TaskBatch: &flov1.TaskBatch{Tasks: batch}}}
-		if !s.enqueue(outgoing{msg: msg, tasks: batch}) {
-			s.abandon(batch)
-		}
+		out = append(out, outgoing{msg: msg, tasks: batch})
 	}
 	start, size := 0, 0
 	for i, t := range tasks {
@@ -240,6 +275,7 @@ func (s *session) sendTasks(tasks []*flov1.TaskAssignment) {
 		size += n
 	}
 	flush(tasks[start:])
+	return out
 }
 
 func emptyBatch() *flov1.ServerMessage {

@@ -12,7 +12,7 @@ import (
 
 func TestPoolUsesOldestGrantsFirst(t *testing.T) {
 	now := time.Unix(1000, 0)
-	p := newPool([]string{"a"}, 0)
+	var p grants
 	p.add(2, now.Add(time.Second))
 	p.add(3, now.Add(3*time.Second))
 	p.add(1, now.Add(2*time.Second))
@@ -37,7 +37,7 @@ func TestPoolUsesOldestGrantsFirst(t *testing.T) {
 
 func TestPoolFullyUsedGrantsDoNotExpire(t *testing.T) {
 	now := time.Unix(1000, 0)
-	p := newPool([]string{"a"}, 0)
+	var p grants
 	p.add(1, now.Add(time.Second))
 	p.add(1, now.Add(time.Second))
 	p.consume(2)
@@ -47,14 +47,14 @@ func TestPoolFullyUsedGrantsDoNotExpire(t *testing.T) {
 }
 
 func TestPoolCreditIsCapped(t *testing.T) {
-	p := newPool([]string{"a"}, 0)
+	var p grants
 	deadline := time.Now().Add(time.Hour)
-	p.add(maxCredit-1, deadline)
-	p.add(10, deadline)
-	p.add(10, deadline)
+	require.True(t, p.add(maxCredit-1, deadline))
+	require.True(t, p.add(10, deadline))
+	require.False(t, p.add(10, deadline))
 	_, credit, _ := p.expire(time.Now())
 	require.Equal(t, maxCredit, credit)
-	require.Len(t, p.grants, 2, "a Ready that adds nothing leaves no grant")
+	require.Len(t, p.list, 2, "a Ready that adds nothing leaves no grant")
 }
 
 func TestPoolKeySeparatesActionsAndLease(t *testing.T) {

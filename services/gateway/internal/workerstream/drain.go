@@ -109,8 +109,8 @@ func (s *session) startWorkerDrain() {
 	})
 }
 
-// dropCredit forgets every pool's credit and wakes the claim loops, which see
-// the drain and end.
+// dropCredit forgets every pool's credit and tells their hubs, which see
+// the drain and want nothing more.
 func (s *session) dropCredit() {
 	s.poolsMu.Lock()
 	defer s.poolsMu.Unlock()

@@ -110,7 +110,7 @@ func attemptKey(taskID string, attempt int32) string {
 }
 
 // remove forgets task attempts (attemptKeys) and reports whether the set was full before, so the
-// caller can wake claim loops waiting for room.
+// caller can tell the pools' hubs there is room.
 func (h *held) remove(ids []string) (wasFull bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

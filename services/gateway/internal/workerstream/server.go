@@ -1,8 +1,8 @@
 // Package workerstream serves WorkerService.Stream, the one bidirectional
 // stream each worker process keeps open. After a Hello the worker sends Ready
-// messages that grant credit for tasks of some actions; per distinct action
-// set a claim loop turns that credit into dispatcher Claim calls and sends the
-// claimed tasks down as TaskBatches. Results, nacks, abandons and touches go
+// messages that grant credit for tasks of some actions; the credit of every
+// stream for the same actions and lease is claimed together, by one hub per
+// gateway (hub.go), and the claimed tasks go down as TaskBatches. Results, nacks, abandons and touches go
 // to the dispatcher as they arrive, a bounded number at a time. One writer
 // goroutine owns Send and drains a bounded queue, so a slow worker slows its
 // own session down instead of growing memory.
@@ -54,10 +54,8 @@ import (
 
 const (
 	// sendQueue is how many outgoing messages a session buffers before the
-	// claim loops and acknowledgements wait for the writer.
+	// hubs and acknowledgements wait for the writer.
 	sendQueue = 256
-	// maxClaim caps the tasks asked for in one Claim call.
-	maxClaim = 256
 	// defaultBlock is how long a Ready is held open when it names no block_ms.
 	defaultBlock = 30 * time.Second
 	// maxBlock caps block_ms.
@@ -76,7 +74,7 @@ const (
 	// row the dispatcher ensures and a name every claim carries.
 	MaxHelloActions = 1024
 	// maxPools caps the distinct (actions, lease) combinations one stream's
-	// Ready messages may name; each gets its own claim loop.
+	// Ready messages may name; each is a pool its hub claims for.
 	maxPools = 16
 	// maxCredit caps the outstanding Ready credit of one combination.
 	maxCredit = 4096
@@ -111,12 +109,13 @@ type Dispatcher interface {
 	Touch(ctx context.Context, in *dispatcherv1.TouchRequest, opts ...grpc.CallOption) (*flov1.TouchAck, error)
 }
 
-// Claimer leases tasks to a session: up to req.Count, from whichever
-// dispatcher replicas hold them. Tasks leased that it does not return (they
-// arrived after the claim was answered) it hands to abandon, which may be
-// called after Claim returned, even after the session ended.
+// Claimer leases tasks to workers: up to each of req.Slots' count to its
+// worker, from whichever dispatcher replicas hold them; the response names
+// each task's worker. Tasks leased that it does not return (they arrived
+// after the claim was answered) it hands to abandon, which may be called
+// after Claim returned.
 type Claimer interface {
-	Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, abandon func([]*flov1.TaskAssignment)) ([]*flov1.TaskAssignment, error)
+	Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, abandon func([]*flov1.TaskAssignment)) (*dispatcherv1.ClaimResponse, error)
 }
 
 // Streams is the part of the streams service's API a worker session uses.
@@ -183,6 +182,9 @@ type Server struct {
 	sessionsMu sync.Mutex
 	sessions   map[string]map[*session]struct{}
 	left       *leftovers
+
+	// hubs claim for the sessions' pools (hub.go).
+	hubs hubs
 }
 
 // NewServer returns a Server that claims through opts.Claimer and reports

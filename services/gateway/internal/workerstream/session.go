@@ -415,7 +415,7 @@ func (s *session) gather(batch []*flov1.Result) []*flov1.Result {
 }
 
 // ready adds a Ready's credit to the pool of its actions and lease length,
-// starting that pool's claim loop on first use.
+// which its hub claims for.
 func (s *session) ready(r *flov1.Ready) error {
 	actions := r.GetActions()
 	if len(actions) == 0 {
@@ -464,13 +464,16 @@ func (s *session) pool(actions []string, leaseMS int64) (*pool, error) {
 	if len(s.pools) >= maxPools {
 		return nil, status.Errorf(codes.InvalidArgument, "a stream's Ready messages may name at most %d different action sets and lease lengths", maxPools)
 	}
-	p := newPool(actions, leaseMS)
+	h := s.srv.hub(s.namespace, actions, leaseMS)
+	p := newPool(s, h, actions, leaseMS)
 	s.pools[key] = p
-	s.claimers.Go(func() { s.claimLoop(p) })
+	// Claiming ends with claimCtx: then the pool leaves its hub.
+	context.AfterFunc(s.claimCtx, func() { h.stop(p) })
 	return p, nil
 }
 
-// wakePools lets claim loops waiting for room look again.
+// wakePools has the pools' hubs look again at what they want, now that the
+// session has more room.
 func (s *session) wakePools() {
 	s.poolsMu.Lock()
 	defer s.poolsMu.Unlock()
@@ -622,14 +625,7 @@ func attemptKeys(reports []*dispatcherv1.Report) []string {
 // counting an attempt (report forgets them before the call). Tasks it never
 // held, a claim's late answer, are not in the held set.
 func (s *session) abandon(tasks []*flov1.TaskAssignment) {
-	reports := make([]*dispatcherv1.Report, len(tasks))
-	for i, t := range tasks {
-		reports[i] = &dispatcherv1.Report{
-			TaskId: t.GetTaskId(), Attempt: t.GetAttempt(),
-			Kind: &dispatcherv1.Report_Abandon{Abandon: &flov1.Abandon{TaskId: t.GetTaskId(), Attempt: t.GetAttempt()}},
-		}
-	}
-	if rejected, why := s.report(reports); len(rejected) > 0 {
+	if rejected, why := s.report(abandonReports(tasks)); len(rejected) > 0 {
 		s.log.WarnContext(s.calls, "abandon unsent tasks failed; they return to the queue when their lease expires",
 			slog.Int("tasks", len(rejected)), slog.String("reason", why))
 	}
