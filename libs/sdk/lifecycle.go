@@ -45,6 +45,10 @@ const (
 	// handlerIdle is how long a handler goroutine waits for its next task or record before it
 	// ends.
 	handlerIdle = 10 * time.Second
+	// warnEvery is how many failed attempts in a row, to register or to reopen the stream,
+	// make one Warn line (the others are Debug): a storm's retry or two stays quiet, a server
+	// that stays away does not, and thousands of workers do not log a line per attempt.
+	warnEvery = 4
 )
 
 // ErrWorkerClosed is returned by Start and RegisterAction on a worker that was closed or has
@@ -231,6 +235,9 @@ func (l *lifecycle) run(ctx context.Context) error {
 	}
 
 	delays := newBackoff(reconnectMin, reconnectMax)
+	// failed counts the attempts in a row that ended without a stream: the break is logged at
+	// Warn, and then one attempt in warnEvery.
+	failed := 0
 	for {
 		if l.stopping.Load() && l.nothingToReport() {
 			return nil
@@ -248,9 +255,15 @@ func (l *lifecycle) run(ctx context.Context) error {
 		}
 		if connected {
 			delays.Reset()
+			failed = 0
 		}
+		failed++
 		delay := delays.NextBackOff()
-		l.log.Warn("flo: worker stream down; reconnecting", "error", err, "retry_in", delay)
+		level := slog.LevelDebug
+		if failed == 1 || failed%warnEvery == 0 {
+			level = slog.LevelWarn
+		}
+		l.log.Log(runCtx, level, "flo: worker stream down; reconnecting", "error", err, "retry_in", delay, "attempts", failed)
 		if !l.sleep(delay) {
 			return nil
 		}

@@ -26,9 +26,6 @@ const (
 	// registerRetryMin and registerRetryMax bound the wait between registration attempts.
 	registerRetryMin = 250 * time.Millisecond
 	registerRetryMax = 15 * time.Second
-	// registerWarnEvery is how many failed attempts in a row make one Warn line: a storm's
-	// retry or two stays quiet, a registry that stays away does not.
-	registerWarnEvery = 4
 	// retryAfterKey is the trailer in which the gateway says how many seconds a caller over
 	// its rate should wait.
 	retryAfterKey = "retry-after"
@@ -275,7 +272,7 @@ func (l *lifecycle) keepRegistering(ctx context.Context, err error, retryAfter t
 			l.log.Warn("flo: the worker registry refused the worker; trying again with the next heartbeat", "error", err)
 			return
 		}
-		if failed%registerWarnEvery == 0 {
+		if failed%warnEvery == 0 {
 			l.log.Warn("flo: registering the worker keeps failing; the worker runs and keeps trying",
 				"attempts", failed, "error", err)
 		} else {
@@ -285,7 +282,7 @@ func (l *lifecycle) keepRegistering(ctx context.Context, err error, retryAfter t
 			return
 		}
 		if retryAfter, err = l.register(ctx); err == nil {
-			if failed >= registerWarnEvery {
+			if failed >= warnEvery {
 				l.log.Info("flo: worker registered", "attempts", failed+1)
 			}
 			return

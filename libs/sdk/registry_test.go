@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -434,13 +435,24 @@ func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
 func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
 func (l *logRecorder) WithGroup(string) slog.Handler      { return l }
 
-// count counts the records at level whose message contains text.
-func (l *logRecorder) count(level slog.Level, text string) int {
+// levels returns the levels of the records whose message contains text, in order.
+func (l *logRecorder) levels(text string) []slog.Level {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n := 0
+	var out []slog.Level
 	for _, r := range l.records {
-		if r.Level == level && strings.Contains(r.Message, text) {
+		if strings.Contains(r.Message, text) {
+			out = append(out, r.Level)
+		}
+	}
+	return out
+}
+
+// count counts the records at level whose message contains text.
+func (l *logRecorder) count(level slog.Level, text string) int {
+	n := 0
+	for _, lv := range l.levels(text) {
+		if lv == level {
 			n++
 		}
 	}
@@ -495,6 +507,27 @@ func TestWorkerRegistrationFailuresWarnOncePerFewAttempts(t *testing.T) {
 	// The fifth attempt follows the fourth failure's warning; the next is due at the eighth.
 	require.Equal(t, 1, logs.count(slog.LevelWarn, "registering the worker keeps failing"))
 	require.Equal(t, 1, logs.count(slog.LevelWarn, ""))
+	require.NoError(t, stop())
+}
+
+func TestWorkerReconnectsWarnOnBreakAndOncePerFewAttempts(t *testing.T) {
+	t.Parallel()
+	// Nothing listens there any more: every attempt fails at once.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := lis.Addr().String()
+	require.NoError(t, lis.Close())
+	client := flo.NewClient(addr, flo.WithNamespace("myapp"))
+	require.NoError(t, client.Connect())
+	t.Cleanup(func() { _ = client.Close() })
+	logs := &logRecorder{}
+	w, err := client.NewActionWorker(flo.ActionWorkerOptions{WorkerID: "w-r", Logger: slog.New(logs)})
+	require.NoError(t, err)
+	w.MustRegisterAction("a", func(*flo.ActionContext) ([]byte, error) { return nil, nil })
+	stop := runWorker(t, w)
+	require.Eventually(t, func() bool { return len(logs.levels("worker stream down")) >= 4 }, waitFor, time.Millisecond)
+	require.Equal(t, []slog.Level{slog.LevelWarn, slog.LevelDebug, slog.LevelDebug, slog.LevelWarn},
+		logs.levels("worker stream down")[:4])
 	require.NoError(t, stop())
 }
 

@@ -380,8 +380,25 @@ func (s *Stack) startGateway(ctx context.Context) error {
 		return fmt.Errorf("start gateway: %w", err)
 	}
 	s.gateway = svc
+	// A restarted gateway binds the addresses the first one picked, where
+	// its clients and workers reconnect.
+	s.cfg.GatewayGRPCAddr, s.cfg.GatewayHTTPAddr = svc.GRPCAddr(), svc.HTTPAddr()
+	s.cfg.GatewayMetricsAddr = cmp.Or(svc.MetricsAddr(), s.cfg.GatewayMetricsAddr)
 	s.run("gateway", svc.Run)
 	return nil
+}
+
+// RestartGateway stops the gateway, as a deploy would, and starts a new one
+// on the same addresses, returning once it is ready: every client and worker
+// connected to the old one reconnects at once.
+func (s *Stack) RestartGateway(ctx context.Context) error {
+	if err := s.stop("gateway"); err != nil {
+		return err
+	}
+	if err := s.startGateway(ctx); err != nil {
+		return err
+	}
+	return s.waitReady(ctx)
 }
 
 // serviceConfig reads a service's settings from the environment with the
