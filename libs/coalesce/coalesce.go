@@ -33,6 +33,7 @@ type Batcher[Q, R any] struct {
 	maxBatch int
 	exec     func(ctx context.Context, calls []*Call[Q, R]) error
 	stopped  chan struct{}
+	linger   time.Duration
 }
 
 // New returns a Batcher whose queue holds up to queue waiting calls (callers
@@ -40,6 +41,15 @@ type Batcher[Q, R any] struct {
 // calls. exec runs one batch; an error it returns becomes every call's error.
 func New[Q, R any](queue, maxBatch int, exec func(ctx context.Context, calls []*Call[Q, R]) error) *Batcher[Q, R] {
 	return &Batcher[Q, R]{in: make(chan *Call[Q, R], queue), maxBatch: maxBatch, exec: exec, stopped: make(chan struct{})}
+}
+
+// Linger makes a batch wait up to d after its first call for more (until
+// it is full) before it runs, so calls that trickle in (heartbeats spread
+// over their interval) share a transaction too, at the price of up to d of
+// latency. Call it before Run; it returns b.
+func (b *Batcher[Q, R]) Linger(d time.Duration) *Batcher[Q, R] {
+	b.linger = d
+	return b
 }
 
 // Do submits req and waits for its batch to run.
@@ -81,6 +91,7 @@ func (b *Batcher[Q, R]) Run(ctx context.Context) error {
 		case c := <-b.in:
 			batch = append(batch, c)
 		}
+		batch = b.gather(ctx, batch)
 	drain:
 		for len(batch) < b.maxBatch {
 			select {
@@ -92,6 +103,27 @@ func (b *Batcher[Q, R]) Run(ctx context.Context) error {
 		}
 		b.run(ctx, batch)
 	}
+}
+
+// gather adds the calls that arrive within the linger time to batch; a
+// batch cut short by ctx ending still runs.
+func (b *Batcher[Q, R]) gather(ctx context.Context, batch []*Call[Q, R]) []*Call[Q, R] {
+	if b.linger <= 0 {
+		return batch
+	}
+	timer := time.NewTimer(b.linger)
+	defer timer.Stop()
+	for len(batch) < b.maxBatch {
+		select {
+		case c := <-b.in:
+			batch = append(batch, c)
+		case <-timer.C:
+			return batch
+		case <-ctx.Done():
+			return batch
+		}
+	}
+	return batch
 }
 
 func (b *Batcher[Q, R]) run(ctx context.Context, batch []*Call[Q, R]) {

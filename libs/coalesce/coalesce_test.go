@@ -109,3 +109,61 @@ func TestBatcherSkipsCancelledCalls(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, seen)
 }
+
+// lingering returns a Batcher lingering an hour, running until the test
+// ends, and the sizes of the batches it ran.
+func lingering(t *testing.T, maxBatch int) (*Batcher[int, int], func() []int) {
+	var (
+		mu      sync.Mutex
+		batches []int
+	)
+	b := New(100, maxBatch, func(_ context.Context, calls []*Call[int, int]) error {
+		mu.Lock()
+		defer mu.Unlock()
+		batches = append(batches, len(calls))
+		for _, c := range calls {
+			c.Resp = c.Req
+		}
+		return nil
+	}).Linger(time.Hour)
+	return b, func() []int { mu.Lock(); defer mu.Unlock(); return append([]int(nil), batches...) }
+}
+
+func TestBatcherLingersUntilFull(t *testing.T) {
+	t.Parallel()
+	b, batches := lingering(t, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = b.Run(ctx) }()
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Go(func() {
+			v, err := b.Do(ctx, i)
+			require.NoError(t, err)
+			require.Equal(t, i, v)
+		})
+	}
+	wg.Wait()
+	require.Equal(t, []int{3}, batches(), "the first call waited for the others, not an hour")
+}
+
+func TestBatcherLingeringBatchRunsAtStop(t *testing.T) {
+	t.Parallel()
+	b, batches := lingering(t, 10)
+	answered := make(chan error, 1)
+	go func() {
+		_, err := b.Do(context.Background(), 1)
+		answered <- err
+	}()
+	require.Eventually(t, func() bool { return len(b.in) == 1 }, waitFor, tick)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = b.Run(ctx); close(done) }()
+	// Taken off the queue: the batch is lingering.
+	require.Eventually(t, func() bool { return len(b.in) == 0 }, waitFor, tick)
+	require.Empty(t, batches())
+	cancel()
+	<-done
+	require.NoError(t, <-answered)
+	require.Equal(t, []int{1}, batches())
+}

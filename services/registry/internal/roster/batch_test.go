@@ -166,7 +166,7 @@ const (
 // workers: active, draining and unhealthy ones; 20 unknown) and checks they
 // were written in a few transactions and that each caller got its own
 // worker's status, with a STATUS_CHANGED event for each worker whose status
-// changed and for no other.
+// changed and for no other; then heartbeats that trickle in.
 func TestHeartbeatsCoalesce(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 10_000)
@@ -233,6 +233,22 @@ func TestHeartbeatsCoalesce(t *testing.T) {
 	var loaded int
 	require.NoError(t, f.pool.QueryRow(ctx, `SELECT count(*) FROM workers WHERE current_load = 1 AND cpu_load = 0.5`).Scan(&loaded))
 	require.Equal(t, workers/2, loaded)
+
+	// Heartbeats that trickle in rather than arrive at once (20 workers,
+	// each sending its next as soon as the last is answered) still share
+	// transactions: each batch lingers for the others.
+	const senders, rounds = 20, 10
+	together(senders, func(i int) {
+		for range rounds {
+			_, err := f.roster.Heartbeat(ctx, store.Beat{Namespace: ns, ID: id(100 + i)})
+			require.NoError(t, err)
+		}
+	})
+	trickled, trickledCalls := f.batches(t, "heartbeat")
+	trickled, trickledCalls = trickled-batches, trickledCalls-calls
+	t.Logf("%d trickling heartbeats written in %d transactions", trickledCalls, trickled)
+	require.Equal(t, int64(senders*rounds), trickledCalls)
+	require.LessOrEqual(t, trickled, int64(senders*rounds/5), "trickling heartbeats were not coalesced")
 }
 
 // TestRegistrationStorm registers 1,000 workers at once against a limit of

@@ -28,10 +28,15 @@ import (
 const idAttempts = 8
 
 // Batch bounds. A batch is one transaction; calls beyond a full queue wait
-// for room.
+// for room. A heartbeat batch lingers a little for more: 10,000 workers
+// heartbeat 333 times a second, spread out, and would otherwise mostly find
+// the writer idle and go one to a transaction. Registrations do not
+// linger: they come alone (answered at once) or in storms (which batch by
+// themselves).
 const (
 	heartbeatQueue    = 4096
 	heartbeatBatch    = 1000
+	heartbeatLinger   = 50 * time.Millisecond
 	registrationQueue = 4096
 	registrationBatch = 500
 )
@@ -65,7 +70,7 @@ func New(pool *pgxpool.Pool, relay Notifier, maxWorkers int, meter metric.Meter)
 	}
 	r := &Roster{pool: pool, relay: relay, maxWorkers: maxWorkers}
 	r.registrations = coalesce.New(registrationQueue, registrationBatch, r.execRegistrations)
-	r.heartbeats = coalesce.New(heartbeatQueue, heartbeatBatch, r.execHeartbeats)
+	r.heartbeats = coalesce.New(heartbeatQueue, heartbeatBatch, r.execHeartbeats).Linger(heartbeatLinger)
 	var err error
 	if r.registered, err = meter.Int64Counter("flo.registry.workers.registered", metric.WithUnit("{worker}"), metric.WithDescription("Worker registrations, replacements included.")); err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
