@@ -49,7 +49,10 @@
 //
 // A worker registers itself in the worker registry when it starts (its id, concurrency, actions,
 // [ActionWorkerOptions.Metadata] and machine), sends a heartbeat with its load every
-// [ActionWorkerOptions.HeartbeatInterval], and deregisters when Start returns. Draining it
+// [ActionWorkerOptions.HeartbeatInterval], and deregisters when Start returns. A registry that
+// is down, slow or overloaded does not stop it: the worker starts working and keeps registering
+// with backoff until the registry takes it; only a refusal (the namespace's worker limit, bad
+// metadata) makes Start return an error. Draining it
 // ([Client.DrainWorker], `flo worker drain`) makes it finish the tasks it holds, take no new
 // ones, deregister and return from Start.
 //
