@@ -37,6 +37,14 @@ func keyOf(t *testing.T, ns string, role auth.Role) (string, auth.StoredKey) {
 // call (one would panic on the nil dispatcher).
 func serveStreams(t *testing.T, keys ...auth.StoredKey) flov1.WorkerServiceClient {
 	t.Helper()
+	c, _ := serveStreamsWith(t, nil, nil, keys...)
+	return c
+}
+
+// serveStreamsWith serves a Server with d and claimer like serveStreams,
+// and returns it too.
+func serveStreamsWith(t *testing.T, d Dispatcher, claimer Claimer, keys ...auth.StoredKey) (flov1.WorkerServiceClient, *Server) {
+	t.Helper()
 	byID := map[string]auth.StoredKey{}
 	for _, k := range keys {
 		byID[k.ID] = k
@@ -50,9 +58,9 @@ func serveStreams(t *testing.T, keys ...auth.StoredKey) flov1.WorkerServiceClien
 			return k, nil
 		}})
 	require.NoError(t, err)
-	srv := NewServer(nil, Options{
+	srv := NewServer(d, Options{
 		MaxPayloadBytes: 1 << 20, DrainTimeout: time.Second, Log: slog.New(slog.DiscardHandler),
-		CheckNamespace: func(context.Context, string) error { return nil },
+		CheckNamespace: func(context.Context, string) error { return nil }, Claimer: claimer,
 	})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -63,7 +71,7 @@ func serveStreams(t *testing.T, keys ...auth.StoredKey) flov1.WorkerServiceClien
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	return flov1.NewWorkerServiceClient(conn)
+	return flov1.NewWorkerServiceClient(conn), srv
 }
 
 // open opens a stream with key and sends hello; it returns the stream and
