@@ -22,7 +22,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
-	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 )
 
 const (
@@ -231,12 +230,13 @@ func (s *Set) snapshot() ([]*replica, <-chan struct{}) {
 
 // Claim leases up to each of req.Slots' count to its worker. With two or
 // more replicas known it sends req to each at once and returns the first
-// answer with tasks. The
-// other calls run on for settleGrace, so that answers already on their way
-// arrive rather than being dropped by a cancellation (their tasks would stay
-// leased to nobody until the lease ran out), and are then cancelled; tasks
-// they bring are handed to abandon, after Claim returned. Calls still
-// running answerGrace past the wait are given up on. A replica that fails is
+// answer with tasks. The other calls run on for settleGrace, so that
+// answers already on their way arrive rather than being dropped by a
+// cancellation (their tasks would stay leased to nobody until the lease ran
+// out), and are then cancelled; the answers with tasks they bring are handed
+// to late, after Claim returned, and the caller hands those tasks out or
+// abandons them. Calls still running answerGrace past the wait are given up
+// on. A replica that fails is
 // skipped unless all do. With at most one replica known the default client
 // is asked, as with a single dispatcher.
 //
@@ -244,7 +244,7 @@ func (s *Set) snapshot() ([]*replica, <-chan struct{}) {
 // FailedPrecondition: the replica no longer owns the partitions it had) has
 // the list read at once; FailedPrecondition is answered as Unavailable, so
 // the worker's session retries instead of ending.
-func (s *Set) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, abandon func([]*flov1.TaskAssignment)) (*dispatcherv1.ClaimResponse, error) {
+func (s *Set) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, late func(*dispatcherv1.ClaimResponse)) (*dispatcherv1.ClaimResponse, error) {
 	replicas, added := s.snapshot()
 	if len(replicas) <= 1 {
 		// One replica, or none known: the default client reaches it.
@@ -253,7 +253,7 @@ func (s *Set) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, abandon
 	// The calls may outlive Claim (see settle), so they do not end with
 	// ctx, which the caller cancels once Claim returns.
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	late := time.AfterFunc(time.Duration(req.GetWaitMs())*time.Millisecond+answerGrace, cancel)
+	giveUp := time.AfterFunc(time.Duration(req.GetWaitMs())*time.Millisecond+answerGrace, cancel)
 	answers := make(chan answer, len(replicas))
 	for _, r := range replicas {
 		go func() {
@@ -268,12 +268,12 @@ func (s *Set) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, abandon
 		case a = <-answers:
 		case <-ctx.Done():
 			// The caller is gone: nothing it asked for can reach it now.
-			go s.settle(ctx, left, answers, 0, cancel, late, abandon)
+			go s.settle(ctx, left, answers, 0, cancel, giveUp, late)
 			return nil, status.FromContextError(ctx.Err()).Err()
 		case <-added:
 			// A new replica may own the partitions with the work: the
 			// caller asks the new list.
-			go s.settle(ctx, left, answers, settleGrace, cancel, late, abandon)
+			go s.settle(ctx, left, answers, settleGrace, cancel, giveUp, late)
 			return nil, nil
 		}
 		if a.err != nil {
@@ -282,11 +282,11 @@ func (s *Set) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, abandon
 			continue
 		}
 		if len(a.resp.GetTasks()) > 0 {
-			go s.settle(ctx, left-1, answers, settleGrace, cancel, late, abandon)
-			return s.keep(ctx, a.resp, req, abandon), nil
+			go s.settle(ctx, left-1, answers, settleGrace, cancel, giveUp, late)
+			return a.resp, nil
 		}
 	}
-	late.Stop()
+	giveUp.Stop()
 	cancel()
 	if len(errs) == len(replicas) {
 		return nil, s.failed(errs[0])
@@ -305,10 +305,10 @@ type answer struct {
 }
 
 // settle collects the remaining answers of a claim that returned,
-// cancelling the calls after grace, and abandons the tasks they bring.
+// cancelling the calls after grace, and hands those with tasks to late.
 func (s *Set) settle(ctx context.Context, remaining int, answers <-chan answer, grace time.Duration,
-	cancel context.CancelFunc, late *time.Timer, abandon func([]*flov1.TaskAssignment)) {
-	late.Stop()
+	cancel context.CancelFunc, giveUp *time.Timer, late func(*dispatcherv1.ClaimResponse)) {
+	giveUp.Stop()
 	stop := time.AfterFunc(grace, cancel)
 	defer stop.Stop()
 	defer cancel()
@@ -317,45 +317,13 @@ func (s *Set) settle(ctx context.Context, remaining int, answers <-chan answer, 
 		a := <-answers
 		switch {
 		case len(a.resp.GetTasks()) > 0:
-			s.log.DebugContext(ctx, "tasks arrived after a claim was answered; abandoning them",
+			s.log.DebugContext(ctx, "tasks arrived after a claim was answered",
 				slog.String("addr", a.addr), slog.Int("tasks", len(a.resp.GetTasks())))
-			abandon(a.resp.GetTasks())
+			late(a.resp)
 		case a.err != nil && status.Code(a.err) != codes.Canceled:
 			s.failed(a.err)
 		}
 	}
-}
-
-// keep returns the tasks of got that req asked for: for each slot, up to
-// its count (zero counts one) of tasks named with its worker, and abandons
-// the rest, which a replica should never send.
-func (s *Set) keep(ctx context.Context, got *dispatcherv1.ClaimResponse, req *dispatcherv1.ClaimRequest, abandon func([]*flov1.TaskAssignment)) *dispatcherv1.ClaimResponse {
-	left := make(map[string]int, len(req.GetSlots()))
-	for _, sl := range req.GetSlots() {
-		left[sl.GetWorkerId()] += max(int(sl.GetCount()), 1)
-	}
-	tasks, workers := got.GetTasks(), got.GetWorkerIds()
-	out := &dispatcherv1.ClaimResponse{Tasks: make([]*flov1.TaskAssignment, 0, len(tasks)), WorkerIds: make([]string, 0, len(tasks))}
-	var extra []*flov1.TaskAssignment
-	for i, t := range tasks {
-		var w string
-		if i < len(workers) {
-			w = workers[i]
-		}
-		if left[w] <= 0 {
-			extra = append(extra, t)
-			continue
-		}
-		left[w]--
-		out.Tasks = append(out.Tasks, t)
-		out.WorkerIds = append(out.WorkerIds, w)
-	}
-	if len(extra) > 0 {
-		s.log.WarnContext(ctx, "a dispatcher answered a claim with tasks it did not ask for; abandoning them",
-			slog.Int("tasks", len(tasks)), slog.Int("extra", len(extra)))
-		abandon(extra)
-	}
-	return out
 }
 
 // failed asks for a fresh list when err is what a changed list explains, and

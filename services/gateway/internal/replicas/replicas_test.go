@@ -172,21 +172,19 @@ func over(t *testing.T, front *replicaServer, opts []grpc.DialOption, replicas .
 	return set
 }
 
-// abandons collects what a claim abandons.
-type abandons struct {
+// lateTasks collects the tasks of the answers a claim hands on late.
+type lateTasks struct {
 	mu  sync.Mutex
 	ids []string
 }
 
-func (a *abandons) add(tasks []*flov1.TaskAssignment) {
+func (a *lateTasks) add(resp *dispatcherv1.ClaimResponse) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for _, t := range tasks {
-		a.ids = append(a.ids, t.GetTaskId())
-	}
+	a.ids = append(a.ids, ids(resp)...)
 }
 
-func (a *abandons) list() []string {
+func (a *lateTasks) list() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return slices.Clone(a.ids)
@@ -210,7 +208,7 @@ func TestClaimWithOneReplicaGoesToTheDefaultConnection(t *testing.T) {
 	front.list(front.addr)
 	set := New(dial(t, front.addr, plain...), Options{Dial: plain, Refresh: time.Hour})
 
-	var ab abandons
+	var ab lateTasks
 	got, err := set.Claim(t.Context(), claimReq(5), ab.add)
 	require.NoError(t, err)
 	require.Equal(t, []string{"front-0"}, ids(got), "before any list, the default connection claims")
@@ -222,28 +220,6 @@ func TestClaimWithOneReplicaGoesToTheDefaultConnection(t *testing.T) {
 	require.Len(t, front.claims(), 2)
 	require.Equal(t, int32(1), front.conns.Load(), "a single replica costs no connection of its own")
 	require.Empty(t, ab.list())
-}
-
-func TestClaimAbandonsTasksItsSlotsDidNotAskFor(t *testing.T) {
-	t.Parallel()
-	front := startReplica(t, func(*dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
-		return &dispatcherv1.ClaimResponse{
-			Tasks: []*flov1.TaskAssignment{
-				{TaskId: "a-0"}, {TaskId: "b-0"}, {TaskId: "a-1"}, {TaskId: "x-0"}, {TaskId: "a-2"},
-			},
-			WorkerIds: []string{"a", "b", "a", "x", "a"},
-		}, nil
-	})
-	set := New(dial(t, front.addr, plain...), Options{Dial: plain, Refresh: time.Hour})
-	req := claimReq(1)
-	req.Slots = []*dispatcherv1.ClaimSlot{{WorkerId: "a", Count: 2}, {WorkerId: "b", Count: 1}}
-
-	var ab abandons
-	got, err := set.Claim(t.Context(), req, ab.add)
-	require.NoError(t, err)
-	require.Equal(t, []string{"a-0", "b-0", "a-1"}, ids(got))
-	require.Equal(t, []string{"a", "b", "a"}, got.GetWorkerIds())
-	require.ElementsMatch(t, []string{"x-0", "a-2"}, ab.list(), "a worker not asked for, and one past its slot's count")
 }
 
 func TestClaimFirstAnswerWinsAndTheOthersAreCancelled(t *testing.T) {
@@ -258,7 +234,7 @@ func TestClaimFirstAnswerWinsAndTheOthersAreCancelled(t *testing.T) {
 	front := startReplica(t, tasks("front", 1))
 	set := over(t, front, plain, ready, waiting)
 
-	var ab abandons
+	var ab lateTasks
 	got, err := set.Claim(t.Context(), claimReq(5), ab.add)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a-0", "a-1"}, ids(got))
@@ -274,7 +250,7 @@ func TestClaimFirstAnswerWinsAndTheOthersAreCancelled(t *testing.T) {
 	}
 }
 
-func TestClaimAbandonsTasksThatArriveAfterTheWinner(t *testing.T) {
+func TestClaimHandsOnTasksThatArriveAfterTheWinner(t *testing.T) {
 	t.Parallel()
 	a := startReplica(t, tasks("a", 2))
 	b := startReplica(t, tasks("b", 2))
@@ -290,12 +266,12 @@ func TestClaimAbandonsTasksThatArriveAfterTheWinner(t *testing.T) {
 	}
 	set := over(t, startReplica(t, nil), append(slices.Clip(plain), grpc.WithUnaryInterceptor(both)), a, b)
 
-	var ab abandons
+	var ab lateTasks
 	got, err := set.Claim(t.Context(), claimReq(3), ab.add)
 	require.NoError(t, err)
 	require.Len(t, got.GetTasks(), 2, "the first answer with tasks is the claim's")
 	require.Eventually(t, func() bool { return len(ab.list()) == 2 }, 5*time.Second, 5*time.Millisecond,
-		"the other answer's tasks are abandoned")
+		"the other answer's tasks are handed on late")
 	all := append(ids(got), ab.list()...)
 	require.ElementsMatch(t, []string{"a-0", "a-1", "b-0", "b-1"}, all, "no task is lost or doubled")
 }
@@ -310,7 +286,7 @@ func TestClaimEndsWithItsCaller(t *testing.T) {
 		<-b.received
 		cancel()
 	}()
-	var ab abandons
+	var ab lateTasks
 	_, err := set.Claim(ctx, claimReq(5), ab.add)
 	require.Equal(t, codes.Canceled, status.Code(err), "%v", err)
 	require.Eventually(t, func() bool { return a.cancelled.Load() == 1 && b.cancelled.Load() == 1 }, 5*time.Second, 5*time.Millisecond,
@@ -332,7 +308,7 @@ func TestClaimSkipsAFailingReplicaAndReadsTheListAgain(t *testing.T) {
 	set := over(t, front, plain, down, up)
 	lists := front.lists.Load()
 
-	var ab abandons
+	var ab lateTasks
 	got, err := set.Claim(t.Context(), claimReq(5), ab.add)
 	require.NoError(t, err, "one replica answering is enough")
 	require.Empty(t, got.GetTasks())
@@ -362,7 +338,7 @@ func TestClaimFailsOnlyWhenEveryReplicaFails(t *testing.T) {
 			t.Parallel()
 			a, b := startReplica(t, fails(tt.a)), startReplica(t, fails(tt.b))
 			set := over(t, startReplica(t, nil), plain, a, b)
-			var ab abandons
+			var ab lateTasks
 			_, err := set.Claim(t.Context(), claimReq(5), ab.add)
 			require.Equal(t, tt.want, status.Code(err), "%v", err)
 		})
@@ -373,7 +349,7 @@ func TestClaimWithNothingReadyAnswersEmptyAfterEveryReplica(t *testing.T) {
 	t.Parallel()
 	a, b := startReplica(t, tasks("a", 0)), startReplica(t, tasks("b", 0))
 	set := over(t, startReplica(t, nil), plain, a, b)
-	var ab abandons
+	var ab lateTasks
 	got, err := set.Claim(t.Context(), claimReq(5), ab.add)
 	require.NoError(t, err)
 	require.Empty(t, got.GetTasks())
@@ -388,7 +364,7 @@ func TestClaimGivesUpOnAReplicaThatDoesNotAnswer(t *testing.T) {
 	req := claimReq(5)
 	req.WaitMs = 50
 	start := time.Now()
-	var ab abandons
+	var ab lateTasks
 	got, err := set.Claim(t.Context(), req, ab.add)
 	require.NoError(t, err, "a replica given up on is skipped like one that failed")
 	require.Empty(t, got.GetTasks())
@@ -403,7 +379,7 @@ func TestReplicasThatLeaveAreClosed(t *testing.T) {
 	front.list(a.addr, b.addr)
 	set := New(dial(t, front.addr, plain...), Options{Dial: plain, Refresh: 10 * time.Millisecond})
 	stop := run(t, set, 2)
-	var ab abandons
+	var ab lateTasks
 	_, err := set.Claim(t.Context(), claimReq(1), ab.add)
 	require.NoError(t, err)
 	require.Equal(t, int32(1), a.conns.Load())
@@ -454,7 +430,7 @@ func TestReplicasAreDialedWithTheDispatchersNameAndToken(t *testing.T) {
 
 	set := New(dial(t, configured, dialOpts...), Options{Dial: DialOptions(dialOpts, configured), Refresh: time.Hour})
 	run(t, set, 2)
-	var ab abandons
+	var ab lateTasks
 	got, err := set.Claim(t.Context(), claimReq(1), ab.add)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a-0"}, ids(got))
@@ -492,7 +468,7 @@ func TestClaimEndsWhenAReplicaIsAdded(t *testing.T) {
 	req := claimReq(1)
 	req.WaitMs = 60_000
 	done := make(chan error, 1)
-	var ab abandons
+	var ab lateTasks
 	go func() {
 		got, err := set.Claim(t.Context(), req, ab.add)
 		if err == nil && len(got.GetTasks()) > 0 {

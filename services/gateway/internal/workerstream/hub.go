@@ -313,7 +313,7 @@ func (h *hub) claim(r *round) (*dispatcherv1.ClaimResponse, error) {
 		Slots:     slots,
 		WaitMs:    maxClaimWait.Milliseconds(),
 		LeaseMs:   h.leaseMS,
-	}, h.abandon)
+	}, func(resp *dispatcherv1.ClaimResponse) { h.late(r, resp) })
 }
 
 // finish hands a round's tasks to the pools of their workers, abandons
@@ -321,27 +321,7 @@ func (h *hub) claim(r *round) (*dispatcherv1.ClaimResponse, error) {
 // they want more.
 func (h *hub) finish(r *round, resp *dispatcherv1.ClaimResponse, err error) {
 	now := time.Now()
-	tasks, workers := resp.GetTasks(), resp.GetWorkerIds()
-	var rest []*flov1.TaskAssignment
-	if len(tasks) > 0 {
-		got := make([][]*flov1.TaskAssignment, len(r.entries))
-		for i, t := range tasks {
-			j, ok := -1, false
-			if i < len(workers) {
-				j, ok = r.byWorker[workers[i]]
-			}
-			if !ok {
-				rest = append(rest, t)
-				continue
-			}
-			got[j] = append(got[j], t)
-		}
-		for j, ts := range got {
-			if len(ts) > 0 {
-				rest = append(rest, r.entries[j].p.take(ts, now)...)
-			}
-		}
-	}
+	rest, _ := r.route(resp, now)
 	r.cancel()
 	h.mu.Lock()
 	h.rounds = slices.DeleteFunc(h.rounds, func(o *round) bool { return o == r })
@@ -352,15 +332,58 @@ func (h *hub) finish(r *round, resp *dispatcherv1.ClaimResponse, err error) {
 		h.updateLocked(p, now)
 	}
 	if err == nil && resp != nil {
-		h.busy = len(tasks) > 0
+		h.busy = len(resp.GetTasks()) > 0
 	}
 	h.mu.Unlock()
 	h.abandon(rest)
 }
 
+// late hands out the tasks of an answer that came after the round's (from
+// another replica) to the pools of their workers that can still take them,
+// and abandons the rest.
+func (h *hub) late(r *round, resp *dispatcherv1.ClaimResponse) {
+	rest, took := r.route(resp, time.Now())
+	for _, p := range took {
+		p.signal()
+	}
+	h.abandon(rest)
+}
+
+// route hands each task of resp to the pool of the round's slot of its
+// worker; it returns the tasks no pool took and the pools that took some.
+func (r *round) route(resp *dispatcherv1.ClaimResponse, now time.Time) (rest []*flov1.TaskAssignment, took []*pool) {
+	tasks, workers := resp.GetTasks(), resp.GetWorkerIds()
+	if len(tasks) == 0 {
+		return nil, nil
+	}
+	got := make([][]*flov1.TaskAssignment, len(r.entries))
+	for i, t := range tasks {
+		j, ok := -1, false
+		if i < len(workers) {
+			j, ok = r.byWorker[workers[i]]
+		}
+		if !ok {
+			rest = append(rest, t)
+			continue
+		}
+		got[j] = append(got[j], t)
+	}
+	for j, ts := range got {
+		if len(ts) == 0 {
+			continue
+		}
+		p := r.entries[j].p
+		left := p.take(ts, now)
+		if len(left) < len(ts) {
+			took = append(took, p)
+		}
+		rest = append(rest, left...)
+	}
+	return rest, took
+}
+
 // abandon hands back tasks no worker received, without counting an
-// attempt: tasks of a round no pool could take, or that a replica leased
-// after the claim was answered.
+// attempt: tasks of a round (or a late answer) no pool could take.
 func (h *hub) abandon(tasks []*flov1.TaskAssignment) {
 	if len(tasks) == 0 {
 		return

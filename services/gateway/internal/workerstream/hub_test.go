@@ -28,6 +28,7 @@ type claimCall struct {
 	req   *dispatcherv1.ClaimRequest
 	ctx   context.Context
 	reply chan *dispatcherv1.ClaimResponse
+	late  func(*dispatcherv1.ClaimResponse)
 }
 
 // slots are the call's slots as worker id -> count.
@@ -50,19 +51,22 @@ func (c *claimCall) requireCancelled(t *testing.T, what string) {
 }
 
 // answer makes the call return tasks, each leased to the worker beside it.
-func (c *claimCall) answer(taskWorkers ...string) {
+func (c *claimCall) answer(taskWorkers ...string) { c.reply <- leased(taskWorkers...) }
+
+// leased is a ClaimResponse of tasks, each leased to the worker beside it.
+func leased(taskWorkers ...string) *dispatcherv1.ClaimResponse {
 	resp := &dispatcherv1.ClaimResponse{}
 	for i := 0; i+1 < len(taskWorkers); i += 2 {
 		resp.Tasks = append(resp.Tasks, &flov1.TaskAssignment{TaskId: taskWorkers[i], Attempt: 1, Action: "a"})
 		resp.WorkerIds = append(resp.WorkerIds, taskWorkers[i+1])
 	}
-	c.reply <- resp
+	return resp
 }
 
 type answeredClaimer struct{ calls chan *claimCall }
 
-func (a *answeredClaimer) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, _ func([]*flov1.TaskAssignment)) (*dispatcherv1.ClaimResponse, error) {
-	c := &claimCall{req: req, ctx: ctx, reply: make(chan *dispatcherv1.ClaimResponse, 1)}
+func (a *answeredClaimer) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, late func(*dispatcherv1.ClaimResponse)) (*dispatcherv1.ClaimResponse, error) {
+	c := &claimCall{req: req, ctx: ctx, reply: make(chan *dispatcherv1.ClaimResponse, 1), late: late}
 	select {
 	case a.calls <- c:
 	case <-ctx.Done():
@@ -243,6 +247,19 @@ func TestHubAbandonsTasksNoWorkerCanTake(t *testing.T) {
 	call.answer("t1", "w1", "t2", "w1", "t3", "stranger")
 	require.Equal(t, []string{"t1"}, w1.batch(t))
 	require.ElementsMatch(t, []string{"t2", "t3"}, e.abandoned(t, 2))
+}
+
+func TestHubHandsOutALateAnswerAsFarAsCreditGoes(t *testing.T) {
+	t.Parallel()
+	e := newHubEnv(t)
+	w1 := e.worker(t, "w1", 2, 0)
+	call := e.call(t, map[string]int32{"w1": 2})
+	call.answer("t1", "w1")
+	require.Equal(t, []string{"t1"}, w1.batch(t))
+	// Another replica's answer to the same call, after it returned.
+	call.late(leased("t2", "w1", "t3", "w1"))
+	require.Equal(t, []string{"t2"}, w1.batch(t))
+	require.Equal(t, []string{"t3"}, e.abandoned(t, 1))
 }
 
 func TestHubNeverPutsTwoStreamsOfOneWorkerInOneCall(t *testing.T) {

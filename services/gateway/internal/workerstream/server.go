@@ -111,11 +111,11 @@ type Dispatcher interface {
 
 // Claimer leases tasks to workers: up to each of req.Slots' count to its
 // worker, from whichever dispatcher replicas hold them; the response names
-// each task's worker. Tasks leased that it does not return (they arrived
-// after the claim was answered) it hands to abandon, which may be called
-// after Claim returned.
+// each task's worker. Answers with tasks that arrive after the one it
+// returned (from other replicas) it hands to late, which may be called
+// after Claim returned and must hand those tasks out or abandon them.
 type Claimer interface {
-	Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, abandon func([]*flov1.TaskAssignment)) (*dispatcherv1.ClaimResponse, error)
+	Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, late func(*dispatcherv1.ClaimResponse)) (*dispatcherv1.ClaimResponse, error)
 }
 
 // Streams is the part of the streams service's API a worker session uses.
