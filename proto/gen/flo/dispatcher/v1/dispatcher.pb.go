@@ -184,9 +184,7 @@ func (x *SetActionEnabledRequest) GetEnabled() bool {
 type ClaimRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	WorkerId  string                 `protobuf:"bytes,2,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	Actions   []string               `protobuf:"bytes,3,rep,name=actions,proto3" json:"actions,omitempty"`
-	Count     int32                  `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
 	WaitMs    int64                  `protobuf:"varint,5,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
 	// Zero means each action's timeout.
 	LeaseMs int64 `protobuf:"varint,6,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
@@ -236,25 +234,11 @@ func (x *ClaimRequest) GetNamespace() string {
 	return ""
 }
 
-func (x *ClaimRequest) GetWorkerId() string {
-	if x != nil {
-		return x.WorkerId
-	}
-	return ""
-}
-
 func (x *ClaimRequest) GetActions() []string {
 	if x != nil {
 		return x.Actions
 	}
 	return nil
-}
-
-func (x *ClaimRequest) GetCount() int32 {
-	if x != nil {
-		return x.Count
-	}
-	return 0
 }
 
 func (x *ClaimRequest) GetWaitMs() int64 {
@@ -1001,15 +985,13 @@ const file_flo_dispatcher_v1_dispatcher_proto_rawDesc = "" +
 	"\x17SetActionEnabledRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
-	"\aenabled\x18\x03 \x01(\bR\aenabled\"\xe1\x01\n" +
+	"\aenabled\x18\x03 \x01(\bR\aenabled\"\xcc\x01\n" +
 	"\fClaimRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
-	"\tworker_id\x18\x02 \x01(\tR\bworkerId\x12\x18\n" +
-	"\aactions\x18\x03 \x03(\tR\aactions\x12\x14\n" +
-	"\x05count\x18\x04 \x01(\x05R\x05count\x12\x17\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
+	"\aactions\x18\x03 \x03(\tR\aactions\x12\x17\n" +
 	"\await_ms\x18\x05 \x01(\x03R\x06waitMs\x12\x19\n" +
 	"\blease_ms\x18\x06 \x01(\x03R\aleaseMs\x122\n" +
-	"\x05slots\x18\a \x03(\v2\x1c.flo.dispatcher.v1.ClaimSlotR\x05slots\">\n" +
+	"\x05slots\x18\a \x03(\v2\x1c.flo.dispatcher.v1.ClaimSlotR\x05slotsJ\x04\b\x02\x10\x03J\x04\b\x04\x10\x05R\tworker_idR\x05count\">\n" +
 	"\tClaimSlot\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x05R\x05count\"\x15\n" +

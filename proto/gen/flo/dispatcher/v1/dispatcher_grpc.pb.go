@@ -67,8 +67,8 @@ type DispatcherClient interface {
 	RequeueDeadLetter(ctx context.Context, in *v1.GetTaskRequest, opts ...grpc.CallOption) (*v1.Task, error)
 	CompleteTask(ctx context.Context, in *v1.CompleteTaskRequest, opts ...grpc.CallOption) (*v1.Task, error)
 	FailTask(ctx context.Context, in *v1.FailTaskRequest, opts ...grpc.CallOption) (*v1.Task, error)
-	// Claim leases up to count queued tasks to a worker, waiting up to wait_ms
-	// for work to arrive when none is ready.
+	// Claim leases queued tasks to the workers of its slots, waiting up to
+	// wait_ms for work to arrive when none is ready.
 	Claim(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*ClaimResponse, error)
 	// ListReplicas names the replicas that own task partitions, so a gateway
 	// can send each a claim: a task of any action may sit in any partition.
@@ -324,8 +324,8 @@ type DispatcherServer interface {
 	RequeueDeadLetter(context.Context, *v1.GetTaskRequest) (*v1.Task, error)
 	CompleteTask(context.Context, *v1.CompleteTaskRequest) (*v1.Task, error)
 	FailTask(context.Context, *v1.FailTaskRequest) (*v1.Task, error)
-	// Claim leases up to count queued tasks to a worker, waiting up to wait_ms
-	// for work to arrive when none is ready.
+	// Claim leases queued tasks to the workers of its slots, waiting up to
+	// wait_ms for work to arrive when none is ready.
 	Claim(context.Context, *ClaimRequest) (*ClaimResponse, error)
 	// ListReplicas names the replicas that own task partitions, so a gateway
 	// can send each a claim: a task of any action may sit in any partition.
