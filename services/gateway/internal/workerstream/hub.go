@@ -266,10 +266,12 @@ func (h *hub) next() *round {
 		p.queued = false
 		h.queue = h.queue[1:]
 	}
-	for _, p := range later {
-		p.queued = true
+	if len(later) > 0 {
+		for _, p := range later {
+			p.queued = true
+		}
+		h.queue = append(later, h.queue...)
 	}
-	h.queue = append(later, h.queue...)
 	if len(h.queue) == 0 {
 		h.queue = nil
 	}
