@@ -66,6 +66,7 @@ func TestPoolKeySeparatesActionsAndLease(t *testing.T) {
 func TestHeldBoundsAndForgetsLongExpiredLeases(t *testing.T) {
 	now := time.Unix(1000, 0)
 	h := newHeld(2)
+	emptied := h.emptied()
 	h.add([]*flov1.TaskAssignment{
 		{TaskId: "old", LeaseUntil: timestamppb.New(now.Add(-2 * leaseGrace))},
 		{TaskId: "live", LeaseUntil: timestamppb.New(now.Add(time.Minute))},
@@ -78,7 +79,7 @@ func TestHeldBoundsAndForgetsLongExpiredLeases(t *testing.T) {
 	require.True(t, h.remove([]string{attemptKey("live", 0)}), "it was full")
 	require.False(t, h.remove([]string{attemptKey("new", 0)}))
 	select {
-	case <-h.empty:
+	case <-emptied:
 	default:
 		require.Fail(t, "emptying the set signals")
 	}

@@ -15,17 +15,36 @@ const leaseGrace = time.Minute
 
 // untilSet is a set of ids, each with the time it stops counting, that
 // signals when it becomes empty. A session's held tasks and held records are
-// each one; what a session holds is also what its worker may report.
+// each one; what a session holds is also what its worker may report. Its
+// zero value is an empty set that has allocated nothing, as an idle
+// session's sets stay.
 type untilSet struct {
-	mu  sync.Mutex
+	mu sync.Mutex
+	// ids is nil until an id is added, and again after takeAll.
 	ids map[string]time.Time
 
-	// empty receives a signal whenever the set becomes empty.
+	// empty, once made by emptied, receives a signal whenever the set
+	// becomes empty.
 	empty chan struct{}
 }
 
-func newUntilSet() untilSet {
-	return untilSet{ids: make(map[string]time.Time), empty: make(chan struct{}, 1)}
+// emptied returns the channel that receives a signal whenever the set
+// becomes empty from then on; a waiter asks for it before it looks at the
+// set's size.
+func (u *untilSet) emptied() <-chan struct{} {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.empty == nil {
+		u.empty = make(chan struct{}, 1)
+	}
+	return u.empty
+}
+
+func (u *untilSet) setLocked(id string, until time.Time) {
+	if u.ids == nil {
+		u.ids = make(map[string]time.Time)
+	}
+	u.ids[id] = until
 }
 
 // has says whether id is in the set.
@@ -54,7 +73,7 @@ func (u *untilSet) take(id string) (time.Time, bool) {
 func (u *untilSet) put(id string, until time.Time) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.ids[id] = until
+	u.setLocked(id, until)
 }
 
 // takeAll empties the set and returns what it held.
@@ -62,12 +81,12 @@ func (u *untilSet) takeAll() map[string]time.Time {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	all := u.ids
-	u.ids = make(map[string]time.Time)
+	u.ids = nil
 	return all
 }
 
 func (u *untilSet) signalIfEmpty() {
-	if len(u.ids) > 0 {
+	if len(u.ids) > 0 || u.empty == nil {
 		return
 	}
 	select {
@@ -89,7 +108,7 @@ type held struct {
 }
 
 func newHeld(max int) *held {
-	return &held{untilSet: newUntilSet(), max: max}
+	return &held{max: max}
 }
 
 func (h *held) add(tasks []*flov1.TaskAssignment, now time.Time) {
@@ -100,7 +119,7 @@ func (h *held) add(tasks []*flov1.TaskAssignment, now time.Time) {
 		if t.GetLeaseUntil() != nil {
 			until = t.GetLeaseUntil().AsTime()
 		}
-		h.ids[attemptKey(t.GetTaskId(), t.GetAttempt())] = until
+		h.setLocked(attemptKey(t.GetTaskId(), t.GetAttempt()), until)
 	}
 }
 

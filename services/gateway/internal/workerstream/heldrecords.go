@@ -25,7 +25,7 @@ type heldRecords struct {
 }
 
 func newHeldRecords() *heldRecords {
-	return &heldRecords{untilSet: newUntilSet()}
+	return &heldRecords{}
 }
 
 func recordKey(stream, group, id string) string { return stream + "/" + group + "/" + id }
@@ -35,7 +35,7 @@ func (h *heldRecords) add(d *delivery, now time.Time) {
 	defer h.mu.Unlock()
 	until := now.Add(d.timeout + recordGrace)
 	for _, id := range d.ids {
-		h.ids[recordKey(d.stream, d.group, id)] = until
+		h.setLocked(recordKey(d.stream, d.group, id), until)
 	}
 }
 

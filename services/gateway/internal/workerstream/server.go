@@ -5,7 +5,10 @@
 // gateway (hub.go), and the claimed tasks go down as TaskBatches. Results, nacks, abandons and touches go
 // to the dispatcher as they arrive, a bounded number at a time. One writer
 // goroutine owns Send and drains a bounded queue, so a slow worker slows its
-// own session down instead of growing memory.
+// own session down instead of growing memory. The writer, and the goroutines
+// that record results and stream acks, run only while their queue holds
+// something (queue.go): an idle session is its handler and the goroutine
+// blocked in Recv, plus one per outstanding stream read.
 //
 // A stream never holds more unreported tasks than its Hello's
 // max_concurrency. When the registry says the worker is draining (a worker

@@ -76,8 +76,10 @@ type session struct {
 	stopClaiming context.CancelFunc
 	calls        context.Context
 
-	out        chan outgoing
-	writerDone chan struct{}
+	// out is the writer's queue; the writer runs while it holds messages.
+	// sendBroken, touched only by the writer, is set once a Send failed.
+	out        runQueue[outgoing]
+	sendBroken bool
 
 	failOnce sync.Once
 	failed   chan struct{}
@@ -85,8 +87,8 @@ type session struct {
 
 	slots chan struct{}
 	// results carries the reader's Result and ResultBatch messages to
-	// reportLoop, which records everything queued with one Report call.
-	results  chan []*flov1.Result
+	// reportResults, which records everything queued with one Report call.
+	results  runQueue[[]*flov1.Result]
 	ops      group
 	claimers group
 
@@ -104,8 +106,8 @@ type session struct {
 	readsMu     sync.Mutex
 	readsClosed bool
 	readsEnded  bool
-	// settles carries StreamAck and StreamNack messages to settleLoop.
-	settles chan settle
+	// settles carries StreamAck and StreamNack messages to settleQueued.
+	settles runQueue[settle]
 	// records are the records sent and not yet acked or nacked here, which a
 	// shutdown waits for like held tasks.
 	records *heldRecords
@@ -126,7 +128,7 @@ func newSession(srv *Server, stream flov1.WorkerService_StreamServer, namespace,
 	}
 	ctx, cancel := context.WithCancel(stream.Context())
 	claimCtx, stopClaiming := context.WithCancel(ctx)
-	return &session{
+	s := &session{
 		srv:          srv,
 		stream:       stream,
 		namespace:    namespace,
@@ -139,27 +141,26 @@ func newSession(srv *Server, stream flov1.WorkerService_StreamServer, namespace,
 		claimCtx:     claimCtx,
 		stopClaiming: stopClaiming,
 		calls:        context.WithoutCancel(stream.Context()),
-		out:          make(chan outgoing, sendQueue),
-		writerDone:   make(chan struct{}),
 		failed:       make(chan struct{}),
 		slots:        make(chan struct{}, maxInFlight),
-		results:      make(chan []*flov1.Result, sendQueue),
 		pools:        make(map[string]*pool),
 		held:         newHeld(limit),
 		subs:         subs,
-		settles:      make(chan settle, sendQueue),
 		records:      newHeldRecords(),
 	}
+	s.out.init(sendQueue, s.write)
+	s.results.init(sendQueue, s.reportQueued)
+	s.settles.init(sendQueue, s.settleQueued)
+	return s
 }
 
 // run serves the session until the worker closes its side, the stream
 // breaks, a permanent error occurs or the gateway shuts down; then it stops
-// claiming, waits for in-flight calls, lets the writer finish and returns the
-// status the stream ends with.
+// claiming, waits for in-flight calls and queued reports and settles, lets
+// the writer finish and returns the status the stream ends with. An idle
+// session is this goroutine and the reader: the writer and the goroutines
+// recording reports and settles run only while they have something queued.
 func (s *session) run() error {
-	go s.write()
-	s.ops.Go(s.reportLoop)
-	s.ops.Go(s.settleLoop)
 	s.ops.Go(s.checkRegistry)
 	readDone := make(chan error, 1)
 	go func() { readDone <- s.read() }()
@@ -177,8 +178,9 @@ func (s *session) run() error {
 	s.closeReads(false)
 	s.claimers.closeAndWait()
 	s.ops.closeAndWait()
-	close(s.out)
-	<-s.writerDone
+	s.results.close()
+	s.settles.close()
+	s.out.close()
 	return err
 }
 
@@ -190,14 +192,15 @@ func (s *session) drain(readDone <-chan error) error {
 	s.closeReads(true)
 	timer := time.NewTimer(s.srv.opts.DrainTimeout)
 	defer timer.Stop()
+	heldEmptied, recordsEmptied := s.held.emptied(), s.records.emptied()
 	for s.held.len() > 0 || s.records.len(time.Now()) > 0 {
 		select {
 		case err := <-readDone:
 			return err
 		case <-s.failed:
 			return s.failErr
-		case <-s.held.empty:
-		case <-s.records.empty:
+		case <-heldEmptied:
+		case <-recordsEmptied:
 		case <-timer.C:
 			return errShuttingDown
 		}
@@ -213,41 +216,38 @@ func (s *session) fail(err error) {
 	})
 }
 
-// write is the only caller of Send. Once a send fails, once the session
-// ended, or once the worker is draining, task batches still queued are
-// abandoned instead of sent, and record batches are nacked (a live, draining
-// worker gets the empty answer its read still waits for).
-func (s *session) write() {
-	defer close(s.writerDone)
-	broken := false
-	for item := range s.out {
-		if d := item.records; d != nil && (broken || s.ctx.Err() != nil || s.workerDraining.Load()) {
+// write sends one queued message; the writer's queue calls it, one message
+// at a time, so it is the only caller of Send. Once a send fails, once the
+// session ended, or once the worker is draining, task batches still queued
+// are abandoned instead of sent, and record batches are nacked (a live,
+// draining worker gets the empty answer its read still waits for).
+func (s *session) write(item outgoing) {
+	if d := item.records; d != nil && (s.sendBroken || s.ctx.Err() != nil || s.workerDraining.Load()) {
+		s.records.remove(d.stream, d.group, d.ids)
+		s.nackUndelivered(d)
+		if !s.sendBroken && s.ctx.Err() == nil {
+			if err := s.stream.Send(emptyRecordBatch(item.records.stream, item.records.group)); err != nil {
+				s.sendBroken = true
+				s.fail(err)
+			}
+		}
+		return
+	}
+	if s.sendBroken || (len(item.tasks) > 0 && (s.ctx.Err() != nil || s.workerDraining.Load())) {
+		if len(item.tasks) > 0 {
+			s.abandon(item.tasks)
+		}
+		return
+	}
+	if err := s.stream.Send(item.msg); err != nil {
+		s.sendBroken = true
+		s.fail(err)
+		if len(item.tasks) > 0 {
+			s.abandon(item.tasks)
+		}
+		if d := item.records; d != nil {
 			s.records.remove(d.stream, d.group, d.ids)
 			s.nackUndelivered(d)
-			if !broken && s.ctx.Err() == nil {
-				if err := s.stream.Send(emptyRecordBatch(item.records.stream, item.records.group)); err != nil {
-					broken = true
-					s.fail(err)
-				}
-			}
-			continue
-		}
-		if broken || (len(item.tasks) > 0 && (s.ctx.Err() != nil || s.workerDraining.Load())) {
-			if len(item.tasks) > 0 {
-				s.abandon(item.tasks)
-			}
-			continue
-		}
-		if err := s.stream.Send(item.msg); err != nil {
-			broken = true
-			s.fail(err)
-			if len(item.tasks) > 0 {
-				s.abandon(item.tasks)
-			}
-			if d := item.records; d != nil {
-				s.records.remove(d.stream, d.group, d.ids)
-				s.nackUndelivered(d)
-			}
 		}
 	}
 }
@@ -255,12 +255,7 @@ func (s *session) write() {
 // enqueue hands a message to the writer, waiting while its queue is full;
 // it reports false when the session ended first.
 func (s *session) enqueue(item outgoing) bool {
-	select {
-	case s.out <- item:
-		return true
-	case <-s.ctx.Done():
-		return false
-	}
+	return s.out.put(item, s.ctx.Done())
 }
 
 // read handles incoming messages until the worker closes its side or the
@@ -357,40 +352,23 @@ func (s *session) spawn(fn func()) {
 	}
 }
 
-// queueResults hands results to reportLoop, waiting while its queue is full;
-// while it waits the reader reads nothing (back-pressure, as in spawn).
+// queueResults hands results to reportQueued, waiting while its queue is
+// full; while it waits the reader reads nothing (back-pressure, as in
+// spawn).
 func (s *session) queueResults(results []*flov1.Result) {
 	if len(results) == 0 {
 		return
 	}
-	select {
-	case s.results <- results:
-	case <-s.ctx.Done():
-	}
+	s.results.put(results, s.ctx.Done())
 }
 
-// reportLoop records results as they come, everything queued at once: while
-// one Report call is in flight the next batch gathers, so a busy stream
-// makes a few large calls instead of one per ResultBatch (each call costs
-// far more than its reports). When the session ends it records what is
-// still queued and returns.
-func (s *session) reportLoop() {
-	for {
-		var first []*flov1.Result
-		select {
-		case first = <-s.results:
-		case <-s.ctx.Done():
-			for {
-				select {
-				case rs := <-s.results:
-					s.reportResults(s.gather(rs))
-				default:
-					return
-				}
-			}
-		}
-		s.reportResults(s.gather(first))
-	}
+// reportQueued records results as they come, everything queued at once:
+// while one Report call is in flight the next batch gathers, so a busy
+// stream makes a few large calls instead of one per ResultBatch (each call
+// costs far more than its reports). What is queued when the session ends is
+// recorded before the session returns.
+func (s *session) reportQueued(first []*flov1.Result) {
+	s.reportResults(s.gather(first))
 }
 
 // gather appends the queued results to batch, up to maxReportResults
@@ -401,14 +379,13 @@ func (s *session) gather(batch []*flov1.Result) []*flov1.Result {
 		size += len(r.GetCompleted().GetBody())
 	}
 	for len(batch) < maxReportResults && size < maxReportBytes {
-		select {
-		case rs := <-s.results:
-			batch = append(batch, rs...)
-			for _, r := range rs {
-				size += len(r.GetCompleted().GetBody())
-			}
-		default:
-			return batch
+		rs, ok := s.results.next()
+		if !ok {
+			break
+		}
+		batch = append(batch, rs...)
+		for _, r := range rs {
+			size += len(r.GetCompleted().GetBody())
 		}
 	}
 	return batch

@@ -16,7 +16,7 @@ import (
 )
 
 // maxSettleIDs caps the ids of one Ack or Nack call, and about how many ids
-// settleLoop gathers before it calls.
+// settleQueued gathers before it calls.
 const maxSettleIDs = 10_000
 
 // settle is one StreamAck or StreamNack.
@@ -36,7 +36,7 @@ type settleKey struct {
 	reason        string
 }
 
-// queueSettle checks a StreamAck or StreamNack and hands it to settleLoop,
+// queueSettle checks a StreamAck or StreamNack and hands it to settleQueued,
 // waiting while its queue is full; while it waits the reader reads nothing
 // (back-pressure, as for results). Names and ids are checked here, so one
 // malformed message cannot fail a merged call for the good ones.
@@ -64,10 +64,7 @@ func (s *session) queueSettle(st settle) error {
 	if len(st.ids) == 0 {
 		return nil
 	}
-	select {
-	case s.settles <- st:
-	case <-s.ctx.Done():
-	}
+	s.settles.put(st, s.ctx.Done())
 	return nil
 }
 
@@ -89,28 +86,14 @@ func (s *session) ownedRecords(kind string, st settle) []string {
 	return owned
 }
 
-// settleLoop forwards acks and nacks as they come, everything queued at
+// settleQueued forwards acks and nacks as they come, everything queued at
 // once merged into one call per stream/group (and nack delay and reason):
-// while one call is in flight the next batch gathers, as reportLoop does for
-// results. When the session ends it forwards what is still queued, so acks
-// a worker sent just before disconnecting are recorded.
-func (s *session) settleLoop() {
-	for {
-		var first settle
-		select {
-		case first = <-s.settles:
-		case <-s.ctx.Done():
-			for {
-				select {
-				case st := <-s.settles:
-					s.settleBatch(s.gatherSettles(st))
-				default:
-					return
-				}
-			}
-		}
-		s.settleBatch(s.gatherSettles(first))
-	}
+// while one call is in flight the next batch gathers, as reportQueued does
+// for results. What is queued when the session ends is forwarded before the
+// session returns, so acks a worker sent just before disconnecting are
+// recorded.
+func (s *session) settleQueued(first settle) {
+	s.settleBatch(s.gatherSettles(first))
 }
 
 // gatherSettles returns first and whatever else is queued, up to about
@@ -119,13 +102,12 @@ func (s *session) gatherSettles(first settle) []settle {
 	batch := []settle{first}
 	n := len(first.ids)
 	for n < maxSettleIDs {
-		select {
-		case st := <-s.settles:
-			batch = append(batch, st)
-			n += len(st.ids)
-		default:
-			return batch
+		st, ok := s.settles.next()
+		if !ok {
+			break
 		}
+		batch = append(batch, st)
+		n += len(st.ids)
 	}
 	return batch
 }

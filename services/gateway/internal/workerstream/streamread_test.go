@@ -52,6 +52,7 @@ func TestHelloStreamsRefusals(t *testing.T) {
 func TestHeldRecordsExpire(t *testing.T) {
 	now := time.Unix(1000, 0)
 	h := newHeldRecords()
+	emptied := h.emptied()
 	h.add(&delivery{stream: "s", group: "g", ids: []string{"1-0", "1-1"}, timeout: time.Minute}, now)
 	h.add(&delivery{stream: "s", group: "other", ids: []string{"1-0", "1-2"}, timeout: time.Hour}, now)
 	require.Equal(t, 4, h.len(now))
@@ -63,7 +64,7 @@ func TestHeldRecordsExpire(t *testing.T) {
 
 	h.remove("s", "other", []string{"1-0", "1-2"})
 	select {
-	case <-h.empty:
+	case <-emptied:
 	default:
 		require.Fail(t, "emptying the set signals")
 	}
@@ -72,9 +73,11 @@ func TestHeldRecordsExpire(t *testing.T) {
 func TestAReadIsCutToTheRoomForHeldRecords(t *testing.T) {
 	srv := NewServer(nil, Options{})
 	s := &session{
-		srv: srv, ctx: t.Context(), out: make(chan outgoing, 1), records: newHeldRecords(),
+		srv: srv, ctx: t.Context(), records: newHeldRecords(),
 		subs: map[string]*subscription{"s/default": {stream: "s", group: defaultGroup, consumer: "w1"}},
 	}
+	sent := make(chan outgoing, 1)
+	s.out.init(1, func(item outgoing) { sent <- item })
 	now := time.Now()
 	ids := make([]string, maxHeldRecords-3)
 	for i := range ids {
@@ -85,7 +88,7 @@ func TestAReadIsCutToTheRoomForHeldRecords(t *testing.T) {
 	require.Equal(t, 3, s.outstandingLocked())
 
 	require.NoError(t, s.streamRead(&flov1.StreamRead{Stream: "s", Count: 10}))
-	item := <-s.out
+	item := <-sent
 	require.Empty(t, item.msg.GetRecordBatch().GetRecords(), "with every place taken the read is answered empty at once")
 	require.Len(t, s.subs["s/default"].reads, 1, "and nothing was asked of the streams service")
 }
