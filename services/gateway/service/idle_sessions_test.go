@@ -15,8 +15,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/razorbill/flo/libs/certs"
 	"github.com/razorbill/flo/libs/harness"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 )
@@ -33,6 +35,9 @@ type idleClients struct {
 	// Stream, when set, makes stream workers with one StreamRead
 	// outstanding each; otherwise action workers with one Ready.
 	Stream string `json:"stream"`
+	// CA, when set, is the file of the CA the gateway's TLS certificate
+	// is signed by; the sessions use TLS.
+	CA string `json:"ca"`
 }
 
 // idleReady is the line the worker process prints once every session is open.
@@ -48,7 +53,8 @@ const idleSessions = 300
 // StreamRead outstanding, and neither is sent anything. The bounds leave
 // room over what was measured (see the log) and stay well under what a
 // session cost before issue 16: 10.9 goroutines (6 ours) and 111 KB of heap
-// per action worker, 9.9 (6 ours) and 95 KB per stream worker.
+// per action worker, 9.9 (6 ours) and 95 KB per stream worker; over TLS
+// gRPC's read buffer added 36 KB more.
 func TestIdleWorkerSessionsAreLight(t *testing.T) {
 	if spec := os.Getenv(idleClientsEnv); spec != "" {
 		holdIdleClients(t, spec)
@@ -57,6 +63,7 @@ func TestIdleWorkerSessionsAreLight(t *testing.T) {
 	tests := []struct {
 		name   string
 		stream bool
+		tls    bool
 		// bound is measured plus room. An action worker costs the
 		// gateway's gRPC connection (3 goroutines), the stream's handler
 		// and its reader (ours); a stream worker also its outstanding
@@ -66,12 +73,20 @@ func TestIdleWorkerSessionsAreLight(t *testing.T) {
 		bound perSession
 	}{
 		{name: "action workers", bound: perSession{goroutines: 6, ours: 2.05, heapBytes: 56 << 10, stackBytes: 48 << 10}},
+		{name: "action workers over TLS", tls: true, bound: perSession{goroutines: 6, ours: 2.05, heapBytes: 64 << 10, stackBytes: 48 << 10}},
 		{name: "stream workers", stream: true, bound: perSession{goroutines: 8, ours: 3.05, heapBytes: 96 << 10, stackBytes: 64 << 10}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newStack(t, stackOptions{streams: tc.stream})
+			opts := stackOptions{streams: tc.stream}
+			if tc.tls {
+				opts.tls = newEdgeFiles(t)
+			}
+			s := newStack(t, opts)
 			spec := idleClients{Addr: s.gateway.GRPCAddr(), Sessions: idleSessions}
+			if tc.tls {
+				spec.CA = opts.tls.ca
+			}
 			if tc.stream {
 				spec.Stream = "events"
 				createStreamAndGroup(t, s, spec.Stream, "g")
@@ -195,7 +210,13 @@ func holdIdleClients(t *testing.T, spec string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for i := range c.Sessions {
-		conn, err := grpc.NewClient(c.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		creds := insecure.NewCredentials()
+		if c.CA != "" {
+			clientTLS, err := certs.Client(c.CA)
+			require.NoError(t, err)
+			creds = credentials.NewTLS(clientTLS)
+		}
+		conn, err := grpc.NewClient(c.Addr, grpc.WithTransportCredentials(creds),
 			grpc.WithPerRPCCredentials(harness.Bearer(adminToken)))
 		require.NoError(t, err)
 		defer conn.Close()

@@ -434,7 +434,11 @@ func (s *Service) newGRPCServer(svc httpapi.Services, guard *auth.Guard) *grpc.S
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}
 	if s.edgeTLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(s.edgeTLS)))
+		// No read buffer of gRPC's own over TLS: the TLS connection buffers
+		// whole records already, and gRPC's 32 KB buffer would stay pinned
+		// on every idle worker's connection (on plain TCP gRPC only takes
+		// a pooled one while data is there, so the default stays).
+		opts = append(opts, grpc.Creds(credentials.NewTLS(s.edgeTLS)), grpc.ReadBufferSize(0))
 	}
 	srv := grpc.NewServer(opts...)
 	flov1.RegisterNamespaceServiceServer(srv, svc.Namespaces)
