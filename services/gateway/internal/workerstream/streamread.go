@@ -76,6 +76,10 @@ func helloStreams(in []*flov1.StreamSubscription, workerID string) (map[string]*
 	if len(in) > maxSubscriptions {
 		return nil, status.Errorf(codes.InvalidArgument, "Hello names %d streams, at most %d", len(in), maxSubscriptions)
 	}
+	if len(in) == 0 {
+		// An action worker's session keeps nothing for streams.
+		return nil, nil
+	}
 	subs := make(map[string]*subscription, len(in))
 	for i, sub := range in {
 		group := cmp.Or(sub.GetGroup(), defaultGroup)
