@@ -241,13 +241,27 @@ func holdIdleClients(t *testing.T, spec string) {
 			}}}
 		}
 		require.NoError(t, stream.Send(next))
-		// Messages are handled in order: the answer to a touch of a task
-		// the worker does not hold says the session has taken its Ready or
-		// StreamRead in.
+		// Messages are handled in order: the answers to a result and a
+		// touch of a task the worker does not hold say the session has
+		// taken its Ready or StreamRead in; and the session has had work
+		// for its writer and its report queue, whose goroutines end when
+		// the work is done.
+		require.NoError(t, stream.Send(&flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Result{Result: &flov1.Result{
+			TaskId: "none", Attempt: 1, Outcome: &flov1.Result_Completed{Completed: &flov1.Completed{}},
+		}}}))
 		require.NoError(t, stream.Send(&flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Touch{Touch: &flov1.Touch{TaskId: "none", Attempt: 1}}}))
-		touched, err := stream.Recv()
-		require.NoError(t, err)
-		require.NotNil(t, touched.GetTouchAck(), "%v", touched)
+		var acks []string
+		for range 2 {
+			m, err := stream.Recv()
+			require.NoError(t, err)
+			switch {
+			case m.GetResultAck() != nil:
+				acks = append(acks, "result")
+			case m.GetTouchAck() != nil:
+				acks = append(acks, "touch")
+			}
+		}
+		require.ElementsMatch(t, []string{"result", "touch"}, acks)
 	}
 	fmt.Println(idleReady)
 	_, _ = io.Copy(io.Discard, os.Stdin)
