@@ -2590,6 +2590,7 @@ type WorkerMessage struct {
 	//	*WorkerMessage_StreamRead
 	//	*WorkerMessage_StreamAck
 	//	*WorkerMessage_StreamNack
+	//	*WorkerMessage_Heartbeat
 	Msg           isWorkerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2722,6 +2723,15 @@ func (x *WorkerMessage) GetStreamNack() *StreamNack {
 	return nil
 }
 
+func (x *WorkerMessage) GetHeartbeat() *Heartbeat {
+	if x != nil {
+		if x, ok := x.Msg.(*WorkerMessage_Heartbeat); ok {
+			return x.Heartbeat
+		}
+	}
+	return nil
+}
+
 type isWorkerMessage_Msg interface {
 	isWorkerMessage_Msg()
 }
@@ -2766,6 +2776,11 @@ type WorkerMessage_StreamNack struct {
 	StreamNack *StreamNack `protobuf:"bytes,10,opt,name=stream_nack,json=streamNack,proto3,oneof"`
 }
 
+type WorkerMessage_Heartbeat struct {
+	// Only when the HelloAck said stream_heartbeats.
+	Heartbeat *Heartbeat `protobuf:"bytes,11,opt,name=heartbeat,proto3,oneof"`
+}
+
 func (*WorkerMessage_Hello) isWorkerMessage_Msg() {}
 
 func (*WorkerMessage_Ready) isWorkerMessage_Msg() {}
@@ -2786,6 +2801,8 @@ func (*WorkerMessage_StreamAck) isWorkerMessage_Msg() {}
 
 func (*WorkerMessage_StreamNack) isWorkerMessage_Msg() {}
 
+func (*WorkerMessage_Heartbeat) isWorkerMessage_Msg() {}
+
 // ServerMessage is what the gateway sends on a worker's stream.
 type ServerMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2797,6 +2814,7 @@ type ServerMessage struct {
 	//	*ServerMessage_ResultAck
 	//	*ServerMessage_Drain
 	//	*ServerMessage_RecordBatch
+	//	*ServerMessage_HeartbeatAck
 	Msg           isServerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2893,6 +2911,15 @@ func (x *ServerMessage) GetRecordBatch() *RecordBatch {
 	return nil
 }
 
+func (x *ServerMessage) GetHeartbeatAck() *HeartbeatAck {
+	if x != nil {
+		if x, ok := x.Msg.(*ServerMessage_HeartbeatAck); ok {
+			return x.HeartbeatAck
+		}
+	}
+	return nil
+}
+
 type isServerMessage_Msg interface {
 	isServerMessage_Msg()
 }
@@ -2921,6 +2948,10 @@ type ServerMessage_RecordBatch struct {
 	RecordBatch *RecordBatch `protobuf:"bytes,6,opt,name=record_batch,json=recordBatch,proto3,oneof"`
 }
 
+type ServerMessage_HeartbeatAck struct {
+	HeartbeatAck *HeartbeatAck `protobuf:"bytes,7,opt,name=heartbeat_ack,json=heartbeatAck,proto3,oneof"`
+}
+
 func (*ServerMessage_HelloAck) isServerMessage_Msg() {}
 
 func (*ServerMessage_TaskBatch) isServerMessage_Msg() {}
@@ -2932,6 +2963,8 @@ func (*ServerMessage_ResultAck) isServerMessage_Msg() {}
 func (*ServerMessage_Drain) isServerMessage_Msg() {}
 
 func (*ServerMessage_RecordBatch) isServerMessage_Msg() {}
+
+func (*ServerMessage_HeartbeatAck) isServerMessage_Msg() {}
 
 // Drain tells a worker it is draining: it gets no new tasks and should stop
 // asking, finish what it holds and deregister.
@@ -3129,11 +3162,15 @@ func (x *StreamSubscription) GetConsumer() string {
 }
 
 type HelloAck struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	Namespace     string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId  string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Namespace string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The gateway takes Heartbeat messages on this stream; without it (an
+	// older gateway, which ends a stream on a message it does not know) the
+	// worker heartbeats with WorkerRegistryService.Heartbeat.
+	StreamHeartbeats bool `protobuf:"varint,3,opt,name=stream_heartbeats,json=streamHeartbeats,proto3" json:"stream_heartbeats,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *HelloAck) Reset() {
@@ -3180,6 +3217,142 @@ func (x *HelloAck) GetNamespace() string {
 	return ""
 }
 
+func (x *HelloAck) GetStreamHeartbeats() bool {
+	if x != nil {
+		return x.StreamHeartbeats
+	}
+	return false
+}
+
+// Heartbeat reports the worker's load on its stream, as
+// WorkerRegistryService.Heartbeat does for the stream's worker and
+// namespace; the gateway answers each with a HeartbeatAck, in order.
+type Heartbeat struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CurrentLoad   int32                  `protobuf:"varint,1,opt,name=current_load,json=currentLoad,proto3" json:"current_load,omitempty"`
+	CpuLoad       float64                `protobuf:"fixed64,2,opt,name=cpu_load,json=cpuLoad,proto3" json:"cpu_load,omitempty"`
+	MemoryLoad    float64                `protobuf:"fixed64,3,opt,name=memory_load,json=memoryLoad,proto3" json:"memory_load,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Heartbeat) Reset() {
+	*x = Heartbeat{}
+	mi := &file_flo_v1_api_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Heartbeat) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Heartbeat) ProtoMessage() {}
+
+func (x *Heartbeat) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
+func (*Heartbeat) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *Heartbeat) GetCurrentLoad() int32 {
+	if x != nil {
+		return x.CurrentLoad
+	}
+	return 0
+}
+
+func (x *Heartbeat) GetCpuLoad() float64 {
+	if x != nil {
+		return x.CpuLoad
+	}
+	return 0
+}
+
+func (x *Heartbeat) GetMemoryLoad() float64 {
+	if x != nil {
+		return x.MemoryLoad
+	}
+	return 0
+}
+
+// HeartbeatAck answers a Heartbeat.
+type HeartbeatAck struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The worker's status once the heartbeat was recorded: draining once a
+	// drain was asked for. Unset when unknown or error is.
+	Status WorkerStatus `protobuf:"varint,1,opt,name=status,proto3,enum=flo.v1.WorkerStatus" json:"status,omitempty"`
+	// The registry has no record of the worker: register again.
+	Unknown bool `protobuf:"varint,2,opt,name=unknown,proto3" json:"unknown,omitempty"`
+	// Why the heartbeat was not recorded: the registry could not be reached,
+	// or the heartbeat was invalid. Try again with the next one.
+	Error         string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatAck) Reset() {
+	*x = HeartbeatAck{}
+	mi := &file_flo_v1_api_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatAck) ProtoMessage() {}
+
+func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_v1_api_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
+func (*HeartbeatAck) Descriptor() ([]byte, []int) {
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *HeartbeatAck) GetStatus() WorkerStatus {
+	if x != nil {
+		return x.Status
+	}
+	return WorkerStatus_WORKER_STATUS_UNSPECIFIED
+}
+
+func (x *HeartbeatAck) GetUnknown() bool {
+	if x != nil {
+		return x.Unknown
+	}
+	return false
+}
+
+func (x *HeartbeatAck) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 // Ready asks for up to count more tasks of the given actions.
 type Ready struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -3195,7 +3368,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_flo_v1_api_proto_msgTypes[37]
+	mi := &file_flo_v1_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3207,7 +3380,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[37]
+	mi := &file_flo_v1_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3220,7 +3393,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Ready) GetActions() []string {
@@ -3272,7 +3445,7 @@ type TaskAssignment struct {
 
 func (x *TaskAssignment) Reset() {
 	*x = TaskAssignment{}
-	mi := &file_flo_v1_api_proto_msgTypes[38]
+	mi := &file_flo_v1_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3284,7 +3457,7 @@ func (x *TaskAssignment) String() string {
 func (*TaskAssignment) ProtoMessage() {}
 
 func (x *TaskAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[38]
+	mi := &file_flo_v1_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3297,7 +3470,7 @@ func (x *TaskAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskAssignment.ProtoReflect.Descriptor instead.
 func (*TaskAssignment) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{38}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TaskAssignment) GetTaskId() string {
@@ -3374,7 +3547,7 @@ type TaskBatch struct {
 
 func (x *TaskBatch) Reset() {
 	*x = TaskBatch{}
-	mi := &file_flo_v1_api_proto_msgTypes[39]
+	mi := &file_flo_v1_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3386,7 +3559,7 @@ func (x *TaskBatch) String() string {
 func (*TaskBatch) ProtoMessage() {}
 
 func (x *TaskBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[39]
+	mi := &file_flo_v1_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3399,7 +3572,7 @@ func (x *TaskBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskBatch.ProtoReflect.Descriptor instead.
 func (*TaskBatch) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{39}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *TaskBatch) GetTasks() []*TaskAssignment {
@@ -3429,7 +3602,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_flo_v1_api_proto_msgTypes[40]
+	mi := &file_flo_v1_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3441,7 +3614,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[40]
+	mi := &file_flo_v1_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3454,7 +3627,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{40}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Result) GetTaskId() string {
@@ -3545,7 +3718,7 @@ type Completed struct {
 
 func (x *Completed) Reset() {
 	*x = Completed{}
-	mi := &file_flo_v1_api_proto_msgTypes[41]
+	mi := &file_flo_v1_api_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3557,7 +3730,7 @@ func (x *Completed) String() string {
 func (*Completed) ProtoMessage() {}
 
 func (x *Completed) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[41]
+	mi := &file_flo_v1_api_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3570,7 +3743,7 @@ func (x *Completed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Completed.ProtoReflect.Descriptor instead.
 func (*Completed) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{41}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Completed) GetBody() []byte {
@@ -3610,7 +3783,7 @@ type Failed struct {
 
 func (x *Failed) Reset() {
 	*x = Failed{}
-	mi := &file_flo_v1_api_proto_msgTypes[42]
+	mi := &file_flo_v1_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3622,7 +3795,7 @@ func (x *Failed) String() string {
 func (*Failed) ProtoMessage() {}
 
 func (x *Failed) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[42]
+	mi := &file_flo_v1_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3635,7 +3808,7 @@ func (x *Failed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Failed.ProtoReflect.Descriptor instead.
 func (*Failed) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{42}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Failed) GetError() string {
@@ -3687,7 +3860,7 @@ type Pending struct {
 
 func (x *Pending) Reset() {
 	*x = Pending{}
-	mi := &file_flo_v1_api_proto_msgTypes[43]
+	mi := &file_flo_v1_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3699,7 +3872,7 @@ func (x *Pending) String() string {
 func (*Pending) ProtoMessage() {}
 
 func (x *Pending) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[43]
+	mi := &file_flo_v1_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3712,7 +3885,7 @@ func (x *Pending) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pending.ProtoReflect.Descriptor instead.
 func (*Pending) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{43}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Pending) GetTimeoutMs() int64 {
@@ -3731,7 +3904,7 @@ type ResultBatch struct {
 
 func (x *ResultBatch) Reset() {
 	*x = ResultBatch{}
-	mi := &file_flo_v1_api_proto_msgTypes[44]
+	mi := &file_flo_v1_api_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3743,7 +3916,7 @@ func (x *ResultBatch) String() string {
 func (*ResultBatch) ProtoMessage() {}
 
 func (x *ResultBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[44]
+	mi := &file_flo_v1_api_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3756,7 +3929,7 @@ func (x *ResultBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultBatch.ProtoReflect.Descriptor instead.
 func (*ResultBatch) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{44}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ResultBatch) GetResults() []*Result {
@@ -3779,7 +3952,7 @@ type Nack struct {
 
 func (x *Nack) Reset() {
 	*x = Nack{}
-	mi := &file_flo_v1_api_proto_msgTypes[45]
+	mi := &file_flo_v1_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3791,7 +3964,7 @@ func (x *Nack) String() string {
 func (*Nack) ProtoMessage() {}
 
 func (x *Nack) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[45]
+	mi := &file_flo_v1_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3804,7 +3977,7 @@ func (x *Nack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Nack.ProtoReflect.Descriptor instead.
 func (*Nack) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{45}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Nack) GetTaskId() string {
@@ -3846,7 +4019,7 @@ type Abandon struct {
 
 func (x *Abandon) Reset() {
 	*x = Abandon{}
-	mi := &file_flo_v1_api_proto_msgTypes[46]
+	mi := &file_flo_v1_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3858,7 +4031,7 @@ func (x *Abandon) String() string {
 func (*Abandon) ProtoMessage() {}
 
 func (x *Abandon) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[46]
+	mi := &file_flo_v1_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3871,7 +4044,7 @@ func (x *Abandon) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Abandon.ProtoReflect.Descriptor instead.
 func (*Abandon) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Abandon) GetTaskId() string {
@@ -3900,7 +4073,7 @@ type Touch struct {
 
 func (x *Touch) Reset() {
 	*x = Touch{}
-	mi := &file_flo_v1_api_proto_msgTypes[47]
+	mi := &file_flo_v1_api_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3912,7 +4085,7 @@ func (x *Touch) String() string {
 func (*Touch) ProtoMessage() {}
 
 func (x *Touch) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[47]
+	mi := &file_flo_v1_api_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3925,7 +4098,7 @@ func (x *Touch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Touch.ProtoReflect.Descriptor instead.
 func (*Touch) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{47}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Touch) GetTaskId() string {
@@ -3961,7 +4134,7 @@ type TouchAck struct {
 
 func (x *TouchAck) Reset() {
 	*x = TouchAck{}
-	mi := &file_flo_v1_api_proto_msgTypes[48]
+	mi := &file_flo_v1_api_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3973,7 +4146,7 @@ func (x *TouchAck) String() string {
 func (*TouchAck) ProtoMessage() {}
 
 func (x *TouchAck) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[48]
+	mi := &file_flo_v1_api_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3986,7 +4159,7 @@ func (x *TouchAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TouchAck.ProtoReflect.Descriptor instead.
 func (*TouchAck) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{48}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *TouchAck) GetTaskId() string {
@@ -4029,7 +4202,7 @@ type ResultAck struct {
 
 func (x *ResultAck) Reset() {
 	*x = ResultAck{}
-	mi := &file_flo_v1_api_proto_msgTypes[49]
+	mi := &file_flo_v1_api_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4041,7 +4214,7 @@ func (x *ResultAck) String() string {
 func (*ResultAck) ProtoMessage() {}
 
 func (x *ResultAck) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[49]
+	mi := &file_flo_v1_api_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4054,7 +4227,7 @@ func (x *ResultAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultAck.ProtoReflect.Descriptor instead.
 func (*ResultAck) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ResultAck) GetRejectedTaskIds() []string {
@@ -4092,7 +4265,7 @@ type StreamRead struct {
 
 func (x *StreamRead) Reset() {
 	*x = StreamRead{}
-	mi := &file_flo_v1_api_proto_msgTypes[50]
+	mi := &file_flo_v1_api_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4104,7 +4277,7 @@ func (x *StreamRead) String() string {
 func (*StreamRead) ProtoMessage() {}
 
 func (x *StreamRead) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[50]
+	mi := &file_flo_v1_api_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4117,7 +4290,7 @@ func (x *StreamRead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRead.ProtoReflect.Descriptor instead.
 func (*StreamRead) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *StreamRead) GetStream() string {
@@ -4174,7 +4347,7 @@ type RecordBatch struct {
 
 func (x *RecordBatch) Reset() {
 	*x = RecordBatch{}
-	mi := &file_flo_v1_api_proto_msgTypes[51]
+	mi := &file_flo_v1_api_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4186,7 +4359,7 @@ func (x *RecordBatch) String() string {
 func (*RecordBatch) ProtoMessage() {}
 
 func (x *RecordBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[51]
+	mi := &file_flo_v1_api_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4199,7 +4372,7 @@ func (x *RecordBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordBatch.ProtoReflect.Descriptor instead.
 func (*RecordBatch) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{51}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RecordBatch) GetStream() string {
@@ -4235,7 +4408,7 @@ type StreamAck struct {
 
 func (x *StreamAck) Reset() {
 	*x = StreamAck{}
-	mi := &file_flo_v1_api_proto_msgTypes[52]
+	mi := &file_flo_v1_api_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4247,7 +4420,7 @@ func (x *StreamAck) String() string {
 func (*StreamAck) ProtoMessage() {}
 
 func (x *StreamAck) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[52]
+	mi := &file_flo_v1_api_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4260,7 +4433,7 @@ func (x *StreamAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAck.ProtoReflect.Descriptor instead.
 func (*StreamAck) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{52}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *StreamAck) GetStream() string {
@@ -4298,7 +4471,7 @@ type StreamNack struct {
 
 func (x *StreamNack) Reset() {
 	*x = StreamNack{}
-	mi := &file_flo_v1_api_proto_msgTypes[53]
+	mi := &file_flo_v1_api_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4310,7 +4483,7 @@ func (x *StreamNack) String() string {
 func (*StreamNack) ProtoMessage() {}
 
 func (x *StreamNack) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[53]
+	mi := &file_flo_v1_api_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4323,7 +4496,7 @@ func (x *StreamNack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamNack.ProtoReflect.Descriptor instead.
 func (*StreamNack) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{53}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *StreamNack) GetStream() string {
@@ -4377,7 +4550,7 @@ type Stream struct {
 
 func (x *Stream) Reset() {
 	*x = Stream{}
-	mi := &file_flo_v1_api_proto_msgTypes[54]
+	mi := &file_flo_v1_api_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4389,7 +4562,7 @@ func (x *Stream) String() string {
 func (*Stream) ProtoMessage() {}
 
 func (x *Stream) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[54]
+	mi := &file_flo_v1_api_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4402,7 +4575,7 @@ func (x *Stream) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stream.ProtoReflect.Descriptor instead.
 func (*Stream) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{54}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Stream) GetNamespace() string {
@@ -4463,7 +4636,7 @@ type CreateStreamRequest struct {
 
 func (x *CreateStreamRequest) Reset() {
 	*x = CreateStreamRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[55]
+	mi := &file_flo_v1_api_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4475,7 +4648,7 @@ func (x *CreateStreamRequest) String() string {
 func (*CreateStreamRequest) ProtoMessage() {}
 
 func (x *CreateStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[55]
+	mi := &file_flo_v1_api_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4488,7 +4661,7 @@ func (x *CreateStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateStreamRequest.ProtoReflect.Descriptor instead.
 func (*CreateStreamRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{55}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *CreateStreamRequest) GetNamespace() string {
@@ -4536,7 +4709,7 @@ type GetStreamRequest struct {
 
 func (x *GetStreamRequest) Reset() {
 	*x = GetStreamRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[56]
+	mi := &file_flo_v1_api_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4548,7 +4721,7 @@ func (x *GetStreamRequest) String() string {
 func (*GetStreamRequest) ProtoMessage() {}
 
 func (x *GetStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[56]
+	mi := &file_flo_v1_api_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4561,7 +4734,7 @@ func (x *GetStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStreamRequest.ProtoReflect.Descriptor instead.
 func (*GetStreamRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{56}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GetStreamRequest) GetNamespace() string {
@@ -4591,7 +4764,7 @@ type ListStreamsRequest struct {
 
 func (x *ListStreamsRequest) Reset() {
 	*x = ListStreamsRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[57]
+	mi := &file_flo_v1_api_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4603,7 +4776,7 @@ func (x *ListStreamsRequest) String() string {
 func (*ListStreamsRequest) ProtoMessage() {}
 
 func (x *ListStreamsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[57]
+	mi := &file_flo_v1_api_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4616,7 +4789,7 @@ func (x *ListStreamsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStreamsRequest.ProtoReflect.Descriptor instead.
 func (*ListStreamsRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{57}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListStreamsRequest) GetNamespace() string {
@@ -4652,7 +4825,7 @@ type ListStreamsResponse struct {
 
 func (x *ListStreamsResponse) Reset() {
 	*x = ListStreamsResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[58]
+	mi := &file_flo_v1_api_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4664,7 +4837,7 @@ func (x *ListStreamsResponse) String() string {
 func (*ListStreamsResponse) ProtoMessage() {}
 
 func (x *ListStreamsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[58]
+	mi := &file_flo_v1_api_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4677,7 +4850,7 @@ func (x *ListStreamsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStreamsResponse.ProtoReflect.Descriptor instead.
 func (*ListStreamsResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{58}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListStreamsResponse) GetStreams() []*Stream {
@@ -4702,7 +4875,7 @@ type DeleteStreamResponse struct {
 
 func (x *DeleteStreamResponse) Reset() {
 	*x = DeleteStreamResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[59]
+	mi := &file_flo_v1_api_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4714,7 +4887,7 @@ func (x *DeleteStreamResponse) String() string {
 func (*DeleteStreamResponse) ProtoMessage() {}
 
 func (x *DeleteStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[59]
+	mi := &file_flo_v1_api_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4727,7 +4900,7 @@ func (x *DeleteStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteStreamResponse.ProtoReflect.Descriptor instead.
 func (*DeleteStreamResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{59}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{61}
 }
 
 // StreamInfo is a stream with what it holds and who reads it.
@@ -4745,7 +4918,7 @@ type StreamInfo struct {
 
 func (x *StreamInfo) Reset() {
 	*x = StreamInfo{}
-	mi := &file_flo_v1_api_proto_msgTypes[60]
+	mi := &file_flo_v1_api_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4757,7 +4930,7 @@ func (x *StreamInfo) String() string {
 func (*StreamInfo) ProtoMessage() {}
 
 func (x *StreamInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[60]
+	mi := &file_flo_v1_api_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4770,7 +4943,7 @@ func (x *StreamInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamInfo.ProtoReflect.Descriptor instead.
 func (*StreamInfo) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{60}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *StreamInfo) GetStream() *Stream {
@@ -4832,7 +5005,7 @@ type StreamRecord struct {
 
 func (x *StreamRecord) Reset() {
 	*x = StreamRecord{}
-	mi := &file_flo_v1_api_proto_msgTypes[61]
+	mi := &file_flo_v1_api_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4844,7 +5017,7 @@ func (x *StreamRecord) String() string {
 func (*StreamRecord) ProtoMessage() {}
 
 func (x *StreamRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[61]
+	mi := &file_flo_v1_api_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4857,7 +5030,7 @@ func (x *StreamRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRecord.ProtoReflect.Descriptor instead.
 func (*StreamRecord) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{61}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *StreamRecord) GetId() string {
@@ -4938,7 +5111,7 @@ type AppendRecord struct {
 
 func (x *AppendRecord) Reset() {
 	*x = AppendRecord{}
-	mi := &file_flo_v1_api_proto_msgTypes[62]
+	mi := &file_flo_v1_api_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4950,7 +5123,7 @@ func (x *AppendRecord) String() string {
 func (*AppendRecord) ProtoMessage() {}
 
 func (x *AppendRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[62]
+	mi := &file_flo_v1_api_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4963,7 +5136,7 @@ func (x *AppendRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendRecord.ProtoReflect.Descriptor instead.
 func (*AppendRecord) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{62}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *AppendRecord) GetPayload() []byte {
@@ -5005,7 +5178,7 @@ type AppendRequest struct {
 
 func (x *AppendRequest) Reset() {
 	*x = AppendRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[63]
+	mi := &file_flo_v1_api_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5017,7 +5190,7 @@ func (x *AppendRequest) String() string {
 func (*AppendRequest) ProtoMessage() {}
 
 func (x *AppendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[63]
+	mi := &file_flo_v1_api_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5030,7 +5203,7 @@ func (x *AppendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendRequest.ProtoReflect.Descriptor instead.
 func (*AppendRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{63}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *AppendRequest) GetNamespace() string {
@@ -5063,7 +5236,7 @@ type AppendResponse struct {
 
 func (x *AppendResponse) Reset() {
 	*x = AppendResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[64]
+	mi := &file_flo_v1_api_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5075,7 +5248,7 @@ func (x *AppendResponse) String() string {
 func (*AppendResponse) ProtoMessage() {}
 
 func (x *AppendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[64]
+	mi := &file_flo_v1_api_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5088,7 +5261,7 @@ func (x *AppendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendResponse.ProtoReflect.Descriptor instead.
 func (*AppendResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{64}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *AppendResponse) GetIds() []string {
@@ -5120,7 +5293,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[65]
+	mi := &file_flo_v1_api_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5132,7 +5305,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[65]
+	mi := &file_flo_v1_api_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5145,7 +5318,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{65}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ReadRequest) GetNamespace() string {
@@ -5209,7 +5382,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[66]
+	mi := &file_flo_v1_api_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5221,7 +5394,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[66]
+	mi := &file_flo_v1_api_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5234,7 +5407,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{66}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ReadResponse) GetRecords() []*StreamRecord {
@@ -5273,7 +5446,7 @@ type ConsumerGroup struct {
 
 func (x *ConsumerGroup) Reset() {
 	*x = ConsumerGroup{}
-	mi := &file_flo_v1_api_proto_msgTypes[67]
+	mi := &file_flo_v1_api_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5285,7 +5458,7 @@ func (x *ConsumerGroup) String() string {
 func (*ConsumerGroup) ProtoMessage() {}
 
 func (x *ConsumerGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[67]
+	mi := &file_flo_v1_api_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5298,7 +5471,7 @@ func (x *ConsumerGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerGroup.ProtoReflect.Descriptor instead.
 func (*ConsumerGroup) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{67}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ConsumerGroup) GetNamespace() string {
@@ -5381,7 +5554,7 @@ type CreateGroupRequest struct {
 
 func (x *CreateGroupRequest) Reset() {
 	*x = CreateGroupRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[68]
+	mi := &file_flo_v1_api_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5393,7 +5566,7 @@ func (x *CreateGroupRequest) String() string {
 func (*CreateGroupRequest) ProtoMessage() {}
 
 func (x *CreateGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[68]
+	mi := &file_flo_v1_api_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5406,7 +5579,7 @@ func (x *CreateGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGroupRequest.ProtoReflect.Descriptor instead.
 func (*CreateGroupRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{68}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *CreateGroupRequest) GetNamespace() string {
@@ -5462,7 +5635,7 @@ type GetGroupRequest struct {
 
 func (x *GetGroupRequest) Reset() {
 	*x = GetGroupRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[69]
+	mi := &file_flo_v1_api_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5474,7 +5647,7 @@ func (x *GetGroupRequest) String() string {
 func (*GetGroupRequest) ProtoMessage() {}
 
 func (x *GetGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[69]
+	mi := &file_flo_v1_api_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5487,7 +5660,7 @@ func (x *GetGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetGroupRequest.ProtoReflect.Descriptor instead.
 func (*GetGroupRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{69}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *GetGroupRequest) GetNamespace() string {
@@ -5525,7 +5698,7 @@ type ListGroupsRequest struct {
 
 func (x *ListGroupsRequest) Reset() {
 	*x = ListGroupsRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[70]
+	mi := &file_flo_v1_api_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5537,7 +5710,7 @@ func (x *ListGroupsRequest) String() string {
 func (*ListGroupsRequest) ProtoMessage() {}
 
 func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[70]
+	mi := &file_flo_v1_api_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5550,7 +5723,7 @@ func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{70}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ListGroupsRequest) GetNamespace() string {
@@ -5593,7 +5766,7 @@ type ListGroupsResponse struct {
 
 func (x *ListGroupsResponse) Reset() {
 	*x = ListGroupsResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[71]
+	mi := &file_flo_v1_api_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5605,7 +5778,7 @@ func (x *ListGroupsResponse) String() string {
 func (*ListGroupsResponse) ProtoMessage() {}
 
 func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[71]
+	mi := &file_flo_v1_api_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5618,7 +5791,7 @@ func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ListGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{71}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ListGroupsResponse) GetGroups() []*ConsumerGroup {
@@ -5643,7 +5816,7 @@ type DeleteGroupResponse struct {
 
 func (x *DeleteGroupResponse) Reset() {
 	*x = DeleteGroupResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[72]
+	mi := &file_flo_v1_api_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5655,7 +5828,7 @@ func (x *DeleteGroupResponse) String() string {
 func (*DeleteGroupResponse) ProtoMessage() {}
 
 func (x *DeleteGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[72]
+	mi := &file_flo_v1_api_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5668,7 +5841,7 @@ func (x *DeleteGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroupResponse.ProtoReflect.Descriptor instead.
 func (*DeleteGroupResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{72}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{74}
 }
 
 type ListPendingRequest struct {
@@ -5688,7 +5861,7 @@ type ListPendingRequest struct {
 
 func (x *ListPendingRequest) Reset() {
 	*x = ListPendingRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[73]
+	mi := &file_flo_v1_api_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5700,7 +5873,7 @@ func (x *ListPendingRequest) String() string {
 func (*ListPendingRequest) ProtoMessage() {}
 
 func (x *ListPendingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[73]
+	mi := &file_flo_v1_api_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5713,7 +5886,7 @@ func (x *ListPendingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPendingRequest.ProtoReflect.Descriptor instead.
 func (*ListPendingRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{73}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ListPendingRequest) GetNamespace() string {
@@ -5773,7 +5946,7 @@ type PendingEntry struct {
 
 func (x *PendingEntry) Reset() {
 	*x = PendingEntry{}
-	mi := &file_flo_v1_api_proto_msgTypes[74]
+	mi := &file_flo_v1_api_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5785,7 +5958,7 @@ func (x *PendingEntry) String() string {
 func (*PendingEntry) ProtoMessage() {}
 
 func (x *PendingEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[74]
+	mi := &file_flo_v1_api_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5798,7 +5971,7 @@ func (x *PendingEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingEntry.ProtoReflect.Descriptor instead.
 func (*PendingEntry) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{74}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *PendingEntry) GetId() string {
@@ -5849,7 +6022,7 @@ type ListPendingResponse struct {
 
 func (x *ListPendingResponse) Reset() {
 	*x = ListPendingResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[75]
+	mi := &file_flo_v1_api_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5861,7 +6034,7 @@ func (x *ListPendingResponse) String() string {
 func (*ListPendingResponse) ProtoMessage() {}
 
 func (x *ListPendingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[75]
+	mi := &file_flo_v1_api_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5874,7 +6047,7 @@ func (x *ListPendingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPendingResponse.ProtoReflect.Descriptor instead.
 func (*ListPendingResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{75}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ListPendingResponse) GetEntries() []*PendingEntry {
@@ -5917,7 +6090,7 @@ type GroupReadRequest struct {
 
 func (x *GroupReadRequest) Reset() {
 	*x = GroupReadRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[76]
+	mi := &file_flo_v1_api_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5929,7 +6102,7 @@ func (x *GroupReadRequest) String() string {
 func (*GroupReadRequest) ProtoMessage() {}
 
 func (x *GroupReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[76]
+	mi := &file_flo_v1_api_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5942,7 +6115,7 @@ func (x *GroupReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupReadRequest.ProtoReflect.Descriptor instead.
 func (*GroupReadRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{76}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *GroupReadRequest) GetNamespace() string {
@@ -6003,7 +6176,7 @@ type GroupReadResponse struct {
 
 func (x *GroupReadResponse) Reset() {
 	*x = GroupReadResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[77]
+	mi := &file_flo_v1_api_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6015,7 +6188,7 @@ func (x *GroupReadResponse) String() string {
 func (*GroupReadResponse) ProtoMessage() {}
 
 func (x *GroupReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[77]
+	mi := &file_flo_v1_api_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6028,7 +6201,7 @@ func (x *GroupReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupReadResponse.ProtoReflect.Descriptor instead.
 func (*GroupReadResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{77}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *GroupReadResponse) GetRecords() []*StreamRecord {
@@ -6050,7 +6223,7 @@ type AckRequest struct {
 
 func (x *AckRequest) Reset() {
 	*x = AckRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[78]
+	mi := &file_flo_v1_api_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6062,7 +6235,7 @@ func (x *AckRequest) String() string {
 func (*AckRequest) ProtoMessage() {}
 
 func (x *AckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[78]
+	mi := &file_flo_v1_api_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6075,7 +6248,7 @@ func (x *AckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
 func (*AckRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{78}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *AckRequest) GetNamespace() string {
@@ -6116,7 +6289,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[79]
+	mi := &file_flo_v1_api_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6128,7 +6301,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[79]
+	mi := &file_flo_v1_api_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6141,7 +6314,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{79}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *AckResponse) GetAcked() int32 {
@@ -6165,7 +6338,7 @@ type NackRequest struct {
 
 func (x *NackRequest) Reset() {
 	*x = NackRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[80]
+	mi := &file_flo_v1_api_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6177,7 +6350,7 @@ func (x *NackRequest) String() string {
 func (*NackRequest) ProtoMessage() {}
 
 func (x *NackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[80]
+	mi := &file_flo_v1_api_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6190,7 +6363,7 @@ func (x *NackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackRequest.ProtoReflect.Descriptor instead.
 func (*NackRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{80}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *NackRequest) GetNamespace() string {
@@ -6245,7 +6418,7 @@ type NackResponse struct {
 
 func (x *NackResponse) Reset() {
 	*x = NackResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[81]
+	mi := &file_flo_v1_api_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6257,7 +6430,7 @@ func (x *NackResponse) String() string {
 func (*NackResponse) ProtoMessage() {}
 
 func (x *NackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[81]
+	mi := &file_flo_v1_api_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6270,7 +6443,7 @@ func (x *NackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackResponse.ProtoReflect.Descriptor instead.
 func (*NackResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{81}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *NackResponse) GetNacked() int32 {
@@ -6299,7 +6472,7 @@ type Diagnostic struct {
 
 func (x *Diagnostic) Reset() {
 	*x = Diagnostic{}
-	mi := &file_flo_v1_api_proto_msgTypes[82]
+	mi := &file_flo_v1_api_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6311,7 +6484,7 @@ func (x *Diagnostic) String() string {
 func (*Diagnostic) ProtoMessage() {}
 
 func (x *Diagnostic) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[82]
+	mi := &file_flo_v1_api_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6324,7 +6497,7 @@ func (x *Diagnostic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Diagnostic.ProtoReflect.Descriptor instead.
 func (*Diagnostic) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{82}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *Diagnostic) GetCode() string {
@@ -6390,7 +6563,7 @@ type WorkflowDefinition struct {
 
 func (x *WorkflowDefinition) Reset() {
 	*x = WorkflowDefinition{}
-	mi := &file_flo_v1_api_proto_msgTypes[83]
+	mi := &file_flo_v1_api_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6402,7 +6575,7 @@ func (x *WorkflowDefinition) String() string {
 func (*WorkflowDefinition) ProtoMessage() {}
 
 func (x *WorkflowDefinition) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[83]
+	mi := &file_flo_v1_api_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6415,7 +6588,7 @@ func (x *WorkflowDefinition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowDefinition.ProtoReflect.Descriptor instead.
 func (*WorkflowDefinition) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{83}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *WorkflowDefinition) GetNamespace() string {
@@ -6498,7 +6671,7 @@ type CreateWorkflowRequest struct {
 
 func (x *CreateWorkflowRequest) Reset() {
 	*x = CreateWorkflowRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[84]
+	mi := &file_flo_v1_api_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6510,7 +6683,7 @@ func (x *CreateWorkflowRequest) String() string {
 func (*CreateWorkflowRequest) ProtoMessage() {}
 
 func (x *CreateWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[84]
+	mi := &file_flo_v1_api_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6523,7 +6696,7 @@ func (x *CreateWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*CreateWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{84}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *CreateWorkflowRequest) GetNamespace() string {
@@ -6550,7 +6723,7 @@ type CreateWorkflowResponse struct {
 
 func (x *CreateWorkflowResponse) Reset() {
 	*x = CreateWorkflowResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[85]
+	mi := &file_flo_v1_api_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6562,7 +6735,7 @@ func (x *CreateWorkflowResponse) String() string {
 func (*CreateWorkflowResponse) ProtoMessage() {}
 
 func (x *CreateWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[85]
+	mi := &file_flo_v1_api_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6575,7 +6748,7 @@ func (x *CreateWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*CreateWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{85}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *CreateWorkflowResponse) GetWorkflow() *WorkflowDefinition {
@@ -6602,7 +6775,7 @@ type ValidateWorkflowRequest struct {
 
 func (x *ValidateWorkflowRequest) Reset() {
 	*x = ValidateWorkflowRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[86]
+	mi := &file_flo_v1_api_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6614,7 +6787,7 @@ func (x *ValidateWorkflowRequest) String() string {
 func (*ValidateWorkflowRequest) ProtoMessage() {}
 
 func (x *ValidateWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[86]
+	mi := &file_flo_v1_api_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6627,7 +6800,7 @@ func (x *ValidateWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*ValidateWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{86}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *ValidateWorkflowRequest) GetNamespace() string {
@@ -6656,7 +6829,7 @@ type ValidateWorkflowResponse struct {
 
 func (x *ValidateWorkflowResponse) Reset() {
 	*x = ValidateWorkflowResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[87]
+	mi := &file_flo_v1_api_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6668,7 +6841,7 @@ func (x *ValidateWorkflowResponse) String() string {
 func (*ValidateWorkflowResponse) ProtoMessage() {}
 
 func (x *ValidateWorkflowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[87]
+	mi := &file_flo_v1_api_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6681,7 +6854,7 @@ func (x *ValidateWorkflowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateWorkflowResponse.ProtoReflect.Descriptor instead.
 func (*ValidateWorkflowResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{87}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *ValidateWorkflowResponse) GetValid() bool {
@@ -6716,7 +6889,7 @@ type GetWorkflowRequest struct {
 
 func (x *GetWorkflowRequest) Reset() {
 	*x = GetWorkflowRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[88]
+	mi := &file_flo_v1_api_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6728,7 +6901,7 @@ func (x *GetWorkflowRequest) String() string {
 func (*GetWorkflowRequest) ProtoMessage() {}
 
 func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[88]
+	mi := &file_flo_v1_api_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6741,7 +6914,7 @@ func (x *GetWorkflowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowRequest.ProtoReflect.Descriptor instead.
 func (*GetWorkflowRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{88}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *GetWorkflowRequest) GetNamespace() string {
@@ -6782,7 +6955,7 @@ type ListWorkflowsRequest struct {
 
 func (x *ListWorkflowsRequest) Reset() {
 	*x = ListWorkflowsRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[89]
+	mi := &file_flo_v1_api_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6794,7 +6967,7 @@ func (x *ListWorkflowsRequest) String() string {
 func (*ListWorkflowsRequest) ProtoMessage() {}
 
 func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[89]
+	mi := &file_flo_v1_api_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6807,7 +6980,7 @@ func (x *ListWorkflowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{89}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *ListWorkflowsRequest) GetNamespace() string {
@@ -6857,7 +7030,7 @@ type ListWorkflowsResponse struct {
 
 func (x *ListWorkflowsResponse) Reset() {
 	*x = ListWorkflowsResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[90]
+	mi := &file_flo_v1_api_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6869,7 +7042,7 @@ func (x *ListWorkflowsResponse) String() string {
 func (*ListWorkflowsResponse) ProtoMessage() {}
 
 func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[90]
+	mi := &file_flo_v1_api_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6882,7 +7055,7 @@ func (x *ListWorkflowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkflowsResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkflowsResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{90}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *ListWorkflowsResponse) GetWorkflows() []*WorkflowDefinition {
@@ -6909,7 +7082,7 @@ type WorkflowNameRequest struct {
 
 func (x *WorkflowNameRequest) Reset() {
 	*x = WorkflowNameRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[91]
+	mi := &file_flo_v1_api_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6921,7 +7094,7 @@ func (x *WorkflowNameRequest) String() string {
 func (*WorkflowNameRequest) ProtoMessage() {}
 
 func (x *WorkflowNameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[91]
+	mi := &file_flo_v1_api_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6934,7 +7107,7 @@ func (x *WorkflowNameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowNameRequest.ProtoReflect.Descriptor instead.
 func (*WorkflowNameRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{91}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *WorkflowNameRequest) GetNamespace() string {
@@ -6968,7 +7141,7 @@ type StartRunRequest struct {
 
 func (x *StartRunRequest) Reset() {
 	*x = StartRunRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[92]
+	mi := &file_flo_v1_api_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6980,7 +7153,7 @@ func (x *StartRunRequest) String() string {
 func (*StartRunRequest) ProtoMessage() {}
 
 func (x *StartRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[92]
+	mi := &file_flo_v1_api_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6993,7 +7166,7 @@ func (x *StartRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRunRequest.ProtoReflect.Descriptor instead.
 func (*StartRunRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{92}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *StartRunRequest) GetNamespace() string {
@@ -7049,7 +7222,7 @@ type StartRunResponse struct {
 
 func (x *StartRunResponse) Reset() {
 	*x = StartRunResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[93]
+	mi := &file_flo_v1_api_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7061,7 +7234,7 @@ func (x *StartRunResponse) String() string {
 func (*StartRunResponse) ProtoMessage() {}
 
 func (x *StartRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[93]
+	mi := &file_flo_v1_api_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7074,7 +7247,7 @@ func (x *StartRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRunResponse.ProtoReflect.Descriptor instead.
 func (*StartRunResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{93}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *StartRunResponse) GetRunId() string {
@@ -7106,7 +7279,7 @@ type StepOutput struct {
 
 func (x *StepOutput) Reset() {
 	*x = StepOutput{}
-	mi := &file_flo_v1_api_proto_msgTypes[94]
+	mi := &file_flo_v1_api_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7118,7 +7291,7 @@ func (x *StepOutput) String() string {
 func (*StepOutput) ProtoMessage() {}
 
 func (x *StepOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[94]
+	mi := &file_flo_v1_api_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7131,7 +7304,7 @@ func (x *StepOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepOutput.ProtoReflect.Descriptor instead.
 func (*StepOutput) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{94}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *StepOutput) GetStep() string {
@@ -7213,7 +7386,7 @@ type WorkflowRun struct {
 
 func (x *WorkflowRun) Reset() {
 	*x = WorkflowRun{}
-	mi := &file_flo_v1_api_proto_msgTypes[95]
+	mi := &file_flo_v1_api_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7225,7 +7398,7 @@ func (x *WorkflowRun) String() string {
 func (*WorkflowRun) ProtoMessage() {}
 
 func (x *WorkflowRun) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[95]
+	mi := &file_flo_v1_api_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7238,7 +7411,7 @@ func (x *WorkflowRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowRun.ProtoReflect.Descriptor instead.
 func (*WorkflowRun) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{95}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *WorkflowRun) GetRunId() string {
@@ -7398,7 +7571,7 @@ type SearchAttribute struct {
 
 func (x *SearchAttribute) Reset() {
 	*x = SearchAttribute{}
-	mi := &file_flo_v1_api_proto_msgTypes[96]
+	mi := &file_flo_v1_api_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7410,7 +7583,7 @@ func (x *SearchAttribute) String() string {
 func (*SearchAttribute) ProtoMessage() {}
 
 func (x *SearchAttribute) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[96]
+	mi := &file_flo_v1_api_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7423,7 +7596,7 @@ func (x *SearchAttribute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchAttribute.ProtoReflect.Descriptor instead.
 func (*SearchAttribute) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{96}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *SearchAttribute) GetName() string {
@@ -7499,7 +7672,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[97]
+	mi := &file_flo_v1_api_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7511,7 +7684,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[97]
+	mi := &file_flo_v1_api_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7524,7 +7697,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{97}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *GetRunRequest) GetNamespace() string {
@@ -7566,7 +7739,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[98]
+	mi := &file_flo_v1_api_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7578,7 +7751,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[98]
+	mi := &file_flo_v1_api_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7591,7 +7764,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{98}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *ListRunsRequest) GetNamespace() string {
@@ -7662,7 +7835,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[99]
+	mi := &file_flo_v1_api_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7674,7 +7847,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[99]
+	mi := &file_flo_v1_api_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7687,7 +7860,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{99}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *ListRunsResponse) GetRuns() []*WorkflowRun {
@@ -7717,7 +7890,7 @@ type SignalRunRequest struct {
 
 func (x *SignalRunRequest) Reset() {
 	*x = SignalRunRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[100]
+	mi := &file_flo_v1_api_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7729,7 +7902,7 @@ func (x *SignalRunRequest) String() string {
 func (*SignalRunRequest) ProtoMessage() {}
 
 func (x *SignalRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[100]
+	mi := &file_flo_v1_api_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7742,7 +7915,7 @@ func (x *SignalRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRunRequest.ProtoReflect.Descriptor instead.
 func (*SignalRunRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{100}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *SignalRunRequest) GetNamespace() string {
@@ -7789,7 +7962,7 @@ type SignalRunResponse struct {
 
 func (x *SignalRunResponse) Reset() {
 	*x = SignalRunResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[101]
+	mi := &file_flo_v1_api_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7801,7 +7974,7 @@ func (x *SignalRunResponse) String() string {
 func (*SignalRunResponse) ProtoMessage() {}
 
 func (x *SignalRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[101]
+	mi := &file_flo_v1_api_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7814,7 +7987,7 @@ func (x *SignalRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRunResponse.ProtoReflect.Descriptor instead.
 func (*SignalRunResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{101}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *SignalRunResponse) GetSignalId() string {
@@ -7835,7 +8008,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[102]
+	mi := &file_flo_v1_api_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7847,7 +8020,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[102]
+	mi := &file_flo_v1_api_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7860,7 +8033,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{102}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *CancelRunRequest) GetNamespace() string {
@@ -7909,7 +8082,7 @@ type HistoryEvent struct {
 
 func (x *HistoryEvent) Reset() {
 	*x = HistoryEvent{}
-	mi := &file_flo_v1_api_proto_msgTypes[103]
+	mi := &file_flo_v1_api_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7921,7 +8094,7 @@ func (x *HistoryEvent) String() string {
 func (*HistoryEvent) ProtoMessage() {}
 
 func (x *HistoryEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[103]
+	mi := &file_flo_v1_api_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7934,7 +8107,7 @@ func (x *HistoryEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryEvent.ProtoReflect.Descriptor instead.
 func (*HistoryEvent) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{103}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *HistoryEvent) GetSeq() int64 {
@@ -7988,7 +8161,7 @@ type RunHistory struct {
 
 func (x *RunHistory) Reset() {
 	*x = RunHistory{}
-	mi := &file_flo_v1_api_proto_msgTypes[104]
+	mi := &file_flo_v1_api_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8000,7 +8173,7 @@ func (x *RunHistory) String() string {
 func (*RunHistory) ProtoMessage() {}
 
 func (x *RunHistory) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[104]
+	mi := &file_flo_v1_api_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8013,7 +8186,7 @@ func (x *RunHistory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunHistory.ProtoReflect.Descriptor instead.
 func (*RunHistory) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{104}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *RunHistory) GetEvents() []*HistoryEvent {
@@ -8035,7 +8208,7 @@ type GetWorkflowPlansRequest struct {
 
 func (x *GetWorkflowPlansRequest) Reset() {
 	*x = GetWorkflowPlansRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[105]
+	mi := &file_flo_v1_api_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8047,7 +8220,7 @@ func (x *GetWorkflowPlansRequest) String() string {
 func (*GetWorkflowPlansRequest) ProtoMessage() {}
 
 func (x *GetWorkflowPlansRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[105]
+	mi := &file_flo_v1_api_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8060,7 +8233,7 @@ func (x *GetWorkflowPlansRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkflowPlansRequest.ProtoReflect.Descriptor instead.
 func (*GetWorkflowPlansRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{105}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *GetWorkflowPlansRequest) GetNamespace() string {
@@ -8103,7 +8276,7 @@ type WorkflowPlans struct {
 
 func (x *WorkflowPlans) Reset() {
 	*x = WorkflowPlans{}
-	mi := &file_flo_v1_api_proto_msgTypes[106]
+	mi := &file_flo_v1_api_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8115,7 +8288,7 @@ func (x *WorkflowPlans) String() string {
 func (*WorkflowPlans) ProtoMessage() {}
 
 func (x *WorkflowPlans) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[106]
+	mi := &file_flo_v1_api_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8128,7 +8301,7 @@ func (x *WorkflowPlans) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowPlans.ProtoReflect.Descriptor instead.
 func (*WorkflowPlans) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{106}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *WorkflowPlans) GetNamespace() string {
@@ -8179,7 +8352,7 @@ type PlanStatus struct {
 
 func (x *PlanStatus) Reset() {
 	*x = PlanStatus{}
-	mi := &file_flo_v1_api_proto_msgTypes[107]
+	mi := &file_flo_v1_api_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8191,7 +8364,7 @@ func (x *PlanStatus) String() string {
 func (*PlanStatus) ProtoMessage() {}
 
 func (x *PlanStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[107]
+	mi := &file_flo_v1_api_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8204,7 +8377,7 @@ func (x *PlanStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanStatus.ProtoReflect.Descriptor instead.
 func (*PlanStatus) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{107}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *PlanStatus) GetName() string {
@@ -8255,7 +8428,7 @@ type ExecutorStatus struct {
 
 func (x *ExecutorStatus) Reset() {
 	*x = ExecutorStatus{}
-	mi := &file_flo_v1_api_proto_msgTypes[108]
+	mi := &file_flo_v1_api_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8267,7 +8440,7 @@ func (x *ExecutorStatus) String() string {
 func (*ExecutorStatus) ProtoMessage() {}
 
 func (x *ExecutorStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[108]
+	mi := &file_flo_v1_api_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8280,7 +8453,7 @@ func (x *ExecutorStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutorStatus.ProtoReflect.Descriptor instead.
 func (*ExecutorStatus) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{108}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *ExecutorStatus) GetName() string {
@@ -8361,7 +8534,7 @@ type InvalidatePlanCacheRequest struct {
 
 func (x *InvalidatePlanCacheRequest) Reset() {
 	*x = InvalidatePlanCacheRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[109]
+	mi := &file_flo_v1_api_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8373,7 +8546,7 @@ func (x *InvalidatePlanCacheRequest) String() string {
 func (*InvalidatePlanCacheRequest) ProtoMessage() {}
 
 func (x *InvalidatePlanCacheRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[109]
+	mi := &file_flo_v1_api_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8386,7 +8559,7 @@ func (x *InvalidatePlanCacheRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvalidatePlanCacheRequest.ProtoReflect.Descriptor instead.
 func (*InvalidatePlanCacheRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{109}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *InvalidatePlanCacheRequest) GetNamespace() string {
@@ -8420,7 +8593,7 @@ type InvalidatePlanCacheResponse struct {
 
 func (x *InvalidatePlanCacheResponse) Reset() {
 	*x = InvalidatePlanCacheResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[110]
+	mi := &file_flo_v1_api_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8432,7 +8605,7 @@ func (x *InvalidatePlanCacheResponse) String() string {
 func (*InvalidatePlanCacheResponse) ProtoMessage() {}
 
 func (x *InvalidatePlanCacheResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[110]
+	mi := &file_flo_v1_api_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8445,7 +8618,7 @@ func (x *InvalidatePlanCacheResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvalidatePlanCacheResponse.ProtoReflect.Descriptor instead.
 func (*InvalidatePlanCacheResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{110}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *InvalidatePlanCacheResponse) GetRemoved() int64 {
@@ -8468,7 +8641,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_flo_v1_api_proto_msgTypes[111]
+	mi := &file_flo_v1_api_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8480,7 +8653,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[111]
+	mi := &file_flo_v1_api_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8493,7 +8666,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{111}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *ListSchedulesRequest) GetNamespace() string {
@@ -8529,7 +8702,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_flo_v1_api_proto_msgTypes[112]
+	mi := &file_flo_v1_api_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8541,7 +8714,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[112]
+	mi := &file_flo_v1_api_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8554,7 +8727,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{112}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *ListSchedulesResponse) GetSchedules() []*WorkflowSchedule {
@@ -8601,7 +8774,7 @@ type WorkflowSchedule struct {
 
 func (x *WorkflowSchedule) Reset() {
 	*x = WorkflowSchedule{}
-	mi := &file_flo_v1_api_proto_msgTypes[113]
+	mi := &file_flo_v1_api_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8613,7 +8786,7 @@ func (x *WorkflowSchedule) String() string {
 func (*WorkflowSchedule) ProtoMessage() {}
 
 func (x *WorkflowSchedule) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_v1_api_proto_msgTypes[113]
+	mi := &file_flo_v1_api_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8626,7 +8799,7 @@ func (x *WorkflowSchedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkflowSchedule.ProtoReflect.Descriptor instead.
 func (*WorkflowSchedule) Descriptor() ([]byte, []int) {
-	return file_flo_v1_api_proto_rawDescGZIP(), []int{113}
+	return file_flo_v1_api_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *WorkflowSchedule) GetWorkflow() string {
@@ -8911,7 +9084,7 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"page_token\x18\x04 \x01(\tR\tpageToken\"e\n" +
 	"\x17ListDeadLettersResponse\x12\"\n" +
 	"\x05tasks\x18\x01 \x03(\v2\f.flo.v1.TaskR\x05tasks\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xe2\x03\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x95\x04\n" +
 	"\rWorkerMessage\x12%\n" +
 	"\x05hello\x18\x01 \x01(\v2\r.flo.v1.HelloH\x00R\x05hello\x12%\n" +
 	"\x05ready\x18\x02 \x01(\v2\r.flo.v1.ReadyH\x00R\x05ready\x12(\n" +
@@ -8926,8 +9099,9 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"stream_ack\x18\t \x01(\v2\x11.flo.v1.StreamAckH\x00R\tstreamAck\x125\n" +
 	"\vstream_nack\x18\n" +
 	" \x01(\v2\x12.flo.v1.StreamNackH\x00R\n" +
-	"streamNackB\x05\n" +
-	"\x03msg\"\xc1\x02\n" +
+	"streamNack\x121\n" +
+	"\theartbeat\x18\v \x01(\v2\x11.flo.v1.HeartbeatH\x00R\theartbeatB\x05\n" +
+	"\x03msg\"\xfe\x02\n" +
 	"\rServerMessage\x12/\n" +
 	"\thello_ack\x18\x01 \x01(\v2\x10.flo.v1.HelloAckH\x00R\bhelloAck\x122\n" +
 	"\n" +
@@ -8936,7 +9110,8 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"result_ack\x18\x04 \x01(\v2\x11.flo.v1.ResultAckH\x00R\tresultAck\x12%\n" +
 	"\x05drain\x18\x05 \x01(\v2\r.flo.v1.DrainH\x00R\x05drain\x128\n" +
-	"\frecord_batch\x18\x06 \x01(\v2\x13.flo.v1.RecordBatchH\x00R\vrecordBatchB\x05\n" +
+	"\frecord_batch\x18\x06 \x01(\v2\x13.flo.v1.RecordBatchH\x00R\vrecordBatch\x12;\n" +
+	"\rheartbeat_ack\x18\a \x01(\v2\x14.flo.v1.HeartbeatAckH\x00R\fheartbeatAckB\x05\n" +
 	"\x03msg\"\a\n" +
 	"\x05Drain\"\xf0\x01\n" +
 	"\x05Hello\x12\x14\n" +
@@ -8951,10 +9126,20 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\x12StreamSubscription\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x1a\n" +
-	"\bconsumer\x18\x03 \x01(\tR\bconsumer\"E\n" +
+	"\bconsumer\x18\x03 \x01(\tR\bconsumer\"r\n" +
 	"\bHelloAck\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1c\n" +
-	"\tnamespace\x18\x02 \x01(\tR\tnamespace\"m\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12+\n" +
+	"\x11stream_heartbeats\x18\x03 \x01(\bR\x10streamHeartbeats\"j\n" +
+	"\tHeartbeat\x12!\n" +
+	"\fcurrent_load\x18\x01 \x01(\x05R\vcurrentLoad\x12\x19\n" +
+	"\bcpu_load\x18\x02 \x01(\x01R\acpuLoad\x12\x1f\n" +
+	"\vmemory_load\x18\x03 \x01(\x01R\n" +
+	"memoryLoad\"l\n" +
+	"\fHeartbeatAck\x12,\n" +
+	"\x06status\x18\x01 \x01(\x0e2\x14.flo.v1.WorkerStatusR\x06status\x12\x18\n" +
+	"\aunknown\x18\x02 \x01(\bR\aunknown\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"m\n" +
 	"\x05Ready\x12\x18\n" +
 	"\aactions\x18\x01 \x03(\tR\aactions\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x05R\x05count\x12\x19\n" +
@@ -9520,7 +9705,7 @@ func file_flo_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_flo_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_flo_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 119)
+var file_flo_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 121)
 var file_flo_v1_api_proto_goTypes = []any{
 	(WorkerType)(0),                     // 0: flo.v1.WorkerType
 	(WorkerStatus)(0),                   // 1: flo.v1.WorkerStatus
@@ -9566,308 +9751,313 @@ var file_flo_v1_api_proto_goTypes = []any{
 	(*Hello)(nil),                       // 41: flo.v1.Hello
 	(*StreamSubscription)(nil),          // 42: flo.v1.StreamSubscription
 	(*HelloAck)(nil),                    // 43: flo.v1.HelloAck
-	(*Ready)(nil),                       // 44: flo.v1.Ready
-	(*TaskAssignment)(nil),              // 45: flo.v1.TaskAssignment
-	(*TaskBatch)(nil),                   // 46: flo.v1.TaskBatch
-	(*Result)(nil),                      // 47: flo.v1.Result
-	(*Completed)(nil),                   // 48: flo.v1.Completed
-	(*Failed)(nil),                      // 49: flo.v1.Failed
-	(*Pending)(nil),                     // 50: flo.v1.Pending
-	(*ResultBatch)(nil),                 // 51: flo.v1.ResultBatch
-	(*Nack)(nil),                        // 52: flo.v1.Nack
-	(*Abandon)(nil),                     // 53: flo.v1.Abandon
-	(*Touch)(nil),                       // 54: flo.v1.Touch
-	(*TouchAck)(nil),                    // 55: flo.v1.TouchAck
-	(*ResultAck)(nil),                   // 56: flo.v1.ResultAck
-	(*StreamRead)(nil),                  // 57: flo.v1.StreamRead
-	(*RecordBatch)(nil),                 // 58: flo.v1.RecordBatch
-	(*StreamAck)(nil),                   // 59: flo.v1.StreamAck
-	(*StreamNack)(nil),                  // 60: flo.v1.StreamNack
-	(*Stream)(nil),                      // 61: flo.v1.Stream
-	(*CreateStreamRequest)(nil),         // 62: flo.v1.CreateStreamRequest
-	(*GetStreamRequest)(nil),            // 63: flo.v1.GetStreamRequest
-	(*ListStreamsRequest)(nil),          // 64: flo.v1.ListStreamsRequest
-	(*ListStreamsResponse)(nil),         // 65: flo.v1.ListStreamsResponse
-	(*DeleteStreamResponse)(nil),        // 66: flo.v1.DeleteStreamResponse
-	(*StreamInfo)(nil),                  // 67: flo.v1.StreamInfo
-	(*StreamRecord)(nil),                // 68: flo.v1.StreamRecord
-	(*AppendRecord)(nil),                // 69: flo.v1.AppendRecord
-	(*AppendRequest)(nil),               // 70: flo.v1.AppendRequest
-	(*AppendResponse)(nil),              // 71: flo.v1.AppendResponse
-	(*ReadRequest)(nil),                 // 72: flo.v1.ReadRequest
-	(*ReadResponse)(nil),                // 73: flo.v1.ReadResponse
-	(*ConsumerGroup)(nil),               // 74: flo.v1.ConsumerGroup
-	(*CreateGroupRequest)(nil),          // 75: flo.v1.CreateGroupRequest
-	(*GetGroupRequest)(nil),             // 76: flo.v1.GetGroupRequest
-	(*ListGroupsRequest)(nil),           // 77: flo.v1.ListGroupsRequest
-	(*ListGroupsResponse)(nil),          // 78: flo.v1.ListGroupsResponse
-	(*DeleteGroupResponse)(nil),         // 79: flo.v1.DeleteGroupResponse
-	(*ListPendingRequest)(nil),          // 80: flo.v1.ListPendingRequest
-	(*PendingEntry)(nil),                // 81: flo.v1.PendingEntry
-	(*ListPendingResponse)(nil),         // 82: flo.v1.ListPendingResponse
-	(*GroupReadRequest)(nil),            // 83: flo.v1.GroupReadRequest
-	(*GroupReadResponse)(nil),           // 84: flo.v1.GroupReadResponse
-	(*AckRequest)(nil),                  // 85: flo.v1.AckRequest
-	(*AckResponse)(nil),                 // 86: flo.v1.AckResponse
-	(*NackRequest)(nil),                 // 87: flo.v1.NackRequest
-	(*NackResponse)(nil),                // 88: flo.v1.NackResponse
-	(*Diagnostic)(nil),                  // 89: flo.v1.Diagnostic
-	(*WorkflowDefinition)(nil),          // 90: flo.v1.WorkflowDefinition
-	(*CreateWorkflowRequest)(nil),       // 91: flo.v1.CreateWorkflowRequest
-	(*CreateWorkflowResponse)(nil),      // 92: flo.v1.CreateWorkflowResponse
-	(*ValidateWorkflowRequest)(nil),     // 93: flo.v1.ValidateWorkflowRequest
-	(*ValidateWorkflowResponse)(nil),    // 94: flo.v1.ValidateWorkflowResponse
-	(*GetWorkflowRequest)(nil),          // 95: flo.v1.GetWorkflowRequest
-	(*ListWorkflowsRequest)(nil),        // 96: flo.v1.ListWorkflowsRequest
-	(*ListWorkflowsResponse)(nil),       // 97: flo.v1.ListWorkflowsResponse
-	(*WorkflowNameRequest)(nil),         // 98: flo.v1.WorkflowNameRequest
-	(*StartRunRequest)(nil),             // 99: flo.v1.StartRunRequest
-	(*StartRunResponse)(nil),            // 100: flo.v1.StartRunResponse
-	(*StepOutput)(nil),                  // 101: flo.v1.StepOutput
-	(*WorkflowRun)(nil),                 // 102: flo.v1.WorkflowRun
-	(*SearchAttribute)(nil),             // 103: flo.v1.SearchAttribute
-	(*GetRunRequest)(nil),               // 104: flo.v1.GetRunRequest
-	(*ListRunsRequest)(nil),             // 105: flo.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),            // 106: flo.v1.ListRunsResponse
-	(*SignalRunRequest)(nil),            // 107: flo.v1.SignalRunRequest
-	(*SignalRunResponse)(nil),           // 108: flo.v1.SignalRunResponse
-	(*CancelRunRequest)(nil),            // 109: flo.v1.CancelRunRequest
-	(*HistoryEvent)(nil),                // 110: flo.v1.HistoryEvent
-	(*RunHistory)(nil),                  // 111: flo.v1.RunHistory
-	(*GetWorkflowPlansRequest)(nil),     // 112: flo.v1.GetWorkflowPlansRequest
-	(*WorkflowPlans)(nil),               // 113: flo.v1.WorkflowPlans
-	(*PlanStatus)(nil),                  // 114: flo.v1.PlanStatus
-	(*ExecutorStatus)(nil),              // 115: flo.v1.ExecutorStatus
-	(*InvalidatePlanCacheRequest)(nil),  // 116: flo.v1.InvalidatePlanCacheRequest
-	(*InvalidatePlanCacheResponse)(nil), // 117: flo.v1.InvalidatePlanCacheResponse
-	(*ListSchedulesRequest)(nil),        // 118: flo.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil),       // 119: flo.v1.ListSchedulesResponse
-	(*WorkflowSchedule)(nil),            // 120: flo.v1.WorkflowSchedule
-	nil,                                 // 121: flo.v1.TaskAssignment.TraceContextEntry
-	nil,                                 // 122: flo.v1.Result.TraceContextEntry
-	nil,                                 // 123: flo.v1.StreamRecord.HeadersEntry
-	nil,                                 // 124: flo.v1.StreamRecord.TraceContextEntry
-	nil,                                 // 125: flo.v1.AppendRecord.HeadersEntry
-	(*timestamppb.Timestamp)(nil),       // 126: google.protobuf.Timestamp
-	(*structpb.Value)(nil),              // 127: google.protobuf.Value
+	(*Heartbeat)(nil),                   // 44: flo.v1.Heartbeat
+	(*HeartbeatAck)(nil),                // 45: flo.v1.HeartbeatAck
+	(*Ready)(nil),                       // 46: flo.v1.Ready
+	(*TaskAssignment)(nil),              // 47: flo.v1.TaskAssignment
+	(*TaskBatch)(nil),                   // 48: flo.v1.TaskBatch
+	(*Result)(nil),                      // 49: flo.v1.Result
+	(*Completed)(nil),                   // 50: flo.v1.Completed
+	(*Failed)(nil),                      // 51: flo.v1.Failed
+	(*Pending)(nil),                     // 52: flo.v1.Pending
+	(*ResultBatch)(nil),                 // 53: flo.v1.ResultBatch
+	(*Nack)(nil),                        // 54: flo.v1.Nack
+	(*Abandon)(nil),                     // 55: flo.v1.Abandon
+	(*Touch)(nil),                       // 56: flo.v1.Touch
+	(*TouchAck)(nil),                    // 57: flo.v1.TouchAck
+	(*ResultAck)(nil),                   // 58: flo.v1.ResultAck
+	(*StreamRead)(nil),                  // 59: flo.v1.StreamRead
+	(*RecordBatch)(nil),                 // 60: flo.v1.RecordBatch
+	(*StreamAck)(nil),                   // 61: flo.v1.StreamAck
+	(*StreamNack)(nil),                  // 62: flo.v1.StreamNack
+	(*Stream)(nil),                      // 63: flo.v1.Stream
+	(*CreateStreamRequest)(nil),         // 64: flo.v1.CreateStreamRequest
+	(*GetStreamRequest)(nil),            // 65: flo.v1.GetStreamRequest
+	(*ListStreamsRequest)(nil),          // 66: flo.v1.ListStreamsRequest
+	(*ListStreamsResponse)(nil),         // 67: flo.v1.ListStreamsResponse
+	(*DeleteStreamResponse)(nil),        // 68: flo.v1.DeleteStreamResponse
+	(*StreamInfo)(nil),                  // 69: flo.v1.StreamInfo
+	(*StreamRecord)(nil),                // 70: flo.v1.StreamRecord
+	(*AppendRecord)(nil),                // 71: flo.v1.AppendRecord
+	(*AppendRequest)(nil),               // 72: flo.v1.AppendRequest
+	(*AppendResponse)(nil),              // 73: flo.v1.AppendResponse
+	(*ReadRequest)(nil),                 // 74: flo.v1.ReadRequest
+	(*ReadResponse)(nil),                // 75: flo.v1.ReadResponse
+	(*ConsumerGroup)(nil),               // 76: flo.v1.ConsumerGroup
+	(*CreateGroupRequest)(nil),          // 77: flo.v1.CreateGroupRequest
+	(*GetGroupRequest)(nil),             // 78: flo.v1.GetGroupRequest
+	(*ListGroupsRequest)(nil),           // 79: flo.v1.ListGroupsRequest
+	(*ListGroupsResponse)(nil),          // 80: flo.v1.ListGroupsResponse
+	(*DeleteGroupResponse)(nil),         // 81: flo.v1.DeleteGroupResponse
+	(*ListPendingRequest)(nil),          // 82: flo.v1.ListPendingRequest
+	(*PendingEntry)(nil),                // 83: flo.v1.PendingEntry
+	(*ListPendingResponse)(nil),         // 84: flo.v1.ListPendingResponse
+	(*GroupReadRequest)(nil),            // 85: flo.v1.GroupReadRequest
+	(*GroupReadResponse)(nil),           // 86: flo.v1.GroupReadResponse
+	(*AckRequest)(nil),                  // 87: flo.v1.AckRequest
+	(*AckResponse)(nil),                 // 88: flo.v1.AckResponse
+	(*NackRequest)(nil),                 // 89: flo.v1.NackRequest
+	(*NackResponse)(nil),                // 90: flo.v1.NackResponse
+	(*Diagnostic)(nil),                  // 91: flo.v1.Diagnostic
+	(*WorkflowDefinition)(nil),          // 92: flo.v1.WorkflowDefinition
+	(*CreateWorkflowRequest)(nil),       // 93: flo.v1.CreateWorkflowRequest
+	(*CreateWorkflowResponse)(nil),      // 94: flo.v1.CreateWorkflowResponse
+	(*ValidateWorkflowRequest)(nil),     // 95: flo.v1.ValidateWorkflowRequest
+	(*ValidateWorkflowResponse)(nil),    // 96: flo.v1.ValidateWorkflowResponse
+	(*GetWorkflowRequest)(nil),          // 97: flo.v1.GetWorkflowRequest
+	(*ListWorkflowsRequest)(nil),        // 98: flo.v1.ListWorkflowsRequest
+	(*ListWorkflowsResponse)(nil),       // 99: flo.v1.ListWorkflowsResponse
+	(*WorkflowNameRequest)(nil),         // 100: flo.v1.WorkflowNameRequest
+	(*StartRunRequest)(nil),             // 101: flo.v1.StartRunRequest
+	(*StartRunResponse)(nil),            // 102: flo.v1.StartRunResponse
+	(*StepOutput)(nil),                  // 103: flo.v1.StepOutput
+	(*WorkflowRun)(nil),                 // 104: flo.v1.WorkflowRun
+	(*SearchAttribute)(nil),             // 105: flo.v1.SearchAttribute
+	(*GetRunRequest)(nil),               // 106: flo.v1.GetRunRequest
+	(*ListRunsRequest)(nil),             // 107: flo.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),            // 108: flo.v1.ListRunsResponse
+	(*SignalRunRequest)(nil),            // 109: flo.v1.SignalRunRequest
+	(*SignalRunResponse)(nil),           // 110: flo.v1.SignalRunResponse
+	(*CancelRunRequest)(nil),            // 111: flo.v1.CancelRunRequest
+	(*HistoryEvent)(nil),                // 112: flo.v1.HistoryEvent
+	(*RunHistory)(nil),                  // 113: flo.v1.RunHistory
+	(*GetWorkflowPlansRequest)(nil),     // 114: flo.v1.GetWorkflowPlansRequest
+	(*WorkflowPlans)(nil),               // 115: flo.v1.WorkflowPlans
+	(*PlanStatus)(nil),                  // 116: flo.v1.PlanStatus
+	(*ExecutorStatus)(nil),              // 117: flo.v1.ExecutorStatus
+	(*InvalidatePlanCacheRequest)(nil),  // 118: flo.v1.InvalidatePlanCacheRequest
+	(*InvalidatePlanCacheResponse)(nil), // 119: flo.v1.InvalidatePlanCacheResponse
+	(*ListSchedulesRequest)(nil),        // 120: flo.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),       // 121: flo.v1.ListSchedulesResponse
+	(*WorkflowSchedule)(nil),            // 122: flo.v1.WorkflowSchedule
+	nil,                                 // 123: flo.v1.TaskAssignment.TraceContextEntry
+	nil,                                 // 124: flo.v1.Result.TraceContextEntry
+	nil,                                 // 125: flo.v1.StreamRecord.HeadersEntry
+	nil,                                 // 126: flo.v1.StreamRecord.TraceContextEntry
+	nil,                                 // 127: flo.v1.AppendRecord.HeadersEntry
+	(*timestamppb.Timestamp)(nil),       // 128: google.protobuf.Timestamp
+	(*structpb.Value)(nil),              // 129: google.protobuf.Value
 }
 var file_flo_v1_api_proto_depIdxs = []int32{
-	126, // 0: flo.v1.Namespace.created_at:type_name -> google.protobuf.Timestamp
+	128, // 0: flo.v1.Namespace.created_at:type_name -> google.protobuf.Timestamp
 	7,   // 1: flo.v1.ListNamespacesResponse.namespaces:type_name -> flo.v1.Namespace
 	2,   // 2: flo.v1.WorkerProcess.kind:type_name -> flo.v1.ProcessKind
-	126, // 3: flo.v1.WorkerProcess.last_run_at:type_name -> google.protobuf.Timestamp
+	128, // 3: flo.v1.WorkerProcess.last_run_at:type_name -> google.protobuf.Timestamp
 	0,   // 4: flo.v1.Worker.worker_type:type_name -> flo.v1.WorkerType
 	1,   // 5: flo.v1.Worker.status:type_name -> flo.v1.WorkerStatus
 	12,  // 6: flo.v1.Worker.processes:type_name -> flo.v1.WorkerProcess
-	126, // 7: flo.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
-	126, // 8: flo.v1.Worker.last_heartbeat:type_name -> google.protobuf.Timestamp
+	128, // 7: flo.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
+	128, // 8: flo.v1.Worker.last_heartbeat:type_name -> google.protobuf.Timestamp
 	0,   // 9: flo.v1.RegisterWorkerRequest.worker_type:type_name -> flo.v1.WorkerType
 	12,  // 10: flo.v1.RegisterWorkerRequest.processes:type_name -> flo.v1.WorkerProcess
 	1,   // 11: flo.v1.HeartbeatResponse.status:type_name -> flo.v1.WorkerStatus
 	13,  // 12: flo.v1.ListWorkersResponse.workers:type_name -> flo.v1.Worker
 	3,   // 13: flo.v1.Backoff.kind:type_name -> flo.v1.BackoffKind
 	21,  // 14: flo.v1.Action.backoff:type_name -> flo.v1.Backoff
-	126, // 15: flo.v1.Action.created_at:type_name -> google.protobuf.Timestamp
-	126, // 16: flo.v1.Action.updated_at:type_name -> google.protobuf.Timestamp
+	128, // 15: flo.v1.Action.created_at:type_name -> google.protobuf.Timestamp
+	128, // 16: flo.v1.Action.updated_at:type_name -> google.protobuf.Timestamp
 	21,  // 17: flo.v1.RegisterActionRequest.backoff:type_name -> flo.v1.Backoff
 	22,  // 18: flo.v1.ListActionsResponse.actions:type_name -> flo.v1.Action
-	127, // 19: flo.v1.InvokeTaskRequest.input:type_name -> google.protobuf.Value
+	129, // 19: flo.v1.InvokeTaskRequest.input:type_name -> google.protobuf.Value
 	27,  // 20: flo.v1.InvokeTasksRequest.tasks:type_name -> flo.v1.InvokeTaskRequest
 	4,   // 21: flo.v1.Task.status:type_name -> flo.v1.TaskStatus
-	127, // 22: flo.v1.Task.output:type_name -> google.protobuf.Value
-	126, // 23: flo.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	126, // 24: flo.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	126, // 25: flo.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	126, // 26: flo.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	126, // 27: flo.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	126, // 28: flo.v1.Task.complete_by:type_name -> google.protobuf.Timestamp
-	127, // 29: flo.v1.CompleteTaskRequest.output:type_name -> google.protobuf.Value
+	129, // 22: flo.v1.Task.output:type_name -> google.protobuf.Value
+	128, // 23: flo.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	128, // 24: flo.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	128, // 25: flo.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	128, // 26: flo.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	128, // 27: flo.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	128, // 28: flo.v1.Task.complete_by:type_name -> google.protobuf.Timestamp
+	129, // 29: flo.v1.CompleteTaskRequest.output:type_name -> google.protobuf.Value
 	31,  // 30: flo.v1.ListDeadLettersResponse.tasks:type_name -> flo.v1.Task
 	41,  // 31: flo.v1.WorkerMessage.hello:type_name -> flo.v1.Hello
-	44,  // 32: flo.v1.WorkerMessage.ready:type_name -> flo.v1.Ready
-	47,  // 33: flo.v1.WorkerMessage.result:type_name -> flo.v1.Result
-	51,  // 34: flo.v1.WorkerMessage.result_batch:type_name -> flo.v1.ResultBatch
-	52,  // 35: flo.v1.WorkerMessage.nack:type_name -> flo.v1.Nack
-	53,  // 36: flo.v1.WorkerMessage.abandon:type_name -> flo.v1.Abandon
-	54,  // 37: flo.v1.WorkerMessage.touch:type_name -> flo.v1.Touch
-	57,  // 38: flo.v1.WorkerMessage.stream_read:type_name -> flo.v1.StreamRead
-	59,  // 39: flo.v1.WorkerMessage.stream_ack:type_name -> flo.v1.StreamAck
-	60,  // 40: flo.v1.WorkerMessage.stream_nack:type_name -> flo.v1.StreamNack
-	43,  // 41: flo.v1.ServerMessage.hello_ack:type_name -> flo.v1.HelloAck
-	46,  // 42: flo.v1.ServerMessage.task_batch:type_name -> flo.v1.TaskBatch
-	55,  // 43: flo.v1.ServerMessage.touch_ack:type_name -> flo.v1.TouchAck
-	56,  // 44: flo.v1.ServerMessage.result_ack:type_name -> flo.v1.ResultAck
-	40,  // 45: flo.v1.ServerMessage.drain:type_name -> flo.v1.Drain
-	58,  // 46: flo.v1.ServerMessage.record_batch:type_name -> flo.v1.RecordBatch
-	42,  // 47: flo.v1.Hello.streams:type_name -> flo.v1.StreamSubscription
-	126, // 48: flo.v1.TaskAssignment.created_at:type_name -> google.protobuf.Timestamp
-	126, // 49: flo.v1.TaskAssignment.lease_until:type_name -> google.protobuf.Timestamp
-	121, // 50: flo.v1.TaskAssignment.trace_context:type_name -> flo.v1.TaskAssignment.TraceContextEntry
-	45,  // 51: flo.v1.TaskBatch.tasks:type_name -> flo.v1.TaskAssignment
-	48,  // 52: flo.v1.Result.completed:type_name -> flo.v1.Completed
-	49,  // 53: flo.v1.Result.failed:type_name -> flo.v1.Failed
-	50,  // 54: flo.v1.Result.pending:type_name -> flo.v1.Pending
-	122, // 55: flo.v1.Result.trace_context:type_name -> flo.v1.Result.TraceContextEntry
-	47,  // 56: flo.v1.ResultBatch.results:type_name -> flo.v1.Result
-	126, // 57: flo.v1.TouchAck.lease_until:type_name -> google.protobuf.Timestamp
-	68,  // 58: flo.v1.RecordBatch.records:type_name -> flo.v1.StreamRecord
-	126, // 59: flo.v1.Stream.created_at:type_name -> google.protobuf.Timestamp
-	61,  // 60: flo.v1.ListStreamsResponse.streams:type_name -> flo.v1.Stream
-	61,  // 61: flo.v1.StreamInfo.stream:type_name -> flo.v1.Stream
-	74,  // 62: flo.v1.StreamInfo.groups:type_name -> flo.v1.ConsumerGroup
-	127, // 63: flo.v1.StreamRecord.value:type_name -> google.protobuf.Value
-	123, // 64: flo.v1.StreamRecord.headers:type_name -> flo.v1.StreamRecord.HeadersEntry
-	126, // 65: flo.v1.StreamRecord.appended_at:type_name -> google.protobuf.Timestamp
-	124, // 66: flo.v1.StreamRecord.trace_context:type_name -> flo.v1.StreamRecord.TraceContextEntry
-	127, // 67: flo.v1.AppendRecord.value:type_name -> google.protobuf.Value
-	125, // 68: flo.v1.AppendRecord.headers:type_name -> flo.v1.AppendRecord.HeadersEntry
-	69,  // 69: flo.v1.AppendRequest.records:type_name -> flo.v1.AppendRecord
-	68,  // 70: flo.v1.ReadResponse.records:type_name -> flo.v1.StreamRecord
-	126, // 71: flo.v1.ConsumerGroup.created_at:type_name -> google.protobuf.Timestamp
-	74,  // 72: flo.v1.ListGroupsResponse.groups:type_name -> flo.v1.ConsumerGroup
-	126, // 73: flo.v1.PendingEntry.delivered_at:type_name -> google.protobuf.Timestamp
-	126, // 74: flo.v1.PendingEntry.redeliver_at:type_name -> google.protobuf.Timestamp
-	81,  // 75: flo.v1.ListPendingResponse.entries:type_name -> flo.v1.PendingEntry
-	68,  // 76: flo.v1.GroupReadResponse.records:type_name -> flo.v1.StreamRecord
-	5,   // 77: flo.v1.Diagnostic.severity:type_name -> flo.v1.DiagnosticSeverity
-	126, // 78: flo.v1.WorkflowDefinition.created_at:type_name -> google.protobuf.Timestamp
-	90,  // 79: flo.v1.CreateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
-	89,  // 80: flo.v1.CreateWorkflowResponse.warnings:type_name -> flo.v1.Diagnostic
-	89,  // 81: flo.v1.ValidateWorkflowResponse.diagnostics:type_name -> flo.v1.Diagnostic
-	90,  // 82: flo.v1.ValidateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
-	90,  // 83: flo.v1.ListWorkflowsResponse.workflows:type_name -> flo.v1.WorkflowDefinition
-	127, // 84: flo.v1.StartRunRequest.input_value:type_name -> google.protobuf.Value
-	127, // 85: flo.v1.StepOutput.output_value:type_name -> google.protobuf.Value
-	126, // 86: flo.v1.StepOutput.finished_at:type_name -> google.protobuf.Timestamp
-	6,   // 87: flo.v1.WorkflowRun.status:type_name -> flo.v1.RunStatus
-	127, // 88: flo.v1.WorkflowRun.input_value:type_name -> google.protobuf.Value
-	101, // 89: flo.v1.WorkflowRun.outputs:type_name -> flo.v1.StepOutput
-	126, // 90: flo.v1.WorkflowRun.created_at:type_name -> google.protobuf.Timestamp
-	126, // 91: flo.v1.WorkflowRun.updated_at:type_name -> google.protobuf.Timestamp
-	126, // 92: flo.v1.WorkflowRun.finished_at:type_name -> google.protobuf.Timestamp
-	126, // 93: flo.v1.WorkflowRun.scheduled_for:type_name -> google.protobuf.Timestamp
-	103, // 94: flo.v1.WorkflowRun.search_attributes:type_name -> flo.v1.SearchAttribute
-	126, // 95: flo.v1.SearchAttribute.timestamp_value:type_name -> google.protobuf.Timestamp
-	6,   // 96: flo.v1.ListRunsRequest.status:type_name -> flo.v1.RunStatus
-	126, // 97: flo.v1.ListRunsRequest.created_after:type_name -> google.protobuf.Timestamp
-	126, // 98: flo.v1.ListRunsRequest.created_before:type_name -> google.protobuf.Timestamp
-	102, // 99: flo.v1.ListRunsResponse.runs:type_name -> flo.v1.WorkflowRun
-	127, // 100: flo.v1.SignalRunRequest.value:type_name -> google.protobuf.Value
-	126, // 101: flo.v1.HistoryEvent.at:type_name -> google.protobuf.Timestamp
-	110, // 102: flo.v1.RunHistory.events:type_name -> flo.v1.HistoryEvent
-	114, // 103: flo.v1.WorkflowPlans.plans:type_name -> flo.v1.PlanStatus
-	115, // 104: flo.v1.PlanStatus.executors:type_name -> flo.v1.ExecutorStatus
-	120, // 105: flo.v1.ListSchedulesResponse.schedules:type_name -> flo.v1.WorkflowSchedule
-	126, // 106: flo.v1.WorkflowSchedule.next_fire_at:type_name -> google.protobuf.Timestamp
-	126, // 107: flo.v1.WorkflowSchedule.last_fire_at:type_name -> google.protobuf.Timestamp
-	126, // 108: flo.v1.WorkflowSchedule.last_skipped_at:type_name -> google.protobuf.Timestamp
-	8,   // 109: flo.v1.NamespaceService.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
-	9,   // 110: flo.v1.NamespaceService.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
-	10,  // 111: flo.v1.NamespaceService.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
-	23,  // 112: flo.v1.ActionService.RegisterAction:input_type -> flo.v1.RegisterActionRequest
-	24,  // 113: flo.v1.ActionService.GetAction:input_type -> flo.v1.GetActionRequest
-	25,  // 114: flo.v1.ActionService.ListActions:input_type -> flo.v1.ListActionsRequest
-	24,  // 115: flo.v1.ActionService.EnableAction:input_type -> flo.v1.GetActionRequest
-	24,  // 116: flo.v1.ActionService.DisableAction:input_type -> flo.v1.GetActionRequest
-	27,  // 117: flo.v1.TaskService.InvokeTask:input_type -> flo.v1.InvokeTaskRequest
-	29,  // 118: flo.v1.TaskService.InvokeTasks:input_type -> flo.v1.InvokeTasksRequest
-	32,  // 119: flo.v1.TaskService.GetTask:input_type -> flo.v1.GetTaskRequest
-	35,  // 120: flo.v1.TaskService.AwaitTask:input_type -> flo.v1.AwaitTaskRequest
-	36,  // 121: flo.v1.TaskService.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
-	32,  // 122: flo.v1.TaskService.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
-	33,  // 123: flo.v1.TaskService.CompleteTask:input_type -> flo.v1.CompleteTaskRequest
-	34,  // 124: flo.v1.TaskService.FailTask:input_type -> flo.v1.FailTaskRequest
-	14,  // 125: flo.v1.WorkerRegistryService.RegisterWorker:input_type -> flo.v1.RegisterWorkerRequest
-	15,  // 126: flo.v1.WorkerRegistryService.Heartbeat:input_type -> flo.v1.HeartbeatRequest
-	17,  // 127: flo.v1.WorkerRegistryService.GetWorker:input_type -> flo.v1.GetWorkerRequest
-	18,  // 128: flo.v1.WorkerRegistryService.ListWorkers:input_type -> flo.v1.ListWorkersRequest
-	17,  // 129: flo.v1.WorkerRegistryService.DrainWorker:input_type -> flo.v1.GetWorkerRequest
-	17,  // 130: flo.v1.WorkerRegistryService.DeregisterWorker:input_type -> flo.v1.GetWorkerRequest
-	38,  // 131: flo.v1.WorkerService.Stream:input_type -> flo.v1.WorkerMessage
-	62,  // 132: flo.v1.StreamService.CreateStream:input_type -> flo.v1.CreateStreamRequest
-	63,  // 133: flo.v1.StreamService.GetStream:input_type -> flo.v1.GetStreamRequest
-	64,  // 134: flo.v1.StreamService.ListStreams:input_type -> flo.v1.ListStreamsRequest
-	63,  // 135: flo.v1.StreamService.DeleteStream:input_type -> flo.v1.GetStreamRequest
-	70,  // 136: flo.v1.StreamService.Append:input_type -> flo.v1.AppendRequest
-	72,  // 137: flo.v1.StreamService.Read:input_type -> flo.v1.ReadRequest
-	75,  // 138: flo.v1.StreamService.CreateGroup:input_type -> flo.v1.CreateGroupRequest
-	77,  // 139: flo.v1.StreamService.ListGroups:input_type -> flo.v1.ListGroupsRequest
-	76,  // 140: flo.v1.StreamService.DeleteGroup:input_type -> flo.v1.GetGroupRequest
-	80,  // 141: flo.v1.StreamService.ListPending:input_type -> flo.v1.ListPendingRequest
-	83,  // 142: flo.v1.StreamService.GroupRead:input_type -> flo.v1.GroupReadRequest
-	85,  // 143: flo.v1.StreamService.Ack:input_type -> flo.v1.AckRequest
-	87,  // 144: flo.v1.StreamService.Nack:input_type -> flo.v1.NackRequest
-	91,  // 145: flo.v1.WorkflowService.CreateWorkflow:input_type -> flo.v1.CreateWorkflowRequest
-	93,  // 146: flo.v1.WorkflowService.ValidateWorkflow:input_type -> flo.v1.ValidateWorkflowRequest
-	95,  // 147: flo.v1.WorkflowService.GetWorkflow:input_type -> flo.v1.GetWorkflowRequest
-	96,  // 148: flo.v1.WorkflowService.ListWorkflows:input_type -> flo.v1.ListWorkflowsRequest
-	98,  // 149: flo.v1.WorkflowService.DisableWorkflow:input_type -> flo.v1.WorkflowNameRequest
-	98,  // 150: flo.v1.WorkflowService.EnableWorkflow:input_type -> flo.v1.WorkflowNameRequest
-	99,  // 151: flo.v1.WorkflowService.StartRun:input_type -> flo.v1.StartRunRequest
-	104, // 152: flo.v1.WorkflowService.GetRun:input_type -> flo.v1.GetRunRequest
-	105, // 153: flo.v1.WorkflowService.ListRuns:input_type -> flo.v1.ListRunsRequest
-	107, // 154: flo.v1.WorkflowService.SignalRun:input_type -> flo.v1.SignalRunRequest
-	109, // 155: flo.v1.WorkflowService.CancelRun:input_type -> flo.v1.CancelRunRequest
-	104, // 156: flo.v1.WorkflowService.GetRunHistory:input_type -> flo.v1.GetRunRequest
-	112, // 157: flo.v1.WorkflowService.GetWorkflowPlans:input_type -> flo.v1.GetWorkflowPlansRequest
-	116, // 158: flo.v1.WorkflowService.InvalidatePlanCache:input_type -> flo.v1.InvalidatePlanCacheRequest
-	118, // 159: flo.v1.WorkflowService.ListSchedules:input_type -> flo.v1.ListSchedulesRequest
-	7,   // 160: flo.v1.NamespaceService.CreateNamespace:output_type -> flo.v1.Namespace
-	7,   // 161: flo.v1.NamespaceService.GetNamespace:output_type -> flo.v1.Namespace
-	11,  // 162: flo.v1.NamespaceService.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
-	22,  // 163: flo.v1.ActionService.RegisterAction:output_type -> flo.v1.Action
-	22,  // 164: flo.v1.ActionService.GetAction:output_type -> flo.v1.Action
-	26,  // 165: flo.v1.ActionService.ListActions:output_type -> flo.v1.ListActionsResponse
-	22,  // 166: flo.v1.ActionService.EnableAction:output_type -> flo.v1.Action
-	22,  // 167: flo.v1.ActionService.DisableAction:output_type -> flo.v1.Action
-	28,  // 168: flo.v1.TaskService.InvokeTask:output_type -> flo.v1.InvokeTaskResponse
-	30,  // 169: flo.v1.TaskService.InvokeTasks:output_type -> flo.v1.InvokeTasksResponse
-	31,  // 170: flo.v1.TaskService.GetTask:output_type -> flo.v1.Task
-	31,  // 171: flo.v1.TaskService.AwaitTask:output_type -> flo.v1.Task
-	37,  // 172: flo.v1.TaskService.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
-	31,  // 173: flo.v1.TaskService.RequeueDeadLetter:output_type -> flo.v1.Task
-	31,  // 174: flo.v1.TaskService.CompleteTask:output_type -> flo.v1.Task
-	31,  // 175: flo.v1.TaskService.FailTask:output_type -> flo.v1.Task
-	13,  // 176: flo.v1.WorkerRegistryService.RegisterWorker:output_type -> flo.v1.Worker
-	16,  // 177: flo.v1.WorkerRegistryService.Heartbeat:output_type -> flo.v1.HeartbeatResponse
-	13,  // 178: flo.v1.WorkerRegistryService.GetWorker:output_type -> flo.v1.Worker
-	19,  // 179: flo.v1.WorkerRegistryService.ListWorkers:output_type -> flo.v1.ListWorkersResponse
-	13,  // 180: flo.v1.WorkerRegistryService.DrainWorker:output_type -> flo.v1.Worker
-	20,  // 181: flo.v1.WorkerRegistryService.DeregisterWorker:output_type -> flo.v1.DeregisterWorkerResponse
-	39,  // 182: flo.v1.WorkerService.Stream:output_type -> flo.v1.ServerMessage
-	61,  // 183: flo.v1.StreamService.CreateStream:output_type -> flo.v1.Stream
-	67,  // 184: flo.v1.StreamService.GetStream:output_type -> flo.v1.StreamInfo
-	65,  // 185: flo.v1.StreamService.ListStreams:output_type -> flo.v1.ListStreamsResponse
-	66,  // 186: flo.v1.StreamService.DeleteStream:output_type -> flo.v1.DeleteStreamResponse
-	71,  // 187: flo.v1.StreamService.Append:output_type -> flo.v1.AppendResponse
-	73,  // 188: flo.v1.StreamService.Read:output_type -> flo.v1.ReadResponse
-	74,  // 189: flo.v1.StreamService.CreateGroup:output_type -> flo.v1.ConsumerGroup
-	78,  // 190: flo.v1.StreamService.ListGroups:output_type -> flo.v1.ListGroupsResponse
-	79,  // 191: flo.v1.StreamService.DeleteGroup:output_type -> flo.v1.DeleteGroupResponse
-	82,  // 192: flo.v1.StreamService.ListPending:output_type -> flo.v1.ListPendingResponse
-	84,  // 193: flo.v1.StreamService.GroupRead:output_type -> flo.v1.GroupReadResponse
-	86,  // 194: flo.v1.StreamService.Ack:output_type -> flo.v1.AckResponse
-	88,  // 195: flo.v1.StreamService.Nack:output_type -> flo.v1.NackResponse
-	92,  // 196: flo.v1.WorkflowService.CreateWorkflow:output_type -> flo.v1.CreateWorkflowResponse
-	94,  // 197: flo.v1.WorkflowService.ValidateWorkflow:output_type -> flo.v1.ValidateWorkflowResponse
-	90,  // 198: flo.v1.WorkflowService.GetWorkflow:output_type -> flo.v1.WorkflowDefinition
-	97,  // 199: flo.v1.WorkflowService.ListWorkflows:output_type -> flo.v1.ListWorkflowsResponse
-	90,  // 200: flo.v1.WorkflowService.DisableWorkflow:output_type -> flo.v1.WorkflowDefinition
-	90,  // 201: flo.v1.WorkflowService.EnableWorkflow:output_type -> flo.v1.WorkflowDefinition
-	100, // 202: flo.v1.WorkflowService.StartRun:output_type -> flo.v1.StartRunResponse
-	102, // 203: flo.v1.WorkflowService.GetRun:output_type -> flo.v1.WorkflowRun
-	106, // 204: flo.v1.WorkflowService.ListRuns:output_type -> flo.v1.ListRunsResponse
-	108, // 205: flo.v1.WorkflowService.SignalRun:output_type -> flo.v1.SignalRunResponse
-	102, // 206: flo.v1.WorkflowService.CancelRun:output_type -> flo.v1.WorkflowRun
-	111, // 207: flo.v1.WorkflowService.GetRunHistory:output_type -> flo.v1.RunHistory
-	113, // 208: flo.v1.WorkflowService.GetWorkflowPlans:output_type -> flo.v1.WorkflowPlans
-	117, // 209: flo.v1.WorkflowService.InvalidatePlanCache:output_type -> flo.v1.InvalidatePlanCacheResponse
-	119, // 210: flo.v1.WorkflowService.ListSchedules:output_type -> flo.v1.ListSchedulesResponse
-	160, // [160:211] is the sub-list for method output_type
-	109, // [109:160] is the sub-list for method input_type
-	109, // [109:109] is the sub-list for extension type_name
-	109, // [109:109] is the sub-list for extension extendee
-	0,   // [0:109] is the sub-list for field type_name
+	46,  // 32: flo.v1.WorkerMessage.ready:type_name -> flo.v1.Ready
+	49,  // 33: flo.v1.WorkerMessage.result:type_name -> flo.v1.Result
+	53,  // 34: flo.v1.WorkerMessage.result_batch:type_name -> flo.v1.ResultBatch
+	54,  // 35: flo.v1.WorkerMessage.nack:type_name -> flo.v1.Nack
+	55,  // 36: flo.v1.WorkerMessage.abandon:type_name -> flo.v1.Abandon
+	56,  // 37: flo.v1.WorkerMessage.touch:type_name -> flo.v1.Touch
+	59,  // 38: flo.v1.WorkerMessage.stream_read:type_name -> flo.v1.StreamRead
+	61,  // 39: flo.v1.WorkerMessage.stream_ack:type_name -> flo.v1.StreamAck
+	62,  // 40: flo.v1.WorkerMessage.stream_nack:type_name -> flo.v1.StreamNack
+	44,  // 41: flo.v1.WorkerMessage.heartbeat:type_name -> flo.v1.Heartbeat
+	43,  // 42: flo.v1.ServerMessage.hello_ack:type_name -> flo.v1.HelloAck
+	48,  // 43: flo.v1.ServerMessage.task_batch:type_name -> flo.v1.TaskBatch
+	57,  // 44: flo.v1.ServerMessage.touch_ack:type_name -> flo.v1.TouchAck
+	58,  // 45: flo.v1.ServerMessage.result_ack:type_name -> flo.v1.ResultAck
+	40,  // 46: flo.v1.ServerMessage.drain:type_name -> flo.v1.Drain
+	60,  // 47: flo.v1.ServerMessage.record_batch:type_name -> flo.v1.RecordBatch
+	45,  // 48: flo.v1.ServerMessage.heartbeat_ack:type_name -> flo.v1.HeartbeatAck
+	42,  // 49: flo.v1.Hello.streams:type_name -> flo.v1.StreamSubscription
+	1,   // 50: flo.v1.HeartbeatAck.status:type_name -> flo.v1.WorkerStatus
+	128, // 51: flo.v1.TaskAssignment.created_at:type_name -> google.protobuf.Timestamp
+	128, // 52: flo.v1.TaskAssignment.lease_until:type_name -> google.protobuf.Timestamp
+	123, // 53: flo.v1.TaskAssignment.trace_context:type_name -> flo.v1.TaskAssignment.TraceContextEntry
+	47,  // 54: flo.v1.TaskBatch.tasks:type_name -> flo.v1.TaskAssignment
+	50,  // 55: flo.v1.Result.completed:type_name -> flo.v1.Completed
+	51,  // 56: flo.v1.Result.failed:type_name -> flo.v1.Failed
+	52,  // 57: flo.v1.Result.pending:type_name -> flo.v1.Pending
+	124, // 58: flo.v1.Result.trace_context:type_name -> flo.v1.Result.TraceContextEntry
+	49,  // 59: flo.v1.ResultBatch.results:type_name -> flo.v1.Result
+	128, // 60: flo.v1.TouchAck.lease_until:type_name -> google.protobuf.Timestamp
+	70,  // 61: flo.v1.RecordBatch.records:type_name -> flo.v1.StreamRecord
+	128, // 62: flo.v1.Stream.created_at:type_name -> google.protobuf.Timestamp
+	63,  // 63: flo.v1.ListStreamsResponse.streams:type_name -> flo.v1.Stream
+	63,  // 64: flo.v1.StreamInfo.stream:type_name -> flo.v1.Stream
+	76,  // 65: flo.v1.StreamInfo.groups:type_name -> flo.v1.ConsumerGroup
+	129, // 66: flo.v1.StreamRecord.value:type_name -> google.protobuf.Value
+	125, // 67: flo.v1.StreamRecord.headers:type_name -> flo.v1.StreamRecord.HeadersEntry
+	128, // 68: flo.v1.StreamRecord.appended_at:type_name -> google.protobuf.Timestamp
+	126, // 69: flo.v1.StreamRecord.trace_context:type_name -> flo.v1.StreamRecord.TraceContextEntry
+	129, // 70: flo.v1.AppendRecord.value:type_name -> google.protobuf.Value
+	127, // 71: flo.v1.AppendRecord.headers:type_name -> flo.v1.AppendRecord.HeadersEntry
+	71,  // 72: flo.v1.AppendRequest.records:type_name -> flo.v1.AppendRecord
+	70,  // 73: flo.v1.ReadResponse.records:type_name -> flo.v1.StreamRecord
+	128, // 74: flo.v1.ConsumerGroup.created_at:type_name -> google.protobuf.Timestamp
+	76,  // 75: flo.v1.ListGroupsResponse.groups:type_name -> flo.v1.ConsumerGroup
+	128, // 76: flo.v1.PendingEntry.delivered_at:type_name -> google.protobuf.Timestamp
+	128, // 77: flo.v1.PendingEntry.redeliver_at:type_name -> google.protobuf.Timestamp
+	83,  // 78: flo.v1.ListPendingResponse.entries:type_name -> flo.v1.PendingEntry
+	70,  // 79: flo.v1.GroupReadResponse.records:type_name -> flo.v1.StreamRecord
+	5,   // 80: flo.v1.Diagnostic.severity:type_name -> flo.v1.DiagnosticSeverity
+	128, // 81: flo.v1.WorkflowDefinition.created_at:type_name -> google.protobuf.Timestamp
+	92,  // 82: flo.v1.CreateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
+	91,  // 83: flo.v1.CreateWorkflowResponse.warnings:type_name -> flo.v1.Diagnostic
+	91,  // 84: flo.v1.ValidateWorkflowResponse.diagnostics:type_name -> flo.v1.Diagnostic
+	92,  // 85: flo.v1.ValidateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
+	92,  // 86: flo.v1.ListWorkflowsResponse.workflows:type_name -> flo.v1.WorkflowDefinition
+	129, // 87: flo.v1.StartRunRequest.input_value:type_name -> google.protobuf.Value
+	129, // 88: flo.v1.StepOutput.output_value:type_name -> google.protobuf.Value
+	128, // 89: flo.v1.StepOutput.finished_at:type_name -> google.protobuf.Timestamp
+	6,   // 90: flo.v1.WorkflowRun.status:type_name -> flo.v1.RunStatus
+	129, // 91: flo.v1.WorkflowRun.input_value:type_name -> google.protobuf.Value
+	103, // 92: flo.v1.WorkflowRun.outputs:type_name -> flo.v1.StepOutput
+	128, // 93: flo.v1.WorkflowRun.created_at:type_name -> google.protobuf.Timestamp
+	128, // 94: flo.v1.WorkflowRun.updated_at:type_name -> google.protobuf.Timestamp
+	128, // 95: flo.v1.WorkflowRun.finished_at:type_name -> google.protobuf.Timestamp
+	128, // 96: flo.v1.WorkflowRun.scheduled_for:type_name -> google.protobuf.Timestamp
+	105, // 97: flo.v1.WorkflowRun.search_attributes:type_name -> flo.v1.SearchAttribute
+	128, // 98: flo.v1.SearchAttribute.timestamp_value:type_name -> google.protobuf.Timestamp
+	6,   // 99: flo.v1.ListRunsRequest.status:type_name -> flo.v1.RunStatus
+	128, // 100: flo.v1.ListRunsRequest.created_after:type_name -> google.protobuf.Timestamp
+	128, // 101: flo.v1.ListRunsRequest.created_before:type_name -> google.protobuf.Timestamp
+	104, // 102: flo.v1.ListRunsResponse.runs:type_name -> flo.v1.WorkflowRun
+	129, // 103: flo.v1.SignalRunRequest.value:type_name -> google.protobuf.Value
+	128, // 104: flo.v1.HistoryEvent.at:type_name -> google.protobuf.Timestamp
+	112, // 105: flo.v1.RunHistory.events:type_name -> flo.v1.HistoryEvent
+	116, // 106: flo.v1.WorkflowPlans.plans:type_name -> flo.v1.PlanStatus
+	117, // 107: flo.v1.PlanStatus.executors:type_name -> flo.v1.ExecutorStatus
+	122, // 108: flo.v1.ListSchedulesResponse.schedules:type_name -> flo.v1.WorkflowSchedule
+	128, // 109: flo.v1.WorkflowSchedule.next_fire_at:type_name -> google.protobuf.Timestamp
+	128, // 110: flo.v1.WorkflowSchedule.last_fire_at:type_name -> google.protobuf.Timestamp
+	128, // 111: flo.v1.WorkflowSchedule.last_skipped_at:type_name -> google.protobuf.Timestamp
+	8,   // 112: flo.v1.NamespaceService.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
+	9,   // 113: flo.v1.NamespaceService.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
+	10,  // 114: flo.v1.NamespaceService.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
+	23,  // 115: flo.v1.ActionService.RegisterAction:input_type -> flo.v1.RegisterActionRequest
+	24,  // 116: flo.v1.ActionService.GetAction:input_type -> flo.v1.GetActionRequest
+	25,  // 117: flo.v1.ActionService.ListActions:input_type -> flo.v1.ListActionsRequest
+	24,  // 118: flo.v1.ActionService.EnableAction:input_type -> flo.v1.GetActionRequest
+	24,  // 119: flo.v1.ActionService.DisableAction:input_type -> flo.v1.GetActionRequest
+	27,  // 120: flo.v1.TaskService.InvokeTask:input_type -> flo.v1.InvokeTaskRequest
+	29,  // 121: flo.v1.TaskService.InvokeTasks:input_type -> flo.v1.InvokeTasksRequest
+	32,  // 122: flo.v1.TaskService.GetTask:input_type -> flo.v1.GetTaskRequest
+	35,  // 123: flo.v1.TaskService.AwaitTask:input_type -> flo.v1.AwaitTaskRequest
+	36,  // 124: flo.v1.TaskService.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
+	32,  // 125: flo.v1.TaskService.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
+	33,  // 126: flo.v1.TaskService.CompleteTask:input_type -> flo.v1.CompleteTaskRequest
+	34,  // 127: flo.v1.TaskService.FailTask:input_type -> flo.v1.FailTaskRequest
+	14,  // 128: flo.v1.WorkerRegistryService.RegisterWorker:input_type -> flo.v1.RegisterWorkerRequest
+	15,  // 129: flo.v1.WorkerRegistryService.Heartbeat:input_type -> flo.v1.HeartbeatRequest
+	17,  // 130: flo.v1.WorkerRegistryService.GetWorker:input_type -> flo.v1.GetWorkerRequest
+	18,  // 131: flo.v1.WorkerRegistryService.ListWorkers:input_type -> flo.v1.ListWorkersRequest
+	17,  // 132: flo.v1.WorkerRegistryService.DrainWorker:input_type -> flo.v1.GetWorkerRequest
+	17,  // 133: flo.v1.WorkerRegistryService.DeregisterWorker:input_type -> flo.v1.GetWorkerRequest
+	38,  // 134: flo.v1.WorkerService.Stream:input_type -> flo.v1.WorkerMessage
+	64,  // 135: flo.v1.StreamService.CreateStream:input_type -> flo.v1.CreateStreamRequest
+	65,  // 136: flo.v1.StreamService.GetStream:input_type -> flo.v1.GetStreamRequest
+	66,  // 137: flo.v1.StreamService.ListStreams:input_type -> flo.v1.ListStreamsRequest
+	65,  // 138: flo.v1.StreamService.DeleteStream:input_type -> flo.v1.GetStreamRequest
+	72,  // 139: flo.v1.StreamService.Append:input_type -> flo.v1.AppendRequest
+	74,  // 140: flo.v1.StreamService.Read:input_type -> flo.v1.ReadRequest
+	77,  // 141: flo.v1.StreamService.CreateGroup:input_type -> flo.v1.CreateGroupRequest
+	79,  // 142: flo.v1.StreamService.ListGroups:input_type -> flo.v1.ListGroupsRequest
+	78,  // 143: flo.v1.StreamService.DeleteGroup:input_type -> flo.v1.GetGroupRequest
+	82,  // 144: flo.v1.StreamService.ListPending:input_type -> flo.v1.ListPendingRequest
+	85,  // 145: flo.v1.StreamService.GroupRead:input_type -> flo.v1.GroupReadRequest
+	87,  // 146: flo.v1.StreamService.Ack:input_type -> flo.v1.AckRequest
+	89,  // 147: flo.v1.StreamService.Nack:input_type -> flo.v1.NackRequest
+	93,  // 148: flo.v1.WorkflowService.CreateWorkflow:input_type -> flo.v1.CreateWorkflowRequest
+	95,  // 149: flo.v1.WorkflowService.ValidateWorkflow:input_type -> flo.v1.ValidateWorkflowRequest
+	97,  // 150: flo.v1.WorkflowService.GetWorkflow:input_type -> flo.v1.GetWorkflowRequest
+	98,  // 151: flo.v1.WorkflowService.ListWorkflows:input_type -> flo.v1.ListWorkflowsRequest
+	100, // 152: flo.v1.WorkflowService.DisableWorkflow:input_type -> flo.v1.WorkflowNameRequest
+	100, // 153: flo.v1.WorkflowService.EnableWorkflow:input_type -> flo.v1.WorkflowNameRequest
+	101, // 154: flo.v1.WorkflowService.StartRun:input_type -> flo.v1.StartRunRequest
+	106, // 155: flo.v1.WorkflowService.GetRun:input_type -> flo.v1.GetRunRequest
+	107, // 156: flo.v1.WorkflowService.ListRuns:input_type -> flo.v1.ListRunsRequest
+	109, // 157: flo.v1.WorkflowService.SignalRun:input_type -> flo.v1.SignalRunRequest
+	111, // 158: flo.v1.WorkflowService.CancelRun:input_type -> flo.v1.CancelRunRequest
+	106, // 159: flo.v1.WorkflowService.GetRunHistory:input_type -> flo.v1.GetRunRequest
+	114, // 160: flo.v1.WorkflowService.GetWorkflowPlans:input_type -> flo.v1.GetWorkflowPlansRequest
+	118, // 161: flo.v1.WorkflowService.InvalidatePlanCache:input_type -> flo.v1.InvalidatePlanCacheRequest
+	120, // 162: flo.v1.WorkflowService.ListSchedules:input_type -> flo.v1.ListSchedulesRequest
+	7,   // 163: flo.v1.NamespaceService.CreateNamespace:output_type -> flo.v1.Namespace
+	7,   // 164: flo.v1.NamespaceService.GetNamespace:output_type -> flo.v1.Namespace
+	11,  // 165: flo.v1.NamespaceService.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
+	22,  // 166: flo.v1.ActionService.RegisterAction:output_type -> flo.v1.Action
+	22,  // 167: flo.v1.ActionService.GetAction:output_type -> flo.v1.Action
+	26,  // 168: flo.v1.ActionService.ListActions:output_type -> flo.v1.ListActionsResponse
+	22,  // 169: flo.v1.ActionService.EnableAction:output_type -> flo.v1.Action
+	22,  // 170: flo.v1.ActionService.DisableAction:output_type -> flo.v1.Action
+	28,  // 171: flo.v1.TaskService.InvokeTask:output_type -> flo.v1.InvokeTaskResponse
+	30,  // 172: flo.v1.TaskService.InvokeTasks:output_type -> flo.v1.InvokeTasksResponse
+	31,  // 173: flo.v1.TaskService.GetTask:output_type -> flo.v1.Task
+	31,  // 174: flo.v1.TaskService.AwaitTask:output_type -> flo.v1.Task
+	37,  // 175: flo.v1.TaskService.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
+	31,  // 176: flo.v1.TaskService.RequeueDeadLetter:output_type -> flo.v1.Task
+	31,  // 177: flo.v1.TaskService.CompleteTask:output_type -> flo.v1.Task
+	31,  // 178: flo.v1.TaskService.FailTask:output_type -> flo.v1.Task
+	13,  // 179: flo.v1.WorkerRegistryService.RegisterWorker:output_type -> flo.v1.Worker
+	16,  // 180: flo.v1.WorkerRegistryService.Heartbeat:output_type -> flo.v1.HeartbeatResponse
+	13,  // 181: flo.v1.WorkerRegistryService.GetWorker:output_type -> flo.v1.Worker
+	19,  // 182: flo.v1.WorkerRegistryService.ListWorkers:output_type -> flo.v1.ListWorkersResponse
+	13,  // 183: flo.v1.WorkerRegistryService.DrainWorker:output_type -> flo.v1.Worker
+	20,  // 184: flo.v1.WorkerRegistryService.DeregisterWorker:output_type -> flo.v1.DeregisterWorkerResponse
+	39,  // 185: flo.v1.WorkerService.Stream:output_type -> flo.v1.ServerMessage
+	63,  // 186: flo.v1.StreamService.CreateStream:output_type -> flo.v1.Stream
+	69,  // 187: flo.v1.StreamService.GetStream:output_type -> flo.v1.StreamInfo
+	67,  // 188: flo.v1.StreamService.ListStreams:output_type -> flo.v1.ListStreamsResponse
+	68,  // 189: flo.v1.StreamService.DeleteStream:output_type -> flo.v1.DeleteStreamResponse
+	73,  // 190: flo.v1.StreamService.Append:output_type -> flo.v1.AppendResponse
+	75,  // 191: flo.v1.StreamService.Read:output_type -> flo.v1.ReadResponse
+	76,  // 192: flo.v1.StreamService.CreateGroup:output_type -> flo.v1.ConsumerGroup
+	80,  // 193: flo.v1.StreamService.ListGroups:output_type -> flo.v1.ListGroupsResponse
+	81,  // 194: flo.v1.StreamService.DeleteGroup:output_type -> flo.v1.DeleteGroupResponse
+	84,  // 195: flo.v1.StreamService.ListPending:output_type -> flo.v1.ListPendingResponse
+	86,  // 196: flo.v1.StreamService.GroupRead:output_type -> flo.v1.GroupReadResponse
+	88,  // 197: flo.v1.StreamService.Ack:output_type -> flo.v1.AckResponse
+	90,  // 198: flo.v1.StreamService.Nack:output_type -> flo.v1.NackResponse
+	94,  // 199: flo.v1.WorkflowService.CreateWorkflow:output_type -> flo.v1.CreateWorkflowResponse
+	96,  // 200: flo.v1.WorkflowService.ValidateWorkflow:output_type -> flo.v1.ValidateWorkflowResponse
+	92,  // 201: flo.v1.WorkflowService.GetWorkflow:output_type -> flo.v1.WorkflowDefinition
+	99,  // 202: flo.v1.WorkflowService.ListWorkflows:output_type -> flo.v1.ListWorkflowsResponse
+	92,  // 203: flo.v1.WorkflowService.DisableWorkflow:output_type -> flo.v1.WorkflowDefinition
+	92,  // 204: flo.v1.WorkflowService.EnableWorkflow:output_type -> flo.v1.WorkflowDefinition
+	102, // 205: flo.v1.WorkflowService.StartRun:output_type -> flo.v1.StartRunResponse
+	104, // 206: flo.v1.WorkflowService.GetRun:output_type -> flo.v1.WorkflowRun
+	108, // 207: flo.v1.WorkflowService.ListRuns:output_type -> flo.v1.ListRunsResponse
+	110, // 208: flo.v1.WorkflowService.SignalRun:output_type -> flo.v1.SignalRunResponse
+	104, // 209: flo.v1.WorkflowService.CancelRun:output_type -> flo.v1.WorkflowRun
+	113, // 210: flo.v1.WorkflowService.GetRunHistory:output_type -> flo.v1.RunHistory
+	115, // 211: flo.v1.WorkflowService.GetWorkflowPlans:output_type -> flo.v1.WorkflowPlans
+	119, // 212: flo.v1.WorkflowService.InvalidatePlanCache:output_type -> flo.v1.InvalidatePlanCacheResponse
+	121, // 213: flo.v1.WorkflowService.ListSchedules:output_type -> flo.v1.ListSchedulesResponse
+	163, // [163:214] is the sub-list for method output_type
+	112, // [112:163] is the sub-list for method input_type
+	112, // [112:112] is the sub-list for extension type_name
+	112, // [112:112] is the sub-list for extension extendee
+	0,   // [0:112] is the sub-list for field type_name
 }
 
 func init() { file_flo_v1_api_proto_init() }
@@ -9886,6 +10076,7 @@ func file_flo_v1_api_proto_init() {
 		(*WorkerMessage_StreamRead)(nil),
 		(*WorkerMessage_StreamAck)(nil),
 		(*WorkerMessage_StreamNack)(nil),
+		(*WorkerMessage_Heartbeat)(nil),
 	}
 	file_flo_v1_api_proto_msgTypes[32].OneofWrappers = []any{
 		(*ServerMessage_HelloAck)(nil),
@@ -9894,13 +10085,14 @@ func file_flo_v1_api_proto_init() {
 		(*ServerMessage_ResultAck)(nil),
 		(*ServerMessage_Drain)(nil),
 		(*ServerMessage_RecordBatch)(nil),
+		(*ServerMessage_HeartbeatAck)(nil),
 	}
-	file_flo_v1_api_proto_msgTypes[40].OneofWrappers = []any{
+	file_flo_v1_api_proto_msgTypes[42].OneofWrappers = []any{
 		(*Result_Completed)(nil),
 		(*Result_Failed)(nil),
 		(*Result_Pending)(nil),
 	}
-	file_flo_v1_api_proto_msgTypes[96].OneofWrappers = []any{
+	file_flo_v1_api_proto_msgTypes[98].OneofWrappers = []any{
 		(*SearchAttribute_StringValue)(nil),
 		(*SearchAttribute_NumberValue)(nil),
 		(*SearchAttribute_TimestampValue)(nil),
@@ -9911,7 +10103,7 @@ func file_flo_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flo_v1_api_proto_rawDesc), len(file_flo_v1_api_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   119,
+			NumMessages:   121,
 			NumExtensions: 0,
 			NumServices:   7,
 		},

@@ -132,6 +132,10 @@ func (noRegistry) Heartbeat(context.Context, *flov1.HeartbeatRequest, ...grpc.Ca
 	return nil, errNoRegistry
 }
 
+func (noRegistry) Heartbeats(context.Context, *registryv1.HeartbeatsRequest, ...grpc.CallOption) (*registryv1.HeartbeatsResponse, error) {
+	return nil, errNoRegistry
+}
+
 func (noRegistry) GetWorker(context.Context, *flov1.GetWorkerRequest, ...grpc.CallOption) (*flov1.Worker, error) {
 	return nil, errNoRegistry
 }

@@ -13,6 +13,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
+	sync "sync"
 	unsafe "unsafe"
 )
 
@@ -23,47 +24,164 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type HeartbeatsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Heartbeats    []*v1.HeartbeatRequest `protobuf:"bytes,1,rep,name=heartbeats,proto3" json:"heartbeats,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatsRequest) Reset() {
+	*x = HeartbeatsRequest{}
+	mi := &file_flo_registry_v1_registry_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatsRequest) ProtoMessage() {}
+
+func (x *HeartbeatsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_registry_v1_registry_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatsRequest.ProtoReflect.Descriptor instead.
+func (*HeartbeatsRequest) Descriptor() ([]byte, []int) {
+	return file_flo_registry_v1_registry_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *HeartbeatsRequest) GetHeartbeats() []*v1.HeartbeatRequest {
+	if x != nil {
+		return x.Heartbeats
+	}
+	return nil
+}
+
+type HeartbeatsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per heartbeat, in the request's order.
+	Acks          []*v1.HeartbeatAck `protobuf:"bytes,1,rep,name=acks,proto3" json:"acks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatsResponse) Reset() {
+	*x = HeartbeatsResponse{}
+	mi := &file_flo_registry_v1_registry_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatsResponse) ProtoMessage() {}
+
+func (x *HeartbeatsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_registry_v1_registry_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatsResponse.ProtoReflect.Descriptor instead.
+func (*HeartbeatsResponse) Descriptor() ([]byte, []int) {
+	return file_flo_registry_v1_registry_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *HeartbeatsResponse) GetAcks() []*v1.HeartbeatAck {
+	if x != nil {
+		return x.Acks
+	}
+	return nil
+}
+
 var File_flo_registry_v1_registry_proto protoreflect.FileDescriptor
 
 const file_flo_registry_v1_registry_proto_rawDesc = "" +
 	"\n" +
-	"\x1eflo/registry/v1/registry.proto\x12\x0fflo.registry.v1\x1a\x10flo/v1/api.proto2\x95\x03\n" +
+	"\x1eflo/registry/v1/registry.proto\x12\x0fflo.registry.v1\x1a\x10flo/v1/api.proto\"M\n" +
+	"\x11HeartbeatsRequest\x128\n" +
+	"\n" +
+	"heartbeats\x18\x01 \x03(\v2\x18.flo.v1.HeartbeatRequestR\n" +
+	"heartbeats\">\n" +
+	"\x12HeartbeatsResponse\x12(\n" +
+	"\x04acks\x18\x01 \x03(\v2\x14.flo.v1.HeartbeatAckR\x04acks2\xec\x03\n" +
 	"\bRegistry\x12?\n" +
 	"\x0eRegisterWorker\x12\x1d.flo.v1.RegisterWorkerRequest\x1a\x0e.flo.v1.Worker\x12@\n" +
-	"\tHeartbeat\x12\x18.flo.v1.HeartbeatRequest\x1a\x19.flo.v1.HeartbeatResponse\x125\n" +
+	"\tHeartbeat\x12\x18.flo.v1.HeartbeatRequest\x1a\x19.flo.v1.HeartbeatResponse\x12U\n" +
+	"\n" +
+	"Heartbeats\x12\".flo.registry.v1.HeartbeatsRequest\x1a#.flo.registry.v1.HeartbeatsResponse\x125\n" +
 	"\tGetWorker\x12\x18.flo.v1.GetWorkerRequest\x1a\x0e.flo.v1.Worker\x12F\n" +
 	"\vListWorkers\x12\x1a.flo.v1.ListWorkersRequest\x1a\x1b.flo.v1.ListWorkersResponse\x127\n" +
 	"\vDrainWorker\x12\x18.flo.v1.GetWorkerRequest\x1a\x0e.flo.v1.Worker\x12N\n" +
 	"\x10DeregisterWorker\x12\x18.flo.v1.GetWorkerRequest\x1a .flo.v1.DeregisterWorkerResponseB?Z=github.com/razorbill/flo/proto/gen/flo/registry/v1;registryv1b\x06proto3"
 
+var (
+	file_flo_registry_v1_registry_proto_rawDescOnce sync.Once
+	file_flo_registry_v1_registry_proto_rawDescData []byte
+)
+
+func file_flo_registry_v1_registry_proto_rawDescGZIP() []byte {
+	file_flo_registry_v1_registry_proto_rawDescOnce.Do(func() {
+		file_flo_registry_v1_registry_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_flo_registry_v1_registry_proto_rawDesc), len(file_flo_registry_v1_registry_proto_rawDesc)))
+	})
+	return file_flo_registry_v1_registry_proto_rawDescData
+}
+
+var file_flo_registry_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
 var file_flo_registry_v1_registry_proto_goTypes = []any{
-	(*v1.RegisterWorkerRequest)(nil),    // 0: flo.v1.RegisterWorkerRequest
-	(*v1.HeartbeatRequest)(nil),         // 1: flo.v1.HeartbeatRequest
-	(*v1.GetWorkerRequest)(nil),         // 2: flo.v1.GetWorkerRequest
-	(*v1.ListWorkersRequest)(nil),       // 3: flo.v1.ListWorkersRequest
-	(*v1.Worker)(nil),                   // 4: flo.v1.Worker
-	(*v1.HeartbeatResponse)(nil),        // 5: flo.v1.HeartbeatResponse
-	(*v1.ListWorkersResponse)(nil),      // 6: flo.v1.ListWorkersResponse
-	(*v1.DeregisterWorkerResponse)(nil), // 7: flo.v1.DeregisterWorkerResponse
+	(*HeartbeatsRequest)(nil),           // 0: flo.registry.v1.HeartbeatsRequest
+	(*HeartbeatsResponse)(nil),          // 1: flo.registry.v1.HeartbeatsResponse
+	(*v1.HeartbeatRequest)(nil),         // 2: flo.v1.HeartbeatRequest
+	(*v1.HeartbeatAck)(nil),             // 3: flo.v1.HeartbeatAck
+	(*v1.RegisterWorkerRequest)(nil),    // 4: flo.v1.RegisterWorkerRequest
+	(*v1.GetWorkerRequest)(nil),         // 5: flo.v1.GetWorkerRequest
+	(*v1.ListWorkersRequest)(nil),       // 6: flo.v1.ListWorkersRequest
+	(*v1.Worker)(nil),                   // 7: flo.v1.Worker
+	(*v1.HeartbeatResponse)(nil),        // 8: flo.v1.HeartbeatResponse
+	(*v1.ListWorkersResponse)(nil),      // 9: flo.v1.ListWorkersResponse
+	(*v1.DeregisterWorkerResponse)(nil), // 10: flo.v1.DeregisterWorkerResponse
 }
 var file_flo_registry_v1_registry_proto_depIdxs = []int32{
-	0, // 0: flo.registry.v1.Registry.RegisterWorker:input_type -> flo.v1.RegisterWorkerRequest
-	1, // 1: flo.registry.v1.Registry.Heartbeat:input_type -> flo.v1.HeartbeatRequest
-	2, // 2: flo.registry.v1.Registry.GetWorker:input_type -> flo.v1.GetWorkerRequest
-	3, // 3: flo.registry.v1.Registry.ListWorkers:input_type -> flo.v1.ListWorkersRequest
-	2, // 4: flo.registry.v1.Registry.DrainWorker:input_type -> flo.v1.GetWorkerRequest
-	2, // 5: flo.registry.v1.Registry.DeregisterWorker:input_type -> flo.v1.GetWorkerRequest
-	4, // 6: flo.registry.v1.Registry.RegisterWorker:output_type -> flo.v1.Worker
-	5, // 7: flo.registry.v1.Registry.Heartbeat:output_type -> flo.v1.HeartbeatResponse
-	4, // 8: flo.registry.v1.Registry.GetWorker:output_type -> flo.v1.Worker
-	6, // 9: flo.registry.v1.Registry.ListWorkers:output_type -> flo.v1.ListWorkersResponse
-	4, // 10: flo.registry.v1.Registry.DrainWorker:output_type -> flo.v1.Worker
-	7, // 11: flo.registry.v1.Registry.DeregisterWorker:output_type -> flo.v1.DeregisterWorkerResponse
-	6, // [6:12] is the sub-list for method output_type
-	0, // [0:6] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	2,  // 0: flo.registry.v1.HeartbeatsRequest.heartbeats:type_name -> flo.v1.HeartbeatRequest
+	3,  // 1: flo.registry.v1.HeartbeatsResponse.acks:type_name -> flo.v1.HeartbeatAck
+	4,  // 2: flo.registry.v1.Registry.RegisterWorker:input_type -> flo.v1.RegisterWorkerRequest
+	2,  // 3: flo.registry.v1.Registry.Heartbeat:input_type -> flo.v1.HeartbeatRequest
+	0,  // 4: flo.registry.v1.Registry.Heartbeats:input_type -> flo.registry.v1.HeartbeatsRequest
+	5,  // 5: flo.registry.v1.Registry.GetWorker:input_type -> flo.v1.GetWorkerRequest
+	6,  // 6: flo.registry.v1.Registry.ListWorkers:input_type -> flo.v1.ListWorkersRequest
+	5,  // 7: flo.registry.v1.Registry.DrainWorker:input_type -> flo.v1.GetWorkerRequest
+	5,  // 8: flo.registry.v1.Registry.DeregisterWorker:input_type -> flo.v1.GetWorkerRequest
+	7,  // 9: flo.registry.v1.Registry.RegisterWorker:output_type -> flo.v1.Worker
+	8,  // 10: flo.registry.v1.Registry.Heartbeat:output_type -> flo.v1.HeartbeatResponse
+	1,  // 11: flo.registry.v1.Registry.Heartbeats:output_type -> flo.registry.v1.HeartbeatsResponse
+	7,  // 12: flo.registry.v1.Registry.GetWorker:output_type -> flo.v1.Worker
+	9,  // 13: flo.registry.v1.Registry.ListWorkers:output_type -> flo.v1.ListWorkersResponse
+	7,  // 14: flo.registry.v1.Registry.DrainWorker:output_type -> flo.v1.Worker
+	10, // 15: flo.registry.v1.Registry.DeregisterWorker:output_type -> flo.v1.DeregisterWorkerResponse
+	9,  // [9:16] is the sub-list for method output_type
+	2,  // [2:9] is the sub-list for method input_type
+	2,  // [2:2] is the sub-list for extension type_name
+	2,  // [2:2] is the sub-list for extension extendee
+	0,  // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_flo_registry_v1_registry_proto_init() }
@@ -77,12 +195,13 @@ func file_flo_registry_v1_registry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flo_registry_v1_registry_proto_rawDesc), len(file_flo_registry_v1_registry_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   0,
+			NumMessages:   2,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_flo_registry_v1_registry_proto_goTypes,
 		DependencyIndexes: file_flo_registry_v1_registry_proto_depIdxs,
+		MessageInfos:      file_flo_registry_v1_registry_proto_msgTypes,
 	}.Build()
 	File_flo_registry_v1_registry_proto = out.File
 	file_flo_registry_v1_registry_proto_goTypes = nil

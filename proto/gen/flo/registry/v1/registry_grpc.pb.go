@@ -24,6 +24,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Registry_RegisterWorker_FullMethodName   = "/flo.registry.v1.Registry/RegisterWorker"
 	Registry_Heartbeat_FullMethodName        = "/flo.registry.v1.Registry/Heartbeat"
+	Registry_Heartbeats_FullMethodName       = "/flo.registry.v1.Registry/Heartbeats"
 	Registry_GetWorker_FullMethodName        = "/flo.registry.v1.Registry/GetWorker"
 	Registry_ListWorkers_FullMethodName      = "/flo.registry.v1.Registry/ListWorkers"
 	Registry_DrainWorker_FullMethodName      = "/flo.registry.v1.Registry/DrainWorker"
@@ -39,6 +40,11 @@ const (
 type RegistryClient interface {
 	RegisterWorker(ctx context.Context, in *v1.RegisterWorkerRequest, opts ...grpc.CallOption) (*v1.Worker, error)
 	Heartbeat(ctx context.Context, in *v1.HeartbeatRequest, opts ...grpc.CallOption) (*v1.HeartbeatResponse, error)
+	// Heartbeats records many workers' heartbeats (the gateway batches those
+	// its worker streams carry) and answers each, in order. A heartbeat that
+	// is invalid or of an unknown worker gets its own answer; the call fails
+	// with Unavailable only when the database could not record them.
+	Heartbeats(ctx context.Context, in *HeartbeatsRequest, opts ...grpc.CallOption) (*HeartbeatsResponse, error)
 	GetWorker(ctx context.Context, in *v1.GetWorkerRequest, opts ...grpc.CallOption) (*v1.Worker, error)
 	ListWorkers(ctx context.Context, in *v1.ListWorkersRequest, opts ...grpc.CallOption) (*v1.ListWorkersResponse, error)
 	DrainWorker(ctx context.Context, in *v1.GetWorkerRequest, opts ...grpc.CallOption) (*v1.Worker, error)
@@ -67,6 +73,16 @@ func (c *registryClient) Heartbeat(ctx context.Context, in *v1.HeartbeatRequest,
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(v1.HeartbeatResponse)
 	err := c.cc.Invoke(ctx, Registry_Heartbeat_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *registryClient) Heartbeats(ctx context.Context, in *HeartbeatsRequest, opts ...grpc.CallOption) (*HeartbeatsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HeartbeatsResponse)
+	err := c.cc.Invoke(ctx, Registry_Heartbeats_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -122,6 +138,11 @@ func (c *registryClient) DeregisterWorker(ctx context.Context, in *v1.GetWorkerR
 type RegistryServer interface {
 	RegisterWorker(context.Context, *v1.RegisterWorkerRequest) (*v1.Worker, error)
 	Heartbeat(context.Context, *v1.HeartbeatRequest) (*v1.HeartbeatResponse, error)
+	// Heartbeats records many workers' heartbeats (the gateway batches those
+	// its worker streams carry) and answers each, in order. A heartbeat that
+	// is invalid or of an unknown worker gets its own answer; the call fails
+	// with Unavailable only when the database could not record them.
+	Heartbeats(context.Context, *HeartbeatsRequest) (*HeartbeatsResponse, error)
 	GetWorker(context.Context, *v1.GetWorkerRequest) (*v1.Worker, error)
 	ListWorkers(context.Context, *v1.ListWorkersRequest) (*v1.ListWorkersResponse, error)
 	DrainWorker(context.Context, *v1.GetWorkerRequest) (*v1.Worker, error)
@@ -141,6 +162,9 @@ func (UnimplementedRegistryServer) RegisterWorker(context.Context, *v1.RegisterW
 }
 func (UnimplementedRegistryServer) Heartbeat(context.Context, *v1.HeartbeatRequest) (*v1.HeartbeatResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Heartbeat not implemented")
+}
+func (UnimplementedRegistryServer) Heartbeats(context.Context, *HeartbeatsRequest) (*HeartbeatsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Heartbeats not implemented")
 }
 func (UnimplementedRegistryServer) GetWorker(context.Context, *v1.GetWorkerRequest) (*v1.Worker, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetWorker not implemented")
@@ -207,6 +231,24 @@ func _Registry_Heartbeat_Handler(srv interface{}, ctx context.Context, dec func(
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(RegistryServer).Heartbeat(ctx, req.(*v1.HeartbeatRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Registry_Heartbeats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HeartbeatsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RegistryServer).Heartbeats(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Registry_Heartbeats_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RegistryServer).Heartbeats(ctx, req.(*HeartbeatsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -297,6 +339,10 @@ var Registry_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Heartbeat",
 			Handler:    _Registry_Heartbeat_Handler,
+		},
+		{
+			MethodName: "Heartbeats",
+			Handler:    _Registry_Heartbeats_Handler,
 		},
 		{
 			MethodName: "GetWorker",
