@@ -54,20 +54,58 @@ func (b *Batcher[Q, R]) Linger(d time.Duration) *Batcher[Q, R] {
 
 // Do submits req and waits for its batch to run.
 func (b *Batcher[Q, R]) Do(ctx context.Context, req Q) (R, error) {
-	var zero R
-	c := &Call[Q, R]{Ctx: ctx, Req: req, done: make(chan struct{})}
+	c := b.call(ctx, req)
+	if err := b.submit(c); err != nil {
+		var zero R
+		return zero, err
+	}
+	return b.wait(c)
+}
+
+// DoAll submits reqs together, so they share batches instead of each
+// waiting for the one before, and waits for all of them: resps[i] and
+// errs[i] answer reqs[i]. One that could not be queued gets the reason in
+// its errs.
+func (b *Batcher[Q, R]) DoAll(ctx context.Context, reqs []Q) (resps []R, errs []error) {
+	calls := make([]*Call[Q, R], len(reqs))
+	errs = make([]error, len(reqs))
+	for i, req := range reqs {
+		calls[i] = b.call(ctx, req)
+		errs[i] = b.submit(calls[i])
+	}
+	resps = make([]R, len(reqs))
+	for i, c := range calls {
+		if errs[i] == nil {
+			resps[i], errs[i] = b.wait(c)
+		}
+	}
+	return resps, errs
+}
+
+func (b *Batcher[Q, R]) call(ctx context.Context, req Q) *Call[Q, R] {
+	return &Call[Q, R]{Ctx: ctx, Req: req, done: make(chan struct{})}
+}
+
+// submit queues c, waiting for room.
+func (b *Batcher[Q, R]) submit(c *Call[Q, R]) error {
 	select {
 	case b.in <- c:
-	case <-ctx.Done():
-		return zero, ctx.Err()
+		return nil
+	case <-c.Ctx.Done():
+		return c.Ctx.Err()
 	case <-b.stopped:
-		return zero, ErrStopped
+		return ErrStopped
 	}
+}
+
+// wait waits for the batch of a queued c to run.
+func (b *Batcher[Q, R]) wait(c *Call[Q, R]) (R, error) {
+	var zero R
 	select {
 	case <-c.done:
 		return c.Resp, c.Err
-	case <-ctx.Done():
-		return zero, ctx.Err()
+	case <-c.Ctx.Done():
+		return zero, c.Ctx.Err()
 	case <-b.stopped:
 		// The call may have slipped into the queue after the final drain.
 		select {

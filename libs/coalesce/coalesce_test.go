@@ -167,3 +167,52 @@ func TestBatcherLingeringBatchRunsAtStop(t *testing.T) {
 	require.NoError(t, <-answered)
 	require.Equal(t, []int{1}, batches())
 }
+
+func TestBatcherDoAllSharesBatches(t *testing.T) {
+	t.Parallel()
+	var (
+		mu      sync.Mutex
+		batches []int
+	)
+	b := New(100, 4, func(_ context.Context, calls []*Call[int, int]) error {
+		mu.Lock()
+		batches = append(batches, len(calls))
+		mu.Unlock()
+		for _, c := range calls {
+			if c.Req%3 == 0 {
+				c.Err = errors.New("no multiples of three")
+				continue
+			}
+			c.Resp = c.Req * 2
+		}
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type answer struct {
+		resps []int
+		errs  []error
+	}
+	answered := make(chan answer)
+	go func() {
+		resps, errs := b.DoAll(ctx, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10})
+		answered <- answer{resps, errs}
+	}()
+	// All ten are queued before the batcher runs, so they fill batches.
+	require.Eventually(t, func() bool { return len(b.in) == 10 }, waitFor, tick)
+	go func() { _ = b.Run(ctx) }()
+	a := <-answered
+	resps, errs := a.resps, a.errs
+	for i, r := range resps {
+		n := i + 1
+		if n%3 == 0 {
+			require.Error(t, errs[i], "call %d", n)
+			continue
+		}
+		require.NoError(t, errs[i], "call %d", n)
+		require.Equal(t, 2*n, r)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int{4, 4, 2}, batches)
+}

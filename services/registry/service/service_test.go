@@ -32,6 +32,7 @@ func TestRegistry(t *testing.T) {
 	t.Run("namespace limit", func(t *testing.T) { t.Parallel(); testNamespaceLimit(t, e) })
 	t.Run("task counters", func(t *testing.T) { t.Parallel(); testCounters(t, e) })
 	t.Run("http", func(t *testing.T) { t.Parallel(); testHTTP(t, e) })
+	t.Run("batched heartbeats", func(t *testing.T) { t.Parallel(); testHeartbeats(t, e) })
 }
 
 func testLifecycle(t *testing.T, e *env) {

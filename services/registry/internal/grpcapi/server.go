@@ -14,6 +14,7 @@ import (
 
 	"github.com/razorbill/flo/libs/coalesce"
 	"github.com/razorbill/flo/libs/config"
+	"github.com/razorbill/flo/libs/fault"
 	"github.com/razorbill/flo/libs/grpcserver"
 	"github.com/razorbill/flo/libs/page"
 	registryv1 "github.com/razorbill/flo/proto/gen/flo/registry/v1"
@@ -74,16 +75,56 @@ func (s *Server) RegisterWorker(ctx context.Context, req *flov1.RegisterWorkerRe
 	return workerProto(w), nil
 }
 
+// maxHeartbeats caps the heartbeats of one Heartbeats call (a gateway sends
+// at most 1,000).
+const maxHeartbeats = 10_000
+
 // Heartbeat records a worker's load and answers with its status.
 func (s *Server) Heartbeat(ctx context.Context, req *flov1.HeartbeatRequest) (*flov1.HeartbeatResponse, error) {
-	st, err := s.roster.Heartbeat(ctx, store.Beat{
-		Namespace: req.GetNamespace(), ID: req.GetWorkerId(),
-		CurrentLoad: req.GetCurrentLoad(), CPULoad: req.GetCpuLoad(), MemoryLoad: req.GetMemoryLoad(),
-	})
+	st, err := s.roster.Heartbeat(ctx, beatOf(req))
 	if err != nil {
 		return nil, err
 	}
 	return &flov1.HeartbeatResponse{Status: statusProto(st)}, nil
+}
+
+// Heartbeats records many heartbeats and answers each in order: an unknown
+// worker's with unknown, an invalid one with its error. When the database
+// could not record them the whole call fails (Unavailable), since the
+// heartbeats that were recorded and those that were not are then mixed.
+func (s *Server) Heartbeats(ctx context.Context, req *registryv1.HeartbeatsRequest) (*registryv1.HeartbeatsResponse, error) {
+	if n := len(req.GetHeartbeats()); n > maxHeartbeats {
+		return nil, fault.Invalidf("%d heartbeats in one call, at most %d", n, maxHeartbeats)
+	}
+	beats := make([]store.Beat, len(req.GetHeartbeats()))
+	for i, hb := range req.GetHeartbeats() {
+		beats[i] = beatOf(hb)
+	}
+	statuses, errs := s.roster.Heartbeats(ctx, beats)
+	out := &registryv1.HeartbeatsResponse{Acks: make([]*flov1.HeartbeatAck, len(beats))}
+	for i, err := range errs {
+		ack := &flov1.HeartbeatAck{}
+		kind, msg, domain := fault.KindOf(err)
+		switch {
+		case err == nil:
+			ack.Status = statusProto(statuses[i])
+		case domain && kind == fault.NotFound:
+			ack.Unknown = true
+		case domain && kind == fault.Invalid:
+			ack.Error = msg
+		default:
+			return nil, err
+		}
+		out.Acks[i] = ack
+	}
+	return out, nil
+}
+
+func beatOf(req *flov1.HeartbeatRequest) store.Beat {
+	return store.Beat{
+		Namespace: req.GetNamespace(), ID: req.GetWorkerId(),
+		CurrentLoad: req.GetCurrentLoad(), CPULoad: req.GetCpuLoad(), MemoryLoad: req.GetMemoryLoad(),
+	}
 }
 
 // GetWorker reads one worker.

@@ -60,6 +60,7 @@ type Roster struct {
 	beats         metric.Int64Counter
 	deregistered  metric.Int64Counter
 	batchSize     metric.Int64Histogram
+	callSize      metric.Int64Histogram
 }
 
 // New returns a Roster admitting at most maxWorkers workers per namespace.
@@ -83,6 +84,11 @@ func New(pool *pgxpool.Pool, relay Notifier, maxWorkers int, meter metric.Meter)
 	}
 	if r.batchSize, err = meter.Int64Histogram("flo.registry.batch.size", metric.WithUnit("{call}"),
 		metric.WithDescription("Calls written by one transaction, by kind (heartbeat, registration)."),
+		metric.WithExplicitBucketBoundaries(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)); err != nil {
+		return nil, fmt.Errorf("create metric: %w", err)
+	}
+	if r.callSize, err = meter.Int64Histogram("flo.registry.heartbeat_call.size", metric.WithUnit("{heartbeat}"),
+		metric.WithDescription("Heartbeats carried by one Heartbeats call: a gateway's batch of the heartbeats its worker streams carried."),
 		metric.WithExplicitBucketBoundaries(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)); err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
@@ -133,6 +139,31 @@ func (r *Roster) Heartbeat(ctx context.Context, b store.Beat) (store.Status, err
 		return "", fmt.Errorf("heartbeat of %s/%s: %w", b.Namespace, b.ID, err)
 	}
 	return st, nil
+}
+
+// Heartbeats records many workers' heartbeats, each as Heartbeat does, and
+// answers each: errs[i] says why beats[i] was not recorded (Invalid,
+// NotFound, or the failure of its batch), statuses[i] is its worker's status
+// otherwise. They join the batches of the heartbeats arriving meanwhile.
+func (r *Roster) Heartbeats(ctx context.Context, beats []store.Beat) (statuses []store.Status, errs []error) {
+	r.callSize.Record(ctx, int64(len(beats)))
+	statuses, errs = make([]store.Status, len(beats)), make([]error, len(beats))
+	valid := make([]store.Beat, 0, len(beats))
+	at := make([]int, 0, len(beats))
+	for i, b := range beats {
+		if errs[i] = validateBeat(b); errs[i] == nil {
+			valid = append(valid, b)
+			at = append(at, i)
+		}
+	}
+	sts, verrs := r.heartbeats.DoAll(ctx, valid)
+	for j, i := range at {
+		statuses[i] = sts[j]
+		if verrs[j] != nil {
+			errs[i] = fmt.Errorf("heartbeat of %s/%s: %w", valid[j].Namespace, valid[j].ID, verrs[j])
+		}
+	}
+	return statuses, errs
 }
 
 // Drain marks a worker draining: the dispatcher stops handing it tasks and
