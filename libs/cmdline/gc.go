@@ -3,7 +3,11 @@ package cmdline
 import (
 	"log/slog"
 	"os"
+	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
+	"sync"
+	"sync/atomic"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 )
@@ -15,6 +19,26 @@ import (
 // at 400 the whole stack moved 10-13% more work on the same cores
 // (docs/benchmarks.md).
 const DefaultGCPercent = 400
+
+// MaxHeadroom caps how far past its live heap the collector lets a heap
+// grow when GOGC is not set. DefaultGCPercent pays off while the live heap
+// is small; a process that holds much (10,000 idle worker connections hold
+// some 300 MiB) would otherwise grow to five times that for nothing.
+const MaxHeadroom = 256 << 20
+
+// minGCPercent is the lowest target the headroom cap sets: below it the
+// collector would run too often for a busy process with a large live heap.
+const minGCPercent = 50
+
+// GCPercentFor is the target that keeps the headroom of a heap with live
+// bytes under MaxHeadroom: DefaultGCPercent up to 64 MiB live, less above,
+// never under minGCPercent.
+func GCPercentFor(live uint64) int {
+	if live == 0 {
+		return DefaultGCPercent
+	}
+	return int(min(DefaultGCPercent, max(minGCPercent, MaxHeadroom*100/live)))
+}
 
 // memoryLimitRatio is the share of a container's memory limit the heap is
 // held under (GOMEMLIMIT) when GOMEMLIMIT is not set, leaving the rest for
@@ -28,9 +52,11 @@ const memoryLimitRatio = 0.9
 // limit. It logs what it set.
 func TuneGC(log *slog.Logger) {
 	gogc := os.Getenv("GOGC")
+	capping.Store(gogc == "")
 	if gogc == "" {
 		debug.SetGCPercent(DefaultGCPercent)
-		gogc = "400 (default)"
+		gogc = "400 (default, less past 64 MiB live)"
+		startCapOnce()
 	}
 	limit, err := memlimit.SetGoMemLimitWithOpts(memlimit.WithRatio(memoryLimitRatio), memlimit.WithProvider(memlimit.FromCgroup))
 	switch {
@@ -42,4 +68,38 @@ func TuneGC(log *slog.Logger) {
 	default:
 		log.Debug("garbage collector tuned", "GOGC", gogc, "GOMEMLIMIT", os.Getenv("GOMEMLIMIT"))
 	}
+}
+
+// capping says the headroom cap adjusts the target after each collection;
+// it is off when GOGC is set.
+var capping atomic.Bool
+
+// startCapOnce starts the headroom cap, once per process.
+var startCapOnce = sync.OnceFunc(func() {
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	current := DefaultGCPercent
+	var after func()
+	after = func() {
+		if capping.Load() {
+			metrics.Read(sample)
+			// Only a change of a tenth or more: setting the target stops
+			// the world for a moment.
+			if p := GCPercentFor(sample[0].Value.Uint64()); p*10 < current*9 || p*10 > current*11 {
+				current = p
+				debug.SetGCPercent(p)
+			}
+		}
+		afterNextGC(after)
+	}
+	afterNextGC(after)
+})
+
+// gcSentinel is an object made only to be collected; the pointer keeps it
+// out of the tiny allocator, whose blocks would outlive it.
+type gcSentinel struct{ _ *int }
+
+// afterNextGC runs fn once after the next collection, on the runtime's
+// cleanup goroutine.
+func afterNextGC(fn func()) {
+	runtime.AddCleanup(&gcSentinel{}, func(struct{}) { fn() }, struct{}{})
 }

@@ -2,8 +2,11 @@ package cmdline_test
 
 import (
 	"log/slog"
+	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -30,4 +33,71 @@ func TestTuneGC(t *testing.T) {
 	debug.SetGCPercent(150) // as the runtime did at start
 	cmdline.TuneGC(quiet)
 	require.Equal(t, 150, debug.SetGCPercent(100), "GOGC wins")
+}
+
+func TestGCPercentFor(t *testing.T) {
+	for _, c := range []struct {
+		live uint64
+		want int
+	}{
+		{0, cmdline.DefaultGCPercent},
+		{10 << 20, cmdline.DefaultGCPercent},
+		{64 << 20, cmdline.DefaultGCPercent},
+		{128 << 20, 200},
+		{256 << 20, 100},
+		{512 << 20, 50},
+		{4 << 30, 50},
+	} {
+		require.Equal(t, c.want, cmdline.GCPercentFor(c.live), "live %d MiB", c.live>>20)
+	}
+}
+
+// Not parallel: the GC target is process-wide.
+func TestTuneGCCapsTheHeadroomOfALargeLiveHeap(t *testing.T) {
+	gc := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(gc) })
+	t.Setenv("GOGC", "")
+	cmdline.TuneGC(slog.New(slog.DiscardHandler))
+	require.Equal(t, cmdline.DefaultGCPercent, gogc())
+
+	// 192 MiB live: the target falls so that the heap grows at most
+	// MaxHeadroom past it.
+	live := make([][]byte, 192)
+	for i := range live {
+		live[i] = make([]byte, 1<<20)
+	}
+	require.Eventually(t, func() bool {
+		runtime.GC()
+		return gogc() < 150
+	}, 10*time.Second, 10*time.Millisecond, "the target after collections with 192 MiB live")
+	require.GreaterOrEqual(t, gogc(), 100)
+	runtime.KeepAlive(live)
+
+	// Let go of it: the target goes back up.
+	live = nil
+	require.Eventually(t, func() bool {
+		runtime.GC()
+		return gogc() == cmdline.DefaultGCPercent
+	}, 10*time.Second, 10*time.Millisecond, "the target once the heap is small again")
+
+	// GOGC set: the cap leaves the target alone.
+	t.Setenv("GOGC", "150")
+	debug.SetGCPercent(150)
+	cmdline.TuneGC(slog.New(slog.DiscardHandler))
+	big := make([][]byte, 192)
+	for i := range big {
+		big[i] = make([]byte, 1<<20)
+	}
+	for range 3 {
+		runtime.GC()
+	}
+	require.Equal(t, 150, gogc(), "GOGC wins over the cap")
+	runtime.KeepAlive(big)
+}
+
+// gogc reads the collector's target without changing it.
+func gogc() int {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	return int(s[0].Value.Uint64())
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -421,7 +422,10 @@ func (s *Service) newAPI(behind internal) httpapi.Services {
 func (s *Service) newGRPCServer(svc httpapi.Services, guard *auth.Guard) *grpc.Server {
 	cfg, log := s.cfg, s.log
 	opts := []grpc.ServerOption{
-		grpc.StatsHandler(otelgrpc.NewServerHandler()),
+		// A worker stream lasts as long as its worker: a span over it would
+		// say nothing and hold memory on every idle connection. Its tasks
+		// carry their own trace context; the call is still counted.
+		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithFilter(filters.Not(filters.FullMethodName(flov1.WorkerService_Stream_FullMethodName))))),
 		grpc.ChainUnaryInterceptor(grpcserver.ErrorInterceptor(log, keepStatus), guard.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(recovery.StreamInterceptor(log), guard.StreamInterceptor(), capWorkerStreams(cfg.MaxWorkerStreams)),
 		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),

@@ -60,6 +60,7 @@ type options struct {
 	// Shared by the modes.
 	fsync       bool
 	cpuProfile  string
+	memProfile  string
 	batch       int
 	workers     int
 	concurrency int
@@ -108,7 +109,8 @@ func main() {
 	flag.StringVar(&o.token, "token", "", "the key clients and workers send (FLO_TOKEN); it is also the started stack's admin key "+
 		"unless FLO_ADMIN_TOKEN is set; empty uses the stack's own admin key")
 	flag.BoolVar(&o.fsync, "fsync", true, "run the private Postgres with fsync on, as a deployment would")
-	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase (every service runs in this process) to this file")
+	flag.StringVar(&o.memProfile, "memprofile", "", "workers: write a heap profile taken after the settle window to this file")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase (workers: the idle window; every service runs in this process) to this file")
 	flag.IntVar(&o.batch, "batch", 0, "actions: invoke through InvokeMany with this many tasks per call (0: one unary Invoke per task); "+
 		"streams: records per produce, append and stream-worker read (0: 100)")
 	flag.IntVar(&o.workers, "workers", 2, "actions, workflows, plans: action worker processes (each with its own stream); "+

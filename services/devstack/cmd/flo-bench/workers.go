@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -125,7 +126,16 @@ func benchWorkers(ctx context.Context, p *platform, o options) error {
 		mib(after.rss), per(after.rss, before.rss)/1024, mib(int64(after.heap)), mib(int64(after.stacks)),
 		after.goroutines, per(int64(after.goroutines), int64(before.goroutines)))
 
-	if err := f.measureIdle(ctx, db, pgPID, o.idle); err != nil {
+	if err := heapProfile(o.memProfile); err != nil {
+		return err
+	}
+	stopProfile, err := profile(o.cpuProfile)
+	if err != nil {
+		return err
+	}
+	err = f.measureIdle(ctx, db, pgPID, o.idle)
+	stopProfile()
+	if err != nil {
 		return err
 	}
 	if o.spread > 0 {
@@ -673,3 +683,21 @@ func (l *workerLog) Handle(_ context.Context, r slog.Record) error {
 func (l *workerLog) WithAttrs([]slog.Attr) slog.Handler { return l }
 
 func (l *workerLog) WithGroup(string) slog.Handler { return l }
+
+// heapProfile writes a heap profile to path, after a collection so that it
+// shows what is live now; an empty path writes nothing.
+func heapProfile(path string) error {
+	if path == "" {
+		return nil
+	}
+	runtime.GC()
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	return nil
+}
