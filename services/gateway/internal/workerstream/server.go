@@ -18,6 +18,10 @@
 // worker a Drain message; its reports keep flowing until it closes the
 // stream.
 //
+// Heartbeats may come on the stream too (the HelloAck says stream_heartbeats):
+// every session's go to the registry together, a Heartbeats call at a time,
+// and each is answered with a HeartbeatAck (heartbeat.go).
+//
 // Stream workers use the same stream: the Hello subscribes to stream/group
 // pairs, each StreamRead becomes one GroupRead on the streams service
 // answered by one RecordBatch, and StreamAck/StreamNack messages are
@@ -49,6 +53,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
+	registryv1 "github.com/razorbill/flo/proto/gen/flo/registry/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 
 	"github.com/razorbill/flo/libs/text"
@@ -131,6 +136,7 @@ type Streams interface {
 // Registry is the part of the registry's API a worker session uses.
 type Registry interface {
 	GetWorker(ctx context.Context, in *flov1.GetWorkerRequest, opts ...grpc.CallOption) (*flov1.Worker, error)
+	Heartbeats(ctx context.Context, in *registryv1.HeartbeatsRequest, opts ...grpc.CallOption) (*registryv1.HeartbeatsResponse, error)
 }
 
 // Options configure a Server.
@@ -147,7 +153,8 @@ type Options struct {
 	// Claimer sends the sessions' claims (services/gateway/internal/replicas).
 	Claimer Claimer
 	// Registry, when set, is asked whether a worker opening a stream is
-	// draining already.
+	// draining already, and records the heartbeats streams carry (without
+	// it they are answered with an error).
 	Registry Registry
 	// Streams, when set, serves stream workers' reads, acks and nacks;
 	// without it a Hello that subscribes to streams is refused with
@@ -188,6 +195,10 @@ type Server struct {
 
 	// hubs claim for the sessions' pools (hub.go).
 	hubs hubs
+
+	// beats are the sessions' heartbeats waiting for the registry
+	// (heartbeat.go).
+	beats runQueue[beat]
 }
 
 // NewServer returns a Server that claims through opts.Claimer and reports
@@ -197,10 +208,12 @@ func NewServer(d Dispatcher, opts Options) *Server {
 		opts.MaxReadRecords = maxReadCount
 	}
 	readCtx, stopReads := context.WithCancel(context.Background())
-	return &Server{
+	s := &Server{
 		dispatcher: d, opts: opts, shutdown: make(chan struct{}), sessions: make(map[string]map[*session]struct{}),
 		left: newLeftovers(), readCtx: readCtx, stopReads: stopReads,
 	}
+	s.beats.init(heartbeatQueue, s.recordHeartbeats)
+	return s
 }
 
 // Close cancels the group reads still waiting for records on behalf of
@@ -285,7 +298,7 @@ func (s *Server) Stream(stream flov1.WorkerService_StreamServer) error {
 		}
 	}
 	ack := &flov1.ServerMessage{Msg: &flov1.ServerMessage_HelloAck{HelloAck: &flov1.HelloAck{
-		WorkerId: workerID, Namespace: hello.GetNamespace(),
+		WorkerId: workerID, Namespace: hello.GetNamespace(), StreamHeartbeats: true,
 	}}}
 	if err := stream.Send(ack); err != nil {
 		return err

@@ -317,6 +317,8 @@ func (s *session) handle(msg *flov1.WorkerMessage) error {
 			return nil
 		}
 		s.spawn(func() { s.touch(t) })
+	case *flov1.WorkerMessage_Heartbeat:
+		s.heartbeat(m.Heartbeat)
 	case *flov1.WorkerMessage_StreamRead:
 		return s.streamRead(m.StreamRead)
 	case *flov1.WorkerMessage_StreamAck:
