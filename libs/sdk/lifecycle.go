@@ -160,6 +160,11 @@ type lifecycle struct {
 	registered atomic.Bool
 	// quit is closed when Start returns, releasing handlers that still wait to report.
 	quit chan struct{}
+	// beats is the current stream's line for heartbeats, nil while no stream takes them.
+	beats atomic.Pointer[beatLine]
+	// beatFailures counts the heartbeats in a row that failed; only the heartbeat loop touches
+	// it.
+	beatFailures int
 }
 
 // setup prepares the lifecycle of a worker of kind; logAttrs go on every log line.

@@ -3,7 +3,9 @@ package flo
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -323,28 +325,48 @@ func (l *lifecycle) heartbeatLoop(ctx context.Context) {
 	}
 }
 
+var (
+	// errNoBeatLine says no stream takes heartbeats now: none is up, or its gateway does not
+	// (an older one); the heartbeat goes as a WorkerRegistryService call instead.
+	errNoBeatLine = errors.New("no worker stream takes heartbeats")
+	// errUnknownWorker is the registry saying it has no record of the worker.
+	errUnknownWorker = errors.New("the worker registry does not know the worker")
+)
+
+// beatLine carries heartbeats on one worker stream whose gateway takes them: the heartbeat
+// loop puts a Heartbeat in send for the stream's writer and waits for the reader to pass the
+// HeartbeatAck on through acks; done is closed when the stream has ended.
+type beatLine struct {
+	send chan *flov1.WorkerMessage
+	acks chan *flov1.HeartbeatAck
+	done chan struct{}
+}
+
+func newBeatLine() *beatLine {
+	return &beatLine{send: make(chan *flov1.WorkerMessage, 1), acks: make(chan *flov1.HeartbeatAck, 1), done: make(chan struct{})}
+}
+
 // heartbeat reports the number of running handlers and acts on the answer: draining drains the
 // worker, an unknown worker registers again (its record was removed, or the registry never got
-// the first registration), and anything else is logged and tried again next time.
+// the first registration), and anything else is logged (at Warn the first time and then every
+// warnEvery failures in a row) and tried again next time. The heartbeat goes on the worker
+// stream when its gateway takes heartbeats there, which costs the gateway and the registry far
+// less than a call of its own, and as a WorkerRegistryService call otherwise.
 func (l *lifecycle) heartbeat(ctx context.Context) {
-	svc, err := l.client.registryService()
-	if err != nil {
-		return
+	load := int32(l.slots.running())
+	st, err := l.beatOnStream(ctx, load)
+	if errors.Is(err, errNoBeatLine) {
+		st, err = l.beatByCall(ctx, load)
 	}
-	cctx, cancel := context.WithTimeout(ctx, registryCallTimeout)
-	resp, err := svc.Heartbeat(cctx, &flov1.HeartbeatRequest{
-		Namespace:   l.client.namespace,
-		WorkerId:    l.set.workerID,
-		CurrentLoad: int32(l.slots.running()),
-	})
-	cancel()
 	switch {
 	case err == nil:
-		if resp.GetStatus() == flov1.WorkerStatus_WORKER_STATUS_DRAINING {
+		l.beatFailures = 0
+		if st == flov1.WorkerStatus_WORKER_STATUS_DRAINING {
 			l.drain("the registry says the worker is draining")
 		}
 	case ctx.Err() != nil:
-	case status.Code(err) == codes.NotFound:
+	case errors.Is(err, errUnknownWorker):
+		l.beatFailures = 0
 		if l.stopping.Load() {
 			return // on its way out; the record would only be removed again
 		}
@@ -353,8 +375,76 @@ func (l *lifecycle) heartbeat(ctx context.Context) {
 			l.keepRegistering(ctx, err, retryAfter)
 		}
 	default:
-		l.log.Warn("flo: heartbeat failed; retrying with the next one", "error", err)
+		l.beatFailures++
+		level := slog.LevelDebug
+		if l.beatFailures == 1 || l.beatFailures%warnEvery == 0 {
+			level = slog.LevelWarn
+		}
+		l.log.Log(ctx, level, "flo: heartbeat failed; retrying with the next one", "error", err, "failures", l.beatFailures)
 	}
+}
+
+// beatOnStream sends a heartbeat on the current stream and waits for its answer. It returns
+// errNoBeatLine when no stream takes heartbeats, or the stream ended before it answered.
+func (l *lifecycle) beatOnStream(ctx context.Context, load int32) (flov1.WorkerStatus, error) {
+	line := l.beats.Load()
+	if line == nil {
+		return 0, errNoBeatLine
+	}
+	select {
+	case <-line.acks: // the late answer to an earlier heartbeat
+	default:
+	}
+	timeout := time.NewTimer(registryCallTimeout)
+	defer timeout.Stop()
+	msg := &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Heartbeat{Heartbeat: &flov1.Heartbeat{CurrentLoad: load}}}
+	select {
+	case line.send <- msg:
+	case <-line.done:
+		return 0, errNoBeatLine
+	case <-timeout.C:
+		return 0, errors.New("heartbeat: the worker stream did not take it in time")
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	select {
+	case ack := <-line.acks:
+		switch {
+		case ack.GetUnknown():
+			return 0, errUnknownWorker
+		case ack.GetError() != "":
+			return 0, fmt.Errorf("heartbeat: %s", ack.GetError())
+		}
+		return ack.GetStatus(), nil
+	case <-line.done:
+		return 0, errNoBeatLine
+	case <-timeout.C:
+		return 0, errors.New("heartbeat: no answer on the worker stream in time")
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// beatByCall sends a heartbeat as a WorkerRegistryService call.
+func (l *lifecycle) beatByCall(ctx context.Context, load int32) (flov1.WorkerStatus, error) {
+	svc, err := l.client.registryService()
+	if err != nil {
+		return 0, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, registryCallTimeout)
+	defer cancel()
+	resp, err := svc.Heartbeat(cctx, &flov1.HeartbeatRequest{
+		Namespace:   l.client.namespace,
+		WorkerId:    l.set.workerID,
+		CurrentLoad: load,
+	})
+	switch {
+	case status.Code(err) == codes.NotFound:
+		return 0, errUnknownWorker
+	case err != nil:
+		return 0, err
+	}
+	return resp.GetStatus(), nil
 }
 
 // deregister removes the worker's record once, when Start ends. A failure is logged: the

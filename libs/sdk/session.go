@@ -70,6 +70,16 @@ func (l *lifecycle) session(ctx context.Context) (connected bool, err error) {
 		attrs = append(attrs, "stream", s.GetStream(), "group", s.GetGroup(), "consumer", s.GetConsumer())
 	}
 	l.log.Info("flo: worker stream connected", attrs...)
+	// Heartbeats go on the stream while it is up, if its gateway takes them.
+	var line *beatLine
+	if first.GetHelloAck().GetStreamHeartbeats() {
+		line = newBeatLine()
+		l.beats.Store(line)
+		defer func() {
+			l.beats.CompareAndSwap(line, nil)
+			close(line.done)
+		}()
+	}
 
 	// Credit asked for on an earlier stream died with it; ask again for every free slot.
 	l.slots.reset()
@@ -78,10 +88,10 @@ func (l *lifecycle) session(ctx context.Context) (connected bool, err error) {
 	var readErr error
 	go func() {
 		defer close(readerDone)
-		readErr = l.readLoop(streamCtx, stream)
+		readErr = l.readLoop(streamCtx, stream, line)
 	}()
 
-	err = l.writeLoop(stream, readerDone)
+	err = l.writeLoop(stream, readerDone, line)
 	if errors.Is(err, errDrained) {
 		err = nil
 		if closeErr := stream.CloseSend(); closeErr == nil {
@@ -103,8 +113,9 @@ func (l *lifecycle) session(ctx context.Context) (connected bool, err error) {
 	return true, err
 }
 
-// readLoop receives what the server sends: Drain it handles itself, the rest is the kind's.
-func (l *lifecycle) readLoop(ctx context.Context, stream workerStream) error {
+// readLoop receives what the server sends: Drain it handles itself, a HeartbeatAck goes to the
+// heartbeat waiting on line, the rest is the kind's.
+func (l *lifecycle) readLoop(ctx context.Context, stream workerStream, line *beatLine) error {
 	for {
 		msg, err := stream.Recv()
 		if err != nil {
@@ -112,6 +123,15 @@ func (l *lifecycle) readLoop(ctx context.Context, stream workerStream) error {
 		}
 		if msg.GetDrain() != nil {
 			l.drain("the server sent Drain")
+			continue
+		}
+		if ack := msg.GetHeartbeatAck(); ack != nil {
+			if line != nil {
+				select {
+				case line.acks <- ack:
+				default: // nobody waits for it any more
+				}
+			}
 			continue
 		}
 		if err := l.kind.receive(ctx, msg); err != nil {
@@ -122,11 +142,15 @@ func (l *lifecycle) readLoop(ctx context.Context, stream workerStream) error {
 
 // writeLoop is the only sender on the stream. Each time it wakes it sends everything queued,
 // packed by the kind (reports the kind holds back, see reportWait, when they are due), then
-// one request for the work the free slots allow. It returns
-// errDrained once a stopping worker has nothing left to report, or errReaderDone when the
-// reader ended.
-func (l *lifecycle) writeLoop(stream workerStream, readerDone <-chan struct{}) error {
+// one request for the work the free slots allow; a heartbeat on line it sends at once. It
+// returns errDrained once a stopping worker has nothing left to report, or errReaderDone when
+// the reader ended.
+func (l *lifecycle) writeLoop(stream workerStream, readerDone <-chan struct{}, line *beatLine) error {
 	stopCh := l.stopCh
+	var beats <-chan *flov1.WorkerMessage
+	if line != nil {
+		beats = line.send
+	}
 	var (
 		drainTimeout <-chan time.Time
 		// lastReports is when reports last went out; reportsDue fires when held ones are due.
@@ -159,6 +183,10 @@ func (l *lifecycle) writeLoop(stream workerStream, readerDone <-chan struct{}) e
 		case msg := <-l.out:
 			l.unsent = append(l.unsent, msg)
 		case <-l.wake:
+		case msg := <-beats:
+			if err := stream.Send(msg); err != nil {
+				return fmt.Errorf("send heartbeat: %w", err)
+			}
 		case <-reportsDue:
 			reportsDue = nil
 		case <-stopCh:
