@@ -31,6 +31,7 @@ func openWorker(t *testing.T, s *stack, hello *flov1.Hello) *rawWorker {
 	ack := first.GetHelloAck()
 	require.NotNil(t, ack, "first server message: %v", first)
 	require.Equal(t, hello.GetNamespace(), ack.GetNamespace())
+	require.True(t, ack.GetStreamHeartbeats(), "the gateway takes heartbeats on the stream")
 	if hello.GetWorkerId() != "" {
 		require.Equal(t, hello.GetWorkerId(), ack.GetWorkerId())
 	}
