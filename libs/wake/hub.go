@@ -9,6 +9,7 @@ import (
 	"container/heap"
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -22,17 +23,27 @@ type Hub struct {
 	waiters map[string]map[*Waiter]struct{}
 	timers  timerHeap
 	rearm   chan struct{}
+	// probes counts Probe calls; a waiter's probedAt is the count when it
+	// subscribed or was last probed, so Probe takes turns.
+	probes uint64
 }
 
 // Waiter is one waiting request. Its channel holds at most one pending
 // signal, so a wake-up that arrives while the request is busy is not lost.
 type Waiter struct {
-	keys []string
-	c    chan struct{}
+	keys     []string
+	c        chan struct{}
+	probedAt uint64 // guarded by the hub's mu
+	probed   atomic.Bool
 }
 
 // C is signalled when any of the waiter's keys may have work.
 func (w *Waiter) C() <-chan struct{} { return w.c }
+
+// Probed reports whether a Probe signalled the waiter since the last call,
+// and clears that. A waiter that finds work after a probe should Wake the
+// others of its keys: the probe stood in for a wake-up they all missed.
+func (w *Waiter) Probed() bool { return w.probed.Swap(false) }
 
 func (w *Waiter) signal() {
 	select {
@@ -51,6 +62,8 @@ func NewHub() *Hub {
 func (h *Hub) Subscribe(keys []string) *Waiter {
 	w := &Waiter{keys: keys, c: make(chan struct{}, 1)}
 	h.mu.Lock()
+	// It is about to look for work, as good as probed.
+	w.probedAt = h.probes
 	for _, k := range keys {
 		set := h.waiters[k]
 		if set == nil {
@@ -99,6 +112,30 @@ func (h *Hub) WakeAll() {
 	h.mu.Unlock()
 }
 
+// Probe signals, for each key, the one of its waiters probed longest ago
+// (a waiter is probed at most once per call). It is the cheap safety check
+// for many waiters of a key that would all find the same work: one looks,
+// and if it finds work it wakes the others (see Waiter.Probed), so a missed
+// wake-up costs each key one look per probe instead of one per waiter.
+func (h *Hub) Probe() {
+	h.mu.Lock()
+	h.probes++
+	for _, set := range h.waiters {
+		var pick *Waiter
+		for w := range set {
+			if w.probedAt != h.probes && (pick == nil || w.probedAt < pick.probedAt) {
+				pick = w
+			}
+		}
+		if pick != nil {
+			pick.probedAt = h.probes
+			pick.probed.Store(true)
+			pick.signal()
+		}
+	}
+	h.mu.Unlock()
+}
+
 // WakeAt schedules a wake-up of key at t, for work that becomes ready then.
 func (h *Hub) WakeAt(key string, t time.Time) {
 	h.mu.Lock()
@@ -117,8 +154,20 @@ func (h *Hub) WakeAt(key string, t time.Time) {
 	}
 }
 
-// Run fires scheduled wake-ups and the safety tick until ctx ends.
+// Run fires scheduled wake-ups and the safety tick, which wakes every
+// waiter, until ctx ends.
 func (h *Hub) Run(ctx context.Context, safetyTick time.Duration) error {
+	return h.run(ctx, safetyTick, h.WakeAll)
+}
+
+// RunProbing is Run with a safety tick that probes (see Probe) instead of
+// waking every waiter, for waiters that wake the others of their keys when
+// a probe finds them work.
+func (h *Hub) RunProbing(ctx context.Context, safetyTick time.Duration) error {
+	return h.run(ctx, safetyTick, h.Probe)
+}
+
+func (h *Hub) run(ctx context.Context, safetyTick time.Duration, onTick func()) error {
 	tick := time.NewTicker(safetyTick)
 	defer tick.Stop()
 	next := time.NewTimer(time.Hour)
@@ -129,7 +178,7 @@ func (h *Hub) Run(ctx context.Context, safetyTick time.Duration) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			h.WakeAll()
+			onTick()
 		case <-next.C:
 		case <-h.rearm:
 		}

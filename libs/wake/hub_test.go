@@ -78,3 +78,52 @@ func TestHubTimersAndSafetyTick(t *testing.T) {
 		t.Fatal("safety tick never woke the waiter")
 	}
 }
+
+func TestHubProbeTakesTurnsOneWaiterPerKey(t *testing.T) {
+	t.Parallel()
+	h := wake.NewHub()
+	many := []*wake.Waiter{h.Subscribe([]string{"ns/k"}), h.Subscribe([]string{"ns/k"}), h.Subscribe([]string{"ns/k"})}
+	solo := h.Subscribe([]string{"ns/solo"})
+
+	probed := map[*wake.Waiter]int{}
+	for range len(many) {
+		h.Probe()
+		n := 0
+		for _, w := range many {
+			if signalled(w) {
+				require.True(t, w.Probed())
+				require.False(t, w.Probed(), "Probed clears")
+				probed[w]++
+				n++
+			}
+		}
+		require.Equal(t, 1, n, "one waiter of the key per probe")
+		require.True(t, signalled(solo))
+		require.True(t, solo.Probed())
+	}
+	require.Len(t, probed, len(many), "every waiter gets its turn")
+
+	// A plain wake-up is not a probe.
+	h.Wake("ns/k")
+	for _, w := range many {
+		require.True(t, signalled(w))
+		require.False(t, w.Probed())
+	}
+}
+
+func TestHubRunProbingProbesOnTheSafetyTick(t *testing.T) {
+	t.Parallel()
+	h := wake.NewHub()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.RunProbing(ctx, 10*time.Millisecond) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+
+	idle := h.Subscribe([]string{"ns/idle"})
+	select {
+	case <-idle.C():
+		require.True(t, idle.Probed())
+	case <-time.After(waitFor):
+		t.Fatal("safety tick never probed the waiter")
+	}
+}
