@@ -26,6 +26,10 @@ type Hub struct {
 	// probes counts Probe calls; a waiter's probedAt is the count when it
 	// subscribed or was last probed, so Probe takes turns.
 	probes uint64
+	// gens holds, for each key with waiters, the value seq had when the
+	// key was last woken or got its first waiter (see Stamp).
+	gens map[string]uint64
+	seq  uint64
 }
 
 // Waiter is one waiting request. Its channel holds at most one pending
@@ -54,7 +58,7 @@ func (w *Waiter) signal() {
 
 // NewHub returns an empty Hub.
 func NewHub() *Hub {
-	return &Hub{waiters: map[string]map[*Waiter]struct{}{}, rearm: make(chan struct{}, 1)}
+	return &Hub{waiters: map[string]map[*Waiter]struct{}{}, gens: map[string]uint64{}, rearm: make(chan struct{}, 1)}
 }
 
 // Subscribe registers a waiter for keys. Subscribe before looking for work:
@@ -69,6 +73,8 @@ func (h *Hub) Subscribe(keys []string) *Waiter {
 		if set == nil {
 			set = map[*Waiter]struct{}{}
 			h.waiters[k] = set
+			h.seq++
+			h.gens[k] = h.seq
 		}
 		set[w] = struct{}{}
 	}
@@ -84,6 +90,7 @@ func (h *Hub) Unsubscribe(w *Waiter) {
 			delete(set, w)
 			if len(set) == 0 {
 				delete(h.waiters, k)
+				delete(h.gens, k)
 			}
 		}
 	}
@@ -94,7 +101,13 @@ func (h *Hub) Unsubscribe(w *Waiter) {
 func (h *Hub) Wake(keys ...string) {
 	h.mu.Lock()
 	for _, k := range keys {
-		for w := range h.waiters[k] {
+		set := h.waiters[k]
+		if set == nil {
+			continue
+		}
+		h.seq++
+		h.gens[k] = h.seq
+		for w := range set {
 			w.signal()
 		}
 	}
@@ -104,12 +117,34 @@ func (h *Hub) Wake(keys ...string) {
 // WakeAll signals every waiter.
 func (h *Hub) WakeAll() {
 	h.mu.Lock()
-	for _, set := range h.waiters {
+	h.seq++
+	for k, set := range h.waiters {
+		h.gens[k] = h.seq
 		for w := range set {
 			w.signal()
 		}
 	}
 	h.mu.Unlock()
+}
+
+// Stamp returns a value that changes whenever one of keys is woken (by
+// Wake, WakeAll or a timer, not by Probe) or has no waiters at some point.
+// A subscriber that found no work may remember the stamp taken before it
+// looked: while Stamp still returns it, looking again would find the same,
+// as far as this hub was told. It is 0, matching nothing, for a key
+// without waiters.
+func (h *Hub) Stamp(keys ...string) uint64 {
+	var stamp uint64
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, k := range keys {
+		g, ok := h.gens[k]
+		if !ok {
+			return 0
+		}
+		stamp = max(stamp, g)
+	}
+	return stamp
 }
 
 // Probe signals, for each key, the one of its waiters probed longest ago

@@ -127,3 +127,28 @@ func TestHubRunProbingProbesOnTheSafetyTick(t *testing.T) {
 		t.Fatal("safety tick never probed the waiter")
 	}
 }
+
+func TestHubStampChangesOnWakeUpsOnly(t *testing.T) {
+	t.Parallel()
+	h := wake.NewHub()
+	require.Zero(t, h.Stamp("ns/a"), "no waiters")
+	w := h.Subscribe([]string{"ns/a", "ns/b"})
+	s := h.Stamp("ns/a", "ns/b")
+	require.NotZero(t, s)
+
+	h.Probe()
+	h.Wake("ns/other")
+	require.Equal(t, s, h.Stamp("ns/a", "ns/b"), "a probe or another key's wake-up is no news")
+
+	for _, wake := range []func(){func() { h.Wake("ns/b") }, h.WakeAll} {
+		wake()
+		next := h.Stamp("ns/a", "ns/b")
+		require.NotEqual(t, s, next)
+		s = next
+	}
+
+	// The keys losing their waiters and getting new ones counts as news.
+	h.Unsubscribe(w)
+	h.Subscribe([]string{"ns/a", "ns/b"})
+	require.NotEqual(t, s, h.Stamp("ns/a", "ns/b"))
+}
