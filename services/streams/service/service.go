@@ -46,8 +46,9 @@ const (
 	grpcStopTimeout  = 10 * time.Second
 	httpStopTimeout  = 5 * time.Second
 	readyPingTimeout = time.Second
-	// safetyTick wakes every blocked read now and then, in case a wake-up
-	// was missed (a nack on another replica, say).
+	// safetyTick probes one blocked read per group and stream now and then,
+	// in case a wake-up was missed (a nack on another replica, say); a
+	// probed read that finds records wakes the others of its group.
 	safetyTick = time.Second
 	// MaxRecordBytesLimit bounds FLO_STREAMS_MAX_RECORD_BYTES.
 	MaxRecordBytesLimit = 16 << 20
@@ -206,7 +207,7 @@ func (s *Service) Run(ctx context.Context) error {
 	err := stage.Run(ctx, s.log,
 		stage.HTTP(s.httpServer, s.httpLis, httpStopTimeout, s.log),
 		stage.New("work").
-			Go("wake hub", func(ctx context.Context) error { return s.hub.Run(ctx, safetyTick) }).
+			Go("wake hub", func(ctx context.Context) error { return s.hub.RunProbing(ctx, safetyTick) }).
 			Go("stream watcher", s.reader.Run).
 			Go("settler", s.groups.Run).
 			Go("group gauges", s.gauges.Run).

@@ -89,6 +89,9 @@ type Groups struct {
 	reads  map[int64]*readQueue
 	// known holds the groups looked up by name.
 	known knownGroups
+	// quiet holds what the last look of each group found.
+	quiet   quietGroups
+	readTxs atomic.Int64
 
 	delivered, acked, nacked, deadLettered metric.Int64Counter
 
@@ -189,6 +192,7 @@ func (g *Groups) Read(ctx context.Context, req ReadRequest) ([]record.Record, er
 	if errors.Is(err, errGroupGone) {
 		// Deleted since it was looked up, and maybe created again.
 		g.forget(req.Key)
+		g.quiet.drop(grp.Group.ID)
 		if grp, err = g.catalog.GetGroup(ctx, req.Key); err != nil {
 			return nil, err
 		}
@@ -200,29 +204,52 @@ func (g *Groups) Read(ctx context.Context, req ReadRequest) ([]record.Record, er
 	return recs, err
 }
 
-// read is Read of the group grp.
+// read is Read of the group grp. A blocked read waits for a wake-up of its
+// group's or its stream's key, or for the group's earliest pending range to
+// come due, and then looks again. The hub's safety tick probes one waiter
+// per key instead of waking them all: a probed read that finds records (or
+// the group gone) wakes the group's other reads, since they all missed the
+// same wake-up. A read that begins while the group's last look still holds
+// (see quietGroups) waits without looking.
 func (g *Groups) read(ctx context.Context, grp store.GroupOf, req ReadRequest) ([]record.Record, error) {
-	topic := grp.Stream.Topic()
-	var w *wake.Waiter
-	if req.Block > 0 {
-		// Subscribe before looking, so whatever arrives after the look
-		// wakes us.
-		w = g.hub.Subscribe([]string{GroupKey(grp.Group.ID), topic})
-		defer g.hub.Unsubscribe(w)
+	if req.Block <= 0 {
+		recs, _, err := g.readOnce(ctx, grp, req)
+		return recs, err
 	}
+	topic := grp.Stream.Topic()
+	keys := []string{GroupKey(grp.Group.ID), topic}
+	// Subscribe before looking, so whatever arrives after the look wakes us.
+	w := g.hub.Subscribe(keys)
+	defer g.hub.Unsubscribe(w)
 	var (
 		deadline <-chan time.Time
 		release  func()
+		due      store.Due
+		looked   bool
 	)
 	for {
-		recs, err := g.readOnce(ctx, grp, req)
-		if err != nil || len(recs) > 0 || req.Block <= 0 {
-			return recs, err
+		stamp := g.hub.Stamp(keys...)
+		probed := w.Probed()
+		known := false
+		if !looked {
+			due, known = g.quiet.still(grp.Group.ID, stamp)
 		}
-		due, ok, err := store.NextDue(ctx, g.pool, grp.Group.ID, req.Consumer)
-		if err != nil {
-			return nil, err
+		if !known {
+			changes := g.quiet.before(grp.Group.ID)
+			var (
+				recs []record.Record
+				err  error
+			)
+			recs, due, err = g.readOnce(ctx, grp, req)
+			if probed && (len(recs) > 0 || errors.Is(err, errGroupGone)) {
+				g.hub.Wake(keys[0])
+			}
+			if err != nil || len(recs) > 0 {
+				return recs, err
+			}
+			g.quiet.found(grp.Group.ID, changes, stamp, due)
 		}
+		looked = true
 		if release == nil {
 			release = g.reader.Watch(topic, grp.Stream.Partitions)
 			defer release()
@@ -230,10 +257,9 @@ func (g *Groups) read(ctx context.Context, grp store.GroupOf, req ReadRequest) (
 			defer t.Stop()
 			deadline = t.C
 		}
-		// The hub's safety tick wakes us now and then too.
 		wait := MaxBlock
-		if ok {
-			wait = max(time.Until(due), minDueWait)
+		if at, ok := due.For(req.Consumer, time.Now()); ok {
+			wait = max(time.Until(at), minDueWait)
 		}
 		dueTimer := time.NewTimer(wait)
 		select {
@@ -253,12 +279,16 @@ func (g *Groups) read(ctx context.Context, grp store.GroupOf, req ReadRequest) (
 	}
 }
 
+// ReadTransactions is how many group read transactions ran.
+func (g *Groups) ReadTransactions() int64 { return g.readTxs.Load() }
+
 // readBatch runs one group read transaction for calls, reads of one group
 // waiting together: due redeliveries first, then new records from the
 // group's cursors, handed to the calls in turn. It sets each call's records;
 // an error is every call's.
 func (g *Groups) readBatch(ctx context.Context, grp store.GroupOf, calls []*readCall) error {
 	var dead int
+	g.readTxs.Add(1)
 	err := pg.InBatchTx(ctx, g.pool, func(tx *pg.BatchTx) error {
 		sh := newShare(calls)
 		now := time.Now()
@@ -312,6 +342,9 @@ func (g *Groups) readBatch(ctx context.Context, grp store.GroupOf, calls []*read
 	n := 0
 	for _, c := range calls {
 		n += len(c.recs)
+	}
+	if n > 0 || dead > 0 {
+		g.quiet.changed(grp.Group.ID)
 	}
 	g.delivered.Add(ctx, int64(n))
 	if dead > 0 {

@@ -13,6 +13,8 @@ type readCall struct {
 	ctx  context.Context
 	req  ReadRequest
 	recs []record.Record
+	// due is the group's when it got no records and may wait.
+	due  store.Due
 	err  error
 	done chan struct{}
 }
@@ -27,11 +29,12 @@ type readQueue struct {
 }
 
 // readOnce hands records to req's consumer in a transaction shared with the
-// group's other reads that wait at the same time. A read whose context ends
+// group's other reads that wait at the same time; with none, it returns the
+// group's Due for a blocked read to wait by. A read whose context ends
 // before its transaction began is dropped; once a transaction took it, it
 // waits for the result, since records may already be handed to its
 // consumer.
-func (g *Groups) readOnce(ctx context.Context, grp store.GroupOf, req ReadRequest) ([]record.Record, error) {
+func (g *Groups) readOnce(ctx context.Context, grp store.GroupOf, req ReadRequest) ([]record.Record, store.Due, error) {
 	c := &readCall{ctx: ctx, req: req, done: make(chan struct{})}
 	g.readMu.Lock()
 	q := g.reads[grp.Group.ID]
@@ -45,7 +48,7 @@ func (g *Groups) readOnce(ctx context.Context, grp store.GroupOf, req ReadReques
 
 	select {
 	case <-c.done:
-		return c.recs, c.err
+		return c.recs, c.due, c.err
 	case <-ctx.Done():
 	}
 	g.readMu.Lock()
@@ -55,10 +58,10 @@ func (g *Groups) readOnce(ctx context.Context, grp store.GroupOf, req ReadReques
 	}
 	g.readMu.Unlock()
 	if i >= 0 {
-		return nil, ctx.Err()
+		return nil, store.Due{}, ctx.Err()
 	}
 	<-c.done
-	return c.recs, c.err
+	return c.recs, c.due, c.err
 }
 
 // serveReads runs read transactions for q's group while reads wait, each
@@ -80,6 +83,9 @@ func (g *Groups) serveReads(q *readQueue) {
 
 		txCtx, cancel := context.WithTimeout(context.WithoutCancel(calls[0].ctx), readTxTimeout)
 		err := g.readBatch(txCtx, q.grp, calls)
+		if err == nil {
+			g.dueFor(txCtx, q.grp, calls)
+		}
 		cancel()
 		for _, c := range calls {
 			if err != nil {
@@ -87,5 +93,23 @@ func (g *Groups) serveReads(q *readQueue) {
 			}
 			close(c.done)
 		}
+	}
+}
+
+// dueFor reads the group's Due once for the blocked calls that got no
+// records, which wait by it; failing, it is their error.
+func (g *Groups) dueFor(ctx context.Context, grp store.GroupOf, calls []*readCall) {
+	var waiting []*readCall
+	for _, c := range calls {
+		if len(c.recs) == 0 && c.req.Block > 0 {
+			waiting = append(waiting, c)
+		}
+	}
+	if len(waiting) == 0 {
+		return
+	}
+	due, err := store.GroupDue(ctx, g.pool, grp.Group.ID)
+	for _, c := range waiting {
+		c.due, c.err = due, err
 	}
 }

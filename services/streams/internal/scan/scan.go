@@ -115,9 +115,15 @@ func (s *Scanner) rangeRead(ctx context.Context, st store.Stream, start record.S
 		release  func()
 	)
 	for {
+		probed := wait && w.Probed()
 		recs, pos, done, err := s.collect(ctx, st, froms, start, end, count)
 		if err != nil {
 			return Result{}, err
+		}
+		if probed && len(recs) > 0 {
+			// The hub's safety probe found what the stream's other
+			// waiters missed too.
+			s.hub.Wake(st.Topic())
 		}
 		res := Result{Records: recs}
 		if !done || end.Open {
@@ -136,7 +142,7 @@ func (s *Scanner) rangeRead(ctx context.Context, st store.Stream, start record.S
 			defer t.Stop()
 			deadline = t.C
 		}
-		// The hub's safety tick wakes us now and then too.
+		// The hub's safety tick probes one waiter of the stream now and then.
 		select {
 		case <-w.C():
 		case <-deadline:

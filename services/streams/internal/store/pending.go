@@ -126,27 +126,48 @@ func LockRangesAt(ctx context.Context, tx *pg.BatchTx, targets []Target, groups 
 	return out, exist, nil
 }
 
-// NextDue is when there may be records for consumer of the group: when its
-// earliest pending range is due, or, while another consumer holds the lease
-// of an exclusive group, when that lease runs out (its due ranges are the
-// holder's). ok is false when nothing is pending and no lease runs, or the
-// group is gone.
-func NextDue(ctx context.Context, db DB, groupID int64, consumer string) (at time.Time, ok bool, err error) {
-	var t *time.Time
-	err = db.QueryRow(ctx, `
-		SELECT CASE WHEN g.owner_until > now() AND g.owner <> $2 THEN g.owner_until
-			ELSE (SELECT min(redeliver_at) FROM pending WHERE group_id = g.id) END
-		FROM groups g WHERE g.id = $1`, groupID, consumer).Scan(&t)
+// Due is what decides when a group may have records for its consumers
+// again: its earliest pending range's redelivery time and the lease of an
+// exclusive group.
+type Due struct {
+	// Pending is when the earliest pending range is due; zero when nothing
+	// is pending.
+	Pending time.Time
+	// Owner holds an exclusive group's lease until OwnerUntil.
+	Owner      string
+	OwnerUntil time.Time
+}
+
+// For is when there may be records for consumer at now: when the earliest
+// pending range is due, or, while another consumer holds the lease of an
+// exclusive group, when that lease runs out (its due ranges are the
+// holder's). ok is false when nothing is pending and no lease runs.
+func (d Due) For(consumer string, now time.Time) (at time.Time, ok bool) {
+	if d.OwnerUntil.After(now) && d.Owner != consumer {
+		return d.OwnerUntil, true
+	}
+	return d.Pending, !d.Pending.IsZero()
+}
+
+// GroupDue reads the group's Due; a group that is gone has a zero one.
+func GroupDue(ctx context.Context, db DB, groupID int64) (Due, error) {
+	var (
+		d       Due
+		pending *time.Time
+	)
+	err := db.QueryRow(ctx, `
+		SELECT g.owner, g.owner_until, (SELECT min(redeliver_at) FROM pending WHERE group_id = g.id)
+		FROM groups g WHERE g.id = $1`, groupID).Scan(&d.Owner, &d.OwnerUntil, &pending)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return time.Time{}, false, nil
+		return Due{}, nil
 	}
 	if err != nil {
-		return time.Time{}, false, fmt.Errorf("next due range: %w", err)
+		return Due{}, fmt.Errorf("next due range: %w", err)
 	}
-	if t == nil {
-		return time.Time{}, false, nil
+	if pending != nil {
+		d.Pending = *pending
 	}
-	return *t, true, nil
+	return d, nil
 }
 
 // ListPending returns up to limit of a group's ranges (of one consumer when
