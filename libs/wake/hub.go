@@ -30,6 +30,8 @@ type Hub struct {
 	// key was last woken or got its first waiter (see Stamp).
 	gens map[string]uint64
 	seq  uint64
+	// count is how many waiters are subscribed.
+	count int
 }
 
 // Waiter is one waiting request. Its channel holds at most one pending
@@ -38,6 +40,7 @@ type Waiter struct {
 	keys     []string
 	c        chan struct{}
 	probedAt uint64 // guarded by the hub's mu
+	gone     bool   // unsubscribed; guarded by the hub's mu
 	probed   atomic.Bool
 }
 
@@ -68,6 +71,7 @@ func (h *Hub) Subscribe(keys []string) *Waiter {
 	h.mu.Lock()
 	// It is about to look for work, as good as probed.
 	w.probedAt = h.probes
+	h.count++
 	for _, k := range keys {
 		set := h.waiters[k]
 		if set == nil {
@@ -85,6 +89,10 @@ func (h *Hub) Subscribe(keys []string) *Waiter {
 // Unsubscribe removes a waiter.
 func (h *Hub) Unsubscribe(w *Waiter) {
 	h.mu.Lock()
+	if !w.gone {
+		w.gone = true
+		h.count--
+	}
 	for _, k := range w.keys {
 		if set := h.waiters[k]; set != nil {
 			delete(set, w)
@@ -169,6 +177,20 @@ func (h *Hub) Probe() {
 		}
 	}
 	h.mu.Unlock()
+}
+
+// Waiters is how many waiters are subscribed.
+func (h *Hub) Waiters() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.count
+}
+
+// Probes is how many times Probe ran.
+func (h *Hub) Probes() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.probes
 }
 
 // WakeAt schedules a wake-up of key at t, for work that becomes ready then.

@@ -102,6 +102,8 @@ func TestHubProbeTakesTurnsOneWaiterPerKey(t *testing.T) {
 		require.True(t, solo.Probed())
 	}
 	require.Len(t, probed, len(many), "every waiter gets its turn")
+	require.Equal(t, uint64(len(many)), h.Probes())
+	require.Equal(t, len(many)+1, h.Waiters())
 
 	// A plain wake-up is not a probe.
 	h.Wake("ns/k")

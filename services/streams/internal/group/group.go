@@ -90,8 +90,10 @@ type Groups struct {
 	// known holds the groups looked up by name.
 	known knownGroups
 	// quiet holds what the last look of each group found.
-	quiet   quietGroups
-	readTxs atomic.Int64
+	quiet quietGroups
+	// readTxs and readCalls count group read transactions and the reads
+	// they served.
+	readTxs, readCalls atomic.Int64
 
 	delivered, acked, nacked, deadLettered metric.Int64Counter
 
@@ -279,8 +281,11 @@ func (g *Groups) read(ctx context.Context, grp store.GroupOf, req ReadRequest) (
 	}
 }
 
-// ReadTransactions is how many group read transactions ran.
-func (g *Groups) ReadTransactions() int64 { return g.readTxs.Load() }
+// ReadTransactions is how many group read transactions ran and how many
+// reads they served in all.
+func (g *Groups) ReadTransactions() (txs, reads int64) {
+	return g.readTxs.Load(), g.readCalls.Load()
+}
 
 // readBatch runs one group read transaction for calls, reads of one group
 // waiting together: due redeliveries first, then new records from the
@@ -289,6 +294,7 @@ func (g *Groups) ReadTransactions() int64 { return g.readTxs.Load() }
 func (g *Groups) readBatch(ctx context.Context, grp store.GroupOf, calls []*readCall) error {
 	var dead int
 	g.readTxs.Add(1)
+	g.readCalls.Add(int64(len(calls)))
 	err := pg.InBatchTx(ctx, g.pool, func(tx *pg.BatchTx) error {
 		sh := newShare(calls)
 		now := time.Now()
