@@ -20,8 +20,11 @@ import (
 
 // Defaults shared by [ActionWorkerOptions] and [StreamWorkerOptions].
 const (
-	DefaultConcurrency       = 10
-	DefaultBlockMS           = 30_000
+	DefaultConcurrency = 10
+	// DefaultBlockMS is the gateway's longest hold: a worker with nothing to
+	// do renews its request once in five minutes, not every 30 seconds,
+	// which with thousands of idle workers was most of their traffic.
+	DefaultBlockMS           = 300_000
 	DefaultHeartbeatInterval = 30 * time.Second
 )
 

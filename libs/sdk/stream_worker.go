@@ -64,7 +64,7 @@ type StreamWorkerOptions struct {
 	// BatchSize the next batch is on its way while the last one is handled.
 	BatchSize int
 	// BlockMS is how long the server may hold a read open before answering that there is
-	// nothing new (default 30000).
+	// nothing new (default 300000, five minutes).
 	BlockMS int64
 	// MessageTimeout bounds the handling of one record (default 5 minutes): the handler's
 	// context ends then and the record is nacked. The group redelivers a record its consumer

@@ -588,7 +588,7 @@ func TestStreamWorkerOptions(t *testing.T) {
 	require.NotEmpty(t, opts.MachineID)
 	require.Equal(t, 10, opts.Concurrency)
 	require.Equal(t, 10, opts.BatchSize)
-	require.Equal(t, int64(30000), opts.BlockMS)
+	require.Equal(t, int64(300000), opts.BlockMS)
 	require.Equal(t, 5*time.Minute, opts.MessageTimeout)
 	require.Equal(t, 30*time.Second, opts.HeartbeatInterval)
 	require.ErrorIs(t, w.Start(context.Background()), flo.ErrNotConnected)

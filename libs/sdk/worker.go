@@ -33,7 +33,7 @@ type ActionWorkerOptions struct {
 	// stopping worker waits no longer than this for its handlers (default 5 minutes).
 	ActionTimeout time.Duration
 	// BlockMS is how long the server may hold a request for tasks open before answering that
-	// there are none (default 30000).
+	// there are none (default 300000, five minutes).
 	BlockMS int64
 	// LeaseMS is how long a claimed task stays this worker's before the server may hand it to
 	// another; zero means the action's timeout.

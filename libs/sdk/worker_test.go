@@ -597,7 +597,7 @@ func TestWorkerRegistrationRules(t *testing.T) {
 	opts := w.Options()
 	require.Equal(t, 10, opts.Concurrency)
 	require.Equal(t, 5*time.Minute, opts.ActionTimeout)
-	require.Equal(t, int64(30000), opts.BlockMS)
+	require.Equal(t, int64(300000), opts.BlockMS)
 	require.Zero(t, opts.LeaseMS)
 	require.Equal(t, 30*time.Second, opts.HeartbeatInterval)
 	require.Equal(t, opts.WorkerID, w.ID())
