@@ -466,6 +466,21 @@ func (c *Catalog) CreateGroup(ctx context.Context, spec GroupSpec) (GroupInfo, e
 	if err != nil {
 		return GroupInfo{}, err
 	}
+	if err := validateNamespace(spec.Namespace); err != nil {
+		return GroupInfo{}, err
+	}
+	if err := validateLookup("stream", spec.Stream); err != nil {
+		return GroupInfo{}, err
+	}
+	// Every stream worker creates its group as it starts, so thousands
+	// starting at once mostly find it: one read each, no failing insert.
+	key := store.GroupKey{Namespace: spec.Namespace, Stream: spec.Stream, Group: spec.Name}
+	switch g, err := store.GetGroup(ctx, c.pool, key); {
+	case err == nil:
+		return GroupInfo{}, groupExists(g, mode)
+	case !errors.Is(err, pg.ErrNotFound):
+		return GroupInfo{}, err
+	}
 	st, err := c.GetStream(ctx, spec.Namespace, spec.Stream)
 	if err != nil {
 		return GroupInfo{}, err
@@ -476,7 +491,12 @@ func (c *Catalog) CreateGroup(ctx context.Context, spec GroupSpec) (GroupInfo, e
 	}
 	g, err := store.InsertGroup(ctx, c.pool, st.ID, spec.Name, spec.MaxDeliveries, mode, cursors)
 	if errors.Is(err, pg.ErrConflict) {
-		return GroupInfo{}, c.groupExists(ctx, st, spec.Name, mode)
+		// Created meanwhile (and maybe deleted since: then it existed).
+		g, err := store.GetGroup(ctx, c.pool, key)
+		if err != nil {
+			g = store.GroupOf{Stream: st, Group: store.Group{Name: spec.Name, Mode: mode}}
+		}
+		return GroupInfo{}, groupExists(g, mode)
 	}
 	if err != nil {
 		return GroupInfo{}, err
@@ -488,15 +508,14 @@ func (c *Catalog) CreateGroup(ctx context.Context, spec GroupSpec) (GroupInfo, e
 	return groupInfo(st, store.GroupState{Group: g, Cursors: cursors}, starts, ends), nil
 }
 
-// groupExists is the error for creating the existing group name of st:
+// groupExists is the error for creating the existing group g:
 // AlreadyExists, or FailedPrecondition when it has another mode, so a
 // consumer that wants one mode never reads a group of another.
-func (c *Catalog) groupExists(ctx context.Context, st store.Stream, name, mode string) error {
-	g, err := store.GetGroup(ctx, c.pool, store.GroupKey{Namespace: st.Namespace, Stream: st.Name, Group: name})
-	if err == nil && g.Group.Mode != mode {
-		return fault.Preconditionf("group %q of stream %q exists with mode %q, not %q", name, st.Name, g.Group.Mode, mode)
+func groupExists(g store.GroupOf, mode string) error {
+	if g.Group.Mode != mode {
+		return fault.Preconditionf("group %q of stream %q exists with mode %q, not %q", g.Group.Name, g.Stream.Name, g.Group.Mode, mode)
 	}
-	return &ExistsError{Message: fmt.Sprintf("group %q already exists on stream %q", name, st.Name)}
+	return &ExistsError{Message: fmt.Sprintf("group %q already exists on stream %q", g.Group.Name, g.Stream.Name)}
 }
 
 // startOffsets is, per partition, the first offset a group starting at s
