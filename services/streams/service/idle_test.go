@@ -75,8 +75,14 @@ func TestIdleGroupReads(t *testing.T) {
 	require.NoError(t, err)
 	requireGot(t, got, nacked)
 
+	// An append wakes every waiting read; once one took the record and a
+	// transaction found nothing left, the others need not look.
+	looks = lookCounter(r)
 	appended := appendN(t, c, ns, "s", 1, 1)[0]
 	requireGot(t, got, appended)
+	probes = r.svc.Probes()
+	require.Eventually(t, func() bool { return r.svc.Probes() >= probes+2 }, waitFor, tick)
+	looks(t, 3*64, "after an append woke %d waiting reads", readers+100-1)
 }
 
 // lookCounter notes the read transactions of r so far and returns a check

@@ -211,11 +211,11 @@ func (g *Groups) Read(ctx context.Context, req ReadRequest) ([]record.Record, er
 // come due, and then looks again. The hub's safety tick probes one waiter
 // per key instead of waking them all: a probed read that finds records (or
 // the group gone) wakes the group's other reads, since they all missed the
-// same wake-up. A read that begins while the group's last look still holds
-// (see quietGroups) waits without looking.
+// same wake-up. A look while the group's last look still holds (see
+// quietGroups) costs no transaction.
 func (g *Groups) read(ctx context.Context, grp store.GroupOf, req ReadRequest) ([]record.Record, error) {
 	if req.Block <= 0 {
-		recs, _, err := g.readOnce(ctx, grp, req)
+		recs, _, err := g.readOnce(ctx, grp, req, false)
 		return recs, err
 	}
 	topic := grp.Stream.Topic()
@@ -226,32 +226,16 @@ func (g *Groups) read(ctx context.Context, grp store.GroupOf, req ReadRequest) (
 	var (
 		deadline <-chan time.Time
 		release  func()
-		due      store.Due
-		looked   bool
 	)
 	for {
-		stamp := g.hub.Stamp(keys...)
 		probed := w.Probed()
-		known := false
-		if !looked {
-			due, known = g.quiet.still(grp.Group.ID, stamp)
+		recs, due, err := g.readOnce(ctx, grp, req, probed)
+		if probed && (len(recs) > 0 || errors.Is(err, errGroupGone)) {
+			g.hub.Wake(keys[0])
 		}
-		if !known {
-			changes := g.quiet.before(grp.Group.ID)
-			var (
-				recs []record.Record
-				err  error
-			)
-			recs, due, err = g.readOnce(ctx, grp, req)
-			if probed && (len(recs) > 0 || errors.Is(err, errGroupGone)) {
-				g.hub.Wake(keys[0])
-			}
-			if err != nil || len(recs) > 0 {
-				return recs, err
-			}
-			g.quiet.found(grp.Group.ID, changes, stamp, due)
+		if err != nil || len(recs) > 0 {
+			return recs, err
 		}
-		looked = true
 		if release == nil {
 			release = g.reader.Watch(topic, grp.Stream.Partitions)
 			defer release()

@@ -3,6 +3,7 @@ package group
 import (
 	"context"
 	"slices"
+	"time"
 
 	"github.com/razorbill/flo/services/streams/internal/record"
 	"github.com/razorbill/flo/services/streams/internal/store"
@@ -10,9 +11,12 @@ import (
 
 // readCall is one group read waiting for a transaction of its group.
 type readCall struct {
-	ctx  context.Context
-	req  ReadRequest
-	recs []record.Record
+	ctx context.Context
+	req ReadRequest
+	// probed says the hub's safety probe woke the read: it looks, whatever
+	// the group's last look found.
+	probed bool
+	recs   []record.Record
 	// due is the group's when it got no records and may wait.
 	due  store.Due
 	err  error
@@ -30,12 +34,14 @@ type readQueue struct {
 
 // readOnce hands records to req's consumer in a transaction shared with the
 // group's other reads that wait at the same time; with none, it returns the
-// group's Due for a blocked read to wait by. A read whose context ends
+// group's Due for a blocked read to wait by. A blocked read that is not
+// probed is answered without a transaction while the group's last look
+// holds. A read whose context ends
 // before its transaction began is dropped; once a transaction took it, it
 // waits for the result, since records may already be handed to its
 // consumer.
-func (g *Groups) readOnce(ctx context.Context, grp store.GroupOf, req ReadRequest) ([]record.Record, store.Due, error) {
-	c := &readCall{ctx: ctx, req: req, done: make(chan struct{})}
+func (g *Groups) readOnce(ctx context.Context, grp store.GroupOf, req ReadRequest, probed bool) ([]record.Record, store.Due, error) {
+	c := &readCall{ctx: ctx, req: req, probed: probed, done: make(chan struct{})}
 	g.readMu.Lock()
 	q := g.reads[grp.Group.ID]
 	if q == nil {
@@ -81,10 +87,18 @@ func (g *Groups) serveReads(q *readQueue) {
 		q.waiting = slices.Delete(q.waiting, 0, n)
 		g.readMu.Unlock()
 
+		id := q.grp.Group.ID
+		stamp := g.hub.Stamp(GroupKey(id), q.grp.Stream.Topic())
+		if calls = g.answerQuiet(id, stamp, calls); len(calls) == 0 {
+			continue
+		}
+		changes := g.quiet.before(id)
 		txCtx, cancel := context.WithTimeout(context.WithoutCancel(calls[0].ctx), readTxTimeout)
 		err := g.readBatch(txCtx, q.grp, calls)
 		if err == nil {
-			g.dueFor(txCtx, q.grp, calls)
+			if due, waiting := g.dueFor(txCtx, q.grp, calls); waiting {
+				g.quiet.found(id, changes, stamp, due)
+			}
 		}
 		cancel()
 		for _, c := range calls {
@@ -96,9 +110,29 @@ func (g *Groups) serveReads(q *readQueue) {
 	}
 }
 
+// answerQuiet answers the blocked, unprobed calls of the group with nothing
+// while its last look holds at stamp, and returns the other calls.
+func (g *Groups) answerQuiet(groupID int64, stamp uint64, calls []*readCall) []*readCall {
+	due, ok := g.quiet.still(groupID, stamp, time.Now())
+	if !ok {
+		return calls
+	}
+	rest := calls[:0]
+	for _, c := range calls {
+		if c.req.Block <= 0 || c.probed {
+			rest = append(rest, c)
+			continue
+		}
+		c.recs, c.due = c.recs[:0], due
+		close(c.done)
+	}
+	return rest
+}
+
 // dueFor reads the group's Due once for the blocked calls that got no
-// records, which wait by it; failing, it is their error.
-func (g *Groups) dueFor(ctx context.Context, grp store.GroupOf, calls []*readCall) {
+// records, which wait by it; failing, it is their error. It returns the Due
+// and whether it read it successfully.
+func (g *Groups) dueFor(ctx context.Context, grp store.GroupOf, calls []*readCall) (store.Due, bool) {
 	var waiting []*readCall
 	for _, c := range calls {
 		if len(c.recs) == 0 && c.req.Block > 0 {
@@ -106,10 +140,11 @@ func (g *Groups) dueFor(ctx context.Context, grp store.GroupOf, calls []*readCal
 		}
 	}
 	if len(waiting) == 0 {
-		return
+		return store.Due{}, false
 	}
 	due, err := store.GroupDue(ctx, g.pool, grp.Group.ID)
 	for _, c := range waiting {
 		c.due, c.err = due, err
 	}
+	return due, err == nil
 }
