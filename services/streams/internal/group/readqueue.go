@@ -96,7 +96,7 @@ func (g *Groups) serveReads(q *readQueue) {
 		txCtx, cancel := context.WithTimeout(context.WithoutCancel(calls[0].ctx), readTxTimeout)
 		err := g.readBatch(txCtx, q.grp, calls)
 		if err == nil {
-			if due, waiting := g.dueFor(txCtx, q.grp, calls); waiting {
+			if due, waiting := g.dueFor(txCtx, q.grp, calls); waiting && holderLooked(q.grp, calls, due) {
 				g.quiet.found(id, changes, stamp, due)
 			}
 		}
@@ -108,6 +108,16 @@ func (g *Groups) serveReads(q *readQueue) {
 			close(c.done)
 		}
 	}
+}
+
+// holderLooked says whether calls, which found nothing, speak for every
+// consumer of the group: in an exclusive group only when the lease holder
+// was among them, since the others get nothing anyway.
+func holderLooked(grp store.GroupOf, calls []*readCall, due store.Due) bool {
+	if grp.Group.Mode != store.ModeExclusive {
+		return true
+	}
+	return slices.ContainsFunc(calls, func(c *readCall) bool { return c.req.Consumer == due.Owner })
 }
 
 // answerQuiet answers the blocked, unprobed calls of the group with nothing
