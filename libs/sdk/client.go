@@ -94,6 +94,13 @@ func (c *Client) Addr() string { return c.addr }
 // near 256 MiB.
 const maxReceiveBytes = 256 << 20
 
+// streamWindow and connWindow are the client's flow-control windows: as large
+// as gRPC's probing grows them on a fast network, so nothing waits on them.
+const (
+	streamWindow = 4 << 20
+	connWindow   = 16 << 20
+)
+
 // Connect prepares the gRPC connection. The connection itself is established lazily and
 // re-established whenever it breaks, so Connect fails only on a malformed address or options.
 // Calls that are safe to repeat (reads, enable/disable, drain, ack, cancel) are retried up to
@@ -131,6 +138,12 @@ func (c *Client) Connect() error {
 		// resolver's 5 s timeout and retry: calls stalled in steps of 5 s,
 		// up to 10 s, while the server sat idle.
 		grpc.WithDisableServiceConfig(),
+		// Fixed flow-control windows, which turns off gRPC's bandwidth
+		// probing: it answered the first message after every quiet spell
+		// (each heartbeat's answer, for an idle worker) with a ping the
+		// gateway had to answer.
+		grpc.WithInitialWindowSize(streamWindow),
+		grpc.WithInitialConnWindowSize(connWindow),
 	}
 	opts = append(opts, c.dialOpts...)
 	conn, err := grpc.NewClient(c.addr, opts...)

@@ -436,6 +436,11 @@ func (s *Service) newGRPCServer(svc httpapi.Services, guard *auth.Guard) *grpc.S
 		// ping every 10 s, idle or not.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		// Fixed flow-control windows, which turns off gRPC's bandwidth
+		// probing: it answered the first message after every quiet spell
+		// (each idle worker's heartbeat) with a ping of its own.
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
 	}
 	if s.edgeTLS != nil {
 		// No read buffer of gRPC's own over TLS: the TLS connection buffers
@@ -455,6 +460,14 @@ func (s *Service) newGRPCServer(svc httpapi.Services, guard *auth.Guard) *grpc.S
 	flov1.RegisterKeyServiceServer(srv, svc.Keys)
 	return srv
 }
+
+// streamWindow and connWindow are the gateway's flow-control windows: as
+// large as the probing grows them on a fast network, so nothing waits on
+// them there.
+const (
+	streamWindow = 4 << 20
+	connWindow   = 16 << 20
+)
 
 // keepStatus keeps the status an API server answered with: the servers map
 // the internal services' answers to public codes themselves.
