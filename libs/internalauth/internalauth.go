@@ -89,7 +89,10 @@ func ServerOptions(a config.Auth, log *slog.Logger) ([]grpc.ServerOption, error)
 // DialOptions returns the transport credentials and the per-call token an
 // internal client needs: TLS presenting the service's certificate and
 // verifying the server against the cluster CA when the files are set,
-// plaintext otherwise.
+// plaintext otherwise. It also asks the resolver for no service config, as
+// the SDK does: for a host name gRPC would otherwise look up a TXT record
+// (_grpc_config.<host>), which /etc/hosts cannot answer, before the first
+// connection, and a nameserver that drops it holds the start for 5-10 s.
 func DialOptions(a config.Auth, log *slog.Logger) ([]grpc.DialOption, error) {
 	if err := Validate(a); err != nil {
 		return nil, err
@@ -102,7 +105,7 @@ func DialOptions(a config.Auth, log *slog.Logger) ([]grpc.DialOption, error) {
 		}
 		creds = credentials.NewTLS(cfg)
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithDisableServiceConfig()}
 	if !a.Off() {
 		opts = append(opts, grpc.WithPerRPCCredentials(token{value: a.InternalToken, secure: usesTLS(a)}))
 	}
