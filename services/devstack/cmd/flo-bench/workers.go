@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/status"
@@ -244,6 +245,35 @@ type fleet struct {
 	stopped int
 	runs    int
 	ran     map[string]int
+
+	// warnKinds counts the warnings by their text with numbers left out,
+	// so that a storm's hundreds say what they were in a few lines.
+	warnKinds map[string]int
+}
+
+// maxWarnKinds bounds the kinds of worker warnings printed and counted.
+const maxWarnKinds = 5
+
+// warnKind is a warning's text with its numbers (attempts, delays with
+// their units, addresses) replaced by #.
+func warnKind(text string) string {
+	var b strings.Builder
+	number := false
+	for _, r := range text {
+		switch {
+		case r >= '0' && r <= '9':
+			if !number {
+				b.WriteByte('#')
+			}
+			number = true
+		case number && (r == '.' || unicode.IsLetter(r)):
+			// A number's decimals and unit.
+		default:
+			b.WriteRune(r)
+			number = false
+		}
+	}
+	return b.String()
 }
 
 // loadProcess is one child process running idle workers.
@@ -261,7 +291,7 @@ func startFleet(p *platform, counts []int, stream bool) (*fleet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("find this program: %w", err)
 	}
-	f := &fleet{stream: stream, started: time.Now(), ran: map[string]int{}}
+	f := &fleet{stream: stream, started: time.Now(), ran: map[string]int{}, warnKinds: map[string]int{}}
 	first := 0
 	for _, n := range counts {
 		args := []string{workersChildFlag, "-addr", p.stack.GatewayGRPCAddr(), "-first", strconv.Itoa(first), "-count", strconv.Itoa(n)}
@@ -311,9 +341,14 @@ func (f *fleet) read(r io.Reader) {
 			}
 		case reportWarn:
 			f.warns++
-			// The first few say what went wrong; the count says how often.
-			if f.warns <= 5 {
+			// The first of each of a few kinds say what went wrong; the
+			// counts say how often.
+			kind := warnKind(text)
+			if f.warnKinds[kind] == 0 && len(f.warnKinds) < maxWarnKinds {
 				fmt.Fprintf(os.Stderr, "  worker %s: %s\n", id, text)
+			}
+			if f.warnKinds[kind] > 0 || len(f.warnKinds) < maxWarnKinds {
+				f.warnKinds[kind]++
 			}
 		case reportRan:
 			f.runs++
@@ -398,6 +433,9 @@ func (f *fleet) waitUp(ctx context.Context, client *flo.Client, limit time.Durat
 	defer f.mu.Unlock()
 	fmt.Printf("  all connected in %s, all registered in %s; %d warnings from workers, %d stopped\n",
 		took(f.upIn, f.connected, f.want), took(registeredIn, registered, f.want), f.warns, f.stopped)
+	for kind, n := range f.warnKinds {
+		fmt.Printf("    %d× %s\n", n, kind)
+	}
 	if f.stopped > 0 {
 		return fmt.Errorf("%d workers stopped", f.stopped)
 	}

@@ -50,3 +50,13 @@ func TestParseReport(t *testing.T) {
 	kind, id, text = parseReport("connected idle-12")
 	require.Equal(t, []string{reportConnected, "idle-12", ""}, []string{kind, id, text})
 }
+
+// Worker warnings that differ only in numbers (attempts, delays) are one
+// kind, so a storm's hundreds print as a few lines with counts.
+func TestWarnKindLeavesNumbersOut(t *testing.T) {
+	a := warnKind(`flo: worker stream down; reconnecting error=rpc error: code = DeadlineExceeded retry_in=1.2s attempts=1`)
+	b := warnKind(`flo: worker stream down; reconnecting error=rpc error: code = DeadlineExceeded retry_in=850ms attempts=12`)
+	require.Equal(t, a, b)
+	require.Equal(t, "flo: worker stream down; reconnecting error=rpc error: code = DeadlineExceeded retry_in=# attempts=#", a)
+	require.NotEqual(t, a, warnKind(`flo: heartbeat failed; retrying with the next one error=EOF failures=1`))
+}
