@@ -155,18 +155,23 @@ func (h *Hub) Stamp(keys ...string) uint64 {
 	return stamp
 }
 
-// Probe signals, for each key, the one of its waiters probed longest ago
-// (a waiter is probed at most once per call). It is the cheap safety check
-// for many waiters of a key that would all find the same work: one looks,
-// and if it finds work it wakes the others (see Waiter.Probed), so a missed
-// wake-up costs each key one look per probe instead of one per waiter.
+// Probe signals, for each key, the one of its waiters probed longest ago,
+// unless one of them was already probed by this call for another of its
+// keys. It is the cheap safety check for many waiters of a key that would
+// all find the same work: one looks, and if it finds work it wakes the
+// others (see Waiter.Probed), so a missed wake-up costs each key at most one
+// look per probe instead of one per waiter.
 func (h *Hub) Probe() {
 	h.mu.Lock()
 	h.probes++
 	for _, set := range h.waiters {
 		var pick *Waiter
 		for w := range set {
-			if w.probedAt != h.probes && (pick == nil || w.probedAt < pick.probedAt) {
+			if w.probedAt == h.probes {
+				pick = nil // covered
+				break
+			}
+			if pick == nil || w.probedAt < pick.probedAt {
 				pick = w
 			}
 		}

@@ -105,6 +105,28 @@ func TestHubProbeTakesTurnsOneWaiterPerKey(t *testing.T) {
 	require.Equal(t, uint64(len(many)), h.Probes())
 	require.Equal(t, len(many)+1, h.Waiters())
 
+	// A waiter probed for one of its keys covers the others: two keys whose
+	// waiters all wait on both cost one look per probe.
+	both := []*wake.Waiter{h.Subscribe([]string{"ns/g", "ns/t"}), h.Subscribe([]string{"ns/g", "ns/t"})}
+	for range 2 {
+		h.Probe()
+		n := 0
+		for _, w := range both {
+			if signalled(w) {
+				n++
+			}
+		}
+		require.Equal(t, 1, n)
+	}
+	for _, w := range both {
+		require.True(t, w.Probed(), "each took its turn")
+		h.Unsubscribe(w)
+	}
+	for _, w := range append(many, solo) {
+		signalled(w)
+		w.Probed()
+	}
+
 	// A plain wake-up is not a probe.
 	h.Wake("ns/k")
 	for _, w := range many {
