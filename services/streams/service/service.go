@@ -46,7 +46,7 @@ const (
 	grpcStopTimeout  = 10 * time.Second
 	httpStopTimeout  = 5 * time.Second
 	readyPingTimeout = time.Second
-	// safetyTick probes one blocked read per group and stream now and then,
+	// safetyTick probes one blocked read per group (or stream) now and then,
 	// in case a wake-up was missed (a nack on another replica, say); a
 	// probed read that finds records wakes the others of its group.
 	safetyTick = time.Second
