@@ -135,7 +135,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	s.relay = outbox.NewRelay(s.pool, s.producer, log)
 
 	meter := otel.Meter("github.com/razorbill/flo/services/registry")
-	if s.roster, err = roster.New(s.pool, s.relay, cfg.MaxWorkersPerNamespace, meter); err != nil {
+	if s.roster, err = roster.New(s.pool, s.relay, cfg.MaxWorkersPerNamespace, cfg.HeartbeatTimeout, meter); err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
 	if s.checker, err = health.New(s.pool, s.relay, cfg.HeartbeatTimeout, log, meter); err != nil {

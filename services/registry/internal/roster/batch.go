@@ -36,9 +36,9 @@ var (
 )
 
 // execHeartbeats writes the heartbeats that arrived together in one
-// transaction: one statement for every worker's load, time and status, and
-// one outbox row holding the STATUS_CHANGED events of the workers whose
-// status changed. Each caller is answered after the commit with its
+// transaction: one statement for the load, time and status of every worker
+// due a write (store.Heartbeats), and one outbox row holding the
+// STATUS_CHANGED events of the workers whose status changed. Each caller is answered after the commit with its
 // worker's status, or NotFound for a worker that is not registered. Two
 // heartbeats of one worker in a batch are written as the later one, and both
 // get its status.
@@ -62,7 +62,7 @@ func (r *Roster) execHeartbeats(ctx context.Context, calls []*heartbeatCall) err
 	var changes []store.Change
 	err := pg.InBatchTx(ctx, r.pool, func(tx *pg.BatchTx) error {
 		var err error
-		if changes, err = store.Heartbeats(ctx, tx, beats); err != nil {
+		if changes, err = store.Heartbeats(ctx, tx, beats, r.fresh); err != nil {
 			return err
 		}
 		var records []outbox.Record

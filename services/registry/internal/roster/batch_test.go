@@ -44,11 +44,18 @@ func (f *fixture) Notify() { f.notes.Add(1) }
 
 func newFixture(t *testing.T, maxWorkers int) *fixture {
 	t.Helper()
+	return newFixtureTimeout(t, maxWorkers, 90*time.Second)
+}
+
+// newFixtureTimeout is newFixture for a registry whose heartbeat timeout
+// is timeout.
+func newFixtureTimeout(t *testing.T, maxWorkers int, timeout time.Duration) *fixture {
+	t.Helper()
 	pool, err := pg.Open(t.Context(), harness.NewDatabase(t), "registry", 16, migrations.FS, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	f := &fixture{pool: pool, reader: sdkmetric.NewManualReader()}
-	f.roster, err = New(pool, f, maxWorkers, sdkmetric.NewMeterProvider(sdkmetric.WithReader(f.reader)).Meter("test"))
+	f.roster, err = New(pool, f, maxWorkers, timeout, sdkmetric.NewMeterProvider(sdkmetric.WithReader(f.reader)).Meter("test"))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -129,6 +136,23 @@ func requireKind(t *testing.T, want fault.Kind, err error, msgContains string) {
 	require.Contains(t, msg, msgContains)
 }
 
+// wid is the id of the i-th worker registerAll registers.
+func wid(i int) string { return fmt.Sprintf("w%03d", i) }
+
+// registerAll registers n workers of ns at once (ids wid(0) on) and drains
+// the first drained of them.
+func (f *fixture) registerAll(t *testing.T, ns string, n, drained int) {
+	t.Helper()
+	together(n, func(i int) {
+		_, err := f.roster.Register(t.Context(), action(ns, wid(i)))
+		require.NoError(t, err)
+	})
+	for i := range drained {
+		_, err := f.roster.Drain(t.Context(), ns, wid(i))
+		require.NoError(t, err)
+	}
+}
+
 func action(ns, id string) store.Registration {
 	return store.Registration{Namespace: ns, ID: id, Type: store.ActionWorker}
 }
@@ -176,15 +200,8 @@ func TestHeartbeatsCoalesce(t *testing.T) {
 		unknown = 20
 	)
 	ns := "beats"
-	id := func(i int) string { return fmt.Sprintf("w%03d", i) }
-	together(workers, func(i int) {
-		_, err := f.roster.Register(ctx, action(ns, id(i)))
-		require.NoError(t, err)
-	})
-	for i := range 50 {
-		_, err := f.roster.Drain(ctx, ns, id(i))
-		require.NoError(t, err)
-	}
+	id := wid
+	f.registerAll(t, ns, workers, 50)
 	unhealthy := make([]string, 50)
 	for i := range unhealthy {
 		unhealthy[i] = id(50 + i)

@@ -41,6 +41,21 @@ const (
 	registrationBatch = 500
 )
 
+// A heartbeat that changes nothing but the time leaves its worker's row
+// alone while the stored last_heartbeat is younger than the heartbeat
+// timeout divided by freshDivisor (see store.Heartbeats). That is safe: for a
+// worker heartbeating every interval i, a beat is skipped only when the
+// stored time is younger than timeout/2, so the beat after it, i later,
+// finds it at most timeout/2 + i old and writes if it is older than
+// timeout/2. With i < timeout/2 the stored time is never older than
+// timeout/2 + i, under the timeout, and the rest (15 s with the defaults,
+// i = 30 s and a 90 s timeout: never older than about 75 s) absorbs late
+// beats, so the health check never marks a live worker unhealthy. With
+// i >= timeout/2 every beat finds its row older than timeout/2 and writes,
+// as if nothing were skipped. Deriving it from the timeout keeps a shorter
+// timeout as safe.
+const freshDivisor = 2
+
 // ErrUnavailable wraps the error of a batch that failed for a reason that
 // is not the callers' (Postgres down or restarting, a lost connection, a
 // deadlock): nothing of the batch was written and the call can be retried.
@@ -54,6 +69,7 @@ type Roster struct {
 	pool          *pgxpool.Pool
 	relay         Notifier
 	maxWorkers    int
+	fresh         time.Duration
 	registrations *coalesce.Batcher[registration, store.Worker]
 	heartbeats    *coalesce.Batcher[store.Beat, store.Status]
 	registered    metric.Int64Counter
@@ -63,13 +79,17 @@ type Roster struct {
 	callSize      metric.Int64Histogram
 }
 
-// New returns a Roster admitting at most maxWorkers workers per namespace.
+// New returns a Roster admitting at most maxWorkers workers per namespace,
+// for a registry that marks workers silent for heartbeatTimeout unhealthy.
 // Registrations and heartbeats are written while Run runs.
-func New(pool *pgxpool.Pool, relay Notifier, maxWorkers int, meter metric.Meter) (*Roster, error) {
+func New(pool *pgxpool.Pool, relay Notifier, maxWorkers int, heartbeatTimeout time.Duration, meter metric.Meter) (*Roster, error) {
 	if maxWorkers <= 0 {
 		return nil, fmt.Errorf("roster: the worker limit must be positive, got %d", maxWorkers)
 	}
-	r := &Roster{pool: pool, relay: relay, maxWorkers: maxWorkers}
+	if heartbeatTimeout <= 0 {
+		return nil, fmt.Errorf("roster: the heartbeat timeout must be positive, got %s", heartbeatTimeout)
+	}
+	r := &Roster{pool: pool, relay: relay, maxWorkers: maxWorkers, fresh: heartbeatTimeout / freshDivisor}
 	r.registrations = coalesce.New(registrationQueue, registrationBatch, r.execRegistrations)
 	r.heartbeats = coalesce.New(heartbeatQueue, heartbeatBatch, r.execHeartbeats).Linger(heartbeatLinger)
 	var err error
@@ -126,7 +146,9 @@ func (r *Roster) Register(ctx context.Context, reg store.Registration) (store.Wo
 
 // Heartbeat records a worker's load and returns its status: draining once a
 // drain was asked for, otherwise active with work in hand and idle without.
-// A heartbeat from an unhealthy worker makes it active or idle again. An
+// A heartbeat from an unhealthy worker makes it active or idle again. One
+// that changes neither status nor current_load, of a worker heard from
+// within half the heartbeat timeout, writes nothing (see freshDivisor). An
 // unknown worker gets NotFound, which tells the SDK to register again.
 // Concurrent heartbeats are written together (see execHeartbeats); Heartbeat
 // returns once its batch committed.

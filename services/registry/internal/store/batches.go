@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -255,14 +256,28 @@ type Beat struct {
 }
 
 // Heartbeats records beats, whose workers must be distinct, in one
-// statement: load and last_heartbeat, and status active or idle by load
-// unless draining (sticky), so an unhealthy worker recovers. It returns the
-// change of each worker that exists (From equals To when the status stayed);
-// beats of unknown workers are left out. Rows are locked in key order, the
-// order every other batch locks them in, before they are updated, so the
-// previous status read is that of the version updated even when a drain or
-// the health check committed in between.
-func Heartbeats(ctx context.Context, db DB, beats []Beat) ([]Change, error) {
+// statement, and returns the change of each worker that exists (From equals
+// To when the status stayed); beats of unknown workers are left out.
+//
+// A beat rewrites its worker's row (load, last_heartbeat, and status active
+// or idle by load unless draining, which is sticky, so an unhealthy worker
+// recovers) only when the row is due: its status or current_load would
+// change, or its last_heartbeat is older than fresh. Any other beat writes
+// nothing and takes no lock; it is answered with the status it read. Every
+// row update is non-HOT (last_heartbeat is indexed by
+// workers_heartbeat_due_idx), so skipping the beats of workers heard from
+// lately is what keeps thousands of idle workers cheap. cpu_load and
+// memory_load alone never make a row due: they drift on every beat and
+// would otherwise force every write; they are written with the next write
+// of the row, so they lag by at most fresh plus one heartbeat interval.
+//
+// The due rows are locked in key order, the order every other batch locks
+// them in, before they are updated, so the previous status read is that of
+// the version updated even when a drain or the health check committed in
+// between. A skipped row is read without a lock; a drain committing after
+// that read is simply later than the beat, which the worker learns from the
+// drain's event and its next heartbeat.
+func Heartbeats(ctx context.Context, db DB, beats []Beat, fresh time.Duration) ([]Change, error) {
 	beats = slices.Clone(beats)
 	slices.SortFunc(beats, func(a, b Beat) int { return compareKeys(a.Key(), b.Key()) })
 	nss, ids := make([]string, len(beats)), make([]string, len(beats))
@@ -271,25 +286,7 @@ func Heartbeats(ctx context.Context, db DB, beats []Beat) ([]Change, error) {
 	for i, b := range beats {
 		nss[i], ids[i], loads[i], cpus[i], mems[i] = b.Namespace, b.ID, b.CurrentLoad, b.CPULoad, b.MemoryLoad
 	}
-	rows, err := db.Query(ctx, `
-		WITH b AS (
-			SELECT * FROM unnest($1::text[], $2::text[], $3::integer[], $4::double precision[], $5::double precision[])
-				AS b(namespace, worker_id, current_load, cpu_load, memory_load)
-		), prev AS MATERIALIZED (
-			SELECT w.namespace, w.worker_id, w.status FROM workers w
-			JOIN b ON b.namespace = w.namespace AND b.worker_id = w.worker_id
-			ORDER BY w.namespace, w.worker_id
-			FOR UPDATE OF w
-		)
-		UPDATE workers w
-		SET current_load = b.current_load, cpu_load = b.cpu_load, memory_load = b.memory_load,
-			last_heartbeat = now(), updated_at = now(),
-			status = CASE WHEN w.status = 'draining' THEN 'draining'
-			              WHEN b.current_load > 0 THEN 'active' ELSE 'idle' END
-		FROM b JOIN prev ON prev.namespace = b.namespace AND prev.worker_id = b.worker_id
-		WHERE w.namespace = b.namespace AND w.worker_id = b.worker_id
-		RETURNING w.namespace, w.worker_id, prev.status, w.status`,
-		nss, ids, loads, cpus, mems)
+	rows, err := db.Query(ctx, heartbeatsSQL, nss, ids, loads, cpus, mems, fresh.Microseconds())
 	if err != nil {
 		return nil, fmt.Errorf("heartbeats of %d workers: %w", len(beats), err)
 	}
@@ -302,6 +299,49 @@ func Heartbeats(ctx context.Context, db DB, beats []Beat) ([]Change, error) {
 	}
 	return out, nil
 }
+
+// heartbeatsSQL: cur reads the beating workers without locking them and
+// says which are due; prev locks the due ones in key order; up writes them.
+// The answer is up's rows and, for the others, the status cur read. cur and
+// prev look each worker up by primary key (LATERAL ... LIMIT 1, FOR
+// UPDATE: subqueries the planner cannot turn into a hash join over every
+// worker of the table), prev going through the due keys in key order.
+const heartbeatsSQL = `
+	WITH b AS (
+		SELECT * FROM unnest($1::text[], $2::text[], $3::integer[], $4::double precision[], $5::double precision[])
+			AS b(namespace, worker_id, current_load, cpu_load, memory_load)
+	), cur AS MATERIALIZED (
+		SELECT w.namespace, w.worker_id, w.status,
+			w.status <> CASE WHEN w.status = 'draining' THEN 'draining'
+			                 WHEN b.current_load > 0 THEN 'active' ELSE 'idle' END
+			OR w.current_load <> b.current_load
+			OR w.last_heartbeat < now() - $6::bigint * interval '1 microsecond' AS due
+		FROM b CROSS JOIN LATERAL (
+			SELECT w.namespace, w.worker_id, w.status, w.current_load, w.last_heartbeat FROM workers w
+			WHERE w.namespace = b.namespace AND w.worker_id = b.worker_id
+			LIMIT 1
+		) w
+	), prev AS MATERIALIZED (
+		SELECT w.namespace, w.worker_id, w.status
+		FROM (SELECT namespace, worker_id FROM cur WHERE due ORDER BY namespace, worker_id) d
+		CROSS JOIN LATERAL (
+			SELECT w.namespace, w.worker_id, w.status FROM workers w
+			WHERE w.namespace = d.namespace AND w.worker_id = d.worker_id
+			FOR UPDATE
+		) w
+	), up AS (
+		UPDATE workers w
+		SET current_load = b.current_load, cpu_load = b.cpu_load, memory_load = b.memory_load,
+			last_heartbeat = now(), updated_at = now(),
+			status = CASE WHEN w.status = 'draining' THEN 'draining'
+			              WHEN b.current_load > 0 THEN 'active' ELSE 'idle' END
+		FROM b JOIN prev ON prev.namespace = b.namespace AND prev.worker_id = b.worker_id
+		WHERE w.namespace = b.namespace AND w.worker_id = b.worker_id
+		RETURNING w.namespace, w.worker_id, prev.status AS was, w.status
+	)
+	SELECT namespace, worker_id, was, status FROM up
+	UNION ALL
+	SELECT namespace, worker_id, status, status FROM cur WHERE NOT due`
 
 // Commit writes records to the outbox as one row and commits tx, in one
 // round trip.

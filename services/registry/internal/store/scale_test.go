@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -49,9 +50,9 @@ func scaleDB(t *testing.T) *pgxpool.Pool {
 	return pool
 }
 
-func explain(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) string {
+func explain(t *testing.T, db DB, sql string, args ...any) string {
 	t.Helper()
-	rows, err := pool.Query(t.Context(), "EXPLAIN "+sql, args...)
+	rows, err := db.Query(t.Context(), "EXPLAIN "+sql, args...)
 	require.NoError(t, err)
 	var plan []string
 	for rows.Next() {
@@ -64,7 +65,8 @@ func explain(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) string {
 }
 
 // TestAtScale checks, on a namespace of 10,000 workers, that the health
-// sweep is one statement on the partial index of due workers, and that
+// sweep is one statement on the partial index of due workers, that a batch
+// of heartbeats reads and writes its workers by primary key, and that
 // listing pages through the namespace by primary key ranges, every worker
 // once, in byte order.
 func TestAtScale(t *testing.T) {
@@ -93,6 +95,33 @@ func TestAtScale(t *testing.T) {
 	require.Contains(t, plan, "Index Scan using workers_pkey", plan)
 	require.Contains(t, plan, "worker_id > 'w05000'", plan)
 	require.NotContains(t, plan, "Seq Scan on workers ", plan)
+
+	// A gateway's batch of 80 heartbeats finds its workers, to read and to
+	// write, through the primary key.
+	nss, ids, loads, loadFractions := make([]string, 80), make([]string, 80), make([]int32, 80), make([]float64, 80)
+	for i := range ids {
+		nss[i], ids[i] = "big", fmt.Sprintf("w%05d", 4000+i)
+	}
+	// The plan for these 80 and the generic plan a prepared statement may
+	// come to use, made for arrays of any length.
+	args := []any{nss, ids, loads, loadFractions, loadFractions, (45 * time.Second).Microseconds()}
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	for _, q := range []string{"SET plan_cache_mode = force_generic_plan", "PREPARE heartbeats AS " + heartbeatsSQL} {
+		_, err := conn.Exec(ctx, q)
+		require.NoError(t, err, q)
+	}
+	for _, plan := range []string{
+		explain(t, pool, heartbeatsSQL, args...),
+		// EXECUTE takes no bound parameters: pgx writes them in.
+		explain(t, conn, "EXECUTE heartbeats($1, $2, $3, $4, $5, $6)", append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...),
+	} {
+		require.Contains(t, plan, "Index Scan using workers_pkey", plan)
+		require.NotContains(t, plan, "Seq Scan on workers ", plan)
+	}
+	_, err = conn.Exec(ctx, "DEALLOCATE heartbeats; RESET plan_cache_mode")
+	require.NoError(t, err)
 
 	var (
 		after string
