@@ -23,8 +23,9 @@
 // and each is answered with a HeartbeatAck (heartbeat.go).
 //
 // Stream workers use the same stream: the Hello subscribes to stream/group
-// pairs, each StreamRead becomes one GroupRead on the streams service
-// answered by one RecordBatch, and StreamAck/StreamNack messages are
+// pairs, each StreamRead is answered by one RecordBatch, and the StreamReads
+// of one group wait together in one GroupReadMany on the streams service
+// (readhub.go), and StreamAck/StreamNack messages are
 // coalesced into Ack and Nack calls. Reads take no task credit. Records that
 // can no longer reach the worker are nacked at once rather than left pending
 // until their message timeout.
@@ -54,6 +55,7 @@ import (
 
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	registryv1 "github.com/razorbill/flo/proto/gen/flo/registry/v1"
+	streamsv1 "github.com/razorbill/flo/proto/gen/flo/streams/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 
 	"github.com/razorbill/flo/libs/text"
@@ -128,7 +130,7 @@ type Claimer interface {
 
 // Streams is the part of the streams service's API a worker session uses.
 type Streams interface {
-	GroupRead(ctx context.Context, in *flov1.GroupReadRequest, opts ...grpc.CallOption) (*flov1.GroupReadResponse, error)
+	GroupReadMany(ctx context.Context, in *streamsv1.GroupReadManyRequest, opts ...grpc.CallOption) (*streamsv1.GroupReadManyResponse, error)
 	Ack(ctx context.Context, in *flov1.AckRequest, opts ...grpc.CallOption) (*flov1.AckResponse, error)
 	Nack(ctx context.Context, in *flov1.NackRequest, opts ...grpc.CallOption) (*flov1.NackResponse, error)
 }
@@ -178,7 +180,7 @@ type Server struct {
 	shutdownOnce sync.Once
 	shutdown     chan struct{}
 
-	// reads runs the GroupReads of every session. They outlive the session
+	// reads runs the read hubs' rounds (readhub.go). They outlive the session
 	// that asked (records they bring back after it ended are nacked), until
 	// Close cancels those still waiting.
 	reads     group
@@ -195,6 +197,8 @@ type Server struct {
 
 	// hubs claim for the sessions' pools (hub.go).
 	hubs hubs
+	// readHubs read for the sessions' StreamReads (readhub.go).
+	readHubs readHubs
 
 	// beats are the sessions' heartbeats waiting for the registry
 	// (heartbeat.go).

@@ -9,7 +9,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 
@@ -31,8 +30,8 @@ const (
 	// defaultReadCount what a count of zero means.
 	maxReadCount     = 10_000
 	defaultReadCount = 10
-	// readSlack is how much longer than its block time a GroupRead may take
-	// before the gateway gives up on it (and answers the worker empty).
+	// readSlack is how much longer than its block time a GroupReadMany may
+	// take before the gateway gives up on it.
 	readSlack = 10 * time.Second
 	// defaultMessageTimeout is the streams service's message timeout when a
 	// read names none; a record sent to the worker counts as held this long.
@@ -50,9 +49,9 @@ type subscription struct {
 	reads []*readCall
 }
 
-// readCall is one StreamRead as the GroupRead it becomes. Its identity tells
-// a GroupRead that returns whether the read it serves is still waiting for
-// its answer (it is never zero-sized, so distinct calls have distinct
+// readCall is one StreamRead as the group read it becomes. Its identity
+// tells a read round that returns whether the read it serves is still
+// waiting for its answer (it is never zero-sized, so distinct calls have distinct
 // addresses).
 type readCall struct {
 	req   *flov1.GroupReadRequest
@@ -116,7 +115,7 @@ func subscriptionNames(subs map[string]*subscription) []string {
 	return names
 }
 
-// streamRead starts the GroupRead a StreamRead asks for. More than maxReads
+// streamRead hands the read a StreamRead asks for to its group's read hub. More than maxReads
 // reads of one stream/group outstanding is a protocol error. A draining
 // worker's read is answered at once with an empty batch.
 func (s *session) streamRead(r *flov1.StreamRead) error {
@@ -166,48 +165,8 @@ func (s *session) streamRead(r *flov1.StreamRead) error {
 	sub.reads = append(sub.reads, rc)
 	s.readsMu.Unlock()
 
-	if !s.srv.reads.Go(func() { s.groupRead(sub, rc) }) {
-		s.finishRead(sub, rc, nil)
-	}
+	s.srv.hubRead(s, sub, rc)
 	return nil
-}
-
-// groupRead asks the streams service for records until it answers, the
-// block time passes (then the worker gets an empty batch) or the error is
-// one retrying cannot fix, which ends the session with that status. It
-// keeps going after the session ends, so that records handed out meanwhile
-// are nacked instead of stranded; Server.Close cuts it short.
-func (s *session) groupRead(sub *subscription, rc *readCall) {
-	// The stream's context for its values (the trace), not its end.
-	base, cancel := context.WithCancel(context.WithoutCancel(s.stream.Context()))
-	defer cancel()
-	stop := context.AfterFunc(s.srv.readCtx, cancel)
-	defer stop()
-	deadline := time.Now().Add(rc.block)
-	ctx, cancelRead := context.WithDeadline(base, deadline.Add(readSlack))
-	defer cancelRead()
-
-	var records []*flov1.StreamRecord
-	err := retry(ctx, func(ctx context.Context) error {
-		attempt := proto.CloneOf(rc.req)
-		attempt.BlockMs = max(time.Until(deadline), 0).Milliseconds()
-		resp, err := s.srv.opts.Streams.GroupRead(ctx, attempt)
-		if err != nil {
-			return err
-		}
-		records = resp.GetRecords()
-		return nil
-	})
-	switch {
-	case err == nil:
-	case permanent(err):
-		s.fail(status.Convert(err).Err())
-		return
-	case base.Err() == nil:
-		s.log.WarnContext(ctx, "group read failed; answering with an empty batch",
-			slog.String("stream", sub.stream), slog.String("group", sub.group), slog.Any("error", err))
-	}
-	s.finishRead(sub, rc, records)
 }
 
 // finishRead answers read rc with records, unless it no longer may: the

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,8 @@ const (
 	MaxBlock              = 10 * time.Minute
 	MaxPendingLimit       = 10_000
 	MaxNackDelay          = 7 * 24 * time.Hour
+	// MaxReads caps the consumers' reads of one ReadMany.
+	MaxReads = 1000
 	// minDueWait keeps a blocked read from spinning on a due range that
 	// another read holds locked.
 	minDueWait = 20 * time.Millisecond
@@ -183,39 +186,60 @@ func (req *ReadRequest) validate() error {
 // req.Block when none is ready. It returns no records and no error when the
 // wait ran out.
 func (g *Groups) Read(ctx context.Context, req ReadRequest) ([]record.Record, error) {
-	if err := req.validate(); err != nil {
-		return nil, err
-	}
-	grp, err := g.lookup(ctx, req.Key)
+	recs, err := g.ReadMany(ctx, req.Key, []ReadRequest{req}, req.Block)
 	if err != nil {
 		return nil, err
 	}
-	recs, err := g.read(ctx, grp, req)
-	if errors.Is(err, errGroupGone) {
-		// Deleted since it was looked up, and maybe created again.
-		g.forget(req.Key)
-		g.quiet.drop(grp.Group.ID)
-		if grp, err = g.catalog.GetGroup(ctx, req.Key); err != nil {
+	return recs[0], nil
+}
+
+// ReadMany reads for several consumers of the group key (each request's
+// Key and Block are set from the arguments) as one waiter: it returns, in
+// the order of reqs, what each read got as soon as any got records, or
+// nothing once block passes. Each read is a group read of its consumer,
+// with Read's validation and caps; a consumer may be named more than once.
+func (g *Groups) ReadMany(ctx context.Context, key store.GroupKey, reqs []ReadRequest, block time.Duration) ([][]record.Record, error) {
+	if len(reqs) == 0 || len(reqs) > MaxReads {
+		return nil, fault.Invalidf("a read names 1 to %d consumers, got %d", MaxReads, len(reqs))
+	}
+	for i := range reqs {
+		reqs[i].Key, reqs[i].Block = key, block
+		if err := reqs[i].validate(); err != nil {
 			return nil, err
 		}
-		recs, err = g.read(ctx, grp, req)
+	}
+	grp, err := g.lookup(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := g.read(ctx, grp, reqs)
+	if errors.Is(err, errGroupGone) {
+		// Deleted since it was looked up, and maybe created again.
+		g.forget(key)
+		g.quiet.drop(grp.Group.ID)
+		if grp, err = g.catalog.GetGroup(ctx, key); err != nil {
+			return nil, err
+		}
+		recs, err = g.read(ctx, grp, reqs)
 		if errors.Is(err, errGroupGone) {
-			return nil, catalog.GroupNotFound(req.Key)
+			return nil, catalog.GroupNotFound(key)
 		}
 	}
 	return recs, err
 }
 
-// read is Read of the group grp. A blocked read waits for a wake-up of its
-// group's or its stream's key, or for the group's earliest pending range to
-// come due, and then looks again. The hub's safety tick probes one waiter
-// per key instead of waking them all: a probed read that finds records (or
-// the group gone) wakes the group's other reads, since they all missed the
-// same wake-up. A look while the group's last look still holds (see
-// quietGroups) costs no transaction.
-func (g *Groups) read(ctx context.Context, grp store.GroupOf, req ReadRequest) ([]record.Record, error) {
-	if req.Block <= 0 {
-		recs, _, err := g.readOnce(ctx, grp, req, false)
+// read is ReadMany of the group grp, reqs validated. A blocked read waits
+// for a wake-up of its group's or its stream's key, or for the group's
+// earliest pending range to come due for one of its consumers, and then
+// looks again. The hub's safety tick probes one waiter per key instead of
+// waking them all: a probed read that finds records (or the group gone)
+// wakes the group's other reads, since they all missed the same wake-up. A
+// look while the group's last look still holds (see quietGroups) costs no
+// transaction.
+func (g *Groups) read(ctx context.Context, grp store.GroupOf, reqs []ReadRequest) ([][]record.Record, error) {
+	block := reqs[0].Block
+	if block <= 0 {
+		recs, _, err := g.look(ctx, grp, reqs, false)
 		return recs, err
 	}
 	topic := grp.Stream.Topic()
@@ -229,23 +253,27 @@ func (g *Groups) read(ctx context.Context, grp store.GroupOf, req ReadRequest) (
 	)
 	for {
 		probed := w.Probed()
-		recs, due, err := g.readOnce(ctx, grp, req, probed)
-		if probed && (len(recs) > 0 || errors.Is(err, errGroupGone)) {
+		recs, due, err := g.look(ctx, grp, reqs, probed)
+		got := slices.ContainsFunc(recs, func(r []record.Record) bool { return len(r) > 0 })
+		if probed && (got || errors.Is(err, errGroupGone)) {
 			g.hub.Wake(keys[0])
 		}
-		if err != nil || len(recs) > 0 {
+		if err != nil || got {
 			return recs, err
 		}
 		if release == nil {
 			release = g.reader.Watch(topic, grp.Stream.Partitions)
 			defer release()
-			t := time.NewTimer(req.Block)
+			t := time.NewTimer(block)
 			defer t.Stop()
 			deadline = t.C
 		}
 		wait := MaxBlock
-		if at, ok := due.For(req.Consumer, time.Now()); ok {
-			wait = max(time.Until(at), minDueWait)
+		now := time.Now()
+		for _, req := range reqs {
+			if at, ok := due.For(req.Consumer, now); ok {
+				wait = min(wait, max(at.Sub(now), minDueWait))
+			}
 		}
 		dueTimer := time.NewTimer(wait)
 		select {
@@ -253,10 +281,10 @@ func (g *Groups) read(ctx context.Context, grp store.GroupOf, req ReadRequest) (
 		case <-dueTimer.C:
 		case <-deadline:
 			dueTimer.Stop()
-			return nil, nil
+			return recs, nil
 		case <-g.closing:
 			dueTimer.Stop()
-			return nil, nil
+			return recs, nil
 		case <-ctx.Done():
 			dueTimer.Stop()
 			return nil, ctx.Err()

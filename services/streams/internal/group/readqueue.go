@@ -1,6 +1,7 @@
 package group
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"time"
@@ -32,16 +33,18 @@ type readQueue struct {
 	waiting []*readCall
 }
 
-// readOnce hands records to req's consumer in a transaction shared with the
-// group's other reads that wait at the same time; with none, it returns the
-// group's Due for a blocked read to wait by. A blocked read that is not
-// probed is answered without a transaction while the group's last look
-// holds. A read whose context ends
-// before its transaction began is dropped; once a transaction took it, it
-// waits for the result, since records may already be handed to its
-// consumer.
-func (g *Groups) readOnce(ctx context.Context, grp store.GroupOf, req ReadRequest, probed bool) ([]record.Record, store.Due, error) {
-	c := &readCall{ctx: ctx, req: req, probed: probed, done: make(chan struct{})}
+// look hands records to the consumers of reqs in a transaction shared
+// with the group's other reads that wait at the same time; with none, it
+// returns the group's Due for blocked reads to wait by. A blocked read that
+// is not probed is answered without a transaction while the group's last
+// look holds. Reads are dropped when ctx ends before a transaction took
+// them; those a transaction took are waited for, since records may
+// already be handed to their consumers, and their records returned.
+func (g *Groups) look(ctx context.Context, grp store.GroupOf, reqs []ReadRequest, probed bool) ([][]record.Record, store.Due, error) {
+	calls := make([]*readCall, len(reqs))
+	for i, req := range reqs {
+		calls[i] = &readCall{ctx: ctx, req: req, probed: probed, done: make(chan struct{})}
+	}
 	g.readMu.Lock()
 	q := g.reads[grp.Group.ID]
 	if q == nil {
@@ -49,25 +52,59 @@ func (g *Groups) readOnce(ctx context.Context, grp store.GroupOf, req ReadReques
 		g.reads[grp.Group.ID] = q
 		go g.serveReads(q)
 	}
-	q.waiting = append(q.waiting, c)
+	q.waiting = append(q.waiting, calls...)
 	g.readMu.Unlock()
 
-	select {
-	case <-c.done:
-		return c.recs, c.due, c.err
-	case <-ctx.Done():
+	var ended error
+	for _, c := range calls {
+		select {
+		case <-c.done:
+			continue
+		case <-ctx.Done():
+		}
+		ended = ctx.Err()
+		break
 	}
-	g.readMu.Lock()
-	i := slices.Index(q.waiting, c)
-	if i >= 0 {
-		q.waiting = slices.Delete(q.waiting, i, i+1)
+	if ended != nil {
+		mine := make(map[*readCall]bool, len(calls))
+		for _, c := range calls {
+			mine[c] = true
+		}
+		g.readMu.Lock()
+		q.waiting = slices.DeleteFunc(q.waiting, func(w *readCall) bool {
+			if !mine[w] {
+				return false
+			}
+			w.err = ended
+			close(w.done)
+			return true
+		})
+		g.readMu.Unlock()
 	}
-	g.readMu.Unlock()
-	if i >= 0 {
-		return nil, store.Due{}, ctx.Err()
+	recs := make([][]record.Record, len(calls))
+	var (
+		due store.Due
+		err error
+		got bool
+	)
+	for i, c := range calls {
+		<-c.done
+		recs[i] = c.recs
+		got = got || len(c.recs) > 0
+		if c.err != nil {
+			err = cmp.Or(err, c.err)
+			continue
+		}
+		due = c.due
 	}
-	<-c.done
-	return c.recs, c.due, c.err
+	switch {
+	case got:
+		// Records handed out are returned, whatever became of the others.
+		return recs, due, nil
+	case err != nil:
+		return nil, store.Due{}, err
+	}
+	return recs, due, nil
 }
 
 // serveReads runs read transactions for q's group while reads wait, each

@@ -258,6 +258,33 @@ func (s *Server) GroupRead(ctx context.Context, req *flov1.GroupReadRequest) (*f
 	return out, nil
 }
 
+// GroupReadMany reads for many consumers of one group as one waiting call:
+// the gateway's idle stream workers of a group share it.
+func (s *Server) GroupReadMany(ctx context.Context, req *streamsv1.GroupReadManyRequest) (*streamsv1.GroupReadManyResponse, error) {
+	reads := req.GetReads()
+	reqs := make([]group.ReadRequest, len(reads))
+	for i, r := range reads {
+		reqs[i] = group.ReadRequest{
+			Consumer: r.GetConsumer(), Count: int(r.GetCount()),
+			MessageTimeout: millis.Duration(r.GetMessageTimeoutMs()),
+		}
+	}
+	k := store.GroupKey{Namespace: req.GetNamespace(), Stream: req.GetStream(), Group: req.GetGroup()}
+	recs, err := s.d.Groups.ReadMany(ctx, k, reqs, millis.Duration(req.GetBlockMs()))
+	if err != nil {
+		return nil, err
+	}
+	out := &streamsv1.GroupReadManyResponse{Results: make([]*streamsv1.ConsumerRecords, len(reads))}
+	for i, rs := range recs {
+		res := &streamsv1.ConsumerRecords{Consumer: reads[i].GetConsumer()}
+		for _, r := range rs {
+			res.Records = append(res.Records, recordProto(r, false))
+		}
+		out.Results[i] = res
+	}
+	return out, nil
+}
+
 // Ack settles records.
 func (s *Server) Ack(ctx context.Context, req *flov1.AckRequest) (*flov1.AckResponse, error) {
 	k := store.GroupKey{Namespace: req.GetNamespace(), Stream: req.GetStream(), Group: req.GetGroup()}

@@ -13,6 +13,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
+	sync "sync"
 	unsafe "unsafe"
 )
 
@@ -23,11 +24,267 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// GroupReadManyRequest is one group read per entry of reads, waiting
+// together: the call is answered as soon as any of them got records, or
+// when block_ms passes.
+type GroupReadManyRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Stream    string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	Group     string                 `protobuf:"bytes,3,opt,name=group,proto3" json:"group,omitempty"`
+	// At most 1,000 reads; a consumer may be named more than once.
+	Reads         []*ConsumerRead `protobuf:"bytes,4,rep,name=reads,proto3" json:"reads,omitempty"`
+	BlockMs       int64           `protobuf:"varint,5,opt,name=block_ms,json=blockMs,proto3" json:"block_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupReadManyRequest) Reset() {
+	*x = GroupReadManyRequest{}
+	mi := &file_flo_streams_v1_streams_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupReadManyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupReadManyRequest) ProtoMessage() {}
+
+func (x *GroupReadManyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_streams_v1_streams_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupReadManyRequest.ProtoReflect.Descriptor instead.
+func (*GroupReadManyRequest) Descriptor() ([]byte, []int) {
+	return file_flo_streams_v1_streams_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *GroupReadManyRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GroupReadManyRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *GroupReadManyRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *GroupReadManyRequest) GetReads() []*ConsumerRead {
+	if x != nil {
+		return x.Reads
+	}
+	return nil
+}
+
+func (x *GroupReadManyRequest) GetBlockMs() int64 {
+	if x != nil {
+		return x.BlockMs
+	}
+	return 0
+}
+
+// ConsumerRead is one consumer's read in a GroupReadManyRequest, with the
+// meaning of GroupReadRequest's fields of the same names.
+type ConsumerRead struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Consumer         string                 `protobuf:"bytes,1,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	Count            int32                  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	MessageTimeoutMs int64                  `protobuf:"varint,3,opt,name=message_timeout_ms,json=messageTimeoutMs,proto3" json:"message_timeout_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ConsumerRead) Reset() {
+	*x = ConsumerRead{}
+	mi := &file_flo_streams_v1_streams_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerRead) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerRead) ProtoMessage() {}
+
+func (x *ConsumerRead) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_streams_v1_streams_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerRead.ProtoReflect.Descriptor instead.
+func (*ConsumerRead) Descriptor() ([]byte, []int) {
+	return file_flo_streams_v1_streams_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ConsumerRead) GetConsumer() string {
+	if x != nil {
+		return x.Consumer
+	}
+	return ""
+}
+
+func (x *ConsumerRead) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ConsumerRead) GetMessageTimeoutMs() int64 {
+	if x != nil {
+		return x.MessageTimeoutMs
+	}
+	return 0
+}
+
+// GroupReadManyResponse answers each read of the request, in its order.
+type GroupReadManyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*ConsumerRecords     `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupReadManyResponse) Reset() {
+	*x = GroupReadManyResponse{}
+	mi := &file_flo_streams_v1_streams_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupReadManyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupReadManyResponse) ProtoMessage() {}
+
+func (x *GroupReadManyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_streams_v1_streams_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupReadManyResponse.ProtoReflect.Descriptor instead.
+func (*GroupReadManyResponse) Descriptor() ([]byte, []int) {
+	return file_flo_streams_v1_streams_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *GroupReadManyResponse) GetResults() []*ConsumerRecords {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// ConsumerRecords are the records one read handed to its consumer, pending
+// under that consumer as a GroupRead's are.
+type ConsumerRecords struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Consumer      string                 `protobuf:"bytes,1,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	Records       []*v1.StreamRecord     `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsumerRecords) Reset() {
+	*x = ConsumerRecords{}
+	mi := &file_flo_streams_v1_streams_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerRecords) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerRecords) ProtoMessage() {}
+
+func (x *ConsumerRecords) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_streams_v1_streams_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerRecords.ProtoReflect.Descriptor instead.
+func (*ConsumerRecords) Descriptor() ([]byte, []int) {
+	return file_flo_streams_v1_streams_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ConsumerRecords) GetConsumer() string {
+	if x != nil {
+		return x.Consumer
+	}
+	return ""
+}
+
+func (x *ConsumerRecords) GetRecords() []*v1.StreamRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
 var File_flo_streams_v1_streams_proto protoreflect.FileDescriptor
 
 const file_flo_streams_v1_streams_proto_rawDesc = "" +
 	"\n" +
-	"\x1cflo/streams/v1/streams.proto\x12\x0eflo.streams.v1\x1a\x10flo/v1/api.proto2\xb6\x06\n" +
+	"\x1cflo/streams/v1/streams.proto\x12\x0eflo.streams.v1\x1a\x10flo/v1/api.proto\"\xb1\x01\n" +
+	"\x14GroupReadManyRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x14\n" +
+	"\x05group\x18\x03 \x01(\tR\x05group\x122\n" +
+	"\x05reads\x18\x04 \x03(\v2\x1c.flo.streams.v1.ConsumerReadR\x05reads\x12\x19\n" +
+	"\bblock_ms\x18\x05 \x01(\x03R\ablockMs\"n\n" +
+	"\fConsumerRead\x12\x1a\n" +
+	"\bconsumer\x18\x01 \x01(\tR\bconsumer\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x05R\x05count\x12,\n" +
+	"\x12message_timeout_ms\x18\x03 \x01(\x03R\x10messageTimeoutMs\"R\n" +
+	"\x15GroupReadManyResponse\x129\n" +
+	"\aresults\x18\x01 \x03(\v2\x1f.flo.streams.v1.ConsumerRecordsR\aresults\"]\n" +
+	"\x0fConsumerRecords\x12\x1a\n" +
+	"\bconsumer\x18\x01 \x01(\tR\bconsumer\x12.\n" +
+	"\arecords\x18\x02 \x03(\v2\x14.flo.v1.StreamRecordR\arecords2\x94\a\n" +
 	"\aStreams\x12;\n" +
 	"\fCreateStream\x12\x1b.flo.v1.CreateStreamRequest\x1a\x0e.flo.v1.Stream\x129\n" +
 	"\tGetStream\x12\x18.flo.v1.GetStreamRequest\x1a\x12.flo.v1.StreamInfo\x12F\n" +
@@ -40,69 +297,93 @@ const file_flo_streams_v1_streams_proto_rawDesc = "" +
 	"ListGroups\x12\x19.flo.v1.ListGroupsRequest\x1a\x1a.flo.v1.ListGroupsResponse\x12C\n" +
 	"\vDeleteGroup\x12\x17.flo.v1.GetGroupRequest\x1a\x1b.flo.v1.DeleteGroupResponse\x12F\n" +
 	"\vListPending\x12\x1a.flo.v1.ListPendingRequest\x1a\x1b.flo.v1.ListPendingResponse\x12@\n" +
-	"\tGroupRead\x12\x18.flo.v1.GroupReadRequest\x1a\x19.flo.v1.GroupReadResponse\x12.\n" +
+	"\tGroupRead\x12\x18.flo.v1.GroupReadRequest\x1a\x19.flo.v1.GroupReadResponse\x12\\\n" +
+	"\rGroupReadMany\x12$.flo.streams.v1.GroupReadManyRequest\x1a%.flo.streams.v1.GroupReadManyResponse\x12.\n" +
 	"\x03Ack\x12\x12.flo.v1.AckRequest\x1a\x13.flo.v1.AckResponse\x121\n" +
 	"\x04Nack\x12\x13.flo.v1.NackRequest\x1a\x14.flo.v1.NackResponseB=Z;github.com/razorbill/flo/proto/gen/flo/streams/v1;streamsv1b\x06proto3"
 
+var (
+	file_flo_streams_v1_streams_proto_rawDescOnce sync.Once
+	file_flo_streams_v1_streams_proto_rawDescData []byte
+)
+
+func file_flo_streams_v1_streams_proto_rawDescGZIP() []byte {
+	file_flo_streams_v1_streams_proto_rawDescOnce.Do(func() {
+		file_flo_streams_v1_streams_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_flo_streams_v1_streams_proto_rawDesc), len(file_flo_streams_v1_streams_proto_rawDesc)))
+	})
+	return file_flo_streams_v1_streams_proto_rawDescData
+}
+
+var file_flo_streams_v1_streams_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_flo_streams_v1_streams_proto_goTypes = []any{
-	(*v1.CreateStreamRequest)(nil),  // 0: flo.v1.CreateStreamRequest
-	(*v1.GetStreamRequest)(nil),     // 1: flo.v1.GetStreamRequest
-	(*v1.ListStreamsRequest)(nil),   // 2: flo.v1.ListStreamsRequest
-	(*v1.AppendRequest)(nil),        // 3: flo.v1.AppendRequest
-	(*v1.ReadRequest)(nil),          // 4: flo.v1.ReadRequest
-	(*v1.CreateGroupRequest)(nil),   // 5: flo.v1.CreateGroupRequest
-	(*v1.ListGroupsRequest)(nil),    // 6: flo.v1.ListGroupsRequest
-	(*v1.GetGroupRequest)(nil),      // 7: flo.v1.GetGroupRequest
-	(*v1.ListPendingRequest)(nil),   // 8: flo.v1.ListPendingRequest
-	(*v1.GroupReadRequest)(nil),     // 9: flo.v1.GroupReadRequest
-	(*v1.AckRequest)(nil),           // 10: flo.v1.AckRequest
-	(*v1.NackRequest)(nil),          // 11: flo.v1.NackRequest
-	(*v1.Stream)(nil),               // 12: flo.v1.Stream
-	(*v1.StreamInfo)(nil),           // 13: flo.v1.StreamInfo
-	(*v1.ListStreamsResponse)(nil),  // 14: flo.v1.ListStreamsResponse
-	(*v1.DeleteStreamResponse)(nil), // 15: flo.v1.DeleteStreamResponse
-	(*v1.AppendResponse)(nil),       // 16: flo.v1.AppendResponse
-	(*v1.ReadResponse)(nil),         // 17: flo.v1.ReadResponse
-	(*v1.ConsumerGroup)(nil),        // 18: flo.v1.ConsumerGroup
-	(*v1.ListGroupsResponse)(nil),   // 19: flo.v1.ListGroupsResponse
-	(*v1.DeleteGroupResponse)(nil),  // 20: flo.v1.DeleteGroupResponse
-	(*v1.ListPendingResponse)(nil),  // 21: flo.v1.ListPendingResponse
-	(*v1.GroupReadResponse)(nil),    // 22: flo.v1.GroupReadResponse
-	(*v1.AckResponse)(nil),          // 23: flo.v1.AckResponse
-	(*v1.NackResponse)(nil),         // 24: flo.v1.NackResponse
+	(*GroupReadManyRequest)(nil),    // 0: flo.streams.v1.GroupReadManyRequest
+	(*ConsumerRead)(nil),            // 1: flo.streams.v1.ConsumerRead
+	(*GroupReadManyResponse)(nil),   // 2: flo.streams.v1.GroupReadManyResponse
+	(*ConsumerRecords)(nil),         // 3: flo.streams.v1.ConsumerRecords
+	(*v1.StreamRecord)(nil),         // 4: flo.v1.StreamRecord
+	(*v1.CreateStreamRequest)(nil),  // 5: flo.v1.CreateStreamRequest
+	(*v1.GetStreamRequest)(nil),     // 6: flo.v1.GetStreamRequest
+	(*v1.ListStreamsRequest)(nil),   // 7: flo.v1.ListStreamsRequest
+	(*v1.AppendRequest)(nil),        // 8: flo.v1.AppendRequest
+	(*v1.ReadRequest)(nil),          // 9: flo.v1.ReadRequest
+	(*v1.CreateGroupRequest)(nil),   // 10: flo.v1.CreateGroupRequest
+	(*v1.ListGroupsRequest)(nil),    // 11: flo.v1.ListGroupsRequest
+	(*v1.GetGroupRequest)(nil),      // 12: flo.v1.GetGroupRequest
+	(*v1.ListPendingRequest)(nil),   // 13: flo.v1.ListPendingRequest
+	(*v1.GroupReadRequest)(nil),     // 14: flo.v1.GroupReadRequest
+	(*v1.AckRequest)(nil),           // 15: flo.v1.AckRequest
+	(*v1.NackRequest)(nil),          // 16: flo.v1.NackRequest
+	(*v1.Stream)(nil),               // 17: flo.v1.Stream
+	(*v1.StreamInfo)(nil),           // 18: flo.v1.StreamInfo
+	(*v1.ListStreamsResponse)(nil),  // 19: flo.v1.ListStreamsResponse
+	(*v1.DeleteStreamResponse)(nil), // 20: flo.v1.DeleteStreamResponse
+	(*v1.AppendResponse)(nil),       // 21: flo.v1.AppendResponse
+	(*v1.ReadResponse)(nil),         // 22: flo.v1.ReadResponse
+	(*v1.ConsumerGroup)(nil),        // 23: flo.v1.ConsumerGroup
+	(*v1.ListGroupsResponse)(nil),   // 24: flo.v1.ListGroupsResponse
+	(*v1.DeleteGroupResponse)(nil),  // 25: flo.v1.DeleteGroupResponse
+	(*v1.ListPendingResponse)(nil),  // 26: flo.v1.ListPendingResponse
+	(*v1.GroupReadResponse)(nil),    // 27: flo.v1.GroupReadResponse
+	(*v1.AckResponse)(nil),          // 28: flo.v1.AckResponse
+	(*v1.NackResponse)(nil),         // 29: flo.v1.NackResponse
 }
 var file_flo_streams_v1_streams_proto_depIdxs = []int32{
-	0,  // 0: flo.streams.v1.Streams.CreateStream:input_type -> flo.v1.CreateStreamRequest
-	1,  // 1: flo.streams.v1.Streams.GetStream:input_type -> flo.v1.GetStreamRequest
-	2,  // 2: flo.streams.v1.Streams.ListStreams:input_type -> flo.v1.ListStreamsRequest
-	1,  // 3: flo.streams.v1.Streams.DeleteStream:input_type -> flo.v1.GetStreamRequest
-	3,  // 4: flo.streams.v1.Streams.Append:input_type -> flo.v1.AppendRequest
-	4,  // 5: flo.streams.v1.Streams.Read:input_type -> flo.v1.ReadRequest
-	5,  // 6: flo.streams.v1.Streams.CreateGroup:input_type -> flo.v1.CreateGroupRequest
-	6,  // 7: flo.streams.v1.Streams.ListGroups:input_type -> flo.v1.ListGroupsRequest
-	7,  // 8: flo.streams.v1.Streams.DeleteGroup:input_type -> flo.v1.GetGroupRequest
-	8,  // 9: flo.streams.v1.Streams.ListPending:input_type -> flo.v1.ListPendingRequest
-	9,  // 10: flo.streams.v1.Streams.GroupRead:input_type -> flo.v1.GroupReadRequest
-	10, // 11: flo.streams.v1.Streams.Ack:input_type -> flo.v1.AckRequest
-	11, // 12: flo.streams.v1.Streams.Nack:input_type -> flo.v1.NackRequest
-	12, // 13: flo.streams.v1.Streams.CreateStream:output_type -> flo.v1.Stream
-	13, // 14: flo.streams.v1.Streams.GetStream:output_type -> flo.v1.StreamInfo
-	14, // 15: flo.streams.v1.Streams.ListStreams:output_type -> flo.v1.ListStreamsResponse
-	15, // 16: flo.streams.v1.Streams.DeleteStream:output_type -> flo.v1.DeleteStreamResponse
-	16, // 17: flo.streams.v1.Streams.Append:output_type -> flo.v1.AppendResponse
-	17, // 18: flo.streams.v1.Streams.Read:output_type -> flo.v1.ReadResponse
-	18, // 19: flo.streams.v1.Streams.CreateGroup:output_type -> flo.v1.ConsumerGroup
-	19, // 20: flo.streams.v1.Streams.ListGroups:output_type -> flo.v1.ListGroupsResponse
-	20, // 21: flo.streams.v1.Streams.DeleteGroup:output_type -> flo.v1.DeleteGroupResponse
-	21, // 22: flo.streams.v1.Streams.ListPending:output_type -> flo.v1.ListPendingResponse
-	22, // 23: flo.streams.v1.Streams.GroupRead:output_type -> flo.v1.GroupReadResponse
-	23, // 24: flo.streams.v1.Streams.Ack:output_type -> flo.v1.AckResponse
-	24, // 25: flo.streams.v1.Streams.Nack:output_type -> flo.v1.NackResponse
-	13, // [13:26] is the sub-list for method output_type
-	0,  // [0:13] is the sub-list for method input_type
-	0,  // [0:0] is the sub-list for extension type_name
-	0,  // [0:0] is the sub-list for extension extendee
-	0,  // [0:0] is the sub-list for field type_name
+	1,  // 0: flo.streams.v1.GroupReadManyRequest.reads:type_name -> flo.streams.v1.ConsumerRead
+	3,  // 1: flo.streams.v1.GroupReadManyResponse.results:type_name -> flo.streams.v1.ConsumerRecords
+	4,  // 2: flo.streams.v1.ConsumerRecords.records:type_name -> flo.v1.StreamRecord
+	5,  // 3: flo.streams.v1.Streams.CreateStream:input_type -> flo.v1.CreateStreamRequest
+	6,  // 4: flo.streams.v1.Streams.GetStream:input_type -> flo.v1.GetStreamRequest
+	7,  // 5: flo.streams.v1.Streams.ListStreams:input_type -> flo.v1.ListStreamsRequest
+	6,  // 6: flo.streams.v1.Streams.DeleteStream:input_type -> flo.v1.GetStreamRequest
+	8,  // 7: flo.streams.v1.Streams.Append:input_type -> flo.v1.AppendRequest
+	9,  // 8: flo.streams.v1.Streams.Read:input_type -> flo.v1.ReadRequest
+	10, // 9: flo.streams.v1.Streams.CreateGroup:input_type -> flo.v1.CreateGroupRequest
+	11, // 10: flo.streams.v1.Streams.ListGroups:input_type -> flo.v1.ListGroupsRequest
+	12, // 11: flo.streams.v1.Streams.DeleteGroup:input_type -> flo.v1.GetGroupRequest
+	13, // 12: flo.streams.v1.Streams.ListPending:input_type -> flo.v1.ListPendingRequest
+	14, // 13: flo.streams.v1.Streams.GroupRead:input_type -> flo.v1.GroupReadRequest
+	0,  // 14: flo.streams.v1.Streams.GroupReadMany:input_type -> flo.streams.v1.GroupReadManyRequest
+	15, // 15: flo.streams.v1.Streams.Ack:input_type -> flo.v1.AckRequest
+	16, // 16: flo.streams.v1.Streams.Nack:input_type -> flo.v1.NackRequest
+	17, // 17: flo.streams.v1.Streams.CreateStream:output_type -> flo.v1.Stream
+	18, // 18: flo.streams.v1.Streams.GetStream:output_type -> flo.v1.StreamInfo
+	19, // 19: flo.streams.v1.Streams.ListStreams:output_type -> flo.v1.ListStreamsResponse
+	20, // 20: flo.streams.v1.Streams.DeleteStream:output_type -> flo.v1.DeleteStreamResponse
+	21, // 21: flo.streams.v1.Streams.Append:output_type -> flo.v1.AppendResponse
+	22, // 22: flo.streams.v1.Streams.Read:output_type -> flo.v1.ReadResponse
+	23, // 23: flo.streams.v1.Streams.CreateGroup:output_type -> flo.v1.ConsumerGroup
+	24, // 24: flo.streams.v1.Streams.ListGroups:output_type -> flo.v1.ListGroupsResponse
+	25, // 25: flo.streams.v1.Streams.DeleteGroup:output_type -> flo.v1.DeleteGroupResponse
+	26, // 26: flo.streams.v1.Streams.ListPending:output_type -> flo.v1.ListPendingResponse
+	27, // 27: flo.streams.v1.Streams.GroupRead:output_type -> flo.v1.GroupReadResponse
+	2,  // 28: flo.streams.v1.Streams.GroupReadMany:output_type -> flo.streams.v1.GroupReadManyResponse
+	28, // 29: flo.streams.v1.Streams.Ack:output_type -> flo.v1.AckResponse
+	29, // 30: flo.streams.v1.Streams.Nack:output_type -> flo.v1.NackResponse
+	17, // [17:31] is the sub-list for method output_type
+	3,  // [3:17] is the sub-list for method input_type
+	3,  // [3:3] is the sub-list for extension type_name
+	3,  // [3:3] is the sub-list for extension extendee
+	0,  // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_flo_streams_v1_streams_proto_init() }
@@ -116,12 +397,13 @@ func file_flo_streams_v1_streams_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flo_streams_v1_streams_proto_rawDesc), len(file_flo_streams_v1_streams_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   0,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_flo_streams_v1_streams_proto_goTypes,
 		DependencyIndexes: file_flo_streams_v1_streams_proto_depIdxs,
+		MessageInfos:      file_flo_streams_v1_streams_proto_msgTypes,
 	}.Build()
 	File_flo_streams_v1_streams_proto = out.File
 	file_flo_streams_v1_streams_proto_goTypes = nil

@@ -22,19 +22,20 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Streams_CreateStream_FullMethodName = "/flo.streams.v1.Streams/CreateStream"
-	Streams_GetStream_FullMethodName    = "/flo.streams.v1.Streams/GetStream"
-	Streams_ListStreams_FullMethodName  = "/flo.streams.v1.Streams/ListStreams"
-	Streams_DeleteStream_FullMethodName = "/flo.streams.v1.Streams/DeleteStream"
-	Streams_Append_FullMethodName       = "/flo.streams.v1.Streams/Append"
-	Streams_Read_FullMethodName         = "/flo.streams.v1.Streams/Read"
-	Streams_CreateGroup_FullMethodName  = "/flo.streams.v1.Streams/CreateGroup"
-	Streams_ListGroups_FullMethodName   = "/flo.streams.v1.Streams/ListGroups"
-	Streams_DeleteGroup_FullMethodName  = "/flo.streams.v1.Streams/DeleteGroup"
-	Streams_ListPending_FullMethodName  = "/flo.streams.v1.Streams/ListPending"
-	Streams_GroupRead_FullMethodName    = "/flo.streams.v1.Streams/GroupRead"
-	Streams_Ack_FullMethodName          = "/flo.streams.v1.Streams/Ack"
-	Streams_Nack_FullMethodName         = "/flo.streams.v1.Streams/Nack"
+	Streams_CreateStream_FullMethodName  = "/flo.streams.v1.Streams/CreateStream"
+	Streams_GetStream_FullMethodName     = "/flo.streams.v1.Streams/GetStream"
+	Streams_ListStreams_FullMethodName   = "/flo.streams.v1.Streams/ListStreams"
+	Streams_DeleteStream_FullMethodName  = "/flo.streams.v1.Streams/DeleteStream"
+	Streams_Append_FullMethodName        = "/flo.streams.v1.Streams/Append"
+	Streams_Read_FullMethodName          = "/flo.streams.v1.Streams/Read"
+	Streams_CreateGroup_FullMethodName   = "/flo.streams.v1.Streams/CreateGroup"
+	Streams_ListGroups_FullMethodName    = "/flo.streams.v1.Streams/ListGroups"
+	Streams_DeleteGroup_FullMethodName   = "/flo.streams.v1.Streams/DeleteGroup"
+	Streams_ListPending_FullMethodName   = "/flo.streams.v1.Streams/ListPending"
+	Streams_GroupRead_FullMethodName     = "/flo.streams.v1.Streams/GroupRead"
+	Streams_GroupReadMany_FullMethodName = "/flo.streams.v1.Streams/GroupReadMany"
+	Streams_Ack_FullMethodName           = "/flo.streams.v1.Streams/Ack"
+	Streams_Nack_FullMethodName          = "/flo.streams.v1.Streams/Nack"
 )
 
 // StreamsClient is the client API for Streams service.
@@ -56,6 +57,9 @@ type StreamsClient interface {
 	DeleteGroup(ctx context.Context, in *v1.GetGroupRequest, opts ...grpc.CallOption) (*v1.DeleteGroupResponse, error)
 	ListPending(ctx context.Context, in *v1.ListPendingRequest, opts ...grpc.CallOption) (*v1.ListPendingResponse, error)
 	GroupRead(ctx context.Context, in *v1.GroupReadRequest, opts ...grpc.CallOption) (*v1.GroupReadResponse, error)
+	// GroupReadMany reads for many consumers of one group at once, so that
+	// the gateway's idle stream workers cost one waiting call, not one each.
+	GroupReadMany(ctx context.Context, in *GroupReadManyRequest, opts ...grpc.CallOption) (*GroupReadManyResponse, error)
 	Ack(ctx context.Context, in *v1.AckRequest, opts ...grpc.CallOption) (*v1.AckResponse, error)
 	Nack(ctx context.Context, in *v1.NackRequest, opts ...grpc.CallOption) (*v1.NackResponse, error)
 }
@@ -178,6 +182,16 @@ func (c *streamsClient) GroupRead(ctx context.Context, in *v1.GroupReadRequest, 
 	return out, nil
 }
 
+func (c *streamsClient) GroupReadMany(ctx context.Context, in *GroupReadManyRequest, opts ...grpc.CallOption) (*GroupReadManyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GroupReadManyResponse)
+	err := c.cc.Invoke(ctx, Streams_GroupReadMany_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *streamsClient) Ack(ctx context.Context, in *v1.AckRequest, opts ...grpc.CallOption) (*v1.AckResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(v1.AckResponse)
@@ -217,6 +231,9 @@ type StreamsServer interface {
 	DeleteGroup(context.Context, *v1.GetGroupRequest) (*v1.DeleteGroupResponse, error)
 	ListPending(context.Context, *v1.ListPendingRequest) (*v1.ListPendingResponse, error)
 	GroupRead(context.Context, *v1.GroupReadRequest) (*v1.GroupReadResponse, error)
+	// GroupReadMany reads for many consumers of one group at once, so that
+	// the gateway's idle stream workers cost one waiting call, not one each.
+	GroupReadMany(context.Context, *GroupReadManyRequest) (*GroupReadManyResponse, error)
 	Ack(context.Context, *v1.AckRequest) (*v1.AckResponse, error)
 	Nack(context.Context, *v1.NackRequest) (*v1.NackResponse, error)
 	mustEmbedUnimplementedStreamsServer()
@@ -261,6 +278,9 @@ func (UnimplementedStreamsServer) ListPending(context.Context, *v1.ListPendingRe
 }
 func (UnimplementedStreamsServer) GroupRead(context.Context, *v1.GroupReadRequest) (*v1.GroupReadResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GroupRead not implemented")
+}
+func (UnimplementedStreamsServer) GroupReadMany(context.Context, *GroupReadManyRequest) (*GroupReadManyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GroupReadMany not implemented")
 }
 func (UnimplementedStreamsServer) Ack(context.Context, *v1.AckRequest) (*v1.AckResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Ack not implemented")
@@ -487,6 +507,24 @@ func _Streams_GroupRead_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Streams_GroupReadMany_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GroupReadManyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamsServer).GroupReadMany(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Streams_GroupReadMany_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamsServer).GroupReadMany(ctx, req.(*GroupReadManyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Streams_Ack_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(v1.AckRequest)
 	if err := dec(in); err != nil {
@@ -573,6 +611,10 @@ var Streams_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GroupRead",
 			Handler:    _Streams_GroupRead_Handler,
+		},
+		{
+			MethodName: "GroupReadMany",
+			Handler:    _Streams_GroupReadMany_Handler,
 		},
 		{
 			MethodName: "Ack",
