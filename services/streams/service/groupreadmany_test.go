@@ -20,7 +20,8 @@ import (
 // group handing records only to the lease holder among them.
 func TestGroupReadMany(t *testing.T) {
 	e := newEnv(t)
-	c := e.start(t, e.config()).client
+	r := e.start(t, e.config())
+	c := r.client
 
 	t.Run("validated like GroupRead", func(t *testing.T) {
 		ns := namespace()
@@ -97,6 +98,44 @@ func TestGroupReadMany(t *testing.T) {
 		require.Len(t, resp.GetResults(), 2)
 		for _, res := range resp.GetResults() {
 			require.Empty(t, res.GetRecords())
+		}
+	})
+
+	t.Run("idle reads cost a look a tick, not one each", func(t *testing.T) {
+		ns := namespace()
+		createStream(t, c, ns, "s", 2)
+		createGroup(t, c, ns, "s", "g", "$", 0)
+		const readers = 500
+		reads := make([]*streamsv1.ConsumerRead, readers)
+		for i := range reads {
+			reads[i] = &streamsv1.ConsumerRead{Consumer: fmt.Sprintf("c%d", i), Count: 1}
+		}
+		done := make(chan *streamsv1.GroupReadManyResponse, 1)
+		go func() {
+			resp, err := c.GroupReadMany(t.Context(), &streamsv1.GroupReadManyRequest{Namespace: ns, Stream: "s", Group: "g", Reads: reads, BlockMs: time.Minute.Milliseconds()})
+			if err == nil {
+				done <- resp
+			}
+		}()
+		require.Eventually(t, func() bool { return r.svc.Waiters() == 1 }, waitFor, tick)
+		probes := r.svc.Probes()
+		require.Eventually(t, func() bool { return r.svc.Probes() > probes }, waitFor, tick)
+		looks := lookCounter(r)
+		probes = r.svc.Probes()
+		require.Eventually(t, func() bool { return r.svc.Probes() >= probes+2 }, waitFor, tick)
+		looks(t, 10, "over two safety ticks with %d reads waiting in one call", readers)
+
+		appended := appendN(t, c, ns, "s", 0, 3)
+		select {
+		case resp := <-done:
+			var got []string
+			for _, res := range resp.GetResults() {
+				require.LessOrEqual(t, len(res.GetRecords()), 1)
+				got = append(got, ids(res.GetRecords())...)
+			}
+			require.ElementsMatch(t, appended, got, "three reads got a record each")
+		case <-time.After(waitFor):
+			require.FailNow(t, "the waiting call got no records")
 		}
 	})
 

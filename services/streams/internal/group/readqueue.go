@@ -43,7 +43,8 @@ type readQueue struct {
 func (g *Groups) look(ctx context.Context, grp store.GroupOf, reqs []ReadRequest, probed bool) ([][]record.Record, store.Due, error) {
 	calls := make([]*readCall, len(reqs))
 	for i, req := range reqs {
-		calls[i] = &readCall{ctx: ctx, req: req, probed: probed, done: make(chan struct{})}
+		// One probed read is enough: what it finds, the others would.
+		calls[i] = &readCall{ctx: ctx, req: req, probed: probed && i == 0, done: make(chan struct{})}
 	}
 	g.readMu.Lock()
 	q := g.reads[grp.Group.ID]
