@@ -81,6 +81,13 @@ func (s *Server) hubRead(sess *session, sub *subscription, rc *readCall) {
 	key := sess.namespace + "\x00" + sub.stream + "\x00" + sub.group + "\x00" + strconv.FormatInt(rc.block.Milliseconds(), 10)
 	r := &hubRead{s: sess, sub: sub, rc: rc, end: time.Now().Add(rc.block)}
 	s.readHubs.mu.Lock()
+	if sess.readsShut.Load() {
+		// The session stopped reading since the read was taken: a read
+		// queued now would take records for no one.
+		s.readHubs.mu.Unlock()
+		return
+	}
+	rc.queued = r
 	h := s.readHubs.byKey[key]
 	if h == nil {
 		if s.readHubs.byKey == nil {
@@ -107,6 +114,21 @@ func (s *Server) hubRead(sess *session, sub *subscription, rc *readCall) {
 		s.readHubs.mu.Unlock()
 		for _, q := range queued {
 			q.s.finishRead(q.sub, q.rc, nil)
+		}
+	}
+}
+
+// dropReads takes the reads of a session that stopped reading out of their
+// hubs, so that no later round takes records for them: each would be
+// nacked and count as a delivery no worker saw. A round already waiting
+// for one goes on; records it brings for it are nacked.
+func (s *Server) dropReads(rcs []*readCall) {
+	s.readHubs.mu.Lock()
+	defer s.readHubs.mu.Unlock()
+	for _, rc := range rcs {
+		if r := rc.queued; r != nil && !r.answered {
+			r.answered = true
+			r.timer.Stop()
 		}
 	}
 }

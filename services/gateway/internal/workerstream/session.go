@@ -106,6 +106,9 @@ type session struct {
 	readsMu     sync.Mutex
 	readsClosed bool
 	readsEnded  bool
+	// readsShut is readsClosed for the read hubs, which check it without
+	// readsMu: a read handed to a hub after it is set is dropped.
+	readsShut atomic.Bool
 	// settles carries StreamAck and StreamNack messages to settleQueued.
 	settles runQueue[settle]
 	// records are the records sent and not yet acked or nacked here, which a

@@ -56,6 +56,8 @@ type subscription struct {
 type readCall struct {
 	req   *flov1.GroupReadRequest
 	block time.Duration
+	// queued is the read in its hub, guarded by the Server's readHubs.mu.
+	queued *hubRead
 }
 
 // delivery names the records of one RecordBatch, so they can be nacked when
@@ -229,17 +231,21 @@ func (s *session) closeReads(answer bool) {
 	s.readsMu.Lock()
 	defer s.readsMu.Unlock()
 	s.readsClosed = true
+	s.readsShut.Store(true)
 	if !answer {
 		s.readsEnded = true
 	}
+	var dropped []*readCall
 	for _, sub := range s.subs {
-		for range sub.reads {
+		for _, rc := range sub.reads {
 			if !s.readsEnded {
 				s.enqueue(outgoing{msg: emptyRecordBatch(sub.stream, sub.group)})
 			}
+			dropped = append(dropped, rc)
 		}
 		sub.reads = nil
 	}
+	s.srv.dropReads(dropped)
 }
 
 // nackUndelivered hands records the worker never received back to their
