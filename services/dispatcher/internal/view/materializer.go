@@ -32,6 +32,15 @@ const (
 	// maxBatch bounds the tasks of one flush (one statement, one
 	// transaction); a buffer that reaches it is flushed at once.
 	maxBatch = 10_000
+	// liveHold is how long the state of a live task (queued, running,
+	// waiting) may wait in the buffer for a newer one: most tasks end
+	// within it, and their row is then written once, in its final state,
+	// instead of once per window they lived through. The view's offsets
+	// stay before a held state, so a rebuild reads it from the log.
+	liveHold = 2 * time.Second
+	// maxHeld bounds the live states held back; past it they are written
+	// at the next flush, whatever their age.
+	maxHeld = 4 * maxBatch
 )
 
 var (
@@ -65,6 +74,8 @@ type buffered struct {
 	// refused is set once Postgres refused this state, or an older one
 	// folded into it, and the refusal was logged and counted.
 	refused bool
+	// added is when the oldest state folded into this one was buffered.
+	added time.Time
 }
 
 // fold makes b the newer of b and o, two states of one task, with the
@@ -72,6 +83,9 @@ type buffered struct {
 func (b *buffered) fold(o *buffered) {
 	b.first = min(b.first, o.first)
 	b.refused = b.refused || o.refused
+	if o.added.Before(b.added) {
+		b.added = o.added
+	}
 	older, newer := &o.Task, &b.Task
 	if o.Offset > b.Offset {
 		older, newer = &b.Task, &o.Task
@@ -140,10 +154,11 @@ type Materializer struct {
 }
 
 // NewMaterializer returns a materializer writing through pool. States gather
-// for 100 ms, or until 10,000 tasks are buffered, before a flush; onFlushed,
-// when not nil, is called after each commit with the highest events offset
-// now in the view for each partition the flush wrote, short of any state
-// Postgres refused. It is called with the flush lock held, so it must not
+// for 100 ms, or until 10,000 tasks besides those held back are buffered,
+// before a flush; onFlushed, when not nil, is called after each commit with
+// the highest events offset up to which the view holds every state, for each
+// partition the flush wrote, short of any state Postgres refused or that is
+// held back. It is called with the flush lock held, so it must not
 // call Flush.
 func NewMaterializer(pool *pgxpool.Pool, log *slog.Logger, meter metric.Meter, onFlushed func(partition int32, offset int64)) (*Materializer, error) {
 	if log == nil {
@@ -179,17 +194,19 @@ func NewMaterializer(pool *pgxpool.Pool, log *slog.Logger, meter metric.Meter, o
 // earlier state when it has none. Add takes entries of a partition in offset
 // order.
 func (m *Materializer) Add(entries ...Entry) {
+	now := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, e := range entries {
-		s := &buffered{Entry: e, first: e.Offset}
+		s := &buffered{Entry: e, first: e.Offset, added: now}
 		if b, ok := m.buf[e.Task.ID]; ok {
 			b.fold(s)
 			continue
 		}
 		m.buf[e.Task.ID] = s
 	}
-	if len(m.buf) >= maxBatch {
+	// Up to maxHeld of the buffer may be live states held back.
+	if len(m.buf) >= maxBatch+maxHeld {
 		select {
 		case m.full <- struct{}{}:
 		default:
@@ -198,7 +215,8 @@ func (m *Materializer) Add(entries ...Entry) {
 }
 
 // Run flushes every 100 ms, and at once when the buffer is full, until ctx
-// ends; then it returns nil (Flush writes what is left). A failed flush is
+// ends; then it returns nil (Flush writes what is left). Its flushes hold
+// back live states younger than liveHold (see take). A failed flush is
 // retried with backoff while states keep buffering; each streak of failures
 // is logged once. Refused states are tried again after 2 s, then further
 // apart (up to a minute) while none of them lands.
@@ -224,7 +242,7 @@ func (m *Materializer) Run(ctx context.Context) error {
 		}
 		for {
 			m.flushMu.Lock()
-			err := m.flushTaken(ctx, false)
+			err := m.flushTaken(ctx, false, false)
 			m.flushMu.Unlock()
 			if ctx.Err() != nil {
 				return nil
@@ -257,7 +275,7 @@ func (m *Materializer) Flush(ctx context.Context) error {
 	defer m.flushMu.Unlock()
 	// Batches a failed flush left come before the buffer.
 	for _, retryRefused := range []bool{false, true} {
-		if err := m.flushTaken(ctx, retryRefused); err != nil {
+		if err := m.flushTaken(ctx, retryRefused, true); err != nil {
 			return err
 		}
 	}
@@ -273,12 +291,13 @@ func (m *Materializer) Lag() int64 {
 }
 
 // flushTaken writes the pending batches, taking what is buffered first when
-// there are none, with the refused states when retryRefused or when their
-// time has come. The caller holds flushMu.
-func (m *Materializer) flushTaken(ctx context.Context, retryRefused bool) error {
+// there are none (all of it when all, else holding young live states back),
+// with the refused states when retryRefused or when their time has come.
+// The caller holds flushMu.
+func (m *Materializer) flushTaken(ctx context.Context, retryRefused, all bool) error {
 	if len(m.pending) == 0 {
 		retryRefused = retryRefused || !time.Now().Before(m.refusedNext)
-		m.pending = m.take(retryRefused)
+		m.pending = m.take(retryRefused, all)
 	}
 	for len(m.pending) > 0 {
 		if err := m.writeBatch(ctx, m.pending[0]); err != nil {
@@ -289,17 +308,36 @@ func (m *Materializer) flushTaken(ctx context.Context, retryRefused bool) error 
 	return nil
 }
 
-// take moves every buffered state into batches of up to maxBatch tasks,
-// holding the buffer's lock only to swap it for an empty one. A refused
-// state comes along when a newer state of its task does (folded into it) or
-// when retryRefused. Over one batch, states are written in offset order, and
-// a batch's events offset for a partition stops before the first record
-// folded into a state of a later batch, so the view's offsets never pass a
-// state it lacks.
-func (m *Materializer) take(retryRefused bool) []*batch {
+// take moves the buffered states into batches of up to maxBatch tasks,
+// holding the buffer's lock only to swap it for an empty one. Unless all,
+// the states of live tasks buffered less than liveHold ago (up to maxHeld
+// of them) stay in the buffer for a newer state to replace. A refused state
+// comes along when a newer state of its task does (folded into it) or when
+// retryRefused. Over one batch, states are written in offset order, and a
+// batch's events offset for a partition stops before the first record
+// folded into a state of a later batch or one held back, so the view's
+// offsets never pass a state it lacks.
+func (m *Materializer) take(retryRefused, all bool) []*batch {
+	// stop[p] is the first offset of p in the states left for later:
+	// those held back, then those of the batches after the one being made.
+	stop := make(map[int32]int64)
 	m.mu.Lock()
 	buf := m.buf
 	m.buf = make(map[uuid.UUID]*buffered, len(buf))
+	if !all {
+		now := time.Now()
+		for id, b := range buf {
+			if len(m.buf) == maxHeld {
+				break
+			}
+			if b.Task.Status == "" || b.Task.Final() || now.Sub(b.added) >= liveHold {
+				continue
+			}
+			m.buf[id] = b
+			delete(buf, id)
+			stopAt(stop, b)
+		}
+	}
 	// Under mu, so Lag never misses the states between buf and pending.
 	m.pendingLen.Store(int64(len(buf)))
 	m.mu.Unlock()
@@ -323,27 +361,30 @@ func (m *Materializer) take(retryRefused bool) []*batch {
 	if len(buf) == 0 {
 		return nil
 	}
-	all := make([]*buffered, 0, len(buf))
+	taken := make([]*buffered, 0, len(buf))
 	for _, b := range buf {
-		all = append(all, b)
+		taken = append(taken, b)
 	}
-	if len(all) > maxBatch {
-		slices.SortFunc(all, func(a, b *buffered) int { return cmp.Compare(a.Offset, b.Offset) })
+	if len(taken) > maxBatch {
+		slices.SortFunc(taken, func(a, b *buffered) int { return cmp.Compare(a.Offset, b.Offset) })
 	}
-	out := make([]*batch, (len(all)+maxBatch-1)/maxBatch)
-	// stop[p] is the first offset of p in the batches after the one being
-	// made: built from the last batch back.
-	stop := make(map[int32]int64)
+	out := make([]*batch, (len(taken)+maxBatch-1)/maxBatch)
+	// Built from the last batch back.
 	for i := len(out) - 1; i >= 0; i-- {
-		chunk := all[i*maxBatch : min((i+1)*maxBatch, len(all))]
+		chunk := taken[i*maxBatch : min((i+1)*maxBatch, len(taken))]
 		out[i] = newBatch(chunk, maps.Clone(stop))
 		for _, b := range chunk {
-			if s, ok := stop[b.Partition]; !ok || b.first < s {
-				stop[b.Partition] = b.first
-			}
+			stopAt(stop, b)
 		}
 	}
 	return out
+}
+
+// stopAt lowers stop's offset for b's partition to b's first record.
+func stopAt(stop map[int32]int64, b *buffered) {
+	if s, ok := stop[b.Partition]; !ok || b.first < s {
+		stop[b.Partition] = b.first
+	}
 }
 
 // newBatch makes the batch writing states, whose partitions' events offsets
@@ -382,7 +423,9 @@ func (m *Materializer) writeBatch(ctx context.Context, b *batch) error {
 	m.written.Add(ctx, n)
 	maps.Copy(m.reached, reached)
 	for _, mk := range marks {
-		m.onFlushed(mk.partition, mk.last)
+		// The view holds every state up to last only where nothing is
+		// left for later below it.
+		m.onFlushed(mk.partition, min(mk.last, mk.events-1))
 	}
 	m.setAside(ctx, b, refused)
 	// Last, so a Lag of zero means the states are written and announced.

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/metric/noop"
 
@@ -34,7 +35,7 @@ func TestTakeCutsOffsetsBeforeStatesLeftBehind(t *testing.T) {
 	m.Add(Entry{Partition: 0, Offset: 20_000, CmdOffset: 12_000, Task: task(a)})
 	require.Equal(t, int64(maxBatch+1), m.Lag())
 
-	batches := m.take(false)
+	batches := m.take(false, true)
 	require.Len(t, batches, 2)
 	require.Zero(t, len(m.buf))
 	require.Equal(t, int64(maxBatch+1), m.Lag())
@@ -47,14 +48,14 @@ func TestTakeCutsOffsetsBeforeStatesLeftBehind(t *testing.T) {
 	}, marksOf(m, first))
 	require.Equal(t, []uuid.UUID{a}, ids(second))
 	require.Equal(t, []mark{{partition: 0, events: 20_001, commands: 12_000, last: 20_000}}, marksOf(m, second))
-	require.Nil(t, m.take(false))
+	require.Nil(t, m.take(false, true))
 }
 
 // ids are the task ids of a batch's rows.
 func ids(b *batch) []uuid.UUID {
 	out := make([]uuid.UUID, len(b.rows))
 	for i, r := range b.rows {
-		out[i] = r[0].(uuid.UUID)
+		out[i] = r[0].(pgtype.UUID).Bytes
 	}
 	return out
 }
@@ -64,4 +65,45 @@ func ids(b *batch) []uuid.UUID {
 func marksOf(m *Materializer, b *batch) []mark {
 	marks, _ := m.marks(b, nil)
 	return marks
+}
+
+// A flush holds back the states of live tasks buffered less than liveHold
+// ago, and the partition's offsets stop before them; final states, states
+// older than liveHold and, for Flush, every state are taken.
+func TestTakeHoldsYoungLiveStatesBack(t *testing.T) {
+	t.Parallel()
+	m, err := NewMaterializer(nil, nil, noop.NewMeterProvider().Meter("test"), nil)
+	require.NoError(t, err)
+	young, old, done, other := uuid.New(), uuid.New(), uuid.New(), uuid.New()
+	m.Add(Entry{Partition: 0, Offset: 10, CmdOffset: 5, Task: engine.Task{ID: old, Status: store.Running}})
+	m.buf[old].added = m.buf[old].added.Add(-liveHold)
+	m.Add(
+		Entry{Partition: 0, Offset: 11, CmdOffset: 6, Task: engine.Task{ID: young, Status: store.Queued}},
+		Entry{Partition: 0, Offset: 12, CmdOffset: 7, Task: engine.Task{ID: done, Status: store.Completed}},
+		Entry{Partition: 1, Offset: 3, CmdOffset: 2, Task: engine.Task{ID: other, Status: store.Waiting}},
+	)
+
+	batches := m.take(false, false)
+	require.Len(t, batches, 1)
+	require.ElementsMatch(t, []uuid.UUID{old, done}, ids(batches[0]))
+	// Partition 0 stops before the held state at 11; partition 1 has
+	// nothing written and no mark.
+	require.Equal(t, []mark{{partition: 0, events: 11, commands: 5, last: 12}}, marksOf(m, batches[0]))
+	require.Equal(t, int64(4), m.Lag(), "held states count as lag")
+	require.Len(t, m.buf, 2)
+
+	// A newer state of a held task replaces it, and a final one is taken at
+	// once, the held state's first record still stopping the offsets of
+	// what is left.
+	m.Add(Entry{Partition: 0, Offset: 13, CmdOffset: 8, Task: engine.Task{ID: young, Status: store.Completed}})
+	batches = m.take(false, false)
+	require.Len(t, batches, 1)
+	require.Equal(t, []uuid.UUID{young}, ids(batches[0]))
+	require.Equal(t, []mark{{partition: 0, events: 14, commands: 8, last: 13}}, marksOf(m, batches[0]))
+
+	// Flush's take holds nothing back.
+	batches = m.take(false, true)
+	require.Len(t, batches, 1)
+	require.Equal(t, []uuid.UUID{other}, ids(batches[0]))
+	require.Empty(t, m.buf)
 }

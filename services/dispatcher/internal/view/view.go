@@ -28,6 +28,16 @@
 // the refused state lands, or a newer one of its task does, the offsets and
 // onFlushed move to where the written states reached.
 //
+// A live task's state (queued, running, waiting) is held back for up to 2 s
+// (liveHold, at most 40,000 states) for a newer one to replace it, so a task
+// that ends within that time has its row written once, final, rather than
+// once per 100 ms window it lived through. What is held back holds its
+// partition's offsets back as a refused state does: view_offsets[p] stays at
+// most its first record, and onFlushed(p, o) keeps o below it. The view's
+// live rows are thus up to 2 s behind the owners (who answer for live tasks),
+// and a rebuild replays up to 2 s more of the log. Flush writes everything,
+// held states too.
+//
 // The materializer's buffer has no bound of its own while Postgres is down
 // (flo.dispatcher.view.lag shows it): it keeps one state per task, and every
 // task in it is one an owner holds too until the view has it (live, or final

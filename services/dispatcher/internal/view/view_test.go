@@ -451,3 +451,47 @@ func TestOwners(t *testing.T) {
 	}
 	require.Equal(t, []owner{{0, "r1", "10.0.0.1:9090"}, {1, "r1", "10.0.0.1:9090"}, {2, "r2", "10.0.0.2:9090"}, {3, "r2", "10.0.0.2:9090"}}, got)
 }
+
+// Run holds a live task's state back, so a task that ends soon after it was
+// created is written once, final; the offsets and onFlushed stay before the
+// held state until then.
+func TestRunWritesAShortLivedTaskOnceFinal(t *testing.T) {
+	t.Parallel()
+	pool := openDB(t)
+	m, flushes, _, reader := observed(t, pool)
+	run(t, m)
+	ctx := t.Context()
+
+	created := queued("ns")
+	other := queued("ns")
+	other.Status, other.Outcome, other.FinishedAt = store.Completed, "done", now()
+	m.Add(view.Entry{Partition: 0, Offset: 10, CmdOffset: 4, Task: created})
+	m.Add(view.Entry{Partition: 0, Offset: 11, CmdOffset: 5, Task: other})
+	// Once the final task at 11 is written, the queued one at 10 is still
+	// held: no row, and the partition's offsets stop at 10.
+	require.Eventually(t, func() bool { return flushes.get()[0] == 9 }, 10*time.Second, 5*time.Millisecond)
+	found, err := view.Existing(ctx, pool, []uuid.UUID{created.ID, other.ID})
+	require.NoError(t, err)
+	require.Equal(t, map[uuid.UUID]bool{other.ID: true}, found)
+	events, commands, err := view.Offsets(ctx, pool, 0)
+	require.NoError(t, err)
+	require.Equal(t, [2]int64{10, 0}, [2]int64{events, commands})
+
+	done := running(created)
+	done.Status, done.Result, done.Outcome, done.FinishedAt, done.LeaseUntil = store.Completed, []byte(`"ok"`), "sent", now(), time.Time{}
+	m.Add(view.Entry{Partition: 0, Offset: 12, CmdOffset: 6, Task: done})
+	require.Eventually(t, func() bool { return flushes.get()[0] == 12 }, 10*time.Second, 5*time.Millisecond)
+	want := done
+	want.Payload = created.Payload
+	require.Equal(t, want, load(t, pool, created))
+	events, commands, err = view.Offsets(ctx, pool, 0)
+	require.NoError(t, err)
+	require.Equal(t, [2]int64{13, 6}, [2]int64{events, commands})
+	require.Equal(t, map[string]int64{"flo.dispatcher.view.lag": 0, "flo.dispatcher.view.rows_written": 2}, collect(t, reader))
+
+	// A live state no newer one replaces is written once it is liveHold old.
+	late := queued("ns")
+	m.Add(view.Entry{Partition: 0, Offset: 13, CmdOffset: 7, Task: late})
+	require.Eventually(t, func() bool { return flushes.get()[0] == 13 }, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, late, load(t, pool, late))
+}

@@ -83,7 +83,9 @@ func row(e Entry) []any {
 		completeBy = t.CompleteBy
 	}
 	s := t.Settings
-	return []any{t.ID, e.Partition, e.Offset, t.Namespace, t.Action, string(t.Status), t.Priority, payload, t.Result,
+	// pgtype.UUID encodes as binary directly; uuid.UUID would go through
+	// its driver.Valuer as text.
+	return []any{pgtype.UUID{Bytes: t.ID, Valid: true}, e.Partition, e.Offset, t.Namespace, t.Action, string(t.Status), t.Priority, payload, t.Result,
 		t.Outcome, t.Error, t.TimedOut, t.ErrorCode, t.IdempotencyKey, t.Attempt, s.MaxAttempts, s.Timeout.Milliseconds(),
 		string(s.Backoff.Kind), s.Backoff.Initial.Milliseconds(), s.Backoff.Max.Milliseconds(), s.Backoff.Multiplier,
 		t.WorkerID, trace, t.Origin, t.CreatedAt, t.RunAt, nullTime(t.StartedAt), nullTime(t.FinishedAt), updated,
