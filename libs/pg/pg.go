@@ -181,6 +181,23 @@ func InTxWith(ctx context.Context, pool *pgxpool.Pool, opts pgx.TxOptions, fn fu
 	return nil
 }
 
+// BoundTx limits, for the rest of tx, both how long one of its statements
+// may run and how long it may sit idle between statements to d. Without it a
+// process paused mid-transaction (SIGSTOP, a frozen VM, a network stall
+// towards the client) holds the transaction's row locks until its
+// connection dies, and every other writer of those rows waits as long; with
+// it Postgres ends the transaction after d, and the paused process finds it
+// gone when it wakes.
+func BoundTx(ctx context.Context, tx pgx.Tx, d time.Duration) error {
+	ms := d.Milliseconds()
+	// No arguments: pgx sends it as one simple-protocol query.
+	_, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL statement_timeout = %d; SET LOCAL idle_in_transaction_session_timeout = %d", ms, ms))
+	if err != nil {
+		return fmt.Errorf("bound transaction: %w", err)
+	}
+	return nil
+}
+
 // MapError maps pgx.ErrNoRows to ErrNotFound and unique or exclusion
 // violations to ErrConflict, keeping the original error wrapped too; other
 // errors (and nil) pass through unchanged.

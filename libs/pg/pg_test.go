@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -147,4 +148,44 @@ func TestConnectGivesUpWithContext(t *testing.T) {
 	defer cancel()
 	_, err := pg.Connect(ctx, "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=1", "x", 1, nil)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+// A transaction whose process stops talking mid-way (paused, as a zombie
+// replica is) holds its row locks no longer than its bound: Postgres ends
+// it, and the writer waiting on the same row goes on. A statement running
+// past the bound is cancelled.
+func TestBoundTxEndsAPausedTransaction(t *testing.T) {
+	t.Parallel()
+	pool := connect(t, harness.NewDatabase(t), "bound")
+	ctx := t.Context()
+	require.NoError(t, pg.Migrate(ctx, pool, "bound", migrations))
+
+	paused, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = paused.Rollback(context.WithoutCancel(ctx)) }()
+	require.NoError(t, pg.BoundTx(ctx, paused, 300*time.Millisecond))
+	_, err = paused.Exec(ctx, `INSERT INTO items VALUES (1, 'paused')`)
+	require.NoError(t, err)
+
+	// This insert waits for the paused transaction's row lock, until
+	// Postgres ends that transaction.
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	_, err = pool.Exec(wctx, `INSERT INTO items VALUES (1, 'waiting') ON CONFLICT (id) DO NOTHING`)
+	require.NoError(t, err, "the paused transaction's lock was held past its bound")
+	var name string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT name FROM items WHERE id = 1`).Scan(&name))
+	require.Equal(t, "waiting", name)
+	require.Error(t, paused.Commit(ctx), "the paused transaction outlived its bound")
+
+	err = pg.InTx(ctx, pool, func(tx pgx.Tx) error {
+		if err := pg.BoundTx(ctx, tx, 200*time.Millisecond); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `SELECT pg_sleep(30)`)
+		return err
+	})
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "57014", pgErr.Code, "a statement past the bound is cancelled")
 }

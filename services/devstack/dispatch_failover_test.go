@@ -1,6 +1,7 @@
 package devstack_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -292,8 +293,10 @@ func final(typ eventsv1.TaskEventType) bool {
 	return false
 }
 
-// waitViewState waits until the view holds every id in state.
-func waitViewState(t *testing.T, db *pgxpool.Pool, ids []string, state string) {
+// waitViewState waits until the view holds every id in state; when it never
+// does, it explains what is missing from the view and, with brokers, from
+// the log.
+func waitViewState(t *testing.T, db *pgxpool.Pool, brokers []string, ids []string, state string) {
 	t.Helper()
 	ok := assert.Eventually(t, func() bool {
 		var n int
@@ -303,7 +306,48 @@ func waitViewState(t *testing.T, db *pgxpool.Pool, ids []string, state string) {
 			`SELECT count(*) FROM dispatcher.tasks WHERE id = ANY($1) AND state = $2`, ids, state).Scan(&n)
 		return err == nil && n == len(ids)
 	}, 90*time.Second, 50*time.Millisecond)
+	if !ok {
+		explainMissing(t, db, brokers, ids, state)
+	}
 	require.True(t, ok, "the view never held all %d tasks %s: %v", len(ids), state, viewStates(t, db, ids))
+}
+
+// explainMissing logs, for the ids the view does not hold in state, their
+// partitions, view states and (with brokers) last committed task events, and
+// the view's offsets: what tells a stall's causes apart (commands never
+// applied, tasks never handed out, states never written).
+func explainMissing(t *testing.T, db *pgxpool.Pool, brokers []string, ids []string, state string) {
+	t.Helper()
+	inView := queryMap[string, string](t, db, `SELECT id::text, state FROM dispatcher.tasks WHERE id = ANY($1)`, ids)
+	missing := map[int32]map[string]int{}
+	for _, id := range ids {
+		if inView[id] == state {
+			continue
+		}
+		p := kafka.PartitionOf([]byte(id), platformPartitions)
+		if missing[p] == nil {
+			missing[p] = map[string]int{}
+		}
+		missing[p][cmp.Or(inView[id], "absent")]++
+	}
+	if len(brokers) > 0 {
+		log := readTaskLog(t, brokers)
+		inLog := map[string]int{}
+		for _, id := range ids {
+			if inView[id] == state {
+				continue
+			}
+			last := "no events"
+			if recs := log.byTask[id]; len(recs) > 0 {
+				last = recs[len(recs)-1].typ.String()
+			}
+			inLog[last]++
+		}
+		t.Logf("their last committed task events: %v", inLog)
+	}
+	t.Logf("tasks not %s, by partition and view state: %v", state, missing)
+	t.Logf("view offsets (partition: events, commands): %v", queryMap[int32, string](t, db,
+		`SELECT partition, events_offset || ', ' || commands_offset FROM dispatcher.view_offsets`))
 }
 
 // viewStates counts ids by their state in the view.
@@ -330,7 +374,7 @@ func viewAttempts(t *testing.T, db *pgxpool.Pool, ids []string) map[string]int32
 // It returns the log it read and each task's final attempt.
 func requireCompletedOnce(t *testing.T, db *pgxpool.Pool, brokers []string, ids []string, runs *attemptRuns) (taskLog, map[string]int32) {
 	t.Helper()
-	waitViewState(t, db, ids, "completed")
+	waitViewState(t, db, brokers, ids, "completed")
 	log := readTaskLog(t, brokers)
 	inView := viewAttempts(t, db, ids)
 	finals := make(map[string]int32, len(ids))
@@ -501,7 +545,7 @@ func TestZombieOwnerIsFenced(t *testing.T) {
 			dead = append(dead, id)
 		}
 	}
-	waitViewState(t, pl.env.db, dead, "dead_lettered")
+	waitViewState(t, pl.env.db, pl.brokers, dead, "dead_lettered")
 	require.Eventually(t, func() bool {
 		holdMu.Lock()
 		defer holdMu.Unlock()
@@ -562,7 +606,7 @@ func TestZombieOwnerIsFenced(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return len(owned(partitionOwners(t, pl.env.db), first.grpcAddr)) == platformPartitions
 	}, time.Minute, 20*time.Millisecond, "the live replica never took the partitions over")
-	waitViewState(t, pl.env.db, ids, "completed")
+	waitViewState(t, pl.env.db, pl.brokers, ids, "completed")
 
 	require.NoError(t, zombie.cmd.Process.Signal(syscall.SIGCONT))
 	resumed = true

@@ -38,6 +38,12 @@
 // and a rebuild replays up to 2 s more of the log. Flush writes everything,
 // held states too.
 //
+// Two replicas may write the same rows and offsets while a partition moves.
+// Each view transaction is bounded (pg.BoundTx, 30 s for a statement and for
+// idle time between statements), so a replica paused mid-flush, with row
+// locks taken, stalls the new owner's flushes for 30 s at most, not until
+// its connection dies.
+//
 // The materializer's buffer has no bound of its own while Postgres is down
 // (flo.dispatcher.view.lag shows it): it keeps one state per task, and every
 // task in it is one an owner holds too until the view has it (live, or final
