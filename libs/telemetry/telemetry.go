@@ -1,7 +1,9 @@
 // Package telemetry installs OpenTelemetry tracing and metrics for a service:
-// spans are always created (so trace ids reach logs and log records), they are
-// exported over OTLP/gRPC only when an OTLP endpoint is configured, and
-// metrics are served in the Prometheus format.
+// spans are exported over OTLP/gRPC only when an OTLP endpoint is
+// configured; while nothing records them, only spans without a parent are
+// made (so every request's trace id reaches the logs) and the others pass
+// their parent's context on (see passthroughProvider); metrics are served in
+// the Prometheus format.
 package telemetry
 
 import (
@@ -94,6 +96,7 @@ func Setup(ctx context.Context, service string, opts ...Option) (*Telemetry, err
 	}
 	for _, sp := range t.processors {
 		tracer.RegisterSpanProcessor(sp)
+		registered.Add(1)
 	}
 	return t, nil
 }
@@ -132,10 +135,11 @@ func newProviders(ctx context.Context, service string) (*providers, error) {
 	}
 	if tracer == nil {
 		tracer = sdktrace.NewTracerProvider(sdktrace.WithResource(res))
-		otel.SetTracerProvider(tracer)
+		otel.SetTracerProvider(&passthroughProvider{sdk: tracer})
 	}
 	if exporter != nil {
 		tracer.RegisterSpanProcessor(exporter)
+		registered.Add(1)
 	}
 	return &providers{
 		exporter: exporter,
@@ -180,6 +184,7 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 			// but without a deadline.
 			err = errors.Join(err, sp.Shutdown(ctx))
 			tracer.UnregisterSpanProcessor(sp)
+			registered.Add(-1)
 		}
 		if err != nil {
 			err = fmt.Errorf("shutdown telemetry: %w", err)

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/razorbill/flo/libs/telemetry"
 )
@@ -98,4 +99,44 @@ func TestSpanProcessorSeesEverySpanOfItsSetup(t *testing.T) {
 		}
 		require.Equal(t, []string{"early op", "late op"}, names, "setup %d", i+1)
 	}
+}
+
+// While nothing records spans, a span under a parent is no span: its
+// context is the parent's, so what is injected downstream names the
+// caller's span and keeps its sampled flag. Once a processor is registered,
+// the same call makes a real child span.
+func TestSpansUnderAParentPassThroughWhileNothingRecords(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	ctx := context.Background()
+	tel, err := telemetry.Setup(ctx, "svc")
+	require.NoError(t, err)
+	parent := propagation.MapCarrier{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+	remote := otel.GetTextMapPropagator().Extract(ctx, parent)
+
+	childCtx, child := otel.Tracer("test").Start(remote, "child")
+	require.False(t, child.IsRecording())
+	require.Equal(t, trace.SpanContextFromContext(remote), child.SpanContext())
+	out := propagation.MapCarrier{}
+	otel.GetTextMapPropagator().Inject(childCtx, out)
+	require.Equal(t, parent["traceparent"], out["traceparent"])
+	child.End()
+
+	// A root still gets ids of its own, for the logs.
+	_, root := otel.Tracer("test").Start(ctx, "root")
+	require.True(t, root.SpanContext().IsValid())
+	root.End()
+	require.NoError(t, tel.Shutdown(ctx))
+
+	rec := tracetest.NewSpanRecorder()
+	tel, err = telemetry.Setup(ctx, "svc", telemetry.WithSpanProcessor(rec))
+	require.NoError(t, err)
+	_, child = otel.Tracer("test").Start(remote, "child")
+	require.True(t, child.IsRecording())
+	require.Equal(t, "0af7651916cd43dd8448eb211c80319c", child.SpanContext().TraceID().String())
+	require.NotEqual(t, trace.SpanContextFromContext(remote).SpanID(), child.SpanContext().SpanID())
+	child.End()
+	require.NoError(t, tel.Shutdown(ctx))
+	require.Len(t, rec.Ended(), 1)
+	require.Equal(t, "b7ad6b7169203331", rec.Ended()[0].Parent().SpanID().String())
 }

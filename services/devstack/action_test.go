@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	flo "github.com/razorbill/flo-go"
+	"github.com/razorbill/flo/services/devstack"
 )
 
 // registerQuickStart registers the handlers of the quick-start worker in
@@ -333,8 +335,22 @@ func TestTouchKeepsLeaseAndAbandonDoesNotCountAnAttempt(t *testing.T) {
 	mu.Unlock()
 }
 
+// The handler runs in the invoker's trace. While nothing records spans the
+// hops between make none and pass the invoker's context on; with a span
+// processor the handler has a span of its own.
 func TestHandlerContinuesTheInvokersTrace(t *testing.T) {
-	e := newEnv(t)
+	for _, recorded := range []bool{false, true} {
+		t.Run(fmt.Sprintf("recorded=%v", recorded), func(t *testing.T) {
+			var opts []devstack.Option
+			if recorded {
+				opts = append(opts, devstack.WithSpanProcessor(tracetest.NewSpanRecorder()))
+			}
+			handlerContinuesTheInvokersTrace(t, newEnvWith(t, nil, opts...), recorded)
+		})
+	}
+}
+
+func handlerContinuesTheInvokersTrace(t *testing.T, e *env, recorded bool) {
 	client := e.client(t, "default")
 	ctx := context.Background()
 	_, err := client.RegisterAction(ctx, "traced", flo.ActionOptions{})
@@ -360,7 +376,10 @@ func TestHandlerContinuesTheInvokersTrace(t *testing.T) {
 	select {
 	case sc := <-seen:
 		require.Equal(t, traceID, sc.TraceID(), "the handler runs in the invoker's trace")
-		require.NotEqual(t, parent.SpanID(), sc.SpanID(), "the handler has a span of its own")
+		require.True(t, sc.IsSampled(), "the invoker's sampled flag reaches the handler")
+		if recorded {
+			require.NotEqual(t, parent.SpanID(), sc.SpanID(), "the handler has a span of its own")
+		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("handler never ran")
 	}
