@@ -9,7 +9,7 @@ CREATE TABLE IF NOT EXISTS outbox (
     created_at timestamptz NOT NULL DEFAULT now()
 );
 
--- The consumer inbox, exactly libs/inbox.Migration (a test checks it).
+-- The consumer inbox of task event ids (dropped by 0006: offsets replace it).
 CREATE TABLE IF NOT EXISTS processed_events (
     event_id     text        PRIMARY KEY,
     processed_at timestamptz NOT NULL DEFAULT now()

@@ -141,7 +141,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	if s.checker, err = health.New(s.pool, s.relay, cfg.HeartbeatTimeout, log, meter); err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
-	if s.tally, err = tally.New(s.pool, log, meter); err != nil {
+	if s.tally, err = tally.New(s.pool, meter); err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
 	if s.gauges, err = roster.NewGauges(s.pool, meter); err != nil {
@@ -202,7 +202,6 @@ func (s *Service) Run(ctx context.Context) error {
 		stage.New("work").
 			Go("registration and heartbeat batches", s.roster.Run).
 			Go("health check", func(ctx context.Context) error { return s.checker.Run(ctx, s.cfg.HealthCheckInterval) }).
-			Go("inbox pruning", s.tally.RunPruning).
 			Go("worker gauges", s.gauges.Run),
 		stage.New("consumer").Go("task events consumer", func(ctx context.Context) error {
 			defer s.consuming.Store(false)

@@ -364,10 +364,10 @@ func testCounters(t *testing.T, e *env) {
 	require.Zero(t, byName["idle"].GetRunCount())
 	require.Nil(t, byName["idle"].GetLastRunAt())
 
-	// The whole batch again, as a redelivery would bring it, then one new
-	// event behind it on the same partition: once that one is counted, the
-	// duplicates were handled, and they changed nothing.
-	e.produceTaskEvents(t, "k1", append(batch, taskEvent(ns, "w1", "send", completed))...)
+	// One more event on the same partition counts that one alone: the
+	// partition's stored offset is past the batch. (Redeliveries are tested
+	// in internal/tally.)
+	e.produceTaskEvents(t, "k1", taskEvent(ns, "w1", "send", completed))
 	want(t, 6, 3)
 	require.Equal(t, int64(4), func() int64 {
 		for _, p := range getWorker(t, e.client, ns, "w1").GetProcesses() {

@@ -2,8 +2,11 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // WorkerCount is what to add to one worker's task counters.
@@ -95,15 +98,37 @@ func AddProcessCounts(ctx context.Context, db DB, counts []ProcessCount) error {
 	return nil
 }
 
-// PruneProcessed deletes up to limit processed-event ids recorded before
-// before and returns how many it deleted.
-func PruneProcessed(ctx context.Context, db DB, before time.Time, limit int) (int64, error) {
-	tag, err := db.Exec(ctx, `
-		DELETE FROM processed_events WHERE event_id IN (
-			SELECT event_id FROM processed_events WHERE processed_at < $1 LIMIT $2
-			FOR UPDATE SKIP LOCKED)`, before, limit)
-	if err != nil {
-		return 0, fmt.Errorf("prune processed events: %w", err)
+// LockTallyOffset locks a partition's row of tally_offsets, inserting it
+// when missing, and returns the offset of the first record not yet counted.
+// A concurrent transaction holding the row makes it wait, then read what that
+// one committed.
+func LockTallyOffset(ctx context.Context, tx pgx.Tx, topic string, partition int32) (int64, error) {
+	const lock = `SELECT next_offset FROM tally_offsets WHERE topic = $1 AND partition = $2 FOR UPDATE`
+	var next int64
+	err := tx.QueryRow(ctx, lock, topic, partition).Scan(&next)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// The partition's first batch. Two replicas may both get here: the
+		// second insert waits for the first to commit, then does nothing,
+		// and the lock below reads the offset the first one left.
+		if _, err := tx.Exec(ctx, `INSERT INTO tally_offsets (topic, partition, next_offset) VALUES ($1, $2, 0)
+			ON CONFLICT (topic, partition) DO NOTHING`, topic, partition); err != nil {
+			return 0, fmt.Errorf("insert tally offset of %s/%d: %w", topic, partition, err)
+		}
+		err = tx.QueryRow(ctx, lock, topic, partition).Scan(&next)
 	}
-	return tag.RowsAffected(), nil
+	if err != nil {
+		return 0, fmt.Errorf("lock tally offset of %s/%d: %w", topic, partition, err)
+	}
+	return next, nil
+}
+
+// SetTallyOffset moves a partition's next offset forward to next, never
+// back.
+func SetTallyOffset(ctx context.Context, tx pgx.Tx, topic string, partition int32, next int64) error {
+	_, err := tx.Exec(ctx, `UPDATE tally_offsets SET next_offset = GREATEST(next_offset, $3), updated_at = now()
+		WHERE topic = $1 AND partition = $2`, topic, partition, next)
+	if err != nil {
+		return fmt.Errorf("set tally offset of %s/%d: %w", topic, partition, err)
+	}
+	return nil
 }

@@ -1,8 +1,10 @@
 // Package tally counts what workers did from the task events on
 // flo.tasks.events: completions and failures per worker and per process. One
-// transaction per polled batch claims the event ids (libs/inbox) and applies
-// only the fresh ones, aggregated into one statement for workers and one for
-// processes, so a redelivered batch changes nothing.
+// transaction per polled batch of a partition locks the partition's next
+// offset (table tally_offsets), applies only the records at or past it,
+// aggregated into one statement for workers and one for processes, and moves
+// the offset past the batch, so a redelivered record changes nothing and no
+// row is written per event.
 package tally
 
 import (
@@ -10,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"time"
 
@@ -20,10 +21,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/razorbill/flo/libs/inbox"
 	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/pg"
-	"github.com/razorbill/flo/libs/sweep"
 	"github.com/razorbill/flo/libs/text"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 	"github.com/razorbill/flo/services/registry/internal/store"
@@ -35,14 +34,11 @@ const Topic = "flo.tasks.events"
 // ConsumerGroup is the registry's consumer group on Topic.
 const ConsumerGroup = "flo-registry"
 
-// Inbox pruning: event ids are kept long enough to absorb any redelivery
-// (which only reaches back to the last committed offset), then dropped so the
-// table does not grow with every task ever run.
-const (
-	keepProcessed  = 24 * time.Hour
-	pruneInterval  = 10 * time.Minute
-	pruneBatchSize = 10_000
-)
+// txTimeout bounds a batch's transaction, statements and idle time between
+// them: a replica paused mid-batch holds its partition's offset row and
+// worker rows no longer, so the partition's new owner is not stalled behind
+// it.
+const txTimeout = 30 * time.Second
 
 // Outcome is what a task event says about the worker that ran the attempt.
 type Outcome int
@@ -74,9 +70,10 @@ func OutcomeOf(t eventsv1.TaskEventType) Outcome {
 	}
 }
 
-// Event is the part of a task event the tally uses.
+// Event is the part of a task event the tally uses, with the offset of its
+// record.
 type Event struct {
-	ID         string
+	Offset     int64
 	Outcome    Outcome
 	Namespace  string
 	WorkerID   string
@@ -87,23 +84,27 @@ type Event struct {
 // Tally applies task events to worker and process counters.
 type Tally struct {
 	pool    *pgxpool.Pool
-	log     *slog.Logger
 	applied metric.Int64Counter
 }
 
 // New returns a Tally.
-func New(pool *pgxpool.Pool, log *slog.Logger, meter metric.Meter) (*Tally, error) {
+func New(pool *pgxpool.Pool, meter metric.Meter) (*Tally, error) {
 	applied, err := meter.Int64Counter("flo.registry.task_events.applied", metric.WithUnit("{event}"), metric.WithDescription("Task events counted for a worker."))
 	if err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
-	return &Tally{pool: pool, log: log, applied: applied}, nil
+	return &Tally{pool: pool, applied: applied}, nil
 }
 
-// HandleRecords is the kafka.BatchHandler for Topic. A record that does not
-// decode, or names a worker or namespace no store could hold, is returned as
-// kafka.Poison once the others are counted: the consumer dead-letters it.
+// HandleRecords is the kafka.BatchHandler for Topic: records of one
+// partition in offset order. A record that does not decode, or names a worker
+// or namespace no store could hold, is returned as kafka.Poison once the
+// others are counted (the consumer dead-letters it); the stored offset passes
+// it like any other.
 func (t *Tally) HandleRecords(ctx context.Context, records []*kgo.Record) error {
+	if len(records) == 0 {
+		return nil
+	}
 	events := make([]Event, 0, len(records))
 	var poison []error
 	for _, r := range records {
@@ -114,7 +115,8 @@ func (t *Tally) HandleRecords(ctx context.Context, records []*kgo.Record) error 
 		}
 		events = append(events, e)
 	}
-	if err := t.Apply(ctx, events); err != nil {
+	first, last := records[0], records[len(records)-1]
+	if err := t.apply(ctx, first.Topic, first.Partition, events, last.Offset+1); err != nil {
 		return err
 	}
 	return errors.Join(poison...)
@@ -126,13 +128,13 @@ func decode(r *kgo.Record) (Event, error) {
 		return Event{}, fmt.Errorf("decode TaskEvent: %w", err)
 	}
 	e := Event{
-		ID: ev.GetEventId(), Outcome: OutcomeOf(ev.GetType()), Namespace: ev.GetNamespace(),
+		Offset: r.Offset, Outcome: OutcomeOf(ev.GetType()), Namespace: ev.GetNamespace(),
 		WorkerID: ev.GetWorkerId(), Action: ev.GetAction(), OccurredAt: ev.GetOccurredAt().AsTime(),
 	}
 	if ev.GetOccurredAt() == nil {
 		e.OccurredAt = r.Timestamp
 	}
-	for _, f := range []struct{ name, v string }{{"namespace", e.Namespace}, {"worker_id", e.WorkerID}, {"action", e.Action}, {"event_id", e.ID}} {
+	for _, f := range []struct{ name, v string }{{"namespace", e.Namespace}, {"worker_id", e.WorkerID}, {"action", e.Action}} {
 		if err := text.Storable(f.name, f.v); err != nil {
 			return Event{}, fmt.Errorf("task event: %w", err)
 		}
@@ -140,46 +142,53 @@ func decode(r *kgo.Record) (Event, error) {
 	return e, nil
 }
 
-// Apply counts the events that are about a worker's attempt and were not
-// applied before, in one transaction.
-func (t *Tally) Apply(ctx context.Context, events []Event) error {
+// apply counts, in one transaction, the events of a partition that are about
+// a worker's attempt and at or past the partition's stored next offset, and
+// moves that offset forward to next. The offset row is locked first, so a
+// batch another replica is applying (a rebalance overlap) or applied (a
+// redelivery) is counted once.
+func (t *Tally) apply(ctx context.Context, topic string, partition int32, events []Event, next int64) error {
 	relevant := events[:0:0]
 	for _, e := range events {
-		// Without an id a redelivery could not be recognised; without a
-		// worker there is no one to count for.
-		if e.Outcome != Ignored && e.ID != "" && e.WorkerID != "" && e.Namespace != "" {
+		// Without a worker there is no one to count for.
+		if e.Outcome != Ignored && e.WorkerID != "" && e.Namespace != "" {
 			relevant = append(relevant, e)
 		}
 	}
 	if len(relevant) == 0 {
+		// Nothing to count, so nothing a redelivery could count twice: the
+		// offset moves with the next batch that counts something.
 		return nil
-	}
-	ids := make([]string, len(relevant))
-	for i, e := range relevant {
-		ids[i] = e.ID
 	}
 	var applied int
 	err := pg.InTx(ctx, t.pool, func(tx pgx.Tx) error {
-		fresh, err := inbox.Claim(ctx, tx, ids)
+		if err := pg.BoundTx(ctx, tx, txTimeout); err != nil {
+			return err
+		}
+		from, err := store.LockTallyOffset(ctx, tx, topic, partition)
 		if err != nil {
 			return err
 		}
-		var todo []Event
-		for _, e := range relevant {
-			if fresh[e.ID] {
-				todo = append(todo, e)
-				delete(fresh, e.ID) // the same event twice in one batch counts once
-			}
+		if next <= from {
+			return nil // applied before, all of it
 		}
-		applied = len(todo)
-		workers, processes := Aggregate(todo)
+		// Records come in offset order: those applied before are a prefix.
+		skip := 0
+		for skip < len(relevant) && relevant[skip].Offset < from {
+			skip++
+		}
+		applied = len(relevant) - skip
+		workers, processes := Aggregate(relevant[skip:])
 		if err := store.AddWorkerCounts(ctx, tx, workers); err != nil {
 			return err
 		}
-		return store.AddProcessCounts(ctx, tx, processes)
+		if err := store.AddProcessCounts(ctx, tx, processes); err != nil {
+			return err
+		}
+		return store.SetTallyOffset(ctx, tx, topic, partition, next)
 	})
 	if err != nil {
-		return fmt.Errorf("count %d task events: %w", len(relevant), err)
+		return fmt.Errorf("count %d task events of %s/%d: %w", len(relevant), topic, partition, err)
 	}
 	t.applied.Add(ctx, int64(applied))
 	return nil
@@ -237,17 +246,4 @@ func Aggregate(events []Event) ([]store.WorkerCount, []store.ProcessCount) {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.WorkerID, b.WorkerID), cmp.Compare(a.Name, b.Name))
 	})
 	return ws, ps
-}
-
-// RunPruning drops old processed-event ids until ctx ends.
-func (t *Tally) RunPruning(ctx context.Context) error {
-	return sweep.Every(ctx, pruneInterval, t.log, "prune processed task events", t.prune)
-}
-
-// prune drops the processed-event ids older than keepProcessed, in batches.
-func (t *Tally) prune(ctx context.Context) (int, error) {
-	return sweep.Batches(ctx, pruneBatchSize, func(ctx context.Context) (int, error) {
-		n, err := store.PruneProcessed(ctx, t.pool, time.Now().Add(-keepProcessed), pruneBatchSize)
-		return int(n), err
-	})
 }
