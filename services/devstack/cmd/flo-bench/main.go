@@ -110,7 +110,8 @@ func main() {
 		"unless FLO_ADMIN_TOKEN is set; empty uses the stack's own admin key")
 	flag.BoolVar(&o.fsync, "fsync", true, "run the private Postgres with fsync on, as a deployment would")
 	flag.StringVar(&o.memProfile, "memprofile", "", "workers: write a heap profile taken after the settle window to this file")
-	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase (workers: the idle window; every service runs in this process) to this file")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase (workers: the idle window; actions with -sustain: the full-load window, and "+
+		"FILE.half and FILE.fixed for the paced phases; every service runs in this process) to this file")
 	flag.IntVar(&o.batch, "batch", 0, "actions: invoke through InvokeMany with this many tasks per call (0: one unary Invoke per task); "+
 		"streams: records per produce, append and stream-worker read (0: 100)")
 	flag.IntVar(&o.workers, "workers", 2, "actions, workflows, plans: action worker processes (each with its own stream); "+

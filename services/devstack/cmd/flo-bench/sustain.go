@@ -115,9 +115,14 @@ func benchSustained(ctx context.Context, p *platform, o options) error {
 		for _, pc := range []struct {
 			name string
 			rate float64
-		}{{"half rate", full.tasks / 2}, {"fixed rate", fixed}} {
+			file string
+		}{{"half rate", full.tasks / 2, "half"}, {"fixed rate", fixed, "fixed"}} {
 			name := fmt.Sprintf("%s, %.0f tasks/s", pc.name, pc.rate)
-			row, err := s.phase(ctx, name, "", func(ctx context.Context, d time.Duration) (int, error) {
+			profile := ""
+			if o.cpuProfile != "" {
+				profile = o.cpuProfile + "." + pc.file
+			}
+			row, err := s.phase(ctx, name, profile, func(ctx context.Context, d time.Duration) (int, error) {
 				return paced(ctx, p.client, pc.rate, d, o.invokers, o.batch)
 			})
 			if err != nil {

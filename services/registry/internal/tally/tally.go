@@ -31,6 +31,14 @@ import (
 // Topic is the log of task events.
 const Topic = "flo.tasks.events"
 
+// The tally's fetches wait up to FetchMaxWait for FetchMinBytes of events:
+// counts may trail by that much, and under load each fetch, and each
+// transaction, takes thousands of events instead of a few.
+const (
+	FetchMinBytes = 1 << 20
+	FetchMaxWait  = 200 * time.Millisecond
+)
+
 // ConsumerGroup is the registry's consumer group on Topic.
 const ConsumerGroup = "flo-registry"
 
