@@ -324,23 +324,36 @@ func (m *Materializer) take(retryRefused, all bool) []*batch {
 	m.mu.Lock()
 	buf := m.buf
 	m.buf = make(map[uuid.UUID]*buffered, len(buf))
+	// Under mu, so Lag never misses the states between buf and pending.
+	m.pendingLen.Store(int64(len(buf)))
+	m.mu.Unlock()
 	if !all {
+		// Chosen outside the lock, which Add (the partitions' hot path)
+		// takes; a state of a held task added meanwhile folds with it.
 		now := time.Now()
+		held := make([]*buffered, 0, min(len(buf), maxHeld))
 		for id, b := range buf {
-			if len(m.buf) == maxHeld {
+			if len(held) == maxHeld {
 				break
 			}
 			if b.Task.Status == "" || b.Task.Final() || now.Sub(b.added) >= liveHold {
 				continue
 			}
-			m.buf[id] = b
+			held = append(held, b)
 			delete(buf, id)
 			stopAt(stop, b)
 		}
+		m.mu.Lock()
+		for _, b := range held {
+			if newer, ok := m.buf[b.Task.ID]; ok {
+				newer.fold(b)
+			} else {
+				m.buf[b.Task.ID] = b
+			}
+		}
+		m.pendingLen.Add(-int64(len(held)))
+		m.mu.Unlock()
 	}
-	// Under mu, so Lag never misses the states between buf and pending.
-	m.pendingLen.Store(int64(len(buf)))
-	m.mu.Unlock()
 	retried := false
 	for id, r := range m.refused {
 		if b, ok := buf[id]; ok {

@@ -107,3 +107,49 @@ func TestTakeHoldsYoungLiveStatesBack(t *testing.T) {
 	require.Equal(t, []uuid.UUID{other}, ids(batches[0]))
 	require.Empty(t, m.buf)
 }
+
+// States added while a take chooses what to hold back are neither lost nor
+// written out of order: every task's newest state is taken last.
+func TestTakeWhileAddingLosesNoState(t *testing.T) {
+	t.Parallel()
+	m, err := NewMaterializer(nil, nil, noop.NewMeterProvider().Meter("test"), nil)
+	require.NoError(t, err)
+	const n = 20_000
+	ids := make([]uuid.UUID, n)
+	for i := range ids {
+		ids[i] = uuid.New()
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i, id := range ids {
+			m.Add(Entry{Partition: 0, Offset: int64(2 * i), Task: engine.Task{ID: id, Status: store.Queued}})
+		}
+		for i, id := range ids {
+			m.Add(Entry{Partition: 0, Offset: int64(2*i + 1), Task: engine.Task{ID: id, Status: store.Completed}})
+		}
+	}()
+	newest := map[uuid.UUID]int64{}
+	collect := func(batches []*batch) {
+		for _, b := range batches {
+			for _, s := range b.owners {
+				require.Greater(t, s.Offset, newest[s.Task.ID]-1, "task %s: an older state taken after a newer one", s.Task.ID)
+				newest[s.Task.ID] = s.Offset
+			}
+		}
+	}
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		collect(m.take(false, false))
+	}
+	collect(m.take(false, true))
+	require.Len(t, newest, n)
+	for i, id := range ids {
+		require.Equal(t, int64(2*i+1), newest[id], "task %d's final state", i)
+	}
+	require.Zero(t, m.Lag())
+}
