@@ -25,7 +25,9 @@ func recording() bool { return registered.Load() > 0 }
 // sampled flag too, for processes downstream that do record), and the hot
 // paths (a span per invocation, report and consumed batch) cost nothing. A
 // span without a parent is made as before, so every request still has a
-// trace id for its logs.
+// trace id for its logs. The options are not read (reading them costs what
+// is saved), so trace.WithNewRoot under a parent passes the parent on too;
+// nothing here uses it.
 type passthroughProvider struct {
 	embedded.TracerProvider
 	sdk *sdktrace.TracerProvider
