@@ -2,14 +2,12 @@ package migrations_test
 
 import (
 	"os"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/razorbill/flo/libs/harness"
 	"github.com/razorbill/flo/libs/outbox"
-	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/services/dispatcher/migrations"
 )
 
@@ -25,13 +23,7 @@ func TestOutboxMigrationsMatchLibrary(t *testing.T) {
 // columns and tables gone) and up again.
 func TestTaskViewMigrationDownAndUp(t *testing.T) {
 	t.Parallel()
-	pool, err := pg.Open(t.Context(), harness.NewDatabase(t), "dispatcher", 2, migrations.FS, nil)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	src, err := migrations.FS.ReadFile("0010_task_view.sql")
-	require.NoError(t, err)
-	up, down, ok := strings.Cut(string(src), "-- +goose Down")
-	require.True(t, ok)
+	pool, up, down := harness.MigrationSections(t, migrations.FS, "dispatcher", "0010_task_view.sql")
 
 	// exists reports which of the view's objects and the sweeps' indexes
 	// are there.
@@ -46,8 +38,7 @@ SELECT to_regclass('tasks_live_idx') IS NOT NULL, to_regclass('view_offsets') IS
 		return []bool{live, offsets, owners, lease, waiting, partition}
 	}
 	require.Equal(t, []bool{true, true, true, false, false, true}, exists())
-	// Each section is plain statements, as goose runs them.
-	_, err = pool.Exec(t.Context(), down)
+	_, err := pool.Exec(t.Context(), down)
 	require.NoError(t, err)
 	require.Equal(t, []bool{false, false, false, true, true, false}, exists())
 	_, err = pool.Exec(t.Context(), up)

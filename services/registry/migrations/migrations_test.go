@@ -2,14 +2,12 @@ package migrations_test
 
 import (
 	"os"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/razorbill/flo/libs/harness"
 	"github.com/razorbill/flo/libs/outbox"
-	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/services/registry/migrations"
 )
 
@@ -25,13 +23,7 @@ func TestLibraryTablesMatch(t *testing.T) {
 // index) and up again.
 func TestTallyOffsetsMigrationDownAndUp(t *testing.T) {
 	t.Parallel()
-	pool, err := pg.Open(t.Context(), harness.NewDatabase(t), "registry", 2, migrations.FS, nil)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	src, err := migrations.FS.ReadFile("0006_tally_offsets.sql")
-	require.NoError(t, err)
-	up, down, ok := strings.Cut(string(src), "-- +goose Down")
-	require.True(t, ok)
+	pool, up, down := harness.MigrationSections(t, migrations.FS, "registry", "0006_tally_offsets.sql")
 
 	// exists reports which of tally_offsets, processed_events and its index
 	// are there.
@@ -43,8 +35,7 @@ SELECT to_regclass('tally_offsets') IS NOT NULL, to_regclass('processed_events')
 		return []bool{offsets, processed, index}
 	}
 	require.Equal(t, []bool{true, false, false}, exists())
-	// Each section is plain statements, as goose runs them.
-	_, err = pool.Exec(t.Context(), down)
+	_, err := pool.Exec(t.Context(), down)
 	require.NoError(t, err)
 	require.Equal(t, []bool{false, true, true}, exists())
 	_, err = pool.Exec(t.Context(), up)
