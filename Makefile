@@ -12,6 +12,7 @@ BUF_VERSION := v1.75.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 GRPC_GATEWAY_VERSION := v2.32.0
+VTPROTO_VERSION := v0.6.0
 
 # The service binaries, each built into its own image (deploy/Dockerfile).
 SERVICES := gateway dispatcher registry streams workflow
@@ -93,7 +94,7 @@ lint: tools ## vet every module and lint the protos
 	cd proto && buf lint
 	@test -z "$$(gofmt -l $(MODULES))" || { gofmt -l $(MODULES); exit 1; }
 
-tools: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-grpc-gateway $(BIN)/protoc-gen-openapiv2
+tools: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-grpc-gateway $(BIN)/protoc-gen-openapiv2 $(BIN)/protoc-gen-go-vtproto
 
 $(BIN)/buf:
 	GOBIN=$(BIN) GOWORK=off $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
@@ -105,6 +106,8 @@ $(BIN)/protoc-gen-grpc-gateway:
 	GOBIN=$(BIN) GOWORK=off $(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(GRPC_GATEWAY_VERSION)
 $(BIN)/protoc-gen-openapiv2:
 	GOBIN=$(BIN) GOWORK=off $(GO) install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(GRPC_GATEWAY_VERSION)
+$(BIN)/protoc-gen-go-vtproto:
+	GOBIN=$(BIN) GOWORK=off $(GO) install github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto@$(VTPROTO_VERSION)
 
 proto: tools ## regenerate the Go code and OpenAPI document from proto/
 	cd proto && rm -rf gen && buf generate && buf generate --template buf.gen.gateway.yaml --path flo/v1

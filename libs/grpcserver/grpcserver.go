@@ -18,6 +18,7 @@ import (
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/fault"
 	"github.com/razorbill/flo/libs/internalauth"
+	"github.com/razorbill/flo/proto/codec"
 )
 
 // NewInternal returns the gRPC server of a service's internal port. It
@@ -25,7 +26,9 @@ import (
 // check running first); it continues the caller's trace with otelgrpc, as
 // the gateway's public server does, so one approach traces every hop; and
 // ErrorInterceptor, with mapErr, turns a unary handler's error into a
-// status. opts add the service's own settings.
+// status. Its calls come only from Flo's own services, so it decodes them
+// with codec.Fast (the gateway's public server, which takes calls from
+// outside, keeps gRPC's default codec). opts add the service's own settings.
 func NewInternal(auth config.Auth, log *slog.Logger, mapErr func(error) error, opts ...grpc.ServerOption) (*grpc.Server, error) {
 	authOpts, err := internalauth.ServerOptions(auth, log)
 	if err != nil {
@@ -34,6 +37,7 @@ func NewInternal(auth config.Auth, log *slog.Logger, mapErr func(error) error, o
 	return grpc.NewServer(append(append(authOpts,
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.ChainUnaryInterceptor(ErrorInterceptor(log, mapErr)),
+		grpc.ForceServerCodecV2(codec.Fast),
 	), opts...)...), nil
 }
 

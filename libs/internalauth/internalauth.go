@@ -22,6 +22,7 @@ import (
 
 	"github.com/razorbill/flo/libs/certs"
 	"github.com/razorbill/flo/libs/config"
+	"github.com/razorbill/flo/proto/codec"
 )
 
 // MetadataKey is the gRPC metadata key that carries the internal token.
@@ -93,6 +94,7 @@ func ServerOptions(a config.Auth, log *slog.Logger) ([]grpc.ServerOption, error)
 // the SDK does: for a host name gRPC would otherwise look up a TXT record
 // (_grpc_config.<host>), which /etc/hosts cannot answer, before the first
 // connection, and a nameserver that drops it holds the start for 5-10 s.
+// Calls are encoded with codec.Fast, as the internal servers decode them.
 func DialOptions(a config.Auth, log *slog.Logger) ([]grpc.DialOption, error) {
 	if err := Validate(a); err != nil {
 		return nil, err
@@ -105,7 +107,10 @@ func DialOptions(a config.Auth, log *slog.Logger) ([]grpc.DialOption, error) {
 		}
 		creds = credentials.NewTLS(cfg)
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithDisableServiceConfig()}
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(creds), grpc.WithDisableServiceConfig(),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(codec.Fast)),
+	}
 	if !a.Off() {
 		opts = append(opts, grpc.WithPerRPCCredentials(token{value: a.InternalToken, secure: usesTLS(a)}))
 	}

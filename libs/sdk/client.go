@@ -9,12 +9,14 @@ import (
 	"os"
 	"sync"
 
-	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	"go.opentelemetry.io/otel"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/razorbill/flo/proto/codec"
+	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 )
 
 // DefaultNamespace is the namespace a client uses unless [WithNamespace] says otherwise.
@@ -127,7 +129,9 @@ func (c *Client) Connect() error {
 		// A task or record batch carries up to its count of payloads of up to
 		// 1 MiB each; gRPC's default 4 MiB would break the stream on the first
 		// batch of large payloads.
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxReceiveBytes)),
+		// codec.Fast encodes and decodes without reflection; it is set on
+		// this connection only, not registered for the whole process.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxReceiveBytes), grpc.ForceCodecV2(codec.Fast)),
 		grpc.WithDefaultServiceConfig(serviceConfig()),
 		// No service config from the resolver: ours is the one above. For a
 		// host name (the README's localhost:9000) gRPC's DNS resolver would

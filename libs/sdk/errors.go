@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -140,6 +141,11 @@ func errorText(err error) string {
 	}
 	return err.Error()
 }
+
+// wireText is text a worker sends the gateway: bytes that are not UTF-8
+// become U+FFFD, since the gateway refuses a message with such a string,
+// and one handler's odd error must not end the worker's stream.
+func wireText(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 
 // disposition is how a finished attempt is reported to the server.
 type disposition int

@@ -107,10 +107,10 @@ func report(task *flov1.TaskAssignment, outcome string, body []byte, err error, 
 		return &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Abandon{Abandon: &flov1.Abandon{TaskId: id, Attempt: attempt}}}
 	case dispositionNack:
 		return &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_Nack{Nack: &flov1.Nack{
-			TaskId: id, Attempt: attempt, DelayMs: delay.Milliseconds(), Reason: err.Error(),
+			TaskId: id, Attempt: attempt, DelayMs: delay.Milliseconds(), Reason: wireText(err.Error()),
 		}}}
 	}
-	failed := &flov1.Failed{Error: err.Error(), TimedOut: timedOut, ErrorCode: ErrorCode(err)}
+	failed := &flov1.Failed{Error: wireText(err.Error()), TimedOut: timedOut, ErrorCode: wireText(ErrorCode(err))}
 	switch kind {
 	case dispositionNonRetryable:
 		failed.NonRetryable = true

@@ -301,7 +301,7 @@ func (w *StreamWorker) process(rec *flov1.StreamRecord) *flov1.WorkerMessage {
 	if errors.As(err, &nack) {
 		delay = max(nack.Delay, 0)
 	}
-	return w.nack(rec.GetId(), delay, err.Error())
+	return w.nack(rec.GetId(), delay, wireText(err.Error()))
 }
 
 // parent returns the worker's base context carrying the trace context a record arrived with.

@@ -336,7 +336,7 @@ func (c *Client) FailTask(ctx context.Context, token string, cause error) (*Task
 	if err != nil {
 		return nil, err
 	}
-	t, err := svc.FailTask(ctx, &flov1.FailTaskRequest{Namespace: c.namespace, Token: token, Error: errorText(cause), ErrorCode: ErrorCode(cause)})
+	t, err := svc.FailTask(ctx, &flov1.FailTaskRequest{Namespace: c.namespace, Token: token, Error: wireText(errorText(cause)), ErrorCode: wireText(ErrorCode(cause))})
 	if err != nil {
 		return nil, fmt.Errorf("fail task by token: %w", err)
 	}

@@ -14,12 +14,14 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	flo "github.com/razorbill/flo-go"
 	"github.com/razorbill/flo/libs/text"
+	"github.com/razorbill/flo/proto/codec"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 )
@@ -64,7 +66,8 @@ func postJSON(t *testing.T, e *env, path string, body any) (int, map[string]any)
 // TestBadTextThenEverythingStillMoves sends text the store cannot hold from
 // every side: NULs in keys and ids over REST and gRPC, an invoke command with
 // a NUL key produced straight to the log, a worker's Hello with a NUL id, a
-// worker's multi-megabyte error full of NULs, task and stream nack reasons
+// worker's multi-megabyte error full of NULs, a worker's error that is not
+// UTF-8, a gRPC string that is not UTF-8, task and stream nack reasons
 // with NULs. Each is refused or stored cleaned, and then 1,000 tasks, 100
 // three-step workflow runs and 1,000 stream records all complete.
 func TestBadTextThenEverythingStillMoves(t *testing.T) {
@@ -83,6 +86,9 @@ func TestBadTextThenEverythingStillMoves(t *testing.T) {
 		w.MustRegisterAction("loud", func(*flo.ActionContext) ([]byte, error) {
 			return nil, flo.NewDeadLetterError(errors.New(strings.Repeat("boom\x00", 2<<20/5)))
 		})
+		w.MustRegisterAction("garbled", func(*flo.ActionContext) ([]byte, error) {
+			return nil, flo.NewDeadLetterError(errors.New("bad \xff\xfe byte"))
+		})
 		w.MustRegisterAction("nacky", func(*flo.ActionContext) ([]byte, error) {
 			if nacks.Add(1) == 1 {
 				return nil, flo.NewNackErrorf(0, "not yet: %s", nul)
@@ -90,7 +96,7 @@ func TestBadTextThenEverythingStillMoves(t *testing.T) {
 			return []byte(`{"ok":true}`), nil
 		})
 	})
-	waitActions(t, c, "work", "step-a", "step-b", "step-c", "loud", "nacky")
+	waitActions(t, c, "work", "step-a", "step-b", "step-c", "loud", "garbled", "nacky")
 	_, err := c.CreateStream(ctx, "events", flo.StreamOptions{Partitions: 4})
 	require.NoError(t, err)
 
@@ -111,6 +117,11 @@ func TestBadTextThenEverythingStillMoves(t *testing.T) {
 	tasks := flov1.NewTaskServiceClient(conn)
 	_, err = tasks.InvokeTask(ctx, &flov1.InvokeTaskRequest{Namespace: "default", Action: "work", IdempotencyKey: nul})
 	require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+	// The public port checks UTF-8 as it decodes (it keeps gRPC's default
+	// codec), also from a client that sends bytes without checking them.
+	_, err = tasks.InvokeTask(ctx, &flov1.InvokeTaskRequest{Namespace: "default", Action: "work", IdempotencyKey: "k\xff"}, grpc.ForceCodecV2(codec.Fast))
+	require.Error(t, err)
+	require.Contains(t, status.Convert(err).Message(), "UTF-8")
 	_, err = flov1.NewWorkflowServiceClient(conn).StartRun(ctx, &flov1.StartRunRequest{Namespace: "default", Workflow: "three-steps", IdempotencyKey: nul})
 	require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 	_, err = flov1.NewStreamServiceClient(conn).GroupRead(ctx, &flov1.GroupReadRequest{Namespace: "default", Stream: "events", Group: "g", Consumer: nul})
@@ -137,6 +148,8 @@ func TestBadTextThenEverythingStillMoves(t *testing.T) {
 	// From workers: a 2 MiB error of NULs, a task nack reason with a NUL, and
 	// a stream nack reason with a NUL (the first delivery of one record).
 	loud, err := c.Invoke(ctx, "loud", map[string]any{})
+	require.NoError(t, err)
+	garbled, err := c.Invoke(ctx, "garbled", map[string]any{})
 	require.NoError(t, err)
 	nacky, err := c.Invoke(ctx, "nacky", map[string]any{})
 	require.NoError(t, err)
@@ -195,6 +208,11 @@ func TestBadTextThenEverythingStillMoves(t *testing.T) {
 	require.Equal(t, flo.TaskDeadLettered, task.Status)
 	require.LessOrEqual(t, len(task.Error), text.MaxFreeBytes)
 	require.True(t, strings.HasPrefix(task.Error, "boom\uFFFDboom"), "%.40q", task.Error)
+	// The SDK sent the error that was not UTF-8 marked, not refused.
+	task, err = c.GetTask(ctx, garbled)
+	require.NoError(t, err)
+	require.Equal(t, flo.TaskDeadLettered, task.Status)
+	require.Equal(t, "bad \uFFFD byte", task.Error)
 	task, err = c.GetTask(ctx, nacky)
 	require.NoError(t, err)
 	require.Equal(t, flo.TaskCompleted, task.Status)

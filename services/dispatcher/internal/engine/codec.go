@@ -87,12 +87,12 @@ func Encode(c Change, partition int32, cmdOffset int64) (*kgo.Record, error) {
 	} else {
 		st.Result = t.Result
 	}
-	state, err := proto.Marshal(st)
+	state, err := st.MarshalVT()
 	if err != nil {
 		return nil, fmt.Errorf("encode %s state of task %s: %w", ev.Type, t.ID, err)
 	}
 	ev.State = state
-	value, err := proto.Marshal(ev)
+	value, err := ev.MarshalVT()
 	if err != nil {
 		return nil, fmt.Errorf("encode %s event of task %s: %w", ev.Type, t.ID, err)
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/razorbill/flo/libs/kafka"
@@ -103,7 +102,7 @@ func newRecord(ctx context.Context, cmd Command, now time.Time) (*kgo.Record, st
 	if err != nil {
 		return nil, "", fmt.Errorf("new event id: %w", err)
 	}
-	value, err := proto.Marshal(&eventsv1.InvokeTask{
+	value, err := (&eventsv1.InvokeTask{
 		EventId:        eventID.String(),
 		TaskId:         taskID,
 		Namespace:      cmd.Namespace,
@@ -113,7 +112,7 @@ func newRecord(ctx context.Context, cmd Command, now time.Time) (*kgo.Record, st
 		Priority:       cmd.Priority,
 		InvokedAt:      timestamppb.New(now),
 		RunAt:          timestamppb.New(now.Add(cmd.Delay)),
-	})
+	}).MarshalVT()
 	if err != nil {
 		return nil, "", fmt.Errorf("encode invoke command: %w", err)
 	}

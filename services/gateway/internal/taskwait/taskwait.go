@@ -12,7 +12,6 @@ import (
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/razorbill/flo/libs/kafka"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
@@ -136,7 +135,8 @@ func (r *Registry) Handler() func(ctx context.Context, records []*kgo.Record) er
 				continue
 			}
 			var ev eventsv1.TaskEvent
-			if err := proto.Unmarshal(rec.Value, &ev); err != nil {
+			// Only the dispatcher writes task events (proto/codec says why that matters).
+			if err := ev.UnmarshalVT(rec.Value); err != nil {
 				poison = append(poison, kafka.Poison(rec, fmt.Errorf("decode TaskEvent: %w", err)))
 				continue
 			}

@@ -19,7 +19,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/metric"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/pg"
@@ -132,7 +131,8 @@ func (t *Tally) HandleRecords(ctx context.Context, records []*kgo.Record) error 
 
 func decode(r *kgo.Record) (Event, error) {
 	var ev eventsv1.TaskEvent
-	if err := proto.Unmarshal(r.Value, &ev); err != nil {
+	// Only the dispatcher writes task events; the names are checked below.
+	if err := ev.UnmarshalVT(r.Value); err != nil {
 		return Event{}, fmt.Errorf("decode TaskEvent: %w", err)
 	}
 	e := Event{

@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/razorbill/flo/libs/coalesce"
 	"github.com/razorbill/flo/libs/kafka"
@@ -56,7 +55,8 @@ func (r *Runner) HandleTaskEvents(ctx context.Context, records []*kgo.Record) er
 	)
 	for _, rec := range records {
 		var ev eventsv1.TaskEvent
-		if err := proto.Unmarshal(rec.Value, &ev); err != nil {
+		// Only the dispatcher writes task events (proto/codec says why that matters).
+		if err := ev.UnmarshalVT(rec.Value); err != nil {
 			poison = append(poison, kafka.Poison(rec, fmt.Errorf("decode TaskEvent: %w", err)))
 			continue
 		}

@@ -1,0 +1,93 @@
+// Package codec is the gRPC codec of the calls between Flo's own parts: the
+// services' internal ports and the SDK's connection to the gateway. It
+// encodes and decodes with the methods protoc-gen-go-vtproto generates
+// (proto/buf.gen.yaml), which need no reflection, instead of
+// google.golang.org/protobuf's, which gRPC's default codec uses; messages
+// without them fall back to the latter.
+//
+// The generated decoder does not check that string fields hold valid UTF-8,
+// as the reflection-based one does. So Fast decodes only what Flo itself
+// encoded from input already checked: a server that takes calls from
+// outside (the gateway's public port) keeps gRPC's default codec, and Kafka
+// records from producers Flo does not control are decoded with proto.Unmarshal.
+package codec
+
+import (
+	"fmt"
+
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+)
+
+// Message is a message with generated marshal, unmarshal and size methods.
+type Message interface {
+	SizeVT() int
+	MarshalToSizedBufferVT(dAtA []byte) (int, error)
+	UnmarshalVT(dAtA []byte) error
+}
+
+// Fast is the codec: pass it with grpc.ForceCodecV2 (clients) or
+// grpc.ForceServerCodecV2 (servers). It keeps gRPC's codec name, "proto",
+// so either side may use gRPC's default codec instead.
+var Fast encoding.CodecV2 = fast{}
+
+type fast struct{}
+
+// Name is the content subtype on the wire, the same as gRPC's default codec.
+func (fast) Name() string { return "proto" }
+
+// Marshal encodes v into one buffer, taken from gRPC's pool when it is large
+// enough to be worth pooling, as gRPC's default codec does.
+func (fast) Marshal(v any) (mem.BufferSlice, error) {
+	m, ok := v.(Message)
+	if !ok {
+		return fallbackMarshal(v)
+	}
+	size := m.SizeVT()
+	if mem.IsBelowBufferPoolingThreshold(size) {
+		buf := make([]byte, size)
+		if _, err := m.MarshalToSizedBufferVT(buf); err != nil {
+			return nil, fmt.Errorf("marshal %T: %w", v, err)
+		}
+		return mem.BufferSlice{mem.SliceBuffer(buf)}, nil
+	}
+	pool := mem.DefaultBufferPool()
+	buf := pool.Get(size)
+	if _, err := m.MarshalToSizedBufferVT((*buf)[:size]); err != nil {
+		pool.Put(buf)
+		return nil, fmt.Errorf("marshal %T: %w", v, err)
+	}
+	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+}
+
+// Unmarshal decodes data into v. The generated decoder copies strings and
+// bytes out of data, so the buffer goes back to the pool at once.
+func (fast) Unmarshal(data mem.BufferSlice, v any) error {
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	m, ok := v.(Message)
+	if !ok {
+		pm, ok := v.(proto.Message)
+		if !ok {
+			return fmt.Errorf("unmarshal: %T is not a protobuf message", v)
+		}
+		return proto.Unmarshal(buf.ReadOnlyData(), pm)
+	}
+	if err := m.UnmarshalVT(buf.ReadOnlyData()); err != nil {
+		return fmt.Errorf("unmarshal %T: %w", v, err)
+	}
+	return nil
+}
+
+func fallbackMarshal(v any) (mem.BufferSlice, error) {
+	pm, ok := v.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("marshal: %T is not a protobuf message", v)
+	}
+	b, err := proto.Marshal(pm)
+	if err != nil {
+		return nil, err
+	}
+	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+}
