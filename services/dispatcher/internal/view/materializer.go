@@ -76,7 +76,14 @@ type buffered struct {
 	refused bool
 	// added is when the oldest state folded into this one was buffered.
 	added time.Time
+	// held is set while the state waits in its partition's held queue; a
+	// state taken before its time (a newer, final state replaced it) stays
+	// in the queue with held unset, and is skipped there.
+	held bool
 }
+
+// holdable reports whether b may wait for a newer state: a live task's.
+func (b *buffered) holdable() bool { return b.Task.Status != "" && !b.Task.Final() }
 
 // fold makes b the newer of b and o, two states of one task, with the
 // payload and result of the older when the newer has none.
@@ -125,9 +132,18 @@ type Materializer struct {
 	written   metric.Int64Counter
 	refusals  metric.Int64Counter
 
-	mu   sync.Mutex
-	buf  map[uuid.UUID]*buffered
-	full chan struct{}
+	mu sync.Mutex
+	// buf is every state not taken yet, by task: those added since the
+	// last take and those held back.
+	buf map[uuid.UUID]*buffered
+	// fresh are the states put in buf since the last take, in the order
+	// they came; due are held states a final one replaced since then.
+	fresh, due []*buffered
+	// held are the states held back, by partition, oldest first: the order
+	// of their first records too, as a partition adds in offset order.
+	held    map[int32][]*buffered
+	heldLen int
+	full    chan struct{}
 
 	// flushMu serialises flushes, so a partition's offsets and rows are
 	// written in order; it guards the fields below.
@@ -184,7 +200,7 @@ func NewMaterializer(pool *pgxpool.Pool, log *slog.Logger, meter metric.Meter, o
 	}
 	return &Materializer{
 		pool: pool, log: log, onFlushed: onFlushed, meter: meter, lag: lag, written: written, refusals: refusals,
-		buf: make(map[uuid.UUID]*buffered), full: make(chan struct{}, 1),
+		buf: make(map[uuid.UUID]*buffered), held: make(map[int32][]*buffered), full: make(chan struct{}, 1),
 		refused: make(map[uuid.UUID]*buffered), refusedBackoff: refusedRetry.Backoff(), reached: make(map[int32]mark),
 	}, nil
 }
@@ -201,9 +217,15 @@ func (m *Materializer) Add(entries ...Entry) {
 		s := &buffered{Entry: e, first: e.Offset, added: now}
 		if b, ok := m.buf[e.Task.ID]; ok {
 			b.fold(s)
+			if b.held && !b.holdable() {
+				b.held = false
+				m.heldLen--
+				m.due = append(m.due, b)
+			}
 			continue
 		}
 		m.buf[e.Task.ID] = s
+		m.fresh = append(m.fresh, s)
 	}
 	// Up to maxHeld of the buffer may be live states held back.
 	if len(m.buf) >= maxBatch+maxHeld {
@@ -308,75 +330,70 @@ func (m *Materializer) flushTaken(ctx context.Context, retryRefused, all bool) e
 	return nil
 }
 
-// take moves the buffered states into batches of up to maxBatch tasks,
-// holding the buffer's lock only to swap it for an empty one. Unless all,
-// the states of live tasks buffered less than liveHold ago (up to maxHeld
-// of them) stay in the buffer for a newer state to replace. A refused state
-// comes along when a newer state of its task does (folded into it) or when
-// retryRefused. Over one batch, states are written in offset order, and a
-// batch's events offset for a partition stops before the first record
-// folded into a state of a later batch or one held back, so the view's
-// offsets never pass a state it lacks.
+// take moves the buffered states into batches of up to maxBatch tasks.
+// Unless all, the states of live tasks buffered less than liveHold ago (up
+// to maxHeld of them, the oldest written first past that) stay in the
+// buffer for a newer state to replace: only the states added since the last
+// take, and the held ones whose time is up, are looked at, so a take costs
+// what changed, not what is held. A refused state comes along when a newer
+// state of its task does (folded into it) or when retryRefused. Over one
+// batch, states are written in offset order, and a batch's events offset
+// for a partition stops before the first record folded into a state of a
+// later batch or one held back, so the view's offsets never pass a state it
+// lacks.
 func (m *Materializer) take(retryRefused, all bool) []*batch {
 	// stop[p] is the first offset of p in the states left for later:
 	// those held back, then those of the batches after the one being made.
 	stop := make(map[int32]int64)
 	m.mu.Lock()
-	buf := m.buf
-	m.buf = make(map[uuid.UUID]*buffered, len(buf))
-	// Under mu, so Lag never misses the states between buf and pending.
-	m.pendingLen.Store(int64(len(buf)))
-	m.mu.Unlock()
-	if !all {
-		// Chosen outside the lock, which Add (the partitions' hot path)
-		// takes; a state of a held task added meanwhile folds with it.
-		now := time.Now()
-		held := make([]*buffered, 0, min(len(buf), maxHeld))
-		for id, b := range buf {
-			if len(held) == maxHeld {
-				break
+	var taken []*buffered
+	if all {
+		taken = make([]*buffered, 0, len(m.buf))
+		for _, b := range m.buf {
+			b.held = false
+			taken = append(taken, b)
+		}
+		m.buf = make(map[uuid.UUID]*buffered)
+		clear(m.fresh)
+		m.fresh, m.due, m.heldLen = m.fresh[:0], nil, 0
+		clear(m.held)
+	} else {
+		taken = m.takeDue(time.Now())
+		for p := range m.held {
+			if f := m.front(p); f != nil {
+				stop[p] = f.first
 			}
-			if b.Task.Status == "" || b.Task.Final() || now.Sub(b.added) >= liveHold {
+		}
+	}
+	// Under mu, so Lag never misses the states between buf and pending.
+	// Nothing is pending when a flush takes (flushTaken).
+	m.pendingLen.Store(int64(len(taken)))
+	m.mu.Unlock()
+	retried := false
+	if len(m.refused) > 0 {
+		byTask := make(map[uuid.UUID]*buffered, len(taken))
+		for _, b := range taken {
+			byTask[b.Task.ID] = b
+		}
+		for id, r := range m.refused {
+			if b, ok := byTask[id]; ok {
+				b.fold(r)
+			} else if retryRefused {
+				taken = append(taken, r)
+				m.pendingLen.Add(1)
+				retried = true
+			} else {
 				continue
 			}
-			held = append(held, b)
-			delete(buf, id)
-			stopAt(stop, b)
+			delete(m.refused, id)
 		}
-		m.mu.Lock()
-		for _, b := range held {
-			if newer, ok := m.buf[b.Task.ID]; ok {
-				newer.fold(b)
-			} else {
-				m.buf[b.Task.ID] = b
-			}
-		}
-		m.pendingLen.Add(-int64(len(held)))
-		m.mu.Unlock()
-	}
-	retried := false
-	for id, r := range m.refused {
-		if b, ok := buf[id]; ok {
-			b.fold(r)
-		} else if retryRefused {
-			buf[id] = r
-			m.pendingLen.Add(1)
-			retried = true
-		} else {
-			continue
-		}
-		delete(m.refused, id)
 	}
 	m.refusedLen.Store(int64(len(m.refused)))
 	if retried {
 		m.refusedNext = time.Now().Add(m.refusedBackoff.NextBackOff())
 	}
-	if len(buf) == 0 {
+	if len(taken) == 0 {
 		return nil
-	}
-	taken := make([]*buffered, 0, len(buf))
-	for _, b := range buf {
-		taken = append(taken, b)
 	}
 	if len(taken) > maxBatch {
 		slices.SortFunc(taken, func(a, b *buffered) int { return cmp.Compare(a.Offset, b.Offset) })
@@ -391,6 +408,76 @@ func (m *Materializer) take(retryRefused, all bool) []*batch {
 		}
 	}
 	return out
+}
+
+// takeDue removes from the buffer and returns what a take writes now: the
+// held states a final one replaced, the states added since the last take
+// that may not wait (final, rejected, or older than liveHold), the held
+// states whose time is up and, past maxHeld, the oldest held ones. It holds
+// back the rest of the new states. The caller holds mu.
+func (m *Materializer) takeDue(now time.Time) []*buffered {
+	taken := m.due
+	m.due = nil
+	for _, b := range m.fresh {
+		if b.holdable() && now.Sub(b.added) < liveHold {
+			b.held = true
+			m.held[b.Partition] = append(m.held[b.Partition], b)
+			m.heldLen++
+			continue
+		}
+		taken = append(taken, b)
+	}
+	clear(m.fresh)
+	m.fresh = m.fresh[:0]
+	release := func(p int32) {
+		b := m.front(p)
+		b.held = false
+		m.heldLen--
+		m.popFront(p)
+		taken = append(taken, b)
+	}
+	for p := range m.held {
+		for f := m.front(p); f != nil && now.Sub(f.added) >= liveHold; f = m.front(p) {
+			release(p)
+		}
+	}
+	for m.heldLen > maxHeld {
+		oldest, found := int32(0), false
+		for p := range m.held {
+			if f := m.front(p); f != nil && (!found || f.added.Before(m.held[oldest][0].added)) {
+				oldest, found = p, true
+			}
+		}
+		release(oldest)
+	}
+	for _, b := range taken {
+		delete(m.buf, b.Task.ID)
+	}
+	return taken
+}
+
+// front is the oldest state held back of partition p, nil when none; it
+// drops the stale entries before it. The caller holds mu.
+func (m *Materializer) front(p int32) *buffered {
+	for q := m.held[p]; len(q) > 0; q = m.held[p] {
+		if q[0].held {
+			return q[0]
+		}
+		m.popFront(p)
+	}
+	return nil
+}
+
+// popFront drops the first entry of partition p's held queue, forgetting
+// the queue once it is empty. The caller holds mu.
+func (m *Materializer) popFront(p int32) {
+	q := m.held[p]
+	q[0] = nil
+	if len(q) == 1 {
+		delete(m.held, p)
+		return
+	}
+	m.held[p] = q[1:]
 }
 
 // stopAt lowers stop's offset for b's partition to b's first record.

@@ -2,6 +2,7 @@ package view
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -152,4 +153,42 @@ func TestTakeWhileAddingLosesNoState(t *testing.T) {
 		require.Equal(t, int64(2*i+1), newest[id], "task %d's final state", i)
 	}
 	require.Zero(t, m.Lag())
+}
+
+// Past maxHeld the oldest held states are written first, whichever
+// partition holds them; a held state whose time is up is written whatever
+// the other partitions hold; each partition's offsets stop before its oldest
+// state still held.
+func TestTakeWritesTheOldestHeldStatesFirst(t *testing.T) {
+	t.Parallel()
+	m, err := NewMaterializer(nil, nil, noop.NewMeterProvider().Meter("test"), nil)
+	require.NoError(t, err)
+	queued := func() engine.Task { return engine.Task{ID: uuid.New(), Status: store.Queued} }
+	var older, newer []uuid.UUID
+	for o := int64(1); o <= maxHeld; o++ {
+		e := Entry{Partition: 0, Offset: o, CmdOffset: o, Task: queued()}
+		m.Add(e)
+		m.buf[e.Task.ID].added = m.buf[e.Task.ID].added.Add(-time.Second)
+		older = append(older, e.Task.ID)
+	}
+	for o := int64(1); o <= 10; o++ {
+		e := Entry{Partition: 1, Offset: o, CmdOffset: o, Task: queued()}
+		m.Add(e)
+		newer = append(newer, e.Task.ID)
+	}
+
+	batches := m.take(false, false)
+	require.Len(t, batches, 1)
+	require.ElementsMatch(t, older[:10], ids(batches[0]))
+	require.Equal(t, []mark{{partition: 0, events: 11, commands: 10, last: 10}}, marksOf(m, batches[0]))
+	require.Equal(t, int64(maxHeld+10), m.Lag())
+
+	for _, id := range newer {
+		m.buf[id].added = m.buf[id].added.Add(-liveHold)
+	}
+	batches = m.take(false, false)
+	require.Len(t, batches, 1)
+	require.ElementsMatch(t, newer, ids(batches[0]))
+	require.Equal(t, []mark{{partition: 1, events: 11, commands: 10, last: 10}}, marksOf(m, batches[0]))
+	require.Len(t, m.buf, maxHeld-10)
 }
