@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/razorbill/flo/libs/retry"
+	"github.com/razorbill/flo/libs/telemetry"
 )
 
 // The handler chain follows Watermill's handler middleware: each concern
@@ -108,7 +109,9 @@ func tracing(next BatchHandler) BatchHandler {
 		}
 		if len(records) == 1 {
 			ctx = ExtractTrace(ctx, first)
-		} else {
+		} else if telemetry.Recording() {
+			// Reading up to 128 records' trace contexts cost 2% of a loaded
+			// process, for links nothing would see.
 			for _, r := range records[:min(len(records), maxTraceLinks)] {
 				if sc := trace.SpanContextFromContext(ExtractTrace(context.Background(), r)); sc.IsValid() {
 					opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))

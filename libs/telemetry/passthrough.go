@@ -14,9 +14,11 @@ import (
 // OTLP exporter, WithSpanProcessor): while it is zero no span goes anywhere.
 var registered atomic.Int32
 
-// recording reports whether the spans this process makes go anywhere: an
-// OTLP endpoint is configured or a span processor is registered.
-func recording() bool { return registered.Load() > 0 }
+// Recording reports whether the spans this process makes go anywhere: an
+// OTLP endpoint is configured or a span processor is registered. What only
+// a recorded span shows (links, events) need not be gathered while it is
+// false.
+func Recording() bool { return registered.Load() > 0 }
 
 // passthroughProvider is the process's global tracer provider. While
 // nothing records spans, a span started under a valid parent is no span:
@@ -47,7 +49,7 @@ type passthroughTracer struct {
 // valid span context, returns ctx with that context as a span that does
 // nothing.
 func (t *passthroughTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	if !recording() {
+	if !Recording() {
 		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 			s := parentSpan{sc: sc}
 			return trace.ContextWithSpan(ctx, s), s

@@ -8,8 +8,9 @@
 // The generated decoder does not check that string fields hold valid UTF-8,
 // as the reflection-based one does. So Fast decodes only what Flo itself
 // encoded from input already checked: a server that takes calls from
-// outside (the gateway's public port) keeps gRPC's default codec, and Kafka
-// records from producers Flo does not control are decoded with proto.Unmarshal.
+// outside (the gateway's public port) keeps gRPC's default codec, and a
+// record any producer may write (an invoke command) is decoded this way only
+// where each string kept is checked (libs/text) after decoding.
 package codec
 
 import (

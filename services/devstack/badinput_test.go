@@ -64,12 +64,13 @@ func postJSON(t *testing.T, e *env, path string, body any) (int, map[string]any)
 }
 
 // TestBadTextThenEverythingStillMoves sends text the store cannot hold from
-// every side: NULs in keys and ids over REST and gRPC, an invoke command with
-// a NUL key produced straight to the log, a worker's Hello with a NUL id, a
-// worker's multi-megabyte error full of NULs, a worker's error that is not
-// UTF-8, a gRPC string that is not UTF-8, task and stream nack reasons
-// with NULs. Each is refused or stored cleaned, and then 1,000 tasks, 100
-// three-step workflow runs and 1,000 stream records all complete.
+// every side: NULs in keys and ids over REST and gRPC, a gRPC string that is
+// not UTF-8, invoke commands produced straight to the log with a NUL key and
+// with a key that is not UTF-8, a worker's Hello with a NUL id, a worker's
+// multi-megabyte error full of NULs, a worker's error that is not UTF-8, task
+// and stream nack reasons with NULs. Each is refused or stored cleaned, and
+// then 1,000 tasks, 100 three-step workflow runs and 1,000 stream records
+// all complete.
 func TestBadTextThenEverythingStillMoves(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -144,6 +145,11 @@ func TestBadTextThenEverythingStillMoves(t *testing.T) {
 	require.NoError(t, err)
 	defer producer.Close()
 	require.NoError(t, producer.ProduceSync(ctx, &kgo.Record{Topic: "flo.actions.commands", Key: []byte(poisonID), Value: value}).FirstErr())
+	// And one whose key is not UTF-8 (the generated encoder does not check).
+	garbledID := uuid.NewString()
+	value, err = (&eventsv1.InvokeTask{EventId: uuid.NewString(), TaskId: garbledID, Namespace: "default", Action: "work", IdempotencyKey: "k\xff"}).MarshalVT()
+	require.NoError(t, err)
+	require.NoError(t, producer.ProduceSync(ctx, &kgo.Record{Topic: "flo.actions.commands", Key: []byte(garbledID), Value: value}).FirstErr())
 
 	// From workers: a 2 MiB error of NULs, a task nack reason with a NUL, and
 	// a stream nack reason with a NUL (the first delivery of one record).
@@ -216,6 +222,8 @@ func TestBadTextThenEverythingStillMoves(t *testing.T) {
 	task, err = c.GetTask(ctx, nacky)
 	require.NoError(t, err)
 	require.Equal(t, flo.TaskCompleted, task.Status)
-	_, err = tasks.GetTask(ctx, &flov1.GetTaskRequest{Namespace: "default", TaskId: poisonID})
-	require.Equal(t, codes.NotFound, status.Code(err), "%v", err)
+	for _, id := range []string{poisonID, garbledID} {
+		_, err = tasks.GetTask(ctx, &flov1.GetTaskRequest{Namespace: "default", TaskId: id})
+		require.Equal(t, codes.NotFound, status.Code(err), "%v", err)
+	}
 }

@@ -11,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/text"
@@ -27,7 +26,9 @@ var tracer = otel.Tracer("github.com/razorbill/flo/services/dispatcher/internal/
 // whose ids and names are impossible, is an error: the caller dead-letters it.
 func decodeInvocation(r *kgo.Record) (engine.Invocation, error) {
 	var cmd eventsv1.InvokeTask
-	if err := proto.Unmarshal(r.Value, &cmd); err != nil {
+	// The generated decoder checks no UTF-8 (proto/codec); every string
+	// kept is checked below.
+	if err := cmd.UnmarshalVT(r.Value); err != nil {
 		return engine.Invocation{}, fmt.Errorf("decode InvokeTask: %w", err)
 	}
 	id, err := uuid.Parse(cmd.GetTaskId())
