@@ -109,7 +109,8 @@ func main() {
 	flag.StringVar(&o.token, "token", "", "the key clients and workers send (FLO_TOKEN); it is also the started stack's admin key "+
 		"unless FLO_ADMIN_TOKEN is set; empty uses the stack's own admin key")
 	flag.BoolVar(&o.fsync, "fsync", true, "run the private Postgres with fsync on, as a deployment would")
-	flag.StringVar(&o.memProfile, "memprofile", "", "workers: write a heap profile taken after the settle window to this file")
+	flag.StringVar(&o.memProfile, "memprofile", "", "write a heap profile to this file (workers: taken after the settle window; "+
+		"actions with -sustain: after the full-load phase, whose allocations its alloc_space holds)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase (workers: the idle window; actions with -sustain: the full-load window, and "+
 		"FILE.half and FILE.fixed for the paced phases; every service runs in this process) to this file")
 	flag.IntVar(&o.batch, "batch", 0, "actions: invoke through InvokeMany with this many tasks per call (0: one unary Invoke per task); "+

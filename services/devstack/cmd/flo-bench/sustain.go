@@ -106,6 +106,11 @@ func benchSustained(ctx context.Context, p *platform, o options) error {
 	if err != nil {
 		return err
 	}
+	// Its alloc_space is what the process allocated up to the end of the
+	// full load, mostly during it.
+	if err := heapProfile(o.memProfile); err != nil {
+		return err
+	}
 	rows := []phase{full}
 	if o.halfLoadFor > 0 {
 		fixed := o.rate

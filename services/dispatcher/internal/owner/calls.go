@@ -383,10 +383,10 @@ type claimOp struct {
 	answer  chan error
 }
 
-func (o *claimOp) apply(p *partition, now time.Time) []engine.Change {
-	var changes []engine.Change
-	o.got, changes = p.eng.Claim(o.ns, o.actions, o.slots, now)
-	return changes
+func (o *claimOp) apply(p *partition, now time.Time, changes []engine.Change) []engine.Change {
+	var ch []engine.Change
+	o.got, ch = p.eng.Claim(o.ns, o.actions, o.slots, now)
+	return append(changes, ch...)
 }
 
 func (o *claimOp) done(err error) {
@@ -441,9 +441,8 @@ type reportOp struct {
 	answer  chan error
 }
 
-func (o *reportOp) apply(p *partition, now time.Time) []engine.Change {
+func (o *reportOp) apply(p *partition, now time.Time, changes []engine.Change) []engine.Change {
 	o.ok = make([]bool, len(o.reports))
-	var changes []engine.Change
 	for i, rep := range o.reports {
 		ok, ch := p.eng.Report(o.ns, rep, now)
 		o.ok[i] = ok
@@ -477,10 +476,10 @@ type touchOp struct {
 	answer  chan error
 }
 
-func (o *touchOp) apply(p *partition, now time.Time) []engine.Change {
-	var changes []engine.Change
-	o.until, changes, o.err = p.eng.Touch(o.ns, o.id, o.attempt, o.extend, now)
-	return changes
+func (o *touchOp) apply(p *partition, now time.Time, changes []engine.Change) []engine.Change {
+	var ch []engine.Change
+	o.until, ch, o.err = p.eng.Touch(o.ns, o.id, o.attempt, o.extend, now)
+	return append(changes, ch...)
 }
 
 func (o *touchOp) done(err error) { o.answer <- err }
@@ -541,14 +540,14 @@ type finishOp struct {
 	answer chan error
 }
 
-func (o *finishOp) apply(p *partition, now time.Time) []engine.Change {
+func (o *finishOp) apply(p *partition, now time.Time, changes []engine.Change) []engine.Change {
 	o.held = p.eng.Has(o.tok.ID)
 	if o.load != nil && !o.held {
 		p.eng.Load(*o.load)
 	}
-	var changes []engine.Change
-	o.task, changes, o.err = p.eng.Finish(o.ns, o.tok, o.f, now)
-	return changes
+	var ch []engine.Change
+	o.task, ch, o.err = p.eng.Finish(o.ns, o.tok, o.f, now)
+	return append(changes, ch...)
 }
 
 func (o *finishOp) done(err error) { o.answer <- err }
@@ -606,7 +605,7 @@ type requeueOp struct {
 	answer chan error
 }
 
-func (o *requeueOp) apply(p *partition, now time.Time) []engine.Change {
+func (o *requeueOp) apply(p *partition, now time.Time, changes []engine.Change) []engine.Change {
 	o.held = p.eng.Has(o.id)
 	if o.load != nil {
 		// A task the partition let go is final, and the view had that
@@ -614,13 +613,13 @@ func (o *requeueOp) apply(p *partition, now time.Time) []engine.Change {
 		// Holding it would bring back a state the log has moved past.
 		if !o.held && !o.load.Final() {
 			o.err = errStaleView
-			return nil
+			return changes
 		}
 		p.eng.Load(*o.load)
 	}
-	var changes []engine.Change
-	o.task, changes, o.err = p.eng.Requeue(o.ns, o.id, now)
-	return changes
+	var ch []engine.Change
+	o.task, ch, o.err = p.eng.Requeue(o.ns, o.id, now)
+	return append(changes, ch...)
 }
 
 func (o *requeueOp) done(err error) { o.answer <- err }
@@ -708,9 +707,9 @@ type getOp struct {
 	answer chan error
 }
 
-func (o *getOp) apply(p *partition, _ time.Time) []engine.Change {
+func (o *getOp) apply(p *partition, _ time.Time, changes []engine.Change) []engine.Change {
 	o.task, o.held = p.eng.Get(o.id)
-	return nil
+	return changes
 }
 
 func (o *getOp) done(err error) { o.answer <- err }

@@ -55,7 +55,9 @@ var rebuildRetry = retry.Policy{Initial: 100 * time.Millisecond, Max: 2 * time.S
 // and returns what must be recorded; done answers the caller once the
 // records are committed (err nil) or could not be (err set).
 type op interface {
-	apply(p *partition, now time.Time) []engine.Change
+	// apply applies the op to the partition's engine and appends the
+	// changes it made to changes.
+	apply(p *partition, now time.Time, changes []engine.Change) []engine.Change
 	done(err error)
 }
 
@@ -111,7 +113,17 @@ type partition struct {
 	poisoned map[int64]bool
 	cancel   context.CancelFunc
 	exited   chan struct{}
+
+	// changes and entries are batch's lists, kept for the next batch while
+	// they hold at most maxKeptChanges: a task's state is large, and
+	// growing fresh lists every batch was a tenth of what the process
+	// allocated at full load.
+	changes []engine.Change
+	entries []view.Entry
 }
+
+// maxKeptChanges bounds the lists a partition keeps between batches.
+const maxKeptChanges = 4096
 
 func newPartition(r *Replica, id int32, txn *kgo.Client) *partition {
 	p := &partition{
@@ -461,14 +473,13 @@ func (p *partition) batch(ctx context.Context, ops []op) error {
 	now := time.Now()
 	p.eng.Materialized(p.materialized.Load())
 	cmdBefore := p.cmdNext.Load()
-	var (
-		changes []engine.Change
-		cmds    []*kgo.Record
-	)
+	changes := p.changes[:0]
+	defer func() { p.changes = keep(changes) }()
+	var cmds []*kgo.Record
 	if now.After(p.intakeRetryAt) {
 		cmds = p.takeCommands()
 		var err error
-		if changes, err = p.intake(ctx, cmds, now); err != nil {
+		if changes, err = p.intake(ctx, cmds, now, changes); err != nil {
 			// Postgres away: the commands wait, and the calls go on.
 			p.putBack(cmds)
 			cmds = nil
@@ -480,7 +491,7 @@ func (p *partition) batch(ctx context.Context, ops []op) error {
 		}
 	}
 	for _, o := range ops {
-		changes = append(changes, o.apply(p, now)...)
+		changes = o.apply(p, now, changes)
 	}
 	changes = append(changes, p.eng.Tick(now)...)
 	leased, leases := p.serveStanding(now)
@@ -521,16 +532,28 @@ func (p *partition) batch(ctx context.Context, ops []op) error {
 	for _, l := range leases {
 		l.s.deliver(l.reserved, l.got)
 	}
-	entries := make([]view.Entry, len(changes))
+	entries := p.entries[:0]
 	cmd := p.cmdNext.Load()
 	for i, c := range changes {
 		p.eng.Recorded(c.Task.ID, offsets[i])
-		entries[i] = view.Entry{Partition: p.id, Offset: offsets[i], CmdOffset: cmd, Task: c.Task}
+		entries = append(entries, view.Entry{Partition: p.id, Offset: offsets[i], CmdOffset: cmd, Task: c.Task})
 	}
+	// Add copies the entries.
 	p.r.mat.Add(entries...)
+	p.entries = keep(entries)
 	p.r.metrics.count(ctx, changes)
 	p.advance(cmdBefore)
 	return nil
+}
+
+// keep is list emptied for reuse (its states dropped, so they can be
+// collected), or nil when it grew past maxKeptChanges.
+func keep[T any](list []T) []T {
+	if cap(list) > maxKeptChanges {
+		return nil
+	}
+	clear(list)
+	return list[:0]
 }
 
 // advance publishes progress and, when commands were applied, commits the
@@ -573,8 +596,9 @@ func (p *partition) waitCommands(ctx context.Context, offset int64) error {
 // intake turns commands into tasks. Commands below the checkpoint were
 // applied before (a fetch that started at an older group offset). An
 // invocation with an idempotency key or an origin may repeat an older one
-// the partition no longer holds, so those are looked up in the view.
-func (p *partition) intake(ctx context.Context, recs []*kgo.Record, now time.Time) ([]engine.Change, error) {
+// the partition no longer holds, so those are looked up in the view. It
+// appends the changes to changes, and returns changes as it was on error.
+func (p *partition) intake(ctx context.Context, recs []*kgo.Record, now time.Time, changes []engine.Change) ([]engine.Change, error) {
 	next := p.cmdNext.Load()
 	invs := make([]engine.Invocation, 0, len(recs))
 	var lookup []uuid.UUID
@@ -602,13 +626,13 @@ func (p *partition) intake(ctx context.Context, recs []*kgo.Record, now time.Tim
 	}
 	if len(invs) == 0 {
 		p.advanceCommands(next)
-		return nil, nil
+		return changes, nil
 	}
 	var existing map[uuid.UUID]bool
 	if len(lookup) > 0 {
 		var err error
 		if existing, err = view.Existing(ctx, p.r.pool, lookup); err != nil {
-			return nil, fmt.Errorf("look up repeated invocations: %w", err)
+			return changes, fmt.Errorf("look up repeated invocations: %w", err)
 		}
 	}
 	refs := make([]catalog.Ref, len(invs))
@@ -617,9 +641,8 @@ func (p *partition) intake(ctx context.Context, recs []*kgo.Record, now time.Tim
 	}
 	actions, err := p.r.cat.Lookup(ctx, p.r.pool, refs)
 	if err != nil {
-		return nil, fmt.Errorf("look up actions: %w", err)
+		return changes, fmt.Errorf("look up actions: %w", err)
 	}
-	var changes []engine.Change
 	for _, inv := range invs {
 		if existing[inv.TaskID] {
 			continue

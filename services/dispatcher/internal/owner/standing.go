@@ -219,5 +219,7 @@ func (p *partition) poke() {
 // pokeOp changes nothing; it only makes a batch happen.
 type pokeOp struct{}
 
-func (pokeOp) apply(*partition, time.Time) []engine.Change { return nil }
-func (pokeOp) done(error)                                  {}
+func (pokeOp) apply(_ *partition, _ time.Time, changes []engine.Change) []engine.Change {
+	return changes
+}
+func (pokeOp) done(error) {}
