@@ -47,10 +47,16 @@ type passthroughTracer struct {
 
 // Start starts an SDK span, or, while nothing records spans and ctx has a
 // valid span context, returns ctx with that context as a span that does
-// nothing.
+// nothing (ctx itself when its span records nothing either).
 func (t *passthroughTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	if !Recording() {
-		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		parent := trace.SpanFromContext(ctx)
+		if sc := parent.SpanContext(); sc.IsValid() {
+			// A parent that records nothing (a remote context, another
+			// span not made) has nothing to end: ctx serves as it is.
+			if !parent.IsRecording() {
+				return ctx, parent
+			}
 			s := parentSpan{sc: sc}
 			return trace.ContextWithSpan(ctx, s), s
 		}

@@ -122,9 +122,14 @@ func TestSpansUnderAParentPassThroughWhileNothingRecords(t *testing.T) {
 	require.Equal(t, parent["traceparent"], out["traceparent"])
 	child.End()
 
-	// A root still gets ids of its own, for the logs.
-	_, root := otel.Tracer("test").Start(ctx, "root")
+	// A root still gets ids of its own, for the logs; a span under it is
+	// not made, and ending that does not end the root.
+	rootCtx, root := otel.Tracer("test").Start(ctx, "root")
 	require.True(t, root.SpanContext().IsValid())
+	_, under := otel.Tracer("test").Start(rootCtx, "under")
+	require.Equal(t, root.SpanContext(), under.SpanContext())
+	under.End()
+	require.True(t, root.IsRecording(), "ending a span not made ended its parent")
 	root.End()
 	require.NoError(t, tel.Shutdown(ctx))
 
