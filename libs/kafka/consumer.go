@@ -35,8 +35,14 @@ import (
 type BatchHandler func(ctx context.Context, records []*kgo.Record) error
 
 const (
-	// maxPollRecords bounds the records handled between two commits.
+	// maxPollRecords bounds the records of one poll.
 	maxPollRecords = 10_000
+	// commitEvery spaces a member's commits: at low rates a poll brings a
+	// record or two, and a commit after each cost the broker a request,
+	// and a write, per record. Handled offsets wait at most this long; a
+	// crash redelivers what they cover, which idempotent handlers absorb,
+	// and a revocation or a stop commits them at once.
+	commitEvery = 500 * time.Millisecond
 	// commitTimeout bounds the final commits made while shutting down.
 	commitTimeout = 10 * time.Second
 )
@@ -50,9 +56,12 @@ type Consumer struct {
 	log   *slog.Logger
 
 	mu sync.Mutex
-	// pending holds handled offsets whose commit failed; they are retried
-	// with the next commit and when partitions are revoked.
+	// pending holds handled offsets not committed yet: waiting for the
+	// next commit (commitEvery) or kept after a failed one. They are
+	// committed when partitions are revoked, too.
 	pending map[string]map[int32]kgo.EpochOffset
+	// committed is when Run last committed.
+	committed time.Time
 
 	lagMu sync.Mutex
 	// lag is, per partition this member owns, how many records the last
@@ -63,9 +72,11 @@ type Consumer struct {
 // NewConsumer joins group (once Run polls) consuming topics from their start
 // when the group has no committed offsets. Polls are handled partition by
 // partition through h, partitions in parallel; the poll's offsets are
-// committed after every handled partition succeeded, and the group cannot
-// rebalance between a poll and its commit (BlockRebalanceOnPoll), so a
-// partition moves to another member only with its progress committed. A
+// committed after every handled partition succeeded, at most every
+// commitEvery (those of the polls between ride the next commit), and the
+// group cannot rebalance during a poll's handling (BlockRebalanceOnPoll);
+// a revocation commits what was handled, so a partition moves to another
+// member only with its progress committed. A
 // record h cannot handle even alone goes to its topic's dead-letter topic
 // (DeadLetterTopic, created with one partition before its first record) with
 // headers saying why and where it came from, and is counted as
@@ -117,6 +128,8 @@ func NewConsumer(conn config.Kafka, group string, topics []string, h BatchHandle
 
 // Run polls and handles records until ctx ends, then commits what was handled
 // and closes the client (leaving the group). It returns nil on shutdown.
+// Handled offsets are committed at most every commitEvery, and no later
+// than that once polls stop bringing records.
 // While it runs, the lag of the partitions this member owns is reported
 // through the global meter provider as flo.consumer.lag, by topic and group.
 func (c *Consumer) Run(ctx context.Context) error {
@@ -127,10 +140,22 @@ func (c *Consumer) Run(ctx context.Context) error {
 		defer func() { _ = reg.Unregister() }()
 	}
 	for {
-		fetches := c.cl.PollRecords(ctx, maxPollRecords)
+		pollCtx, cancel := ctx, context.CancelFunc(func() {})
+		if due, ok := c.commitDue(); ok {
+			// Wait for records no longer than the pending commit may.
+			pollCtx, cancel = context.WithDeadline(ctx, due)
+		}
+		fetches := c.cl.PollRecords(pollCtx, maxPollRecords)
+		cancel()
 		if ctx.Err() != nil || fetches.IsClientClosed() {
+			c.commit(ctx, nil, true)
 			c.cl.AllowRebalance()
 			return nil
+		}
+		if pollCtx.Err() != nil && fetches.NumRecords() == 0 {
+			c.commit(ctx, nil, true)
+			c.cl.AllowRebalance()
+			continue
 		}
 		logFetchErrors(ctx, c.log, fetches)
 
@@ -160,16 +185,17 @@ func (c *Consumer) Run(ctx context.Context) error {
 			})
 		})
 		wg.Wait()
-		c.commit(ctx, done)
+		c.commit(ctx, done, false)
 		c.cl.AllowRebalance()
 	}
 }
 
-// commit commits the handled offsets plus any whose earlier commit failed. A
-// failed commit is logged and kept for the next try; the records after the
-// last successful commit may be delivered again, which idempotent handlers
+// commit adds the handled offsets to the pending ones and commits them all
+// when now, or when commitEvery has passed since the last commit. A failed
+// commit is logged and kept for the next try; the records after the last
+// successful commit may be delivered again, which idempotent handlers
 // absorb.
-func (c *Consumer) commit(ctx context.Context, handled map[string]map[int32]kgo.EpochOffset) {
+func (c *Consumer) commit(ctx context.Context, handled map[string]map[int32]kgo.EpochOffset, now bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for t, ps := range handled {
@@ -180,7 +206,23 @@ func (c *Consumer) commit(ctx context.Context, handled map[string]map[int32]kgo.
 			c.pending[t][p] = o
 		}
 	}
-	c.commitPendingLocked(ctx, nil)
+	if now || time.Since(c.committed) >= commitEvery {
+		c.committed = time.Now()
+		c.commitPendingLocked(ctx, nil)
+	}
+}
+
+// commitDue is when the pending offsets are to be committed; ok is false
+// when none are pending.
+func (c *Consumer) commitDue() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ps := range c.pending {
+		if len(ps) > 0 {
+			return c.committed.Add(commitEvery), true
+		}
+	}
+	return time.Time{}, false
 }
 
 // commitPendingLocked commits the pending offsets (only of the given
@@ -331,7 +373,7 @@ func containsPartition(parts map[string][]int32, topic string, partition int32) 
 
 func logFetchErrors(ctx context.Context, log *slog.Logger, fetches kgo.Fetches) {
 	for _, fe := range fetches.Errors() {
-		if errors.Is(fe.Err, context.Canceled) || errors.Is(fe.Err, kgo.ErrClientClosed) {
+		if errors.Is(fe.Err, context.Canceled) || errors.Is(fe.Err, context.DeadlineExceeded) || errors.Is(fe.Err, kgo.ErrClientClosed) {
 			continue
 		}
 		log.WarnContext(ctx, "fetch failed", "topic", fe.Topic, "partition", fe.Partition, "error", fe.Err)

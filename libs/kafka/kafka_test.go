@@ -6,7 +6,9 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/razorbill/flo/libs/config"
@@ -414,4 +417,39 @@ func TestTailSkipsAbortedTransactions(t *testing.T) {
 	produce(t, prod, "txns", "plain")
 	require.Eventually(t, func() bool { return slices.Contains(col.got(), "plain") }, 20*time.Second, 10*time.Millisecond)
 	require.Equal(t, []string{"committed", "plain"}, col.got())
+}
+
+// commitCounter counts the offset commits a client sends.
+type commitCounter struct{ n atomic.Int32 }
+
+func (c *commitCounter) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == kmsg.OffsetCommit.Int16() && err == nil {
+		c.n.Add(1)
+	}
+}
+
+// Records that come one at a time are committed together, at most every
+// half second, and the last of them soon after the records stop.
+func TestConsumerCommitsSpacedOut(t *testing.T) {
+	t.Parallel()
+	broker := harness.NewBroker(t)
+	prod := newProducer(t, broker.Addrs())
+	require.NoError(t, kafka.EnsureTopics(t.Context(), prod, 1, "trickle"))
+	col := &collector{}
+	commits := &commitCounter{}
+	c, err := kafka.NewConsumer(broker.Kafka(), "spaced", []string{"trickle"}, col.handle, quiet, kgo.WithHooks(commits))
+	require.NoError(t, err)
+	run(t, c.Run)
+
+	const n = 40
+	start := time.Now()
+	for i := range n {
+		produce(t, prod, "trickle", strconv.Itoa(i))
+		require.Eventually(t, func() bool { return len(col.got()) == i+1 }, waitFor, time.Millisecond)
+	}
+	requireCommittedToEnd(t, prod, "spaced", "trickle")
+	elapsed := time.Since(start)
+	// One commit per half second of the run, and the last.
+	bound := int32(elapsed/(500*time.Millisecond)) + 2
+	require.LessOrEqual(t, commits.n.Load(), bound, "%d records handled one by one over %v", n, elapsed)
 }
