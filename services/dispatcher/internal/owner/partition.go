@@ -546,7 +546,7 @@ func (p *partition) batch(ctx context.Context, ops []op) error {
 	return nil
 }
 
-// keep is list emptied for reuse (its states dropped, so they can be
+// keep returns list emptied for reuse (its states dropped, so they can be
 // collected), or nil when it grew past maxKeptChanges.
 func keep[T any](list []T) []T {
 	if cap(list) > maxKeptChanges {
