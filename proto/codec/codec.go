@@ -21,8 +21,8 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Message is a message with generated marshal, unmarshal and size methods.
-type Message interface {
+// vtMessage is a message with generated marshal, unmarshal and size methods.
+type vtMessage interface {
 	SizeVT() int
 	MarshalToSizedBufferVT(dAtA []byte) (int, error)
 	UnmarshalVT(dAtA []byte) error
@@ -41,7 +41,7 @@ func (fast) Name() string { return "proto" }
 // Marshal encodes v into one buffer, taken from gRPC's pool when it is large
 // enough to be worth pooling, as gRPC's default codec does.
 func (fast) Marshal(v any) (mem.BufferSlice, error) {
-	m, ok := v.(Message)
+	m, ok := v.(vtMessage)
 	if !ok {
 		return fallbackMarshal(v)
 	}
@@ -67,7 +67,7 @@ func (fast) Marshal(v any) (mem.BufferSlice, error) {
 func (fast) Unmarshal(data mem.BufferSlice, v any) error {
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
-	m, ok := v.(Message)
+	m, ok := v.(vtMessage)
 	if !ok {
 		pm, ok := v.(proto.Message)
 		if !ok {

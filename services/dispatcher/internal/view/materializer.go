@@ -38,8 +38,8 @@ const (
 	// instead of once per window they lived through. The view's offsets
 	// stay before a held state, so a rebuild reads it from the log.
 	liveHold = 2 * time.Second
-	// maxHeld bounds the live states held back; past it they are written
-	// at the next flush, whatever their age.
+	// maxHeld bounds the live states held back; past it the oldest are
+	// written at the next flush, whatever their age.
 	maxHeld = 4 * maxBatch
 )
 
@@ -442,10 +442,13 @@ func (m *Materializer) takeDue(now time.Time) []*buffered {
 		}
 	}
 	for m.heldLen > maxHeld {
-		oldest, found := int32(0), false
+		var (
+			oldest int32
+			first  *buffered
+		)
 		for p := range m.held {
-			if f := m.front(p); f != nil && (!found || f.added.Before(m.held[oldest][0].added)) {
-				oldest, found = p, true
+			if f := m.front(p); f != nil && (first == nil || f.added.Before(first.added)) {
+				oldest, first = p, f
 			}
 		}
 		release(oldest)
