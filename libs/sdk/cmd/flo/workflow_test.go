@@ -459,6 +459,10 @@ func TestWorkflowClientEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, first.RunID, again.RunID)
 	require.False(t, again.Created)
+	// The listing below counts it among the completed runs, so it must have finished.
+	run, err = c.AwaitRun(ctx, first.RunID)
+	require.NoError(t, err)
+	require.Equal(t, flo.RunCompleted, run.Status)
 
 	// A signal resumes a waiting run.
 	approval, err := c.StartWorkflow(ctx, "approval", map[string]string{"order_id": "o-3"}, flo.StartWorkflowOptions{})
