@@ -122,18 +122,41 @@ func TestSpansUnderAParentPassThroughWhileNothingRecords(t *testing.T) {
 	require.Equal(t, parent["traceparent"], out["traceparent"])
 	child.End()
 
-	// A root still gets ids of its own, for the logs; a span under it is
-	// not made, and ending that does not end the root.
+	// A root is not made either, but it still gets ids of its own, for the
+	// logs and for what goes on downstream, sampled as the SDK samples a
+	// root; a span under it carries them too.
 	rootCtx, root := otel.Tracer("test").Start(ctx, "root")
+	require.False(t, root.IsRecording())
 	require.True(t, root.SpanContext().IsValid())
-	_, under := otel.Tracer("test").Start(rootCtx, "under")
+	require.True(t, root.SpanContext().IsSampled())
+	_, other := otel.Tracer("test").Start(ctx, "root")
+	require.NotEqual(t, root.SpanContext().TraceID(), other.SpanContext().TraceID())
+	require.NotEqual(t, root.SpanContext().SpanID(), other.SpanContext().SpanID())
+	underCtx, under := otel.Tracer("test").Start(rootCtx, "under")
 	require.Equal(t, root.SpanContext(), under.SpanContext())
+	out = propagation.MapCarrier{}
+	otel.GetTextMapPropagator().Inject(underCtx, out)
+	require.Equal(t, "00-"+root.SpanContext().TraceID().String()+"-"+root.SpanContext().SpanID().String()+"-01", out["traceparent"])
 	under.End()
-	require.True(t, root.IsRecording(), "ending a span not made ended its parent")
 	root.End()
+
+	// A recording span made before the last processor went (a request in
+	// flight) is ended, not replaced: a span under it is not made, and
+	// ending that does not end the parent.
+	rec := tracetest.NewSpanRecorder()
+	tel2, err := telemetry.Setup(ctx, "svc", telemetry.WithSpanProcessor(rec))
+	require.NoError(t, err)
+	liveCtx, live := otel.Tracer("test").Start(ctx, "live")
+	require.True(t, live.IsRecording())
+	require.NoError(t, tel2.Shutdown(ctx))
+	_, notMade := otel.Tracer("test").Start(liveCtx, "under")
+	require.Equal(t, live.SpanContext(), notMade.SpanContext())
+	notMade.End()
+	require.True(t, live.IsRecording(), "ending a span not made ended its parent")
+	live.End()
 	require.NoError(t, tel.Shutdown(ctx))
 
-	rec := tracetest.NewSpanRecorder()
+	rec = tracetest.NewSpanRecorder()
 	tel, err = telemetry.Setup(ctx, "svc", telemetry.WithSpanProcessor(rec))
 	require.NoError(t, err)
 	_, child = otel.Tracer("test").Start(remote, "child")
