@@ -24,9 +24,6 @@ import (
 	"github.com/razorbill/flo/libs/config"
 )
 
-// DeadLetterSuffix makes a topic's dead-letter topic: orders -> orders.dlq.
-const DeadLetterSuffix = ".dlq"
-
 // Headers a Consumer adds to a dead-lettered record, next to the record's
 // own headers.
 const (

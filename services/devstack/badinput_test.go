@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	flo "github.com/razorbill/flo-go"
+	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/text"
 	"github.com/razorbill/flo/proto/codec"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
@@ -144,12 +145,12 @@ func TestBadTextThenEverythingStillMoves(t *testing.T) {
 	producer, err := kgo.NewClient(kgo.SeedBrokers(e.broker.Addrs()...))
 	require.NoError(t, err)
 	defer producer.Close()
-	require.NoError(t, producer.ProduceSync(ctx, &kgo.Record{Topic: "flo.actions.commands", Key: []byte(poisonID), Value: value}).FirstErr())
+	require.NoError(t, producer.ProduceSync(ctx, &kgo.Record{Topic: kafka.CommandsTopic, Key: []byte(poisonID), Value: value}).FirstErr())
 	// And one whose key is not UTF-8 (the generated encoder does not check).
 	garbledID := uuid.NewString()
 	value, err = (&eventsv1.InvokeTask{EventId: uuid.NewString(), TaskId: garbledID, Namespace: "default", Action: "work", IdempotencyKey: "k\xff"}).MarshalVT()
 	require.NoError(t, err)
-	require.NoError(t, producer.ProduceSync(ctx, &kgo.Record{Topic: "flo.actions.commands", Key: []byte(garbledID), Value: value}).FirstErr())
+	require.NoError(t, producer.ProduceSync(ctx, &kgo.Record{Topic: kafka.CommandsTopic, Key: []byte(garbledID), Value: value}).FirstErr())
 
 	// From workers: a 2 MiB error of NULs, a task nack reason with a NUL, and
 	// a stream nack reason with a NUL (the first delivery of one record).

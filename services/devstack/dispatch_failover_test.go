@@ -49,8 +49,6 @@ const (
 	mixedTimeout = 12 * time.Second
 	// mixedDelay is how long every fifth task of the load waits to run.
 	mixedDelay = 2 * time.Second
-	// taskEventsTopic is where partition owners record every change.
-	taskEventsTopic = "flo.tasks.events"
 	// claimBlockMS is how long the workers' claims wait for tasks. A
 	// claim waits at the replicas its gateway knew when it was sent, so a
 	// replica added or a partition moved meanwhile is seen by the next
@@ -241,7 +239,7 @@ type taskLog struct {
 // transactions were never part of the log.
 func readTaskLog(t *testing.T, brokers []string) taskLog {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(taskEventsTopic),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(kafka.TaskEventsTopic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		// Transaction markers take offsets too; without them a partition
 		// whose last record is a marker never seems read to its end.
@@ -250,7 +248,7 @@ func readTaskLog(t *testing.T, brokers []string) taskLog {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, taskEventsTopic)
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, kafka.TaskEventsTopic)
 	require.NoError(t, err)
 	require.NoError(t, ends.Error())
 	end := map[int32]int64{}

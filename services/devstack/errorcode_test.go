@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	flo "github.com/razorbill/flo-go"
+	"github.com/razorbill/flo/libs/kafka"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 )
 
@@ -86,7 +87,7 @@ start:
 // failedEvent reads the task events until task id's FAILED event.
 func failedEvent(t *testing.T, e *env, id string) *eventsv1.TaskEvent {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.broker.Addrs()...), kgo.ConsumeTopics("flo.tasks.events"),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.broker.Addrs()...), kgo.ConsumeTopics(kafka.TaskEventsTopic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	require.NoError(t, err)
 	defer cl.Close()

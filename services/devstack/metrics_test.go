@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	flo "github.com/razorbill/flo-go"
+	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/services/devstack"
 )
 
@@ -236,8 +237,8 @@ func TestMetricsCountTheWorkload(t *testing.T) {
 		{"flo_dispatcher_view_lag", nil, 0},
 		{"flo_outbox_backlog", []string{"schema", "registry"}, 0},
 		{"flo_outbox_backlog", []string{"schema", "workflow"}, 0},
-		{"flo_consumer_lag", []string{"topic", "flo.actions.commands", "group", "flo-dispatcher"}, 0},
-		{"flo_consumer_lag", []string{"topic", "flo.tasks.events", "group", "flo-registry"}, 0},
+		{"flo_consumer_lag", []string{"topic", kafka.CommandsTopic, "group", "flo-dispatcher"}, 0},
+		{"flo_consumer_lag", []string{"topic", kafka.TaskEventsTopic, "group", "flo-registry"}, 0},
 		{"flo_streams_group_lag", group("audit"), 0},
 		{"flo_streams_group_pending", group("audit"), 4},
 		{"flo_streams_group_lag", group("billing"), 14},

@@ -13,6 +13,7 @@ import (
 	flo "github.com/razorbill/flo-go"
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/harness"
+	"github.com/razorbill/flo/libs/kafka"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 	gateway "github.com/razorbill/flo/services/gateway/service"
 )
@@ -42,7 +43,7 @@ func requireEachCompletedOnce(t *testing.T, e *env, brokers []string, ids []stri
 
 	// Read committed, as every consumer of task events does: records of an
 	// aborted transaction were never part of the log.
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("flo.tasks.events"),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(kafka.TaskEventsTopic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	require.NoError(t, err)
 	defer cl.Close()

@@ -29,7 +29,7 @@ func TestPoisonCommands(t *testing.T) {
 	e.events.start(t, broker.Addrs())
 	waitDeadLetter := func(t *testing.T, match func(*kafka.DeadLetter) bool) *kafka.DeadLetter {
 		t.Helper()
-		return harness.WaitDeadLetter(t, broker.Addrs(), commandsTopic, match)
+		return harness.WaitDeadLetter(t, broker.Addrs(), kafka.CommandsTopic, match)
 	}
 
 	t.Run("garbage and impossible", func(t *testing.T) {
@@ -38,14 +38,14 @@ func TestPoisonCommands(t *testing.T) {
 		e.register(t, ns, "work", nil)
 		key := "k-" + ns
 		garbage := []byte("not protobuf \xff " + ns)
-		require.NoError(t, e.producer.ProduceSync(t.Context(), &kgo.Record{Topic: commandsTopic, Key: []byte(key), Value: garbage}).FirstErr())
+		require.NoError(t, e.producer.ProduceSync(t.Context(), &kgo.Record{Topic: kafka.CommandsTopic, Key: []byte(key), Value: garbage}).FirstErr())
 		badID := &eventsv1.InvokeTask{TaskId: "task-" + ns, Namespace: ns, Action: "work"}
 		badNamespace := &eventsv1.InvokeTask{TaskId: uuid.NewString(), Namespace: ns + "/nested", Action: "work"}
 		e.produce(t, key, nil, badID, badNamespace)
 		ids := e.produceOrdinary(t, ns, 20)
 
 		got := waitDeadLetter(t, func(l *kafka.DeadLetter) bool { return string(l.Value) == string(garbage) })
-		require.Equal(t, commandsTopic, got.SourceTopic)
+		require.Equal(t, kafka.CommandsTopic, got.SourceTopic)
 		require.Equal(t, "flo-dispatcher", got.Group)
 		require.Contains(t, got.Error, "decode InvokeTask")
 		require.Equal(t, key, string(got.Key))

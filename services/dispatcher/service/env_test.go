@@ -18,6 +18,7 @@ import (
 
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/harness"
+	"github.com/razorbill/flo/libs/kafka"
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
@@ -30,10 +31,8 @@ const partitions = 4
 func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
 
 const (
-	commandsTopic = "flo.actions.commands"
-	eventsTopic   = "flo.tasks.events"
-	waitFor       = 20 * time.Second
-	tick          = 10 * time.Millisecond
+	waitFor = 20 * time.Second
+	tick    = 10 * time.Millisecond
 )
 
 // env is one running dispatcher on a fresh database and broker, with a gRPC
@@ -149,7 +148,7 @@ func (e *env) produce(t *testing.T, key string, headers []kgo.RecordHeader, cmds
 		if k == "" {
 			k = c.TaskId
 		}
-		recs[i] = &kgo.Record{Topic: commandsTopic, Key: []byte(k), Value: value, Headers: headers}
+		recs[i] = &kgo.Record{Topic: kafka.CommandsTopic, Key: []byte(k), Value: value, Headers: headers}
 	}
 	require.NoError(t, e.producer.ProduceSync(t.Context(), recs...).FirstErr())
 }
@@ -242,7 +241,7 @@ func newEventLog() *eventLog {
 }
 
 func (l *eventLog) start(t *testing.T, brokers []string) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(eventsTopic),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(kafka.TaskEventsTopic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	require.NoError(t, err)

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/razorbill/flo/libs/harness"
+	"github.com/razorbill/flo/libs/kafka"
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
@@ -26,7 +27,7 @@ func produceMany(t testing.TB, producer *kgo.Client, ns, action string, n int) [
 		ids[i] = uuid.NewString()
 		value, err := proto.Marshal(&eventsv1.InvokeTask{EventId: uuid.NewString(), TaskId: ids[i], Namespace: ns, Action: action, Payload: []byte(`{}`), InvokedAt: timestamppb.Now()})
 		require.NoError(t, err)
-		recs = append(recs, &kgo.Record{Topic: commandsTopic, Key: []byte(ids[i]), Value: value})
+		recs = append(recs, &kgo.Record{Topic: kafka.CommandsTopic, Key: []byte(ids[i]), Value: value})
 	}
 	require.NoError(t, producer.ProduceSync(t.Context(), recs...).FirstErr())
 	return ids

@@ -287,7 +287,7 @@ func testCommands(t *testing.T, e *env) {
 	}
 	// Undecodable records are dropped and unknown actions rejected without blocking
 	// the partition: the valid commands behind them still arrive.
-	require.NoError(t, e.producer.ProduceSync(t.Context(), &kgo.Record{Topic: commandsTopic, Key: []byte("k"), Value: []byte("not protobuf \xff")}).FirstErr())
+	require.NoError(t, e.producer.ProduceSync(t.Context(), &kgo.Record{Topic: kafka.CommandsTopic, Key: []byte("k"), Value: []byte("not protobuf \xff")}).FirstErr())
 	unknown := &eventsv1.InvokeTask{Namespace: ns, Action: "missing"}
 	e.produce(t, "", nil, unknown)
 	e.produce(t, "", headers, cmds...)

@@ -237,7 +237,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	}
 	tctx, cancel := context.WithTimeout(ctx, setupTimeout)
 	s.producer, err = kafka.NewProducer(tctx, cfg.Kafka, cfg.Kafka.Partitions, cfg.MaxPayloadBytes,
-		[]string{invoke.Topic, taskwait.Topic, workerstream.WorkerEventsTopic})
+		[]string{kafka.CommandsTopic, kafka.TaskEventsTopic, kafka.WorkerEventsTopic})
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("gateway: producer: %w", err)
@@ -255,11 +255,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	s.metricsServer = &http.Server{Handler: probe.Handler(s.readyz, o.metrics), ReadHeaderTimeout: 10 * time.Second}
 
 	// Last, because only Run releases the tails' clients.
-	s.tail, err = kafka.NewTail(cfg.Kafka, []string{taskwait.Topic}, s.waiters.Handler(), log)
+	s.tail, err = kafka.NewTail(cfg.Kafka, []string{kafka.TaskEventsTopic}, s.waiters.Handler(), log)
 	if err != nil {
 		return nil, fmt.Errorf("tail task events: %w", err)
 	}
-	s.workerTail, err = kafka.NewTail(cfg.Kafka, []string{workerstream.WorkerEventsTopic}, s.streams.WorkerEventsHandler(), log)
+	s.workerTail, err = kafka.NewTail(cfg.Kafka, []string{kafka.WorkerEventsTopic}, s.streams.WorkerEventsHandler(), log)
 	if err != nil {
 		return nil, fmt.Errorf("tail worker events: %w", err)
 	}

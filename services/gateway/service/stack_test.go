@@ -23,6 +23,7 @@ import (
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/harness"
 	"github.com/razorbill/flo/libs/internalauth"
+	"github.com/razorbill/flo/libs/kafka"
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	dispatcher "github.com/razorbill/flo/services/dispatcher/service"
@@ -342,10 +343,10 @@ func commandKeys(t *testing.T, brokers []string) []string {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	require.NoError(t, err)
 	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, "flo.actions.commands")
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, kafka.CommandsTopic)
 	require.NoError(t, err)
 	require.NoError(t, ends.Error())
-	start := map[string]map[int32]kgo.Offset{"flo.actions.commands": {}}
+	start := map[string]map[int32]kgo.Offset{kafka.CommandsTopic: {}}
 	remaining := map[int32]int64{}
 	ends.Each(func(o kadm.ListedOffset) {
 		if o.Offset > 0 {

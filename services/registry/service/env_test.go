@@ -19,6 +19,7 @@ import (
 
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/harness"
+	"github.com/razorbill/flo/libs/kafka"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 	registryv1 "github.com/razorbill/flo/proto/gen/flo/registry/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
@@ -28,10 +29,8 @@ import (
 func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
 
 const (
-	workersTopic = "flo.workers.events"
-	tasksTopic   = "flo.tasks.events"
-	waitFor      = 20 * time.Second
-	tick         = 10 * time.Millisecond
+	waitFor = 20 * time.Second
+	tick    = 10 * time.Millisecond
 )
 
 // replica is one running registry and a client of it.
@@ -169,7 +168,7 @@ type eventLog struct {
 func newEventLog() *eventLog { return &eventLog{byKey: map[string][]*eventsv1.WorkerEvent{}} }
 
 func (l *eventLog) start(t *testing.T, brokers []string) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(workersTopic),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(kafka.WorkerEventsTopic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -31,7 +31,6 @@ import (
 	"github.com/razorbill/flo/services/registry/internal/health"
 	"github.com/razorbill/flo/services/registry/internal/roster"
 	"github.com/razorbill/flo/services/registry/internal/tally"
-	"github.com/razorbill/flo/services/registry/internal/workerevent"
 	"github.com/razorbill/flo/services/registry/migrations"
 )
 
@@ -129,7 +128,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		return nil, fmt.Errorf("registry: %w", err)
 	}
 	if s.producer, err = kafka.NewProducer(ctx, cfg.Kafka, cfg.Kafka.Partitions, cmp.Or(cfg.MaxPayloadBytes, config.DefaultMaxPayloadBytes),
-		[]string{workerevent.Topic, tally.Topic}); err != nil {
+		[]string{kafka.WorkerEventsTopic, kafka.TaskEventsTopic}); err != nil {
 		return nil, fmt.Errorf("registry: producer: %w", err)
 	}
 	s.relay = outbox.NewRelay(s.pool, s.producer, log)
@@ -156,7 +155,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	}
 	s.httpServer = &http.Server{Handler: probe.Handler(s.ready(), o.metrics), ReadHeaderTimeout: 10 * time.Second}
 	// Last, because a consumer's client is only released by its Run.
-	if s.consumer, err = kafka.NewConsumer(cfg.Kafka, tally.ConsumerGroup, []string{tally.Topic}, s.tally.HandleRecords, log,
+	if s.consumer, err = kafka.NewConsumer(cfg.Kafka, tally.ConsumerGroup, []string{kafka.TaskEventsTopic}, s.tally.HandleRecords, log,
 		// Counters need no haste: under load, fewer and larger batches
 		// make fewer fetches and fewer transactions for the same events.
 		kgo.FetchMinBytes(tally.FetchMinBytes), kgo.FetchMaxWait(tally.FetchMaxWait)); err != nil {

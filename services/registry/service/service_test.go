@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/razorbill/flo/libs/kafka"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 )
@@ -297,7 +298,7 @@ func (e *env) produceTaskEvents(t *testing.T, key string, evs ...*eventsv1.TaskE
 	for i, ev := range evs {
 		value, err := proto.Marshal(ev)
 		require.NoError(t, err)
-		recs[i] = &kgo.Record{Topic: tasksTopic, Key: []byte(key), Value: value}
+		recs[i] = &kgo.Record{Topic: kafka.TaskEventsTopic, Key: []byte(key), Value: value}
 	}
 	require.NoError(t, e.producer.ProduceSync(t.Context(), recs...).FirstErr())
 }

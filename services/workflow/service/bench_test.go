@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/razorbill/flo/libs/kafka"
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
@@ -130,7 +131,7 @@ func fastWorker(ctx context.Context, e *env, ns, id string, actions []string) {
 // watchEnds collects when each run's ENDED event was received, until n runs
 // ended.
 func watchEnds(ctx context.Context, b *testing.B, brokers []string, n int) map[string]time.Time {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("flo.workflows.events"),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(kafka.RunEventsTopic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(20*time.Millisecond))
 	if err != nil {
 		b.Error(err)

@@ -172,7 +172,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		return nil, fmt.Errorf("workflow: %w", err)
 	}
 	if s.producer, err = kafka.NewProducer(ctx, cfg.Kafka, cfg.Kafka.Partitions, cfg.MaxPayloadBytes,
-		[]string{runner.CommandsTopic, runner.TaskEventsTopic, runner.RunEventsTopic}); err != nil {
+		[]string{kafka.CommandsTopic, kafka.TaskEventsTopic, kafka.RunEventsTopic}); err != nil {
 		return nil, fmt.Errorf("workflow: producer: %w", err)
 	}
 	s.relay = outbox.NewRelay(s.pool, s.producer, log)
@@ -221,7 +221,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	}
 	s.httpServer = &http.Server{Handler: probe.Handler(s.ready(), o.metrics), ReadHeaderTimeout: 10 * time.Second}
 	// Last, because a consumer's client is only released by its Run.
-	if s.consumer, err = kafka.NewConsumer(cfg.Kafka, runner.ConsumerGroup, []string{runner.TaskEventsTopic}, s.runner.HandleTaskEvents, log); err != nil {
+	if s.consumer, err = kafka.NewConsumer(cfg.Kafka, runner.ConsumerGroup, []string{kafka.TaskEventsTopic}, s.runner.HandleTaskEvents, log); err != nil {
 		return nil, fmt.Errorf("workflow: %w", err)
 	}
 	return s, nil

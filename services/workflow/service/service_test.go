@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/razorbill/flo/libs/kafka"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 )
@@ -793,7 +794,7 @@ func testBadInput(t *testing.T, e *env) {
 // ENDED event arrived.
 func runEvents(t *testing.T, brokers []string, runID string) []*eventsv1.RunEvent {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics("flo.workflows.events"),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(kafka.RunEventsTopic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
 	require.NoError(t, err)
 	defer cl.Close()

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/razorbill/flo/libs/backoff"
+	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/text"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
@@ -105,7 +106,7 @@ func Encode(c Change, partition int32, cmdOffset int64) (*kgo.Record, error) {
 		headers = append(headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
 	}
 	headers = append(headers, kgo.RecordHeader{Key: CmdHeader, Value: strconv.AppendInt(nil, cmdOffset, 10)})
-	return &kgo.Record{Topic: taskevent.Topic, Partition: partition, Key: []byte(ev.TaskId), Value: value, Headers: headers}, nil
+	return &kgo.Record{Topic: kafka.TaskEventsTopic, Partition: partition, Key: []byte(ev.TaskId), Value: value, Headers: headers}, nil
 }
 
 // Decode reads a record Encode made, and the commands offset it holds (-1

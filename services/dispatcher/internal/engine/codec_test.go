@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/razorbill/flo/libs/kafka"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 	"github.com/razorbill/flo/services/dispatcher/internal/engine"
 	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
@@ -20,7 +21,7 @@ func roundTrip(t *testing.T, c engine.Change, partition int32, cmd int64) (*kgo.
 	t.Helper()
 	rec, err := engine.Encode(c, partition, cmd)
 	require.NoError(t, err)
-	require.Equal(t, taskevent.Topic, rec.Topic)
+	require.Equal(t, kafka.TaskEventsTopic, rec.Topic)
 	require.Equal(t, partition, rec.Partition)
 	require.Equal(t, c.Task.ID.String(), string(rec.Key))
 	got, gotCmd, err := engine.Decode(rec)

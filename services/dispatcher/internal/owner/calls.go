@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/razorbill/flo/libs/fault"
+	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/text"
 	"github.com/razorbill/flo/services/dispatcher/internal/engine"
@@ -662,13 +663,13 @@ func (r *Replica) Get(ctx context.Context, ns, taskID string) (store.Task, error
 
 // commandsEnd is the end offset of a commands partition now.
 func (r *Replica) commandsEnd(ctx context.Context, id int32) (int64, error) {
-	ends, err := kadm.NewClient(r.admin).ListEndOffsets(ctx, CommandsTopic)
+	ends, err := kadm.NewClient(r.admin).ListEndOffsets(ctx, kafka.CommandsTopic)
 	if err != nil {
 		return 0, fmt.Errorf("list commands end offsets: %w", err)
 	}
-	end, ok := ends.Lookup(CommandsTopic, id)
+	end, ok := ends.Lookup(kafka.CommandsTopic, id)
 	if !ok || end.Err != nil {
-		return 0, fmt.Errorf("end offset of %s/%d: %v", CommandsTopic, id, end.Err)
+		return 0, fmt.Errorf("end offset of %s/%d: %v", kafka.CommandsTopic, id, end.Err)
 	}
 	return end.Offset, nil
 }

@@ -26,15 +26,15 @@ func member(t *testing.T, conn kafkaConn) (*Replica, func() []int32) {
 		mu    sync.Mutex
 		owned []int32
 	)
-	group, err := kafka.NewClient(conn.cfg, kgo.ConsumerGroup(Group), kgo.ConsumeTopics(CommandsTopic),
+	group, err := kafka.NewClient(conn.cfg, kgo.ConsumerGroup(Group), kgo.ConsumeTopics(kafka.CommandsTopic),
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, a map[string][]int32) {
 			mu.Lock()
-			owned = append(owned, a[CommandsTopic]...)
+			owned = append(owned, a[kafka.CommandsTopic]...)
 			mu.Unlock()
 		}),
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, r map[string][]int32) {
 			mu.Lock()
-			owned = slices.DeleteFunc(owned, func(p int32) bool { return slices.Contains(r[CommandsTopic], p) })
+			owned = slices.DeleteFunc(owned, func(p int32) bool { return slices.Contains(r[kafka.CommandsTopic], p) })
 			mu.Unlock()
 		}))
 	require.NoError(t, err)
@@ -66,7 +66,7 @@ func TestStillOwnsAsksTheGroupCoordinator(t *testing.T) {
 	admin, err := kafka.NewClient(broker.Kafka())
 	require.NoError(t, err)
 	t.Cleanup(admin.Close)
-	require.NoError(t, kafka.EnsureTopics(t.Context(), admin, 2, CommandsTopic))
+	require.NoError(t, kafka.EnsureTopics(t.Context(), admin, 2, kafka.CommandsTopic))
 	conn := kafkaConn{cfg: broker.Kafka(), admin: admin}
 
 	a, ownedByA := member(t, conn)

@@ -21,7 +21,6 @@ import (
 	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
 	"github.com/razorbill/flo/services/dispatcher/internal/engine"
 	"github.com/razorbill/flo/services/dispatcher/internal/store"
-	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
 	"github.com/razorbill/flo/services/dispatcher/internal/view"
 )
 
@@ -341,19 +340,19 @@ func (p *partition) rebuild(ctx context.Context) error {
 // them.
 func (p *partition) replay(ctx context.Context, eng *engine.Partition, keys map[string][2]string, from, cmdNext int64) (int, int64, error) {
 	adm := kadm.NewClient(p.r.admin)
-	ends, err := adm.ListCommittedOffsets(ctx, taskevent.Topic)
+	ends, err := adm.ListCommittedOffsets(ctx, kafka.TaskEventsTopic)
 	if err != nil {
 		return 0, 0, fmt.Errorf("list last stable offsets: %w", err)
 	}
-	end, ok := ends.Lookup(taskevent.Topic, p.id)
+	end, ok := ends.Lookup(kafka.TaskEventsTopic, p.id)
 	if !ok || end.Err != nil {
-		return 0, 0, fmt.Errorf("last stable offset of %s/%d: %v", taskevent.Topic, p.id, end.Err)
+		return 0, 0, fmt.Errorf("last stable offset of %s/%d: %v", kafka.TaskEventsTopic, p.id, end.Err)
 	}
 	if end.Offset <= from {
 		return 0, cmdNext, nil
 	}
 	cl, err := kafka.NewClient(p.r.cfg.Kafka,
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{taskevent.Topic: {p.id: kgo.NewOffset().At(from)}}),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{kafka.TaskEventsTopic: {p.id: kgo.NewOffset().At(from)}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		// Control records carry offsets too; without them a log ending in
 		// a transaction marker would never be seen to reach its end.
@@ -568,7 +567,7 @@ func (p *partition) advance(cmdBefore int64) {
 	if next := p.cmdNext.Load(); next > cmdBefore && time.Since(p.hinted) >= hintEvery {
 		p.hinted = time.Now()
 		p.r.group.CommitOffsets(context.Background(), map[string]map[int32]kgo.EpochOffset{
-			CommandsTopic: {p.id: {Epoch: -1, Offset: next}},
+			kafka.CommandsTopic: {p.id: {Epoch: -1, Offset: next}},
 		}, nil)
 	}
 }

@@ -34,14 +34,10 @@ import (
 	"github.com/razorbill/flo/libs/retry"
 	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
 	"github.com/razorbill/flo/services/dispatcher/internal/engine"
-	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
 	"github.com/razorbill/flo/services/dispatcher/internal/view"
 )
 
-// CommandsTopic carries InvokeTask commands, keyed by task id.
-const CommandsTopic = "flo.actions.commands"
-
-// Group is the dispatcher replicas' consumer group on CommandsTopic.
+// Group is the dispatcher replicas' consumer group on kafka.CommandsTopic.
 const Group = "flo-dispatcher"
 
 // ownersRetry paces writing the owners table while Postgres is away.
@@ -157,17 +153,17 @@ func New(ctx context.Context, cfg Config, pool *pgxpool.Pool, cat *catalog.Catal
 // refuses topics whose partition counts differ: the events partition of a
 // task must be its commands partition's number.
 func (r *Replica) checkTopics(ctx context.Context) error {
-	if err := kafka.EnsureTopics(ctx, r.admin, r.cfg.Partitions, CommandsTopic, taskevent.Topic); err != nil {
+	if err := kafka.EnsureTopics(ctx, r.admin, r.cfg.Partitions, kafka.CommandsTopic, kafka.TaskEventsTopic); err != nil {
 		return err
 	}
-	details, err := kadm.NewClient(r.admin).ListTopics(ctx, CommandsTopic, taskevent.Topic)
+	details, err := kadm.NewClient(r.admin).ListTopics(ctx, kafka.CommandsTopic, kafka.TaskEventsTopic)
 	if err != nil {
 		return fmt.Errorf("describe task topics: %w", err)
 	}
-	cmds, events := len(details[CommandsTopic].Partitions), len(details[taskevent.Topic].Partitions)
+	cmds, events := len(details[kafka.CommandsTopic].Partitions), len(details[kafka.TaskEventsTopic].Partitions)
 	if cmds == 0 || cmds != events {
 		return fmt.Errorf("topics %s (%d partitions) and %s (%d partitions) must have the same partition count; see docs/design/dispatch.md on changing it",
-			CommandsTopic, cmds, taskevent.Topic, events)
+			kafka.CommandsTopic, cmds, kafka.TaskEventsTopic, events)
 	}
 	r.n = int32(cmds)
 	return nil
@@ -186,7 +182,7 @@ func (r *Replica) Run(ctx context.Context) error {
 	r.mu.Unlock()
 	group, err := kafka.NewClient(r.cfg.Kafka,
 		kgo.ConsumerGroup(Group),
-		kgo.ConsumeTopics(CommandsTopic),
+		kgo.ConsumeTopics(kafka.CommandsTopic),
 		kgo.DisableAutoCommit(),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.OnPartitionsAssigned(r.assigned),
@@ -251,7 +247,7 @@ func (r *Replica) lag() map[string]int64 {
 	for _, p := range r.owned() {
 		n += max(p.highWatermark.Load()-p.cmdNext.Load(), 0)
 	}
-	return map[string]int64{CommandsTopic: n}
+	return map[string]int64{kafka.CommandsTopic: n}
 }
 
 // observePayloadBytes reports each owned partition's payload bytes.
@@ -297,7 +293,7 @@ func (r *Replica) OwnedPartitions() []int32 {
 }
 
 func (r *Replica) assigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
-	ids := assigned[CommandsTopic]
+	ids := assigned[kafka.CommandsTopic]
 	if len(ids) == 0 {
 		return
 	}
@@ -329,7 +325,7 @@ func (r *Replica) assigned(_ context.Context, _ *kgo.Client, assigned map[string
 }
 
 func (r *Replica) revoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
-	ids := revoked[CommandsTopic]
+	ids := revoked[kafka.CommandsTopic]
 	var stopping []*partition
 	r.mu.Lock()
 	for _, id := range ids {
@@ -397,7 +393,7 @@ func (r *Replica) stillOwns(ctx context.Context, id int32) (bool, error) {
 			return false, nil
 		}
 		for _, t := range c.Topics {
-			if t.Topic == CommandsTopic && slices.Contains(t.Partitions, id) {
+			if t.Topic == kafka.CommandsTopic && slices.Contains(t.Partitions, id) {
 				return true, nil
 			}
 		}

@@ -8,9 +8,6 @@ import (
 	"github.com/razorbill/flo/services/dispatcher/internal/store"
 )
 
-// Topic is where task events go.
-const Topic = "flo.tasks.events"
-
 // Type is what happened to a task.
 type Type int
 

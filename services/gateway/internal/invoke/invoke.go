@@ -17,9 +17,6 @@ import (
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 )
 
-// Topic is where InvokeTask commands go, keyed by task id.
-const Topic = "flo.actions.commands"
-
 // idempotencySpace is the UUID namespace of task ids derived from idempotency
 // keys. It is itself derived from a fixed name so anyone can recompute it.
 var idempotencySpace = uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.com/razorbill/flo/idempotency-key"))
@@ -116,7 +113,7 @@ func newRecord(ctx context.Context, cmd Command, now time.Time) (*kgo.Record, st
 	if err != nil {
 		return nil, "", fmt.Errorf("encode invoke command: %w", err)
 	}
-	rec := &kgo.Record{Topic: Topic, Key: []byte(taskID), Value: value}
+	rec := &kgo.Record{Topic: kafka.CommandsTopic, Key: []byte(taskID), Value: value}
 	kafka.InjectTrace(ctx, rec)
 	return rec, taskID, nil
 }

@@ -18,9 +18,6 @@ import (
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 )
 
-// Topic is the topic of task events the registry is fed from.
-const Topic = "flo.tasks.events"
-
 // ErrTooManyWaiters reports that the process already holds its maximum
 // number of waiting requests.
 var ErrTooManyWaiters = errors.New("too many concurrent waits")

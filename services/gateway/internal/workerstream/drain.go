@@ -14,10 +14,6 @@ import (
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 )
 
-// WorkerEventsTopic carries the registry's worker events; every gateway
-// replica tails it to learn that a worker it serves is draining.
-const WorkerEventsTopic = "flo.workers.events"
-
 // workerKey names a worker the way worker event records are keyed.
 func workerKey(namespace, workerID string) string { return namespace + "/" + workerID }
 

@@ -27,9 +27,6 @@ import (
 	"github.com/razorbill/flo/services/registry/internal/store"
 )
 
-// Topic is the log of task events.
-const Topic = "flo.tasks.events"
-
 // The tally's fetches wait up to FetchMaxWait for FetchMinBytes of events:
 // counts may trail by that much, and under load each fetch, and each
 // transaction, takes thousands of events instead of a few.
@@ -38,7 +35,7 @@ const (
 	FetchMaxWait  = 200 * time.Millisecond
 )
 
-// ConsumerGroup is the registry's consumer group on Topic.
+// ConsumerGroup is the registry's consumer group on kafka.TaskEventsTopic.
 const ConsumerGroup = "flo-registry"
 
 // txTimeout bounds a batch's transaction, statements and idle time between

@@ -11,14 +11,12 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/outbox"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	"github.com/razorbill/flo/services/registry/internal/store"
 )
-
-// Topic is where worker events go.
-const Topic = "flo.workers.events"
 
 // Type is what happened to a worker.
 type Type = eventsv1.WorkerEventType
@@ -76,5 +74,5 @@ func Record(typ Type, c store.Change, at time.Time) (outbox.Record, error) {
 	if err != nil {
 		return outbox.Record{}, err
 	}
-	return outbox.Record{Topic: Topic, Key: Key(c.Namespace, c.WorkerID), Value: value}, nil
+	return outbox.Record{Topic: kafka.WorkerEventsTopic, Key: Key(c.Namespace, c.WorkerID), Value: value}, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/pg"
 )
 
@@ -24,9 +25,6 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
-
-// TopicPrefix starts the name of every stream's log topic.
-const TopicPrefix = "flo.stream."
 
 // Stream is a row of streams.
 type Stream struct {
@@ -42,7 +40,7 @@ type Stream struct {
 // Topic is the log topic holding the stream's records. It is named by the
 // row id, which is never reused, so a stream created again under an old name
 // starts empty.
-func (s Stream) Topic() string { return TopicPrefix + strconv.FormatInt(s.ID, 10) }
+func (s Stream) Topic() string { return kafka.StreamTopicPrefix + strconv.FormatInt(s.ID, 10) }
 
 const streamCols = `s.id, s.namespace, s.name, s.partitions, s.retention_ms, s.retention_bytes, s.created_at`
 
@@ -116,7 +114,7 @@ func DeleteStream(ctx context.Context, db DB, namespace, name string) (Stream, e
 			ON CONFLICT (topic) DO NOTHING
 		)
 		SELECT id, namespace, name, partitions, retention_ms, retention_bytes, created_at FROM gone`,
-		namespace, name, TopicPrefix)
+		namespace, name, kafka.StreamTopicPrefix)
 	s, err := scanStream(row)
 	if err != nil {
 		return Stream{}, fmt.Errorf("delete stream %s/%s: %w", namespace, name, pg.MapError(err))

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/outbox"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
@@ -46,7 +47,7 @@ func invokeRecord(run *store.Run, inv engine.Invoke, now time.Time) (outbox.Reco
 	if err != nil {
 		return outbox.Record{}, fmt.Errorf("encode InvokeTask for run %s: %w", run.ID, err)
 	}
-	return outbox.Record{Topic: CommandsTopic, Key: []byte(inv.TaskID), Value: value, Headers: run.TraceContext}, nil
+	return outbox.Record{Topic: kafka.CommandsTopic, Key: []byte(inv.TaskID), Value: value, Headers: run.TraceContext}, nil
 }
 
 // statusRecords are the RunEvents of an advance that took run from status
@@ -85,7 +86,7 @@ func statusRecords(run *store.Run, before engine.Status, now time.Time) ([]outbo
 		if err != nil {
 			return nil, fmt.Errorf("encode RunEvent for run %s: %w", run.ID, err)
 		}
-		out = append(out, outbox.Record{Topic: RunEventsTopic, Key: []byte(run.ID), Value: value, Headers: run.TraceContext})
+		out = append(out, outbox.Record{Topic: kafka.RunEventsTopic, Key: []byte(run.ID), Value: value, Headers: run.TraceContext})
 	}
 	return out, nil
 }

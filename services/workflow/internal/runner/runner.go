@@ -31,17 +31,8 @@ import (
 	"github.com/razorbill/flo/services/workflow/internal/store"
 )
 
-// Topics the runner reads and writes.
-const (
-	// CommandsTopic receives the InvokeTask commands of run steps.
-	CommandsTopic = "flo.actions.commands"
-	// TaskEventsTopic is where the dispatcher reports what became of them.
-	TaskEventsTopic = "flo.tasks.events"
-	// RunEventsTopic receives a RunEvent for every run status change.
-	RunEventsTopic = "flo.workflows.events"
-	// ConsumerGroup is the workflow service's group on TaskEventsTopic.
-	ConsumerGroup = "flo-workflow"
-)
+// ConsumerGroup is the workflow service's group on kafka.TaskEventsTopic.
+const ConsumerGroup = "flo-workflow"
 
 // Limits.
 const (

@@ -32,7 +32,7 @@ type taskEvent struct {
 	outcome string
 }
 
-// HandleTaskEvents is the kafka.BatchHandler for TaskEventsTopic. It keeps
+// HandleTaskEvents is the kafka.BatchHandler for kafka.TaskEventsTopic. It keeps
 // the events that end tasks runs invoked (COMPLETED, FAILED, DEAD_LETTERED,
 // REJECTED with a workflow origin) or say their result is pending (WAITING),
 // and applies them in one transaction with
