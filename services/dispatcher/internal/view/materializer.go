@@ -214,9 +214,11 @@ func (m *Materializer) Add(entries ...Entry) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, e := range entries {
-		s := &buffered{Entry: e, first: e.Offset, added: now}
+		// Most states fold into one already buffered: only a new task's is
+		// moved to the heap.
+		s := buffered{Entry: e, first: e.Offset, added: now}
 		if b, ok := m.buf[e.Task.ID]; ok {
-			b.fold(s)
+			b.fold(&s)
 			if b.held && !b.holdable() {
 				b.held = false
 				m.heldLen--
@@ -224,8 +226,10 @@ func (m *Materializer) Add(entries ...Entry) {
 			}
 			continue
 		}
-		m.buf[e.Task.ID] = s
-		m.fresh = append(m.fresh, s)
+		b := new(buffered)
+		*b = s
+		m.buf[e.Task.ID] = b
+		m.fresh = append(m.fresh, b)
 	}
 	// Up to maxHeld of the buffer may be live states held back.
 	if len(m.buf) >= maxBatch+maxHeld {
