@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/razorbill/flo/libs/kafka"
+	"github.com/razorbill/flo/libs/telemetry"
 	"github.com/razorbill/flo/libs/text"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 	"github.com/razorbill/flo/services/dispatcher/internal/engine"
@@ -91,8 +92,13 @@ var reportSpanNames = map[engine.Kind]string{
 // startReportSpans starts a span for each report that carries its worker's
 // handler span, as that span's child, and puts the new span's context on
 // the report: the events it causes carry it, so whatever waits on the task
-// (a workflow step) continues the trace from the report.
+// (a workflow step) continues the trace from the report. While nothing
+// records spans the report's own context goes on as it came: a span not
+// made would carry the same one.
 func startReportSpans(ctx context.Context, reps []engine.Report) []trace.Span {
+	if !telemetry.Recording() {
+		return nil
+	}
 	spans := make([]trace.Span, len(reps))
 	for i, rep := range reps {
 		if len(rep.TraceContext) == 0 {
