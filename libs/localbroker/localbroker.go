@@ -7,8 +7,10 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/razorbill/flo/libs/config"
 )
@@ -18,9 +20,13 @@ type Broker struct {
 	dataDir    string
 	partitions int32
 
-	mu      sync.Mutex
-	port    int
-	cluster *kfake.Cluster
+	mu       sync.Mutex
+	port     int
+	cluster  *kfake.Cluster
+	counting bool
+	// requests counts the requests handled by API key once CountRequests
+	// was called.
+	requests [kmsg.MaxKey + 1]atomic.Int64
 }
 
 // Start runs a kfake cluster on 127.0.0.1:port (0 = a free port, kept across
@@ -63,7 +69,48 @@ func (b *Broker) start() error {
 		return fmt.Errorf("start kafka broker: parse address %q: %w", addrs[0], err)
 	}
 	b.cluster = c
+	if b.counting {
+		b.observe()
+	}
 	return nil
+}
+
+// CountRequests makes the broker count the requests it handles, from now on
+// and across restarts, for Requests. It is for benchmarks (flo-bench): each
+// request then costs one more function call in the broker's loop.
+func (b *Broker) CountRequests() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.counting {
+		return
+	}
+	b.counting = true
+	if b.cluster != nil {
+		b.observe()
+	}
+}
+
+// observe adds a control function that counts every request and handles
+// none, so the cluster keeps it and answers each request as usual.
+func (b *Broker) observe() {
+	b.cluster.Control(func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if k := req.Key(); k >= 0 && int(k) < len(b.requests) {
+			b.requests[k].Add(1)
+		}
+		return nil, nil, false
+	})
+}
+
+// Requests returns how many requests of each kind (kmsg.NameForKey) the
+// broker handled since CountRequests; kinds it never handled are left out.
+func (b *Broker) Requests() map[string]int64 {
+	out := map[string]int64{}
+	for k := range b.requests {
+		if n := b.requests[k].Load(); n > 0 {
+			out[kmsg.NameForKey(int16(k))] = n
+		}
+	}
+	return out
 }
 
 // Addrs returns the seed broker addresses.

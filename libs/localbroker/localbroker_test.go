@@ -91,3 +91,31 @@ func values(rs []*kgo.Record) []string {
 	}
 	return out
 }
+
+// The broker counts the requests it handles once asked, and goes on
+// counting after a restart; the requests are answered as usual.
+func TestCountRequests(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := localbroker.Start(0, t.TempDir(), 1)
+	require.NoError(t, err)
+	t.Cleanup(b.Close)
+	require.Empty(t, b.Requests(), "nothing counted before CountRequests")
+	b.CountRequests()
+	b.CountRequests()
+
+	producer, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...), kgo.AllowAutoTopicCreation(), kgo.DefaultProduceTopic("t"))
+	require.NoError(t, err)
+	defer producer.Close()
+	for _, v := range []string{"a", "b"} {
+		require.NoError(t, producer.ProduceSync(ctx, &kgo.Record{Value: []byte(v)}).FirstErr())
+	}
+	got := b.Requests()
+	require.GreaterOrEqual(t, got["Produce"], int64(2), "a produce request for each synchronous produce")
+	require.Positive(t, got["Metadata"])
+
+	require.NoError(t, b.Restart())
+	require.NoError(t, producer.ProduceSync(ctx, &kgo.Record{Value: []byte("c")}).FirstErr())
+	require.Greater(t, b.Requests()["Produce"], got["Produce"], "counted after the restart too")
+}

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"runtime/pprof"
 	"slices"
@@ -52,6 +54,9 @@ type phase struct {
 	// replicas is the CPU of each dispatcher replica in the window, by
 	// replica number.
 	replicas map[string]time.Duration
+	// requests is what the embedded broker handled in the window by kind;
+	// nil with an external broker.
+	requests map[string]int64
 }
 
 // benchSustained runs the actions mode for a steady rate: first at full load,
@@ -62,6 +67,9 @@ type phase struct {
 // until everything it invoked is completed before the next begins.
 func benchSustained(ctx context.Context, p *platform, o options) error {
 	s := &sustained{p: p, o: o, begin: time.Now()}
+	if b := p.stack.Broker(); b != nil {
+		b.CountRequests()
+	}
 	if err := s.startDispatchers(ctx); err != nil {
 		return err
 	}
@@ -236,6 +244,14 @@ func (s *sustained) measure(ctx context.Context, name string) (phase, []byte, er
 	if s.pgPID != 0 {
 		row.pgCPU = after.pgCPU - before.pgCPU
 	}
+	if before.requests != nil {
+		row.requests = map[string]int64{}
+		for k, n := range after.requests {
+			if d := n - before.requests[k]; d > 0 {
+				row.requests[k] = d
+			}
+		}
+	}
 	if row.replicas, err = cpuByLabel(prof, replicaLabel); err != nil {
 		return phase{}, nil, err
 	}
@@ -249,10 +265,15 @@ type reading struct {
 	commits int64
 	pgCPU   time.Duration
 	cpu     time.Duration
+	// requests is the embedded broker's count by kind, nil without one.
+	requests map[string]int64
 }
 
 func (s *sustained) read(ctx context.Context) (reading, error) {
 	r := reading{at: time.Now(), started: s.started.Load()}
+	if b := s.p.stack.Broker(); b != nil {
+		r.requests = b.Requests()
+	}
 	var err error
 	if r.cpu, err = processCPU(); err != nil {
 		return reading{}, err
@@ -305,8 +326,8 @@ func (s *sustained) topUp(ctx context.Context, d time.Duration) (int, error) {
 // print writes the phases as a Markdown table.
 func (s *sustained) print(rows []phase) {
 	fmt.Println()
-	fmt.Println("| phase | tasks/s | invoke-to-start p50 / p90 / p99 ms | Postgres commits/s | Postgres CPU ms per 1k tasks | process CPU ms per 1k tasks | dispatcher CPU ms per 1k tasks |")
-	fmt.Println("|---|---|---|---|---|---|---|")
+	fmt.Println("| phase | tasks/s | invoke-to-start p50 / p90 / p99 ms | Postgres commits/s | Postgres CPU ms per 1k tasks | process CPU ms per 1k tasks | dispatcher CPU ms per 1k tasks | broker requests per task | broker transactions/s |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	perK := func(d time.Duration, worked int64) string {
 		if d < 0 || worked == 0 {
 			return "n/a"
@@ -319,9 +340,42 @@ func (s *sustained) print(rows []phase) {
 			id := strconv.Itoa(i)
 			replicas = append(replicas, id+": "+perK(r.replicas[id], r.worked))
 		}
-		fmt.Printf("| %s | %.0f | %s / %s / %s | %.0f | %s | %s | %s |\n", r.name, r.tasks, ms(r.p50), ms(r.p90), ms(r.p99),
-			r.commits, perK(r.pgCPU, r.worked), perK(r.cpu, r.worked), strings.Join(replicas, ", "))
+		perTask, txns := "n/a", "n/a"
+		if r.requests != nil && r.worked > 0 {
+			var total int64
+			for _, n := range r.requests {
+				total += n
+			}
+			perTask = fmt.Sprintf("%.2f", float64(total)/float64(r.worked))
+			txns = fmt.Sprintf("%.0f", perSecond(int(r.requests["EndTxn"]), r.to.Sub(r.from)))
+		}
+		fmt.Printf("| %s | %.0f | %s / %s / %s | %.0f | %s | %s | %s | %s | %s |\n", r.name, r.tasks, ms(r.p50), ms(r.p90), ms(r.p99),
+			r.commits, perK(r.pgCPU, r.worked), perK(r.cpu, r.worked), strings.Join(replicas, ", "), perTask, txns)
 	}
+	fmt.Println()
+	for _, r := range rows {
+		if kinds := requestsPerTask(r.requests, r.worked); kinds != "" {
+			fmt.Printf("broker requests per task, %s: %s\n", r.name, kinds)
+		}
+	}
+}
+
+// requestsPerTask lists the kinds of requests by how many each task cost,
+// most first, leaving out those below 0.01 per task.
+func requestsPerTask(requests map[string]int64, worked int64) string {
+	if worked == 0 {
+		return ""
+	}
+	kinds := slices.SortedFunc(maps.Keys(requests), func(a, b string) int {
+		return cmp.Or(cmp.Compare(requests[b], requests[a]), cmp.Compare(a, b))
+	})
+	var out []string
+	for _, k := range kinds {
+		if per := float64(requests[k]) / float64(worked); per >= 0.01 {
+			out = append(out, fmt.Sprintf("%s %.2f", k, per))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // ms formats d in milliseconds.

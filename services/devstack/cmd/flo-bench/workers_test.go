@@ -60,3 +60,9 @@ func TestWarnKindLeavesNumbersOut(t *testing.T) {
 	require.Equal(t, "flo: worker stream down; reconnecting error=rpc error: code = DeadlineExceeded retry_in=# attempts=#", a)
 	require.NotEqual(t, a, warnKind(`flo: heartbeat failed; retrying with the next one error=EOF failures=1`))
 }
+
+func TestRequestsPerTaskListsTheCostliestFirst(t *testing.T) {
+	got := requestsPerTask(map[string]int64{"Fetch": 3000, "Produce": 5000, "EndTxn": 3000, "Heartbeat": 5}, 1000)
+	require.Equal(t, "Produce 5.00, EndTxn 3.00, Fetch 3.00", got, "ties by name, below 0.01 per task left out")
+	require.Empty(t, requestsPerTask(map[string]int64{"Fetch": 1}, 0))
+}
