@@ -175,10 +175,11 @@ func (p *Partition) Len() int { return len(p.tasks) }
 // or a dead letter evicted earlier that is to be requeued). A final task
 // loaded is evicted at the next Materialized unless it changes first. A
 // task already held keeps its state: only its payload, when the partition
-// let it go, is taken from t.
+// let it go, is taken from t. A t with PayloadOut set was read without its
+// payload (the view has it), which stays out.
 func (p *Partition) Load(t Task) {
 	if e, ok := p.tasks[t.ID]; ok {
-		if e.t.PayloadOut {
+		if e.t.PayloadOut && !t.PayloadOut {
 			p.payloadBytes += int64(len(t.Payload))
 			e.t.Payload, e.t.PayloadOut = t.Payload, false
 			p.pinPayload(e)
@@ -187,7 +188,9 @@ func (p *Partition) Load(t Task) {
 	}
 	p.see(t.UpdatedAt)
 	e := p.hold(t.ID)
-	t.PayloadOut = false
+	if t.PayloadOut {
+		t.Payload = nil
+	}
 	p.put(e, t)
 	e.last = -1
 	p.pinPayload(e)

@@ -175,7 +175,7 @@ func (s *sim) step() {
 			require.True(t, task.PayloadOut)
 			// As the owner does: the task as the view has it gives the
 			// payload back.
-			task.Payload = s.payloads[id]
+			task.Payload, task.PayloadOut = s.payloads[id], false
 			p.Load(task)
 			_, changes, err = p.Requeue(ns, id, s.now)
 		}

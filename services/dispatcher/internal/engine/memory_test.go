@@ -218,3 +218,39 @@ func TestReplayKeepsPayloadsOut(t *testing.T) {
 	require.LessOrEqual(t, live.PayloadBytes(), int64(250))
 	require.EqualValues(t, 200, live.PayloadBytes())
 }
+
+// A rebuild loads from the view without the payloads the bound would not
+// keep (view.LoadLive): such a task holds no payload bytes, a claim of it
+// says the payload is out, and the task as the view has it gives the
+// payload back; loading it again without one takes nothing away.
+func TestLoadedWithoutItsPayload(t *testing.T) {
+	t.Parallel()
+	src := engine.New(0)
+	id := invoke(t, src, "send", 3, t0)
+	fromView := get(t, src, id)
+	payload := fromView.Payload
+	require.NotEmpty(t, payload)
+
+	p := engine.New(0)
+	p.SetLimits(engine.Limits{PayloadBytes: 1 << 20})
+	out := fromView
+	out.PayloadOut = true
+	p.Load(out)
+	require.Zero(t, p.PayloadBytes())
+	held := get(t, p, id)
+	require.True(t, held.PayloadOut)
+	require.Empty(t, held.Payload)
+	require.Equal(t, 1, p.Ready(ns, "send", t0), "queued as it was")
+
+	p.Load(out)
+	require.True(t, get(t, p, id).PayloadOut, "a load without the payload leaves it out")
+	p.Load(fromView)
+	require.Equal(t, payload, get(t, p, id).Payload)
+	require.EqualValues(t, len(payload), p.PayloadBytes())
+
+	q := engine.New(0)
+	q.Load(out)
+	claimed := claimOne(t, q, "send", t0)
+	require.True(t, claimed.PayloadOut, "the claim reads the payload from the view")
+	require.Empty(t, claimed.Payload)
+}

@@ -303,7 +303,7 @@ func (p *partition) rebuild(ctx context.Context) error {
 		if evNext, cmdNext, err = view.Offsets(ctx, tx, p.id); err != nil {
 			return err
 		}
-		live, err := view.LoadLive(ctx, tx, p.id)
+		live, err := view.LoadLive(ctx, tx, p.id, p.r.cfg.Memory, time.Now())
 		if err != nil {
 			return err
 		}
@@ -328,7 +328,7 @@ func (p *partition) rebuild(ctx context.Context) error {
 	p.cmdNext.Store(cmdNext)
 	p.refreshReady(time.Now(), true)
 	p.r.metrics.rebuilds.Add(ctx, 1)
-	p.log.InfoContext(ctx, "partition rebuilt", "tasks", eng.Len(), "replayed", replayed,
+	p.log.InfoContext(ctx, "partition rebuilt", "tasks", eng.Len(), "payload_bytes", eng.PayloadBytes(), "replayed", replayed,
 		"events_from", evNext, "commands_from", cmdNext, "took", time.Since(start).String())
 	return nil
 }

@@ -2,11 +2,13 @@ package view_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/razorbill/flo/libs/kafka"
+	"github.com/razorbill/flo/services/dispatcher/internal/engine"
 	"github.com/razorbill/flo/services/dispatcher/internal/view"
 )
 
@@ -28,7 +30,7 @@ VALUES ($1, 'ns', 'a', $2, '\x7b7d', 3, 1000, 'constant', 10, 10, 1, now(), now(
 	n, err := view.AssignPartitions(ctx, db, partitionOf)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	loaded, err := view.LoadLive(ctx, db, partitionOf(live.String()))
+	loaded, err := view.LoadLive(ctx, db, partitionOf(live.String()), engine.Limits{}, time.Now())
 	require.NoError(t, err)
 	require.Len(t, loaded, 1)
 	require.Equal(t, live, loaded[0].ID)

@@ -84,23 +84,30 @@ func Offsets(ctx context.Context, db store.DB, partition int32) (events, command
 	return events, commands, nil
 }
 
-// taskColumns is what scanTask reads: an engine.Task whole.
-const taskColumns = `id, namespace, action, state, priority, payload, result, outcome, error, timed_out, error_code,
+// taskColumnsOf is what scanTask reads, an engine.Task whole, with payload
+// for the payload's column.
+func taskColumnsOf(payload string) string {
+	return `id, namespace, action, state, priority, ` + payload + `, result, outcome, error, timed_out, error_code,
 	idempotency_key, attempt, max_attempts, timeout_ms, backoff_kind, backoff_initial_ms, backoff_max_ms, backoff_multiplier,
 	worker_id, trace_context, origin, created_at, run_at, started_at, finished_at, updated_at, lease_until, completion_secret,
 	complete_by`
+}
 
-func scanTask(r pgx.Row) (engine.Task, error) {
+// taskColumns is what scanTask reads: an engine.Task whole.
+var taskColumns = taskColumnsOf("payload")
+
+// scanTask reads the columns of taskColumns, then those of extra.
+func scanTask(r pgx.Row, extra ...any) (engine.Task, error) {
 	var (
 		t                                 engine.Task
 		timeout, initial, maxDelay        int64
 		kind                              string
 		started, finished, lease, complBy *time.Time
 	)
-	err := r.Scan(&t.ID, &t.Namespace, &t.Action, &t.Status, &t.Priority, &t.Payload, &t.Result, &t.Outcome, &t.Error,
+	err := r.Scan(append([]any{&t.ID, &t.Namespace, &t.Action, &t.Status, &t.Priority, &t.Payload, &t.Result, &t.Outcome, &t.Error,
 		&t.TimedOut, &t.ErrorCode, &t.IdempotencyKey, &t.Attempt, &t.Settings.MaxAttempts, &timeout, &kind, &initial,
 		&maxDelay, &t.Settings.Backoff.Multiplier, &t.WorkerID, &t.TraceContext, &t.Origin, &t.CreatedAt, &t.RunAt,
-		&started, &finished, &t.UpdatedAt, &lease, &t.CompletionSecret, &complBy)
+		&started, &finished, &t.UpdatedAt, &lease, &t.CompletionSecret, &complBy}, extra...)...)
 	t.Settings.Timeout = time.Duration(timeout) * time.Millisecond
 	t.Settings.Backoff.Kind = backoff.Kind(kind)
 	t.Settings.Backoff.Initial = time.Duration(initial) * time.Millisecond
@@ -109,15 +116,42 @@ func scanTask(r pgx.Row) (engine.Task, error) {
 	return t, err
 }
 
+// liveColumns is taskColumns for LoadLive: a payload only where kept, and
+// whether one was left out.
+var liveColumns = taskColumnsOf(`CASE WHEN keep THEN payload ELSE '' END`) + `, NOT keep AND octet_length(payload) > 0`
+
 // LoadLive returns the tasks of a partition that are not final (queued,
-// running, waiting), whole, for the partition's new owner.
-func LoadLive(ctx context.Context, db store.DB, partition int32) ([]engine.Task, error) {
-	rows, err := db.Query(ctx, `SELECT `+taskColumns+` FROM tasks
-WHERE partition = $1 AND state IN ('queued', 'running', 'waiting')`, partition)
+// running, waiting), for the partition's new owner. Their payloads are read
+// only as far as limits let the owner hold them: those of queued tasks due
+// by now plus the horizon, the ones due now first in hand-out order
+// (priority, due time, creation), then the delayed ones by due time, up to
+// the bound in all. Every other task with a payload comes with PayloadOut
+// set; a claim reads it from the view. With no limits every payload is read.
+func LoadLive(ctx context.Context, db store.DB, partition int32, limits engine.Limits, now time.Time) ([]engine.Task, error) {
+	// Zero means no bound, as in engine.Limits.
+	var dueBy *time.Time
+	if limits.Horizon > 0 {
+		d := now.Add(limits.Horizon)
+		dueBy = &d
+	}
+	rows, err := db.Query(ctx, `SELECT `+liveColumns+` FROM (
+	SELECT *, NOT $2 OR (held AND ($3::bigint = 0 OR sum(octet_length(payload)) FILTER (WHERE held) OVER w <= $3)) AS keep
+	FROM (
+		SELECT *, state = 'queued' AND ($4::timestamptz IS NULL OR run_at <= $4) AS held, run_at <= $5 AS due
+		FROM tasks WHERE partition = $1 AND state IN ('queued', 'running', 'waiting')
+	) live
+	WINDOW w AS (ORDER BY held DESC, due DESC, CASE WHEN due THEN priority END DESC, run_at, created_at, id
+		ROWS UNBOUNDED PRECEDING)
+) kept`, partition, limits.PayloadBytes > 0 || limits.Horizon > 0, limits.PayloadBytes, dueBy, now)
 	if err != nil {
 		return nil, fmt.Errorf("load live tasks of partition %d: %w", partition, err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.Task, error) { return scanTask(r) })
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.Task, error) {
+		var out bool
+		t, err := scanTask(r, &out)
+		t.PayloadOut = out
+		return t, err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("load live tasks of partition %d: %w", partition, err)
 	}

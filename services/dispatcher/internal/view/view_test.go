@@ -407,7 +407,7 @@ func TestLoadLiveExistingAndLoad(t *testing.T) {
 	m.Add(entries...)
 	require.NoError(t, m.Flush(ctx))
 
-	loaded, err := view.LoadLive(ctx, pool, 1)
+	loaded, err := view.LoadLive(ctx, pool, 1, engine.Limits{}, now())
 	require.NoError(t, err)
 	got := make(map[uuid.UUID]engine.Task, len(loaded))
 	for _, task := range loaded {
@@ -494,4 +494,72 @@ func TestRunWritesAShortLivedTaskOnceFinal(t *testing.T) {
 	m.Add(view.Entry{Partition: 0, Offset: 13, CmdOffset: 7, Task: late})
 	require.Eventually(t, func() bool { return flushes.get()[0] == 13 }, 10*time.Second, 5*time.Millisecond)
 	require.Equal(t, late, load(t, pool, late))
+}
+
+// A new owner reads payloads only as far as its limits let it hold them: of
+// queued tasks due within the horizon, in hand-out order, up to the bound.
+// The rest come marked as left in the view.
+func TestLoadLiveReadsPayloadsWithinTheLimits(t *testing.T) {
+	t.Parallel()
+	pool := openDB(t)
+	m, _ := newMaterializer(t, pool, nil)
+	ctx := t.Context()
+	at := now()
+
+	task := func(priority int32, due time.Duration) engine.Task {
+		q := queued("ns")
+		q.Priority, q.RunAt = priority, at.Add(due)
+		return q
+	}
+	first := task(5, 0)                    // the highest priority goes out first
+	second := task(1, -time.Second)        // then the one due first
+	third := task(1, 0)                    // past a bound of two
+	soon := task(9, time.Minute)           // not due yet: after every due one
+	far := task(9, 2*time.Hour)            // past the horizon
+	busy := running(task(9, -time.Second)) // handed out already
+	busy.Payload = []byte(`{"to":"b"}`)    // as the view has it from its creation
+	empty := task(0, 0)
+	empty.Payload = []byte{}
+	size := int64(len(first.Payload))
+	all := []engine.Task{first, second, third, soon, far, busy, empty}
+	for i, task := range all {
+		m.Add(view.Entry{Partition: 3, Offset: int64(i), Task: task})
+	}
+	require.NoError(t, m.Flush(ctx))
+
+	load := func(limits engine.Limits) map[uuid.UUID]engine.Task {
+		t.Helper()
+		loaded, err := view.LoadLive(ctx, pool, 3, limits, at)
+		require.NoError(t, err)
+		require.Len(t, loaded, len(all))
+		got := map[uuid.UUID]engine.Task{}
+		for _, task := range loaded {
+			got[task.ID] = task
+		}
+		return got
+	}
+	check := func(got map[uuid.UUID]engine.Task, kept ...engine.Task) {
+		t.Helper()
+		for _, task := range all {
+			g := got[task.ID]
+			switch {
+			case slices.ContainsFunc(kept, func(k engine.Task) bool { return k.ID == task.ID }):
+				require.False(t, g.PayloadOut, "payload of %s read", task.ID)
+				require.Equal(t, task.Payload, g.Payload)
+			case len(task.Payload) == 0:
+				require.False(t, g.PayloadOut, "an empty payload is not left out")
+				require.Empty(t, g.Payload)
+			default:
+				require.True(t, g.PayloadOut, "payload of %s left in the view", task.ID)
+				require.Empty(t, g.Payload)
+			}
+		}
+	}
+
+	check(load(engine.Limits{}), first, second, third, soon, far, busy)
+	check(load(engine.Limits{PayloadBytes: 2 * size, Horizon: time.Hour}), first, second)
+	check(load(engine.Limits{PayloadBytes: 4 * size, Horizon: time.Hour}), first, second, third, soon)
+	check(load(engine.Limits{Horizon: time.Hour}), first, second, third, soon)
+	check(load(engine.Limits{PayloadBytes: 5 * size}), first, second, third, soon, far)
+	check(load(engine.Limits{PayloadBytes: 2*size - 1}), first)
 }
