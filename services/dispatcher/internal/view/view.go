@@ -147,9 +147,9 @@ func LoadLive(ctx context.Context, db store.DB, partition int32, limits engine.L
 		return nil, fmt.Errorf("load live tasks of partition %d: %w", partition, err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.Task, error) {
-		var out bool
-		t, err := scanTask(r, &out)
-		t.PayloadOut = out
+		var left bool
+		t, err := scanTask(r, &left)
+		t.PayloadOut = left
 		return t, err
 	})
 	if err != nil {
