@@ -58,6 +58,7 @@ bench: ## actions, streams, workflows, plans and idle workers on the embedded st
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/flo-bench ./services/devstack/cmd/flo-bench
 	$(BIN)/flo-bench -mode actions -sustain 10s -batch 100 -invokers 8 -rate 1000
+	$(BIN)/flo-bench -mode actions -sustain 10s -rate 1000
 	$(BIN)/flo-bench -mode streams -records 100000 -batch 100
 	$(BIN)/flo-bench -mode workflows -runs 3000
 	$(BIN)/flo-bench -mode plans -runs 2000

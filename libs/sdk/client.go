@@ -39,6 +39,8 @@ type Client struct {
 
 	mu   sync.RWMutex
 	conn *grpc.ClientConn
+	// gather sends the connection's overlapping Invoke calls together.
+	gather *invokeGatherer
 }
 
 // ClientOption configures a [Client].
@@ -155,6 +157,7 @@ func (c *Client) Connect() error {
 		return fmt.Errorf("flo: connect to %s: %w", c.addr, err)
 	}
 	c.conn = conn
+	c.gather = &invokeGatherer{svc: flov1.NewTaskServiceClient(conn)}
 	return nil
 }
 
@@ -186,7 +189,7 @@ func (c *Client) Close() error {
 		return nil
 	}
 	err := c.conn.Close()
-	c.conn = nil
+	c.conn, c.gather = nil, nil
 	if err != nil {
 		return fmt.Errorf("flo: close connection: %w", err)
 	}
@@ -216,6 +219,15 @@ func (c *Client) actionService() (flov1.ActionServiceClient, error) {
 		return nil, err
 	}
 	return flov1.NewActionServiceClient(conn), nil
+}
+
+func (c *Client) gatherer() (*invokeGatherer, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.gather == nil {
+		return nil, ErrNotConnected
+	}
+	return c.gather, nil
 }
 
 func (c *Client) taskService() (flov1.TaskServiceClient, error) {

@@ -167,12 +167,18 @@ func WithDelay(d time.Duration) InvokeOption {
 // else is encoded as JSON. With an idempotency key, an invocation the gateway answers
 // UNAVAILABLE is sent again (up to four times, within about 1.5 s); without one it is not,
 // since the first attempt may have created the task.
+//
+// Calls that overlap are sent together: while a few calls of the client are under way, the
+// calls that come meanwhile wait for the first to finish and then go as one InvokeTasks call.
+// Each still gets its own task id or error (a gathered call the gateway refuses for one item is
+// sent again call by call), and each task joins its own caller's trace. A call that goes alone
+// is the InvokeTask it always was.
 func (c *Client) Invoke(ctx context.Context, action string, payload any, opts ...InvokeOption) (string, error) {
 	body, err := encodePayload(payload)
 	if err != nil {
 		return "", fmt.Errorf("invoke %s: %w", action, err)
 	}
-	svc, err := c.taskService()
+	g, err := c.gatherer()
 	if err != nil {
 		return "", err
 	}
@@ -180,13 +186,13 @@ func (c *Client) Invoke(ctx context.Context, action string, payload any, opts ..
 	for _, opt := range opts {
 		opt(req)
 	}
-	resp, err := retryKeyed(ctx, req.GetIdempotencyKey(), func() (*flov1.InvokeTaskResponse, error) {
-		return svc.InvokeTask(ctx, req)
+	id, err := retryKeyed(ctx, req.GetIdempotencyKey(), func() (string, error) {
+		return g.invoke(ctx, req)
 	})
 	if err != nil {
 		return "", fmt.Errorf("invoke %s: %w", action, err)
 	}
-	return resp.GetTaskId(), nil
+	return id, nil
 }
 
 // MaxInvokeBatch is the most payloads one InvokeMany call may carry.

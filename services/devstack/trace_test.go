@@ -2,8 +2,11 @@ package devstack_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +17,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	flo "github.com/razorbill/flo-go"
 	"github.com/razorbill/flo/services/devstack"
@@ -155,4 +160,88 @@ func spanOf(t *testing.T, spans []sdktrace.ReadOnlySpan, s trace.Span) sdktrace.
 	}
 	t.Fatalf("span %s was not recorded", s.SpanContext().SpanID())
 	return nil
+}
+
+// Invoke calls that overlap go to the gateway together (the SDK gathers
+// them into InvokeTasks calls), and still each task runs in its own
+// caller's trace; when the gateway refuses a gathered call for one item,
+// only that item's caller gets the error.
+func TestOverlappingInvokesGoTogetherAndKeepTheirCallersTraces(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	e := newEnvWith(t, nil, devstack.WithSpanProcessor(rec))
+	client := e.client(t, "default")
+	_, err := client.RegisterAction(context.Background(), "each", flo.ActionOptions{})
+	require.NoError(t, err)
+	var ran sync.Map // payload -> the handler's trace id
+	e.worker(t, "default", flo.ActionWorkerOptions{}, func(w *flo.ActionWorker) {
+		w.MustRegisterAction("each", func(actx *flo.ActionContext) ([]byte, error) {
+			ran.Store(string(actx.Payload()), trace.SpanContextFromContext(actx).TraceID())
+			return nil, nil
+		})
+	})
+
+	// gathered reports whether the gateway answered an InvokeTasks call
+	// with code (otelgrpc names codes as the gRPC specification does).
+	gathered := func(code string) bool {
+		for _, s := range rec.Ended() {
+			if s.Name() == "flo.v1.TaskService/InvokeTasks" && slices.Contains(s.Attributes(), attribute.String("rpc.response.status_code", code)) {
+				return true
+			}
+		}
+		return false
+	}
+	const callers = 64
+	wave := 0
+	// invokeWave invokes from callers goroutines at once, each in a trace of
+	// its own, and checks every outcome; the call numbered missing (when not
+	// negative) names an action that does not exist.
+	invokeWave := func(missing int) {
+		wave++
+		type call struct {
+			payload string
+			trace   trace.TraceID
+			id      string
+			err     error
+		}
+		calls := make([]call, callers)
+		begin := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range calls {
+			wg.Go(func() {
+				ctx, span := clientSpan("caller")
+				defer span.End()
+				action := "each"
+				if i == missing {
+					action = "missing"
+				}
+				calls[i].payload = fmt.Sprintf(`"%d-%d"`, wave, i)
+				calls[i].trace = span.SpanContext().TraceID()
+				<-begin
+				calls[i].id, calls[i].err = client.Invoke(ctx, action, json.RawMessage(calls[i].payload))
+			})
+		}
+		close(begin)
+		wg.Wait()
+		for i, c := range calls {
+			if i == missing {
+				require.Equal(t, codes.NotFound, status.Code(c.err), "the call of an unknown action: %v", c.err)
+				continue
+			}
+			require.NoError(t, c.err)
+			task, err := client.AwaitTask(context.Background(), c.id, 30*time.Second)
+			require.NoError(t, err)
+			require.Equal(t, flo.TaskCompleted, task.Status)
+			got, ok := ran.Load(c.payload)
+			require.True(t, ok, "the handler ran %s", c.payload)
+			require.Equal(t, c.trace, got, "the task of %s ran in its caller's trace", c.payload)
+		}
+	}
+	for !gathered("OK") {
+		require.Less(t, wave, 50, "no Invoke calls were ever sent together")
+		invokeWave(-1)
+	}
+	for !gathered("NOT_FOUND") {
+		require.Less(t, wave, 100, "no gathered call was ever refused for its unknown action")
+		invokeWave(callers - 1)
+	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
@@ -88,6 +89,9 @@ func TestInvokeTasksRefusesABadBatchWhole(t *testing.T) {
 			codes.InvalidArgument, "tasks[0]: delay_ms"},
 		{"item over the payload limit", &flov1.InvokeTasksRequest{Namespace: "default", Tasks: []*flov1.InvokeTaskRequest{good, {Action: "known", Payload: make([]byte, testMaxPayload+1)}}},
 			codes.InvalidArgument, "tasks[1]: payload is"},
+		{"item over the trace context limit", &flov1.InvokeTasksRequest{Namespace: "default", Tasks: []*flov1.InvokeTaskRequest{good, {Action: "known",
+			TraceContext: map[string]string{"baggage": strings.Repeat("k=v,", 2048)}}}},
+			codes.InvalidArgument, "tasks[1]: trace_context is 8199 bytes, limit is 8192"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -105,4 +109,37 @@ func TestInvokeTasksRefusesABadBatchWhole(t *testing.T) {
 	require.True(t, strings.HasPrefix(msg, "tasks[1]: "), "%s", rest.raw)
 
 	require.Empty(t, commandKeys(t, s.brokers), "a refused batch queues nothing")
+}
+
+// Each item of a batch gathered from many callers names its own caller's
+// trace; an item that names none takes the call's.
+func TestInvokeTasksItemsKeepTheirCallersTrace(t *testing.T) {
+	s := startStack(t)
+	ctx := testContext(t)
+	_, err := s.actions.RegisterAction(ctx, &flov1.RegisterActionRequest{Namespace: "default", Name: "known"})
+	require.NoError(t, err)
+	const (
+		first  = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+		second = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+		call   = "00-11111111111111111111111111111111-2222222222222222-01"
+	)
+	resp, err := s.tasks.InvokeTasks(metadata.AppendToOutgoingContext(ctx, "traceparent", call), &flov1.InvokeTasksRequest{Namespace: "default", Tasks: []*flov1.InvokeTaskRequest{
+		{Action: "known", TraceContext: map[string]string{"traceparent": first}},
+		{Action: "known", TraceContext: map[string]string{"traceparent": second}},
+		{Action: "known"},
+	}})
+	require.NoError(t, err)
+
+	traceIDs := map[string]string{}
+	for _, r := range commandRecords(t, s.brokers) {
+		for _, h := range r.Headers {
+			if h.Key == "traceparent" {
+				traceIDs[string(r.Key)] = strings.Split(string(h.Value), "-")[1]
+			}
+		}
+	}
+	ids := resp.GetTaskIds()
+	require.Equal(t, "0af7651916cd43dd8448eb211c80319c", traceIDs[ids[0]])
+	require.Equal(t, "4bf92f3577b34da6a3ce929d0e0e4736", traceIDs[ids[1]])
+	require.Equal(t, "11111111111111111111111111111111", traceIDs[ids[2]], "an item without its own trace context is in the call's trace")
 }

@@ -335,9 +335,20 @@ func (s *stack) rest(t *testing.T, method, path string, body any) restResponse {
 }
 
 // commandKeys returns the keys (task ids) of every command on
-// flo.actions.commands: it reads from the start up to the end offsets listed
-// when it is called, which cover every produce acknowledged before.
+// flo.actions.commands (see commandRecords).
 func commandKeys(t *testing.T, brokers []string) []string {
+	t.Helper()
+	keys := []string{}
+	for _, r := range commandRecords(t, brokers) {
+		keys = append(keys, string(r.Key))
+	}
+	return keys
+}
+
+// commandRecords returns every command on flo.actions.commands: it reads
+// from the start up to the end offsets listed when it is called, which cover
+// every produce acknowledged before.
+func commandRecords(t *testing.T, brokers []string) []*kgo.Record {
 	t.Helper()
 	ctx := testContext(t)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
@@ -354,9 +365,9 @@ func commandKeys(t *testing.T, brokers []string) []string {
 			remaining[o.Partition] = o.Offset
 		}
 	})
-	keys := []string{}
+	var records []*kgo.Record
 	if len(remaining) == 0 {
-		return keys
+		return records
 	}
 	cl.AddConsumePartitions(start)
 	for len(remaining) > 0 {
@@ -367,11 +378,11 @@ func commandKeys(t *testing.T, brokers []string) []string {
 			if !ok || r.Offset >= end {
 				return
 			}
-			keys = append(keys, string(r.Key))
+			records = append(records, r)
 			if r.Offset == end-1 {
 				delete(remaining, r.Partition)
 			}
 		})
 	}
-	return keys
+	return records
 }

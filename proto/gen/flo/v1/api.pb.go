@@ -1744,8 +1744,14 @@ type InvokeTaskRequest struct {
 	IdempotencyKey string          `protobuf:"bytes,5,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	Priority       int32           `protobuf:"varint,6,opt,name=priority,proto3" json:"priority,omitempty"`
 	DelayMs        int64           `protobuf:"varint,7,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// W3C trace context (traceparent, tracestate, baggage) of this
+	// invocation's caller, when it is not the call's own: the Go SDK sends
+	// the Invoke calls of concurrent callers together as one InvokeTasks
+	// call, and each task joins its own caller's trace. Empty means the
+	// call's trace context. At most 8 KiB of keys and values.
+	TraceContext  map[string]string `protobuf:"bytes,8,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InvokeTaskRequest) Reset() {
@@ -1825,6 +1831,13 @@ func (x *InvokeTaskRequest) GetDelayMs() int64 {
 		return x.DelayMs
 	}
 	return 0
+}
+
+func (x *InvokeTaskRequest) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
+	}
+	return nil
 }
 
 type InvokeTaskResponse struct {
@@ -9010,7 +9023,7 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"g\n" +
 	"\x13ListActionsResponse\x12(\n" +
 	"\aactions\x18\x01 \x03(\v2\x0e.flo.v1.ActionR\aactions\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xf1\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x84\x03\n" +
 	"\x11InvokeTaskRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12\x18\n" +
@@ -9018,7 +9031,11 @@ const file_flo_v1_api_proto_rawDesc = "" +
 	"\x05input\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\x05input\x12'\n" +
 	"\x0fidempotency_key\x18\x05 \x01(\tR\x0eidempotencyKey\x12\x1a\n" +
 	"\bpriority\x18\x06 \x01(\x05R\bpriority\x12\x19\n" +
-	"\bdelay_ms\x18\a \x01(\x03R\adelayMs\"-\n" +
+	"\bdelay_ms\x18\a \x01(\x03R\adelayMs\x12P\n" +
+	"\rtrace_context\x18\b \x03(\v2+.flo.v1.InvokeTaskRequest.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"-\n" +
 	"\x12InvokeTaskResponse\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\"c\n" +
 	"\x12InvokeTasksRequest\x12\x1c\n" +
@@ -9705,7 +9722,7 @@ func file_flo_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_flo_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_flo_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 121)
+var file_flo_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 122)
 var file_flo_v1_api_proto_goTypes = []any{
 	(WorkerType)(0),                     // 0: flo.v1.WorkerType
 	(WorkerStatus)(0),                   // 1: flo.v1.WorkerStatus
@@ -9830,234 +9847,236 @@ var file_flo_v1_api_proto_goTypes = []any{
 	(*ListSchedulesRequest)(nil),        // 120: flo.v1.ListSchedulesRequest
 	(*ListSchedulesResponse)(nil),       // 121: flo.v1.ListSchedulesResponse
 	(*WorkflowSchedule)(nil),            // 122: flo.v1.WorkflowSchedule
-	nil,                                 // 123: flo.v1.TaskAssignment.TraceContextEntry
-	nil,                                 // 124: flo.v1.Result.TraceContextEntry
-	nil,                                 // 125: flo.v1.StreamRecord.HeadersEntry
-	nil,                                 // 126: flo.v1.StreamRecord.TraceContextEntry
-	nil,                                 // 127: flo.v1.AppendRecord.HeadersEntry
-	(*timestamppb.Timestamp)(nil),       // 128: google.protobuf.Timestamp
-	(*structpb.Value)(nil),              // 129: google.protobuf.Value
+	nil,                                 // 123: flo.v1.InvokeTaskRequest.TraceContextEntry
+	nil,                                 // 124: flo.v1.TaskAssignment.TraceContextEntry
+	nil,                                 // 125: flo.v1.Result.TraceContextEntry
+	nil,                                 // 126: flo.v1.StreamRecord.HeadersEntry
+	nil,                                 // 127: flo.v1.StreamRecord.TraceContextEntry
+	nil,                                 // 128: flo.v1.AppendRecord.HeadersEntry
+	(*timestamppb.Timestamp)(nil),       // 129: google.protobuf.Timestamp
+	(*structpb.Value)(nil),              // 130: google.protobuf.Value
 }
 var file_flo_v1_api_proto_depIdxs = []int32{
-	128, // 0: flo.v1.Namespace.created_at:type_name -> google.protobuf.Timestamp
+	129, // 0: flo.v1.Namespace.created_at:type_name -> google.protobuf.Timestamp
 	7,   // 1: flo.v1.ListNamespacesResponse.namespaces:type_name -> flo.v1.Namespace
 	2,   // 2: flo.v1.WorkerProcess.kind:type_name -> flo.v1.ProcessKind
-	128, // 3: flo.v1.WorkerProcess.last_run_at:type_name -> google.protobuf.Timestamp
+	129, // 3: flo.v1.WorkerProcess.last_run_at:type_name -> google.protobuf.Timestamp
 	0,   // 4: flo.v1.Worker.worker_type:type_name -> flo.v1.WorkerType
 	1,   // 5: flo.v1.Worker.status:type_name -> flo.v1.WorkerStatus
 	12,  // 6: flo.v1.Worker.processes:type_name -> flo.v1.WorkerProcess
-	128, // 7: flo.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
-	128, // 8: flo.v1.Worker.last_heartbeat:type_name -> google.protobuf.Timestamp
+	129, // 7: flo.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
+	129, // 8: flo.v1.Worker.last_heartbeat:type_name -> google.protobuf.Timestamp
 	0,   // 9: flo.v1.RegisterWorkerRequest.worker_type:type_name -> flo.v1.WorkerType
 	12,  // 10: flo.v1.RegisterWorkerRequest.processes:type_name -> flo.v1.WorkerProcess
 	1,   // 11: flo.v1.HeartbeatResponse.status:type_name -> flo.v1.WorkerStatus
 	13,  // 12: flo.v1.ListWorkersResponse.workers:type_name -> flo.v1.Worker
 	3,   // 13: flo.v1.Backoff.kind:type_name -> flo.v1.BackoffKind
 	21,  // 14: flo.v1.Action.backoff:type_name -> flo.v1.Backoff
-	128, // 15: flo.v1.Action.created_at:type_name -> google.protobuf.Timestamp
-	128, // 16: flo.v1.Action.updated_at:type_name -> google.protobuf.Timestamp
+	129, // 15: flo.v1.Action.created_at:type_name -> google.protobuf.Timestamp
+	129, // 16: flo.v1.Action.updated_at:type_name -> google.protobuf.Timestamp
 	21,  // 17: flo.v1.RegisterActionRequest.backoff:type_name -> flo.v1.Backoff
 	22,  // 18: flo.v1.ListActionsResponse.actions:type_name -> flo.v1.Action
-	129, // 19: flo.v1.InvokeTaskRequest.input:type_name -> google.protobuf.Value
-	27,  // 20: flo.v1.InvokeTasksRequest.tasks:type_name -> flo.v1.InvokeTaskRequest
-	4,   // 21: flo.v1.Task.status:type_name -> flo.v1.TaskStatus
-	129, // 22: flo.v1.Task.output:type_name -> google.protobuf.Value
-	128, // 23: flo.v1.Task.created_at:type_name -> google.protobuf.Timestamp
-	128, // 24: flo.v1.Task.run_at:type_name -> google.protobuf.Timestamp
-	128, // 25: flo.v1.Task.started_at:type_name -> google.protobuf.Timestamp
-	128, // 26: flo.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
-	128, // 27: flo.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
-	128, // 28: flo.v1.Task.complete_by:type_name -> google.protobuf.Timestamp
-	129, // 29: flo.v1.CompleteTaskRequest.output:type_name -> google.protobuf.Value
-	31,  // 30: flo.v1.ListDeadLettersResponse.tasks:type_name -> flo.v1.Task
-	41,  // 31: flo.v1.WorkerMessage.hello:type_name -> flo.v1.Hello
-	46,  // 32: flo.v1.WorkerMessage.ready:type_name -> flo.v1.Ready
-	49,  // 33: flo.v1.WorkerMessage.result:type_name -> flo.v1.Result
-	53,  // 34: flo.v1.WorkerMessage.result_batch:type_name -> flo.v1.ResultBatch
-	54,  // 35: flo.v1.WorkerMessage.nack:type_name -> flo.v1.Nack
-	55,  // 36: flo.v1.WorkerMessage.abandon:type_name -> flo.v1.Abandon
-	56,  // 37: flo.v1.WorkerMessage.touch:type_name -> flo.v1.Touch
-	59,  // 38: flo.v1.WorkerMessage.stream_read:type_name -> flo.v1.StreamRead
-	61,  // 39: flo.v1.WorkerMessage.stream_ack:type_name -> flo.v1.StreamAck
-	62,  // 40: flo.v1.WorkerMessage.stream_nack:type_name -> flo.v1.StreamNack
-	44,  // 41: flo.v1.WorkerMessage.heartbeat:type_name -> flo.v1.Heartbeat
-	43,  // 42: flo.v1.ServerMessage.hello_ack:type_name -> flo.v1.HelloAck
-	48,  // 43: flo.v1.ServerMessage.task_batch:type_name -> flo.v1.TaskBatch
-	57,  // 44: flo.v1.ServerMessage.touch_ack:type_name -> flo.v1.TouchAck
-	58,  // 45: flo.v1.ServerMessage.result_ack:type_name -> flo.v1.ResultAck
-	40,  // 46: flo.v1.ServerMessage.drain:type_name -> flo.v1.Drain
-	60,  // 47: flo.v1.ServerMessage.record_batch:type_name -> flo.v1.RecordBatch
-	45,  // 48: flo.v1.ServerMessage.heartbeat_ack:type_name -> flo.v1.HeartbeatAck
-	42,  // 49: flo.v1.Hello.streams:type_name -> flo.v1.StreamSubscription
-	1,   // 50: flo.v1.HeartbeatAck.status:type_name -> flo.v1.WorkerStatus
-	128, // 51: flo.v1.TaskAssignment.created_at:type_name -> google.protobuf.Timestamp
-	128, // 52: flo.v1.TaskAssignment.lease_until:type_name -> google.protobuf.Timestamp
-	123, // 53: flo.v1.TaskAssignment.trace_context:type_name -> flo.v1.TaskAssignment.TraceContextEntry
-	47,  // 54: flo.v1.TaskBatch.tasks:type_name -> flo.v1.TaskAssignment
-	50,  // 55: flo.v1.Result.completed:type_name -> flo.v1.Completed
-	51,  // 56: flo.v1.Result.failed:type_name -> flo.v1.Failed
-	52,  // 57: flo.v1.Result.pending:type_name -> flo.v1.Pending
-	124, // 58: flo.v1.Result.trace_context:type_name -> flo.v1.Result.TraceContextEntry
-	49,  // 59: flo.v1.ResultBatch.results:type_name -> flo.v1.Result
-	128, // 60: flo.v1.TouchAck.lease_until:type_name -> google.protobuf.Timestamp
-	70,  // 61: flo.v1.RecordBatch.records:type_name -> flo.v1.StreamRecord
-	128, // 62: flo.v1.Stream.created_at:type_name -> google.protobuf.Timestamp
-	63,  // 63: flo.v1.ListStreamsResponse.streams:type_name -> flo.v1.Stream
-	63,  // 64: flo.v1.StreamInfo.stream:type_name -> flo.v1.Stream
-	76,  // 65: flo.v1.StreamInfo.groups:type_name -> flo.v1.ConsumerGroup
-	129, // 66: flo.v1.StreamRecord.value:type_name -> google.protobuf.Value
-	125, // 67: flo.v1.StreamRecord.headers:type_name -> flo.v1.StreamRecord.HeadersEntry
-	128, // 68: flo.v1.StreamRecord.appended_at:type_name -> google.protobuf.Timestamp
-	126, // 69: flo.v1.StreamRecord.trace_context:type_name -> flo.v1.StreamRecord.TraceContextEntry
-	129, // 70: flo.v1.AppendRecord.value:type_name -> google.protobuf.Value
-	127, // 71: flo.v1.AppendRecord.headers:type_name -> flo.v1.AppendRecord.HeadersEntry
-	71,  // 72: flo.v1.AppendRequest.records:type_name -> flo.v1.AppendRecord
-	70,  // 73: flo.v1.ReadResponse.records:type_name -> flo.v1.StreamRecord
-	128, // 74: flo.v1.ConsumerGroup.created_at:type_name -> google.protobuf.Timestamp
-	76,  // 75: flo.v1.ListGroupsResponse.groups:type_name -> flo.v1.ConsumerGroup
-	128, // 76: flo.v1.PendingEntry.delivered_at:type_name -> google.protobuf.Timestamp
-	128, // 77: flo.v1.PendingEntry.redeliver_at:type_name -> google.protobuf.Timestamp
-	83,  // 78: flo.v1.ListPendingResponse.entries:type_name -> flo.v1.PendingEntry
-	70,  // 79: flo.v1.GroupReadResponse.records:type_name -> flo.v1.StreamRecord
-	5,   // 80: flo.v1.Diagnostic.severity:type_name -> flo.v1.DiagnosticSeverity
-	128, // 81: flo.v1.WorkflowDefinition.created_at:type_name -> google.protobuf.Timestamp
-	92,  // 82: flo.v1.CreateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
-	91,  // 83: flo.v1.CreateWorkflowResponse.warnings:type_name -> flo.v1.Diagnostic
-	91,  // 84: flo.v1.ValidateWorkflowResponse.diagnostics:type_name -> flo.v1.Diagnostic
-	92,  // 85: flo.v1.ValidateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
-	92,  // 86: flo.v1.ListWorkflowsResponse.workflows:type_name -> flo.v1.WorkflowDefinition
-	129, // 87: flo.v1.StartRunRequest.input_value:type_name -> google.protobuf.Value
-	129, // 88: flo.v1.StepOutput.output_value:type_name -> google.protobuf.Value
-	128, // 89: flo.v1.StepOutput.finished_at:type_name -> google.protobuf.Timestamp
-	6,   // 90: flo.v1.WorkflowRun.status:type_name -> flo.v1.RunStatus
-	129, // 91: flo.v1.WorkflowRun.input_value:type_name -> google.protobuf.Value
-	103, // 92: flo.v1.WorkflowRun.outputs:type_name -> flo.v1.StepOutput
-	128, // 93: flo.v1.WorkflowRun.created_at:type_name -> google.protobuf.Timestamp
-	128, // 94: flo.v1.WorkflowRun.updated_at:type_name -> google.protobuf.Timestamp
-	128, // 95: flo.v1.WorkflowRun.finished_at:type_name -> google.protobuf.Timestamp
-	128, // 96: flo.v1.WorkflowRun.scheduled_for:type_name -> google.protobuf.Timestamp
-	105, // 97: flo.v1.WorkflowRun.search_attributes:type_name -> flo.v1.SearchAttribute
-	128, // 98: flo.v1.SearchAttribute.timestamp_value:type_name -> google.protobuf.Timestamp
-	6,   // 99: flo.v1.ListRunsRequest.status:type_name -> flo.v1.RunStatus
-	128, // 100: flo.v1.ListRunsRequest.created_after:type_name -> google.protobuf.Timestamp
-	128, // 101: flo.v1.ListRunsRequest.created_before:type_name -> google.protobuf.Timestamp
-	104, // 102: flo.v1.ListRunsResponse.runs:type_name -> flo.v1.WorkflowRun
-	129, // 103: flo.v1.SignalRunRequest.value:type_name -> google.protobuf.Value
-	128, // 104: flo.v1.HistoryEvent.at:type_name -> google.protobuf.Timestamp
-	112, // 105: flo.v1.RunHistory.events:type_name -> flo.v1.HistoryEvent
-	116, // 106: flo.v1.WorkflowPlans.plans:type_name -> flo.v1.PlanStatus
-	117, // 107: flo.v1.PlanStatus.executors:type_name -> flo.v1.ExecutorStatus
-	122, // 108: flo.v1.ListSchedulesResponse.schedules:type_name -> flo.v1.WorkflowSchedule
-	128, // 109: flo.v1.WorkflowSchedule.next_fire_at:type_name -> google.protobuf.Timestamp
-	128, // 110: flo.v1.WorkflowSchedule.last_fire_at:type_name -> google.protobuf.Timestamp
-	128, // 111: flo.v1.WorkflowSchedule.last_skipped_at:type_name -> google.protobuf.Timestamp
-	8,   // 112: flo.v1.NamespaceService.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
-	9,   // 113: flo.v1.NamespaceService.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
-	10,  // 114: flo.v1.NamespaceService.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
-	23,  // 115: flo.v1.ActionService.RegisterAction:input_type -> flo.v1.RegisterActionRequest
-	24,  // 116: flo.v1.ActionService.GetAction:input_type -> flo.v1.GetActionRequest
-	25,  // 117: flo.v1.ActionService.ListActions:input_type -> flo.v1.ListActionsRequest
-	24,  // 118: flo.v1.ActionService.EnableAction:input_type -> flo.v1.GetActionRequest
-	24,  // 119: flo.v1.ActionService.DisableAction:input_type -> flo.v1.GetActionRequest
-	27,  // 120: flo.v1.TaskService.InvokeTask:input_type -> flo.v1.InvokeTaskRequest
-	29,  // 121: flo.v1.TaskService.InvokeTasks:input_type -> flo.v1.InvokeTasksRequest
-	32,  // 122: flo.v1.TaskService.GetTask:input_type -> flo.v1.GetTaskRequest
-	35,  // 123: flo.v1.TaskService.AwaitTask:input_type -> flo.v1.AwaitTaskRequest
-	36,  // 124: flo.v1.TaskService.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
-	32,  // 125: flo.v1.TaskService.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
-	33,  // 126: flo.v1.TaskService.CompleteTask:input_type -> flo.v1.CompleteTaskRequest
-	34,  // 127: flo.v1.TaskService.FailTask:input_type -> flo.v1.FailTaskRequest
-	14,  // 128: flo.v1.WorkerRegistryService.RegisterWorker:input_type -> flo.v1.RegisterWorkerRequest
-	15,  // 129: flo.v1.WorkerRegistryService.Heartbeat:input_type -> flo.v1.HeartbeatRequest
-	17,  // 130: flo.v1.WorkerRegistryService.GetWorker:input_type -> flo.v1.GetWorkerRequest
-	18,  // 131: flo.v1.WorkerRegistryService.ListWorkers:input_type -> flo.v1.ListWorkersRequest
-	17,  // 132: flo.v1.WorkerRegistryService.DrainWorker:input_type -> flo.v1.GetWorkerRequest
-	17,  // 133: flo.v1.WorkerRegistryService.DeregisterWorker:input_type -> flo.v1.GetWorkerRequest
-	38,  // 134: flo.v1.WorkerService.Stream:input_type -> flo.v1.WorkerMessage
-	64,  // 135: flo.v1.StreamService.CreateStream:input_type -> flo.v1.CreateStreamRequest
-	65,  // 136: flo.v1.StreamService.GetStream:input_type -> flo.v1.GetStreamRequest
-	66,  // 137: flo.v1.StreamService.ListStreams:input_type -> flo.v1.ListStreamsRequest
-	65,  // 138: flo.v1.StreamService.DeleteStream:input_type -> flo.v1.GetStreamRequest
-	72,  // 139: flo.v1.StreamService.Append:input_type -> flo.v1.AppendRequest
-	74,  // 140: flo.v1.StreamService.Read:input_type -> flo.v1.ReadRequest
-	77,  // 141: flo.v1.StreamService.CreateGroup:input_type -> flo.v1.CreateGroupRequest
-	79,  // 142: flo.v1.StreamService.ListGroups:input_type -> flo.v1.ListGroupsRequest
-	78,  // 143: flo.v1.StreamService.DeleteGroup:input_type -> flo.v1.GetGroupRequest
-	82,  // 144: flo.v1.StreamService.ListPending:input_type -> flo.v1.ListPendingRequest
-	85,  // 145: flo.v1.StreamService.GroupRead:input_type -> flo.v1.GroupReadRequest
-	87,  // 146: flo.v1.StreamService.Ack:input_type -> flo.v1.AckRequest
-	89,  // 147: flo.v1.StreamService.Nack:input_type -> flo.v1.NackRequest
-	93,  // 148: flo.v1.WorkflowService.CreateWorkflow:input_type -> flo.v1.CreateWorkflowRequest
-	95,  // 149: flo.v1.WorkflowService.ValidateWorkflow:input_type -> flo.v1.ValidateWorkflowRequest
-	97,  // 150: flo.v1.WorkflowService.GetWorkflow:input_type -> flo.v1.GetWorkflowRequest
-	98,  // 151: flo.v1.WorkflowService.ListWorkflows:input_type -> flo.v1.ListWorkflowsRequest
-	100, // 152: flo.v1.WorkflowService.DisableWorkflow:input_type -> flo.v1.WorkflowNameRequest
-	100, // 153: flo.v1.WorkflowService.EnableWorkflow:input_type -> flo.v1.WorkflowNameRequest
-	101, // 154: flo.v1.WorkflowService.StartRun:input_type -> flo.v1.StartRunRequest
-	106, // 155: flo.v1.WorkflowService.GetRun:input_type -> flo.v1.GetRunRequest
-	107, // 156: flo.v1.WorkflowService.ListRuns:input_type -> flo.v1.ListRunsRequest
-	109, // 157: flo.v1.WorkflowService.SignalRun:input_type -> flo.v1.SignalRunRequest
-	111, // 158: flo.v1.WorkflowService.CancelRun:input_type -> flo.v1.CancelRunRequest
-	106, // 159: flo.v1.WorkflowService.GetRunHistory:input_type -> flo.v1.GetRunRequest
-	114, // 160: flo.v1.WorkflowService.GetWorkflowPlans:input_type -> flo.v1.GetWorkflowPlansRequest
-	118, // 161: flo.v1.WorkflowService.InvalidatePlanCache:input_type -> flo.v1.InvalidatePlanCacheRequest
-	120, // 162: flo.v1.WorkflowService.ListSchedules:input_type -> flo.v1.ListSchedulesRequest
-	7,   // 163: flo.v1.NamespaceService.CreateNamespace:output_type -> flo.v1.Namespace
-	7,   // 164: flo.v1.NamespaceService.GetNamespace:output_type -> flo.v1.Namespace
-	11,  // 165: flo.v1.NamespaceService.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
-	22,  // 166: flo.v1.ActionService.RegisterAction:output_type -> flo.v1.Action
-	22,  // 167: flo.v1.ActionService.GetAction:output_type -> flo.v1.Action
-	26,  // 168: flo.v1.ActionService.ListActions:output_type -> flo.v1.ListActionsResponse
-	22,  // 169: flo.v1.ActionService.EnableAction:output_type -> flo.v1.Action
-	22,  // 170: flo.v1.ActionService.DisableAction:output_type -> flo.v1.Action
-	28,  // 171: flo.v1.TaskService.InvokeTask:output_type -> flo.v1.InvokeTaskResponse
-	30,  // 172: flo.v1.TaskService.InvokeTasks:output_type -> flo.v1.InvokeTasksResponse
-	31,  // 173: flo.v1.TaskService.GetTask:output_type -> flo.v1.Task
-	31,  // 174: flo.v1.TaskService.AwaitTask:output_type -> flo.v1.Task
-	37,  // 175: flo.v1.TaskService.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
-	31,  // 176: flo.v1.TaskService.RequeueDeadLetter:output_type -> flo.v1.Task
-	31,  // 177: flo.v1.TaskService.CompleteTask:output_type -> flo.v1.Task
-	31,  // 178: flo.v1.TaskService.FailTask:output_type -> flo.v1.Task
-	13,  // 179: flo.v1.WorkerRegistryService.RegisterWorker:output_type -> flo.v1.Worker
-	16,  // 180: flo.v1.WorkerRegistryService.Heartbeat:output_type -> flo.v1.HeartbeatResponse
-	13,  // 181: flo.v1.WorkerRegistryService.GetWorker:output_type -> flo.v1.Worker
-	19,  // 182: flo.v1.WorkerRegistryService.ListWorkers:output_type -> flo.v1.ListWorkersResponse
-	13,  // 183: flo.v1.WorkerRegistryService.DrainWorker:output_type -> flo.v1.Worker
-	20,  // 184: flo.v1.WorkerRegistryService.DeregisterWorker:output_type -> flo.v1.DeregisterWorkerResponse
-	39,  // 185: flo.v1.WorkerService.Stream:output_type -> flo.v1.ServerMessage
-	63,  // 186: flo.v1.StreamService.CreateStream:output_type -> flo.v1.Stream
-	69,  // 187: flo.v1.StreamService.GetStream:output_type -> flo.v1.StreamInfo
-	67,  // 188: flo.v1.StreamService.ListStreams:output_type -> flo.v1.ListStreamsResponse
-	68,  // 189: flo.v1.StreamService.DeleteStream:output_type -> flo.v1.DeleteStreamResponse
-	73,  // 190: flo.v1.StreamService.Append:output_type -> flo.v1.AppendResponse
-	75,  // 191: flo.v1.StreamService.Read:output_type -> flo.v1.ReadResponse
-	76,  // 192: flo.v1.StreamService.CreateGroup:output_type -> flo.v1.ConsumerGroup
-	80,  // 193: flo.v1.StreamService.ListGroups:output_type -> flo.v1.ListGroupsResponse
-	81,  // 194: flo.v1.StreamService.DeleteGroup:output_type -> flo.v1.DeleteGroupResponse
-	84,  // 195: flo.v1.StreamService.ListPending:output_type -> flo.v1.ListPendingResponse
-	86,  // 196: flo.v1.StreamService.GroupRead:output_type -> flo.v1.GroupReadResponse
-	88,  // 197: flo.v1.StreamService.Ack:output_type -> flo.v1.AckResponse
-	90,  // 198: flo.v1.StreamService.Nack:output_type -> flo.v1.NackResponse
-	94,  // 199: flo.v1.WorkflowService.CreateWorkflow:output_type -> flo.v1.CreateWorkflowResponse
-	96,  // 200: flo.v1.WorkflowService.ValidateWorkflow:output_type -> flo.v1.ValidateWorkflowResponse
-	92,  // 201: flo.v1.WorkflowService.GetWorkflow:output_type -> flo.v1.WorkflowDefinition
-	99,  // 202: flo.v1.WorkflowService.ListWorkflows:output_type -> flo.v1.ListWorkflowsResponse
-	92,  // 203: flo.v1.WorkflowService.DisableWorkflow:output_type -> flo.v1.WorkflowDefinition
-	92,  // 204: flo.v1.WorkflowService.EnableWorkflow:output_type -> flo.v1.WorkflowDefinition
-	102, // 205: flo.v1.WorkflowService.StartRun:output_type -> flo.v1.StartRunResponse
-	104, // 206: flo.v1.WorkflowService.GetRun:output_type -> flo.v1.WorkflowRun
-	108, // 207: flo.v1.WorkflowService.ListRuns:output_type -> flo.v1.ListRunsResponse
-	110, // 208: flo.v1.WorkflowService.SignalRun:output_type -> flo.v1.SignalRunResponse
-	104, // 209: flo.v1.WorkflowService.CancelRun:output_type -> flo.v1.WorkflowRun
-	113, // 210: flo.v1.WorkflowService.GetRunHistory:output_type -> flo.v1.RunHistory
-	115, // 211: flo.v1.WorkflowService.GetWorkflowPlans:output_type -> flo.v1.WorkflowPlans
-	119, // 212: flo.v1.WorkflowService.InvalidatePlanCache:output_type -> flo.v1.InvalidatePlanCacheResponse
-	121, // 213: flo.v1.WorkflowService.ListSchedules:output_type -> flo.v1.ListSchedulesResponse
-	163, // [163:214] is the sub-list for method output_type
-	112, // [112:163] is the sub-list for method input_type
-	112, // [112:112] is the sub-list for extension type_name
-	112, // [112:112] is the sub-list for extension extendee
-	0,   // [0:112] is the sub-list for field type_name
+	130, // 19: flo.v1.InvokeTaskRequest.input:type_name -> google.protobuf.Value
+	123, // 20: flo.v1.InvokeTaskRequest.trace_context:type_name -> flo.v1.InvokeTaskRequest.TraceContextEntry
+	27,  // 21: flo.v1.InvokeTasksRequest.tasks:type_name -> flo.v1.InvokeTaskRequest
+	4,   // 22: flo.v1.Task.status:type_name -> flo.v1.TaskStatus
+	130, // 23: flo.v1.Task.output:type_name -> google.protobuf.Value
+	129, // 24: flo.v1.Task.created_at:type_name -> google.protobuf.Timestamp
+	129, // 25: flo.v1.Task.run_at:type_name -> google.protobuf.Timestamp
+	129, // 26: flo.v1.Task.started_at:type_name -> google.protobuf.Timestamp
+	129, // 27: flo.v1.Task.finished_at:type_name -> google.protobuf.Timestamp
+	129, // 28: flo.v1.Task.updated_at:type_name -> google.protobuf.Timestamp
+	129, // 29: flo.v1.Task.complete_by:type_name -> google.protobuf.Timestamp
+	130, // 30: flo.v1.CompleteTaskRequest.output:type_name -> google.protobuf.Value
+	31,  // 31: flo.v1.ListDeadLettersResponse.tasks:type_name -> flo.v1.Task
+	41,  // 32: flo.v1.WorkerMessage.hello:type_name -> flo.v1.Hello
+	46,  // 33: flo.v1.WorkerMessage.ready:type_name -> flo.v1.Ready
+	49,  // 34: flo.v1.WorkerMessage.result:type_name -> flo.v1.Result
+	53,  // 35: flo.v1.WorkerMessage.result_batch:type_name -> flo.v1.ResultBatch
+	54,  // 36: flo.v1.WorkerMessage.nack:type_name -> flo.v1.Nack
+	55,  // 37: flo.v1.WorkerMessage.abandon:type_name -> flo.v1.Abandon
+	56,  // 38: flo.v1.WorkerMessage.touch:type_name -> flo.v1.Touch
+	59,  // 39: flo.v1.WorkerMessage.stream_read:type_name -> flo.v1.StreamRead
+	61,  // 40: flo.v1.WorkerMessage.stream_ack:type_name -> flo.v1.StreamAck
+	62,  // 41: flo.v1.WorkerMessage.stream_nack:type_name -> flo.v1.StreamNack
+	44,  // 42: flo.v1.WorkerMessage.heartbeat:type_name -> flo.v1.Heartbeat
+	43,  // 43: flo.v1.ServerMessage.hello_ack:type_name -> flo.v1.HelloAck
+	48,  // 44: flo.v1.ServerMessage.task_batch:type_name -> flo.v1.TaskBatch
+	57,  // 45: flo.v1.ServerMessage.touch_ack:type_name -> flo.v1.TouchAck
+	58,  // 46: flo.v1.ServerMessage.result_ack:type_name -> flo.v1.ResultAck
+	40,  // 47: flo.v1.ServerMessage.drain:type_name -> flo.v1.Drain
+	60,  // 48: flo.v1.ServerMessage.record_batch:type_name -> flo.v1.RecordBatch
+	45,  // 49: flo.v1.ServerMessage.heartbeat_ack:type_name -> flo.v1.HeartbeatAck
+	42,  // 50: flo.v1.Hello.streams:type_name -> flo.v1.StreamSubscription
+	1,   // 51: flo.v1.HeartbeatAck.status:type_name -> flo.v1.WorkerStatus
+	129, // 52: flo.v1.TaskAssignment.created_at:type_name -> google.protobuf.Timestamp
+	129, // 53: flo.v1.TaskAssignment.lease_until:type_name -> google.protobuf.Timestamp
+	124, // 54: flo.v1.TaskAssignment.trace_context:type_name -> flo.v1.TaskAssignment.TraceContextEntry
+	47,  // 55: flo.v1.TaskBatch.tasks:type_name -> flo.v1.TaskAssignment
+	50,  // 56: flo.v1.Result.completed:type_name -> flo.v1.Completed
+	51,  // 57: flo.v1.Result.failed:type_name -> flo.v1.Failed
+	52,  // 58: flo.v1.Result.pending:type_name -> flo.v1.Pending
+	125, // 59: flo.v1.Result.trace_context:type_name -> flo.v1.Result.TraceContextEntry
+	49,  // 60: flo.v1.ResultBatch.results:type_name -> flo.v1.Result
+	129, // 61: flo.v1.TouchAck.lease_until:type_name -> google.protobuf.Timestamp
+	70,  // 62: flo.v1.RecordBatch.records:type_name -> flo.v1.StreamRecord
+	129, // 63: flo.v1.Stream.created_at:type_name -> google.protobuf.Timestamp
+	63,  // 64: flo.v1.ListStreamsResponse.streams:type_name -> flo.v1.Stream
+	63,  // 65: flo.v1.StreamInfo.stream:type_name -> flo.v1.Stream
+	76,  // 66: flo.v1.StreamInfo.groups:type_name -> flo.v1.ConsumerGroup
+	130, // 67: flo.v1.StreamRecord.value:type_name -> google.protobuf.Value
+	126, // 68: flo.v1.StreamRecord.headers:type_name -> flo.v1.StreamRecord.HeadersEntry
+	129, // 69: flo.v1.StreamRecord.appended_at:type_name -> google.protobuf.Timestamp
+	127, // 70: flo.v1.StreamRecord.trace_context:type_name -> flo.v1.StreamRecord.TraceContextEntry
+	130, // 71: flo.v1.AppendRecord.value:type_name -> google.protobuf.Value
+	128, // 72: flo.v1.AppendRecord.headers:type_name -> flo.v1.AppendRecord.HeadersEntry
+	71,  // 73: flo.v1.AppendRequest.records:type_name -> flo.v1.AppendRecord
+	70,  // 74: flo.v1.ReadResponse.records:type_name -> flo.v1.StreamRecord
+	129, // 75: flo.v1.ConsumerGroup.created_at:type_name -> google.protobuf.Timestamp
+	76,  // 76: flo.v1.ListGroupsResponse.groups:type_name -> flo.v1.ConsumerGroup
+	129, // 77: flo.v1.PendingEntry.delivered_at:type_name -> google.protobuf.Timestamp
+	129, // 78: flo.v1.PendingEntry.redeliver_at:type_name -> google.protobuf.Timestamp
+	83,  // 79: flo.v1.ListPendingResponse.entries:type_name -> flo.v1.PendingEntry
+	70,  // 80: flo.v1.GroupReadResponse.records:type_name -> flo.v1.StreamRecord
+	5,   // 81: flo.v1.Diagnostic.severity:type_name -> flo.v1.DiagnosticSeverity
+	129, // 82: flo.v1.WorkflowDefinition.created_at:type_name -> google.protobuf.Timestamp
+	92,  // 83: flo.v1.CreateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
+	91,  // 84: flo.v1.CreateWorkflowResponse.warnings:type_name -> flo.v1.Diagnostic
+	91,  // 85: flo.v1.ValidateWorkflowResponse.diagnostics:type_name -> flo.v1.Diagnostic
+	92,  // 86: flo.v1.ValidateWorkflowResponse.workflow:type_name -> flo.v1.WorkflowDefinition
+	92,  // 87: flo.v1.ListWorkflowsResponse.workflows:type_name -> flo.v1.WorkflowDefinition
+	130, // 88: flo.v1.StartRunRequest.input_value:type_name -> google.protobuf.Value
+	130, // 89: flo.v1.StepOutput.output_value:type_name -> google.protobuf.Value
+	129, // 90: flo.v1.StepOutput.finished_at:type_name -> google.protobuf.Timestamp
+	6,   // 91: flo.v1.WorkflowRun.status:type_name -> flo.v1.RunStatus
+	130, // 92: flo.v1.WorkflowRun.input_value:type_name -> google.protobuf.Value
+	103, // 93: flo.v1.WorkflowRun.outputs:type_name -> flo.v1.StepOutput
+	129, // 94: flo.v1.WorkflowRun.created_at:type_name -> google.protobuf.Timestamp
+	129, // 95: flo.v1.WorkflowRun.updated_at:type_name -> google.protobuf.Timestamp
+	129, // 96: flo.v1.WorkflowRun.finished_at:type_name -> google.protobuf.Timestamp
+	129, // 97: flo.v1.WorkflowRun.scheduled_for:type_name -> google.protobuf.Timestamp
+	105, // 98: flo.v1.WorkflowRun.search_attributes:type_name -> flo.v1.SearchAttribute
+	129, // 99: flo.v1.SearchAttribute.timestamp_value:type_name -> google.protobuf.Timestamp
+	6,   // 100: flo.v1.ListRunsRequest.status:type_name -> flo.v1.RunStatus
+	129, // 101: flo.v1.ListRunsRequest.created_after:type_name -> google.protobuf.Timestamp
+	129, // 102: flo.v1.ListRunsRequest.created_before:type_name -> google.protobuf.Timestamp
+	104, // 103: flo.v1.ListRunsResponse.runs:type_name -> flo.v1.WorkflowRun
+	130, // 104: flo.v1.SignalRunRequest.value:type_name -> google.protobuf.Value
+	129, // 105: flo.v1.HistoryEvent.at:type_name -> google.protobuf.Timestamp
+	112, // 106: flo.v1.RunHistory.events:type_name -> flo.v1.HistoryEvent
+	116, // 107: flo.v1.WorkflowPlans.plans:type_name -> flo.v1.PlanStatus
+	117, // 108: flo.v1.PlanStatus.executors:type_name -> flo.v1.ExecutorStatus
+	122, // 109: flo.v1.ListSchedulesResponse.schedules:type_name -> flo.v1.WorkflowSchedule
+	129, // 110: flo.v1.WorkflowSchedule.next_fire_at:type_name -> google.protobuf.Timestamp
+	129, // 111: flo.v1.WorkflowSchedule.last_fire_at:type_name -> google.protobuf.Timestamp
+	129, // 112: flo.v1.WorkflowSchedule.last_skipped_at:type_name -> google.protobuf.Timestamp
+	8,   // 113: flo.v1.NamespaceService.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
+	9,   // 114: flo.v1.NamespaceService.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
+	10,  // 115: flo.v1.NamespaceService.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
+	23,  // 116: flo.v1.ActionService.RegisterAction:input_type -> flo.v1.RegisterActionRequest
+	24,  // 117: flo.v1.ActionService.GetAction:input_type -> flo.v1.GetActionRequest
+	25,  // 118: flo.v1.ActionService.ListActions:input_type -> flo.v1.ListActionsRequest
+	24,  // 119: flo.v1.ActionService.EnableAction:input_type -> flo.v1.GetActionRequest
+	24,  // 120: flo.v1.ActionService.DisableAction:input_type -> flo.v1.GetActionRequest
+	27,  // 121: flo.v1.TaskService.InvokeTask:input_type -> flo.v1.InvokeTaskRequest
+	29,  // 122: flo.v1.TaskService.InvokeTasks:input_type -> flo.v1.InvokeTasksRequest
+	32,  // 123: flo.v1.TaskService.GetTask:input_type -> flo.v1.GetTaskRequest
+	35,  // 124: flo.v1.TaskService.AwaitTask:input_type -> flo.v1.AwaitTaskRequest
+	36,  // 125: flo.v1.TaskService.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
+	32,  // 126: flo.v1.TaskService.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
+	33,  // 127: flo.v1.TaskService.CompleteTask:input_type -> flo.v1.CompleteTaskRequest
+	34,  // 128: flo.v1.TaskService.FailTask:input_type -> flo.v1.FailTaskRequest
+	14,  // 129: flo.v1.WorkerRegistryService.RegisterWorker:input_type -> flo.v1.RegisterWorkerRequest
+	15,  // 130: flo.v1.WorkerRegistryService.Heartbeat:input_type -> flo.v1.HeartbeatRequest
+	17,  // 131: flo.v1.WorkerRegistryService.GetWorker:input_type -> flo.v1.GetWorkerRequest
+	18,  // 132: flo.v1.WorkerRegistryService.ListWorkers:input_type -> flo.v1.ListWorkersRequest
+	17,  // 133: flo.v1.WorkerRegistryService.DrainWorker:input_type -> flo.v1.GetWorkerRequest
+	17,  // 134: flo.v1.WorkerRegistryService.DeregisterWorker:input_type -> flo.v1.GetWorkerRequest
+	38,  // 135: flo.v1.WorkerService.Stream:input_type -> flo.v1.WorkerMessage
+	64,  // 136: flo.v1.StreamService.CreateStream:input_type -> flo.v1.CreateStreamRequest
+	65,  // 137: flo.v1.StreamService.GetStream:input_type -> flo.v1.GetStreamRequest
+	66,  // 138: flo.v1.StreamService.ListStreams:input_type -> flo.v1.ListStreamsRequest
+	65,  // 139: flo.v1.StreamService.DeleteStream:input_type -> flo.v1.GetStreamRequest
+	72,  // 140: flo.v1.StreamService.Append:input_type -> flo.v1.AppendRequest
+	74,  // 141: flo.v1.StreamService.Read:input_type -> flo.v1.ReadRequest
+	77,  // 142: flo.v1.StreamService.CreateGroup:input_type -> flo.v1.CreateGroupRequest
+	79,  // 143: flo.v1.StreamService.ListGroups:input_type -> flo.v1.ListGroupsRequest
+	78,  // 144: flo.v1.StreamService.DeleteGroup:input_type -> flo.v1.GetGroupRequest
+	82,  // 145: flo.v1.StreamService.ListPending:input_type -> flo.v1.ListPendingRequest
+	85,  // 146: flo.v1.StreamService.GroupRead:input_type -> flo.v1.GroupReadRequest
+	87,  // 147: flo.v1.StreamService.Ack:input_type -> flo.v1.AckRequest
+	89,  // 148: flo.v1.StreamService.Nack:input_type -> flo.v1.NackRequest
+	93,  // 149: flo.v1.WorkflowService.CreateWorkflow:input_type -> flo.v1.CreateWorkflowRequest
+	95,  // 150: flo.v1.WorkflowService.ValidateWorkflow:input_type -> flo.v1.ValidateWorkflowRequest
+	97,  // 151: flo.v1.WorkflowService.GetWorkflow:input_type -> flo.v1.GetWorkflowRequest
+	98,  // 152: flo.v1.WorkflowService.ListWorkflows:input_type -> flo.v1.ListWorkflowsRequest
+	100, // 153: flo.v1.WorkflowService.DisableWorkflow:input_type -> flo.v1.WorkflowNameRequest
+	100, // 154: flo.v1.WorkflowService.EnableWorkflow:input_type -> flo.v1.WorkflowNameRequest
+	101, // 155: flo.v1.WorkflowService.StartRun:input_type -> flo.v1.StartRunRequest
+	106, // 156: flo.v1.WorkflowService.GetRun:input_type -> flo.v1.GetRunRequest
+	107, // 157: flo.v1.WorkflowService.ListRuns:input_type -> flo.v1.ListRunsRequest
+	109, // 158: flo.v1.WorkflowService.SignalRun:input_type -> flo.v1.SignalRunRequest
+	111, // 159: flo.v1.WorkflowService.CancelRun:input_type -> flo.v1.CancelRunRequest
+	106, // 160: flo.v1.WorkflowService.GetRunHistory:input_type -> flo.v1.GetRunRequest
+	114, // 161: flo.v1.WorkflowService.GetWorkflowPlans:input_type -> flo.v1.GetWorkflowPlansRequest
+	118, // 162: flo.v1.WorkflowService.InvalidatePlanCache:input_type -> flo.v1.InvalidatePlanCacheRequest
+	120, // 163: flo.v1.WorkflowService.ListSchedules:input_type -> flo.v1.ListSchedulesRequest
+	7,   // 164: flo.v1.NamespaceService.CreateNamespace:output_type -> flo.v1.Namespace
+	7,   // 165: flo.v1.NamespaceService.GetNamespace:output_type -> flo.v1.Namespace
+	11,  // 166: flo.v1.NamespaceService.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
+	22,  // 167: flo.v1.ActionService.RegisterAction:output_type -> flo.v1.Action
+	22,  // 168: flo.v1.ActionService.GetAction:output_type -> flo.v1.Action
+	26,  // 169: flo.v1.ActionService.ListActions:output_type -> flo.v1.ListActionsResponse
+	22,  // 170: flo.v1.ActionService.EnableAction:output_type -> flo.v1.Action
+	22,  // 171: flo.v1.ActionService.DisableAction:output_type -> flo.v1.Action
+	28,  // 172: flo.v1.TaskService.InvokeTask:output_type -> flo.v1.InvokeTaskResponse
+	30,  // 173: flo.v1.TaskService.InvokeTasks:output_type -> flo.v1.InvokeTasksResponse
+	31,  // 174: flo.v1.TaskService.GetTask:output_type -> flo.v1.Task
+	31,  // 175: flo.v1.TaskService.AwaitTask:output_type -> flo.v1.Task
+	37,  // 176: flo.v1.TaskService.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
+	31,  // 177: flo.v1.TaskService.RequeueDeadLetter:output_type -> flo.v1.Task
+	31,  // 178: flo.v1.TaskService.CompleteTask:output_type -> flo.v1.Task
+	31,  // 179: flo.v1.TaskService.FailTask:output_type -> flo.v1.Task
+	13,  // 180: flo.v1.WorkerRegistryService.RegisterWorker:output_type -> flo.v1.Worker
+	16,  // 181: flo.v1.WorkerRegistryService.Heartbeat:output_type -> flo.v1.HeartbeatResponse
+	13,  // 182: flo.v1.WorkerRegistryService.GetWorker:output_type -> flo.v1.Worker
+	19,  // 183: flo.v1.WorkerRegistryService.ListWorkers:output_type -> flo.v1.ListWorkersResponse
+	13,  // 184: flo.v1.WorkerRegistryService.DrainWorker:output_type -> flo.v1.Worker
+	20,  // 185: flo.v1.WorkerRegistryService.DeregisterWorker:output_type -> flo.v1.DeregisterWorkerResponse
+	39,  // 186: flo.v1.WorkerService.Stream:output_type -> flo.v1.ServerMessage
+	63,  // 187: flo.v1.StreamService.CreateStream:output_type -> flo.v1.Stream
+	69,  // 188: flo.v1.StreamService.GetStream:output_type -> flo.v1.StreamInfo
+	67,  // 189: flo.v1.StreamService.ListStreams:output_type -> flo.v1.ListStreamsResponse
+	68,  // 190: flo.v1.StreamService.DeleteStream:output_type -> flo.v1.DeleteStreamResponse
+	73,  // 191: flo.v1.StreamService.Append:output_type -> flo.v1.AppendResponse
+	75,  // 192: flo.v1.StreamService.Read:output_type -> flo.v1.ReadResponse
+	76,  // 193: flo.v1.StreamService.CreateGroup:output_type -> flo.v1.ConsumerGroup
+	80,  // 194: flo.v1.StreamService.ListGroups:output_type -> flo.v1.ListGroupsResponse
+	81,  // 195: flo.v1.StreamService.DeleteGroup:output_type -> flo.v1.DeleteGroupResponse
+	84,  // 196: flo.v1.StreamService.ListPending:output_type -> flo.v1.ListPendingResponse
+	86,  // 197: flo.v1.StreamService.GroupRead:output_type -> flo.v1.GroupReadResponse
+	88,  // 198: flo.v1.StreamService.Ack:output_type -> flo.v1.AckResponse
+	90,  // 199: flo.v1.StreamService.Nack:output_type -> flo.v1.NackResponse
+	94,  // 200: flo.v1.WorkflowService.CreateWorkflow:output_type -> flo.v1.CreateWorkflowResponse
+	96,  // 201: flo.v1.WorkflowService.ValidateWorkflow:output_type -> flo.v1.ValidateWorkflowResponse
+	92,  // 202: flo.v1.WorkflowService.GetWorkflow:output_type -> flo.v1.WorkflowDefinition
+	99,  // 203: flo.v1.WorkflowService.ListWorkflows:output_type -> flo.v1.ListWorkflowsResponse
+	92,  // 204: flo.v1.WorkflowService.DisableWorkflow:output_type -> flo.v1.WorkflowDefinition
+	92,  // 205: flo.v1.WorkflowService.EnableWorkflow:output_type -> flo.v1.WorkflowDefinition
+	102, // 206: flo.v1.WorkflowService.StartRun:output_type -> flo.v1.StartRunResponse
+	104, // 207: flo.v1.WorkflowService.GetRun:output_type -> flo.v1.WorkflowRun
+	108, // 208: flo.v1.WorkflowService.ListRuns:output_type -> flo.v1.ListRunsResponse
+	110, // 209: flo.v1.WorkflowService.SignalRun:output_type -> flo.v1.SignalRunResponse
+	104, // 210: flo.v1.WorkflowService.CancelRun:output_type -> flo.v1.WorkflowRun
+	113, // 211: flo.v1.WorkflowService.GetRunHistory:output_type -> flo.v1.RunHistory
+	115, // 212: flo.v1.WorkflowService.GetWorkflowPlans:output_type -> flo.v1.WorkflowPlans
+	119, // 213: flo.v1.WorkflowService.InvalidatePlanCache:output_type -> flo.v1.InvalidatePlanCacheResponse
+	121, // 214: flo.v1.WorkflowService.ListSchedules:output_type -> flo.v1.ListSchedulesResponse
+	164, // [164:215] is the sub-list for method output_type
+	113, // [113:164] is the sub-list for method input_type
+	113, // [113:113] is the sub-list for extension type_name
+	113, // [113:113] is the sub-list for extension extendee
+	0,   // [0:113] is the sub-list for field type_name
 }
 
 func init() { file_flo_v1_api_proto_init() }
@@ -10103,7 +10122,7 @@ func file_flo_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flo_v1_api_proto_rawDesc), len(file_flo_v1_api_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   121,
+			NumMessages:   122,
 			NumExtensions: 0,
 			NumServices:   7,
 		},

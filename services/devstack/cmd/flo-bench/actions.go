@@ -8,8 +8,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	flo "github.com/razorbill/flo-go"
+	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 )
 
 // actionPayload is what each task carries: when it was invoked.
@@ -25,7 +29,6 @@ func benchActions(ctx context.Context, p *platform, o options) error {
 	if o.sustain > 0 {
 		return benchSustained(ctx, p, o)
 	}
-	client := p.client
 	var lat latencies
 	err := p.serveActions(ctx, o, map[string]actionHandler{
 		"bench": func(actx *flo.ActionContext) ([]byte, error) {
@@ -47,20 +50,20 @@ func benchActions(ctx context.Context, p *platform, o options) error {
 	}
 	defer db.Close(ctx)
 
-	mode := "unary Invoke"
-	if o.batch > 0 {
-		mode = fmt.Sprintf("InvokeMany of %d", o.batch)
+	inv, err := p.newInvoker(o)
+	if err != nil {
+		return err
 	}
 	fmt.Printf("full load: %d tasks, %d invokers (%s), %d workers x %d slots, fsync=%v\n",
-		o.tasks, o.invokers, mode, o.workers, o.concurrency, o.fsync)
+		o.tasks, o.invokers, inv.mode, o.workers, o.concurrency, o.fsync)
 	stopProfile, err := profile(o.cpuProfile)
 	if err != nil {
 		return err
 	}
 	defer stopProfile()
 	start := time.Now()
-	err = chunks(o.invokers, o.tasks, max(o.batch, 1), func(lo, hi int) error {
-		return invoke(ctx, client, o.batch, hi-lo)
+	err = chunks(o.invokers, o.tasks, inv.per, func(lo, hi int) error {
+		return inv.invoke(ctx, hi-lo)
 	})
 	if err != nil {
 		return err
@@ -85,7 +88,7 @@ func benchActions(ctx context.Context, p *platform, o options) error {
 	}
 	fmt.Printf("%s: %.0f tasks/s for %v\n", phase, half, o.halfLoadFor)
 	lat.reset()
-	n, err := paced(ctx, client, half, o.halfLoadFor, o.invokers, o.batch)
+	n, err := paced(ctx, inv, half, o.halfLoadFor, o.invokers)
 	if err != nil {
 		return err
 	}
@@ -97,41 +100,76 @@ func benchActions(ctx context.Context, p *platform, o options) error {
 	return nil
 }
 
-// invoke creates n tasks stamped with the time now: one unary Invoke when
-// batch is 0, else one InvokeMany call.
-func invoke(ctx context.Context, client *flo.Client, batch, n int) error {
-	if batch == 0 {
+// invoker creates tasks of the bench action the way the options say: n at a
+// time through InvokeMany (-batch), one at a time through the SDK's Invoke,
+// which sends overlapping calls together, or one InvokeTask RPC per task
+// (-rpc), as a client without the Go SDK does.
+type invoker struct {
+	// mode names the way, for the printed header.
+	mode string
+	// per is how many tasks one call creates: n of invoke is at most per.
+	per    int
+	invoke func(ctx context.Context, n int) error
+}
+
+// newInvoker returns the invoker o asks for.
+func (p *platform) newInvoker(o options) (*invoker, error) {
+	switch {
+	case o.batch > 0:
+		return &invoker{mode: fmt.Sprintf("InvokeMany of %d", o.batch), per: o.batch, invoke: func(ctx context.Context, n int) error {
+			payloads := make([]any, n)
+			for i := range payloads {
+				payloads[i] = actionPayload{InvokedAt: time.Now().UnixNano()}
+			}
+			if _, err := p.client.InvokeMany(ctx, "bench", payloads); err != nil {
+				return fmt.Errorf("invoke many: %w", err)
+			}
+			return nil
+		}}, nil
+	case o.rpc:
+		conn, err := grpc.NewClient(p.stack.GatewayGRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, fmt.Errorf("connect: %w", err)
+		}
+		p.cleanup = append(p.cleanup, func() { conn.Close() })
+		tasks := flov1.NewTaskServiceClient(conn)
+		auth := metadata.Pairs("authorization", "Bearer "+p.token)
+		return &invoker{mode: "one InvokeTask RPC per task", per: 1, invoke: func(ctx context.Context, _ int) error {
+			body, err := json.Marshal(actionPayload{InvokedAt: time.Now().UnixNano()})
+			if err != nil {
+				return fmt.Errorf("encode payload: %w", err)
+			}
+			req := &flov1.InvokeTaskRequest{Namespace: namespace, Action: "bench", Payload: body}
+			if _, err := tasks.InvokeTask(metadata.NewOutgoingContext(ctx, auth), req); err != nil {
+				return fmt.Errorf("invoke task: %w", err)
+			}
+			return nil
+		}}, nil
+	}
+	return &invoker{mode: "unary Invoke", per: 1, invoke: func(ctx context.Context, _ int) error {
 		body, err := json.Marshal(actionPayload{InvokedAt: time.Now().UnixNano()})
 		if err != nil {
 			return fmt.Errorf("encode payload: %w", err)
 		}
-		if _, err := client.Invoke(ctx, "bench", body); err != nil {
+		if _, err := p.client.Invoke(ctx, "bench", body); err != nil {
 			return fmt.Errorf("invoke: %w", err)
 		}
 		return nil
-	}
-	payloads := make([]any, n)
-	for i := range payloads {
-		payloads[i] = actionPayload{InvokedAt: time.Now().UnixNano()}
-	}
-	if _, err := client.InvokeMany(ctx, "bench", payloads); err != nil {
-		return fmt.Errorf("invoke many: %w", err)
-	}
-	return nil
+	}}, nil
 }
 
 // paced invokes at a fixed rate for d, spreading the ticks over workers so a
-// slow invoke does not delay the next one. With batch > 0 each tick invokes
-// a batch, and ticks come batch times less often.
-func paced(ctx context.Context, client *flo.Client, rate float64, d time.Duration, invokers, batch int) (int, error) {
-	per := max(batch, 1)
+// slow invoke does not delay the next one. Each tick is one call of inv, of
+// inv.per tasks, and ticks come inv.per times less often than tasks.
+func paced(ctx context.Context, inv *invoker, rate float64, d time.Duration, invokers int) (int, error) {
+	per := inv.per
 	interval := time.Duration(float64(time.Second) * float64(per) / rate)
 	ticks := make(chan struct{}, invokers)
 	var g errgroup.Group
 	for range invokers {
 		g.Go(func() error {
 			for range ticks {
-				if err := invoke(ctx, client, batch, per); err != nil {
+				if err := inv.invoke(ctx, per); err != nil {
 					return err
 				}
 			}

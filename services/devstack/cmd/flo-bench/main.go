@@ -66,6 +66,7 @@ type options struct {
 	concurrency int
 
 	// actions
+	rpc         bool
 	tasks       int
 	invokers    int
 	halfLoadFor time.Duration
@@ -113,8 +114,10 @@ func main() {
 		"actions with -sustain: after the full-load phase, whose allocations its alloc_space holds)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase (workers: the idle window; actions with -sustain: the full-load window, and "+
 		"FILE.half and FILE.fixed for the paced phases; every service runs in this process) to this file")
-	flag.IntVar(&o.batch, "batch", 0, "actions: invoke through InvokeMany with this many tasks per call (0: one unary Invoke per task); "+
-		"streams: records per produce, append and stream-worker read (0: 100)")
+	flag.IntVar(&o.batch, "batch", 0, "actions: invoke through InvokeMany with this many tasks per call (0: one unary Invoke per task, "+
+		"which the SDK sends together with the calls that overlap it); streams: records per produce, append and stream-worker read (0: 100)")
+	flag.BoolVar(&o.rpc, "rpc", false, "actions without -batch: call the gateway's InvokeTask RPC once per task over a plain gRPC connection, "+
+		"as a client without the Go SDK does, instead of the SDK's Invoke")
 	flag.IntVar(&o.workers, "workers", 2, "actions, workflows, plans: action worker processes (each with its own stream); "+
 		"workers: idle workers, each with its own connection")
 	flag.IntVar(&o.concurrency, "concurrency", 256, "handler slots per action or stream worker")

@@ -22,9 +22,10 @@ import (
 
 // sustained is the state of the sustained actions mode across its phases.
 type sustained struct {
-	p  *platform
-	o  options
-	db *pgx.Conn
+	p   *platform
+	o   options
+	inv *invoker
+	db  *pgx.Conn
 	// pgPID is the private Postgres's postmaster, 0 when it is not on this
 	// machine (then its CPU is not reported).
 	pgPID int
@@ -102,13 +103,12 @@ func benchSustained(ctx context.Context, p *platform, o options) error {
 		return err
 	}
 
-	mode := "unary Invoke"
-	if o.batch > 0 {
-		mode = fmt.Sprintf("InvokeMany of %d", o.batch)
+	if s.inv, err = p.newInvoker(o); err != nil {
+		return err
 	}
 	fmt.Printf("sustained: %d invokers (%s), backlog %d, %d workers x %d slots, %d dispatcher replica(s), fsync=%v; "+
 		"each phase runs %v and measures its last %v\n",
-		o.invokers, mode, o.backlog, o.workers, o.concurrency, o.dispatchers, o.fsync, o.warmup+o.sustain, o.sustain)
+		o.invokers, s.inv.mode, o.backlog, o.workers, o.concurrency, o.dispatchers, o.fsync, o.warmup+o.sustain, o.sustain)
 
 	full, err := s.phase(ctx, fmt.Sprintf("full load, backlog %d", o.backlog), o.cpuProfile, s.topUp)
 	if err != nil {
@@ -136,7 +136,7 @@ func benchSustained(ctx context.Context, p *platform, o options) error {
 				profile = o.cpuProfile + "." + pc.file
 			}
 			row, err := s.phase(ctx, name, profile, func(ctx context.Context, d time.Duration) (int, error) {
-				return paced(ctx, p.client, pc.rate, d, o.invokers, o.batch)
+				return paced(ctx, s.inv, pc.rate, d, o.invokers)
 			})
 			if err != nil {
 				return err
@@ -293,7 +293,7 @@ func (s *sustained) read(ctx context.Context) (reading, error) {
 // soon as fewer than o.backlog tasks are invoked and not yet started; it
 // returns how many it invoked.
 func (s *sustained) topUp(ctx context.Context, d time.Duration) (int, error) {
-	per := max(s.o.batch, 1)
+	per := s.inv.per
 	ahead := make(chan struct{}, s.o.backlog)
 	s.ahead.Store(&ahead)
 	defer s.ahead.Store(nil)
@@ -312,7 +312,7 @@ func (s *sustained) topUp(ctx context.Context, d time.Duration) (int, error) {
 						return nil
 					}
 				}
-				if err := invoke(ctx, s.p.client, s.o.batch, per); err != nil {
+				if err := s.inv.invoke(ctx, per); err != nil {
 					return err
 				}
 				n.Add(int64(per))

@@ -179,6 +179,9 @@ func (s *TaskServer) parse(ns string, req *flov1.InvokeTaskRequest) (invoke.Comm
 	if len(payload) > s.maxPayloadBytes {
 		return invoke.Command{}, status.Errorf(codes.InvalidArgument, "payload is %d bytes, limit is %d", len(payload), s.maxPayloadBytes)
 	}
+	if n := traceContextBytes(req.GetTraceContext()); n > MaxTraceContextBytes {
+		return invoke.Command{}, status.Errorf(codes.InvalidArgument, "trace_context is %d bytes, limit is %d", n, MaxTraceContextBytes)
+	}
 	return invoke.Command{
 		Namespace:      ns,
 		Action:         req.GetAction(),
@@ -186,7 +189,22 @@ func (s *TaskServer) parse(ns string, req *flov1.InvokeTaskRequest) (invoke.Comm
 		IdempotencyKey: req.GetIdempotencyKey(),
 		Priority:       req.GetPriority(),
 		Delay:          time.Duration(req.GetDelayMs()) * time.Millisecond,
+		TraceContext:   req.GetTraceContext(),
 	}, nil
+}
+
+// MaxTraceContextBytes bounds an invocation's trace_context, keys and
+// values together: what the W3C headers need many times over, and what
+// gRPC allows a call's metadata in all (its default header list limit is
+// 16 KiB).
+const MaxTraceContextBytes = 8 << 10
+
+func traceContextBytes(m map[string]string) int {
+	n := 0
+	for k, v := range m {
+		n += len(k) + len(v)
+	}
+	return n
 }
 
 // checkAction checks that cmd's action exists and is enabled.

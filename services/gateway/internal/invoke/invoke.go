@@ -29,6 +29,10 @@ type Command struct {
 	IdempotencyKey string
 	Priority       int32
 	Delay          time.Duration
+	// TraceContext is the W3C trace context of the invocation's caller when
+	// it is not the call's own (a batch gathered from many callers); empty
+	// means the call's.
+	TraceContext map[string]string
 }
 
 // produceTimeout bounds the wait for the broker's acknowledgement. franz-go
@@ -114,6 +118,9 @@ func newRecord(ctx context.Context, cmd Command, now time.Time) (*kgo.Record, st
 		return nil, "", fmt.Errorf("encode invoke command: %w", err)
 	}
 	rec := &kgo.Record{Topic: kafka.CommandsTopic, Key: []byte(taskID), Value: value}
+	if len(cmd.TraceContext) > 0 {
+		ctx = kafka.ContextFromHeaders(ctx, cmd.TraceContext)
+	}
 	kafka.InjectTrace(ctx, rec)
 	return rec, taskID, nil
 }
