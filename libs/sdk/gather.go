@@ -27,7 +27,9 @@ const (
 // calls that arrive while gatherInFlight are under way wait for the first
 // to finish and go together. So a lone caller pays nothing, and many callers
 // share one round trip, one request to the gateway and one produce per
-// batch instead of one each.
+// batch instead of one each. The services gather their calls with
+// libs/coalesce; the SDK is a module of its own that applications import,
+// and does not depend on the services' libraries.
 type invokeGatherer struct {
 	svc flov1.TaskServiceClient
 

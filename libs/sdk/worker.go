@@ -20,6 +20,12 @@ const DefaultActionTimeout = 5 * time.Minute
 // handlers return large bodies; a larger single result goes alone.
 const maxBatchBytes = 2 << 20
 
+// resultDelay is how long results may wait while other handlers still run, so that tasks
+// finishing about together are reported in one message, and recorded by the dispatcher in
+// fewer transactions, instead of one each. A worker whose handlers are all done reports at
+// once, so a lone task's result is not delayed.
+const resultDelay = 2 * time.Millisecond
+
 // ActionWorkerOptions configure an [ActionWorker]. Zero fields take the defaults.
 type ActionWorkerOptions struct {
 	// WorkerID identifies the worker to the server; the default is the host name and eight
@@ -96,6 +102,7 @@ func (c *Client) NewActionWorker(opts ActionWorkerOptions) (*ActionWorker, error
 		concurrency:       opts.Concurrency,
 		heartbeatInterval: opts.HeartbeatInterval,
 		handlerTimeout:    opts.ActionTimeout,
+		reportDelay:       resultDelay,
 		metadata:          opts.Metadata,
 		logger:            opts.Logger,
 	})

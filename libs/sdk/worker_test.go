@@ -263,6 +263,33 @@ func TestWorkerRunsTasksOverTheStream(t *testing.T) {
 	require.NoError(t, stop())
 }
 
+// Reports wait a moment while handlers still run, to go out together, but a handler that keeps
+// running holds back no one else's report.
+func TestWorkerReportsWhileAHandlerKeepsRunning(t *testing.T) {
+	t.Parallel()
+	p, client := startPeer(t)
+	w, err := client.NewActionWorker(flo.ActionWorkerOptions{Concurrency: 3, Logger: quietLogger()})
+	require.NoError(t, err)
+	stuck := make(chan struct{})
+	w.MustRegisterAction("a", func(actx *flo.ActionContext) ([]byte, error) {
+		if actx.TaskID() == "t-1" {
+			<-stuck
+		}
+		return nil, nil
+	})
+	runWorker(t, w)
+	ps := p.accept(t)
+	ps.handshake()
+	ps.nextReady()
+	ps.sendTasks(task("t-1", "a", ""), task("t-2", "a", ""), task("t-3", "a", ""))
+	results, _ := ps.results(2)
+	require.Contains(t, results, "t-2")
+	require.Contains(t, results, "t-3")
+	close(stuck)
+	results, _ = ps.results(1)
+	require.Contains(t, results, "t-1")
+}
+
 func TestWorkerReportsEachKindOfEnding(t *testing.T) {
 	t.Parallel()
 	p, client := startPeer(t)
