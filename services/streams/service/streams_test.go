@@ -43,6 +43,7 @@ func TestStreams(t *testing.T) {
 		{"ack, nack and delay", testAckNack},
 		{"redelivery after the message timeout", testMessageTimeout},
 		{"max deliveries to the dead-letter stream", testDeadLetter},
+		{"release does not count the delivery", testRelease},
 		{"pending list", testPending},
 		{"blocked group read is woken", testBlockedGroupRead},
 		{"concurrent consumers", testConcurrentConsumers},
@@ -550,6 +551,35 @@ func testMessageTimeout(t *testing.T, _ *env, c streamsv1.StreamsClient) {
 	require.Equal(t, int32(8), ack(t, c, ns, "s", "g", ids(back)...))
 	// c1's late ack finds nothing pending.
 	require.Equal(t, int32(0), ack(t, c, ns, "s", "g", ids(silent)...))
+}
+
+// testRelease: records handed back by Release (they never reached a
+// worker) come back at once with the same delivery count, so even a group
+// of one delivery does not dead-letter them; a nack after that does.
+func testRelease(t *testing.T, _ *env, c streamsv1.StreamsClient) {
+	ctx := t.Context()
+	ns := namespace()
+	createStream(t, c, ns, "jobs", 1)
+	appended := appendN(t, c, ns, "jobs", 0, 3)
+	createGroup(t, c, ns, "jobs", "once", "-", 1)
+	got := groupRead(t, c, ns, "jobs", "once", "gone", 10, 0, time.Hour)
+	require.Len(t, got, 3)
+
+	released, err := c.Release(ctx, &streamsv1.ReleaseRequest{Namespace: ns, Stream: "jobs", Group: "once", Ids: append(ids(got[:2]), "0-999"), Reason: "not delivered"})
+	require.NoError(t, err)
+	require.Equal(t, int32(2), released.GetNacked(), "only pending records are released")
+	again := groupRead(t, c, ns, "jobs", "once", "next", 10, 0, time.Hour)
+	require.Equal(t, appended[:2], ids(again), "released records come back at once")
+	for _, r := range again {
+		require.Equal(t, int32(1), r.GetDeliveryCount(), "the released delivery was not counted")
+	}
+
+	_, err = c.Nack(ctx, &flov1.NackRequest{Namespace: ns, Stream: "jobs", Group: "once", Ids: ids(again), Reason: "failed"})
+	require.NoError(t, err)
+	require.Empty(t, groupRead(t, c, ns, "jobs", "once", "next", 10, 0, time.Hour), "a counted delivery used the group's one")
+	dlq, err := c.Read(ctx, &flov1.ReadRequest{Namespace: ns, Stream: "jobs.dlq"})
+	require.NoError(t, err)
+	require.Len(t, dlq.GetRecords(), 2)
 }
 
 func testDeadLetter(t *testing.T, _ *env, c streamsv1.StreamsClient) {

@@ -369,6 +369,10 @@ func (noStreams) GroupRead(context.Context, *flov1.GroupReadRequest, ...grpc.Cal
 	return nil, ErrNoStreams
 }
 
+func (noStreams) Release(context.Context, *streamsv1.ReleaseRequest, ...grpc.CallOption) (*flov1.NackResponse, error) {
+	return nil, ErrNoStreams
+}
+
 func (noStreams) GroupReadMany(context.Context, *streamsv1.GroupReadManyRequest, ...grpc.CallOption) (*streamsv1.GroupReadManyResponse, error) {
 	return nil, ErrNoStreams
 }

@@ -119,9 +119,10 @@ func (s *Server) hubRead(sess *session, sub *subscription, rc *readCall) {
 }
 
 // dropReads takes the reads of a session that stopped reading out of their
-// hubs, so that no later round takes records for them: each would be
-// nacked and count as a delivery no worker saw. A round already waiting
-// for one goes on; records it brings for it are nacked.
+// hubs, so that no later round takes records for them: each would hold
+// records back from the live consumers until it is released. A round
+// already waiting for one goes on; records it brings for it are released
+// at once, their delivery not counted.
 func (s *Server) dropReads(rcs []*readCall) {
 	s.readHubs.mu.Lock()
 	defer s.readHubs.mu.Unlock()
@@ -162,7 +163,7 @@ func (s *Server) forgetHubLocked(h *readHub) {
 
 // expireRead answers read r with an empty batch at its block time, unless a
 // round answered it. A round it is in goes on (it ends by then): records
-// it brings for r are nacked.
+// it brings for r are released.
 func (s *Server) expireRead(r *hubRead) {
 	s.readHubs.mu.Lock()
 	answered := r.answered
@@ -207,7 +208,7 @@ func (s *Server) runReads(h *readHub) {
 // first; it returns nil, and counts the runner out, when none is left.
 // Reads answered by their timer meanwhile are dropped; a read whose session
 // ended still reads until its block time, as it would had its call begun,
-// so that records it brings are nacked at once.
+// so that records it brings are released at once.
 func (s *Server) nextRound(h *readHub) *readRound {
 	s.readHubs.mu.Lock()
 	defer s.readHubs.mu.Unlock()

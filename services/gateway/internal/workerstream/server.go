@@ -133,6 +133,7 @@ type Streams interface {
 	GroupReadMany(ctx context.Context, in *streamsv1.GroupReadManyRequest, opts ...grpc.CallOption) (*streamsv1.GroupReadManyResponse, error)
 	Ack(ctx context.Context, in *flov1.AckRequest, opts ...grpc.CallOption) (*flov1.AckResponse, error)
 	Nack(ctx context.Context, in *flov1.NackRequest, opts ...grpc.CallOption) (*flov1.NackResponse, error)
+	Release(ctx context.Context, in *streamsv1.ReleaseRequest, opts ...grpc.CallOption) (*flov1.NackResponse, error)
 }
 
 // Registry is the part of the registry's API a worker session uses.

@@ -227,7 +227,7 @@ func (s *session) fail(err error) {
 func (s *session) write(item outgoing) {
 	if d := item.records; d != nil && (s.sendBroken || s.ctx.Err() != nil || s.workerDraining.Load()) {
 		s.records.remove(d.stream, d.group, d.ids)
-		s.nackUndelivered(d)
+		s.handBack(d, false)
 		if !s.sendBroken && s.ctx.Err() == nil {
 			if err := s.stream.Send(emptyRecordBatch(item.records.stream, item.records.group)); err != nil {
 				s.sendBroken = true
@@ -250,7 +250,7 @@ func (s *session) write(item outgoing) {
 		}
 		if d := item.records; d != nil {
 			s.records.remove(d.stream, d.group, d.ids)
-			s.nackUndelivered(d)
+			s.handBack(d, true)
 		}
 	}
 }

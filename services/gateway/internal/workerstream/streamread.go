@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	streamsv1 "github.com/razorbill/flo/proto/gen/flo/streams/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 
 	"github.com/razorbill/flo/libs/millis"
@@ -207,7 +208,7 @@ func (s *session) finishRead(sub *subscription, rc *readCall, records []*flov1.S
 	}
 	s.readsMu.Unlock()
 	if !sent && len(records) > 0 {
-		s.nackUndelivered(d)
+		s.handBack(d, false)
 	}
 }
 
@@ -248,20 +249,26 @@ func (s *session) closeReads(answer bool) {
 	s.srv.dropReads(dropped)
 }
 
-// nackUndelivered hands records the worker never received back to their
-// group at once, without waiting for their message timeout.
-func (s *session) nackUndelivered(d *delivery) {
+// handBack hands records the worker did not take back to their group at
+// once, without waiting for their message timeout. Records never handed to
+// the stream are released: no worker saw them, so their delivery does not
+// count toward the group's max deliveries. Records whose send failed may
+// have reached the worker, so they are nacked, which counts it.
+func (s *session) handBack(d *delivery, maybeSent bool) {
 	ctx, cancel := context.WithTimeout(s.calls, callTimeout)
 	defer cancel()
+	const reason = "not delivered: the worker stream ended or is draining"
 	err := retry(ctx, func(ctx context.Context) error {
-		_, err := s.srv.opts.Streams.Nack(ctx, &flov1.NackRequest{
-			Namespace: s.namespace, Stream: d.stream, Group: d.group, Ids: d.ids,
-			Reason: "not delivered: the worker stream ended or is draining",
-		})
+		var err error
+		if maybeSent {
+			_, err = s.srv.opts.Streams.Nack(ctx, &flov1.NackRequest{Namespace: s.namespace, Stream: d.stream, Group: d.group, Ids: d.ids, Reason: reason})
+		} else {
+			_, err = s.srv.opts.Streams.Release(ctx, &streamsv1.ReleaseRequest{Namespace: s.namespace, Stream: d.stream, Group: d.group, Ids: d.ids, Reason: reason})
+		}
 		return err
 	})
 	if err != nil {
-		s.log.WarnContext(ctx, "nack undelivered records failed; they are redelivered after their message timeout",
+		s.log.WarnContext(ctx, "handing back undelivered records failed; they are redelivered after their message timeout",
 			slog.String("stream", d.stream), slog.String("group", d.group), slog.Int("records", len(d.ids)), slog.Any("error", err))
 	}
 }

@@ -26,6 +26,9 @@ type settlement struct {
 	nack   bool
 	delay  time.Duration
 	reason string
+	// uncounted takes the nacked records' last delivery back: no consumer
+	// saw it.
+	uncounted bool
 }
 
 // Ack settles records of a group and returns how many of ids were pending.
@@ -55,6 +58,23 @@ func (g *Groups) Nack(ctx context.Context, key store.GroupKey, ids []string, del
 	// The reason is free text: repaired and capped, never refused, since a
 	// settle shares its transaction with other calls.
 	s.nack, s.delay, s.reason = true, min(delay, MaxNackDelay), text.Clean(reason, text.MaxFreeBytes)
+	n, err := g.settler.Do(ctx, s)
+	if err == nil {
+		g.nacked.Add(ctx, int64(n))
+	}
+	return n, err
+}
+
+// Release hands records back to the group at once, as a nack without delay,
+// and takes their last delivery back: the gateway releases the records a
+// read took that never reached a worker, which must not bring them closer
+// to their group's max deliveries.
+func (g *Groups) Release(ctx context.Context, key store.GroupKey, ids []string, reason string) (int, error) {
+	s, err := newSettlement(key, ids)
+	if err != nil {
+		return 0, err
+	}
+	s.nack, s.uncounted, s.reason = true, true, text.Clean(reason, text.MaxFreeBytes)
 	n, err := g.settler.Do(ctx, s)
 	if err == nil {
 		g.nacked.Add(ctx, int64(n))
@@ -254,6 +274,9 @@ func (g *Groups) settleTx(ctx context.Context, calls []*coalesce.Call[settlement
 				c := calls[o-1].Req
 				p.Consumer, p.LastError = "", c.reason
 				p.RedeliverAt = now.Add(c.delay)
+				if c.uncounted && p.Deliveries > 0 {
+					p.Deliveries--
+				}
 				if p.Deliveries >= maxDeliveries {
 					// Out of deliveries: no point waiting out the
 					// delay before dead-lettering.

@@ -305,6 +305,17 @@ func (s *Server) Nack(ctx context.Context, req *flov1.NackRequest) (*flov1.NackR
 	return &flov1.NackResponse{Nacked: int32(n)}, nil
 }
 
+// Release hands back records that never reached a consumer, without
+// counting their delivery.
+func (s *Server) Release(ctx context.Context, req *streamsv1.ReleaseRequest) (*flov1.NackResponse, error) {
+	k := store.GroupKey{Namespace: req.GetNamespace(), Stream: req.GetStream(), Group: req.GetGroup()}
+	n, err := s.d.Groups.Release(ctx, k, req.GetIds(), req.GetReason())
+	if err != nil {
+		return nil, err
+	}
+	return &flov1.NackResponse{Nacked: int32(n)}, nil
+}
+
 func streamProto(st store.Stream) *flov1.Stream {
 	return &flov1.Stream{
 		Namespace: st.Namespace, Name: st.Name, Partitions: st.Partitions,

@@ -24,6 +24,84 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ReleaseRequest names records pending under a group, as NackRequest does;
+// reason is kept as their last error.
+type ReleaseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Stream        string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	Group         string                 `protobuf:"bytes,3,opt,name=group,proto3" json:"group,omitempty"`
+	Ids           []string               `protobuf:"bytes,4,rep,name=ids,proto3" json:"ids,omitempty"`
+	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseRequest) Reset() {
+	*x = ReleaseRequest{}
+	mi := &file_flo_streams_v1_streams_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseRequest) ProtoMessage() {}
+
+func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_streams_v1_streams_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_flo_streams_v1_streams_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ReleaseRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ReleaseRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *ReleaseRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *ReleaseRequest) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *ReleaseRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // GroupReadManyRequest is one group read per entry of reads, waiting
 // together: the call is answered as soon as any of them got records, or
 // when block_ms passes.
@@ -41,7 +119,7 @@ type GroupReadManyRequest struct {
 
 func (x *GroupReadManyRequest) Reset() {
 	*x = GroupReadManyRequest{}
-	mi := &file_flo_streams_v1_streams_proto_msgTypes[0]
+	mi := &file_flo_streams_v1_streams_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -53,7 +131,7 @@ func (x *GroupReadManyRequest) String() string {
 func (*GroupReadManyRequest) ProtoMessage() {}
 
 func (x *GroupReadManyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_streams_v1_streams_proto_msgTypes[0]
+	mi := &file_flo_streams_v1_streams_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -66,7 +144,7 @@ func (x *GroupReadManyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupReadManyRequest.ProtoReflect.Descriptor instead.
 func (*GroupReadManyRequest) Descriptor() ([]byte, []int) {
-	return file_flo_streams_v1_streams_proto_rawDescGZIP(), []int{0}
+	return file_flo_streams_v1_streams_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *GroupReadManyRequest) GetNamespace() string {
@@ -117,7 +195,7 @@ type ConsumerRead struct {
 
 func (x *ConsumerRead) Reset() {
 	*x = ConsumerRead{}
-	mi := &file_flo_streams_v1_streams_proto_msgTypes[1]
+	mi := &file_flo_streams_v1_streams_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -129,7 +207,7 @@ func (x *ConsumerRead) String() string {
 func (*ConsumerRead) ProtoMessage() {}
 
 func (x *ConsumerRead) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_streams_v1_streams_proto_msgTypes[1]
+	mi := &file_flo_streams_v1_streams_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -142,7 +220,7 @@ func (x *ConsumerRead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerRead.ProtoReflect.Descriptor instead.
 func (*ConsumerRead) Descriptor() ([]byte, []int) {
-	return file_flo_streams_v1_streams_proto_rawDescGZIP(), []int{1}
+	return file_flo_streams_v1_streams_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ConsumerRead) GetConsumer() string {
@@ -176,7 +254,7 @@ type GroupReadManyResponse struct {
 
 func (x *GroupReadManyResponse) Reset() {
 	*x = GroupReadManyResponse{}
-	mi := &file_flo_streams_v1_streams_proto_msgTypes[2]
+	mi := &file_flo_streams_v1_streams_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -188,7 +266,7 @@ func (x *GroupReadManyResponse) String() string {
 func (*GroupReadManyResponse) ProtoMessage() {}
 
 func (x *GroupReadManyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_streams_v1_streams_proto_msgTypes[2]
+	mi := &file_flo_streams_v1_streams_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -201,7 +279,7 @@ func (x *GroupReadManyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupReadManyResponse.ProtoReflect.Descriptor instead.
 func (*GroupReadManyResponse) Descriptor() ([]byte, []int) {
-	return file_flo_streams_v1_streams_proto_rawDescGZIP(), []int{2}
+	return file_flo_streams_v1_streams_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GroupReadManyResponse) GetResults() []*ConsumerRecords {
@@ -223,7 +301,7 @@ type ConsumerRecords struct {
 
 func (x *ConsumerRecords) Reset() {
 	*x = ConsumerRecords{}
-	mi := &file_flo_streams_v1_streams_proto_msgTypes[3]
+	mi := &file_flo_streams_v1_streams_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -235,7 +313,7 @@ func (x *ConsumerRecords) String() string {
 func (*ConsumerRecords) ProtoMessage() {}
 
 func (x *ConsumerRecords) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_streams_v1_streams_proto_msgTypes[3]
+	mi := &file_flo_streams_v1_streams_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -248,7 +326,7 @@ func (x *ConsumerRecords) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerRecords.ProtoReflect.Descriptor instead.
 func (*ConsumerRecords) Descriptor() ([]byte, []int) {
-	return file_flo_streams_v1_streams_proto_rawDescGZIP(), []int{3}
+	return file_flo_streams_v1_streams_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ConsumerRecords) GetConsumer() string {
@@ -269,7 +347,13 @@ var File_flo_streams_v1_streams_proto protoreflect.FileDescriptor
 
 const file_flo_streams_v1_streams_proto_rawDesc = "" +
 	"\n" +
-	"\x1cflo/streams/v1/streams.proto\x12\x0eflo.streams.v1\x1a\x10flo/v1/api.proto\"\xb1\x01\n" +
+	"\x1cflo/streams/v1/streams.proto\x12\x0eflo.streams.v1\x1a\x10flo/v1/api.proto\"\x86\x01\n" +
+	"\x0eReleaseRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x14\n" +
+	"\x05group\x18\x03 \x01(\tR\x05group\x12\x10\n" +
+	"\x03ids\x18\x04 \x03(\tR\x03ids\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xb1\x01\n" +
 	"\x14GroupReadManyRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x14\n" +
@@ -284,7 +368,7 @@ const file_flo_streams_v1_streams_proto_rawDesc = "" +
 	"\aresults\x18\x01 \x03(\v2\x1f.flo.streams.v1.ConsumerRecordsR\aresults\"]\n" +
 	"\x0fConsumerRecords\x12\x1a\n" +
 	"\bconsumer\x18\x01 \x01(\tR\bconsumer\x12.\n" +
-	"\arecords\x18\x02 \x03(\v2\x14.flo.v1.StreamRecordR\arecords2\x94\a\n" +
+	"\arecords\x18\x02 \x03(\v2\x14.flo.v1.StreamRecordR\arecords2\xd5\a\n" +
 	"\aStreams\x12;\n" +
 	"\fCreateStream\x12\x1b.flo.v1.CreateStreamRequest\x1a\x0e.flo.v1.Stream\x129\n" +
 	"\tGetStream\x12\x18.flo.v1.GetStreamRequest\x1a\x12.flo.v1.StreamInfo\x12F\n" +
@@ -300,7 +384,8 @@ const file_flo_streams_v1_streams_proto_rawDesc = "" +
 	"\tGroupRead\x12\x18.flo.v1.GroupReadRequest\x1a\x19.flo.v1.GroupReadResponse\x12\\\n" +
 	"\rGroupReadMany\x12$.flo.streams.v1.GroupReadManyRequest\x1a%.flo.streams.v1.GroupReadManyResponse\x12.\n" +
 	"\x03Ack\x12\x12.flo.v1.AckRequest\x1a\x13.flo.v1.AckResponse\x121\n" +
-	"\x04Nack\x12\x13.flo.v1.NackRequest\x1a\x14.flo.v1.NackResponseB=Z;github.com/razorbill/flo/proto/gen/flo/streams/v1;streamsv1b\x06proto3"
+	"\x04Nack\x12\x13.flo.v1.NackRequest\x1a\x14.flo.v1.NackResponse\x12?\n" +
+	"\aRelease\x12\x1e.flo.streams.v1.ReleaseRequest\x1a\x14.flo.v1.NackResponseB=Z;github.com/razorbill/flo/proto/gen/flo/streams/v1;streamsv1b\x06proto3"
 
 var (
 	file_flo_streams_v1_streams_proto_rawDescOnce sync.Once
@@ -314,73 +399,76 @@ func file_flo_streams_v1_streams_proto_rawDescGZIP() []byte {
 	return file_flo_streams_v1_streams_proto_rawDescData
 }
 
-var file_flo_streams_v1_streams_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_flo_streams_v1_streams_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_flo_streams_v1_streams_proto_goTypes = []any{
-	(*GroupReadManyRequest)(nil),    // 0: flo.streams.v1.GroupReadManyRequest
-	(*ConsumerRead)(nil),            // 1: flo.streams.v1.ConsumerRead
-	(*GroupReadManyResponse)(nil),   // 2: flo.streams.v1.GroupReadManyResponse
-	(*ConsumerRecords)(nil),         // 3: flo.streams.v1.ConsumerRecords
-	(*v1.StreamRecord)(nil),         // 4: flo.v1.StreamRecord
-	(*v1.CreateStreamRequest)(nil),  // 5: flo.v1.CreateStreamRequest
-	(*v1.GetStreamRequest)(nil),     // 6: flo.v1.GetStreamRequest
-	(*v1.ListStreamsRequest)(nil),   // 7: flo.v1.ListStreamsRequest
-	(*v1.AppendRequest)(nil),        // 8: flo.v1.AppendRequest
-	(*v1.ReadRequest)(nil),          // 9: flo.v1.ReadRequest
-	(*v1.CreateGroupRequest)(nil),   // 10: flo.v1.CreateGroupRequest
-	(*v1.ListGroupsRequest)(nil),    // 11: flo.v1.ListGroupsRequest
-	(*v1.GetGroupRequest)(nil),      // 12: flo.v1.GetGroupRequest
-	(*v1.ListPendingRequest)(nil),   // 13: flo.v1.ListPendingRequest
-	(*v1.GroupReadRequest)(nil),     // 14: flo.v1.GroupReadRequest
-	(*v1.AckRequest)(nil),           // 15: flo.v1.AckRequest
-	(*v1.NackRequest)(nil),          // 16: flo.v1.NackRequest
-	(*v1.Stream)(nil),               // 17: flo.v1.Stream
-	(*v1.StreamInfo)(nil),           // 18: flo.v1.StreamInfo
-	(*v1.ListStreamsResponse)(nil),  // 19: flo.v1.ListStreamsResponse
-	(*v1.DeleteStreamResponse)(nil), // 20: flo.v1.DeleteStreamResponse
-	(*v1.AppendResponse)(nil),       // 21: flo.v1.AppendResponse
-	(*v1.ReadResponse)(nil),         // 22: flo.v1.ReadResponse
-	(*v1.ConsumerGroup)(nil),        // 23: flo.v1.ConsumerGroup
-	(*v1.ListGroupsResponse)(nil),   // 24: flo.v1.ListGroupsResponse
-	(*v1.DeleteGroupResponse)(nil),  // 25: flo.v1.DeleteGroupResponse
-	(*v1.ListPendingResponse)(nil),  // 26: flo.v1.ListPendingResponse
-	(*v1.GroupReadResponse)(nil),    // 27: flo.v1.GroupReadResponse
-	(*v1.AckResponse)(nil),          // 28: flo.v1.AckResponse
-	(*v1.NackResponse)(nil),         // 29: flo.v1.NackResponse
+	(*ReleaseRequest)(nil),          // 0: flo.streams.v1.ReleaseRequest
+	(*GroupReadManyRequest)(nil),    // 1: flo.streams.v1.GroupReadManyRequest
+	(*ConsumerRead)(nil),            // 2: flo.streams.v1.ConsumerRead
+	(*GroupReadManyResponse)(nil),   // 3: flo.streams.v1.GroupReadManyResponse
+	(*ConsumerRecords)(nil),         // 4: flo.streams.v1.ConsumerRecords
+	(*v1.StreamRecord)(nil),         // 5: flo.v1.StreamRecord
+	(*v1.CreateStreamRequest)(nil),  // 6: flo.v1.CreateStreamRequest
+	(*v1.GetStreamRequest)(nil),     // 7: flo.v1.GetStreamRequest
+	(*v1.ListStreamsRequest)(nil),   // 8: flo.v1.ListStreamsRequest
+	(*v1.AppendRequest)(nil),        // 9: flo.v1.AppendRequest
+	(*v1.ReadRequest)(nil),          // 10: flo.v1.ReadRequest
+	(*v1.CreateGroupRequest)(nil),   // 11: flo.v1.CreateGroupRequest
+	(*v1.ListGroupsRequest)(nil),    // 12: flo.v1.ListGroupsRequest
+	(*v1.GetGroupRequest)(nil),      // 13: flo.v1.GetGroupRequest
+	(*v1.ListPendingRequest)(nil),   // 14: flo.v1.ListPendingRequest
+	(*v1.GroupReadRequest)(nil),     // 15: flo.v1.GroupReadRequest
+	(*v1.AckRequest)(nil),           // 16: flo.v1.AckRequest
+	(*v1.NackRequest)(nil),          // 17: flo.v1.NackRequest
+	(*v1.Stream)(nil),               // 18: flo.v1.Stream
+	(*v1.StreamInfo)(nil),           // 19: flo.v1.StreamInfo
+	(*v1.ListStreamsResponse)(nil),  // 20: flo.v1.ListStreamsResponse
+	(*v1.DeleteStreamResponse)(nil), // 21: flo.v1.DeleteStreamResponse
+	(*v1.AppendResponse)(nil),       // 22: flo.v1.AppendResponse
+	(*v1.ReadResponse)(nil),         // 23: flo.v1.ReadResponse
+	(*v1.ConsumerGroup)(nil),        // 24: flo.v1.ConsumerGroup
+	(*v1.ListGroupsResponse)(nil),   // 25: flo.v1.ListGroupsResponse
+	(*v1.DeleteGroupResponse)(nil),  // 26: flo.v1.DeleteGroupResponse
+	(*v1.ListPendingResponse)(nil),  // 27: flo.v1.ListPendingResponse
+	(*v1.GroupReadResponse)(nil),    // 28: flo.v1.GroupReadResponse
+	(*v1.AckResponse)(nil),          // 29: flo.v1.AckResponse
+	(*v1.NackResponse)(nil),         // 30: flo.v1.NackResponse
 }
 var file_flo_streams_v1_streams_proto_depIdxs = []int32{
-	1,  // 0: flo.streams.v1.GroupReadManyRequest.reads:type_name -> flo.streams.v1.ConsumerRead
-	3,  // 1: flo.streams.v1.GroupReadManyResponse.results:type_name -> flo.streams.v1.ConsumerRecords
-	4,  // 2: flo.streams.v1.ConsumerRecords.records:type_name -> flo.v1.StreamRecord
-	5,  // 3: flo.streams.v1.Streams.CreateStream:input_type -> flo.v1.CreateStreamRequest
-	6,  // 4: flo.streams.v1.Streams.GetStream:input_type -> flo.v1.GetStreamRequest
-	7,  // 5: flo.streams.v1.Streams.ListStreams:input_type -> flo.v1.ListStreamsRequest
-	6,  // 6: flo.streams.v1.Streams.DeleteStream:input_type -> flo.v1.GetStreamRequest
-	8,  // 7: flo.streams.v1.Streams.Append:input_type -> flo.v1.AppendRequest
-	9,  // 8: flo.streams.v1.Streams.Read:input_type -> flo.v1.ReadRequest
-	10, // 9: flo.streams.v1.Streams.CreateGroup:input_type -> flo.v1.CreateGroupRequest
-	11, // 10: flo.streams.v1.Streams.ListGroups:input_type -> flo.v1.ListGroupsRequest
-	12, // 11: flo.streams.v1.Streams.DeleteGroup:input_type -> flo.v1.GetGroupRequest
-	13, // 12: flo.streams.v1.Streams.ListPending:input_type -> flo.v1.ListPendingRequest
-	14, // 13: flo.streams.v1.Streams.GroupRead:input_type -> flo.v1.GroupReadRequest
-	0,  // 14: flo.streams.v1.Streams.GroupReadMany:input_type -> flo.streams.v1.GroupReadManyRequest
-	15, // 15: flo.streams.v1.Streams.Ack:input_type -> flo.v1.AckRequest
-	16, // 16: flo.streams.v1.Streams.Nack:input_type -> flo.v1.NackRequest
-	17, // 17: flo.streams.v1.Streams.CreateStream:output_type -> flo.v1.Stream
-	18, // 18: flo.streams.v1.Streams.GetStream:output_type -> flo.v1.StreamInfo
-	19, // 19: flo.streams.v1.Streams.ListStreams:output_type -> flo.v1.ListStreamsResponse
-	20, // 20: flo.streams.v1.Streams.DeleteStream:output_type -> flo.v1.DeleteStreamResponse
-	21, // 21: flo.streams.v1.Streams.Append:output_type -> flo.v1.AppendResponse
-	22, // 22: flo.streams.v1.Streams.Read:output_type -> flo.v1.ReadResponse
-	23, // 23: flo.streams.v1.Streams.CreateGroup:output_type -> flo.v1.ConsumerGroup
-	24, // 24: flo.streams.v1.Streams.ListGroups:output_type -> flo.v1.ListGroupsResponse
-	25, // 25: flo.streams.v1.Streams.DeleteGroup:output_type -> flo.v1.DeleteGroupResponse
-	26, // 26: flo.streams.v1.Streams.ListPending:output_type -> flo.v1.ListPendingResponse
-	27, // 27: flo.streams.v1.Streams.GroupRead:output_type -> flo.v1.GroupReadResponse
-	2,  // 28: flo.streams.v1.Streams.GroupReadMany:output_type -> flo.streams.v1.GroupReadManyResponse
-	28, // 29: flo.streams.v1.Streams.Ack:output_type -> flo.v1.AckResponse
-	29, // 30: flo.streams.v1.Streams.Nack:output_type -> flo.v1.NackResponse
-	17, // [17:31] is the sub-list for method output_type
-	3,  // [3:17] is the sub-list for method input_type
+	2,  // 0: flo.streams.v1.GroupReadManyRequest.reads:type_name -> flo.streams.v1.ConsumerRead
+	4,  // 1: flo.streams.v1.GroupReadManyResponse.results:type_name -> flo.streams.v1.ConsumerRecords
+	5,  // 2: flo.streams.v1.ConsumerRecords.records:type_name -> flo.v1.StreamRecord
+	6,  // 3: flo.streams.v1.Streams.CreateStream:input_type -> flo.v1.CreateStreamRequest
+	7,  // 4: flo.streams.v1.Streams.GetStream:input_type -> flo.v1.GetStreamRequest
+	8,  // 5: flo.streams.v1.Streams.ListStreams:input_type -> flo.v1.ListStreamsRequest
+	7,  // 6: flo.streams.v1.Streams.DeleteStream:input_type -> flo.v1.GetStreamRequest
+	9,  // 7: flo.streams.v1.Streams.Append:input_type -> flo.v1.AppendRequest
+	10, // 8: flo.streams.v1.Streams.Read:input_type -> flo.v1.ReadRequest
+	11, // 9: flo.streams.v1.Streams.CreateGroup:input_type -> flo.v1.CreateGroupRequest
+	12, // 10: flo.streams.v1.Streams.ListGroups:input_type -> flo.v1.ListGroupsRequest
+	13, // 11: flo.streams.v1.Streams.DeleteGroup:input_type -> flo.v1.GetGroupRequest
+	14, // 12: flo.streams.v1.Streams.ListPending:input_type -> flo.v1.ListPendingRequest
+	15, // 13: flo.streams.v1.Streams.GroupRead:input_type -> flo.v1.GroupReadRequest
+	1,  // 14: flo.streams.v1.Streams.GroupReadMany:input_type -> flo.streams.v1.GroupReadManyRequest
+	16, // 15: flo.streams.v1.Streams.Ack:input_type -> flo.v1.AckRequest
+	17, // 16: flo.streams.v1.Streams.Nack:input_type -> flo.v1.NackRequest
+	0,  // 17: flo.streams.v1.Streams.Release:input_type -> flo.streams.v1.ReleaseRequest
+	18, // 18: flo.streams.v1.Streams.CreateStream:output_type -> flo.v1.Stream
+	19, // 19: flo.streams.v1.Streams.GetStream:output_type -> flo.v1.StreamInfo
+	20, // 20: flo.streams.v1.Streams.ListStreams:output_type -> flo.v1.ListStreamsResponse
+	21, // 21: flo.streams.v1.Streams.DeleteStream:output_type -> flo.v1.DeleteStreamResponse
+	22, // 22: flo.streams.v1.Streams.Append:output_type -> flo.v1.AppendResponse
+	23, // 23: flo.streams.v1.Streams.Read:output_type -> flo.v1.ReadResponse
+	24, // 24: flo.streams.v1.Streams.CreateGroup:output_type -> flo.v1.ConsumerGroup
+	25, // 25: flo.streams.v1.Streams.ListGroups:output_type -> flo.v1.ListGroupsResponse
+	26, // 26: flo.streams.v1.Streams.DeleteGroup:output_type -> flo.v1.DeleteGroupResponse
+	27, // 27: flo.streams.v1.Streams.ListPending:output_type -> flo.v1.ListPendingResponse
+	28, // 28: flo.streams.v1.Streams.GroupRead:output_type -> flo.v1.GroupReadResponse
+	3,  // 29: flo.streams.v1.Streams.GroupReadMany:output_type -> flo.streams.v1.GroupReadManyResponse
+	29, // 30: flo.streams.v1.Streams.Ack:output_type -> flo.v1.AckResponse
+	30, // 31: flo.streams.v1.Streams.Nack:output_type -> flo.v1.NackResponse
+	30, // 32: flo.streams.v1.Streams.Release:output_type -> flo.v1.NackResponse
+	18, // [18:33] is the sub-list for method output_type
+	3,  // [3:18] is the sub-list for method input_type
 	3,  // [3:3] is the sub-list for extension type_name
 	3,  // [3:3] is the sub-list for extension extendee
 	0,  // [0:3] is the sub-list for field type_name
@@ -397,7 +485,7 @@ func file_flo_streams_v1_streams_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flo_streams_v1_streams_proto_rawDesc), len(file_flo_streams_v1_streams_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

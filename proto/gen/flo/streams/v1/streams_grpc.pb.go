@@ -36,6 +36,7 @@ const (
 	Streams_GroupReadMany_FullMethodName = "/flo.streams.v1.Streams/GroupReadMany"
 	Streams_Ack_FullMethodName           = "/flo.streams.v1.Streams/Ack"
 	Streams_Nack_FullMethodName          = "/flo.streams.v1.Streams/Nack"
+	Streams_Release_FullMethodName       = "/flo.streams.v1.Streams/Release"
 )
 
 // StreamsClient is the client API for Streams service.
@@ -62,6 +63,10 @@ type StreamsClient interface {
 	GroupReadMany(ctx context.Context, in *GroupReadManyRequest, opts ...grpc.CallOption) (*GroupReadManyResponse, error)
 	Ack(ctx context.Context, in *v1.AckRequest, opts ...grpc.CallOption) (*v1.AckResponse, error)
 	Nack(ctx context.Context, in *v1.NackRequest, opts ...grpc.CallOption) (*v1.NackResponse, error)
+	// Release hands records back to their group at once without counting
+	// their delivery: the gateway calls it for records a read took that never
+	// reached a worker (the worker's stream ended, or it drains).
+	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*v1.NackResponse, error)
 }
 
 type streamsClient struct {
@@ -212,6 +217,16 @@ func (c *streamsClient) Nack(ctx context.Context, in *v1.NackRequest, opts ...gr
 	return out, nil
 }
 
+func (c *streamsClient) Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*v1.NackResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(v1.NackResponse)
+	err := c.cc.Invoke(ctx, Streams_Release_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StreamsServer is the server API for Streams service.
 // All implementations must embed UnimplementedStreamsServer
 // for forward compatibility.
@@ -236,6 +251,10 @@ type StreamsServer interface {
 	GroupReadMany(context.Context, *GroupReadManyRequest) (*GroupReadManyResponse, error)
 	Ack(context.Context, *v1.AckRequest) (*v1.AckResponse, error)
 	Nack(context.Context, *v1.NackRequest) (*v1.NackResponse, error)
+	// Release hands records back to their group at once without counting
+	// their delivery: the gateway calls it for records a read took that never
+	// reached a worker (the worker's stream ended, or it drains).
+	Release(context.Context, *ReleaseRequest) (*v1.NackResponse, error)
 	mustEmbedUnimplementedStreamsServer()
 }
 
@@ -287,6 +306,9 @@ func (UnimplementedStreamsServer) Ack(context.Context, *v1.AckRequest) (*v1.AckR
 }
 func (UnimplementedStreamsServer) Nack(context.Context, *v1.NackRequest) (*v1.NackResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Nack not implemented")
+}
+func (UnimplementedStreamsServer) Release(context.Context, *ReleaseRequest) (*v1.NackResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
 }
 func (UnimplementedStreamsServer) mustEmbedUnimplementedStreamsServer() {}
 func (UnimplementedStreamsServer) testEmbeddedByValue()                 {}
@@ -561,6 +583,24 @@ func _Streams_Nack_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Streams_Release_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StreamsServer).Release(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Streams_Release_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StreamsServer).Release(ctx, req.(*ReleaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Streams_ServiceDesc is the grpc.ServiceDesc for Streams service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -623,6 +663,10 @@ var Streams_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Nack",
 			Handler:    _Streams_Nack_Handler,
+		},
+		{
+			MethodName: "Release",
+			Handler:    _Streams_Release_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
