@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/razorbill/flo/libs/coalesce"
 	"github.com/razorbill/flo/libs/kafka"
@@ -21,6 +23,36 @@ import (
 )
 
 var tracer = otel.Tracer("github.com/razorbill/flo/services/workflow/internal/runner")
+
+// originNumber is the number of TaskEvent's origin field.
+var originNumber = (&eventsv1.TaskEvent{}).ProtoReflect().Descriptor().Fields().ByName("origin").Number()
+
+// fromRun reports whether an encoded TaskEvent's origin says a run invoked
+// its task, reading that field alone (the last one, as a decode would).
+// decided is false when the bytes are not a well-formed message, so that
+// the full decode says what is wrong with them.
+func fromRun(b []byte) (ofRun, decided bool) {
+	var origin []byte
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false, false
+		}
+		b = b[n:]
+		if num == originNumber {
+			if typ != protowire.BytesType {
+				return false, false
+			}
+			if origin, n = protowire.ConsumeBytes(b); n < 0 {
+				return false, false
+			}
+		} else if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+			return false, false
+		}
+		b = b[n:]
+	}
+	return bytes.HasPrefix(origin, []byte(engine.OriginPrefix)), true
+}
 
 // taskEvent is a task event about a task a run waits for: its end, or its
 // result being pending.
@@ -54,6 +86,11 @@ func (r *Runner) HandleTaskEvents(ctx context.Context, records []*kgo.Record) er
 		poison []error
 	)
 	for _, rec := range records {
+		// Most task events are about tasks no run invoked: those are
+		// skipped without decoding them.
+		if ofRun, decided := fromRun(rec.Value); decided && !ofRun {
+			continue
+		}
 		var ev eventsv1.TaskEvent
 		// Only the dispatcher writes task events (proto/codec says why that matters).
 		if err := ev.UnmarshalVT(rec.Value); err != nil {
