@@ -22,6 +22,7 @@ import (
 
 	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/pg"
+	"github.com/razorbill/flo/libs/protopeek"
 	"github.com/razorbill/flo/libs/text"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 	"github.com/razorbill/flo/services/registry/internal/store"
@@ -112,6 +113,11 @@ func (t *Tally) HandleRecords(ctx context.Context, records []*kgo.Record) error 
 	events := make([]Event, 0, len(records))
 	var poison []error
 	for _, r := range records {
+		// Two of a task's three events (created, started) count for no
+		// one: they are skipped by their type alone, without a decode.
+		if typ, ok := protopeek.Varint(r.Value, typeNumber); ok && OutcomeOf(eventsv1.TaskEventType(typ)) == Ignored {
+			continue
+		}
 		e, err := decode(r)
 		if err != nil {
 			poison = append(poison, kafka.Poison(r, err))
@@ -125,6 +131,9 @@ func (t *Tally) HandleRecords(ctx context.Context, records []*kgo.Record) error 
 	}
 	return errors.Join(poison...)
 }
+
+// typeNumber is the number of TaskEvent's type field.
+var typeNumber = (&eventsv1.TaskEvent{}).ProtoReflect().Descriptor().Fields().ByName("type").Number()
 
 func decode(r *kgo.Record) (Event, error) {
 	var ev eventsv1.TaskEvent

@@ -197,6 +197,28 @@ func TestPoisonRecordIsReportedAndPassed(t *testing.T) {
 	require.Equal(t, int64(4), f.nextOffset(t, 0))
 }
 
+// TestEventsThatCountForNoOneArePassed: created and started events are
+// skipped by their type alone (even one whose names no store could hold is
+// not poison: it is never decoded), and the stored offset passes them.
+func TestEventsThatCountForNoOneArePassed(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	recs := records(t, 0, 0, 6)
+	for i, typ := range map[int]eventsv1.TaskEventType{
+		1: eventsv1.TaskEventType_TASK_EVENT_TYPE_CREATED,
+		2: eventsv1.TaskEventType_TASK_EVENT_TYPE_STARTED,
+		5: eventsv1.TaskEventType_TASK_EVENT_TYPE_CREATED,
+	} {
+		v, err := proto.Marshal(&eventsv1.TaskEvent{Type: typ, Namespace: "ns", WorkerId: "w\x00", Action: "send", OccurredAt: timestamppb.Now()})
+		require.NoError(t, err)
+		recs[i].Value = v
+	}
+	require.NoError(t, f.tally.HandleRecords(t.Context(), recs))
+	// Offsets 0 and 4 completed, 3 failed.
+	require.Equal(t, counts{completed: 2, failed: 1, runs: 2, fails: 1}, f.counts(t))
+	require.Equal(t, int64(6), f.nextOffset(t, 0))
+}
+
 // TestConcurrentReplicasCountOnce runs the same records through two tallies
 // at once, as two registry replicas overlap during a rebalance, each in
 // batches of its own size: the partition's offset row serialises them and

@@ -13,10 +13,10 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/razorbill/flo/libs/coalesce"
 	"github.com/razorbill/flo/libs/kafka"
+	"github.com/razorbill/flo/libs/protopeek"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 	"github.com/razorbill/flo/services/workflow/internal/definition"
 	"github.com/razorbill/flo/services/workflow/internal/engine"
@@ -28,30 +28,11 @@ var tracer = otel.Tracer("github.com/razorbill/flo/services/workflow/internal/ru
 var originNumber = (&eventsv1.TaskEvent{}).ProtoReflect().Descriptor().Fields().ByName("origin").Number()
 
 // fromRun reports whether an encoded TaskEvent's origin says a run invoked
-// its task, reading that field alone (the last one, as a decode would).
-// decided is false when the bytes are not a well-formed message, so that
-// the full decode says what is wrong with them.
+// its task, reading that field alone. decided is false when the bytes are
+// not a well-formed message, so that the full decode says what is wrong.
 func fromRun(b []byte) (ofRun, decided bool) {
-	var origin []byte
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return false, false
-		}
-		b = b[n:]
-		if num == originNumber {
-			if typ != protowire.BytesType {
-				return false, false
-			}
-			if origin, n = protowire.ConsumeBytes(b); n < 0 {
-				return false, false
-			}
-		} else if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-			return false, false
-		}
-		b = b[n:]
-	}
-	return bytes.HasPrefix(origin, []byte(engine.OriginPrefix)), true
+	origin, ok := protopeek.Bytes(b, originNumber)
+	return ok && bytes.HasPrefix(origin, []byte(engine.OriginPrefix)), ok
 }
 
 // taskEvent is a task event about a task a run waits for: its end, or its
