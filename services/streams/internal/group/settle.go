@@ -51,18 +51,7 @@ func (g *Groups) Nack(ctx context.Context, key store.GroupKey, ids []string, del
 	if delay < 0 {
 		return 0, fault.Invalidf("delay_ms must not be negative")
 	}
-	s, err := newSettlement(key, ids)
-	if err != nil {
-		return 0, err
-	}
-	// The reason is free text: repaired and capped, never refused, since a
-	// settle shares its transaction with other calls.
-	s.nack, s.delay, s.reason = true, min(delay, MaxNackDelay), text.Clean(reason, text.MaxFreeBytes)
-	n, err := g.settler.Do(ctx, s)
-	if err == nil {
-		g.nacked.Add(ctx, int64(n))
-	}
-	return n, err
+	return g.handBack(ctx, key, ids, settlement{delay: min(delay, MaxNackDelay), reason: reason})
 }
 
 // Release hands records back to the group at once, as a nack without delay,
@@ -70,11 +59,18 @@ func (g *Groups) Nack(ctx context.Context, key store.GroupKey, ids []string, del
 // read took that never reached a worker, which must not bring them closer
 // to their group's max deliveries.
 func (g *Groups) Release(ctx context.Context, key store.GroupKey, ids []string, reason string) (int, error) {
+	return g.handBack(ctx, key, ids, settlement{uncounted: true, reason: reason})
+}
+
+// handBack nacks ids of key as how says (its delay, reason and uncounted).
+func (g *Groups) handBack(ctx context.Context, key store.GroupKey, ids []string, how settlement) (int, error) {
 	s, err := newSettlement(key, ids)
 	if err != nil {
 		return 0, err
 	}
-	s.nack, s.uncounted, s.reason = true, true, text.Clean(reason, text.MaxFreeBytes)
+	// The reason is free text: repaired and capped, never refused, since a
+	// settle shares its transaction with other calls.
+	s.nack, s.delay, s.uncounted, s.reason = true, how.delay, how.uncounted, text.Clean(how.reason, text.MaxFreeBytes)
 	n, err := g.settler.Do(ctx, s)
 	if err == nil {
 		g.nacked.Add(ctx, int64(n))
