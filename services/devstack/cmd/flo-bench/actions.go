@@ -112,6 +112,15 @@ type invoker struct {
 	invoke func(ctx context.Context, n int) error
 }
 
+// stamped is one task's payload, stamped with the time now, encoded.
+func stamped() ([]byte, error) {
+	body, err := json.Marshal(actionPayload{InvokedAt: time.Now().UnixNano()})
+	if err != nil {
+		return nil, fmt.Errorf("encode payload: %w", err)
+	}
+	return body, nil
+}
+
 // newInvoker returns the invoker o asks for.
 func (p *platform) newInvoker(o options) (*invoker, error) {
 	switch {
@@ -135,9 +144,9 @@ func (p *platform) newInvoker(o options) (*invoker, error) {
 		tasks := flov1.NewTaskServiceClient(conn)
 		auth := metadata.Pairs("authorization", "Bearer "+p.token)
 		return &invoker{mode: "one InvokeTask RPC per task", per: 1, invoke: func(ctx context.Context, _ int) error {
-			body, err := json.Marshal(actionPayload{InvokedAt: time.Now().UnixNano()})
+			body, err := stamped()
 			if err != nil {
-				return fmt.Errorf("encode payload: %w", err)
+				return err
 			}
 			req := &flov1.InvokeTaskRequest{Namespace: namespace, Action: "bench", Payload: body}
 			if _, err := tasks.InvokeTask(metadata.NewOutgoingContext(ctx, auth), req); err != nil {
@@ -147,9 +156,9 @@ func (p *platform) newInvoker(o options) (*invoker, error) {
 		}}, nil
 	}
 	return &invoker{mode: "unary Invoke", per: 1, invoke: func(ctx context.Context, _ int) error {
-		body, err := json.Marshal(actionPayload{InvokedAt: time.Now().UnixNano()})
+		body, err := stamped()
 		if err != nil {
-			return fmt.Errorf("encode payload: %w", err)
+			return err
 		}
 		if _, err := p.client.Invoke(ctx, "bench", body); err != nil {
 			return fmt.Errorf("invoke: %w", err)
