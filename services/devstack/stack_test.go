@@ -33,7 +33,15 @@ func TestMain(m *testing.M) {
 	if err := os.Setenv("FLO_TOKEN", testAdminToken); err != nil {
 		panic(err)
 	}
-	os.Exit(harness.Main(m))
+	code := harness.Main(m)
+	// The service binaries are built once per run (serviceBinaries), about
+	// 150 MB; left behind, every run would add another copy.
+	if binDir != "" {
+		if err := os.RemoveAll(binDir); err != nil {
+			fmt.Fprintf(os.Stderr, "remove %s: %v\n", binDir, err)
+		}
+	}
+	os.Exit(code)
 }
 
 // env is one test's platform: its own database and broker, every service.
