@@ -112,6 +112,13 @@ func (r *Replica) Claim(ctx context.Context, req ClaimRequest) ([]engine.Claimed
 			got = nil
 		}
 	}
+	if len(got) > 0 && ctx.Err() != nil {
+		// The caller gave up while the leases were being recorded (a gateway
+		// cancels the claims other replicas answered first): the answer
+		// would be dropped, and the tasks would wait for their leases to end.
+		go r.giveBackAll(req.Namespace, got)
+		got, err = nil, ctx.Err()
+	}
 	r.metrics.started(ctx, got)
 	return got, err
 }

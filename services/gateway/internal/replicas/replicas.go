@@ -1,16 +1,20 @@
 // Package replicas sends a worker's claims to every dispatcher replica. Each
 // replica owns some task partitions and holds their tasks in memory, and a
 // task of any action may sit in any partition, so a claim has to reach them
-// all. A Set keeps the list of replicas fresh (ListReplicas through the
-// gateway's one dispatcher connection, which any replica answers) and one
-// connection per replica. Reports, touches and reads do not come here: the
-// replica that receives one forwards it to the partition's owner.
+// all. A claim is first split among the replicas, each asked for its share
+// of the tasks without waiting, so that a busy queue is leased once;
+// only a claim that finds nothing that way goes whole to each replica and
+// waits there. A Set keeps the list of replicas fresh (ListReplicas through
+// the gateway's one dispatcher connection, which any replica answers) and
+// one connection per replica. Reports, touches and reads do not come here:
+// the replica that receives one forwards it to the partition's owner.
 package replicas
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/url"
 	"slices"
 	"strings"
@@ -77,12 +81,20 @@ type Set struct {
 	// changed is closed, and replaced, when the list changes: claims
 	// waiting at the old list end so that their callers ask the new one.
 	changed chan struct{}
+
+	// turns holds, by address, each replica's running credit in the smooth
+	// weighted round robin that splits claims (see shares).
+	turnsMu sync.Mutex
+	turns   map[string]int
 }
 
 type replica struct {
 	addr   string
 	conn   *grpc.ClientConn
 	client Dispatcher
+	// weight is the number of partitions the replica owns, at least 1: the
+	// share of a claim it is asked for.
+	weight int
 }
 
 // New returns a Set that lists replicas through def. Until Run has read a
@@ -94,7 +106,8 @@ func New(def Dispatcher, opts Options) *Set {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Set{def: def, dial: opts.Dial, refresh: opts.Refresh, log: opts.Log, stale: make(chan struct{}, 1), changed: make(chan struct{})}
+	return &Set{def: def, dial: opts.Dial, refresh: opts.Refresh, log: opts.Log, stale: make(chan struct{}, 1), changed: make(chan struct{}),
+		turns: make(map[string]int)}
 }
 
 // DialOptions returns base with the authority of the configured dispatcher
@@ -126,7 +139,7 @@ func (s *Set) Run(ctx context.Context) error {
 	defer t.Stop()
 	failing := false
 	for {
-		addrs, err := s.list(ctx)
+		owned, err := s.list(ctx)
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -142,7 +155,7 @@ func (s *Set) Run(ctx context.Context) error {
 				s.log.InfoContext(ctx, "dispatcher replicas listed again")
 			}
 			failing = false
-			s.update(ctx, addrs)
+			s.update(ctx, owned)
 		}
 		select {
 		case <-ctx.Done():
@@ -153,37 +166,39 @@ func (s *Set) Run(ctx context.Context) error {
 	}
 }
 
-// list asks the default client for the replicas' addresses, sorted and
-// without duplicates.
-func (s *Set) list(ctx context.Context) ([]string, error) {
+// list asks the default client for the replicas: the number of partitions
+// each owns, by address.
+func (s *Set) list(ctx context.Context) (map[string]int, error) {
 	ctx, cancel := context.WithTimeout(ctx, listTimeout)
 	defer cancel()
 	resp, err := s.def.ListReplicas(ctx, &dispatcherv1.ListReplicasRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("list dispatcher replicas: %w", err)
 	}
-	addrs := make([]string, 0, len(resp.GetReplicas()))
+	owned := make(map[string]int, len(resp.GetReplicas()))
 	for _, r := range resp.GetReplicas() {
 		if r.GetAddress() != "" {
-			addrs = append(addrs, r.GetAddress())
+			owned[r.GetAddress()] += len(r.GetPartitions())
 		}
 	}
-	slices.Sort(addrs)
-	return slices.Compact(addrs), nil
+	return owned, nil
 }
 
-// update makes the connections match addrs: new replicas are dialed (lazily,
-// so a dial costs nothing until the first claim), those that left are closed.
-// A claim still running on a closed connection fails and skips that replica.
-func (s *Set) update(ctx context.Context, addrs []string) {
+// update makes the connections match the replicas in owned (partitions by
+// address): new replicas are dialed (lazily, so a dial costs nothing until
+// the first claim), those that left are closed. A claim still running on a
+// closed connection fails and skips that replica.
+func (s *Set) update(ctx context.Context, owned map[string]int) {
+	addrs := slices.Sorted(maps.Keys(owned))
 	s.mu.Lock()
 	old := s.replicas
 	s.mu.Unlock()
 	next := make(map[string]*replica, len(addrs))
 	var added []string
 	for _, a := range addrs {
+		weight := max(owned[a], 1)
 		if r, ok := old[a]; ok {
-			next[a] = r
+			next[a] = &replica{addr: a, conn: r.conn, client: r.client, weight: weight}
 			continue
 		}
 		conn, err := grpc.NewClient(a, s.dial...)
@@ -191,7 +206,7 @@ func (s *Set) update(ctx context.Context, addrs []string) {
 			s.log.WarnContext(ctx, "dial dispatcher replica failed; claims skip it", slog.String("addr", a), slog.Any("error", err))
 			continue
 		}
-		next[a] = &replica{addr: a, conn: conn, client: dispatcherv1.NewDispatcherClient(conn)}
+		next[a] = &replica{addr: a, conn: conn, client: dispatcherv1.NewDispatcherClient(conn), weight: weight}
 		added = append(added, a)
 	}
 	s.mu.Lock()
@@ -210,6 +225,11 @@ func (s *Set) update(ctx context.Context, addrs []string) {
 		}
 	}
 	if len(added) > 0 || len(removed) > 0 {
+		// Credits of replicas that left would stay forever; new ones start
+		// even.
+		s.turnsMu.Lock()
+		clear(s.turns)
+		s.turnsMu.Unlock()
 		slices.Sort(removed)
 		s.log.InfoContext(ctx, "dispatcher replicas changed", slog.Any("replicas", addrs),
 			slog.Any("added", added), slog.Any("removed", removed))
@@ -229,8 +249,10 @@ func (s *Set) snapshot() ([]*replica, <-chan struct{}) {
 }
 
 // Claim leases up to each of req.Slots' count to its worker. With two or
-// more replicas known it sends req to each at once and returns the first
-// answer with tasks. The other calls run on for settleGrace, so that
+// more replicas known it first asks each, at once, for its share of the
+// count without waiting for work (see claimShares), and returns what they
+// had. Only when none had anything does it send req whole to each and
+// return the first answer with tasks. The other calls run on for settleGrace, so that
 // answers already on their way arrive rather than being dropped by a
 // cancellation (their tasks would stay leased to nobody until the lease ran
 // out), and are then cancelled; the answers with tasks they bring are handed
@@ -249,6 +271,8 @@ func (s *Set) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, late fu
 	if len(replicas) <= 1 {
 		// One replica, or none known: the default client reaches it.
 		replicas = []*replica{{addr: "default", client: s.def}}
+	} else if resp, err := s.claimShares(ctx, replicas, req, late); err != nil || len(resp.GetTasks()) > 0 {
+		return resp, err
 	}
 	// The calls may outlive Claim (see settle), so they do not end with
 	// ctx, which the caller cancels once Claim returns.
@@ -295,6 +319,108 @@ func (s *Set) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, late fu
 		s.failed(err)
 	}
 	return nil, nil
+}
+
+// claimShares asks each replica at once for its share of req's slots (see
+// shares), with no wait, and returns the tasks of all their answers. Each
+// task is leased once: sent whole to every replica, a claim on a busy queue
+// came back full from each, and all but the first answer's tasks were
+// abandoned. A failing replica is skipped (the whole claim that follows an
+// empty result reports failures). Once one replica has answered, the others
+// get settleGrace before the claim returns without them: one that answers a
+// claim that waits for nothing no sooner is busy, paused or cut off. Their
+// calls are not cancelled then, nor when the caller gives up: a call
+// cancelled while its replica commits the leases loses its answer, and the
+// tasks would wait for their leases to run out. What they bring goes to
+// late; a replica that has not answered by the whole claim's deadline is
+// given up on.
+func (s *Set) claimShares(ctx context.Context, replicas []*replica, req *dispatcherv1.ClaimRequest,
+	late func(*dispatcherv1.ClaimResponse)) (*dispatcherv1.ClaimResponse, error) {
+	shares := s.shares(replicas, req.GetSlots())
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	bound := time.Duration(req.GetWaitMs())*time.Millisecond + answerGrace
+	giveUp := time.AfterFunc(bound, cancel)
+	answers := make(chan answer, len(replicas))
+	calls := 0
+	for i, r := range replicas {
+		if len(shares[i]) == 0 {
+			continue
+		}
+		share := &dispatcherv1.ClaimRequest{Namespace: req.GetNamespace(), Actions: req.GetActions(), LeaseMs: req.GetLeaseMs(), Slots: shares[i]}
+		calls++
+		go func() {
+			resp, err := r.client.Claim(cctx, share)
+			answers <- answer{addr: r.addr, resp: resp, err: err}
+		}()
+	}
+	merged := &dispatcherv1.ClaimResponse{}
+	var rest <-chan time.Time
+	for left := calls; left > 0; left-- {
+		var a answer
+		select {
+		case a = <-answers:
+		case <-ctx.Done():
+			if len(merged.GetTasks()) > 0 {
+				go late(merged)
+			}
+			go s.settle(ctx, left, answers, bound, cancel, giveUp, late)
+			return nil, status.FromContextError(ctx.Err()).Err()
+		case <-rest:
+			go s.settle(ctx, left, answers, bound, cancel, giveUp, late)
+			return merged, nil
+		}
+		if rest == nil {
+			t := time.NewTimer(settleGrace)
+			defer t.Stop()
+			rest = t.C
+		}
+		if a.err != nil {
+			s.failed(a.err)
+			s.log.DebugContext(ctx, "claim of a share from a dispatcher replica failed; skipping it", slog.String("addr", a.addr), slog.Any("error", a.err))
+			continue
+		}
+		merged.Tasks = append(merged.Tasks, a.resp.GetTasks()...)
+		merged.WorkerIds = append(merged.WorkerIds, a.resp.GetWorkerIds()...)
+	}
+	giveUp.Stop()
+	cancel()
+	return merged, nil
+}
+
+// shares splits slots among replicas in proportion to their weights, task
+// by task, with a smooth weighted round robin whose credits carry over from
+// claim to claim: a replica owning twice the partitions is asked for twice
+// the tasks, and claims of one task take turns. It returns each replica's
+// slots, in the order of replicas; a replica with no share has none.
+func (s *Set) shares(replicas []*replica, slots []*dispatcherv1.ClaimSlot) [][]*dispatcherv1.ClaimSlot {
+	total := 0
+	for _, r := range replicas {
+		total += r.weight
+	}
+	out := make([][]*dispatcherv1.ClaimSlot, len(replicas))
+	counts := make([]int32, len(replicas))
+	s.turnsMu.Lock()
+	defer s.turnsMu.Unlock()
+	for _, slot := range slots {
+		clear(counts)
+		for range slot.GetCount() {
+			best := -1
+			for i, r := range replicas {
+				s.turns[r.addr] += r.weight
+				if best < 0 || s.turns[r.addr] > s.turns[replicas[best].addr] {
+					best = i
+				}
+			}
+			s.turns[replicas[best].addr] -= total
+			counts[best]++
+		}
+		for i, n := range counts {
+			if n > 0 {
+				out[i] = append(out[i], &dispatcherv1.ClaimSlot{WorkerId: slot.GetWorkerId(), Count: n})
+			}
+		}
+	}
+	return out
 }
 
 // answer is one replica's answer to a claim.

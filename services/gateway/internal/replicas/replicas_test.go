@@ -31,30 +31,34 @@ type replicaServer struct {
 	dispatcherv1.UnimplementedDispatcherServer
 	addr string
 
-	// claim answers a claim; nil means "wait until the caller gives up".
-	claim func(*dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error)
-	// received gets a value for each claim that arrives.
-	received chan struct{}
+	// claim answers a claim; nil is idle.
+	claim claimFunc
+	// received gets a value for each claim that arrives, waiting for each
+	// that waits for work.
+	received, waiting chan struct{}
 
 	mu     sync.Mutex
 	listed []string
-	reqs   []*dispatcherv1.ClaimRequest
+	// owned is the number of partitions each listed replica owns; one if
+	// not set.
+	owned map[string]int
+	reqs  []*dispatcherv1.ClaimRequest
 
 	lists     atomic.Int32
 	cancelled atomic.Int32
 	conns     atomic.Int32
 }
 
-func startReplica(t *testing.T, claim func(*dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error)) *replicaServer {
+func startReplica(t *testing.T, claim claimFunc) *replicaServer {
 	t.Helper()
 	return serveReplica(t, "127.0.0.1", claim)
 }
 
-func serveReplica(t *testing.T, host string, claim func(*dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error), opts ...grpc.ServerOption) *replicaServer {
+func serveReplica(t *testing.T, host string, claim claimFunc, opts ...grpc.ServerOption) *replicaServer {
 	t.Helper()
 	lis, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	require.NoError(t, err)
-	r := &replicaServer{addr: lis.Addr().String(), claim: claim, received: make(chan struct{}, 100)}
+	r := &replicaServer{addr: lis.Addr().String(), claim: claim, received: make(chan struct{}, 100), waiting: make(chan struct{}, 100)}
 	srv := grpc.NewServer(append(opts, grpc.StatsHandler(connCounter{&r.conns}))...)
 	dispatcherv1.RegisterDispatcherServer(srv, r)
 	go func() { _ = srv.Serve(lis) }()
@@ -79,8 +83,14 @@ func (r *replicaServer) ListReplicas(context.Context, *dispatcherv1.ListReplicas
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	resp := &dispatcherv1.ListReplicasResponse{}
-	for i, a := range r.listed {
-		resp.Replicas = append(resp.Replicas, &dispatcherv1.Replica{Address: a, Partitions: []int32{int32(i)}})
+	next := int32(0)
+	for _, a := range r.listed {
+		rep := &dispatcherv1.Replica{Address: a}
+		for range max(r.owned[a], 1) {
+			rep.Partitions = append(rep.Partitions, next)
+			next++
+		}
+		resp.Replicas = append(resp.Replicas, rep)
 	}
 	return resp, nil
 }
@@ -90,11 +100,39 @@ func (r *replicaServer) Claim(ctx context.Context, req *dispatcherv1.ClaimReques
 	r.reqs = append(r.reqs, req)
 	r.mu.Unlock()
 	r.received <- struct{}{}
-	if r.claim != nil {
-		return r.claim(req)
+	if req.GetWaitMs() > 0 {
+		r.waiting <- struct{}{}
 	}
+	claim := r.claim
+	if claim == nil {
+		claim = idle
+	}
+	resp, err := claim(ctx, req)
+	if ctx.Err() != nil {
+		r.cancelled.Add(1)
+	}
+	return resp, err
+}
+
+// claimFunc is how a replicaServer answers a claim.
+type claimFunc func(context.Context, *dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error)
+
+// idle has nothing ready, as a dispatcher answers then: empty once the
+// claim's wait has passed, or as the caller gives up.
+func idle(ctx context.Context, req *dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
+	wait := time.NewTimer(time.Duration(req.GetWaitMs()) * time.Millisecond)
+	defer wait.Stop()
+	select {
+	case <-wait.C:
+		return &dispatcherv1.ClaimResponse{}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// silent never answers: the replica is paused or cut off.
+func silent(ctx context.Context, _ *dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
 	<-ctx.Done()
-	r.cancelled.Add(1)
 	return nil, ctx.Err()
 }
 
@@ -113,20 +151,32 @@ func (c connCounter) HandleConn(_ context.Context, s stats.ConnStats) {
 	}
 }
 
-// tasks answers every claim with n tasks named after prefix.
-func tasks(prefix string, n int) func(*dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
-	return func(*dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
+// tasks has n tasks ready, named after prefix: it answers each claim at once
+// with as many as its slots ask for, numbered on from the last answer's,
+// each leased to its slot's worker.
+func tasks(prefix string, n int) claimFunc {
+	var mu sync.Mutex
+	next := 0
+	return func(_ context.Context, req *dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
+		mu.Lock()
+		defer mu.Unlock()
 		resp := &dispatcherv1.ClaimResponse{}
-		for i := range n {
-			resp.Tasks = append(resp.Tasks, &flov1.TaskAssignment{TaskId: fmt.Sprintf("%s-%d", prefix, i), Attempt: 1})
-			resp.WorkerIds = append(resp.WorkerIds, "w")
+		for _, slot := range req.GetSlots() {
+			for range slot.GetCount() {
+				if next == n {
+					return resp, nil
+				}
+				resp.Tasks = append(resp.Tasks, &flov1.TaskAssignment{TaskId: fmt.Sprintf("%s-%d", prefix, next), Attempt: 1})
+				resp.WorkerIds = append(resp.WorkerIds, slot.GetWorkerId())
+				next++
+			}
 		}
 		return resp, nil
 	}
 }
 
-func fails(code codes.Code) func(*dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
-	return func(*dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
+func fails(code codes.Code) claimFunc {
+	return func(context.Context, *dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
 		return nil, status.Error(code, "replica refuses")
 	}
 }
@@ -204,32 +254,86 @@ func claimReq(count int32) *dispatcherv1.ClaimRequest {
 
 func TestClaimWithOneReplicaGoesToTheDefaultConnection(t *testing.T) {
 	t.Parallel()
-	front := startReplica(t, tasks("front", 1))
+	front := startReplica(t, tasks("front", 2))
 	front.list(front.addr)
 	set := New(dial(t, front.addr, plain...), Options{Dial: plain, Refresh: time.Hour})
 
 	var ab lateTasks
-	got, err := set.Claim(t.Context(), claimReq(5), ab.add)
+	got, err := set.Claim(t.Context(), claimReq(1), ab.add)
 	require.NoError(t, err)
 	require.Equal(t, []string{"front-0"}, ids(got), "before any list, the default connection claims")
 
 	run(t, set, 1)
-	got, err = set.Claim(t.Context(), claimReq(5), ab.add)
+	got, err = set.Claim(t.Context(), claimReq(1), ab.add)
 	require.NoError(t, err)
-	require.Equal(t, []string{"front-0"}, ids(got))
-	require.Len(t, front.claims(), 2)
+	require.Equal(t, []string{"front-1"}, ids(got))
+	reqs := front.claims()
+	require.Len(t, reqs, 2)
+	require.Equal(t, int64(30_000), reqs[1].GetWaitMs(), "a single replica gets the claim as it is")
 	require.Equal(t, int32(1), front.conns.Load(), "a single replica costs no connection of its own")
 	require.Empty(t, ab.list())
 }
 
-func TestClaimFirstAnswerWinsAndTheOthersAreCancelled(t *testing.T) {
+// With work ready at every replica, a claim is split among them in
+// proportion to the partitions each owns, and no task is leased twice:
+// sent whole to each, a busy queue came back full from every replica and
+// all but one answer's tasks were abandoned.
+func TestClaimSplitsAmongReplicasByThePartitionsTheyOwn(t *testing.T) {
+	t.Parallel()
+	a, b := startReplica(t, tasks("a", 100)), startReplica(t, tasks("b", 100))
+	front := startReplica(t, nil)
+	front.owned = map[string]int{a.addr: 6, b.addr: 2}
+	set := over(t, front, plain, a, b)
+
+	var ab lateTasks
+	req := claimReq(6)
+	req.Slots = append(req.Slots, &dispatcherv1.ClaimSlot{WorkerId: "v", Count: 2})
+	got, err := set.Claim(t.Context(), req, ab.add)
+	require.NoError(t, err)
+	require.Len(t, got.GetTasks(), 8, "each replica's share comes back")
+	require.Empty(t, ab.list(), "nothing is leased beyond the claim")
+	leased := map[string]int{}
+	for _, w := range got.GetWorkerIds() {
+		leased[w]++
+	}
+	require.Equal(t, map[string]int{"w": 6, "v": 2}, leased, "each worker gets what its slot asked for")
+	askedOf := func(r *replicaServer) (n int32) {
+		for _, req := range r.claims() {
+			require.Zero(t, req.GetWaitMs(), "a share waits for nothing")
+			for _, slot := range req.GetSlots() {
+				n += slot.GetCount()
+			}
+		}
+		return n
+	}
+	require.Equal(t, int32(6), askedOf(a), "the replica with three times the partitions is asked for three times the tasks")
+	require.Equal(t, int32(2), askedOf(b))
+
+	// Claims of one task take turns in the same proportion.
+	for range 8 {
+		got, err := set.Claim(t.Context(), claimReq(1), ab.add)
+		require.NoError(t, err)
+		require.Len(t, got.GetTasks(), 1)
+	}
+	require.Equal(t, int32(12), askedOf(a))
+	require.Equal(t, int32(4), askedOf(b))
+	require.Empty(t, front.claims(), "with two replicas the default connection claims nothing")
+}
+
+// A claim whose shares find nothing goes whole to every replica and waits
+// there; the first answer with tasks wins and the other calls are
+// cancelled.
+func TestClaimWaitsWholeAtEveryReplicaWhenNoShareFindsWork(t *testing.T) {
 	t.Parallel()
 	waiting := startReplica(t, nil)
-	// The answer waits until the other replica has the claim, so there is
-	// a call to cancel.
-	ready := startReplica(t, func(req *dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
-		<-waiting.received
-		return tasks("a", 2)(req)
+	// Nothing for the share; the waiting claim is answered once the other
+	// replica has it too, so there is a call to cancel.
+	ready := startReplica(t, func(ctx context.Context, req *dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
+		if req.GetWaitMs() == 0 {
+			return &dispatcherv1.ClaimResponse{}, nil
+		}
+		<-waiting.waiting
+		return tasks("a", 2)(ctx, req)
 	})
 	front := startReplica(t, tasks("front", 1))
 	set := over(t, front, plain, ready, waiting)
@@ -244,24 +348,36 @@ func TestClaimFirstAnswerWinsAndTheOthersAreCancelled(t *testing.T) {
 		"the replica with nothing ready sees its claim cancelled")
 	for _, r := range []*replicaServer{ready, waiting} {
 		reqs := r.claims()
-		require.Len(t, reqs, 1)
-		require.Equal(t, int32(5), reqs[0].GetSlots()[0].GetCount(), "every replica is asked for the same count")
-		require.Equal(t, int64(30_000), reqs[0].GetWaitMs(), "and the same wait")
+		require.Len(t, reqs, 2, "a share, then the whole claim")
+		require.Zero(t, reqs[0].GetWaitMs())
+		require.Equal(t, int32(5), reqs[1].GetSlots()[0].GetCount(), "every replica is asked for the whole count")
+		require.Equal(t, int64(30_000), reqs[1].GetWaitMs(), "and the whole wait")
 	}
 }
 
 func TestClaimHandsOnTasksThatArriveAfterTheWinner(t *testing.T) {
 	t.Parallel()
-	a := startReplica(t, tasks("a", 2))
-	b := startReplica(t, tasks("b", 2))
-	// Both answers are held until both have arrived, so the second is on
-	// its way when the first wins, as when two replicas answer at once.
+	waitingTasks := func(prefix string) claimFunc {
+		ready := tasks(prefix, 2)
+		return func(ctx context.Context, req *dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
+			if req.GetWaitMs() == 0 {
+				return &dispatcherv1.ClaimResponse{}, nil
+			}
+			return ready(ctx, req)
+		}
+	}
+	a, b := startReplica(t, waitingTasks("a")), startReplica(t, waitingTasks("b"))
+	// Both answers to the waiting claims are held until both have arrived,
+	// so the second is on its way when the first wins, as when two replicas
+	// answer at once.
 	var arrived sync.WaitGroup
 	arrived.Add(2)
 	both := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		err := invoker(ctx, method, req, reply, cc, opts...)
-		arrived.Done()
-		arrived.Wait()
+		if c, ok := req.(*dispatcherv1.ClaimRequest); ok && c.GetWaitMs() > 0 {
+			arrived.Done()
+			arrived.Wait()
+		}
 		return err
 	}
 	set := over(t, startReplica(t, nil), append(slices.Clip(plain), grpc.WithUnaryInterceptor(both)), a, b)
@@ -276,14 +392,38 @@ func TestClaimHandsOnTasksThatArriveAfterTheWinner(t *testing.T) {
 	require.ElementsMatch(t, []string{"a-0", "a-1", "b-0", "b-1"}, all, "no task is lost or doubled")
 }
 
+// A replica that does not answer its share (paused, cut off) does not hold
+// back the others' tasks, and what it brings later is handed on.
+func TestClaimSharesGoOutWithoutAReplicaThatDoesNotAnswer(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	slow := startReplica(t, func(ctx context.Context, req *dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
+		<-release
+		return tasks("slow", 1)(ctx, req)
+	})
+	ready := startReplica(t, tasks("ready", 5))
+	set := over(t, startReplica(t, nil), plain, slow, ready)
+
+	var ab lateTasks
+	got, err := set.Claim(t.Context(), claimReq(4), ab.add)
+	require.NoError(t, err)
+	require.Equal(t, []string{"ready-0", "ready-1"}, ids(got), "the answering replica's share")
+	close(release)
+	require.Eventually(t, func() bool { return slow.cancelled.Load() == 1 || len(ab.list()) == 1 }, 5*time.Second, 5*time.Millisecond,
+		"the late replica's call is cancelled, or its tasks handed on")
+	if slow.cancelled.Load() == 0 {
+		require.Equal(t, []string{"slow-0"}, ab.list())
+	}
+}
+
 func TestClaimEndsWithItsCaller(t *testing.T) {
 	t.Parallel()
 	a, b := startReplica(t, nil), startReplica(t, nil)
 	set := over(t, startReplica(t, nil), plain, a, b)
 	ctx, cancel := context.WithCancel(t.Context())
 	go func() {
-		<-a.received
-		<-b.received
+		<-a.waiting
+		<-b.waiting
 		cancel()
 	}()
 	var ab lateTasks
@@ -296,29 +436,32 @@ func TestClaimEndsWithItsCaller(t *testing.T) {
 func TestClaimSkipsAFailingReplicaAndReadsTheListAgain(t *testing.T) {
 	t.Parallel()
 	down := startReplica(t, fails(codes.Unavailable))
-	// Nothing at first, so no answer wins and cancels the failing call;
-	// then one task. Each answer waits until the failing replica has the
-	// claim.
-	var upClaims atomic.Int32
-	up := startReplica(t, func(req *dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
-		<-down.received
-		return tasks("up", int(min(upClaims.Add(1)-1, 1)))(req)
+	// Nothing at first; then one task.
+	var ready atomic.Bool
+	up := startReplica(t, func(ctx context.Context, req *dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
+		if ready.Load() {
+			return tasks("up", 1)(ctx, req)
+		}
+		return idle(ctx, req)
 	})
 	front := startReplica(t, nil)
 	set := over(t, front, plain, down, up)
 	lists := front.lists.Load()
 
 	var ab lateTasks
-	got, err := set.Claim(t.Context(), claimReq(5), ab.add)
+	req := claimReq(4)
+	req.WaitMs = 50
+	got, err := set.Claim(t.Context(), req, ab.add)
 	require.NoError(t, err, "one replica answering is enough")
 	require.Empty(t, got.GetTasks())
 	require.Eventually(t, func() bool { return front.lists.Load() > lists }, 5*time.Second, 5*time.Millisecond,
 		"an unavailable replica has the list read at once, not at the next interval")
 
-	got, err = set.Claim(t.Context(), claimReq(5), ab.add)
+	ready.Store(true)
+	got, err = set.Claim(t.Context(), claimReq(4), ab.add)
 	require.NoError(t, err)
 	require.Equal(t, []string{"up-0"}, ids(got))
-	require.Len(t, down.claims(), 2, "a failing replica still listed is asked again")
+	require.Len(t, down.claims(), 3, "a failing replica still listed is asked again")
 }
 
 func TestClaimFailsOnlyWhenEveryReplicaFails(t *testing.T) {
@@ -353,14 +496,14 @@ func TestClaimWithNothingReadyAnswersEmptyAfterEveryReplica(t *testing.T) {
 	got, err := set.Claim(t.Context(), claimReq(5), ab.add)
 	require.NoError(t, err)
 	require.Empty(t, got.GetTasks())
-	require.Len(t, a.claims(), 1)
-	require.Len(t, b.claims(), 1)
+	require.Len(t, a.claims(), 2, "a share, then the whole claim")
+	require.Len(t, b.claims(), 2)
 }
 
 func TestClaimGivesUpOnAReplicaThatDoesNotAnswer(t *testing.T) {
 	t.Parallel()
-	silent, idle := startReplica(t, nil), startReplica(t, tasks("idle", 0))
-	set := over(t, startReplica(t, nil), plain, silent, idle)
+	mute, empty := startReplica(t, silent), startReplica(t, tasks("empty", 0))
+	set := over(t, startReplica(t, nil), plain, mute, empty)
 	req := claimReq(5)
 	req.WaitMs = 50
 	start := time.Now()
@@ -369,7 +512,8 @@ func TestClaimGivesUpOnAReplicaThatDoesNotAnswer(t *testing.T) {
 	require.NoError(t, err, "a replica given up on is skipped like one that failed")
 	require.Empty(t, got.GetTasks())
 	require.Less(t, time.Since(start), 5*time.Second, "the claim ends soon after its wait, not at its deadline")
-	require.Eventually(t, func() bool { return silent.cancelled.Load() == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return mute.cancelled.Load() == 2 }, 5*time.Second, 5*time.Millisecond,
+		"both its calls, the share and the whole claim, are cancelled")
 }
 
 func TestReplicasThatLeaveAreClosed(t *testing.T) {
@@ -380,7 +524,9 @@ func TestReplicasThatLeaveAreClosed(t *testing.T) {
 	set := New(dial(t, front.addr, plain...), Options{Dial: plain, Refresh: 10 * time.Millisecond})
 	stop := run(t, set, 2)
 	var ab lateTasks
-	_, err := set.Claim(t.Context(), claimReq(1), ab.add)
+	// Each claim, finding nothing, costs every replica a share and the
+	// whole claim.
+	_, err := set.Claim(t.Context(), claimReq(2), ab.add)
 	require.NoError(t, err)
 	require.Equal(t, int32(1), a.conns.Load())
 	require.Equal(t, int32(1), b.conns.Load())
@@ -388,11 +534,11 @@ func TestReplicasThatLeaveAreClosed(t *testing.T) {
 	front.list(b.addr, c.addr)
 	require.Eventually(t, func() bool { return a.conns.Load() == 0 }, 5*time.Second, 5*time.Millisecond,
 		"the connection of a replica that left is closed")
-	_, err = set.Claim(t.Context(), claimReq(1), ab.add)
+	_, err = set.Claim(t.Context(), claimReq(2), ab.add)
 	require.NoError(t, err)
-	require.Len(t, a.claims(), 1)
-	require.Len(t, b.claims(), 2, "a replica that stays keeps its connection")
-	require.Len(t, c.claims(), 1, "a replica that joined is claimed from")
+	require.Len(t, a.claims(), 2)
+	require.Len(t, b.claims(), 4, "a replica that stays keeps its connection")
+	require.Len(t, c.claims(), 2, "a replica that joined is claimed from")
 	require.Equal(t, int32(1), b.conns.Load())
 
 	stop()
@@ -418,10 +564,7 @@ func TestReplicasAreDialedWithTheDispatchersNameAndToken(t *testing.T) {
 	dialOpts, err := internalauth.DialOptions(auth, nil)
 	require.NoError(t, err)
 	b := serveReplica(t, "127.0.0.2", tasks("b", 0), serverOpts...)
-	a := serveReplica(t, "127.0.0.2", func(req *dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
-		<-b.received
-		return tasks("a", 1)(req)
-	}, serverOpts...)
+	a := serveReplica(t, "127.0.0.2", tasks("a", 1), serverOpts...)
 	front := serveReplica(t, "127.0.0.1", nil, serverOpts...)
 	front.list(a.addr, b.addr)
 	_, frontPort, err := net.SplitHostPort(front.addr)
@@ -431,10 +574,10 @@ func TestReplicasAreDialedWithTheDispatchersNameAndToken(t *testing.T) {
 	set := New(dial(t, configured, dialOpts...), Options{Dial: DialOptions(dialOpts, configured), Refresh: time.Hour})
 	run(t, set, 2)
 	var ab lateTasks
-	got, err := set.Claim(t.Context(), claimReq(1), ab.add)
+	got, err := set.Claim(t.Context(), claimReq(2), ab.add)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a-0"}, ids(got))
-	require.Len(t, b.claims(), 1, "both replicas verified and accepted the call")
+	require.Len(t, b.claims(), 1, "both replicas verified and accepted their share")
 
 	// Without the authority the same replicas are refused by the handshake.
 	bare := New(dial(t, configured, dialOpts...), Options{Dial: dialOpts, Refresh: time.Hour})
