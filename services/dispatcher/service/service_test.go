@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,6 +59,7 @@ func TestDispatcher(t *testing.T) {
 	t.Run("touch", func(t *testing.T) { t.Parallel(); testTouch(t, e) })
 	t.Run("requeue", func(t *testing.T) { t.Parallel(); testRequeue(t, e) })
 	t.Run("claim waits for work", func(t *testing.T) { t.Parallel(); testClaimWaits(t, e) })
+	t.Run("end claim", func(t *testing.T) { t.Parallel(); testEndClaim(t, e) })
 	t.Run("claim spreads tasks over its slots", func(t *testing.T) { t.Parallel(); testClaimSlots(t, e) })
 	t.Run("priority and delay", func(t *testing.T) { t.Parallel(); testPriorityAndDelay(t, e) })
 	t.Run("disabled action", func(t *testing.T) { t.Parallel(); testDisabled(t, e) })
@@ -685,6 +687,49 @@ func testClaimWaits(t *testing.T, e *env) {
 	case <-time.After(waitFor):
 		t.Fatal("waiting claim was not served")
 	}
+}
+
+// A waiting claim with an id is ended by EndClaim and answers at once; ids
+// are checked, and one id names one waiting claim.
+func testEndClaim(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	e.register(t, ns, "endable", nil)
+	claim := func(id string, wait time.Duration) (*dispatcherv1.ClaimResponse, error) {
+		return e.client.Claim(t.Context(), &dispatcherv1.ClaimRequest{Namespace: ns, Slots: []*dispatcherv1.ClaimSlot{{WorkerId: "w", Count: 1}},
+			Actions: []string{"endable"}, WaitMs: wait.Milliseconds(), ClaimId: id})
+	}
+	end := func(id string) bool {
+		resp, err := e.client.EndClaim(t.Context(), &dispatcherv1.EndClaimRequest{ClaimId: id})
+		require.NoError(t, err)
+		return resp.GetEnded()
+	}
+	id := uuid.NewString()
+	done := make(chan error, 1)
+	go func() {
+		resp, err := claim(id, time.Hour)
+		if err == nil && len(resp.GetTasks()) > 0 {
+			err = fmt.Errorf("%d tasks from an empty queue", len(resp.GetTasks()))
+		}
+		done <- err
+	}()
+	// Another claim with the same id is refused while the first waits.
+	require.Eventually(t, func() bool {
+		_, err := claim(id, time.Millisecond)
+		return status.Code(err) == codes.InvalidArgument
+	}, waitFor, 5*time.Millisecond)
+	require.True(t, end(id), "the waiting claim is found")
+	select {
+	case err := <-done:
+		require.NoError(t, err, "an ended claim answers, empty")
+	case <-time.After(waitFor):
+		t.Fatal("the ended claim went on waiting")
+	}
+	require.False(t, end(id), "an answered claim is not found again")
+
+	_, err := e.client.EndClaim(t.Context(), &dispatcherv1.EndClaimRequest{ClaimId: "a\x00b"})
+	require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+	_, err = claim(strings.Repeat("k", 257), time.Millisecond)
+	require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 }
 
 func testClaimSlots(t *testing.T, e *env) {

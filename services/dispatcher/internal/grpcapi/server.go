@@ -266,6 +266,7 @@ func (s *Server) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest) (*di
 		Actions:   req.GetActions(),
 		Wait:      millis.Duration(req.GetWaitMs()),
 		Lease:     millis.Duration(req.GetLeaseMs()),
+		ID:        req.GetClaimId(),
 	})
 	if err != nil {
 		return nil, err
@@ -276,6 +277,15 @@ func (s *Server) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest) (*di
 		out.WorkerIds[i] = t.Task.WorkerID
 	}
 	return out, nil
+}
+
+// EndClaim ends the wait of a claim this replica holds.
+func (s *Server) EndClaim(_ context.Context, req *dispatcherv1.EndClaimRequest) (*dispatcherv1.EndClaimResponse, error) {
+	ended, err := s.d.Replica.EndClaim(req.GetClaimId())
+	if err != nil {
+		return nil, err
+	}
+	return &dispatcherv1.EndClaimResponse{Ended: ended}, nil
 }
 
 // ListReplicas names the replicas that own task partitions.

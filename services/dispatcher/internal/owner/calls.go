@@ -47,6 +47,8 @@ type ClaimRequest struct {
 	Wait time.Duration
 	// Lease is the lease length; zero means each task's timeout.
 	Lease time.Duration
+	// ID names a waiting claim for EndClaim; empty when nobody ends it.
+	ID string
 }
 
 // Slot is one worker's share of a claim: up to Count tasks (zero means one).
@@ -94,6 +96,15 @@ func (r *Replica) Claim(ctx context.Context, req ClaimRequest) ([]engine.Claimed
 	if err != nil {
 		return nil, err
 	}
+	var ended <-chan struct{}
+	if req.ID != "" && req.Wait > 0 {
+		ch, done, err := r.ends.open(req.ID)
+		if err != nil {
+			return nil, err
+		}
+		defer done()
+		ended = ch
+	}
 	var got []engine.Claimed
 	if len(actions) > 0 {
 		start := time.Now()
@@ -103,7 +114,7 @@ func (r *Replica) Claim(ctx context.Context, req ClaimRequest) ([]engine.Claimed
 		r.metrics.claimPass.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attribute.String("namespace", req.Namespace)))
 	}
 	if len(got) == 0 && req.Wait > 0 {
-		got, err = r.wait(ctx, req, actions, slots)
+		got, err = r.wait(ctx, req, actions, slots, ended)
 	}
 	if err == nil {
 		// After the claim's transaction: partitions never wait on Postgres.
@@ -128,8 +139,9 @@ func (r *Replica) Claim(ctx context.Context, req ClaimRequest) ([]engine.Claimed
 const actionsRecheck = time.Second
 
 // wait parks the claim for its claimable actions at every partition until
-// one leases it tasks, the wait ends, the replica closes or ctx ends.
-func (r *Replica) wait(ctx context.Context, req ClaimRequest, claimable []string, slots []engine.Slot) ([]engine.Claimed, error) {
+// one leases it tasks, the wait ends or is ended (ended closes), the replica
+// closes or ctx ends.
+func (r *Replica) wait(ctx context.Context, req ClaimRequest, claimable []string, slots []engine.Slot, ended <-chan struct{}) ([]engine.Claimed, error) {
 	deadline := time.NewTimer(req.Wait)
 	defer deadline.Stop()
 	recheck := time.NewTicker(actionsRecheck)
@@ -178,6 +190,8 @@ func (r *Replica) wait(ctx context.Context, req ClaimRequest, claimable []string
 			}
 		case <-deadline.C:
 			return leave(), nil
+		case <-ended:
+			return leave(), nil
 		case <-r.closing:
 			return leave(), nil
 		case <-ctx.Done():
@@ -189,8 +203,62 @@ func (r *Replica) wait(ctx context.Context, req ClaimRequest, claimable []string
 	}
 }
 
+// EndClaim ends the wait of this replica's claim named id, which then
+// answers with what it was leased by now. It reports whether such a claim
+// was waiting here.
+func (r *Replica) EndClaim(id string) (bool, error) {
+	if err := text.Key("claim_id", id); err != nil {
+		return false, err
+	}
+	return r.ends.end(id), nil
+}
+
+// claimEnds holds, for each waiting claim that has an id, the channel
+// EndClaim closes.
+type claimEnds struct {
+	mu   sync.Mutex
+	byID map[string]chan struct{}
+}
+
+// open registers id and returns its channel, and done, which forgets it.
+// An id already waiting is refused: ending it would end both.
+func (e *claimEnds) open(id string) (<-chan struct{}, func(), error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.byID[id]; ok {
+		return nil, nil, fault.Invalidf("claim_id %q names a claim already waiting", id)
+	}
+	if e.byID == nil {
+		e.byID = map[string]chan struct{}{}
+	}
+	ch := make(chan struct{})
+	e.byID[id] = ch
+	return ch, func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.byID[id] == ch {
+			delete(e.byID, id)
+		}
+	}, nil
+}
+
+// end closes the channel of id, if it is waiting, and forgets it.
+func (e *claimEnds) end(id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ch, ok := e.byID[id]
+	if ok {
+		close(ch)
+		delete(e.byID, id)
+	}
+	return ok
+}
+
 func (r *Replica) validateClaim(ctx context.Context, req ClaimRequest) (ClaimRequest, error) {
 	if err := r.cat.CheckNamespace(ctx, req.Namespace); err != nil {
+		return req, err
+	}
+	if err := text.Key("claim_id", req.ID); err != nil {
 		return req, err
 	}
 	if len(req.Actions) == 0 {

@@ -101,6 +101,7 @@ type Replica struct {
 	ctx   context.Context
 
 	standing  standingClaims
+	ends      claimEnds
 	claimTurn atomic.Uint32
 	closing   chan struct{}
 	closeOnce sync.Once

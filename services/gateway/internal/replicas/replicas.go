@@ -21,9 +21,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 )
@@ -51,6 +53,7 @@ const (
 type Dispatcher interface {
 	ListReplicas(ctx context.Context, in *dispatcherv1.ListReplicasRequest, opts ...grpc.CallOption) (*dispatcherv1.ListReplicasResponse, error)
 	Claim(ctx context.Context, in *dispatcherv1.ClaimRequest, opts ...grpc.CallOption) (*dispatcherv1.ClaimResponse, error)
+	EndClaim(ctx context.Context, in *dispatcherv1.EndClaimRequest, opts ...grpc.CallOption) (*dispatcherv1.EndClaimResponse, error)
 }
 
 // Options configure a Set.
@@ -251,16 +254,14 @@ func (s *Set) snapshot() ([]*replica, <-chan struct{}) {
 // Claim leases up to each of req.Slots' count to its worker. With two or
 // more replicas known it first asks each, at once, for its share of the
 // count without waiting for work (see claimShares), and returns what they
-// had. Only when none had anything does it send req whole to each and
-// return the first answer with tasks. The other calls run on for settleGrace, so that
-// answers already on their way arrive rather than being dropped by a
-// cancellation (their tasks would stay leased to nobody until the lease ran
-// out), and are then cancelled; the answers with tasks they bring are handed
+// had. Only when none had anything does it send req whole to each, to wait
+// for work there, and return the first answer with tasks. The other calls
+// run on for settleGrace, so that answers already on their way arrive, and
+// are then ended (see settle); the answers with tasks they bring are handed
 // to late, after Claim returned, and the caller hands those tasks out or
 // abandons them. Calls still running answerGrace past the wait are given up
-// on. A replica that fails is
-// skipped unless all do. With at most one replica known the default client
-// is asked, as with a single dispatcher.
+// on. A replica that fails is skipped unless all do. With at most one
+// replica known the default client is asked, as with a single dispatcher.
 //
 // A failure that a changed replica list explains (Unavailable, or
 // FailedPrecondition: the replica no longer owns the partitions it had) has
@@ -274,30 +275,30 @@ func (s *Set) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, late fu
 	} else if resp, err := s.claimShares(ctx, replicas, req, late); err != nil || len(resp.GetTasks()) > 0 {
 		return resp, err
 	}
-	// The calls may outlive Claim (see settle), so they do not end with
-	// ctx, which the caller cancels once Claim returns.
-	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	giveUp := time.AfterFunc(time.Duration(req.GetWaitMs())*time.Millisecond+answerGrace, cancel)
-	answers := make(chan answer, len(replicas))
-	for _, r := range replicas {
-		go func() {
-			resp, err := r.client.Claim(cctx, req)
-			answers <- answer{addr: r.addr, resp: resp, err: err}
-		}()
+	whole := req
+	if req.GetWaitMs() > 0 {
+		whole = proto.Clone(req).(*dispatcherv1.ClaimRequest)
+		whole.ClaimId = uuid.NewString()
 	}
+	reqs := make([]*dispatcherv1.ClaimRequest, len(replicas))
+	for i := range reqs {
+		reqs[i] = whole
+	}
+	c := s.start(ctx, replicas, reqs)
 	var errs []error
-	for left := len(replicas); left > 0; left-- {
+	for c.waiting() {
 		var a answer
 		select {
-		case a = <-answers:
+		case a = <-c.answers:
+			c.answered(a)
 		case <-ctx.Done():
 			// The caller is gone: nothing it asked for can reach it now.
-			go s.settle(ctx, left, answers, 0, cancel, giveUp, late)
+			go s.settle(ctx, c, 0, late)
 			return nil, status.FromContextError(ctx.Err()).Err()
 		case <-added:
 			// A new replica may own the partitions with the work: the
 			// caller asks the new list.
-			go s.settle(ctx, left, answers, settleGrace, cancel, giveUp, late)
+			go s.settle(ctx, c, settleGrace, late)
 			return nil, nil
 		}
 		if a.err != nil {
@@ -306,12 +307,11 @@ func (s *Set) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, late fu
 			continue
 		}
 		if len(a.resp.GetTasks()) > 0 {
-			go s.settle(ctx, left-1, answers, settleGrace, cancel, giveUp, late)
+			go s.settle(ctx, c, settleGrace, late)
 			return a.resp, nil
 		}
 	}
-	giveUp.Stop()
-	cancel()
+	c.done()
 	if len(errs) == len(replicas) {
 		return nil, s.failed(errs[0])
 	}
@@ -330,43 +330,39 @@ func (s *Set) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, late fu
 // get settleGrace before the claim returns without them: one that answers a
 // claim that waits for nothing no sooner is busy, paused or cut off. Their
 // calls are not cancelled then, nor when the caller gives up: a call
-// cancelled while its replica commits the leases loses its answer, and the
+// cancelled while its replica records the leases loses its answer, and the
 // tasks would wait for their leases to run out. What they bring goes to
 // late; a replica that has not answered by the whole claim's deadline is
 // given up on.
 func (s *Set) claimShares(ctx context.Context, replicas []*replica, req *dispatcherv1.ClaimRequest,
 	late func(*dispatcherv1.ClaimResponse)) (*dispatcherv1.ClaimResponse, error) {
-	shares := s.shares(replicas, req.GetSlots())
-	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	bound := time.Duration(req.GetWaitMs())*time.Millisecond + answerGrace
-	giveUp := time.AfterFunc(bound, cancel)
-	answers := make(chan answer, len(replicas))
-	calls := 0
-	for i, r := range replicas {
-		if len(shares[i]) == 0 {
-			continue
+	var (
+		asked []*replica
+		reqs  []*dispatcherv1.ClaimRequest
+	)
+	for i, slots := range s.shares(replicas, req.GetSlots()) {
+		if len(slots) > 0 {
+			asked = append(asked, replicas[i])
+			reqs = append(reqs, &dispatcherv1.ClaimRequest{Namespace: req.GetNamespace(), Actions: req.GetActions(), LeaseMs: req.GetLeaseMs(), Slots: slots})
 		}
-		share := &dispatcherv1.ClaimRequest{Namespace: req.GetNamespace(), Actions: req.GetActions(), LeaseMs: req.GetLeaseMs(), Slots: shares[i]}
-		calls++
-		go func() {
-			resp, err := r.client.Claim(cctx, share)
-			answers <- answer{addr: r.addr, resp: resp, err: err}
-		}()
 	}
+	c := s.start(ctx, asked, reqs)
+	bound := time.Duration(req.GetWaitMs())*time.Millisecond + answerGrace
 	merged := &dispatcherv1.ClaimResponse{}
 	var rest <-chan time.Time
-	for left := calls; left > 0; left-- {
+	for c.waiting() {
 		var a answer
 		select {
-		case a = <-answers:
+		case a = <-c.answers:
+			c.answered(a)
 		case <-ctx.Done():
 			if len(merged.GetTasks()) > 0 {
 				go late(merged)
 			}
-			go s.settle(ctx, left, answers, bound, cancel, giveUp, late)
+			go s.settle(ctx, c, bound, late)
 			return nil, status.FromContextError(ctx.Err()).Err()
 		case <-rest:
-			go s.settle(ctx, left, answers, bound, cancel, giveUp, late)
+			go s.settle(ctx, c, bound, late)
 			return merged, nil
 		}
 		if rest == nil {
@@ -382,8 +378,7 @@ func (s *Set) claimShares(ctx context.Context, replicas []*replica, req *dispatc
 		merged.Tasks = append(merged.Tasks, a.resp.GetTasks()...)
 		merged.WorkerIds = append(merged.WorkerIds, a.resp.GetWorkerIds()...)
 	}
-	giveUp.Stop()
-	cancel()
+	c.done()
 	return merged, nil
 }
 
@@ -403,7 +398,8 @@ func (s *Set) shares(replicas []*replica, slots []*dispatcherv1.ClaimSlot) [][]*
 	defer s.turnsMu.Unlock()
 	for _, slot := range slots {
 		clear(counts)
-		for range slot.GetCount() {
+		// A count of zero is one, as the dispatcher reads it.
+		for range max(slot.GetCount(), 1) {
 			best := -1
 			for i, r := range replicas {
 				s.turns[r.addr] += r.weight
@@ -430,26 +426,127 @@ type answer struct {
 	err  error
 }
 
-// settle collects the remaining answers of a claim that returned,
-// cancelling the calls after grace, and hands those with tasks to late.
-func (s *Set) settle(ctx context.Context, remaining int, answers <-chan answer, grace time.Duration,
-	cancel context.CancelFunc, giveUp *time.Timer, late func(*dispatcherv1.ClaimResponse)) {
-	giveUp.Stop()
-	stop := time.AfterFunc(grace, cancel)
-	defer stop.Stop()
-	defer cancel()
+// calls are one claim's calls, one per replica. Only the goroutine that
+// reads answers (Claim, then settle) touches out.
+type calls struct {
+	// id is the claim id the calls carry, for EndClaim; empty when they do
+	// not wait.
+	id      string
+	answers chan answer
+	// out are the calls not answered yet, by address.
+	out map[string]*call
+	// cancel ends every call; giveUp runs it answerGrace past the wait.
+	cancel context.CancelFunc
+	giveUp *time.Timer
+}
+
+// call is one replica's call of a claim.
+type call struct {
+	r      *replica
+	cancel context.CancelFunc
+}
+
+// start sends each replica its request, reqs[i] to replicas[i], at once.
+// The requests differ in their slots only. The calls may outlive the caller
+// (see settle), so they do not end with ctx, which the caller cancels once
+// Claim returns.
+func (s *Set) start(ctx context.Context, replicas []*replica, reqs []*dispatcherv1.ClaimRequest) *calls {
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	c := &calls{
+		answers: make(chan answer, len(replicas)),
+		out:     make(map[string]*call, len(replicas)),
+		cancel:  cancel,
+	}
+	if len(reqs) > 0 {
+		c.id = reqs[0].GetClaimId()
+		c.giveUp = time.AfterFunc(time.Duration(reqs[0].GetWaitMs())*time.Millisecond+answerGrace, cancel)
+	} else {
+		c.giveUp = time.AfterFunc(0, cancel)
+	}
+	for i, r := range replicas {
+		rctx, rcancel := context.WithCancel(cctx)
+		c.out[r.addr] = &call{r: r, cancel: rcancel}
+		go func() {
+			resp, err := r.client.Claim(rctx, reqs[i])
+			c.answers <- answer{addr: r.addr, resp: resp, err: err}
+		}()
+	}
+	return c
+}
+
+// waiting says whether some call has not answered yet.
+func (c *calls) waiting() bool { return len(c.out) > 0 }
+
+// answered takes a's call off the calls still out.
+func (c *calls) answered(a answer) {
+	if o := c.out[a.addr]; o != nil {
+		o.cancel()
+		delete(c.out, a.addr)
+	}
+}
+
+// done releases the calls once all have answered.
+func (c *calls) done() {
+	c.giveUp.Stop()
+	c.cancel()
+}
+
+// settle collects the remaining answers of a claim that returned and hands
+// those with tasks to late. After grace it ends the calls still out: a
+// waiting claim (one with an id) is ended with EndClaim, so that its
+// replica answers with whatever it leased by then, as when its wait ends;
+// a cancelled call would lose an answer already on its way, and the tasks
+// would wait for their leases to run out. Calls EndClaim does not find
+// (already answered, never arrived, or a replica without EndClaim), and
+// calls that wait for nothing, are cancelled settleGrace later, when an
+// answer on its way has arrived. Whatever is still out answerGrace after the
+// end is cancelled.
+func (s *Set) settle(ctx context.Context, c *calls, grace time.Duration, late func(*dispatcherv1.ClaimResponse)) {
+	c.giveUp.Stop()
+	defer c.cancel()
 	ctx = context.WithoutCancel(ctx)
-	for range remaining {
-		a := <-answers
-		switch {
-		case len(a.resp.GetTasks()) > 0:
-			s.log.DebugContext(ctx, "tasks arrived after a claim was answered",
-				slog.String("addr", a.addr), slog.Int("tasks", len(a.resp.GetTasks())))
-			late(a.resp)
-		case a.err != nil && status.Code(a.err) != codes.Canceled:
-			s.failed(a.err)
+	end := time.NewTimer(grace)
+	defer end.Stop()
+	var last <-chan time.Time
+	for c.waiting() {
+		select {
+		case a := <-c.answers:
+			c.answered(a)
+			switch {
+			case len(a.resp.GetTasks()) > 0:
+				s.log.DebugContext(ctx, "tasks arrived after a claim was answered",
+					slog.String("addr", a.addr), slog.Int("tasks", len(a.resp.GetTasks())))
+				late(a.resp)
+			case a.err != nil && status.Code(a.err) != codes.Canceled:
+				s.failed(a.err)
+			}
+		case <-end.C:
+			for _, o := range c.out {
+				go s.end(ctx, c.id, o)
+			}
+			t := time.NewTimer(settleGrace + answerGrace)
+			defer t.Stop()
+			last = t.C
+		case <-last:
+			c.cancel()
+			last = nil
 		}
 	}
+}
+
+// end ends one call of a claim that returned: with EndClaim when the claim
+// has an id and the replica holds it, else by cancelling it settleGrace
+// later.
+func (s *Set) end(ctx context.Context, id string, o *call) {
+	if id != "" {
+		ctx, cancel := context.WithTimeout(ctx, answerGrace)
+		resp, err := o.r.client.EndClaim(ctx, &dispatcherv1.EndClaimRequest{ClaimId: id})
+		cancel()
+		if err == nil && resp.GetEnded() {
+			return
+		}
+	}
+	time.AfterFunc(settleGrace, o.cancel)
 }
 
 // failed asks for a fresh list when err is what a changed list explains, and

@@ -2,6 +2,7 @@ package replicas
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -43,9 +44,14 @@ type replicaServer struct {
 	// not set.
 	owned map[string]int
 	reqs  []*dispatcherv1.ClaimRequest
+	// ends ends each claim with an id that is being answered.
+	ends map[string]context.CancelCauseFunc
+	// noEnd makes EndClaim unimplemented, as on an older replica.
+	noEnd bool
 
 	lists     atomic.Int32
 	cancelled atomic.Int32
+	ended     atomic.Int32
 	conns     atomic.Int32
 }
 
@@ -72,6 +78,23 @@ func (r *replicaServer) list(addrs ...string) {
 	r.listed = addrs
 }
 
+// own sets the number of partitions the replica at addr owns in the lists
+// this one answers.
+func (r *replicaServer) own(addr string, n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.owned == nil {
+		r.owned = map[string]int{}
+	}
+	r.owned[addr] = n
+}
+
+func (r *replicaServer) refuseEnd() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.noEnd = true
+}
+
 func (r *replicaServer) claims() []*dispatcherv1.ClaimRequest {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -95,9 +118,25 @@ func (r *replicaServer) ListReplicas(context.Context, *dispatcherv1.ListReplicas
 	return resp, nil
 }
 
+// Claim answers as the replica's claim func says. A claim with an id can be
+// ended by EndClaim: its func sees its context end with errEnded as the
+// cause.
 func (r *replicaServer) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
+	cctx, end := context.WithCancelCause(ctx)
+	defer end(nil)
 	r.mu.Lock()
 	r.reqs = append(r.reqs, req)
+	if id := req.GetClaimId(); id != "" {
+		if r.ends == nil {
+			r.ends = map[string]context.CancelCauseFunc{}
+		}
+		r.ends[id] = end
+		defer func() {
+			r.mu.Lock()
+			delete(r.ends, id)
+			r.mu.Unlock()
+		}()
+	}
 	r.mu.Unlock()
 	r.received <- struct{}{}
 	if req.GetWaitMs() > 0 {
@@ -107,18 +146,37 @@ func (r *replicaServer) Claim(ctx context.Context, req *dispatcherv1.ClaimReques
 	if claim == nil {
 		claim = idle
 	}
-	resp, err := claim(ctx, req)
+	resp, err := claim(cctx, req)
 	if ctx.Err() != nil {
 		r.cancelled.Add(1)
 	}
 	return resp, err
 }
 
+// errEnded is the cause of a claim's context that EndClaim ended.
+var errEnded = errors.New("claim ended")
+
+func (r *replicaServer) EndClaim(_ context.Context, req *dispatcherv1.EndClaimRequest) (*dispatcherv1.EndClaimResponse, error) {
+	r.mu.Lock()
+	if r.noEnd {
+		r.mu.Unlock()
+		return nil, status.Error(codes.Unimplemented, "no EndClaim here")
+	}
+	end, ok := r.ends[req.GetClaimId()]
+	delete(r.ends, req.GetClaimId())
+	r.mu.Unlock()
+	if ok {
+		r.ended.Add(1)
+		end(errEnded)
+	}
+	return &dispatcherv1.EndClaimResponse{Ended: ok}, nil
+}
+
 // claimFunc is how a replicaServer answers a claim.
 type claimFunc func(context.Context, *dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error)
 
 // idle has nothing ready, as a dispatcher answers then: empty once the
-// claim's wait has passed, or as the caller gives up.
+// claim's wait has passed or was ended, or as the caller gives up.
 func idle(ctx context.Context, req *dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
 	wait := time.NewTimer(time.Duration(req.GetWaitMs()) * time.Millisecond)
 	defer wait.Stop()
@@ -126,6 +184,9 @@ func idle(ctx context.Context, req *dispatcherv1.ClaimRequest) (*dispatcherv1.Cl
 	case <-wait.C:
 		return &dispatcherv1.ClaimResponse{}, nil
 	case <-ctx.Done():
+		if errors.Is(context.Cause(ctx), errEnded) {
+			return &dispatcherv1.ClaimResponse{}, nil
+		}
 		return nil, ctx.Err()
 	}
 }
@@ -172,6 +233,20 @@ func tasks(prefix string, n int) claimFunc {
 			}
 		}
 		return resp, nil
+	}
+}
+
+// afterWaiting has nothing for a claim that waits for nothing, and answers a
+// waiting claim with n tasks once other has a waiting claim too: so there
+// is a call at other to end when this answer wins.
+func afterWaiting(other *replicaServer, prefix string, n int) claimFunc {
+	ready := tasks(prefix, n)
+	return func(ctx context.Context, req *dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
+		if req.GetWaitMs() == 0 {
+			return &dispatcherv1.ClaimResponse{}, nil
+		}
+		<-other.waiting
+		return ready(ctx, req)
 	}
 }
 
@@ -282,7 +357,8 @@ func TestClaimSplitsAmongReplicasByThePartitionsTheyOwn(t *testing.T) {
 	t.Parallel()
 	a, b := startReplica(t, tasks("a", 100)), startReplica(t, tasks("b", 100))
 	front := startReplica(t, nil)
-	front.owned = map[string]int{a.addr: 6, b.addr: 2}
+	front.own(a.addr, 6)
+	front.own(b.addr, 2)
 	set := over(t, front, plain, a, b)
 
 	var ab lateTasks
@@ -326,15 +402,7 @@ func TestClaimSplitsAmongReplicasByThePartitionsTheyOwn(t *testing.T) {
 func TestClaimWaitsWholeAtEveryReplicaWhenNoShareFindsWork(t *testing.T) {
 	t.Parallel()
 	waiting := startReplica(t, nil)
-	// Nothing for the share; the waiting claim is answered once the other
-	// replica has it too, so there is a call to cancel.
-	ready := startReplica(t, func(ctx context.Context, req *dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
-		if req.GetWaitMs() == 0 {
-			return &dispatcherv1.ClaimResponse{}, nil
-		}
-		<-waiting.waiting
-		return tasks("a", 2)(ctx, req)
-	})
+	ready := startReplica(t, afterWaiting(waiting, "a", 2))
 	front := startReplica(t, tasks("front", 1))
 	set := over(t, front, plain, ready, waiting)
 
@@ -344,15 +412,65 @@ func TestClaimWaitsWholeAtEveryReplicaWhenNoShareFindsWork(t *testing.T) {
 	require.Equal(t, []string{"a-0", "a-1"}, ids(got))
 	require.Empty(t, ab.list())
 	require.Empty(t, front.claims(), "with two replicas the default connection claims nothing")
-	require.Eventually(t, func() bool { return waiting.cancelled.Load() == 1 }, 5*time.Second, 5*time.Millisecond,
-		"the replica with nothing ready sees its claim cancelled")
+	require.Eventually(t, func() bool { return waiting.ended.Load() == 1 }, 5*time.Second, 5*time.Millisecond,
+		"the replica with nothing ready has its claim ended")
+	require.Zero(t, waiting.cancelled.Load(), "not cancelled: an answer on its way would be lost")
 	for _, r := range []*replicaServer{ready, waiting} {
 		reqs := r.claims()
 		require.Len(t, reqs, 2, "a share, then the whole claim")
 		require.Zero(t, reqs[0].GetWaitMs())
+		require.Empty(t, reqs[0].GetClaimId(), "a share waits for nothing: nobody ends it")
 		require.Equal(t, int32(5), reqs[1].GetSlots()[0].GetCount(), "every replica is asked for the whole count")
 		require.Equal(t, int64(30_000), reqs[1].GetWaitMs(), "and the whole wait")
+		require.NotEmpty(t, reqs[1].GetClaimId())
 	}
+	require.Equal(t, ready.claims()[1].GetClaimId(), waiting.claims()[1].GetClaimId(), "one claim, one id")
+}
+
+// A claim that another replica answered first is ended, not cancelled: a
+// replica that leased tasks as the end came answers with them, and they are
+// handed on instead of lost until their leases run out.
+func TestClaimEndedAfterTheWinnerStillBringsItsTasks(t *testing.T) {
+	t.Parallel()
+	slow := startReplica(t, func(ctx context.Context, req *dispatcherv1.ClaimRequest) (*dispatcherv1.ClaimResponse, error) {
+		if req.GetWaitMs() == 0 {
+			return &dispatcherv1.ClaimResponse{}, nil
+		}
+		<-ctx.Done()
+		if !errors.Is(context.Cause(ctx), errEnded) {
+			return nil, ctx.Err()
+		}
+		return tasks("slow", 1)(ctx, req)
+	})
+	fast := startReplica(t, afterWaiting(slow, "fast", 1))
+	set := over(t, startReplica(t, nil), plain, slow, fast)
+
+	var ab lateTasks
+	got, err := set.Claim(t.Context(), claimReq(2), ab.add)
+	require.NoError(t, err)
+	require.Equal(t, []string{"fast-0"}, ids(got))
+	require.Eventually(t, func() bool { return len(ab.list()) == 1 }, 5*time.Second, 5*time.Millisecond,
+		"the ended claim's task is handed on")
+	require.Equal(t, []string{"slow-0"}, ab.list())
+	require.Equal(t, int32(1), slow.ended.Load())
+	require.Zero(t, slow.cancelled.Load())
+}
+
+// A replica without EndClaim has its call cancelled instead, as before.
+func TestClaimCancelsWhatEndClaimDoesNotEnd(t *testing.T) {
+	t.Parallel()
+	old := startReplica(t, nil)
+	old.refuseEnd()
+	ready := startReplica(t, afterWaiting(old, "ready", 1))
+	set := over(t, startReplica(t, nil), plain, old, ready)
+
+	var ab lateTasks
+	got, err := set.Claim(t.Context(), claimReq(2), ab.add)
+	require.NoError(t, err)
+	require.Equal(t, []string{"ready-0"}, ids(got))
+	require.Eventually(t, func() bool { return old.cancelled.Load() == 1 }, 5*time.Second, 5*time.Millisecond,
+		"the waiting call is cancelled")
+	require.Zero(t, old.ended.Load())
 }
 
 func TestClaimHandsOnTasksThatArriveAfterTheWinner(t *testing.T) {
@@ -429,8 +547,8 @@ func TestClaimEndsWithItsCaller(t *testing.T) {
 	var ab lateTasks
 	_, err := set.Claim(ctx, claimReq(5), ab.add)
 	require.Equal(t, codes.Canceled, status.Code(err), "%v", err)
-	require.Eventually(t, func() bool { return a.cancelled.Load() == 1 && b.cancelled.Load() == 1 }, 5*time.Second, 5*time.Millisecond,
-		"the replicas' calls are cancelled")
+	require.Eventually(t, func() bool { return a.ended.Load() == 1 && b.ended.Load() == 1 }, 5*time.Second, 5*time.Millisecond,
+		"the replicas' claims are ended")
 }
 
 func TestClaimSkipsAFailingReplicaAndReadsTheListAgain(t *testing.T) {
@@ -630,5 +748,6 @@ func TestClaimEndsWhenAReplicaIsAdded(t *testing.T) {
 	got, err := set.Claim(t.Context(), claimReq(1), ab.add)
 	require.NoError(t, err)
 	require.Equal(t, []string{"b-0"}, ids(got), "the next claim reaches the added replica")
-	require.Eventually(t, func() bool { return front.cancelled.Load() >= 1 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return front.ended.Load() >= 1 }, 5*time.Second, 5*time.Millisecond,
+		"the claim waiting at the old list was ended")
 }

@@ -192,7 +192,10 @@ type ClaimRequest struct {
 	// are leased to the slots one at a time, in turn, until each slot's count
 	// is used. A gateway claims for all its idle workers of the same actions
 	// and lease with one call.
-	Slots         []*ClaimSlot `protobuf:"bytes,7,rep,name=slots,proto3" json:"slots,omitempty"`
+	Slots []*ClaimSlot `protobuf:"bytes,7,rep,name=slots,proto3" json:"slots,omitempty"`
+	// Names the claim for EndClaim; empty when its caller will not end it.
+	// A key: at most 256 bytes of UTF-8 without NUL.
+	ClaimId       string `protobuf:"bytes,8,opt,name=claim_id,json=claimId,proto3" json:"claim_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -262,6 +265,103 @@ func (x *ClaimRequest) GetSlots() []*ClaimSlot {
 	return nil
 }
 
+func (x *ClaimRequest) GetClaimId() string {
+	if x != nil {
+		return x.ClaimId
+	}
+	return ""
+}
+
+type EndClaimRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClaimId       string                 `protobuf:"bytes,1,opt,name=claim_id,json=claimId,proto3" json:"claim_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndClaimRequest) Reset() {
+	*x = EndClaimRequest{}
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndClaimRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndClaimRequest) ProtoMessage() {}
+
+func (x *EndClaimRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndClaimRequest.ProtoReflect.Descriptor instead.
+func (*EndClaimRequest) Descriptor() ([]byte, []int) {
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *EndClaimRequest) GetClaimId() string {
+	if x != nil {
+		return x.ClaimId
+	}
+	return ""
+}
+
+type EndClaimResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether this replica held a waiting claim of that id. When it did not
+	// (the claim already answered, or never arrived), the caller cancels.
+	Ended         bool `protobuf:"varint,1,opt,name=ended,proto3" json:"ended,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndClaimResponse) Reset() {
+	*x = EndClaimResponse{}
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndClaimResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndClaimResponse) ProtoMessage() {}
+
+func (x *EndClaimResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndClaimResponse.ProtoReflect.Descriptor instead.
+func (*EndClaimResponse) Descriptor() ([]byte, []int) {
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *EndClaimResponse) GetEnded() bool {
+	if x != nil {
+		return x.Ended
+	}
+	return false
+}
+
 // ClaimSlot is one worker's share of a claim.
 type ClaimSlot struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -273,7 +373,7 @@ type ClaimSlot struct {
 
 func (x *ClaimSlot) Reset() {
 	*x = ClaimSlot{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[4]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -285,7 +385,7 @@ func (x *ClaimSlot) String() string {
 func (*ClaimSlot) ProtoMessage() {}
 
 func (x *ClaimSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[4]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -298,7 +398,7 @@ func (x *ClaimSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimSlot.ProtoReflect.Descriptor instead.
 func (*ClaimSlot) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{4}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ClaimSlot) GetWorkerId() string {
@@ -323,7 +423,7 @@ type ListReplicasRequest struct {
 
 func (x *ListReplicasRequest) Reset() {
 	*x = ListReplicasRequest{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[5]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -335,7 +435,7 @@ func (x *ListReplicasRequest) String() string {
 func (*ListReplicasRequest) ProtoMessage() {}
 
 func (x *ListReplicasRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[5]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -348,7 +448,7 @@ func (x *ListReplicasRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReplicasRequest.ProtoReflect.Descriptor instead.
 func (*ListReplicasRequest) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{5}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{7}
 }
 
 type ListReplicasResponse struct {
@@ -360,7 +460,7 @@ type ListReplicasResponse struct {
 
 func (x *ListReplicasResponse) Reset() {
 	*x = ListReplicasResponse{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[6]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -372,7 +472,7 @@ func (x *ListReplicasResponse) String() string {
 func (*ListReplicasResponse) ProtoMessage() {}
 
 func (x *ListReplicasResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[6]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -385,7 +485,7 @@ func (x *ListReplicasResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReplicasResponse.ProtoReflect.Descriptor instead.
 func (*ListReplicasResponse) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{6}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListReplicasResponse) GetReplicas() []*Replica {
@@ -407,7 +507,7 @@ type Replica struct {
 
 func (x *Replica) Reset() {
 	*x = Replica{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[7]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -419,7 +519,7 @@ func (x *Replica) String() string {
 func (*Replica) ProtoMessage() {}
 
 func (x *Replica) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[7]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -432,7 +532,7 @@ func (x *Replica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replica.ProtoReflect.Descriptor instead.
 func (*Replica) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{7}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Replica) GetAddress() string {
@@ -460,7 +560,7 @@ type ClaimResponse struct {
 
 func (x *ClaimResponse) Reset() {
 	*x = ClaimResponse{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[8]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -472,7 +572,7 @@ func (x *ClaimResponse) String() string {
 func (*ClaimResponse) ProtoMessage() {}
 
 func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[8]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -485,7 +585,7 @@ func (x *ClaimResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimResponse.ProtoReflect.Descriptor instead.
 func (*ClaimResponse) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{8}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ClaimResponse) GetTasks() []*v1.TaskAssignment {
@@ -523,7 +623,7 @@ type Report struct {
 
 func (x *Report) Reset() {
 	*x = Report{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[9]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -535,7 +635,7 @@ func (x *Report) String() string {
 func (*Report) ProtoMessage() {}
 
 func (x *Report) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[9]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -548,7 +648,7 @@ func (x *Report) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Report.ProtoReflect.Descriptor instead.
 func (*Report) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{9}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Report) GetTaskId() string {
@@ -669,7 +769,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[10]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -681,7 +781,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[10]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -694,7 +794,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{10}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReportRequest) GetNamespace() string {
@@ -728,7 +828,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[11]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -740,7 +840,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[11]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -753,7 +853,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{11}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReportResponse) GetRejectedTaskIds() []string {
@@ -776,7 +876,7 @@ type TouchRequest struct {
 
 func (x *TouchRequest) Reset() {
 	*x = TouchRequest{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[12]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -788,7 +888,7 @@ func (x *TouchRequest) String() string {
 func (*TouchRequest) ProtoMessage() {}
 
 func (x *TouchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[12]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -801,7 +901,7 @@ func (x *TouchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TouchRequest.ProtoReflect.Descriptor instead.
 func (*TouchRequest) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{12}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TouchRequest) GetNamespace() string {
@@ -848,7 +948,7 @@ type GetKeyForAuthRequest struct {
 
 func (x *GetKeyForAuthRequest) Reset() {
 	*x = GetKeyForAuthRequest{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[13]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -860,7 +960,7 @@ func (x *GetKeyForAuthRequest) String() string {
 func (*GetKeyForAuthRequest) ProtoMessage() {}
 
 func (x *GetKeyForAuthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[13]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -873,7 +973,7 @@ func (x *GetKeyForAuthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyForAuthRequest.ProtoReflect.Descriptor instead.
 func (*GetKeyForAuthRequest) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{13}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetKeyForAuthRequest) GetId() string {
@@ -902,7 +1002,7 @@ type KeyForAuth struct {
 
 func (x *KeyForAuth) Reset() {
 	*x = KeyForAuth{}
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[14]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -914,7 +1014,7 @@ func (x *KeyForAuth) String() string {
 func (*KeyForAuth) ProtoMessage() {}
 
 func (x *KeyForAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[14]
+	mi := &file_flo_dispatcher_v1_dispatcher_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -927,7 +1027,7 @@ func (x *KeyForAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyForAuth.ProtoReflect.Descriptor instead.
 func (*KeyForAuth) Descriptor() ([]byte, []int) {
-	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{14}
+	return file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *KeyForAuth) GetId() string {
@@ -985,13 +1085,18 @@ const file_flo_dispatcher_v1_dispatcher_proto_rawDesc = "" +
 	"\x17SetActionEnabledRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
-	"\aenabled\x18\x03 \x01(\bR\aenabled\"\xcc\x01\n" +
+	"\aenabled\x18\x03 \x01(\bR\aenabled\"\xe7\x01\n" +
 	"\fClaimRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\aactions\x18\x03 \x03(\tR\aactions\x12\x17\n" +
 	"\await_ms\x18\x05 \x01(\x03R\x06waitMs\x12\x19\n" +
 	"\blease_ms\x18\x06 \x01(\x03R\aleaseMs\x122\n" +
-	"\x05slots\x18\a \x03(\v2\x1c.flo.dispatcher.v1.ClaimSlotR\x05slotsJ\x04\b\x02\x10\x03J\x04\b\x04\x10\x05R\tworker_idR\x05count\">\n" +
+	"\x05slots\x18\a \x03(\v2\x1c.flo.dispatcher.v1.ClaimSlotR\x05slots\x12\x19\n" +
+	"\bclaim_id\x18\b \x01(\tR\aclaimIdJ\x04\b\x02\x10\x03J\x04\b\x04\x10\x05R\tworker_idR\x05count\",\n" +
+	"\x0fEndClaimRequest\x12\x19\n" +
+	"\bclaim_id\x18\x01 \x01(\tR\aclaimId\"(\n" +
+	"\x10EndClaimResponse\x12\x14\n" +
+	"\x05ended\x18\x01 \x01(\bR\x05ended\">\n" +
 	"\tClaimSlot\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x05R\x05count\"\x15\n" +
@@ -1044,7 +1149,7 @@ const file_flo_dispatcher_v1_dispatcher_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x129\n" +
 	"\n" +
-	"revoked_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\trevokedAt2\xce\v\n" +
+	"revoked_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\trevokedAt2\xa3\f\n" +
 	"\n" +
 	"Dispatcher\x12D\n" +
 	"\x0fCreateNamespace\x12\x1e.flo.v1.CreateNamespaceRequest\x1a\x11.flo.v1.Namespace\x12>\n" +
@@ -1060,7 +1165,8 @@ const file_flo_dispatcher_v1_dispatcher_proto_rawDesc = "" +
 	"\x11RequeueDeadLetter\x12\x16.flo.v1.GetTaskRequest\x1a\f.flo.v1.Task\x129\n" +
 	"\fCompleteTask\x12\x1b.flo.v1.CompleteTaskRequest\x1a\f.flo.v1.Task\x121\n" +
 	"\bFailTask\x12\x17.flo.v1.FailTaskRequest\x1a\f.flo.v1.Task\x12J\n" +
-	"\x05Claim\x12\x1f.flo.dispatcher.v1.ClaimRequest\x1a .flo.dispatcher.v1.ClaimResponse\x12_\n" +
+	"\x05Claim\x12\x1f.flo.dispatcher.v1.ClaimRequest\x1a .flo.dispatcher.v1.ClaimResponse\x12S\n" +
+	"\bEndClaim\x12\".flo.dispatcher.v1.EndClaimRequest\x1a#.flo.dispatcher.v1.EndClaimResponse\x12_\n" +
 	"\fListReplicas\x12&.flo.dispatcher.v1.ListReplicasRequest\x1a'.flo.dispatcher.v1.ListReplicasResponse\x12M\n" +
 	"\x06Report\x12 .flo.dispatcher.v1.ReportRequest\x1a!.flo.dispatcher.v1.ReportResponse\x12:\n" +
 	"\x05Touch\x12\x1f.flo.dispatcher.v1.TouchRequest\x1a\x10.flo.v1.TouchAck\x12@\n" +
@@ -1081,113 +1187,117 @@ func file_flo_dispatcher_v1_dispatcher_proto_rawDescGZIP() []byte {
 	return file_flo_dispatcher_v1_dispatcher_proto_rawDescData
 }
 
-var file_flo_dispatcher_v1_dispatcher_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_flo_dispatcher_v1_dispatcher_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_flo_dispatcher_v1_dispatcher_proto_goTypes = []any{
 	(*EnsureActionsRequest)(nil),       // 0: flo.dispatcher.v1.EnsureActionsRequest
 	(*EnsureActionsResponse)(nil),      // 1: flo.dispatcher.v1.EnsureActionsResponse
 	(*SetActionEnabledRequest)(nil),    // 2: flo.dispatcher.v1.SetActionEnabledRequest
 	(*ClaimRequest)(nil),               // 3: flo.dispatcher.v1.ClaimRequest
-	(*ClaimSlot)(nil),                  // 4: flo.dispatcher.v1.ClaimSlot
-	(*ListReplicasRequest)(nil),        // 5: flo.dispatcher.v1.ListReplicasRequest
-	(*ListReplicasResponse)(nil),       // 6: flo.dispatcher.v1.ListReplicasResponse
-	(*Replica)(nil),                    // 7: flo.dispatcher.v1.Replica
-	(*ClaimResponse)(nil),              // 8: flo.dispatcher.v1.ClaimResponse
-	(*Report)(nil),                     // 9: flo.dispatcher.v1.Report
-	(*ReportRequest)(nil),              // 10: flo.dispatcher.v1.ReportRequest
-	(*ReportResponse)(nil),             // 11: flo.dispatcher.v1.ReportResponse
-	(*TouchRequest)(nil),               // 12: flo.dispatcher.v1.TouchRequest
-	(*GetKeyForAuthRequest)(nil),       // 13: flo.dispatcher.v1.GetKeyForAuthRequest
-	(*KeyForAuth)(nil),                 // 14: flo.dispatcher.v1.KeyForAuth
-	nil,                                // 15: flo.dispatcher.v1.Report.TraceContextEntry
-	(*v1.Action)(nil),                  // 16: flo.v1.Action
-	(*v1.TaskAssignment)(nil),          // 17: flo.v1.TaskAssignment
-	(*v1.Completed)(nil),               // 18: flo.v1.Completed
-	(*v1.Failed)(nil),                  // 19: flo.v1.Failed
-	(*v1.Nack)(nil),                    // 20: flo.v1.Nack
-	(*v1.Abandon)(nil),                 // 21: flo.v1.Abandon
-	(*v1.Pending)(nil),                 // 22: flo.v1.Pending
-	(*timestamppb.Timestamp)(nil),      // 23: google.protobuf.Timestamp
-	(*v1.CreateNamespaceRequest)(nil),  // 24: flo.v1.CreateNamespaceRequest
-	(*v1.GetNamespaceRequest)(nil),     // 25: flo.v1.GetNamespaceRequest
-	(*v1.ListNamespacesRequest)(nil),   // 26: flo.v1.ListNamespacesRequest
-	(*v1.RegisterActionRequest)(nil),   // 27: flo.v1.RegisterActionRequest
-	(*v1.GetActionRequest)(nil),        // 28: flo.v1.GetActionRequest
-	(*v1.ListActionsRequest)(nil),      // 29: flo.v1.ListActionsRequest
-	(*v1.GetTaskRequest)(nil),          // 30: flo.v1.GetTaskRequest
-	(*v1.ListDeadLettersRequest)(nil),  // 31: flo.v1.ListDeadLettersRequest
-	(*v1.CompleteTaskRequest)(nil),     // 32: flo.v1.CompleteTaskRequest
-	(*v1.FailTaskRequest)(nil),         // 33: flo.v1.FailTaskRequest
-	(*v1.CreateKeyRequest)(nil),        // 34: flo.v1.CreateKeyRequest
-	(*v1.ListKeysRequest)(nil),         // 35: flo.v1.ListKeysRequest
-	(*v1.RevokeKeyRequest)(nil),        // 36: flo.v1.RevokeKeyRequest
-	(*v1.Namespace)(nil),               // 37: flo.v1.Namespace
-	(*v1.ListNamespacesResponse)(nil),  // 38: flo.v1.ListNamespacesResponse
-	(*v1.ListActionsResponse)(nil),     // 39: flo.v1.ListActionsResponse
-	(*v1.Task)(nil),                    // 40: flo.v1.Task
-	(*v1.ListDeadLettersResponse)(nil), // 41: flo.v1.ListDeadLettersResponse
-	(*v1.TouchAck)(nil),                // 42: flo.v1.TouchAck
-	(*v1.CreateKeyResponse)(nil),       // 43: flo.v1.CreateKeyResponse
-	(*v1.ListKeysResponse)(nil),        // 44: flo.v1.ListKeysResponse
-	(*v1.ApiKey)(nil),                  // 45: flo.v1.ApiKey
+	(*EndClaimRequest)(nil),            // 4: flo.dispatcher.v1.EndClaimRequest
+	(*EndClaimResponse)(nil),           // 5: flo.dispatcher.v1.EndClaimResponse
+	(*ClaimSlot)(nil),                  // 6: flo.dispatcher.v1.ClaimSlot
+	(*ListReplicasRequest)(nil),        // 7: flo.dispatcher.v1.ListReplicasRequest
+	(*ListReplicasResponse)(nil),       // 8: flo.dispatcher.v1.ListReplicasResponse
+	(*Replica)(nil),                    // 9: flo.dispatcher.v1.Replica
+	(*ClaimResponse)(nil),              // 10: flo.dispatcher.v1.ClaimResponse
+	(*Report)(nil),                     // 11: flo.dispatcher.v1.Report
+	(*ReportRequest)(nil),              // 12: flo.dispatcher.v1.ReportRequest
+	(*ReportResponse)(nil),             // 13: flo.dispatcher.v1.ReportResponse
+	(*TouchRequest)(nil),               // 14: flo.dispatcher.v1.TouchRequest
+	(*GetKeyForAuthRequest)(nil),       // 15: flo.dispatcher.v1.GetKeyForAuthRequest
+	(*KeyForAuth)(nil),                 // 16: flo.dispatcher.v1.KeyForAuth
+	nil,                                // 17: flo.dispatcher.v1.Report.TraceContextEntry
+	(*v1.Action)(nil),                  // 18: flo.v1.Action
+	(*v1.TaskAssignment)(nil),          // 19: flo.v1.TaskAssignment
+	(*v1.Completed)(nil),               // 20: flo.v1.Completed
+	(*v1.Failed)(nil),                  // 21: flo.v1.Failed
+	(*v1.Nack)(nil),                    // 22: flo.v1.Nack
+	(*v1.Abandon)(nil),                 // 23: flo.v1.Abandon
+	(*v1.Pending)(nil),                 // 24: flo.v1.Pending
+	(*timestamppb.Timestamp)(nil),      // 25: google.protobuf.Timestamp
+	(*v1.CreateNamespaceRequest)(nil),  // 26: flo.v1.CreateNamespaceRequest
+	(*v1.GetNamespaceRequest)(nil),     // 27: flo.v1.GetNamespaceRequest
+	(*v1.ListNamespacesRequest)(nil),   // 28: flo.v1.ListNamespacesRequest
+	(*v1.RegisterActionRequest)(nil),   // 29: flo.v1.RegisterActionRequest
+	(*v1.GetActionRequest)(nil),        // 30: flo.v1.GetActionRequest
+	(*v1.ListActionsRequest)(nil),      // 31: flo.v1.ListActionsRequest
+	(*v1.GetTaskRequest)(nil),          // 32: flo.v1.GetTaskRequest
+	(*v1.ListDeadLettersRequest)(nil),  // 33: flo.v1.ListDeadLettersRequest
+	(*v1.CompleteTaskRequest)(nil),     // 34: flo.v1.CompleteTaskRequest
+	(*v1.FailTaskRequest)(nil),         // 35: flo.v1.FailTaskRequest
+	(*v1.CreateKeyRequest)(nil),        // 36: flo.v1.CreateKeyRequest
+	(*v1.ListKeysRequest)(nil),         // 37: flo.v1.ListKeysRequest
+	(*v1.RevokeKeyRequest)(nil),        // 38: flo.v1.RevokeKeyRequest
+	(*v1.Namespace)(nil),               // 39: flo.v1.Namespace
+	(*v1.ListNamespacesResponse)(nil),  // 40: flo.v1.ListNamespacesResponse
+	(*v1.ListActionsResponse)(nil),     // 41: flo.v1.ListActionsResponse
+	(*v1.Task)(nil),                    // 42: flo.v1.Task
+	(*v1.ListDeadLettersResponse)(nil), // 43: flo.v1.ListDeadLettersResponse
+	(*v1.TouchAck)(nil),                // 44: flo.v1.TouchAck
+	(*v1.CreateKeyResponse)(nil),       // 45: flo.v1.CreateKeyResponse
+	(*v1.ListKeysResponse)(nil),        // 46: flo.v1.ListKeysResponse
+	(*v1.ApiKey)(nil),                  // 47: flo.v1.ApiKey
 }
 var file_flo_dispatcher_v1_dispatcher_proto_depIdxs = []int32{
-	16, // 0: flo.dispatcher.v1.EnsureActionsResponse.actions:type_name -> flo.v1.Action
-	4,  // 1: flo.dispatcher.v1.ClaimRequest.slots:type_name -> flo.dispatcher.v1.ClaimSlot
-	7,  // 2: flo.dispatcher.v1.ListReplicasResponse.replicas:type_name -> flo.dispatcher.v1.Replica
-	17, // 3: flo.dispatcher.v1.ClaimResponse.tasks:type_name -> flo.v1.TaskAssignment
-	18, // 4: flo.dispatcher.v1.Report.completed:type_name -> flo.v1.Completed
-	19, // 5: flo.dispatcher.v1.Report.failed:type_name -> flo.v1.Failed
-	20, // 6: flo.dispatcher.v1.Report.nack:type_name -> flo.v1.Nack
-	21, // 7: flo.dispatcher.v1.Report.abandon:type_name -> flo.v1.Abandon
-	22, // 8: flo.dispatcher.v1.Report.pending:type_name -> flo.v1.Pending
-	15, // 9: flo.dispatcher.v1.Report.trace_context:type_name -> flo.dispatcher.v1.Report.TraceContextEntry
-	9,  // 10: flo.dispatcher.v1.ReportRequest.reports:type_name -> flo.dispatcher.v1.Report
-	23, // 11: flo.dispatcher.v1.KeyForAuth.expires_at:type_name -> google.protobuf.Timestamp
-	23, // 12: flo.dispatcher.v1.KeyForAuth.revoked_at:type_name -> google.protobuf.Timestamp
-	24, // 13: flo.dispatcher.v1.Dispatcher.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
-	25, // 14: flo.dispatcher.v1.Dispatcher.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
-	26, // 15: flo.dispatcher.v1.Dispatcher.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
-	27, // 16: flo.dispatcher.v1.Dispatcher.RegisterAction:input_type -> flo.v1.RegisterActionRequest
+	18, // 0: flo.dispatcher.v1.EnsureActionsResponse.actions:type_name -> flo.v1.Action
+	6,  // 1: flo.dispatcher.v1.ClaimRequest.slots:type_name -> flo.dispatcher.v1.ClaimSlot
+	9,  // 2: flo.dispatcher.v1.ListReplicasResponse.replicas:type_name -> flo.dispatcher.v1.Replica
+	19, // 3: flo.dispatcher.v1.ClaimResponse.tasks:type_name -> flo.v1.TaskAssignment
+	20, // 4: flo.dispatcher.v1.Report.completed:type_name -> flo.v1.Completed
+	21, // 5: flo.dispatcher.v1.Report.failed:type_name -> flo.v1.Failed
+	22, // 6: flo.dispatcher.v1.Report.nack:type_name -> flo.v1.Nack
+	23, // 7: flo.dispatcher.v1.Report.abandon:type_name -> flo.v1.Abandon
+	24, // 8: flo.dispatcher.v1.Report.pending:type_name -> flo.v1.Pending
+	17, // 9: flo.dispatcher.v1.Report.trace_context:type_name -> flo.dispatcher.v1.Report.TraceContextEntry
+	11, // 10: flo.dispatcher.v1.ReportRequest.reports:type_name -> flo.dispatcher.v1.Report
+	25, // 11: flo.dispatcher.v1.KeyForAuth.expires_at:type_name -> google.protobuf.Timestamp
+	25, // 12: flo.dispatcher.v1.KeyForAuth.revoked_at:type_name -> google.protobuf.Timestamp
+	26, // 13: flo.dispatcher.v1.Dispatcher.CreateNamespace:input_type -> flo.v1.CreateNamespaceRequest
+	27, // 14: flo.dispatcher.v1.Dispatcher.GetNamespace:input_type -> flo.v1.GetNamespaceRequest
+	28, // 15: flo.dispatcher.v1.Dispatcher.ListNamespaces:input_type -> flo.v1.ListNamespacesRequest
+	29, // 16: flo.dispatcher.v1.Dispatcher.RegisterAction:input_type -> flo.v1.RegisterActionRequest
 	0,  // 17: flo.dispatcher.v1.Dispatcher.EnsureActions:input_type -> flo.dispatcher.v1.EnsureActionsRequest
-	28, // 18: flo.dispatcher.v1.Dispatcher.GetAction:input_type -> flo.v1.GetActionRequest
-	29, // 19: flo.dispatcher.v1.Dispatcher.ListActions:input_type -> flo.v1.ListActionsRequest
+	30, // 18: flo.dispatcher.v1.Dispatcher.GetAction:input_type -> flo.v1.GetActionRequest
+	31, // 19: flo.dispatcher.v1.Dispatcher.ListActions:input_type -> flo.v1.ListActionsRequest
 	2,  // 20: flo.dispatcher.v1.Dispatcher.SetActionEnabled:input_type -> flo.dispatcher.v1.SetActionEnabledRequest
-	30, // 21: flo.dispatcher.v1.Dispatcher.GetTask:input_type -> flo.v1.GetTaskRequest
-	31, // 22: flo.dispatcher.v1.Dispatcher.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
-	30, // 23: flo.dispatcher.v1.Dispatcher.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
-	32, // 24: flo.dispatcher.v1.Dispatcher.CompleteTask:input_type -> flo.v1.CompleteTaskRequest
-	33, // 25: flo.dispatcher.v1.Dispatcher.FailTask:input_type -> flo.v1.FailTaskRequest
+	32, // 21: flo.dispatcher.v1.Dispatcher.GetTask:input_type -> flo.v1.GetTaskRequest
+	33, // 22: flo.dispatcher.v1.Dispatcher.ListDeadLetters:input_type -> flo.v1.ListDeadLettersRequest
+	32, // 23: flo.dispatcher.v1.Dispatcher.RequeueDeadLetter:input_type -> flo.v1.GetTaskRequest
+	34, // 24: flo.dispatcher.v1.Dispatcher.CompleteTask:input_type -> flo.v1.CompleteTaskRequest
+	35, // 25: flo.dispatcher.v1.Dispatcher.FailTask:input_type -> flo.v1.FailTaskRequest
 	3,  // 26: flo.dispatcher.v1.Dispatcher.Claim:input_type -> flo.dispatcher.v1.ClaimRequest
-	5,  // 27: flo.dispatcher.v1.Dispatcher.ListReplicas:input_type -> flo.dispatcher.v1.ListReplicasRequest
-	10, // 28: flo.dispatcher.v1.Dispatcher.Report:input_type -> flo.dispatcher.v1.ReportRequest
-	12, // 29: flo.dispatcher.v1.Dispatcher.Touch:input_type -> flo.dispatcher.v1.TouchRequest
-	34, // 30: flo.dispatcher.v1.Dispatcher.CreateKey:input_type -> flo.v1.CreateKeyRequest
-	35, // 31: flo.dispatcher.v1.Dispatcher.ListKeys:input_type -> flo.v1.ListKeysRequest
-	36, // 32: flo.dispatcher.v1.Dispatcher.RevokeKey:input_type -> flo.v1.RevokeKeyRequest
-	13, // 33: flo.dispatcher.v1.Dispatcher.GetKeyForAuth:input_type -> flo.dispatcher.v1.GetKeyForAuthRequest
-	37, // 34: flo.dispatcher.v1.Dispatcher.CreateNamespace:output_type -> flo.v1.Namespace
-	37, // 35: flo.dispatcher.v1.Dispatcher.GetNamespace:output_type -> flo.v1.Namespace
-	38, // 36: flo.dispatcher.v1.Dispatcher.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
-	16, // 37: flo.dispatcher.v1.Dispatcher.RegisterAction:output_type -> flo.v1.Action
-	1,  // 38: flo.dispatcher.v1.Dispatcher.EnsureActions:output_type -> flo.dispatcher.v1.EnsureActionsResponse
-	16, // 39: flo.dispatcher.v1.Dispatcher.GetAction:output_type -> flo.v1.Action
-	39, // 40: flo.dispatcher.v1.Dispatcher.ListActions:output_type -> flo.v1.ListActionsResponse
-	16, // 41: flo.dispatcher.v1.Dispatcher.SetActionEnabled:output_type -> flo.v1.Action
-	40, // 42: flo.dispatcher.v1.Dispatcher.GetTask:output_type -> flo.v1.Task
-	41, // 43: flo.dispatcher.v1.Dispatcher.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
-	40, // 44: flo.dispatcher.v1.Dispatcher.RequeueDeadLetter:output_type -> flo.v1.Task
-	40, // 45: flo.dispatcher.v1.Dispatcher.CompleteTask:output_type -> flo.v1.Task
-	40, // 46: flo.dispatcher.v1.Dispatcher.FailTask:output_type -> flo.v1.Task
-	8,  // 47: flo.dispatcher.v1.Dispatcher.Claim:output_type -> flo.dispatcher.v1.ClaimResponse
-	6,  // 48: flo.dispatcher.v1.Dispatcher.ListReplicas:output_type -> flo.dispatcher.v1.ListReplicasResponse
-	11, // 49: flo.dispatcher.v1.Dispatcher.Report:output_type -> flo.dispatcher.v1.ReportResponse
-	42, // 50: flo.dispatcher.v1.Dispatcher.Touch:output_type -> flo.v1.TouchAck
-	43, // 51: flo.dispatcher.v1.Dispatcher.CreateKey:output_type -> flo.v1.CreateKeyResponse
-	44, // 52: flo.dispatcher.v1.Dispatcher.ListKeys:output_type -> flo.v1.ListKeysResponse
-	45, // 53: flo.dispatcher.v1.Dispatcher.RevokeKey:output_type -> flo.v1.ApiKey
-	14, // 54: flo.dispatcher.v1.Dispatcher.GetKeyForAuth:output_type -> flo.dispatcher.v1.KeyForAuth
-	34, // [34:55] is the sub-list for method output_type
-	13, // [13:34] is the sub-list for method input_type
+	4,  // 27: flo.dispatcher.v1.Dispatcher.EndClaim:input_type -> flo.dispatcher.v1.EndClaimRequest
+	7,  // 28: flo.dispatcher.v1.Dispatcher.ListReplicas:input_type -> flo.dispatcher.v1.ListReplicasRequest
+	12, // 29: flo.dispatcher.v1.Dispatcher.Report:input_type -> flo.dispatcher.v1.ReportRequest
+	14, // 30: flo.dispatcher.v1.Dispatcher.Touch:input_type -> flo.dispatcher.v1.TouchRequest
+	36, // 31: flo.dispatcher.v1.Dispatcher.CreateKey:input_type -> flo.v1.CreateKeyRequest
+	37, // 32: flo.dispatcher.v1.Dispatcher.ListKeys:input_type -> flo.v1.ListKeysRequest
+	38, // 33: flo.dispatcher.v1.Dispatcher.RevokeKey:input_type -> flo.v1.RevokeKeyRequest
+	15, // 34: flo.dispatcher.v1.Dispatcher.GetKeyForAuth:input_type -> flo.dispatcher.v1.GetKeyForAuthRequest
+	39, // 35: flo.dispatcher.v1.Dispatcher.CreateNamespace:output_type -> flo.v1.Namespace
+	39, // 36: flo.dispatcher.v1.Dispatcher.GetNamespace:output_type -> flo.v1.Namespace
+	40, // 37: flo.dispatcher.v1.Dispatcher.ListNamespaces:output_type -> flo.v1.ListNamespacesResponse
+	18, // 38: flo.dispatcher.v1.Dispatcher.RegisterAction:output_type -> flo.v1.Action
+	1,  // 39: flo.dispatcher.v1.Dispatcher.EnsureActions:output_type -> flo.dispatcher.v1.EnsureActionsResponse
+	18, // 40: flo.dispatcher.v1.Dispatcher.GetAction:output_type -> flo.v1.Action
+	41, // 41: flo.dispatcher.v1.Dispatcher.ListActions:output_type -> flo.v1.ListActionsResponse
+	18, // 42: flo.dispatcher.v1.Dispatcher.SetActionEnabled:output_type -> flo.v1.Action
+	42, // 43: flo.dispatcher.v1.Dispatcher.GetTask:output_type -> flo.v1.Task
+	43, // 44: flo.dispatcher.v1.Dispatcher.ListDeadLetters:output_type -> flo.v1.ListDeadLettersResponse
+	42, // 45: flo.dispatcher.v1.Dispatcher.RequeueDeadLetter:output_type -> flo.v1.Task
+	42, // 46: flo.dispatcher.v1.Dispatcher.CompleteTask:output_type -> flo.v1.Task
+	42, // 47: flo.dispatcher.v1.Dispatcher.FailTask:output_type -> flo.v1.Task
+	10, // 48: flo.dispatcher.v1.Dispatcher.Claim:output_type -> flo.dispatcher.v1.ClaimResponse
+	5,  // 49: flo.dispatcher.v1.Dispatcher.EndClaim:output_type -> flo.dispatcher.v1.EndClaimResponse
+	8,  // 50: flo.dispatcher.v1.Dispatcher.ListReplicas:output_type -> flo.dispatcher.v1.ListReplicasResponse
+	13, // 51: flo.dispatcher.v1.Dispatcher.Report:output_type -> flo.dispatcher.v1.ReportResponse
+	44, // 52: flo.dispatcher.v1.Dispatcher.Touch:output_type -> flo.v1.TouchAck
+	45, // 53: flo.dispatcher.v1.Dispatcher.CreateKey:output_type -> flo.v1.CreateKeyResponse
+	46, // 54: flo.dispatcher.v1.Dispatcher.ListKeys:output_type -> flo.v1.ListKeysResponse
+	47, // 55: flo.dispatcher.v1.Dispatcher.RevokeKey:output_type -> flo.v1.ApiKey
+	16, // 56: flo.dispatcher.v1.Dispatcher.GetKeyForAuth:output_type -> flo.dispatcher.v1.KeyForAuth
+	35, // [35:57] is the sub-list for method output_type
+	13, // [13:35] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name
@@ -1198,7 +1308,7 @@ func file_flo_dispatcher_v1_dispatcher_proto_init() {
 	if File_flo_dispatcher_v1_dispatcher_proto != nil {
 		return
 	}
-	file_flo_dispatcher_v1_dispatcher_proto_msgTypes[9].OneofWrappers = []any{
+	file_flo_dispatcher_v1_dispatcher_proto_msgTypes[11].OneofWrappers = []any{
 		(*Report_Completed)(nil),
 		(*Report_Failed)(nil),
 		(*Report_Nack)(nil),
@@ -1211,7 +1321,7 @@ func file_flo_dispatcher_v1_dispatcher_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_flo_dispatcher_v1_dispatcher_proto_rawDesc), len(file_flo_dispatcher_v1_dispatcher_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

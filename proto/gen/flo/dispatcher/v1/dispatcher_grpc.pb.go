@@ -36,6 +36,7 @@ const (
 	Dispatcher_CompleteTask_FullMethodName      = "/flo.dispatcher.v1.Dispatcher/CompleteTask"
 	Dispatcher_FailTask_FullMethodName          = "/flo.dispatcher.v1.Dispatcher/FailTask"
 	Dispatcher_Claim_FullMethodName             = "/flo.dispatcher.v1.Dispatcher/Claim"
+	Dispatcher_EndClaim_FullMethodName          = "/flo.dispatcher.v1.Dispatcher/EndClaim"
 	Dispatcher_ListReplicas_FullMethodName      = "/flo.dispatcher.v1.Dispatcher/ListReplicas"
 	Dispatcher_Report_FullMethodName            = "/flo.dispatcher.v1.Dispatcher/Report"
 	Dispatcher_Touch_FullMethodName             = "/flo.dispatcher.v1.Dispatcher/Touch"
@@ -70,6 +71,12 @@ type DispatcherClient interface {
 	// Claim leases queued tasks to the workers of its slots, waiting up to
 	// wait_ms for work to arrive when none is ready.
 	Claim(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*ClaimResponse, error)
+	// EndClaim ends the wait of the claim with that claim_id, as if its
+	// wait_ms had passed: it answers with what it was leased by then. A
+	// gateway ends so the claims another replica answered first, instead of
+	// cancelling them: a cancelled call loses an answer already on its way,
+	// and its tasks wait for their leases to run out.
+	EndClaim(ctx context.Context, in *EndClaimRequest, opts ...grpc.CallOption) (*EndClaimResponse, error)
 	// ListReplicas names the replicas that own task partitions, so a gateway
 	// can send each a claim: a task of any action may sit in any partition.
 	ListReplicas(ctx context.Context, in *ListReplicasRequest, opts ...grpc.CallOption) (*ListReplicasResponse, error)
@@ -232,6 +239,16 @@ func (c *dispatcherClient) Claim(ctx context.Context, in *ClaimRequest, opts ...
 	return out, nil
 }
 
+func (c *dispatcherClient) EndClaim(ctx context.Context, in *EndClaimRequest, opts ...grpc.CallOption) (*EndClaimResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EndClaimResponse)
+	err := c.cc.Invoke(ctx, Dispatcher_EndClaim_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *dispatcherClient) ListReplicas(ctx context.Context, in *ListReplicasRequest, opts ...grpc.CallOption) (*ListReplicasResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListReplicasResponse)
@@ -327,6 +344,12 @@ type DispatcherServer interface {
 	// Claim leases queued tasks to the workers of its slots, waiting up to
 	// wait_ms for work to arrive when none is ready.
 	Claim(context.Context, *ClaimRequest) (*ClaimResponse, error)
+	// EndClaim ends the wait of the claim with that claim_id, as if its
+	// wait_ms had passed: it answers with what it was leased by then. A
+	// gateway ends so the claims another replica answered first, instead of
+	// cancelling them: a cancelled call loses an answer already on its way,
+	// and its tasks wait for their leases to run out.
+	EndClaim(context.Context, *EndClaimRequest) (*EndClaimResponse, error)
 	// ListReplicas names the replicas that own task partitions, so a gateway
 	// can send each a claim: a task of any action may sit in any partition.
 	ListReplicas(context.Context, *ListReplicasRequest) (*ListReplicasResponse, error)
@@ -390,6 +413,9 @@ func (UnimplementedDispatcherServer) FailTask(context.Context, *v1.FailTaskReque
 }
 func (UnimplementedDispatcherServer) Claim(context.Context, *ClaimRequest) (*ClaimResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Claim not implemented")
+}
+func (UnimplementedDispatcherServer) EndClaim(context.Context, *EndClaimRequest) (*EndClaimResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method EndClaim not implemented")
 }
 func (UnimplementedDispatcherServer) ListReplicas(context.Context, *ListReplicasRequest) (*ListReplicasResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListReplicas not implemented")
@@ -685,6 +711,24 @@ func _Dispatcher_Claim_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Dispatcher_EndClaim_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EndClaimRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DispatcherServer).EndClaim(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Dispatcher_EndClaim_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DispatcherServer).EndClaim(ctx, req.(*EndClaimRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Dispatcher_ListReplicas_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListReplicasRequest)
 	if err := dec(in); err != nil {
@@ -873,6 +917,10 @@ var Dispatcher_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Claim",
 			Handler:    _Dispatcher_Claim_Handler,
+		},
+		{
+			MethodName: "EndClaim",
+			Handler:    _Dispatcher_EndClaim_Handler,
 		},
 		{
 			MethodName: "ListReplicas",
