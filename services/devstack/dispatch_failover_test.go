@@ -727,3 +727,62 @@ func TestReplicaAddedAndRemovedUnderLoad(t *testing.T) {
 	requireStartedWhenDue(t, pl.env.db, ids)
 	requireViewCaughtUp(t, pl.env.db, log)
 }
+
+// With two dispatcher replicas a busy queue is leased once: the gateway asks
+// each replica for its share of a claim. Sent whole to each, as before, a
+// claim on a busy queue came back full from both, and nearly every task
+// was leased twice and abandoned once. Abandons are left only where a claim
+// waiting at both replicas meets the burst.
+func TestTwoReplicasLeaseABusyQueueOnce(t *testing.T) {
+	pl := startProcessPlatform(t)
+	client := pl.client(t)
+	const action = "busy"
+	require.Eventually(t, func() bool {
+		_, err := client.RegisterAction(context.Background(), action, flo.ActionOptions{Timeout: mixedTimeout})
+		return err == nil
+	}, 30*time.Second, 50*time.Millisecond)
+	first := pl.procs["dispatcher"]
+	added := pl.addDispatcher(t, "dispatcher-2")
+	waitShared(t, pl.env.db, first.grpcAddr, added.grpcAddr)
+	for w := range 2 {
+		opts := flo.ActionWorkerOptions{WorkerID: fmt.Sprintf("busy-%d", w), Concurrency: 16, BlockMS: claimBlockMS}
+		actionWorker(t, pl.gatewayGRPC, opts, func(w *flo.ActionWorker) {
+			w.MustRegisterAction(action, func(actx *flo.ActionContext) ([]byte, error) { return nil, nil })
+		})
+	}
+	// The idle workers' claim waits at both replicas once the gateway lists
+	// both.
+	require.Eventually(t, func() bool {
+		for _, p := range []*proc{first, added} {
+			if n, ok := scrapeMetrics(t, p.httpAddr).value("flo_dispatcher_claims_waiting"); !ok || n < 1 {
+				return false
+			}
+		}
+		return true
+	}, time.Minute, 50*time.Millisecond, "the gateway never claimed from both replicas")
+
+	const n = 3000
+	payloads := make([]any, 500)
+	for i := range payloads {
+		payloads[i] = map[string]int{"i": i}
+	}
+	var ids []string
+	for len(ids) < n {
+		got, err := client.InvokeMany(t.Context(), action, payloads)
+		require.NoError(t, err)
+		ids = append(ids, got...)
+	}
+	waitViewState(t, pl.env.db, pl.brokers, ids, "completed")
+
+	log := readTaskLog(t, pl.brokers)
+	abandoned := 0
+	for _, id := range ids {
+		for _, r := range log.byTask[id] {
+			if r.typ == eventsv1.TaskEventType_TASK_EVENT_TYPE_ABANDONED {
+				abandoned++
+			}
+		}
+	}
+	t.Logf("%d of %d tasks abandoned once", abandoned, n)
+	require.Less(t, abandoned, n/20, "tasks leased by two replicas for one claim")
+}
