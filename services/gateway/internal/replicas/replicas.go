@@ -284,7 +284,7 @@ func (s *Set) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, late fu
 	for i := range reqs {
 		reqs[i] = whole
 	}
-	c := s.start(ctx, replicas, reqs)
+	c := s.start(ctx, replicas, reqs, time.Duration(req.GetWaitMs())*time.Millisecond+answerGrace)
 	var errs []error
 	for c.waiting() {
 		var a answer
@@ -346,8 +346,8 @@ func (s *Set) claimShares(ctx context.Context, replicas []*replica, req *dispatc
 			reqs = append(reqs, &dispatcherv1.ClaimRequest{Namespace: req.GetNamespace(), Actions: req.GetActions(), LeaseMs: req.GetLeaseMs(), Slots: slots})
 		}
 	}
-	c := s.start(ctx, asked, reqs)
 	bound := time.Duration(req.GetWaitMs())*time.Millisecond + answerGrace
+	c := s.start(ctx, asked, reqs, bound)
 	merged := &dispatcherv1.ClaimResponse{}
 	var rest <-chan time.Time
 	for c.waiting() {
@@ -435,7 +435,7 @@ type calls struct {
 	answers chan answer
 	// out are the calls not answered yet, by address.
 	out map[string]*call
-	// cancel ends every call; giveUp runs it answerGrace past the wait.
+	// cancel ends every call; giveUp runs it when the claim's time is up.
 	cancel context.CancelFunc
 	giveUp *time.Timer
 }
@@ -446,22 +446,21 @@ type call struct {
 	cancel context.CancelFunc
 }
 
-// start sends each replica its request, reqs[i] to replicas[i], at once.
+// start sends each replica its request, reqs[i] to replicas[i], at once,
+// and gives them up (cancels them) after bound unless settle takes over.
 // The requests differ in their slots only. The calls may outlive the caller
 // (see settle), so they do not end with ctx, which the caller cancels once
 // Claim returns.
-func (s *Set) start(ctx context.Context, replicas []*replica, reqs []*dispatcherv1.ClaimRequest) *calls {
+func (s *Set) start(ctx context.Context, replicas []*replica, reqs []*dispatcherv1.ClaimRequest, bound time.Duration) *calls {
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c := &calls{
 		answers: make(chan answer, len(replicas)),
 		out:     make(map[string]*call, len(replicas)),
 		cancel:  cancel,
+		giveUp:  time.AfterFunc(bound, cancel),
 	}
 	if len(reqs) > 0 {
 		c.id = reqs[0].GetClaimId()
-		c.giveUp = time.AfterFunc(time.Duration(reqs[0].GetWaitMs())*time.Millisecond+answerGrace, cancel)
-	} else {
-		c.giveUp = time.AfterFunc(0, cancel)
 	}
 	for i, r := range replicas {
 		rctx, rcancel := context.WithCancel(cctx)
