@@ -494,7 +494,9 @@ func TestZombieOwnerIsFenced(t *testing.T) {
 	ctx := context.Background()
 	client := pl.client(t)
 	registerMixed(t, client)
-	_, err := client.RegisterAction(ctx, "hold", flo.ActionOptions{Timeout: time.Minute, MaxAttempts: 3})
+	// The hold tasks' leases outlast the whole test on a loaded box, so
+	// only a takeover that dropped them could start a second attempt.
+	_, err := client.RegisterAction(ctx, "hold", flo.ActionOptions{Timeout: 5 * time.Minute, MaxAttempts: 3})
 	require.NoError(t, err)
 	_, err = client.RegisterAction(ctx, "dead", flo.ActionOptions{Timeout: time.Minute, MaxAttempts: 3})
 	require.NoError(t, err)

@@ -86,9 +86,12 @@ type Set struct {
 	changed chan struct{}
 
 	// turns holds, by address, each replica's running credit in the smooth
-	// weighted round robin that splits claims (see shares).
+	// weighted round robin that splits claims (see shares); behind, by
+	// address, the replicas a claim's shares were last left behind at, still
+	// unanswered: later claims split without them (see claimShares).
 	turnsMu sync.Mutex
 	turns   map[string]int
+	behind  map[string]int
 }
 
 type replica struct {
@@ -110,7 +113,7 @@ func New(def Dispatcher, opts Options) *Set {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Set{def: def, dial: opts.Dial, refresh: opts.Refresh, log: opts.Log, stale: make(chan struct{}, 1), changed: make(chan struct{}),
-		turns: make(map[string]int)}
+		turns: make(map[string]int), behind: make(map[string]int)}
 }
 
 // DialOptions returns base with the authority of the configured dispatcher
@@ -232,6 +235,7 @@ func (s *Set) update(ctx context.Context, owned map[string]int) {
 		// even.
 		s.turnsMu.Lock()
 		clear(s.turns)
+		clear(s.behind)
 		s.turnsMu.Unlock()
 		slices.Sort(removed)
 		s.log.InfoContext(ctx, "dispatcher replicas changed", slog.Any("replicas", addrs),
@@ -333,13 +337,15 @@ func (s *Set) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, late fu
 // cancelled while its replica records the leases loses its answer, and the
 // tasks would wait for their leases to run out. What they bring goes to
 // late; a replica that has not answered by the whole claim's deadline is
-// given up on.
+// given up on. Until a replica left behind answers, later claims are split
+// among the others, so that a paused replica delays one claim, not each.
 func (s *Set) claimShares(ctx context.Context, replicas []*replica, req *dispatcherv1.ClaimRequest,
 	late func(*dispatcherv1.ClaimResponse)) (*dispatcherv1.ClaimResponse, error) {
 	var (
 		asked []*replica
 		reqs  []*dispatcherv1.ClaimRequest
 	)
+	replicas = s.answering(replicas)
 	for i, slots := range s.shares(replicas, req.GetSlots()) {
 		if len(slots) > 0 {
 			asked = append(asked, replicas[i])
@@ -362,6 +368,7 @@ func (s *Set) claimShares(ctx context.Context, replicas []*replica, req *dispatc
 			go s.settle(ctx, c, bound, late)
 			return nil, status.FromContextError(ctx.Err()).Err()
 		case <-rest:
+			s.leaveBehind(c)
 			go s.settle(ctx, c, bound, late)
 			return merged, nil
 		}
@@ -380,6 +387,46 @@ func (s *Set) claimShares(ctx context.Context, replicas []*replica, req *dispatc
 	}
 	c.done()
 	return merged, nil
+}
+
+// answering returns the replicas no claim's shares were left behind at, or
+// all when every one was.
+func (s *Set) answering(replicas []*replica) []*replica {
+	s.turnsMu.Lock()
+	defer s.turnsMu.Unlock()
+	if len(s.behind) == 0 {
+		return replicas
+	}
+	out := make([]*replica, 0, len(replicas))
+	for _, r := range replicas {
+		if s.behind[r.addr] == 0 {
+			out = append(out, r)
+		}
+	}
+	if len(out) == 0 {
+		return replicas
+	}
+	return out
+}
+
+// leaveBehind counts the calls of c still out as left behind, until each
+// answers (caughtUp).
+func (s *Set) leaveBehind(c *calls) {
+	c.behind = true
+	s.turnsMu.Lock()
+	defer s.turnsMu.Unlock()
+	for addr := range c.out {
+		s.behind[addr]++
+	}
+}
+
+// caughtUp uncounts a call left behind at addr that answered.
+func (s *Set) caughtUp(addr string) {
+	s.turnsMu.Lock()
+	defer s.turnsMu.Unlock()
+	if s.behind[addr]--; s.behind[addr] <= 0 {
+		delete(s.behind, addr)
+	}
 }
 
 // shares splits slots among replicas in proportion to their weights, task
@@ -431,7 +478,9 @@ type answer struct {
 type calls struct {
 	// id is the claim id the calls carry, for EndClaim; empty when they do
 	// not wait.
-	id      string
+	id string
+	// behind says the calls still out were left behind (Set.behind).
+	behind  bool
 	answers chan answer
 	// out are the calls not answered yet, by address.
 	out map[string]*call
@@ -511,6 +560,9 @@ func (s *Set) settle(ctx context.Context, c *calls, grace time.Duration, late fu
 		select {
 		case a := <-c.answers:
 			c.answered(a)
+			if c.behind {
+				s.caughtUp(a.addr)
+			}
 			switch {
 			case len(a.resp.GetTasks()) > 0:
 				s.log.DebugContext(ctx, "tasks arrived after a claim was answered",
