@@ -266,6 +266,21 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	return s, nil
 }
 
+// ownerRouted is the dispatcher connection with the reports and touches of
+// worker streams sent to the owners of their tasks' partitions.
+type ownerRouted struct {
+	dispatcherv1.DispatcherClient
+	replicas *replicas.Set
+}
+
+func (o ownerRouted) Report(ctx context.Context, in *dispatcherv1.ReportRequest, opts ...grpc.CallOption) (*dispatcherv1.ReportResponse, error) {
+	return o.replicas.Report(ctx, in, opts...)
+}
+
+func (o ownerRouted) Touch(ctx context.Context, in *dispatcherv1.TouchRequest, opts ...grpc.CallOption) (*flov1.TouchAck, error) {
+	return o.replicas.Touch(ctx, in, opts...)
+}
+
 // withDefaults checks cfg and fills what a config built in code may leave
 // zero.
 func withDefaults(cfg Config) (Config, error) {
@@ -332,7 +347,8 @@ func (s *Service) dialInternal() (internal, error) {
 		return behind, fmt.Errorf("dial dispatcher %s: %w", cfg.DispatcherAddr, err)
 	}
 	s.dispatcher = dispatcherv1.NewDispatcherClient(s.conn)
-	s.replicas = replicas.New(s.dispatcher, replicas.Options{Dial: replicas.DialOptions(dispatcherDial, cfg.DispatcherAddr), Log: s.log})
+	s.replicas = replicas.New(s.dispatcher, replicas.Options{Dial: replicas.DialOptions(dispatcherDial, cfg.DispatcherAddr), Log: s.log,
+		Partitions: cfg.Kafka.Partitions})
 
 	offPath := append(slices.Clip(creds), offPathDialOptions()...)
 	if cfg.RegistryAddr != "" {
@@ -385,7 +401,7 @@ func (s *Service) newAPI(behind internal) httpapi.Services {
 	cfg, log := s.cfg, s.log
 	namespaces := namespace.NewCache(api.NamespaceLookup(s.dispatcher))
 	actions := action.NewCache(api.ActionLookup(s.dispatcher), actionTTL)
-	s.streams = workerstream.NewServer(s.dispatcher, workerstream.Options{
+	s.streams = workerstream.NewServer(ownerRouted{s.dispatcher, s.replicas}, workerstream.Options{
 		MaxPayloadBytes: cfg.MaxPayloadBytes,
 		DrainTimeout:    drainTimeout,
 		CheckNamespace: func(ctx context.Context, name string) error {

@@ -6,11 +6,13 @@
 // only a claim that finds nothing that way goes whole to each replica and
 // waits there. A Set keeps the list of replicas fresh (ListReplicas through
 // the gateway's one dispatcher connection, which any replica answers) and
-// one connection per replica. Reports, touches and reads do not come here:
-// the replica that receives one forwards it to the partition's owner.
+// one connection per replica. Reports and touches go to the owner of their
+// task's partition (Report, Touch); reads do not come here: the replica
+// that receives one forwards it to the partition's owner.
 package replicas
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -27,7 +29,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/razorbill/flo/libs/kafka"
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
+	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 )
 
 const (
@@ -49,11 +53,14 @@ const (
 )
 
 // Dispatcher is what a Set needs of the gateway's dispatcher client: the
-// list of replicas, and the claim it sends when there is at most one.
+// list of replicas, and the calls it sends to one replica or, when it knows
+// none, through the default connection.
 type Dispatcher interface {
 	ListReplicas(ctx context.Context, in *dispatcherv1.ListReplicasRequest, opts ...grpc.CallOption) (*dispatcherv1.ListReplicasResponse, error)
 	Claim(ctx context.Context, in *dispatcherv1.ClaimRequest, opts ...grpc.CallOption) (*dispatcherv1.ClaimResponse, error)
 	EndClaim(ctx context.Context, in *dispatcherv1.EndClaimRequest, opts ...grpc.CallOption) (*dispatcherv1.EndClaimResponse, error)
+	Report(ctx context.Context, in *dispatcherv1.ReportRequest, opts ...grpc.CallOption) (*dispatcherv1.ReportResponse, error)
+	Touch(ctx context.Context, in *dispatcherv1.TouchRequest, opts ...grpc.CallOption) (*flov1.TouchAck, error)
 }
 
 // Options configure a Set.
@@ -66,6 +73,10 @@ type Options struct {
 	Refresh time.Duration
 	// Log receives changes of the list and failures to read it.
 	Log *slog.Logger
+	// Partitions is the number of task partitions (FLO_KAFKA_PARTITIONS),
+	// by which reports and touches find their owner; zero sends them all
+	// through the default connection.
+	Partitions int32
 }
 
 // Set is the dispatcher replicas a gateway claims from. Its zero value is
@@ -84,6 +95,9 @@ type Set struct {
 	// changed is closed, and replaced, when the list changes: claims
 	// waiting at the old list end so that their callers ask the new one.
 	changed chan struct{}
+	// owners is the replica that owns each partition, by the last list.
+	owners     map[int32]*replica
+	partitions int32
 
 	// turns holds, by address, each replica's running credit in the smooth
 	// weighted round robin that splits claims (see shares); behind, by
@@ -113,7 +127,7 @@ func New(def Dispatcher, opts Options) *Set {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Set{def: def, dial: opts.Dial, refresh: opts.Refresh, log: opts.Log, stale: make(chan struct{}, 1), changed: make(chan struct{}),
-		turns: make(map[string]int), behind: make(map[string]int)}
+		partitions: opts.Partitions, turns: make(map[string]int), behind: make(map[string]int)}
 }
 
 // DialOptions returns base with the authority of the configured dispatcher
@@ -172,19 +186,19 @@ func (s *Set) Run(ctx context.Context) error {
 	}
 }
 
-// list asks the default client for the replicas: the number of partitions
-// each owns, by address.
-func (s *Set) list(ctx context.Context) (map[string]int, error) {
+// list asks the default client for the replicas: the partitions each owns,
+// by address.
+func (s *Set) list(ctx context.Context) (map[string][]int32, error) {
 	ctx, cancel := context.WithTimeout(ctx, listTimeout)
 	defer cancel()
 	resp, err := s.def.ListReplicas(ctx, &dispatcherv1.ListReplicasRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("list dispatcher replicas: %w", err)
 	}
-	owned := make(map[string]int, len(resp.GetReplicas()))
+	owned := make(map[string][]int32, len(resp.GetReplicas()))
 	for _, r := range resp.GetReplicas() {
 		if r.GetAddress() != "" {
-			owned[r.GetAddress()] += len(r.GetPartitions())
+			owned[r.GetAddress()] = append(owned[r.GetAddress()], r.GetPartitions()...)
 		}
 	}
 	return owned, nil
@@ -194,15 +208,16 @@ func (s *Set) list(ctx context.Context) (map[string]int, error) {
 // address): new replicas are dialed (lazily, so a dial costs nothing until
 // the first claim), those that left are closed. A claim still running on a
 // closed connection fails and skips that replica.
-func (s *Set) update(ctx context.Context, owned map[string]int) {
+func (s *Set) update(ctx context.Context, owned map[string][]int32) {
 	addrs := slices.Sorted(maps.Keys(owned))
 	s.mu.Lock()
 	old := s.replicas
 	s.mu.Unlock()
 	next := make(map[string]*replica, len(addrs))
+	owners := make(map[int32]*replica)
 	var added []string
 	for _, a := range addrs {
-		weight := max(owned[a], 1)
+		weight := max(len(owned[a]), 1)
 		if r, ok := old[a]; ok {
 			next[a] = &replica{addr: a, conn: r.conn, client: r.client, weight: weight}
 			continue
@@ -215,8 +230,14 @@ func (s *Set) update(ctx context.Context, owned map[string]int) {
 		next[a] = &replica{addr: a, conn: conn, client: dispatcherv1.NewDispatcherClient(conn), weight: weight}
 		added = append(added, a)
 	}
+	for a, r := range next {
+		for _, p := range owned[a] {
+			owners[p] = r
+		}
+	}
 	s.mu.Lock()
 	s.replicas = next
+	s.owners = owners
 	grew := len(added) > 0
 	if grew {
 		close(s.changed)
@@ -241,6 +262,90 @@ func (s *Set) update(ctx context.Context, owned map[string]int) {
 		s.log.InfoContext(ctx, "dispatcher replicas changed", slog.Any("replicas", addrs),
 			slog.Any("added", added), slog.Any("removed", removed))
 	}
+}
+
+// Report records reports at the replicas that own their tasks' partitions,
+// each replica's reports in one call, the calls at once. Sent through the
+// default connection, a report reaches a replica that passes it on to the
+// owner unless it is the owner itself: with N replicas a second hop for all
+// but one in N. Reports whose owner is not known, and those of a call to an
+// owner that fails, go through the default connection, whose replica passes
+// them on. It returns the rejected ids of all the calls, and the error of a
+// call that failed both ways.
+func (s *Set) Report(ctx context.Context, req *dispatcherv1.ReportRequest, opts ...grpc.CallOption) (*dispatcherv1.ReportResponse, error) {
+	groups := map[Dispatcher][]*dispatcherv1.Report{}
+	for _, r := range req.GetReports() {
+		c := s.ownerOf(r.GetTaskId())
+		groups[c] = append(groups[c], r)
+	}
+	if len(groups) <= 1 {
+		for c := range groups {
+			return s.report(ctx, c, req, opts)
+		}
+		return s.def.Report(ctx, req, opts...)
+	}
+	var (
+		mu       sync.Mutex
+		rejected []string
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	for c, reports := range groups {
+		wg.Go(func() {
+			resp, err := s.report(ctx, c, &dispatcherv1.ReportRequest{Namespace: req.GetNamespace(), WorkerId: req.GetWorkerId(), Reports: reports}, opts)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				firstErr = cmp.Or(firstErr, err)
+				return
+			}
+			rejected = append(rejected, resp.GetRejectedTaskIds()...)
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	return &dispatcherv1.ReportResponse{RejectedTaskIds: rejected}, nil
+}
+
+// report sends req to c, and through the default connection when c, an
+// owner, fails.
+func (s *Set) report(ctx context.Context, c Dispatcher, req *dispatcherv1.ReportRequest, opts []grpc.CallOption) (*dispatcherv1.ReportResponse, error) {
+	resp, err := c.Report(ctx, req, opts...)
+	if err != nil && c != s.def && ctx.Err() == nil {
+		s.failed(err)
+		return s.def.Report(ctx, req, opts...)
+	}
+	return resp, err
+}
+
+// Touch extends a lease at the replica that owns the task's partition, or
+// through the default connection as Report does.
+func (s *Set) Touch(ctx context.Context, req *dispatcherv1.TouchRequest, opts ...grpc.CallOption) (*flov1.TouchAck, error) {
+	c := s.ownerOf(req.GetTaskId())
+	ack, err := c.Touch(ctx, req, opts...)
+	if err != nil && c != s.def && ctx.Err() == nil {
+		s.failed(err)
+		return s.def.Touch(ctx, req, opts...)
+	}
+	return ack, err
+}
+
+// ownerOf returns the client of the replica that owns the partition of
+// taskID by the last list, or the default client when there is no such
+// replica, or at most one.
+func (s *Set) ownerOf(taskID string) Dispatcher {
+	if s.partitions <= 0 {
+		return s.def
+	}
+	p := kafka.PartitionOf([]byte(taskID), s.partitions)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.owners[p]; r != nil && len(s.replicas) > 1 {
+		return r.client
+	}
+	return s.def
 }
 
 // snapshot returns the replicas known now, and a channel closed when

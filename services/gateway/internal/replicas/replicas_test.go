@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/harness"
 	"github.com/razorbill/flo/libs/internalauth"
+	"github.com/razorbill/flo/libs/kafka"
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 )
@@ -48,6 +50,10 @@ type replicaServer struct {
 	ends map[string]context.CancelCauseFunc
 	// noEnd makes EndClaim unimplemented, as on an older replica.
 	noEnd bool
+	// reported and touched are the task ids of the reports and touches
+	// received; reportErr, when set, fails every Report.
+	reported, touched []string
+	reportErr         error
 
 	lists     atomic.Int32
 	cancelled atomic.Int32
@@ -151,6 +157,42 @@ func (r *replicaServer) Claim(ctx context.Context, req *dispatcherv1.ClaimReques
 		r.cancelled.Add(1)
 	}
 	return resp, err
+}
+
+// Report records the reports' task ids and rejects those ending in "x".
+func (r *replicaServer) Report(_ context.Context, req *dispatcherv1.ReportRequest) (*dispatcherv1.ReportResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.reportErr != nil {
+		return nil, r.reportErr
+	}
+	resp := &dispatcherv1.ReportResponse{}
+	for _, rep := range req.GetReports() {
+		r.reported = append(r.reported, rep.GetTaskId())
+		if strings.HasSuffix(rep.GetTaskId(), "x") {
+			resp.RejectedTaskIds = append(resp.RejectedTaskIds, rep.GetTaskId())
+		}
+	}
+	return resp, nil
+}
+
+func (r *replicaServer) Touch(_ context.Context, req *dispatcherv1.TouchRequest) (*flov1.TouchAck, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.touched = append(r.touched, req.GetTaskId())
+	return &flov1.TouchAck{TaskId: req.GetTaskId(), Ok: true}, nil
+}
+
+func (r *replicaServer) failReports(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reportErr = err
+}
+
+func (r *replicaServer) reports() (reported, touched []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.reported), slices.Clone(r.touched)
 }
 
 // errEnded is the cause of a claim's context that EndClaim ended.
@@ -287,12 +329,18 @@ func run(t *testing.T, set *Set, want int) context.CancelFunc {
 // replicas; its replica connections are dialed with opts.
 func over(t *testing.T, front *replicaServer, opts []grpc.DialOption, replicas ...*replicaServer) *Set {
 	t.Helper()
+	return overPartitions(t, front, opts, 0, replicas...)
+}
+
+// overPartitions is over with reports and touches routed by partitions.
+func overPartitions(t *testing.T, front *replicaServer, opts []grpc.DialOption, partitions int32, replicas ...*replicaServer) *Set {
+	t.Helper()
 	addrs := make([]string, len(replicas))
 	for i, r := range replicas {
 		addrs[i] = r.addr
 	}
 	front.list(addrs...)
-	set := New(dial(t, front.addr, plain...), Options{Dial: opts, Refresh: time.Hour})
+	set := New(dial(t, front.addr, plain...), Options{Dial: opts, Refresh: time.Hour, Partitions: partitions})
 	run(t, set, len(replicas))
 	return set
 }
@@ -760,4 +808,74 @@ func TestClaimEndsWhenAReplicaIsAdded(t *testing.T) {
 	require.Equal(t, []string{"b-0"}, ids(got), "the next claim reaches the added replica")
 	require.Eventually(t, func() bool { return front.ended.Load() >= 1 }, 5*time.Second, 5*time.Millisecond,
 		"the claim waiting at the old list was ended")
+}
+
+// idsOf returns n task ids of partition p of 4, each ending in suffix.
+func idsOf(p int32, n int, suffix string) []string {
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		id := fmt.Sprintf("task-%d-%s", i, suffix)
+		if kafka.PartitionOf([]byte(id), 4) == p {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// Reports and touches go to the replica that owns their task's partition,
+// each replica's reports in one call, so no replica passes them on.
+func TestReportsAndTouchesGoToTheirPartitionsOwner(t *testing.T) {
+	t.Parallel()
+	a, b := startReplica(t, nil), startReplica(t, nil)
+	front := startReplica(t, nil)
+	// The list gives a partitions 0 and 1, b 2 and 3.
+	front.own(a.addr, 2)
+	front.own(b.addr, 2)
+	set := overPartitions(t, front, plain, 4, a, b)
+
+	ofA := append(idsOf(0, 2, "a"), idsOf(1, 1, "x")...)
+	ofB := append(idsOf(2, 1, "b"), idsOf(3, 2, "x")...)
+	req := &dispatcherv1.ReportRequest{Namespace: "ns", WorkerId: "w"}
+	for _, id := range append(slices.Clone(ofA), ofB...) {
+		req.Reports = append(req.Reports, &dispatcherv1.Report{TaskId: id, Attempt: 1})
+	}
+	resp, err := set.Report(t.Context(), req)
+	require.NoError(t, err)
+	require.ElementsMatch(t, append(idsOf(1, 1, "x"), idsOf(3, 2, "x")...), resp.GetRejectedTaskIds(), "the rejections of both calls")
+	gotA, _ := a.reports()
+	gotB, _ := b.reports()
+	gotFront, _ := front.reports()
+	require.ElementsMatch(t, ofA, gotA)
+	require.ElementsMatch(t, ofB, gotB)
+	require.Empty(t, gotFront, "nothing through the default connection")
+
+	ack, err := set.Touch(t.Context(), &dispatcherv1.TouchRequest{Namespace: "ns", TaskId: ofB[0], Attempt: 1})
+	require.NoError(t, err)
+	require.True(t, ack.GetOk())
+	_, touched := b.reports()
+	require.Equal(t, []string{ofB[0]}, touched)
+
+	// An owner that fails has its reports sent through the default
+	// connection, whose replica passes them on.
+	b.failReports(status.Error(codes.Unavailable, "gone"))
+	resp, err = set.Report(t.Context(), req)
+	require.NoError(t, err)
+	require.Len(t, resp.GetRejectedTaskIds(), 3)
+	gotFront, _ = front.reports()
+	require.ElementsMatch(t, ofB, gotFront)
+}
+
+// Without the partition count, or with one replica, reports take the
+// default connection as before.
+func TestReportsTakeTheDefaultConnectionWithoutOwners(t *testing.T) {
+	t.Parallel()
+	a, b := startReplica(t, nil), startReplica(t, nil)
+	front := startReplica(t, nil)
+	set := over(t, front, plain, a, b)
+	ids := append(idsOf(0, 1, "a"), idsOf(3, 1, "b")...)
+	req := &dispatcherv1.ReportRequest{Namespace: "ns", Reports: []*dispatcherv1.Report{{TaskId: ids[0]}, {TaskId: ids[1]}}}
+	_, err := set.Report(t.Context(), req)
+	require.NoError(t, err)
+	got, _ := front.reports()
+	require.ElementsMatch(t, ids, got)
 }
