@@ -125,8 +125,9 @@ func (r *Replica) Claim(ctx context.Context, req ClaimRequest) ([]engine.Claimed
 	}
 	if len(got) > 0 && ctx.Err() != nil {
 		// The caller gave up while the leases were being recorded (a gateway
-		// cancels the claims other replicas answered first): the answer
-		// would be dropped, and the tasks would wait for their leases to end.
+		// gives up on a replica slow to answer, or cancels a claim EndClaim
+		// did not find): the answer would be dropped, and the tasks would
+		// wait for their leases to end.
 		go r.giveBackAll(req.Namespace, got)
 		got, err = nil, ctx.Err()
 	}

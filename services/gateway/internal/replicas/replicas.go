@@ -45,10 +45,11 @@ const (
 	// (paused, cut off) must not hold every claim until its deadline.
 	answerGrace = time.Second
 	// settleGrace is how long the other calls of a claim that got its
-	// tasks run on before they are cancelled: long enough for an answer a
-	// replica is committing or sending to arrive (a cancellation races the
-	// answer and may drop it), short enough that an idle replica's call does
-	// not go on taking tasks that will be abandoned.
+	// tasks run on before they are ended (see settle), and how long a
+	// claim's shares wait for the replicas still out once one answered:
+	// long enough for an answer a replica is committing or sending to
+	// arrive, short enough that an idle replica's call does not go on
+	// taking tasks that will be abandoned.
 	settleGrace = 100 * time.Millisecond
 )
 
