@@ -96,8 +96,9 @@ type Set struct {
 	// changed is closed, and replaced, when the list changes: claims
 	// waiting at the old list end so that their callers ask the new one.
 	changed chan struct{}
-	// owners is the replica that owns each partition, by the last list.
-	owners     map[int32]*replica
+	// owned is the replica that owns each partition, by the last list; it
+	// is replaced, never changed.
+	owned      map[int32]*replica
 	partitions int32
 
 	// turns holds, by address, each replica's running credit in the smooth
@@ -238,7 +239,7 @@ func (s *Set) update(ctx context.Context, owned map[string][]int32) {
 	}
 	s.mu.Lock()
 	s.replicas = next
-	s.owners = owners
+	s.owned = owners
 	grew := len(added) > 0
 	if grew {
 		close(s.changed)
@@ -275,8 +276,9 @@ func (s *Set) update(ctx context.Context, owned map[string][]int32) {
 // call that failed both ways.
 func (s *Set) Report(ctx context.Context, req *dispatcherv1.ReportRequest, opts ...grpc.CallOption) (*dispatcherv1.ReportResponse, error) {
 	groups := map[Dispatcher][]*dispatcherv1.Report{}
+	ownerOf := s.owners()
 	for _, r := range req.GetReports() {
-		c := s.ownerOf(r.GetTaskId())
+		c := ownerOf(r.GetTaskId())
 		groups[c] = append(groups[c], r)
 	}
 	if len(groups) <= 1 {
@@ -324,7 +326,7 @@ func (s *Set) report(ctx context.Context, c Dispatcher, req *dispatcherv1.Report
 // Touch extends a lease at the replica that owns the task's partition, or
 // through the default connection as Report does.
 func (s *Set) Touch(ctx context.Context, req *dispatcherv1.TouchRequest, opts ...grpc.CallOption) (*flov1.TouchAck, error) {
-	c := s.ownerOf(req.GetTaskId())
+	c := s.owners()(req.GetTaskId())
 	ack, err := c.Touch(ctx, req, opts...)
 	if err != nil && c != s.def && ctx.Err() == nil {
 		s.failed(err)
@@ -333,20 +335,25 @@ func (s *Set) Touch(ctx context.Context, req *dispatcherv1.TouchRequest, opts ..
 	return ack, err
 }
 
-// ownerOf returns the client of the replica that owns the partition of
-// taskID by the last list, or the default client when there is no such
-// replica, or at most one.
-func (s *Set) ownerOf(taskID string) Dispatcher {
-	if s.partitions <= 0 {
+// owners returns, by the list known now, a function giving the client of
+// the replica that owns a task's partition, or the default client when
+// there is no such replica, or at most one.
+func (s *Set) owners() func(taskID string) Dispatcher {
+	s.mu.Lock()
+	owners := s.owned
+	if len(s.replicas) <= 1 || s.partitions <= 0 {
+		owners = nil
+	}
+	s.mu.Unlock()
+	return func(taskID string) Dispatcher {
+		if owners == nil {
+			return s.def
+		}
+		if r := owners[kafka.PartitionOf([]byte(taskID), s.partitions)]; r != nil {
+			return r.client
+		}
 		return s.def
 	}
-	p := kafka.PartitionOf([]byte(taskID), s.partitions)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if r := s.owners[p]; r != nil && len(s.replicas) > 1 {
-		return r.client
-	}
-	return s.def
 }
 
 // snapshot returns the replicas known now, and a channel closed when
