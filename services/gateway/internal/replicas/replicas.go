@@ -401,7 +401,7 @@ func (s *Set) Claim(ctx context.Context, req *dispatcherv1.ClaimRequest, late fu
 	for i := range reqs {
 		reqs[i] = whole
 	}
-	c := s.start(ctx, replicas, reqs, time.Duration(req.GetWaitMs())*time.Millisecond+answerGrace)
+	c := s.start(ctx, replicas, reqs, giveUpAfter(req))
 	var errs []error
 	for c.waiting() {
 		var a answer
@@ -465,7 +465,7 @@ func (s *Set) claimShares(ctx context.Context, replicas []*replica, req *dispatc
 			reqs = append(reqs, &dispatcherv1.ClaimRequest{Namespace: req.GetNamespace(), Actions: req.GetActions(), LeaseMs: req.GetLeaseMs(), Slots: slots})
 		}
 	}
-	bound := time.Duration(req.GetWaitMs())*time.Millisecond + answerGrace
+	bound := giveUpAfter(req)
 	c := s.start(ctx, asked, reqs, bound)
 	merged := &dispatcherv1.ClaimResponse{}
 	var rest <-chan time.Time
@@ -577,6 +577,12 @@ func (s *Set) shares(replicas []*replica, slots []*dispatcherv1.ClaimSlot) [][]*
 		}
 	}
 	return out
+}
+
+// giveUpAfter is how long a claim's calls may run: its wait, and
+// answerGrace past it.
+func giveUpAfter(req *dispatcherv1.ClaimRequest) time.Duration {
+	return time.Duration(req.GetWaitMs())*time.Millisecond + answerGrace
 }
 
 // answer is one replica's answer to a claim.
