@@ -726,7 +726,14 @@ func testEndClaim(t *testing.T, e *env) {
 	}
 	require.False(t, end(id), "an answered claim is not found again")
 
-	_, err := e.client.EndClaim(t.Context(), &dispatcherv1.EndClaimRequest{ClaimId: "a\x00b"})
+	// Claims after it are served as before, under the same id too.
+	task := e.invoke(t, ns, "endable", `{}`)
+	resp, err := claim(id, waitFor)
+	require.NoError(t, err)
+	require.Len(t, resp.GetTasks(), 1)
+	require.Equal(t, task, resp.GetTasks()[0].GetTaskId())
+
+	_, err = e.client.EndClaim(t.Context(), &dispatcherv1.EndClaimRequest{ClaimId: "a\x00b"})
 	require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 	_, err = claim(strings.Repeat("k", 257), time.Millisecond)
 	require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)

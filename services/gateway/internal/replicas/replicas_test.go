@@ -519,6 +519,13 @@ func TestClaimCancelsWhatEndClaimDoesNotEnd(t *testing.T) {
 	require.Eventually(t, func() bool { return old.cancelled.Load() == 1 }, 5*time.Second, 5*time.Millisecond,
 		"the waiting call is cancelled")
 	require.Zero(t, old.ended.Load())
+
+	// The replica is still claimed from.
+	req := claimReq(2)
+	req.WaitMs = 50
+	_, err = set.Claim(t.Context(), req, ab.add)
+	require.NoError(t, err)
+	require.Len(t, old.claims(), 4, "a share and the whole claim, twice")
 }
 
 func TestClaimHandsOnTasksThatArriveAfterTheWinner(t *testing.T) {
