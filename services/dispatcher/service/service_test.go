@@ -704,19 +704,37 @@ func testEndClaim(t *testing.T, e *env) {
 		return resp.GetEnded()
 	}
 	id := uuid.NewString()
-	done := make(chan error, 1)
-	go func() {
-		resp, err := claim(id, time.Hour)
-		if err == nil && len(resp.GetTasks()) > 0 {
-			err = fmt.Errorf("%d tasks from an empty queue", len(resp.GetTasks()))
-		}
-		done <- err
-	}()
+	var done chan error
+	wait := func() {
+		done = make(chan error, 1)
+		go func() {
+			resp, err := claim(id, time.Hour)
+			if err == nil && len(resp.GetTasks()) > 0 {
+				err = fmt.Errorf("%d tasks from an empty queue", len(resp.GetTasks()))
+			}
+			done <- err
+		}()
+	}
+	wait()
 	// Another claim with the same id is refused while the first waits.
+	var early error
 	require.Eventually(t, func() bool {
 		_, err := claim(id, time.Millisecond)
+		select {
+		case err := <-done:
+			if status.Code(err) != codes.InvalidArgument {
+				early = fmt.Errorf("the waiting claim answered before it was ended: %v", err)
+				return true
+			}
+			// The probe came first, and the long claim was the one
+			// refused: it waits again, and the probe is sent again.
+			wait()
+			return false
+		default:
+		}
 		return status.Code(err) == codes.InvalidArgument
 	}, waitFor, 5*time.Millisecond)
+	require.NoError(t, early)
 	require.True(t, end(id), "the waiting claim is found")
 	select {
 	case err := <-done:
