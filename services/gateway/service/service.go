@@ -445,6 +445,7 @@ func (s *Service) newGRPCServer(svc httpapi.Services, guard *auth.Guard) *grpc.S
 		grpc.ChainUnaryInterceptor(grpcserver.ErrorInterceptor(log, keepStatus), guard.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(recovery.StreamInterceptor(log), guard.StreamInterceptor(), capWorkerStreams(cfg.MaxWorkerStreams)),
 		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
+		grpcserver.StreamWorkers(),
 		// Room for a ResultBatch, a maximal payload, or a maximal
 		// InvokeTasks batch (api.DefaultMaxBatchBytes of payloads).
 		grpc.MaxRecvMsgSize(max(minRecvMsgBytes, cfg.MaxPayloadBytes+bodySlack, api.DefaultMaxBatchBytes+batchSlack)),
