@@ -45,9 +45,10 @@ func NewInternal(auth config.Auth, log *slog.Logger, mapErr func(error) error, o
 
 // StreamWorkers has calls served by long-lived goroutines where one is free,
 // as every Flo gRPC server does. gRPC otherwise starts a goroutine per call,
-// whose stack grows anew each time: copying growing stacks was a tenth of
-// the process's CPU at 1,000 tasks/s. A call that finds every worker busy
-// (a waiting claim, a worker's stream) gets its own goroutine as before.
+// whose stack grows anew each time: those were the largest part of the 11%
+// of a profile at 1,000 tasks/s spent growing stacks, 4.5% with workers. A
+// call that finds every worker busy (a waiting claim, a worker's stream)
+// gets its own goroutine as before.
 func StreamWorkers() grpc.ServerOption {
 	return grpc.NumStreamWorkers(uint32(4 * runtime.GOMAXPROCS(0)))
 }
