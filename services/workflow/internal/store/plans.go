@@ -15,23 +15,31 @@ import (
 
 // takeRateSQL counts an attempt in the executor's three current windows if
 // every limited one has room, else changes nothing. A window whose stored
-// start is not the current one has ended: it counts from 1 again. The upsert
-// evaluates its WHERE on the newest committed row under the row's lock, so
-// concurrent takers see each other's counts.
+// start is older than the current one has ended: it counts from 1 again. A
+// window whose stored start is newer (a taker whose now was read before
+// another's, committing after it, as at a second's end with two replicas)
+// never moves back: a limited one refuses the attempt, which is tried again
+// with a new now, and an unlimited one is left as it is. Moving it back
+// would restart the newer window's count and let it pass its limit. The
+// upsert evaluates its WHERE on the newest committed row under the row's
+// lock, so concurrent takers see each other's counts.
 const takeRateSQL = `
 INSERT INTO plan_rates AS r (namespace, workflow, plan, executor,
 	second_start, second_used, minute_start, minute_used, hour_start, hour_used)
 VALUES ($1, $2, $3, $4, $5, 1, $6, 1, $7, 1)
 ON CONFLICT (namespace, workflow, plan, executor) DO UPDATE SET
-	second_used = CASE WHEN r.second_start = excluded.second_start THEN r.second_used + 1 ELSE 1 END,
-	second_start = excluded.second_start,
-	minute_used = CASE WHEN r.minute_start = excluded.minute_start THEN r.minute_used + 1 ELSE 1 END,
-	minute_start = excluded.minute_start,
-	hour_used = CASE WHEN r.hour_start = excluded.hour_start THEN r.hour_used + 1 ELSE 1 END,
-	hour_start = excluded.hour_start
-WHERE ($8 = 0 OR r.second_start <> excluded.second_start OR r.second_used < $8)
-	AND ($9 = 0 OR r.minute_start <> excluded.minute_start OR r.minute_used < $9)
-	AND ($10 = 0 OR r.hour_start <> excluded.hour_start OR r.hour_used < $10)
+	second_used = CASE WHEN r.second_start = excluded.second_start THEN r.second_used + 1
+		WHEN r.second_start < excluded.second_start THEN 1 ELSE r.second_used END,
+	second_start = GREATEST(r.second_start, excluded.second_start),
+	minute_used = CASE WHEN r.minute_start = excluded.minute_start THEN r.minute_used + 1
+		WHEN r.minute_start < excluded.minute_start THEN 1 ELSE r.minute_used END,
+	minute_start = GREATEST(r.minute_start, excluded.minute_start),
+	hour_used = CASE WHEN r.hour_start = excluded.hour_start THEN r.hour_used + 1
+		WHEN r.hour_start < excluded.hour_start THEN 1 ELSE r.hour_used END,
+	hour_start = GREATEST(r.hour_start, excluded.hour_start)
+WHERE ($8 = 0 OR r.second_start < excluded.second_start OR (r.second_start = excluded.second_start AND r.second_used < $8))
+	AND ($9 = 0 OR r.minute_start < excluded.minute_start OR (r.minute_start = excluded.minute_start AND r.minute_used < $9))
+	AND ($10 = 0 OR r.hour_start < excluded.hour_start OR (r.hour_start = excluded.hour_start AND r.hour_used < $10))
 RETURNING true`
 
 // rateWindow is one of the fixed windows of a rate limit.
@@ -48,7 +56,9 @@ type rateWindow struct {
 // window has room and the attempt counts in all of them, or it counts in
 // none. Windows are fixed and aligned to the UTC second, minute and hour of
 // now. When a window is full, ok is false, retryAt is the end of the full
-// window that lasts longest, and detail names its limit.
+// window that lasts longest, and detail names its limit. When a limited
+// window newer than now's has opened meanwhile, ok is false too, with the
+// end of now's window (already past) as retryAt.
 func TakeRate(ctx context.Context, db DB, ref engine.PlanRef, executor string, lim *definition.RateLimit, now time.Time) (ok bool, retryAt time.Time, detail string, err error) {
 	now = now.UTC()
 	windows := []rateWindow{
@@ -77,8 +87,13 @@ WHERE namespace = $1 AND workflow = $2 AND plan = $3 AND executor = $4`, ref.Nam
 		return false, time.Time{}, "", fmt.Errorf("read rate windows of executor %s of plan %s: %w", executor, ref.Plan, err)
 	}
 	for i, w := range windows {
-		if w.max > 0 && starts[i].Equal(w.start) && w.used >= w.max {
+		switch {
+		case w.max > 0 && starts[i].Equal(w.start) && w.used >= w.max:
 			retryAt, detail = w.start.Add(w.size), fmt.Sprintf("%s %d used up", w.field, w.max)
+		case w.max > 0 && starts[i].After(w.start) && detail == "":
+			// now was read before a newer window opened: try again with a
+			// new now (a time already past waits a moment).
+			retryAt, detail = w.start.Add(w.size), fmt.Sprintf("%s %d: a later window has opened", w.field, w.max)
 		}
 	}
 	if detail == "" {

@@ -93,6 +93,36 @@ func TestTakeRateRetryAtIsTheLongestFullWindow(t *testing.T) {
 	require.Equal(t, "max_per_minute 2 used up", detail)
 }
 
+// A taker whose now was read before another's, and commits after it (two
+// replicas at a second's end), must not move the window back: that would
+// restart the newer second's count and let it pass the limit.
+func TestTakeRateNeverMovesAWindowBack(t *testing.T) {
+	t.Parallel()
+	pool := connect(t)
+	now := base.Add(-20*time.Minute - 10*time.Second) // 14:39:49.5
+	perSecond := definition.RateLimit{PerSecond: 1}
+
+	ok, _, _ := take(t, pool, perSecond, now.Add(time.Second))
+	require.True(t, ok)
+	ok, retryAt, detail := take(t, pool, perSecond, now)
+	require.False(t, ok, "a take for a second that has ended is refused")
+	require.Equal(t, now.Truncate(time.Second).Add(time.Second), retryAt)
+	require.Equal(t, "max_per_second 1: a later window has opened", detail)
+	ok, _, detail = take(t, pool, perSecond, now.Add(time.Second))
+	require.False(t, ok, "the newer second still holds its one attempt")
+	require.Equal(t, "max_per_second 1 used up", detail)
+
+	// Unlimited windows do not refuse a late taker; the stored ones stay.
+	ok, _, _ = take(t, pool, definition.RateLimit{PerMinute: 10}, now)
+	require.True(t, ok)
+	var secondStart time.Time
+	var secondUsed, minuteUsed int
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT second_start, second_used, minute_used FROM plan_rates`).Scan(&secondStart, &secondUsed, &minuteUsed))
+	require.Equal(t, now.Add(time.Second).Truncate(time.Second), secondStart.UTC())
+	require.Equal(t, 1, secondUsed)
+	require.Equal(t, 2, minuteUsed)
+}
+
 // Many replicas taking slots at once, each in its own transaction, get
 // exactly the limit between them.
 func TestTakeRateHoldsUnderConcurrency(t *testing.T) {
