@@ -315,24 +315,24 @@ func (s *Set) Report(ctx context.Context, req *dispatcherv1.ReportRequest, opts 
 // report sends req to c, and through the default connection when c, an
 // owner, fails.
 func (s *Set) report(ctx context.Context, c Dispatcher, req *dispatcherv1.ReportRequest, opts []grpc.CallOption) (*dispatcherv1.ReportResponse, error) {
-	resp, err := c.Report(ctx, req, opts...)
-	if err != nil && c != s.def && ctx.Err() == nil {
-		s.failed(err)
-		return s.def.Report(ctx, req, opts...)
-	}
-	return resp, err
+	return ownerOrDefault(ctx, s, c, func(d Dispatcher) (*dispatcherv1.ReportResponse, error) { return d.Report(ctx, req, opts...) })
 }
 
 // Touch extends a lease at the replica that owns the task's partition, or
 // through the default connection as Report does.
 func (s *Set) Touch(ctx context.Context, req *dispatcherv1.TouchRequest, opts ...grpc.CallOption) (*flov1.TouchAck, error) {
-	c := s.owners()(req.GetTaskId())
-	ack, err := c.Touch(ctx, req, opts...)
+	return ownerOrDefault(ctx, s, s.owners()(req.GetTaskId()), func(d Dispatcher) (*flov1.TouchAck, error) { return d.Touch(ctx, req, opts...) })
+}
+
+// ownerOrDefault makes call to c, an owner, and again through the default
+// connection when it fails while ctx still runs.
+func ownerOrDefault[T any](ctx context.Context, s *Set, c Dispatcher, call func(Dispatcher) (T, error)) (T, error) {
+	out, err := call(c)
 	if err != nil && c != s.def && ctx.Err() == nil {
 		s.failed(err)
-		return s.def.Touch(ctx, req, opts...)
+		return call(s.def)
 	}
-	return ack, err
+	return out, err
 }
 
 // owners returns, by the list known now, a function giving the client of
