@@ -449,8 +449,10 @@ func requireStartedWhenDue(t *testing.T, db *pgxpool.Pool, ids []string) {
 
 // TestPartitionOwnerKilledUnderLoad kills, with SIGKILL, one of two
 // dispatcher processes while thousands of tasks are queued, leased,
-// delayed and waiting to retry. Its partitions move to the other replica,
-// which rebuilds them from the view and the log; every task is completed
+// delayed and waiting to retry. The other replica finds nothing listening
+// at its address and removes it from the group, so its partitions move
+// without waiting out its session; the survivor rebuilds them from the
+// view and the log. Every task is completed
 // once, no attempt runs after its task's completion was recorded, and
 // delays survive the move.
 func TestPartitionOwnerKilledUnderLoad(t *testing.T) {
@@ -469,7 +471,18 @@ func TestPartitionOwnerKilledUnderLoad(t *testing.T) {
 	killed := owned(partitionOwners(t, pl.env.db), second.grpcAddr)
 	require.NotEmpty(t, killed)
 	second.sigkill(t)
+	killedAt := time.Now()
 	t.Logf("killed the owner of partitions %v after %d handler runs", killed, runs.ended.Load())
+	// The survivor sees nothing listen at the killed replica's address and
+	// removes its member from the group, so the partitions move without
+	// waiting for its session to run out.
+	require.Eventually(t, func() bool {
+		return len(owned(partitionOwners(t, pl.env.db), first.grpcAddr)) == platformPartitions
+	}, time.Minute, 20*time.Millisecond, "the surviving replica never took the partitions over")
+	t.Logf("the partitions moved %s after the kill", time.Since(killedAt).Round(time.Millisecond))
+	out, err := os.ReadFile(first.logs.Name())
+	require.NoError(t, err)
+	require.Contains(t, string(out), "removed from the group a replica that no longer listens at its address")
 	ids := load.wait(t)
 
 	log, _ := requireCompletedOnce(t, pl.env.db, pl.brokers, ids, runs)

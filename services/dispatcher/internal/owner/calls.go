@@ -816,6 +816,7 @@ type metrics struct {
 	tasks         *taskevent.Counters
 	stale         metric.Int64Counter
 	rebuilds      metric.Int64Counter
+	evicted       metric.Int64Counter
 	invokeToStart metric.Float64Histogram
 	claimPass     metric.Float64Histogram
 	waiting       metric.Int64UpDownCounter
@@ -841,6 +842,10 @@ func newMetrics(meter metric.Meter) (*metrics, error) {
 	}
 	if m.rebuilds, err = meter.Int64Counter("flo.dispatcher.partition.rebuilds", metric.WithUnit("{rebuild}"),
 		metric.WithDescription("Partitions this replica rebuilt from the view and the log: on taking a partition over, and after a failed transaction.")); err != nil {
+		return nil, fmt.Errorf("create metric: %w", err)
+	}
+	if m.evicted, err = meter.Int64Counter("flo.dispatcher.peers.evicted", metric.WithUnit("{replica}"),
+		metric.WithDescription("Peer replicas this replica removed from the group because nothing listened at their address any more (killed without leaving), so their partitions moved before their session ran out.")); err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
 	if m.invokeToStart, err = meter.Float64Histogram("flo.tasks.invoke_to_start.duration", metric.WithUnit("s"),

@@ -198,6 +198,7 @@ func (r *Replica) Run(ctx context.Context) error {
 		return fmt.Errorf("commands consumer: %w", err)
 	}
 	r.group = group
+	go r.watchPeers(ctx)
 	if reg, err := kafka.RegisterLag(Group, r.lag); err != nil {
 		r.log.WarnContext(ctx, "commands lag not reported", "error", err)
 	} else {
@@ -366,7 +367,8 @@ func (r *Replica) stop(ps []*partition) {
 // peers to route by; it retries while Postgres is away.
 func (r *Replica) publishOwners(ctx context.Context) {
 	_ = retry.Do(ctx, ownersRetry, func() error {
-		return view.SetOwners(ctx, r.pool, r.cfg.ReplicaID, r.cfg.Address, r.OwnedPartitions())
+		member, _ := r.group.GroupMetadata()
+		return view.SetOwners(ctx, r.pool, r.cfg.ReplicaID, r.cfg.Address, member, r.OwnedPartitions())
 	}, func(err error, attempt int, next time.Duration) {
 		r.log.WarnContext(ctx, "publishing partition owners failed; retrying", "attempt", attempt, "retry_in", next, "error", err)
 	})

@@ -436,20 +436,23 @@ func TestOwners(t *testing.T) {
 	t.Parallel()
 	pool := openDB(t)
 	ctx := t.Context()
-	require.NoError(t, view.SetOwners(ctx, pool, "r1", "10.0.0.1:9090", []int32{0, 1, 2}))
-	require.NoError(t, view.SetOwners(ctx, pool, "r2", "10.0.0.2:9090", []int32{2, 3}))
+	require.NoError(t, view.SetOwners(ctx, pool, "r1", "10.0.0.1:9090", "m1", []int32{0, 1, 2}))
+	require.NoError(t, view.SetOwners(ctx, pool, "r2", "10.0.0.2:9090", "m2", []int32{2, 3}))
 	owners, err := view.Owners(ctx, pool)
 	require.NoError(t, err)
 	type owner struct {
-		partition        int32
-		replica, address string
+		partition                int32
+		replica, address, member string
 	}
 	var got []owner
 	for _, o := range owners {
 		require.False(t, o.UpdatedAt.IsZero())
-		got = append(got, owner{o.Partition, o.Replica, o.Address})
+		got = append(got, owner{o.Partition, o.Replica, o.Address, o.Member})
 	}
-	require.Equal(t, []owner{{0, "r1", "10.0.0.1:9090"}, {1, "r1", "10.0.0.1:9090"}, {2, "r2", "10.0.0.2:9090"}, {3, "r2", "10.0.0.2:9090"}}, got)
+	require.Equal(t, []owner{
+		{0, "r1", "10.0.0.1:9090", "m1"}, {1, "r1", "10.0.0.1:9090", "m1"},
+		{2, "r2", "10.0.0.2:9090", "m2"}, {3, "r2", "10.0.0.2:9090", "m2"},
+	}, got)
 }
 
 // Run holds a live task's state back, so a task that ends soon after it was
