@@ -2,6 +2,7 @@ package devstack_test
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -137,4 +138,9 @@ func TestDispatcherKilledUnderLoadLosesNothing(t *testing.T) {
 
 	ids := load(t, client, "work", 1500, func() { proc.crash(t) })
 	requireEachCompletedOnce(t, e, broker.Addrs(), ids)
+	// The restarted process, on its predecessor's address, removed the
+	// dead member from the group instead of waiting out its session.
+	out, err := os.ReadFile(proc.logs.Name())
+	require.NoError(t, err)
+	require.Contains(t, string(out), "this replica listens at its address now")
 }

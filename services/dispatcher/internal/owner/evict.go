@@ -35,7 +35,8 @@ const (
 
 // watchPeers checks the addresses of the replicas the owners table names
 // until ctx ends, and removes from the group the member of any whose
-// address refused connections for refusedFor. Each replica is removed at
+// address refused connections for refusedFor, or is this replica's own
+// (a predecessor on the same address). Each replica is removed at
 // most once: a live one whose advertised address is wrong rejoins, and is
 // then left to its session.
 func (r *Replica) watchPeers(ctx context.Context) {
@@ -65,17 +66,23 @@ func (r *Replica) watchPeers(ctx context.Context) {
 			}
 		}
 		for id, o := range peers {
-			if !refused(ctx, o.Address) {
-				delete(refusedSince, id)
-				continue
-			}
-			since, ok := refusedSince[id]
-			if !ok {
-				refusedSince[id] = time.Now()
-				continue
-			}
-			if time.Since(since) < refusedFor {
-				continue
+			// A replica restarted in place (same address, new replica id)
+			// knows its predecessor is gone without asking.
+			why := "this replica listens at its address now"
+			if o.Address != r.cfg.Address {
+				if !refused(ctx, o.Address) {
+					delete(refusedSince, id)
+					continue
+				}
+				since, ok := refusedSince[id]
+				if !ok {
+					refusedSince[id] = time.Now()
+					continue
+				}
+				if time.Since(since) < refusedFor {
+					continue
+				}
+				why = "its address refused connections for " + time.Since(since).Round(time.Millisecond).String()
 			}
 			delete(refusedSince, id)
 			evicted[id] = true
@@ -88,7 +95,7 @@ func (r *Replica) watchPeers(ctx context.Context) {
 			}
 			r.metrics.evicted.Add(ctx, 1)
 			r.log.WarnContext(ctx, "removed from the group a replica that no longer listens at its address, so its partitions move now",
-				"replica", id, "address", o.Address, "member", o.Member, "refused_for", time.Since(since).Round(time.Millisecond).String())
+				"replica", id, "address", o.Address, "member", o.Member, "why", why)
 		}
 	}
 }
