@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +63,7 @@ func TestDispatcher(t *testing.T) {
 	t.Run("end claim", func(t *testing.T) { t.Parallel(); testEndClaim(t, e) })
 	t.Run("claim spreads tasks over its slots", func(t *testing.T) { t.Parallel(); testClaimSlots(t, e) })
 	t.Run("priority and delay", func(t *testing.T) { t.Parallel(); testPriorityAndDelay(t, e) })
+	t.Run("priority across partitions", func(t *testing.T) { t.Parallel(); testPriorityAcrossPartitions(t, e) })
 	t.Run("disabled action", func(t *testing.T) { t.Parallel(); testDisabled(t, e) })
 	t.Run("http", func(t *testing.T) { t.Parallel(); testHTTP(t, e) })
 	t.Run("origin", func(t *testing.T) { t.Parallel(); testOrigin(t, e) })
@@ -840,6 +842,39 @@ func testPriorityAndDelay(t *testing.T, e *env) {
 	later := e.claimOne(t, ns, "p", 0)
 	require.Equal(t, delayed.GetTaskId(), later.GetTaskId())
 	require.False(t, e.task(t, ns, delayed.GetTaskId()).GetStartedAt().AsTime().Before(delayed.GetRunAt().AsTime().Truncate(time.Microsecond)))
+}
+
+// A claim gets the highest-priority tasks of all the partitions, not the
+// first tasks of the partition its turn starts at.
+func testPriorityAcrossPartitions(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	e.register(t, ns, "p", nil)
+	var low, high []*eventsv1.InvokeTask
+	for range 40 {
+		low = append(low, &eventsv1.InvokeTask{Namespace: ns, Action: "p", Priority: 1})
+	}
+	e.produce(t, "", nil, low...)
+	// Three high ones, each in a partition of its own.
+	seen := map[int32]bool{}
+	for len(high) < 3 {
+		id := uuid.NewString()
+		if p := kafka.PartitionOf([]byte(id), partitions); !seen[p] {
+			seen[p] = true
+			high = append(high, &eventsv1.InvokeTask{TaskId: id, Namespace: ns, Action: "p", Priority: 7})
+		}
+	}
+	e.produce(t, "", nil, high...)
+	for _, c := range append(slices.Clone(low), high...) {
+		e.waitTask(t, ns, c.GetTaskId())
+	}
+	var want, got []string
+	for _, c := range high {
+		want = append(want, c.GetTaskId())
+	}
+	for _, a := range e.claim(t, ns, []string{"p"}, 3, 0, 0) {
+		got = append(got, a.GetTaskId())
+	}
+	require.ElementsMatch(t, want, got)
 }
 
 func testDisabled(t *testing.T, e *env) {

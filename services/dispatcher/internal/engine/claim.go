@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"cmp"
 	"crypto/rand"
+	"slices"
 	"time"
 
 	"github.com/razorbill/flo/services/dispatcher/internal/store"
@@ -29,6 +31,28 @@ func (p *Partition) Ready(ns, action string, now time.Time) int {
 		return 0
 	}
 	return h.live
+}
+
+// Level is how many claimable tasks of a queue have one priority.
+type Level struct {
+	Priority int32
+	Count    int
+}
+
+// ReadyLevels counts the tasks of ns/action claimable at now by priority,
+// highest first; nil when there are none.
+func (p *Partition) ReadyLevels(ns, action string, now time.Time) []Level {
+	p.advance(now)
+	h, ok := p.ready[queueKey{ns, action}]
+	if !ok || h.live == 0 {
+		return nil
+	}
+	out := make([]Level, 0, len(h.levels))
+	for prio, n := range h.levels {
+		out = append(out, Level{Priority: prio, Count: n})
+	}
+	slices.SortFunc(out, func(a, b Level) int { return cmp.Compare(b.Priority, a.Priority) })
+	return out
 }
 
 // Actions lists, as store.Key names, the actions with tasks claimable at now,

@@ -275,7 +275,8 @@ func (p *Partition) see(at time.Time) {
 func (p *Partition) put(e *entry, t Task) {
 	e.gen++
 	if e.in != nil {
-		e.in.stale()
+		// e.t is still the task e was indexed as.
+		e.in.stale(e.t.Priority)
 		e.in = nil
 	}
 	p.payloadBytes += int64(len(t.Payload) - len(e.t.Payload))
@@ -314,7 +315,7 @@ func (p *Partition) queue(namespace, action string) *heap {
 	k := queueKey{namespace, action}
 	h, ok := p.ready[k]
 	if !ok {
-		h = &heap{less: handOut}
+		h = &heap{less: handOut, levels: map[int32]int{}}
 		p.ready[k] = h
 	}
 	return h

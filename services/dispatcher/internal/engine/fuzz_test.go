@@ -199,6 +199,10 @@ func (s *sim) step() {
 func (s *sim) check() {
 	t := s.t
 	ready := map[string]int{}
+	levels := map[string]map[int32]int{}
+	for _, a := range actions {
+		levels[a] = map[int32]int{}
+	}
 	var held int64
 	for _, id := range s.ids {
 		task, ok := s.live.Get(id)
@@ -230,6 +234,7 @@ func (s *sim) check() {
 		case store.Queued:
 			if !task.RunAt.After(s.now) {
 				ready[task.Action]++
+				levels[task.Action][task.Priority]++
 			}
 		case store.Completed, store.Failed, store.DeadLettered:
 		default:
@@ -239,6 +244,14 @@ func (s *sim) check() {
 	for _, a := range actions {
 		require.Equal(t, ready[a], s.live.Ready(ns, a, s.now), "ready %s", a)
 		require.Equal(t, ready[a], s.copy.Ready(ns, a, s.now), "replayed ready %s", a)
+		var want []engine.Level
+		for prio := int32(2); prio >= 0; prio-- {
+			if n := levels[a][prio]; n > 0 {
+				want = append(want, engine.Level{Priority: prio, Count: n})
+			}
+		}
+		require.Equal(t, want, s.live.ReadyLevels(ns, a, s.now), "ready levels %s", a)
+		require.Equal(t, want, s.copy.ReadyLevels(ns, a, s.now), "replayed ready levels %s", a)
 	}
 	require.Equal(t, s.live.Len(), s.copy.Len())
 	require.Equal(t, held, s.live.PayloadBytes(), "payload bytes counted exactly")

@@ -55,10 +55,17 @@ type heap struct {
 	less  func(a, b *item) bool
 	// live counts the items that are not stale, to know when to compact.
 	live int
+	// levels counts the live items by priority, in ready heaps only (nil
+	// elsewhere), for claims that span partitions to take the highest
+	// priorities first.
+	levels map[int32]int
 }
 
 func (h *heap) push(it item) {
 	h.live++
+	if h.levels != nil {
+		h.levels[it.prio]++
+	}
 	h.items = append(h.items, it)
 	h.up(len(h.items) - 1)
 	if len(h.items) > 64 && len(h.items) > 4*h.live {
@@ -81,7 +88,19 @@ func (h *heap) top() *item {
 // pop removes the top item, which top returned.
 func (h *heap) pop() item {
 	h.live--
-	return h.remove()
+	it := h.remove()
+	h.drop(it.prio)
+	return it
+}
+
+// drop uncounts a live item of priority prio that left the heap.
+func (h *heap) drop(prio int32) {
+	if h.levels == nil {
+		return
+	}
+	if h.levels[prio]--; h.levels[prio] <= 0 {
+		delete(h.levels, prio)
+	}
 }
 
 func (h *heap) remove() item {
@@ -96,8 +115,11 @@ func (h *heap) remove() item {
 	return it
 }
 
-// stale tells the heap that one of its items went stale.
-func (h *heap) stale() { h.live-- }
+// stale tells the heap that one of its items, of priority prio, went stale.
+func (h *heap) stale(prio int32) {
+	h.live--
+	h.drop(prio)
+}
 
 // compact drops stale items, so leases extended many times do not pile up.
 func (h *heap) compact() {

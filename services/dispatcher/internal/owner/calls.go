@@ -310,23 +310,7 @@ func (r *Replica) claimOnce(ctx context.Context, ns string, actions []string, sl
 	if len(parts) == 0 {
 		return nil, nil
 	}
-	turn := int(r.claimTurn.Add(1)) % len(parts)
-	type ask struct {
-		p     *partition
-		slots []engine.Slot
-	}
-	var asks []ask
-	left := slots
-	for i := range parts {
-		p := parts[(turn+i)%len(parts)]
-		if n := min(p.readyFor(ns, actions), len(left)); n > 0 {
-			asks = append(asks, ask{p, left[:n:n]})
-			left = left[n:]
-		}
-		if len(left) == 0 {
-			break
-		}
-	}
+	asks := r.shareOut(parts, ns, actions, slots)
 	if len(asks) == 1 {
 		return r.claimFrom(ctx, asks[0].p, ns, actions, asks[0].slots)
 	}
@@ -357,6 +341,74 @@ func (r *Replica) claimOnce(ctx context.Context, ns string, actions []string, sl
 		return out, nil
 	}
 	return nil, firstErr
+}
+
+// ask is the part of a claim one partition is asked for.
+type ask struct {
+	p     *partition
+	slots []engine.Slot
+}
+
+// shareOut splits a claim's slots among the partitions with claimable
+// tasks: the highest priorities of all of them first, and within a
+// priority the partitions in turn, starting at a rotating one. Each
+// partition hands out its own tasks highest priority first, so the claim
+// gets the highest-priority tasks the replica has.
+func (r *Replica) shareOut(parts []*partition, ns string, actions []string, slots []engine.Slot) []ask {
+	turn := int(r.claimTurn.Add(1)) % len(parts)
+	type have struct {
+		p          *partition
+		levels     []engine.Level
+		next, take int
+	}
+	var (
+		buf    [16]engine.Level
+		levels = buf[:0]
+		starts = make([]int, 0, len(parts)+1)
+		haves  = make([]have, 0, len(parts))
+	)
+	for i := range parts {
+		p := parts[(turn+i)%len(parts)]
+		start := len(levels)
+		if levels = p.levelsFor(ns, actions, levels); len(levels) > start {
+			starts = append(starts, start)
+			haves = append(haves, have{p: p})
+		}
+	}
+	starts = append(starts, len(levels))
+	for i := range haves {
+		haves[i].levels = levels[starts[i]:starts[i+1]]
+	}
+	for left := len(slots); left > 0; {
+		var prio int32
+		found := false
+		for _, h := range haves {
+			if h.next < len(h.levels) && (!found || h.levels[h.next].Priority > prio) {
+				prio, found = h.levels[h.next].Priority, true
+			}
+		}
+		if !found {
+			break
+		}
+		for i := range haves {
+			h := &haves[i]
+			if left == 0 || h.next == len(h.levels) || h.levels[h.next].Priority != prio {
+				continue
+			}
+			n := min(h.levels[h.next].Count, left)
+			h.take += n
+			left -= n
+			h.next++
+		}
+	}
+	asks := make([]ask, 0, len(haves))
+	for _, h := range haves {
+		if h.take > 0 {
+			asks = append(asks, ask{h.p, slots[:h.take:h.take]})
+			slots = slots[h.take:]
+		}
+	}
+	return asks
 }
 
 // FlushView writes what this replica's partitions recorded to the view now,

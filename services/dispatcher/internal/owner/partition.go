@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -95,8 +96,9 @@ type partition struct {
 	progress   chan struct{}
 
 	readyMu sync.RWMutex
-	ready   map[string]int
-	keys    map[string][2]string
+	// ready holds each queue's claimable tasks by priority, highest first.
+	ready map[string][]engine.Level
+	keys  map[string][2]string
 
 	eng    *engine.Partition
 	hinted time.Time
@@ -130,7 +132,7 @@ func newPartition(r *Replica, id int32, txn *kgo.Client) *partition {
 		ops: make(chan op, opQueue), cmdSignal: make(chan struct{}, 1), matSignal: make(chan struct{}, 1),
 		intakeWait: intakeRetry.Backoff(), poisoned: map[int64]bool{},
 		progress: make(chan struct{}), exited: make(chan struct{}),
-		ready: map[string]int{}, keys: map[string][2]string{},
+		ready: map[string][]engine.Level{}, keys: map[string][2]string{},
 	}
 	p.materialized.Store(-1)
 	return p
@@ -323,7 +325,7 @@ func (p *partition) rebuild(ctx context.Context) error {
 	p.eng = eng
 	p.keys = keys
 	p.readyMu.Lock()
-	p.ready = map[string]int{}
+	p.ready = map[string][]engine.Level{}
 	p.readyMu.Unlock()
 	p.cmdNext.Store(cmdNext)
 	p.refreshReady(time.Now(), true)
@@ -755,8 +757,8 @@ func (p *partition) refreshReady(now time.Time, all bool, changes ...engine.Chan
 	defer p.readyMu.Unlock()
 	for k := range touched {
 		na := p.keys[k]
-		if n := p.eng.Ready(na[0], na[1], now); n > 0 {
-			p.ready[k] = n
+		if levels := p.eng.ReadyLevels(na[0], na[1], now); len(levels) > 0 {
+			p.ready[k] = levels
 		} else {
 			delete(p.ready, k)
 		}
@@ -770,9 +772,36 @@ func (p *partition) readyFor(ns string, actions []string) int {
 	defer p.readyMu.RUnlock()
 	n := 0
 	for _, a := range actions {
-		n += p.ready[store.Key(ns, a)]
+		for _, l := range p.ready[store.Key(ns, a)] {
+			n += l.Count
+		}
 	}
 	return n
+}
+
+// levelsFor is readyFor by priority, highest first, appended to out.
+func (p *partition) levelsFor(ns string, actions []string, out []engine.Level) []engine.Level {
+	p.readyMu.RLock()
+	defer p.readyMu.RUnlock()
+	start := len(out)
+	for _, a := range actions {
+		out = append(out, p.ready[store.Key(ns, a)]...)
+	}
+	if len(actions) > 1 {
+		// Merged across actions: one level per priority.
+		levels := out[start:]
+		slices.SortFunc(levels, func(a, b engine.Level) int { return cmp.Compare(b.Priority, a.Priority) })
+		merged := levels[:0]
+		for _, l := range levels {
+			if n := len(merged); n > 0 && merged[n-1].Priority == l.Priority {
+				merged[n-1].Count += l.Count
+				continue
+			}
+			merged = append(merged, l)
+		}
+		out = out[:start+len(merged)]
+	}
+	return out
 }
 
 func fetchErr(f kgo.Fetches) error {
