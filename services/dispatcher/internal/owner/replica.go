@@ -294,7 +294,7 @@ func (r *Replica) OwnedPartitions() []int32 {
 	return out
 }
 
-func (r *Replica) assigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+func (r *Replica) assigned(_ context.Context, group *kgo.Client, assigned map[string][]int32) {
 	ids := assigned[kafka.CommandsTopic]
 	if len(ids) == 0 {
 		return
@@ -323,7 +323,10 @@ func (r *Replica) assigned(_ context.Context, _ *kgo.Client, assigned map[string
 	}
 	r.mu.Unlock()
 	r.log.Info("partitions assigned", "partitions", ids)
-	go r.publishOwners(ctx)
+	// From the callback's client: the group may assign partitions before
+	// Run has stored its client.
+	member, _ := group.GroupMetadata()
+	go r.publishOwners(ctx, member)
 }
 
 func (r *Replica) revoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
@@ -363,11 +366,10 @@ func (r *Replica) stop(ps []*partition) {
 	wg.Wait()
 }
 
-// publishOwners writes which partitions this replica owns, for gateways and
-// peers to route by; it retries while Postgres is away.
-func (r *Replica) publishOwners(ctx context.Context) {
+// publishOwners writes which partitions this replica owns, as group member,
+// for gateways and peers to route by; it retries while Postgres is away.
+func (r *Replica) publishOwners(ctx context.Context, member string) {
 	_ = retry.Do(ctx, ownersRetry, func() error {
-		member, _ := r.group.GroupMetadata()
 		return view.SetOwners(ctx, r.pool, r.cfg.ReplicaID, r.cfg.Address, member, r.OwnedPartitions())
 	}, func(err error, attempt int, next time.Duration) {
 		r.log.WarnContext(ctx, "publishing partition owners failed; retrying", "attempt", attempt, "retry_in", next, "error", err)
