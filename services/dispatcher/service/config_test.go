@@ -27,6 +27,7 @@ func TestConfigFromEnvironment(t *testing.T) {
 		MaxActionsPerNamespace: 10000,
 		PayloadMemory:          32 << 20,
 		HotHorizon:             time.Minute,
+		QueuedTasks:            20000,
 		Postgres:               config.Postgres{URL: "postgres://db/flo", MaxConns: 16},
 		Kafka:                  config.Kafka{Brokers: []string{"k1:9092", "k2:9092"}, Partitions: 8},
 		Auth:                   config.Auth{Mode: "on", InternalToken: "internal-secret"},

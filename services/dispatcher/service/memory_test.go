@@ -7,14 +7,17 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
 
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/harness"
 	"github.com/razorbill/flo/libs/kafka"
+	"github.com/razorbill/flo/libs/localbroker"
 	"github.com/razorbill/flo/libs/telemetry/telemetrytest"
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
@@ -45,21 +48,9 @@ func TestPayloadMemoryIsBounded(t *testing.T) {
 		tasks = 2000
 	)
 	broker := harness.NewBroker(t)
-	cfg := service.Config{
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", BootstrapNamespaces: []string{"default"},
-		Postgres: config.Postgres{URL: harness.NewDatabase(t), MaxConns: 8},
-		Kafka:    config.Kafka{Brokers: broker.Addrs(), Partitions: partitions},
-		Auth:     harness.InternalAuth(), PayloadMemory: bound, HotHorizon: time.Minute,
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := service.New(ctx, cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
+	cfg := boundedConfig(t, broker)
+	cfg.PayloadMemory, cfg.HotHorizon = bound, time.Minute
+	svc, _ := startService(t, cfg)
 	e := &env{svc: svc, client: dispatcherv1.NewDispatcherClient(harness.DialInternal(t, svc.GRPCAddr())), producer: newProducer(t, broker.Addrs())}
 	ns := e.namespace(t)
 	e.register(t, ns, "work", &flov1.RegisterActionRequest{MaxAttempts: 1})
@@ -136,4 +127,159 @@ func TestPayloadMemoryIsBounded(t *testing.T) {
 		}
 		return true
 	}, waitFor, tick, "finished tasks let their payloads go")
+}
+
+// boundedConfig is a dispatcher's configuration for the memory tests, on a
+// database of its own and broker.
+func boundedConfig(t *testing.T, broker *localbroker.Broker) service.Config {
+	t.Helper()
+	return service.Config{
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", BootstrapNamespaces: []string{"default"},
+		Postgres: config.Postgres{URL: harness.NewDatabase(t), MaxConns: 8},
+		Kafka:    config.Kafka{Brokers: broker.Addrs(), Partitions: partitions},
+		Auth:     harness.InternalAuth(),
+	}
+}
+
+// startService runs a dispatcher until the test ends, or stop.
+func startService(t *testing.T, cfg service.Config) (svc *service.Service, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	svc, err := service.New(ctx, cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			require.NoError(t, <-done)
+		})
+	}
+	t.Cleanup(stop)
+	return svc, stop
+}
+
+// queuedTasks reads flo.dispatcher.queued_tasks: the queued tasks each
+// partition holds (held) and keeps only in the view (cold), summed.
+func queuedTasks(m *telemetrytest.Reader) (held map[string]float64, cold float64) {
+	held = map[string]float64{}
+	for k, v := range m.Series() {
+		attrs, ok := strings.CutPrefix(k, "flo.dispatcher.queued_tasks ")
+		switch {
+		case !ok:
+		case strings.Contains(attrs, "held=true"):
+			held[attrs] = v
+		default:
+			cold += v
+		}
+	}
+	return held, cold
+}
+
+// A backlog far beyond the bound of queued tasks held: each partition holds
+// no more than the bound (and a tenth), the rest wait in the view with their
+// places in the queue, a read finds them whole, a restarted replica rebuilds
+// within the bound too, and every task is handed out once, with its
+// payload, the highest priorities first.
+func TestQueuedTasksPastTheBoundWaitInTheView(t *testing.T) {
+	// Not parallel: the gauge is read through the global meter provider.
+	metrics := telemetrytest.Global(t)
+	const (
+		bound = 40 // per partition
+		tasks = 1000
+	)
+	broker := harness.NewBroker(t)
+	cfg := boundedConfig(t, broker)
+	cfg.QueuedTasks = bound
+	svc, stop := startService(t, cfg)
+	e := &env{svc: svc, client: dispatcherv1.NewDispatcherClient(harness.DialInternal(t, svc.GRPCAddr())), producer: newProducer(t, broker.Addrs())}
+	ns := e.namespace(t)
+	e.register(t, ns, "work", &flov1.RegisterActionRequest{MaxAttempts: 1})
+
+	cmds := make([]*eventsv1.InvokeTask, tasks)
+	want := map[string][]byte{}
+	prio := map[string]int32{}
+	last := map[int32]string{}
+	for i := range cmds {
+		cmds[i] = &eventsv1.InvokeTask{Namespace: ns, Action: "work", Payload: fmt.Appendf(nil, `"%d"`, i), Priority: int32(i % 3)}
+	}
+	e.produce(t, "", nil, cmds...)
+	for _, c := range cmds {
+		want[c.GetTaskId()] = c.GetPayload()
+		prio[c.GetTaskId()] = c.GetPriority()
+		last[kafka.PartitionOf([]byte(c.GetTaskId()), partitions)] = c.GetTaskId()
+	}
+	for _, id := range last {
+		e.waitTask(t, ns, id)
+	}
+	var (
+		held map[string]float64
+		cold float64
+	)
+	bounded := func() {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			held, cold = queuedTasks(metrics)
+			for _, v := range held {
+				if v > bound+bound/10 {
+					return false
+				}
+			}
+			return len(held) == partitions && cold >= tasks-partitions*(bound+bound/10)
+		}, waitFor, tick, "held %v, cold %v", &held, &cold)
+		t.Logf("queued tasks held: %v, cold: %v", held, cold)
+	}
+	bounded()
+	// A read finds a cold task whole, and so do they all.
+	for id, payload := range want {
+		task := e.task(t, ns, id)
+		require.Equal(t, payload, task.GetPayload())
+		require.Equal(t, flov1.TaskStatus_TASK_STATUS_QUEUED, task.GetStatus())
+	}
+
+	// Requeuing a cold task is refused as for any queued one.
+	var lowest string
+	for id, p := range prio {
+		if p == 0 {
+			lowest = id
+			break
+		}
+	}
+	_, err := e.client.RequeueDeadLetter(t.Context(), &flov1.GetTaskRequest{Namespace: ns, TaskId: lowest})
+	requireCode(t, codes.FailedPrecondition, err, "not dead-lettered")
+
+	// A new owner reads the first in hand-out order whole, the rest cold.
+	stop()
+	svc, _ = startService(t, cfg)
+	e.svc, e.client = svc, dispatcherv1.NewDispatcherClient(harness.DialInternal(t, svc.GRPCAddr()))
+	bounded()
+
+	first := true
+	for len(want) > 0 {
+		batch := e.claim(t, ns, []string{"work"}, 100, waitFor, time.Minute)
+		require.NotEmpty(t, batch, "%d tasks never handed out", len(want))
+		reports := make([]*dispatcherv1.Report, len(batch))
+		for i, a := range batch {
+			p, ok := want[a.GetTaskId()]
+			require.True(t, ok, "task %s claimed twice or unknown", a.GetTaskId())
+			require.True(t, bytes.Equal(p, a.GetPayload()), "payload of %s", a.GetTaskId())
+			if first {
+				require.Equal(t, int32(2), prio[a.GetTaskId()], "the highest priority first")
+			}
+			delete(want, a.GetTaskId())
+			reports[i] = completed(a, `{}`, "")
+		}
+		require.Empty(t, e.report(t, ns, reports...))
+		first = false
+	}
+	require.Eventually(t, func() bool {
+		held, cold = queuedTasks(metrics)
+		for _, v := range held {
+			if v != 0 {
+				return false
+			}
+		}
+		return cold == 0
+	}, waitFor, tick, "nothing left held or cold")
 }

@@ -77,9 +77,16 @@ type Config struct {
 	// HotHorizon: a queued task due later than this keeps its payload only
 	// in the view until it is claimed.
 	HotHorizon time.Duration `env:"FLO_DISPATCH_HOT_HORIZON, default=1m"`
-	Postgres   config.Postgres
-	Kafka      config.Kafka
-	Shutdown   config.Shutdown
+	// QueuedTasks bounds the queued tasks each owned partition holds whole;
+	// past it the last in hand-out order are kept only in the view, with
+	// their places in the queue (about 100 bytes each against 1 KB), and
+	// read back as the partition's queue drains. 20,000: a replica owning
+	// all 8 default partitions holds about 160 MB of queued tasks besides
+	// their payloads.
+	QueuedTasks int `env:"FLO_DISPATCH_QUEUED_TASKS, default=20000"`
+	Postgres    config.Postgres
+	Kafka       config.Kafka
+	Shutdown    config.Shutdown
 	// Auth is the internal credential its gRPC server requires and its
 	// clients of other services carry.
 	Auth config.Auth
@@ -177,7 +184,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		Kafka: cfg.Kafka, Partitions: cfg.Kafka.Partitions,
 		MaxPayloadBytes: cmp.Or(cfg.MaxPayloadBytes, config.DefaultMaxPayloadBytes),
 		Address:         advertised(cfg.AdvertiseAddr, s.grpcLis.Addr().String()), ReplicaID: uuid.NewString(),
-		Memory: engine.Limits{PayloadBytes: cfg.PayloadMemory, Horizon: cfg.HotHorizon},
+		Memory: engine.Limits{PayloadBytes: cfg.PayloadMemory, Horizon: cfg.HotHorizon, QueuedTasks: cfg.QueuedTasks},
 	}, s.pool, cat, log, meter); err != nil {
 		return nil, fmt.Errorf("dispatcher: %w", err)
 	}

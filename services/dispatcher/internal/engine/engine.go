@@ -135,6 +135,12 @@ type Partition struct {
 	// counts hot's items still pinned.
 	recorded, hot []item
 	hotLive       int
+	// queued counts the queued tasks held whole; cold holds the ids of those
+	// held only in the view (true while being read back), and coldReady
+	// and coldDelayed their places (see cold.go).
+	queued                 int
+	cold                   map[uuid.UUID]bool
+	coldReady, coldDelayed coldHeap
 }
 
 // New returns an empty partition.
@@ -147,14 +153,27 @@ func New(id int32) *Partition {
 		leases:    heap{less: dueFirst},
 		deadlines: heap{less: dueFirst},
 		evictable: heap{less: dueFirst},
+		cold:      map[uuid.UUID]bool{},
+		coldReady: coldHeap{less: coldHandOut}, coldDelayed: coldHeap{less: coldDue},
 	}
 }
 
 // ID is the partition's number.
 func (p *Partition) ID() int32 { return p.id }
 
-// Has reports whether the task is held (live, or final and not yet evicted).
+// Has reports whether the task is held (live, or final and not yet
+// evicted), or cold.
 func (p *Partition) Has(id uuid.UUID) bool {
+	if _, ok := p.tasks[id]; ok {
+		return true
+	}
+	_, ok := p.cold[id]
+	return ok
+}
+
+// Held reports whether the task is held: live, or final and not yet
+// evicted, and not cold.
+func (p *Partition) Held(id uuid.UUID) bool {
 	_, ok := p.tasks[id]
 	return ok
 }
@@ -187,6 +206,7 @@ func (p *Partition) Load(t Task) {
 		return
 	}
 	p.see(t.UpdatedAt)
+	p.unchill(t.ID)
 	e := p.hold(t.ID)
 	if t.PayloadOut {
 		t.Payload = nil
@@ -208,9 +228,11 @@ func (p *Partition) Apply(c Change) {
 	}
 	t := c.Task
 	p.see(t.UpdatedAt)
+	// A cold task's payload is in the view.
+	wasCold := p.unchill(t.ID)
 	e := p.hold(t.ID)
 	if len(t.Payload) == 0 {
-		t.Payload, t.PayloadOut = e.t.Payload, e.t.PayloadOut
+		t.Payload, t.PayloadOut = e.t.Payload, e.t.PayloadOut || wasCold
 	}
 	if len(t.Result) == 0 {
 		t.Result = e.t.Result
@@ -249,6 +271,7 @@ func (p *Partition) Materialized(offset int64) {
 		}
 	}
 	p.shed(offset)
+	p.chill(offset)
 }
 
 // hold returns the entry of id, new when the task is not held.
@@ -280,6 +303,12 @@ func (p *Partition) put(e *entry, t Task) {
 		e.in = nil
 	}
 	p.payloadBytes += int64(len(t.Payload) - len(e.t.Payload))
+	if e.t.Status == store.Queued {
+		p.queued--
+	}
+	if t.Status == store.Queued {
+		p.queued++
+	}
 	e.t = t
 	var h *heap
 	it := item{gen: e.gen, e: e, id: binary.BigEndian.Uint64(t.ID[:8])}
@@ -315,7 +344,7 @@ func (p *Partition) queue(namespace, action string) *heap {
 	k := queueKey{namespace, action}
 	h, ok := p.ready[k]
 	if !ok {
-		h = &heap{less: handOut, levels: map[int32]int{}}
+		h = &heap{less: handOut, levels: map[int32]int{}, key: k}
 		p.ready[k] = h
 	}
 	return h

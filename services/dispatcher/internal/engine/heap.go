@@ -59,6 +59,8 @@ type heap struct {
 	// elsewhere), for claims that span partitions to take the highest
 	// priorities first.
 	levels map[int32]int
+	// key names a ready heap's queue; cold tasks share its strings.
+	key queueKey
 }
 
 func (h *heap) push(it item) {

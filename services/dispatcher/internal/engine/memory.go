@@ -21,6 +21,9 @@ type Limits struct {
 	// Horizon lets the payload of a queued task due later than this go as
 	// soon as the view has it, whatever the bound.
 	Horizon time.Duration
+	// QueuedTasks bounds the queued tasks held whole; past it the last in
+	// hand-out order go cold (cold.go).
+	QueuedTasks int
 }
 
 // ErrPayloadOut is returned by Requeue when the task's payload was let go:

@@ -670,7 +670,7 @@ type finishOp struct {
 }
 
 func (o *finishOp) apply(p *partition, now time.Time, changes []engine.Change) []engine.Change {
-	o.held = p.eng.Has(o.tok.ID)
+	o.held = p.eng.Held(o.tok.ID)
 	if o.load != nil && !o.held {
 		p.eng.Load(*o.load)
 	}
@@ -735,12 +735,13 @@ type requeueOp struct {
 }
 
 func (o *requeueOp) apply(p *partition, now time.Time, changes []engine.Change) []engine.Change {
-	o.held = p.eng.Has(o.id)
+	o.held = p.eng.Held(o.id)
 	if o.load != nil {
 		// A task the partition let go is final, and the view had that
 		// state when it went; a row that is not final was read before.
-		// Holding it would bring back a state the log has moved past.
-		if !o.held && !o.load.Final() {
+		// Holding it would bring back a state the log has moved past. A
+		// cold task (engine/cold.go) is queued, and the view's row is it.
+		if !o.held && !p.eng.Has(o.id) && !o.load.Final() {
 			o.err = errStaleView
 			return changes
 		}

@@ -80,9 +80,10 @@ type partition struct {
 	// materializer says.
 	materialized atomic.Int64
 	matSignal    chan struct{}
-	// payloadBytes is the engine's PayloadBytes after the last batch, for
-	// the flo.dispatcher.payload_bytes gauge.
-	payloadBytes atomic.Int64
+	// payloadBytes, queuedHeld and queuedCold are the engine's PayloadBytes,
+	// Queued and Cold after the last batch or rebuild, for the
+	// flo.dispatcher.payload_bytes and flo.dispatcher.queued_tasks gauges.
+	payloadBytes, queuedHeld, queuedCold atomic.Int64
 
 	// highWatermark is the commands partition's end as last fetched.
 	highWatermark atomic.Int64
@@ -102,6 +103,8 @@ type partition struct {
 
 	eng    *engine.Partition
 	hinted time.Time
+	// warming says a read of cold tasks back from the view is under way.
+	warming bool
 	// intakeRetryAt holds commands back after intake failed (Postgres
 	// away); intakeWait paces the attempts.
 	intakeRetryAt time.Time
@@ -305,15 +308,14 @@ func (p *partition) rebuild(ctx context.Context) error {
 		if evNext, cmdNext, err = view.Offsets(ctx, tx, p.id); err != nil {
 			return err
 		}
-		live, err := view.LoadLive(ctx, tx, p.id, p.r.cfg.Memory, time.Now())
-		if err != nil {
-			return err
-		}
-		for _, t := range live {
-			eng.Load(t)
+		return view.LoadLive(ctx, tx, p.id, p.r.cfg.Memory, time.Now(), func(t engine.Task, cold bool) {
+			if cold {
+				eng.LoadCold(t)
+			} else {
+				eng.Load(t)
+			}
 			keys[store.Key(t.Namespace, t.Action)] = [2]string{t.Namespace, t.Action}
-		}
-		return nil
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("read the view: %w", err)
@@ -330,7 +332,9 @@ func (p *partition) rebuild(ctx context.Context) error {
 	p.cmdNext.Store(cmdNext)
 	p.refreshReady(time.Now(), true)
 	p.r.metrics.rebuilds.Add(ctx, 1)
-	p.log.InfoContext(ctx, "partition rebuilt", "tasks", eng.Len(), "payload_bytes", eng.PayloadBytes(), "replayed", replayed,
+	p.warming = false
+	p.gauge()
+	p.log.InfoContext(ctx, "partition rebuilt", "tasks", eng.Len(), "cold", eng.Cold(), "payload_bytes", eng.PayloadBytes(), "replayed", replayed,
 		"events_from", evNext, "commands_from", cmdNext, "took", time.Since(start).String())
 	return nil
 }
@@ -440,7 +444,8 @@ func (p *partition) serve(ctx context.Context) error {
 		if err := p.batch(ctx, ops); err != nil {
 			return err
 		}
-		p.payloadBytes.Store(p.eng.PayloadBytes())
+		p.gauge()
+		p.maybeWarm(ctx)
 	}
 }
 
@@ -813,3 +818,65 @@ func fetchErr(f kgo.Fetches) error {
 	})
 	return out
 }
+
+// gauge publishes the engine's sizes for the partition gauges.
+func (p *partition) gauge() {
+	p.payloadBytes.Store(p.eng.PayloadBytes())
+	p.queuedHeld.Store(int64(p.eng.Queued()))
+	p.queuedCold.Store(int64(p.eng.Cold()))
+}
+
+// maybeWarm reads the partition's next cold tasks back from the view once
+// it holds few enough queued tasks (engine.Partition.Warm). The read runs
+// off the partition's goroutine and comes back as a call.
+func (p *partition) maybeWarm(ctx context.Context) {
+	if p.warming {
+		return
+	}
+	w := p.eng.Warm()
+	if w == nil {
+		return
+	}
+	p.warming = true
+	eng := p.eng
+	go func() {
+		tasks, err := view.LoadTasks(ctx, p.r.pool, w.IDs())
+		select {
+		case p.ops <- &warmOp{eng: eng, w: w, tasks: tasks, err: err}:
+		case <-p.exited:
+		}
+	}()
+}
+
+// warmOp holds the cold tasks read back from the view again.
+type warmOp struct {
+	eng   *engine.Partition
+	w     *engine.Warming
+	tasks []engine.Task
+	err   error
+}
+
+func (o *warmOp) apply(p *partition, now time.Time, changes []engine.Change) []engine.Change {
+	if o.eng != p.eng {
+		return changes // read for an engine a rebuild replaced
+	}
+	p.warming = false
+	if o.err != nil {
+		p.eng.Unwarm(o.w)
+		p.log.Warn("reading cold tasks back from the view failed; trying again", "error", o.err)
+		return changes
+	}
+	p.eng.Warmed(o.w, o.tasks)
+	if asked := len(o.w.IDs()); len(o.tasks) < asked {
+		p.log.Error("the view lacks cold tasks; they are not held any more", "asked", asked, "read", len(o.tasks))
+	}
+	for _, t := range o.tasks {
+		if k := store.Key(t.Namespace, t.Action); p.keys[k] == ([2]string{}) {
+			p.keys[k] = [2]string{t.Namespace, t.Action}
+		}
+	}
+	p.refreshReady(now, true)
+	return changes
+}
+
+func (o *warmOp) done(error) {}

@@ -92,9 +92,11 @@ type Replica struct {
 	dlq     *kafka.DeadLetterer
 	metrics *metrics
 	n       int32
-	// meter and payloadBytes report flo.dispatcher.payload_bytes while Run runs.
+	// meter, payloadBytes and queuedTasks report flo.dispatcher.payload_bytes
+	// and flo.dispatcher.queued_tasks while Run runs.
 	meter        metric.Meter
 	payloadBytes metric.Int64ObservableGauge
+	queuedTasks  metric.Int64ObservableGauge
 
 	mu    sync.RWMutex
 	parts map[int32]*partition
@@ -116,6 +118,10 @@ func New(ctx context.Context, cfg Config, pool *pgxpool.Pool, cat *catalog.Catal
 		return nil, err
 	}
 	r.meter = meter
+	if r.queuedTasks, err = meter.Int64ObservableGauge("flo.dispatcher.queued_tasks", metric.WithUnit("{task}"),
+		metric.WithDescription("Queued tasks of a partition this replica owns: held in memory (held=true, bounded by FLO_DISPATCH_QUEUED_TASKS), or kept only in the view with their places in the queue (held=false) until the partition's queue drains.")); err != nil {
+		return nil, fmt.Errorf("create metric: %w", err)
+	}
 	if r.payloadBytes, err = meter.Int64ObservableGauge("flo.dispatcher.payload_bytes", metric.WithUnit("By"),
 		metric.WithDescription("Bytes of task payloads a partition this replica owns holds in memory (bounded by FLO_DISPATCH_PAYLOAD_MEMORY once the view has them).")); err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
@@ -204,8 +210,8 @@ func (r *Replica) Run(ctx context.Context) error {
 	} else {
 		defer func() { _ = reg.Unregister() }()
 	}
-	if reg, err := r.meter.RegisterCallback(r.observePayloadBytes, r.payloadBytes); err != nil {
-		r.log.WarnContext(ctx, "payload bytes not reported", "error", err)
+	if reg, err := r.meter.RegisterCallback(r.observePartitions, r.payloadBytes, r.queuedTasks); err != nil {
+		r.log.WarnContext(ctx, "partition gauges not reported", "error", err)
 	} else {
 		defer func() { _ = reg.Unregister() }()
 	}
@@ -252,10 +258,14 @@ func (r *Replica) lag() map[string]int64 {
 	return map[string]int64{kafka.CommandsTopic: n}
 }
 
-// observePayloadBytes reports each owned partition's payload bytes.
-func (r *Replica) observePayloadBytes(_ context.Context, o metric.Observer) error {
+// observePartitions reports each owned partition's payload bytes and queued
+// tasks.
+func (r *Replica) observePartitions(_ context.Context, o metric.Observer) error {
 	for _, p := range r.owned() {
-		o.ObserveInt64(r.payloadBytes, p.payloadBytes.Load(), metric.WithAttributes(attribute.Int("partition", int(p.id))))
+		part := attribute.Int("partition", int(p.id))
+		o.ObserveInt64(r.payloadBytes, p.payloadBytes.Load(), metric.WithAttributes(part))
+		o.ObserveInt64(r.queuedTasks, p.queuedHeld.Load(), metric.WithAttributes(part, attribute.Bool("held", true)))
+		o.ObserveInt64(r.queuedTasks, p.queuedCold.Load(), metric.WithAttributes(part, attribute.Bool("held", false)))
 	}
 	return nil
 }

@@ -30,8 +30,7 @@ VALUES ($1, 'ns', 'a', $2, '\x7b7d', 3, 1000, 'constant', 10, 10, 1, now(), now(
 	n, err := view.AssignPartitions(ctx, db, partitionOf)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	loaded, err := view.LoadLive(ctx, db, partitionOf(live.String()), engine.Limits{}, time.Now())
-	require.NoError(t, err)
+	loaded, _ := loadLive(t, db, partitionOf(live.String()), engine.Limits{}, time.Now())
 	require.Len(t, loaded, 1)
 	require.Equal(t, live, loaded[0].ID)
 	var part int32

@@ -116,18 +116,22 @@ func scanTask(r pgx.Row, extra ...any) (engine.Task, error) {
 	return t, err
 }
 
-// liveColumns is taskColumns for LoadLive: a payload only where kept, and
-// whether one was left out.
-var liveColumns = taskColumnsOf(`CASE WHEN keep THEN payload ELSE '' END`) + `, NOT keep AND octet_length(payload) > 0`
+// liveColumns is taskColumns for LoadLive: a payload only where kept,
+// whether one was left out, and whether the task is to be kept cold.
+var liveColumns = taskColumnsOf(`CASE WHEN keep AND NOT cold THEN payload ELSE '' END`) +
+	`, NOT (keep AND NOT cold) AND octet_length(payload) > 0, cold`
 
-// LoadLive returns the tasks of a partition that are not final (queued,
-// running, waiting), for the partition's new owner. Their payloads are read
-// only as far as limits let the owner hold them: those of queued tasks due
-// by now plus the horizon, the ones due now first in hand-out order
-// (priority, due time, creation), then the delayed ones by due time, up to
-// the bound in all. Every other task with a payload comes with PayloadOut
-// set; a claim reads it from the view. With no limits every payload is read.
-func LoadLive(ctx context.Context, db store.DB, partition int32, limits engine.Limits, now time.Time) ([]engine.Task, error) {
+// LoadLive reads the tasks of a partition that are not final (queued,
+// running, waiting), for the partition's new owner, and calls fn with each.
+// Queued tasks past limits.QueuedTasks in hand-out order (priority, due
+// time, creation; delayed ones by due time after those due now) come with
+// cold set and without their payloads: the owner keeps only their places.
+// The payloads of the others are read only as far as limits let the owner
+// hold them: those of queued tasks due by now plus the horizon, in the same
+// order, up to the bound in all. Every other task with a payload comes with
+// PayloadOut set; a claim reads it from the view. With no limits every task
+// comes whole.
+func LoadLive(ctx context.Context, db store.DB, partition int32, limits engine.Limits, now time.Time, fn func(t engine.Task, cold bool)) error {
 	// Zero means no bound, as in engine.Limits.
 	var dueBy *time.Time
 	if limits.Horizon > 0 {
@@ -135,25 +139,44 @@ func LoadLive(ctx context.Context, db store.DB, partition int32, limits engine.L
 		dueBy = &d
 	}
 	rows, err := db.Query(ctx, `SELECT `+liveColumns+` FROM (
-	SELECT *, NOT $2 OR (held AND ($3::bigint = 0 OR sum(octet_length(payload)) FILTER (WHERE held) OVER w <= $3)) AS keep
+	SELECT *, NOT $2 OR (held AND ($3::bigint = 0 OR sum(octet_length(payload)) FILTER (WHERE held) OVER w <= $3)) AS keep,
+		state = 'queued' AND $6::bigint > 0 AND count(*) FILTER (WHERE state = 'queued') OVER w > $6 AS cold
 	FROM (
 		SELECT *, state = 'queued' AND ($4::timestamptz IS NULL OR run_at <= $4) AS held, run_at <= $5 AS due
 		FROM tasks WHERE partition = $1 AND state IN ('queued', 'running', 'waiting')
 	) live
 	WINDOW w AS (ORDER BY held DESC, due DESC, CASE WHEN due THEN priority END DESC, run_at, created_at, id
 		ROWS UNBOUNDED PRECEDING)
-) kept`, partition, limits.PayloadBytes > 0 || limits.Horizon > 0, limits.PayloadBytes, dueBy, now)
+) kept`, partition, limits.PayloadBytes > 0 || limits.Horizon > 0, limits.PayloadBytes, dueBy, now, limits.QueuedTasks)
 	if err != nil {
-		return nil, fmt.Errorf("load live tasks of partition %d: %w", partition, err)
+		return fmt.Errorf("load live tasks of partition %d: %w", partition, err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.Task, error) {
-		var left bool
-		t, err := scanTask(r, &left)
+	defer rows.Close()
+	for rows.Next() {
+		var left, cold bool
+		t, err := scanTask(rows, &left, &cold)
+		if err != nil {
+			return fmt.Errorf("load live tasks of partition %d: %w", partition, err)
+		}
 		t.PayloadOut = left
-		return t, err
-	})
+		fn(t, cold)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("load live tasks of partition %d: %w", partition, err)
+	}
+	return nil
+}
+
+// LoadTasks reads tasks whole by id, for a partition taking its cold tasks
+// back; a task the view lacks is missing from the result.
+func LoadTasks(ctx context.Context, db store.DB, ids []uuid.UUID) ([]engine.Task, error) {
+	rows, err := db.Query(ctx, `SELECT `+taskColumns+` FROM tasks WHERE id = ANY($1::uuid[])`, ids)
 	if err != nil {
-		return nil, fmt.Errorf("load live tasks of partition %d: %w", partition, err)
+		return nil, fmt.Errorf("read %d tasks: %w", len(ids), err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.Task, error) { return scanTask(r) })
+	if err != nil {
+		return nil, fmt.Errorf("read %d tasks: %w", len(ids), err)
 	}
 	return out, nil
 }

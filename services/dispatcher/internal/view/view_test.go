@@ -407,8 +407,8 @@ func TestLoadLiveExistingAndLoad(t *testing.T) {
 	m.Add(entries...)
 	require.NoError(t, m.Flush(ctx))
 
-	loaded, err := view.LoadLive(ctx, pool, 1, engine.Limits{}, now())
-	require.NoError(t, err)
+	loaded, cold := loadLive(t, pool, 1, engine.Limits{}, now())
+	require.Empty(t, cold)
 	got := make(map[uuid.UUID]engine.Task, len(loaded))
 	for _, task := range loaded {
 		got[task.ID] = utc(task)
@@ -423,7 +423,7 @@ func TestLoadLiveExistingAndLoad(t *testing.T) {
 	// A final state has no lease, whatever the state said.
 	final.LeaseUntil = time.Time{}
 	require.Equal(t, final, load(t, pool, final))
-	_, err = view.Load(ctx, pool, "other", final.ID)
+	_, err := view.Load(ctx, pool, "other", final.ID)
 	require.ErrorIs(t, err, pg.ErrNotFound)
 
 	missing := uuid.New()
@@ -532,8 +532,8 @@ func TestLoadLiveReadsPayloadsWithinTheLimits(t *testing.T) {
 
 	load := func(limits engine.Limits) map[uuid.UUID]engine.Task {
 		t.Helper()
-		loaded, err := view.LoadLive(ctx, pool, 3, limits, at)
-		require.NoError(t, err)
+		loaded, cold := loadLive(t, pool, 3, limits, at)
+		require.Empty(t, cold)
 		require.Len(t, loaded, len(all))
 		got := map[uuid.UUID]engine.Task{}
 		for _, task := range loaded {
@@ -563,6 +563,43 @@ func TestLoadLiveReadsPayloadsWithinTheLimits(t *testing.T) {
 	check(load(engine.Limits{PayloadBytes: 2 * size, Horizon: time.Hour}), first, second)
 	check(load(engine.Limits{PayloadBytes: 4 * size, Horizon: time.Hour}), first, second, third, soon)
 	check(load(engine.Limits{Horizon: time.Hour}), first, second, third, soon)
+
+	// Past a bound of queued tasks, the rest in hand-out order come cold,
+	// without their payloads.
+	held, cold := loadLive(t, pool, 3, engine.Limits{QueuedTasks: 2}, at)
+	ids := func(tasks []engine.Task) []uuid.UUID {
+		var out []uuid.UUID
+		for _, task := range tasks {
+			out = append(out, task.ID)
+		}
+		return out
+	}
+	require.ElementsMatch(t, []uuid.UUID{first.ID, second.ID, busy.ID}, ids(held))
+	require.ElementsMatch(t, []uuid.UUID{third.ID, empty.ID, soon.ID, far.ID}, ids(cold))
+	for _, task := range cold {
+		require.Empty(t, task.Payload)
+		require.Equal(t, store.Queued, task.Status)
+	}
+	read, err := view.LoadTasks(ctx, pool, []uuid.UUID{third.ID, far.ID, uuid.New()})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []uuid.UUID{third.ID, far.ID}, ids(read))
+	for _, task := range read {
+		require.NotEmpty(t, task.Payload, "read back whole")
+	}
 	check(load(engine.Limits{PayloadBytes: 5 * size}), first, second, third, soon, far)
 	check(load(engine.Limits{PayloadBytes: 2*size - 1}), first)
+}
+
+// loadLive collects what LoadLive reads: the tasks to hold, and those to
+// keep cold.
+func loadLive(t *testing.T, db store.DB, partition int32, limits engine.Limits, now time.Time) (held, cold []engine.Task) {
+	t.Helper()
+	require.NoError(t, view.LoadLive(t.Context(), db, partition, limits, now, func(task engine.Task, isCold bool) {
+		if isCold {
+			cold = append(cold, task)
+		} else {
+			held = append(held, task)
+		}
+	}))
+	return held, cold
 }
