@@ -79,7 +79,7 @@ type Config struct {
 	HotHorizon time.Duration `env:"FLO_DISPATCH_HOT_HORIZON, default=1m"`
 	// QueuedTasks bounds the queued tasks each owned partition holds whole;
 	// past it the last in hand-out order are kept only in the view, with
-	// their places in the queue (about 100 bytes each against 1 KB), and
+	// their places in the queue (about 170 bytes each against 1.1 KB), and
 	// read back as the partition's queue drains. 20,000: a replica owning
 	// all 8 default partitions holds about 160 MB of queued tasks besides
 	// their payloads.

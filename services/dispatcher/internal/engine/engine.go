@@ -344,7 +344,7 @@ func (p *Partition) queue(namespace, action string) *heap {
 	k := queueKey{namespace, action}
 	h, ok := p.ready[k]
 	if !ok {
-		h = &heap{less: handOut, levels: map[int32]int{}, key: k}
+		h = &heap{less: handOut, levels: map[int32]int{}}
 		p.ready[k] = h
 	}
 	return h

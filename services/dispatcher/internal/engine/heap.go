@@ -59,8 +59,6 @@ type heap struct {
 	// elsewhere), for claims that span partitions to take the highest
 	// priorities first.
 	levels map[int32]int
-	// key names a ready heap's queue; cold tasks share its strings.
-	key queueKey
 }
 
 func (h *heap) push(it item) {
@@ -135,6 +133,13 @@ func (h *heap) compact() {
 	h.items = kept
 	for i := len(kept)/2 - 1; i >= 0; i-- {
 		h.down(i)
+	}
+}
+
+// shrink gives back the room of a heap that lost most of its items.
+func (h *heap) shrink() {
+	if cap(h.items) > 64 && cap(h.items) > 4*len(h.items) {
+		h.items = append(make([]item, 0, 2*len(h.items)), h.items...)
 	}
 }
 
