@@ -1,0 +1,47 @@
+package engine
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/razorbill/flo/services/dispatcher/internal/store"
+)
+
+// Tasks that go cold leave nothing behind that keeps them in memory: no
+// index item still points at their entries, the indexes give their room
+// back, and the tasks map is made anew once most of it went.
+func TestGoingColdLetsTheEntriesGo(t *testing.T) {
+	t.Parallel()
+	p := New(0)
+	p.SetLimits(Limits{QueuedTasks: 100})
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	set := &store.Settings{Timeout: time.Second, MaxAttempts: 1}
+	for i := range 5000 {
+		inv := Invocation{TaskID: uuid.New(), Namespace: "ns", Action: "a", Payload: []byte("{}"), InvokedAt: now}
+		if i%2 == 0 {
+			inv.RunAt = now.Add(time.Hour) // delayed
+		}
+		c := p.Invoke(inv, set, "", now)
+		p.Recorded(c[0].Task.ID, int64(i))
+	}
+	p.Materialized(5000)
+	require.Equal(t, 90, p.Queued())
+	require.Equal(t, 4910, p.Cold())
+	live := 0
+	for _, h := range append([]*heap{&p.delayed}, func() (hs []*heap) {
+		for _, h := range p.ready {
+			hs = append(hs, h)
+		}
+		return hs
+	}()...) {
+		require.Equal(t, h.live, len(h.items), "no stale item left")
+		require.LessOrEqual(t, cap(h.items), max(64, 4*len(h.items)), "room given back")
+		live += h.live
+	}
+	require.Equal(t, 90, live)
+	require.Len(t, p.tasks, 90)
+	require.Empty(t, p.delayed.items, "delayed tasks go cold first")
+}
