@@ -97,9 +97,13 @@ func (p *Partition) unchill(id uuid.UUID) bool {
 // go.
 func (p *Partition) chill(offset int64) {
 	bound := p.limits.QueuedTasks
-	if bound <= 0 || p.queued <= bound+bound/10 {
+	if bound <= 0 || p.queued <= bound+bound/10 || offset == p.chilledAt {
 		return
 	}
+	// Until the view moves on, another look finds no more to let go (a
+	// view stalled with Postgres away would otherwise have every batch
+	// look over every queued task).
+	p.chilledAt = offset
 	type candidate struct {
 		ready bool
 		e     *entry

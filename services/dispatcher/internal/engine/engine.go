@@ -141,6 +141,9 @@ type Partition struct {
 	queued                 int
 	cold                   map[uuid.UUID]bool
 	coldReady, coldDelayed coldHeap
+	// chilledAt is the view offset of the last look for tasks to let go
+	// cold.
+	chilledAt int64
 }
 
 // New returns an empty partition.
@@ -154,6 +157,7 @@ func New(id int32) *Partition {
 		deadlines: heap{less: dueFirst},
 		evictable: heap{less: dueFirst},
 		cold:      map[uuid.UUID]bool{},
+		chilledAt: -1,
 		coldReady: coldHeap{less: coldHandOut}, coldDelayed: coldHeap{less: coldDue},
 	}
 }
