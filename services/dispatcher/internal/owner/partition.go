@@ -103,15 +103,16 @@ type partition struct {
 
 	eng    *engine.Partition
 	hinted time.Time
-	// warming says a read of cold tasks back from the view is under way.
-	warming bool
+	// warming says a read of cold tasks back from the view is under way;
+	// warmRetryAt holds the next one back after one failed, and warmWait
+	// paces them.
+	warming     bool
+	warmRetryAt time.Time
+	warmWait    backoff
 	// intakeRetryAt holds commands back after intake failed (Postgres
 	// away); intakeWait paces the attempts.
 	intakeRetryAt time.Time
-	intakeWait    interface {
-		NextBackOff() time.Duration
-		Reset()
-	}
+	intakeWait    backoff
 	// poisoned are the commands dead-lettered and not yet passed by the
 	// checkpoint, so a command tried again is not dead-lettered twice.
 	poisoned map[int64]bool
@@ -126,6 +127,12 @@ type partition struct {
 	entries []view.Entry
 }
 
+// backoff is a delay sequence of libs/retry (Policy.Backoff).
+type backoff interface {
+	NextBackOff() time.Duration
+	Reset()
+}
+
 // maxKeptChanges bounds the lists a partition keeps between batches.
 const maxKeptChanges = 4096
 
@@ -133,7 +140,7 @@ func newPartition(r *Replica, id int32, txn *kgo.Client) *partition {
 	p := &partition{
 		r: r, id: id, txn: txn, log: r.log.With("partition", id),
 		ops: make(chan op, opQueue), cmdSignal: make(chan struct{}, 1), matSignal: make(chan struct{}, 1),
-		intakeWait: intakeRetry.Backoff(), poisoned: map[int64]bool{},
+		intakeWait: intakeRetry.Backoff(), warmWait: intakeRetry.Backoff(), poisoned: map[int64]bool{},
 		progress: make(chan struct{}), exited: make(chan struct{}),
 		ready: map[string][]engine.Level{}, keys: map[string][2]string{},
 	}
@@ -451,8 +458,10 @@ func (p *partition) serve(ctx context.Context) error {
 
 func (p *partition) resetTimer(t *time.Timer) {
 	due := p.eng.NextDue()
-	if p.intakeRetryAt.After(time.Now()) && (due.IsZero() || p.intakeRetryAt.Before(due)) {
-		due = p.intakeRetryAt
+	for _, at := range []time.Time{p.intakeRetryAt, p.warmRetryAt} {
+		if at.After(time.Now()) && (due.IsZero() || at.Before(due)) {
+			due = at
+		}
 	}
 	wait := time.Hour
 	if !due.IsZero() {
@@ -830,7 +839,7 @@ func (p *partition) gauge() {
 // it holds few enough queued tasks (engine.Partition.Warm). The read runs
 // off the partition's goroutine and comes back as a call.
 func (p *partition) maybeWarm(ctx context.Context) {
-	if p.warming {
+	if p.warming || time.Now().Before(p.warmRetryAt) {
 		return
 	}
 	w := p.eng.Warm()
@@ -863,9 +872,12 @@ func (o *warmOp) apply(p *partition, now time.Time, changes []engine.Change) []e
 	p.warming = false
 	if o.err != nil {
 		p.eng.Unwarm(o.w)
-		p.log.Warn("reading cold tasks back from the view failed; trying again", "error", o.err)
+		wait := p.warmWait.NextBackOff()
+		p.warmRetryAt = now.Add(wait)
+		p.log.Warn("reading cold tasks back from the view failed; trying again", "retry_in", wait.String(), "error", o.err)
 		return changes
 	}
+	p.warmWait.Reset()
 	p.eng.Warmed(o.w, o.tasks)
 	if asked := len(o.w.IDs()); len(o.tasks) < asked {
 		p.log.Error("the view lacks cold tasks; they are not held any more", "asked", asked, "read", len(o.tasks))
