@@ -37,11 +37,16 @@ type sim struct {
 	payloads      map[uuid.UUID][]byte
 	created, last map[uuid.UUID]int64
 	materialized  int64
+	// view is each task's last state whole, for reading cold tasks back;
+	// sawCold says some went cold.
+	view    map[uuid.UUID]engine.Task
+	sawCold bool
 }
 
 func newSim(t *testing.T, in []byte, limits engine.Limits) *sim {
 	s := &sim{t: t, live: engine.New(1), copy: engine.New(1), limits: limits, now: t0, in: in,
-		payloads: map[uuid.UUID][]byte{}, created: map[uuid.UUID]int64{}, last: map[uuid.UUID]int64{}, materialized: -1}
+		payloads: map[uuid.UUID][]byte{}, created: map[uuid.UUID]int64{}, last: map[uuid.UUID]int64{}, materialized: -1,
+		view: map[uuid.UUID]engine.Task{}}
 	s.live.SetLimits(limits)
 	s.copy.SetLimits(limits)
 	return s
@@ -50,6 +55,9 @@ func newSim(t *testing.T, in []byte, limits engine.Limits) *sim {
 // smallLimits make a sim's partitions let payloads go all the time: room for
 // two of invocation's payloads, and delays beyond 2 s.
 var smallLimits = engine.Limits{PayloadBytes: 16, Horizon: 2 * time.Second}
+
+// coldLimits also let queued tasks past two go cold.
+var coldLimits = engine.Limits{PayloadBytes: 16, Horizon: 2 * time.Second, QueuedTasks: 2}
 
 // next is the next input byte, zero once they run out.
 func (s *sim) next() int {
@@ -81,6 +89,9 @@ func (s *sim) record(changes []engine.Change) {
 		s.live.Recorded(c.Task.ID, s.offset)
 		s.copy.Recorded(c.Task.ID, s.offset)
 		s.last[c.Task.ID] = s.offset
+		v := c.Task
+		v.Payload, v.PayloadOut = s.payloads[c.Task.ID], false
+		s.view[c.Task.ID] = v
 		if _, ok := s.created[c.Task.ID]; !ok {
 			s.created[c.Task.ID] = s.offset
 		}
@@ -190,6 +201,17 @@ func (s *sim) step() {
 		s.copy.Materialized(off)
 		s.materialized = max(s.materialized, off)
 		s.checkBound()
+		// Cold tasks are read back as the queue drains, alike in both.
+		w, wc := p.Warm(), s.copy.Warm()
+		require.Equal(t, w == nil, wc == nil)
+		if w != nil {
+			require.Equal(t, w.IDs(), wc.IDs())
+			var read []engine.Task
+			for _, id := range w.IDs() {
+				read = append(read, s.view[id])
+			}
+			require.Equal(t, p.Warmed(w, read), s.copy.Warmed(wc, read))
+		}
 	default:
 		s.now = s.now.Add(time.Duration(s.next()*10) * time.Millisecond)
 	}
@@ -206,7 +228,9 @@ func (s *sim) check() {
 	var held int64
 	for _, id := range s.ids {
 		task, ok := s.live.Get(id)
-		require.Equal(t, ok, s.copy.Has(id), "both hold %s or neither", id)
+		_, copyHeld := s.copy.Get(id)
+		require.Equal(t, ok, copyHeld, "both hold %s or neither", id)
+		require.Equal(t, s.live.Has(id), s.copy.Has(id), "both know %s or neither", id)
 		if !ok {
 			continue
 		}
@@ -254,6 +278,8 @@ func (s *sim) check() {
 		require.Equal(t, want, s.copy.ReadyLevels(ns, a, s.now), "replayed ready levels %s", a)
 	}
 	require.Equal(t, s.live.Len(), s.copy.Len())
+	require.Equal(t, s.live.Cold(), s.copy.Cold())
+	s.sawCold = s.sawCold || s.live.Cold() > 0
 	require.Equal(t, held, s.live.PayloadBytes(), "payload bytes counted exactly")
 	require.Equal(t, held, s.copy.PayloadBytes(), "replayed payload bytes counted exactly")
 	require.True(t, s.live.NextDue().Equal(s.copy.NextDue()), "next due %v, replayed %v", s.live.NextDue(), s.copy.NextDue())
@@ -328,10 +354,11 @@ func TestReplay(t *testing.T) {
 		5, 1, 2, 6, 2, 1, 4, 200, 2, 3, 2, 3, 0, 3, 0, 6, 5, 1, 4, 250, 7, 0, 7, 1, 7, 2,
 		3, 3, 0, 0, 0, 8, 3, 9, 100, 2, 3, 0, 2, 3, 3, 0, 1, 0, 4, 250, 4, 250, 8, 0, 1, 2,
 	}
-	for _, limits := range []engine.Limits{{}, smallLimits} {
+	for _, limits := range []engine.Limits{{}, smallLimits, coldLimits} {
 		s := newSim(t, ops, limits)
 		s.run()
 		require.NotZero(t, s.offset)
+		require.Equal(t, limits.QueuedTasks > 0, s.sawCold, "tasks went cold with %+v", limits)
 	}
 }
 
@@ -345,6 +372,7 @@ func FuzzPartition(f *testing.F) {
 		}
 		newSim(t, ops, engine.Limits{}).run()
 		newSim(t, ops, smallLimits).run()
+		newSim(t, ops, coldLimits).run()
 	})
 }
 
