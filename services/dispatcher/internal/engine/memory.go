@@ -53,6 +53,18 @@ func (p *Partition) pinPayload(e *entry) {
 		return
 	}
 	p.unpin(e)
+	if e.last < 0 {
+		// Read from the view, which has it: it need not wait behind the
+		// records for the view to catch up.
+		if p.limits.Horizon > 0 && e.t.Status == store.Queued && e.t.RunAt.UnixNano() > p.now+p.limits.Horizon.Nanoseconds() {
+			p.letGo(e)
+			return
+		}
+		e.pin = pinHot
+		p.hotLive++
+		p.hot = append(p.hot, item{at: e.last, e: e})
+		return
+	}
 	e.pin = pinRecorded
 	p.recorded = append(p.recorded, item{at: e.last, e: e})
 }
