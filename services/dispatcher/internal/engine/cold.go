@@ -57,8 +57,15 @@ func coldDue(a, b *coldTask) bool {
 // Cold is how many queued tasks the partition holds only in the view.
 func (p *Partition) Cold() int { return len(p.cold) }
 
-// Queued is how many queued tasks the partition holds whole.
-func (p *Partition) Queued() int { return p.queued }
+// Queued is how many queued tasks the partition holds whole: those its
+// ready and delayed indexes hold.
+func (p *Partition) Queued() int {
+	n := p.delayed.live
+	for _, h := range p.ready {
+		n += h.live
+	}
+	return n
+}
 
 // LoadCold puts a queued task read from the view into the partition as cold
 // (a rebuild past the bound): only its id and place are kept.
@@ -97,7 +104,11 @@ func (p *Partition) unchill(id uuid.UUID) bool {
 // go.
 func (p *Partition) chill(offset int64) {
 	bound := p.limits.QueuedTasks
-	if bound <= 0 || p.queued <= bound+bound/10 || offset == p.chilledAt {
+	if bound <= 0 || offset == p.chilledAt {
+		return
+	}
+	queued := p.Queued()
+	if queued <= bound+bound/10 {
 		return
 	}
 	// Until the view moves on, another look finds no more to let go (a
@@ -134,7 +145,7 @@ func (p *Partition) chill(offset int64) {
 		return cmp.Or(cmp.Compare(x.Priority, y.Priority), y.RunAt.Compare(x.RunAt), y.CreatedAt.Compare(x.CreatedAt),
 			bytes.Compare(y.ID[:], x.ID[:]))
 	})
-	n := min(p.queued-(bound-bound/10), len(cands))
+	n := min(queued-(bound-bound/10), len(cands))
 	for _, c := range cands[:n] {
 		e := c.e
 		e.in.stale(e.t.Priority)
@@ -142,7 +153,6 @@ func (p *Partition) chill(offset int64) {
 		e.gen++
 		p.unpin(e)
 		p.payloadBytes -= int64(len(e.t.Payload))
-		p.queued--
 		delete(p.tasks, e.t.ID)
 		p.addCold(e.t)
 	}
@@ -174,6 +184,9 @@ func (p *Partition) warmCold() {
 // Warming is a read of cold tasks back from the view under way.
 type Warming struct{ tasks []coldTask }
 
+// Len is how many tasks to read.
+func (w *Warming) Len() int { return len(w.tasks) }
+
 // IDs are the tasks to read.
 func (w *Warming) IDs() []uuid.UUID {
 	out := make([]uuid.UUID, len(w.tasks))
@@ -190,11 +203,15 @@ func (w *Warming) IDs() []uuid.UUID {
 // Warmed or Unwarm.
 func (p *Partition) Warm() *Warming {
 	bound := p.limits.QueuedTasks
-	if bound <= 0 || len(p.cold) == 0 || p.queued > bound/2 {
+	if bound <= 0 || len(p.cold) == 0 {
+		return nil
+	}
+	queued := p.Queued()
+	if queued > bound/2 {
 		return nil
 	}
 	p.warmCold()
-	n := bound - bound/10 - p.queued
+	n := bound - bound/10 - queued
 	w := &Warming{}
 	for _, h := range []*coldHeap{&p.coldReady, &p.coldDelayed} {
 		for len(w.tasks) < n && h.Len() > 0 {

@@ -135,10 +135,9 @@ type Partition struct {
 	// counts hot's items still pinned.
 	recorded, hot []item
 	hotLive       int
-	// queued counts the queued tasks held whole; cold holds the ids of those
-	// held only in the view (true while being read back), and coldReady
-	// and coldDelayed their places (see cold.go).
-	queued                 int
+	// cold holds the ids of the queued tasks held only in the view (true
+	// while being read back), and coldReady and coldDelayed their places
+	// (see cold.go).
 	cold                   map[uuid.UUID]bool
 	coldReady, coldDelayed coldHeap
 	// chilledAt is the view offset of the last look for tasks to let go
@@ -307,12 +306,6 @@ func (p *Partition) put(e *entry, t Task) {
 		e.in = nil
 	}
 	p.payloadBytes += int64(len(t.Payload) - len(e.t.Payload))
-	if e.t.Status == store.Queued {
-		p.queued--
-	}
-	if t.Status == store.Queued {
-		p.queued++
-	}
 	e.t = t
 	var h *heap
 	it := item{gen: e.gen, e: e, id: binary.BigEndian.Uint64(t.ID[:8])}

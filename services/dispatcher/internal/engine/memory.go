@@ -7,11 +7,13 @@ import (
 	"github.com/razorbill/flo/services/dispatcher/internal/store"
 )
 
-// Limits bound what a partition keeps of its tasks' payloads in memory. The
-// payload is the one part of a task that can be large and that the partition
-// itself never needs after the record that brought the task to life: only a
-// claim (the worker gets it), a read and a requeue do, and those can read it
-// from the view. Zero values mean no bound.
+// Limits bound what a partition keeps of its tasks in memory. The payload is
+// the one part of a task that can be large and that the partition itself
+// never needs after the record that brought the task to life: only a claim
+// (the worker gets it), a read and a requeue do, and those can read it from
+// the view. A queued task needs nothing of the partition until it is
+// claimed, so past a count the view holds the tail of a backlog (cold.go).
+// Zero values mean no bound.
 type Limits struct {
 	// PayloadBytes bounds the bytes of payloads held: past it, the payloads
 	// of tasks whose last change the view has are let go, the most recently
@@ -56,17 +58,25 @@ func (p *Partition) pinPayload(e *entry) {
 	if e.last < 0 {
 		// Read from the view, which has it: it need not wait behind the
 		// records for the view to catch up.
-		if p.limits.Horizon > 0 && e.t.Status == store.Queued && e.t.RunAt.UnixNano() > p.now+p.limits.Horizon.Nanoseconds() {
-			p.letGo(e)
-			return
-		}
-		e.pin = pinHot
-		p.hotLive++
-		p.hot = append(p.hot, item{at: e.last, e: e})
+		p.viewHas(item{at: e.last, e: e})
 		return
 	}
 	e.pin = pinRecorded
 	p.recorded = append(p.recorded, item{at: e.last, e: e})
+}
+
+// viewHas takes the payload of the item's entry as the view's: let go at once
+// when its task is queued past the horizon, else pinned hot, to go when the
+// bound needs the room.
+func (p *Partition) viewHas(it item) {
+	e := it.e
+	if p.limits.Horizon > 0 && e.t.Status == store.Queued && e.t.RunAt.UnixNano() > p.now+p.limits.Horizon.Nanoseconds() {
+		p.letGo(e)
+		return
+	}
+	e.pin = pinHot
+	p.hotLive++
+	p.hot = append(p.hot, it)
 }
 
 func (p *Partition) limited() bool { return p.limits.PayloadBytes > 0 || p.limits.Horizon > 0 }
@@ -100,21 +110,11 @@ func (p *Partition) shed(offset int64) {
 	if !p.limited() {
 		return
 	}
-	horizon := p.now + p.limits.Horizon.Nanoseconds()
 	n := 0
 	for ; n < len(p.recorded) && p.recorded[n].at <= offset; n++ {
-		it := &p.recorded[n]
-		if !pinned(it, pinRecorded) {
-			continue
+		if it := &p.recorded[n]; pinned(it, pinRecorded) {
+			p.viewHas(*it)
 		}
-		e := it.e
-		if p.limits.Horizon > 0 && e.t.Status == store.Queued && e.t.RunAt.UnixNano() > horizon {
-			p.letGo(e)
-			continue
-		}
-		e.pin = pinHot
-		p.hotLive++
-		p.hot = append(p.hot, *it)
 	}
 	clear(p.recorded[:n])
 	p.recorded = p.recorded[n:]

@@ -879,14 +879,10 @@ func (o *warmOp) apply(p *partition, now time.Time, changes []engine.Change) []e
 	}
 	p.warmWait.Reset()
 	p.eng.Warmed(o.w, o.tasks)
-	if asked := len(o.w.IDs()); len(o.tasks) < asked {
-		p.log.Error("the view lacks cold tasks; they are not held any more", "asked", asked, "read", len(o.tasks))
+	if len(o.tasks) < o.w.Len() {
+		p.log.Error("the view lacks cold tasks; they are not held any more", "asked", o.w.Len(), "read", len(o.tasks))
 	}
-	for _, t := range o.tasks {
-		if k := store.Key(t.Namespace, t.Action); p.keys[k] == ([2]string{}) {
-			p.keys[k] = [2]string{t.Namespace, t.Action}
-		}
-	}
+	// A cold task's queue is among p.keys since it was held (or rebuilt).
 	p.refreshReady(now, true)
 	return changes
 }
