@@ -45,3 +45,22 @@ SELECT to_regclass('tasks_live_idx') IS NOT NULL, to_regclass('view_offsets') IS
 	require.NoError(t, err)
 	require.Equal(t, []bool{true, true, true, false, false, true}, exists())
 }
+
+// The cold-task indexes go down and up again.
+func TestColdIndexesMigrationDownAndUp(t *testing.T) {
+	t.Parallel()
+	pool, up, down := harness.MigrationSections(t, migrations.FS, "dispatcher", "0012_task_cold_index.sql")
+	exists := func() []bool {
+		var ready, due bool
+		require.NoError(t, pool.QueryRow(t.Context(), `
+SELECT to_regclass('tasks_cold_ready_idx') IS NOT NULL, to_regclass('tasks_cold_due_idx') IS NOT NULL`).Scan(&ready, &due))
+		return []bool{ready, due}
+	}
+	require.Equal(t, []bool{true, true}, exists())
+	_, err := pool.Exec(t.Context(), down)
+	require.NoError(t, err)
+	require.Equal(t, []bool{false, false}, exists())
+	_, err = pool.Exec(t.Context(), up)
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, true}, exists())
+}

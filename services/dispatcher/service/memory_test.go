@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/harness"
@@ -254,6 +256,27 @@ func TestQueuedTasksPastTheBoundWaitInTheView(t *testing.T) {
 	svc, _ = startService(t, cfg)
 	e.svc, e.client = svc, dispatcherv1.NewDispatcherClient(harness.DialInternal(t, svc.GRPCAddr()))
 	bounded()
+	// Invoking tasks again, cold ones among them, changes none of them:
+	// the claims below take each once, with its first payload.
+	again := make([]*eventsv1.InvokeTask, 100)
+	for i, c := range cmds[:len(again)] {
+		again[i] = proto.CloneOf(c)
+		again[i].Payload = []byte(`"again"`)
+	}
+	e.produce(t, "", nil, again...)
+	// A task invoked after them in each partition shows they were taken in.
+	markers := map[int32]*eventsv1.InvokeTask{}
+	for len(markers) < partitions {
+		c := &eventsv1.InvokeTask{TaskId: uuid.NewString(), Namespace: ns, Action: "work", Payload: []byte(`"marker"`)}
+		markers[kafka.PartitionOf([]byte(c.TaskId), partitions)] = c
+	}
+	for _, c := range markers {
+		e.produce(t, "", nil, c)
+		want[c.TaskId], prio[c.TaskId] = c.Payload, 0
+	}
+	for _, c := range markers {
+		e.waitTask(t, ns, c.TaskId)
+	}
 
 	first := true
 	for len(want) > 0 {

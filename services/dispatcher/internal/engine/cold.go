@@ -3,59 +3,34 @@ package engine
 import (
 	"bytes"
 	"cmp"
-	stdheap "container/heap"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/razorbill/flo/services/dispatcher/internal/store"
 )
 
 // A partition holds every queued task whole up to Limits.QueuedTasks. Past
-// it, the queued tasks last in hand-out order go cold: the view has them
-// whole, and the partition keeps only their ids and places in the queue,
-// about 170 bytes against 1,150. Cold tasks are not claimed; when the
-// partition holds half the bound or less, the owner reads the next ones in
-// hand-out order back from the view (Warm, Warmed). A cold task changes only
-// once it is held again, so the view's row is the whole of it meanwhile.
+// it, the queued tasks last in hand-out order go cold: the partition lets
+// them go once the view has their state, and keeps only a count of them.
+// The view's queued rows of the partition that it does not hold are the
+// cold tasks: a cold task changes only once it is held again, so its row is
+// the whole of it. When the partition holds half the bound or less, the
+// owner reads the next ones in hand-out order back from the view (Warm,
+// Warmed). Nothing of a cold task stays in memory, so a backlog of any size
+// costs the owner the bound and no more.
 
-// coldTask is a cold task's id and place in the queue.
-type coldTask struct {
-	id      uuid.UUID
-	prio    int32
-	runAt   int64
-	created int64
-}
+// Cold is about how many queued tasks the partition holds only in the view:
+// never fewer. A cold task held again by another way than Warmed (a
+// requeue's or a completion's read of the view, a replayed record) is
+// counted until a read back finds the view has no more.
+func (p *Partition) Cold() int { return p.cold }
 
-// coldHeap orders cold tasks: coldReady in hand-out order, coldDelayed by
-// due time. Items of tasks no longer cold (p.cold) are skipped as they
-// surface.
-type coldHeap struct {
-	items []coldTask
-	less  func(a, b *coldTask) bool
-}
-
-func (h *coldHeap) Len() int           { return len(h.items) }
-func (h *coldHeap) Less(i, j int) bool { return h.less(&h.items[i], &h.items[j]) }
-func (h *coldHeap) Swap(i, j int)      { h.items[i], h.items[j] = h.items[j], h.items[i] }
-func (h *coldHeap) Push(x any)         { h.items = append(h.items, x.(coldTask)) }
-func (h *coldHeap) Pop() any {
-	n := len(h.items) - 1
-	it := h.items[n]
-	h.items = h.items[:n]
-	return it
-}
-
-func coldHandOut(a, b *coldTask) bool {
-	return cmp.Or(cmp.Compare(b.prio, a.prio), cmp.Compare(a.runAt, b.runAt), cmp.Compare(a.created, b.created),
-		bytes.Compare(a.id[:], b.id[:])) < 0
-}
-
-func coldDue(a, b *coldTask) bool {
-	return cmp.Or(cmp.Compare(a.runAt, b.runAt), bytes.Compare(a.id[:], b.id[:])) < 0
-}
-
-// Cold is how many queued tasks the partition holds only in the view.
-func (p *Partition) Cold() int { return len(p.cold) }
+// SetCold tells a partition rebuilt from the view how many queued tasks the
+// view holds past the bound (view.LoadLive left them out).
+func (p *Partition) SetCold(n int) { p.cold = n }
 
 // Queued is how many queued tasks the partition holds whole: those its
 // ready and delayed indexes hold.
@@ -65,36 +40,6 @@ func (p *Partition) Queued() int {
 		n += h.live
 	}
 	return n
-}
-
-// LoadCold puts a queued task read from the view into the partition as cold
-// (a rebuild past the bound): only its id and place are kept.
-func (p *Partition) LoadCold(t Task) {
-	if p.Has(t.ID) {
-		return
-	}
-	p.see(t.UpdatedAt)
-	p.addCold(t)
-}
-
-func (p *Partition) addCold(t Task) {
-	c := coldTask{id: t.ID, prio: t.Priority, runAt: t.RunAt.UnixNano(), created: t.CreatedAt.UnixNano()}
-	p.cold[t.ID] = false
-	if c.runAt <= p.now {
-		stdheap.Push(&p.coldReady, c)
-	} else {
-		stdheap.Push(&p.coldDelayed, c)
-	}
-}
-
-// unchill makes a cold task an ordinary one to be held again (loaded, or
-// replayed from the log); it reports whether it was cold.
-func (p *Partition) unchill(id uuid.UUID) bool {
-	if _, ok := p.cold[id]; !ok {
-		return false
-	}
-	delete(p.cold, id)
-	return true
 }
 
 // chill lets the queued tasks last in hand-out order go cold, once the
@@ -154,7 +99,10 @@ func (p *Partition) chill(offset int64) {
 		p.unpin(e)
 		p.payloadBytes -= int64(len(e.t.Payload))
 		delete(p.tasks, e.t.ID)
-		p.addCold(e.t)
+	}
+	p.cold += n
+	if p.warming != nil {
+		p.warming.chilled = true
 	}
 	// The entries let go are reachable from their stale index items, and a
 	// map never gives back its room: without these the memory would stay.
@@ -171,97 +119,70 @@ func (p *Partition) chill(offset int64) {
 	}
 }
 
-// warmCold moves cold delayed tasks due by now to the cold ready ones.
-func (p *Partition) warmCold() {
-	for p.coldDelayed.Len() > 0 && p.coldDelayed.items[0].runAt <= p.now {
-		c := stdheap.Pop(&p.coldDelayed).(coldTask)
-		if loading, ok := p.cold[c.id]; ok && !loading {
-			stdheap.Push(&p.coldReady, c)
-		}
-	}
+// Warming is a read of cold tasks back from the view under way: the view's
+// next N queued tasks of the partition in hand-out order (ready ones by
+// priority, run_at, created_at and id, then delayed ones soonest due),
+// leaving out those the partition held when the read began (Held).
+type Warming struct {
+	// N is how many tasks to read.
+	N int
+	// Held are the tasks the partition held when the read began: the
+	// view's rows of those may be older than the partition's state.
+	Held []uuid.UUID
+	// Now splits ready from delayed.
+	Now time.Time
+	// gone are the tasks the partition let go since (final ones the view
+	// had): a row read before the view had their last state must not bring
+	// them back. chilled says tasks went cold since.
+	gone    map[uuid.UUID]struct{}
+	chilled bool
 }
 
-// Warming is a read of cold tasks back from the view under way.
-type Warming struct{ tasks []coldTask }
-
-// Len is how many tasks to read.
-func (w *Warming) Len() int { return len(w.tasks) }
-
-// IDs are the tasks to read.
-func (w *Warming) IDs() []uuid.UUID {
-	out := make([]uuid.UUID, len(w.tasks))
-	for i, c := range w.tasks {
-		out[i] = c.id
-	}
-	return out
-}
-
-// Warm picks the cold tasks to read back from the view, the next in
-// hand-out order (then the delayed ones soonest due), as many as bring the
+// Warm begins a read of cold tasks back from the view, as many as bring the
 // partition back to nine tenths of its bound; nil while the partition holds
-// more than half the bound or has no cold task. They stay cold (Has) until
-// Warmed or Unwarm.
+// more than half the bound, has no cold task, or a read is under way.
 func (p *Partition) Warm() *Warming {
 	bound := p.limits.QueuedTasks
-	if bound <= 0 || len(p.cold) == 0 {
+	if bound <= 0 || p.cold == 0 || p.warming != nil {
 		return nil
 	}
 	queued := p.Queued()
 	if queued > bound/2 {
 		return nil
 	}
-	p.warmCold()
-	n := bound - bound/10 - queued
-	w := &Warming{}
-	for _, h := range []*coldHeap{&p.coldReady, &p.coldDelayed} {
-		for len(w.tasks) < n && h.Len() > 0 {
-			c := stdheap.Pop(h).(coldTask)
-			if loading, ok := p.cold[c.id]; ok && !loading {
-				p.cold[c.id] = true
-				w.tasks = append(w.tasks, c)
-			}
-		}
-	}
-	if len(w.tasks) == 0 {
-		return nil
-	}
+	w := &Warming{N: bound - bound/10 - queued, Held: slices.Collect(maps.Keys(p.tasks)), Now: time.Unix(0, p.now).UTC(),
+		gone: map[uuid.UUID]struct{}{}}
+	p.warming = w
 	return w
 }
 
-// Warmed holds the tasks of w again, as the view had them (tasks). A task
-// the view no longer has (never, while the view keeps what it was given)
-// stops being counted. It returns how many it holds again.
+// Warmed holds again the tasks the read of w found (tasks, as the view has
+// them) that are still cold: those the partition neither holds now nor let
+// go since the read began. It returns how many it holds again.
 func (p *Partition) Warmed(w *Warming, tasks []Task) int {
+	if p.warming != w {
+		return 0
+	}
+	p.warming = nil
 	n := 0
 	for _, t := range tasks {
-		if loading, ok := p.cold[t.ID]; ok && loading {
-			p.Load(t)
-			n++
+		if _, gone := w.gone[t.ID]; gone || p.Has(t.ID) || t.Status != store.Queued {
+			continue
 		}
+		p.Load(t)
+		n++
 	}
-	for _, c := range w.tasks {
-		if loading, ok := p.cold[c.id]; ok && loading {
-			delete(p.cold, c.id)
-		}
-	}
-	if len(p.cold) == 0 {
-		// A map never gives back its room: a drained backlog's goes now.
-		p.cold = map[uuid.UUID]bool{}
-		p.coldReady.items, p.coldDelayed.items = nil, nil
+	p.cold = max(p.cold-n, 0)
+	if len(tasks) < w.N && !w.chilled {
+		// The view had no more cold tasks than these.
+		p.cold = 0
 	}
 	return n
 }
 
-// Unwarm puts the tasks of a read that failed back among the cold ones.
+// Unwarm ends a read of w that failed; the next Warm tries again.
 func (p *Partition) Unwarm(w *Warming) {
-	for _, c := range w.tasks {
-		if loading, ok := p.cold[c.id]; ok && loading {
-			p.cold[c.id] = false
-			if c.runAt <= p.now {
-				stdheap.Push(&p.coldReady, c)
-			} else {
-				stdheap.Push(&p.coldDelayed, c)
-			}
-		}
+	if p.warming == w {
+		p.warming = nil
 	}
 }

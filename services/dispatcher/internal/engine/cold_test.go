@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -14,10 +15,9 @@ import (
 )
 
 // Past Limits.QueuedTasks the queued tasks last in hand-out order go cold
-// once the view has them: the partition keeps their ids and places only.
-// They are not claimed; once the partition holds half the bound or less it
-// reads the next ones back, in hand-out order, and a cold task replayed
-// from the log is held again with its payload left in the view.
+// once the view has them: the partition keeps nothing of them but their
+// count. They are not claimed; once the partition holds half the bound or
+// less it reads the next ones back from the view, in hand-out order.
 func TestQueuedTasksPastTheBoundGoColdAndComeBackInOrder(t *testing.T) {
 	t.Parallel()
 	p := engine.New(0)
@@ -55,12 +55,7 @@ func TestQueuedTasksPastTheBoundGoColdAndComeBackInOrder(t *testing.T) {
 		_, held := p.Get(id)
 		require.True(t, held, "the first in hand-out order stay")
 	}
-	cold := order[20]
-	require.True(t, p.Has(cold), "a cold task is known")
-	_, held := p.Get(cold)
-	require.False(t, held, "but not held")
-	require.Empty(t, p.Invoke(engine.Invocation{TaskID: cold, Namespace: ns, Action: "a"}, settings(3), "", at(time.Second)),
-		"a repeated invocation of a cold task changes nothing")
+	require.False(t, p.Has(order[20]), "a cold task is not held")
 	require.Nil(t, p.Warm(), "no read back while the partition holds more than half the bound")
 
 	claimed, _ := p.Claim(ns, []string{"a"}, make([]engine.Slot, 5), at(2*time.Second))
@@ -68,18 +63,17 @@ func TestQueuedTasksPastTheBoundGoColdAndComeBackInOrder(t *testing.T) {
 	require.Equal(t, 4, p.Queued())
 	w := p.Warm()
 	require.NotNil(t, w)
-	ids := w.IDs()
-	require.Len(t, ids, 5, "back to nine tenths of the bound")
+	require.Equal(t, 5, w.N, "back to nine tenths of the bound")
+	require.Len(t, w.Held, 9, "the held tasks' rows are left out")
+	require.Nil(t, p.Warm(), "one read at a time")
 	require.Equal(t, 21, p.Cold(), "cold until read")
 
-	// A read that failed puts them back.
+	// A read that failed is begun again.
 	p.Unwarm(w)
 	w = p.Warm()
-	require.Equal(t, ids, w.IDs(), "the same, in the same order")
-	var read []engine.Task
-	for _, id := range w.IDs() {
-		read = append(read, view[id])
-	}
+	require.NotNil(t, w)
+	read := readCold(view, w)
+	require.Len(t, read, 5)
 	require.Equal(t, 5, p.Warmed(w, read))
 	require.Equal(t, 9, p.Queued())
 	require.Equal(t, 16, p.Cold())
@@ -91,11 +85,7 @@ func TestQueuedTasksPastTheBoundGoColdAndComeBackInOrder(t *testing.T) {
 	}
 	for p.Queued() > 0 || p.Cold() > 0 {
 		if w := p.Warm(); w != nil {
-			read = read[:0]
-			for _, id := range w.IDs() {
-				read = append(read, view[id])
-			}
-			p.Warmed(w, read)
+			p.Warmed(w, readCold(view, w))
 		}
 		claimed, _ := p.Claim(ns, []string{"a"}, make([]engine.Slot, 3), at(3*time.Second))
 		require.NotEmpty(t, claimed)
@@ -108,22 +98,99 @@ func TestQueuedTasksPastTheBoundGoColdAndComeBackInOrder(t *testing.T) {
 	require.Equal(t, viewed, slices.DeleteFunc(got, func(id uuid.UUID) bool { return slices.Contains(unviewed, id) }))
 }
 
-// A cold task that the log says moved on (a rebuild replays a later record)
-// is held again, its payload left in the view.
+// A cold task that the log says moved on (a rebuild, which left it in the
+// view, replays a later record) is held again, its payload left in the
+// view; the count of cold tasks is corrected by the next read back.
 func TestReplayedColdTaskIsHeldAgain(t *testing.T) {
 	t.Parallel()
 	inv := invocation("a", 0)
 	task := engine.New(0).Invoke(inv, settings(3), "", t0)[0].Task
 	p := engine.New(0)
 	p.SetLimits(engine.Limits{QueuedTasks: 2})
-	p.LoadCold(task)
-	require.Equal(t, 1, p.Cold())
+	p.SetCold(1)
 	started := task
 	started.Status, started.Attempt, started.WorkerID, started.Payload = store.Running, 1, "w1", nil
 	started.LeaseUntil = at(time.Minute)
 	p.Apply(engine.Change{Type: taskevent.Started, Task: started})
-	require.Zero(t, p.Cold())
 	got := get(t, p, inv.TaskID)
 	require.Equal(t, store.Running, got.Status)
 	require.True(t, got.PayloadOut, "the payload is read from the view when needed")
+
+	w := p.Warm()
+	require.NotNil(t, w)
+	// The view's row is still the queued one.
+	require.Zero(t, p.Warmed(w, readCold(map[uuid.UUID]engine.Task{task.ID: task}, w)))
+	require.Zero(t, p.Cold(), "the view has no more")
+	require.Nil(t, p.Warm())
+	require.Equal(t, store.Running, get(t, p, inv.TaskID).Status, "the queued row did not bring the task back")
+}
+
+// A read back brings back only tasks still cold when it comes: not one the
+// partition let go meanwhile (its row may be from before its last state),
+// nor one it holds. Tasks going cold meanwhile keep the count.
+func TestReadBackTakesOnlyTasksStillCold(t *testing.T) {
+	t.Parallel()
+	p := engine.New(0)
+	p.SetLimits(engine.Limits{QueuedTasks: 10})
+	view := map[uuid.UUID]engine.Task{}
+	offset := int64(0)
+	record := func(changes []engine.Change) {
+		for _, c := range changes {
+			p.Recorded(c.Task.ID, offset)
+			view[c.Task.ID] = c.Task
+			offset++
+		}
+	}
+	for range 20 {
+		record(p.Invoke(invocation("a", 0), settings(1), "", t0))
+	}
+	p.Materialized(offset - 1)
+	require.Equal(t, 9, p.Queued())
+	require.Equal(t, 11, p.Cold())
+	claimed, changes := p.Claim(ns, []string{"a"}, make([]engine.Slot, 6), at(time.Second))
+	require.Len(t, claimed, 6)
+	record(changes)
+	w := p.Warm()
+	require.NotNil(t, w)
+	require.Equal(t, 6, w.N)
+	// The read sees the view as it was: the claimed tasks still queued.
+	stale := maps.Clone(view)
+	for _, c := range claimed {
+		queued := c.Task
+		queued.Status = store.Queued
+		stale[c.Task.ID] = queued
+	}
+	// Meanwhile the first claimed task completes and is let go.
+	done := claimed[0].Task
+	_, changes, err := p.Finish(ns, engine.Token{ID: done.ID, Attempt: done.Attempt, Secret: done.CompletionSecret},
+		engine.Finish{Result: []byte("r")}, at(2*time.Second))
+	require.NoError(t, err)
+	record(changes)
+	p.Materialized(offset - 1)
+	require.False(t, p.Has(done.ID))
+
+	// A read that did not leave the one let go out, as for a task held only
+	// after the read began.
+	read := readCold(stale, &engine.Warming{N: w.N, Held: slices.DeleteFunc(slices.Clone(w.Held), func(id uuid.UUID) bool {
+		return id == done.ID
+	}), Now: w.Now})
+	require.Equal(t, done.ID, read[0].ID, "the stale row comes first")
+	require.Equal(t, 5, p.Warmed(w, read), "all but the task let go")
+	require.False(t, p.Has(done.ID), "a completed task is not brought back")
+	require.Equal(t, 6, p.Cold())
+
+	// A read that finds fewer than asked while tasks went cold meanwhile
+	// keeps counting them.
+	claimed, changes = p.Claim(ns, []string{"a"}, make([]engine.Slot, 10), at(3*time.Second))
+	require.Len(t, claimed, 8)
+	record(changes)
+	w = p.Warm()
+	require.NotNil(t, w)
+	for range 20 {
+		record(p.Invoke(invocation("a", 0), settings(1), "", at(3*time.Second)))
+	}
+	p.Materialized(offset - 1)
+	require.Equal(t, 17, p.Cold(), "eleven more went cold")
+	require.Zero(t, p.Warmed(w, nil))
+	require.Equal(t, 17, p.Cold(), "a read that began before they went cold says nothing of them")
 }

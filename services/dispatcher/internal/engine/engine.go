@@ -135,11 +135,10 @@ type Partition struct {
 	// counts hot's items still pinned.
 	recorded, hot []item
 	hotLive       int
-	// cold holds the ids of the queued tasks held only in the view (true
-	// while being read back), and coldReady and coldDelayed their places
-	// (see cold.go).
-	cold                   map[uuid.UUID]bool
-	coldReady, coldDelayed coldHeap
+	// cold is about how many queued tasks only the view holds, and warming
+	// the read of some back under way (see cold.go).
+	cold    int
+	warming *Warming
 	// chilledAt is the view offset of the last look for tasks to let go
 	// cold.
 	chilledAt int64
@@ -155,28 +154,16 @@ func New(id int32) *Partition {
 		leases:    heap{less: dueFirst},
 		deadlines: heap{less: dueFirst},
 		evictable: heap{less: dueFirst},
-		cold:      map[uuid.UUID]bool{},
 		chilledAt: -1,
-		coldReady: coldHeap{less: coldHandOut}, coldDelayed: coldHeap{less: coldDue},
 	}
 }
 
 // ID is the partition's number.
 func (p *Partition) ID() int32 { return p.id }
 
-// Has reports whether the task is held (live, or final and not yet
-// evicted), or cold.
+// Has reports whether the task is held: live and not cold, or final and
+// not yet evicted.
 func (p *Partition) Has(id uuid.UUID) bool {
-	if _, ok := p.tasks[id]; ok {
-		return true
-	}
-	_, ok := p.cold[id]
-	return ok
-}
-
-// Held reports whether the task is held: live, or final and not yet
-// evicted, and not cold.
-func (p *Partition) Held(id uuid.UUID) bool {
 	_, ok := p.tasks[id]
 	return ok
 }
@@ -209,7 +196,6 @@ func (p *Partition) Load(t Task) {
 		return
 	}
 	p.see(t.UpdatedAt)
-	p.unchill(t.ID)
 	e := p.hold(t.ID)
 	if t.PayloadOut {
 		t.Payload = nil
@@ -231,11 +217,13 @@ func (p *Partition) Apply(c Change) {
 	}
 	t := c.Task
 	p.see(t.UpdatedAt)
-	// A cold task's payload is in the view.
-	wasCold := p.unchill(t.ID)
+	// Only the records that bring a task to life carry its payload. One
+	// that finds the task not held is about a cold one (a rebuild leaves
+	// those out), whose payload is in the view.
+	cold := !p.Has(t.ID) && c.Type != taskevent.Created
 	e := p.hold(t.ID)
 	if len(t.Payload) == 0 {
-		t.Payload, t.PayloadOut = e.t.Payload, e.t.PayloadOut || wasCold
+		t.Payload, t.PayloadOut = e.t.Payload, e.t.PayloadOut || cold
 	}
 	if len(t.Result) == 0 {
 		t.Result = e.t.Result
@@ -271,6 +259,9 @@ func (p *Partition) Materialized(offset int64) {
 			e.gen++
 			p.unpin(e)
 			p.payloadBytes -= int64(len(e.t.Payload))
+			if p.warming != nil {
+				p.warming.gone[e.t.ID] = struct{}{}
+			}
 		}
 	}
 	p.shed(offset)

@@ -1,6 +1,9 @@
 package engine_test
 
 import (
+	"bytes"
+	"cmp"
+	"slices"
 	"testing"
 	"time"
 
@@ -96,4 +99,31 @@ func normal(t engine.Task) engine.Task {
 		t.TraceContext = nil
 	}
 	return t
+}
+
+// readCold reads cold tasks back as view.LoadCold does, from view (each
+// task's state as the view has it): the queued tasks not among w.Held, the
+// ready ones in hand-out order, then the delayed ones soonest due, w.N at
+// most.
+func readCold(view map[uuid.UUID]engine.Task, w *engine.Warming) []engine.Task {
+	var ready, delayed []engine.Task
+	for _, t := range view {
+		if t.Status != store.Queued || slices.Contains(w.Held, t.ID) {
+			continue
+		}
+		if t.RunAt.After(w.Now) {
+			delayed = append(delayed, t)
+		} else {
+			ready = append(ready, t)
+		}
+	}
+	slices.SortFunc(ready, func(a, b engine.Task) int {
+		return cmp.Or(cmp.Compare(b.Priority, a.Priority), a.RunAt.Compare(b.RunAt), a.CreatedAt.Compare(b.CreatedAt),
+			bytes.Compare(a.ID[:], b.ID[:]))
+	})
+	slices.SortFunc(delayed, func(a, b engine.Task) int {
+		return cmp.Or(a.RunAt.Compare(b.RunAt), bytes.Compare(a.ID[:], b.ID[:]))
+	})
+	out := append(ready, delayed...)
+	return out[:min(len(out), w.N)]
 }

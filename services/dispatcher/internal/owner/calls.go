@@ -627,24 +627,25 @@ func (r *Replica) Finish(ctx context.Context, ns, token string, f engine.Finish)
 		return store.Task{}, ErrNotOwner
 	}
 	o := &finishOp{ns: ns, tok: tok, f: f, answer: make(chan error, 1)}
-	if _, err := p.submit(ctx, o, o.answer); err != nil {
-		return store.Task{}, err
-	}
-	if o.err != nil && !o.held {
+	for tries := 0; ; tries++ {
+		if _, err := p.submit(ctx, o, o.answer); err != nil {
+			return store.Task{}, err
+		}
 		// A task finished a while ago is only in the view; with it loaded
 		// the answer says why the token finishes nothing (or finishes it,
 		// had it moved there meanwhile).
-		t, err := view.Load(ctx, r.pool, ns, tok.ID)
+		again := o.err != nil && !o.held && (o.load == nil || errors.Is(o.err, errStaleView))
+		if !again || tries == 3 {
+			break
+		}
+		t, viewed, err := view.Load(ctx, r.pool, ns, tok.ID)
 		if errors.Is(err, pg.ErrNotFound) {
-			return store.Task{}, o.err
+			break
 		}
 		if err != nil {
 			return store.Task{}, err
 		}
-		o = &finishOp{ns: ns, tok: tok, f: f, load: &t, answer: make(chan error, 1)}
-		if _, err := p.submit(ctx, o, o.answer); err != nil {
-			return store.Task{}, err
-		}
+		o = &finishOp{ns: ns, tok: tok, f: f, load: &viewRow{t, viewed}, answer: make(chan error, 1)}
 	}
 	if o.err != nil {
 		return store.Task{}, o.err
@@ -662,7 +663,7 @@ type finishOp struct {
 	f   engine.Finish
 	// load, when set, is the task as the view has it, held first if the
 	// partition does not hold it; held says whether it did.
-	load   *engine.Task
+	load   *viewRow
 	held   bool
 	task   engine.Task
 	err    error
@@ -670,9 +671,13 @@ type finishOp struct {
 }
 
 func (o *finishOp) apply(p *partition, now time.Time, changes []engine.Change) []engine.Change {
-	o.held = p.eng.Held(o.tok.ID)
+	o.held = p.eng.Has(o.tok.ID)
 	if o.load != nil && !o.held {
-		p.eng.Load(*o.load)
+		if !p.current(o.load) {
+			o.err = errStaleView
+			return changes
+		}
+		p.eng.Load(o.load.task)
 	}
 	var ch []engine.Change
 	o.task, ch, o.err = p.eng.Finish(o.ns, o.tok, o.f, now)
@@ -689,7 +694,7 @@ func (r *Replica) Requeue(ctx context.Context, ns, taskID string) (store.Task, e
 	if err != nil {
 		return store.Task{}, err
 	}
-	var load *engine.Task
+	var load *viewRow
 	for tries := 0; ; tries++ {
 		o := &requeueOp{ns: ns, id: id, load: load, answer: make(chan error, 1)}
 		if _, err := p.submit(ctx, o, o.answer); err != nil {
@@ -705,21 +710,36 @@ func (r *Replica) Requeue(ctx context.Context, ns, taskID string) (store.Task, e
 			}
 			return o.task.Row(), nil
 		}
-		t, err := view.Load(ctx, r.pool, ns, id)
+		t, viewed, err := view.Load(ctx, r.pool, ns, id)
 		if errors.Is(err, pg.ErrNotFound) {
 			return store.Task{}, notFoundTask(ns, taskID)
 		}
 		if err != nil {
 			return store.Task{}, err
 		}
-		load = &t
+		load = &viewRow{t, viewed}
 	}
 }
 
-// errStaleView says a task read from the view was older than the state the
-// partition had let go (the view had it by then, the read came before):
+// errStaleView says a task read from the view may be older than the state
+// the partition had let go (the view had it by then, the read came before):
 // the caller reads the view again.
 var errStaleView = errors.New("the view was read before it had the task's last state")
+
+// viewRow is a task as view.Load read it, with the last events offset the
+// view held then.
+type viewRow struct {
+	task   engine.Task
+	viewed int64
+}
+
+// current says whether row is the last state of a task the partition does
+// not hold. A task is let go (final, or cold) only once the view has its
+// last state, so a row read when the view held every offset the partition
+// knew it to hold is that state.
+func (p *partition) current(row *viewRow) bool {
+	return row.viewed >= p.materialized.Load()
+}
 
 type requeueOp struct {
 	ns string
@@ -727,7 +747,7 @@ type requeueOp struct {
 	// load, when set, is the task as the view has it: held first if the
 	// partition does not hold it, or its payload taken if it holds it
 	// without; held says whether the partition held it.
-	load   *engine.Task
+	load   *viewRow
 	held   bool
 	task   engine.Task
 	err    error
@@ -735,17 +755,15 @@ type requeueOp struct {
 }
 
 func (o *requeueOp) apply(p *partition, now time.Time, changes []engine.Change) []engine.Change {
-	o.held = p.eng.Held(o.id)
+	o.held = p.eng.Has(o.id)
 	if o.load != nil {
-		// A task the partition let go is final, and the view had that
-		// state when it went; a row that is not final was read before.
-		// Holding it would bring back a state the log has moved past. A
-		// cold task (engine/cold.go) is queued, and the view's row is it.
-		if !o.held && !p.eng.Has(o.id) && !o.load.Final() {
+		// Holding a row older than the state the partition let go would
+		// bring back a state the log has moved past.
+		if !o.held && !p.current(o.load) {
 			o.err = errStaleView
 			return changes
 		}
-		p.eng.Load(*o.load)
+		p.eng.Load(o.load.task)
 	}
 	var ch []engine.Change
 	o.task, ch, o.err = p.eng.Requeue(o.ns, o.id, now)
@@ -774,7 +792,7 @@ func (r *Replica) Get(ctx context.Context, ns, taskID string) (store.Task, error
 			}
 			return t.Row(), nil
 		}
-		vt, err := view.Load(ctx, r.pool, ns, id)
+		vt, _, err := view.Load(ctx, r.pool, ns, id)
 		if err == nil {
 			return vt.Row(), nil
 		}

@@ -103,10 +103,8 @@ type partition struct {
 
 	eng    *engine.Partition
 	hinted time.Time
-	// warming says a read of cold tasks back from the view is under way;
-	// warmRetryAt holds the next one back after one failed, and warmWait
-	// paces them.
-	warming     bool
+	// warmRetryAt holds the next read of cold tasks back from the view
+	// after one failed, and warmWait paces them.
 	warmRetryAt time.Time
 	warmWait    backoff
 	// intakeRetryAt holds commands back after intake failed (Postgres
@@ -315,14 +313,12 @@ func (p *partition) rebuild(ctx context.Context) error {
 		if evNext, cmdNext, err = view.Offsets(ctx, tx, p.id); err != nil {
 			return err
 		}
-		return view.LoadLive(ctx, tx, p.id, p.r.cfg.Memory, time.Now(), func(t engine.Task, cold bool) {
-			if cold {
-				eng.LoadCold(t)
-			} else {
-				eng.Load(t)
-			}
+		cold, err := view.LoadLive(ctx, tx, p.id, p.r.cfg.Memory, time.Now(), func(t engine.Task) {
+			eng.Load(t)
 			keys[store.Key(t.Namespace, t.Action)] = [2]string{t.Namespace, t.Action}
 		})
+		eng.SetCold(cold)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("read the view: %w", err)
@@ -339,7 +335,6 @@ func (p *partition) rebuild(ctx context.Context) error {
 	p.cmdNext.Store(cmdNext)
 	p.refreshReady(time.Now(), true)
 	p.r.metrics.rebuilds.Add(ctx, 1)
-	p.warming = false
 	p.gauge()
 	p.log.InfoContext(ctx, "partition rebuilt", "tasks", eng.Len(), "cold", eng.Cold(), "payload_bytes", eng.PayloadBytes(), "replayed", replayed,
 		"events_from", evNext, "commands_from", cmdNext, "took", time.Since(start).String())
@@ -635,7 +630,8 @@ func (p *partition) intake(ctx context.Context, recs []*kgo.Record, now time.Tim
 			continue
 		}
 		invs = append(invs, inv)
-		if (inv.IdempotencyKey != "" || inv.Origin != "") && !p.eng.Has(inv.TaskID) {
+		// While some tasks are cold, only the view knows them all.
+		if (inv.IdempotencyKey != "" || inv.Origin != "" || p.eng.Cold() > 0) && !p.eng.Has(inv.TaskID) {
 			lookup = append(lookup, inv.TaskID)
 		}
 	}
@@ -839,17 +835,16 @@ func (p *partition) gauge() {
 // it holds few enough queued tasks (engine.Partition.Warm). The read runs
 // off the partition's goroutine and comes back as a call.
 func (p *partition) maybeWarm(ctx context.Context) {
-	if p.warming || time.Now().Before(p.warmRetryAt) {
+	if time.Now().Before(p.warmRetryAt) {
 		return
 	}
 	w := p.eng.Warm()
 	if w == nil {
 		return
 	}
-	p.warming = true
 	eng := p.eng
 	go func() {
-		tasks, err := view.LoadTasks(ctx, p.r.pool, w.IDs())
+		tasks, err := view.LoadCold(ctx, p.r.pool, p.id, w)
 		select {
 		case p.ops <- &warmOp{eng: eng, w: w, tasks: tasks, err: err}:
 		case <-p.exited:
@@ -869,7 +864,6 @@ func (o *warmOp) apply(p *partition, now time.Time, changes []engine.Change) []e
 	if o.eng != p.eng {
 		return changes // read for an engine a rebuild replaced
 	}
-	p.warming = false
 	if o.err != nil {
 		p.eng.Unwarm(o.w)
 		wait := p.warmWait.NextBackOff()
@@ -879,10 +873,9 @@ func (o *warmOp) apply(p *partition, now time.Time, changes []engine.Change) []e
 	}
 	p.warmWait.Reset()
 	p.eng.Warmed(o.w, o.tasks)
-	if len(o.tasks) < o.w.Len() {
-		p.log.Error("the view lacks cold tasks; they are not held any more", "asked", o.w.Len(), "read", len(o.tasks))
+	for _, t := range o.tasks {
+		p.keys[store.Key(t.Namespace, t.Action)] = [2]string{t.Namespace, t.Action}
 	}
-	// A cold task's queue is among p.keys since it was held (or rebuilt).
 	p.refreshReady(now, true)
 	return changes
 }

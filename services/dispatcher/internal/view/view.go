@@ -117,21 +117,21 @@ func scanTask(r pgx.Row, extra ...any) (engine.Task, error) {
 }
 
 // liveColumns is taskColumns for LoadLive: a payload only where kept,
-// whether one was left out, and whether the task is to be kept cold.
-var liveColumns = taskColumnsOf(`CASE WHEN keep AND NOT cold THEN payload ELSE '' END`) +
-	`, NOT (keep AND NOT cold) AND octet_length(payload) > 0, cold`
+// whether one was left out, and how many queued tasks are past the bound.
+var liveColumns = taskColumnsOf(`CASE WHEN keep THEN payload ELSE '' END`) +
+	`, NOT keep AND octet_length(payload) > 0, cold`
 
 // LoadLive reads the tasks of a partition that are not final (queued,
-// running, waiting), for the partition's new owner, and calls fn with each.
-// Queued tasks past limits.QueuedTasks in hand-out order (priority, due
-// time, creation; delayed ones by due time after those due now) come with
-// cold set and without their payloads: the owner keeps only their places.
-// The payloads of the others are read only as far as limits let the owner
-// hold them: those of queued tasks due by now plus the horizon, in the same
-// order, up to the bound in all. Every other task with a payload comes with
-// PayloadOut set; a claim reads it from the view. With no limits every task
-// comes whole.
-func LoadLive(ctx context.Context, db store.DB, partition int32, limits engine.Limits, now time.Time, fn func(t engine.Task, cold bool)) error {
+// running, waiting), for the partition's new owner, calls fn with each, and
+// returns how many queued tasks it left in the view: those past
+// limits.QueuedTasks in hand-out order (priority, due time, creation;
+// delayed ones by due time after those due now), which the owner counts
+// cold (engine.Partition.SetCold). The payloads of the others are read
+// only as far as limits let the owner hold them: those of queued tasks due
+// by now plus the horizon, in the same order, up to the bound in all. Every
+// other task with a payload comes with PayloadOut set; a claim reads it
+// from the view. With no limits every task comes whole.
+func LoadLive(ctx context.Context, db store.DB, partition int32, limits engine.Limits, now time.Time, fn func(t engine.Task)) (int, error) {
 	// Zero means no bound, as in engine.Limits.
 	var dueBy *time.Time
 	if limits.Horizon > 0 {
@@ -140,55 +140,80 @@ func LoadLive(ctx context.Context, db store.DB, partition int32, limits engine.L
 	}
 	rows, err := db.Query(ctx, `SELECT `+liveColumns+` FROM (
 	SELECT *, NOT $2 OR (held AND ($3::bigint = 0 OR sum(octet_length(payload)) FILTER (WHERE held) OVER w <= $3)) AS keep,
-		state = 'queued' AND $6::bigint > 0 AND count(*) FILTER (WHERE state = 'queued') OVER w > $6 AS cold
+		CASE WHEN $6::bigint > 0 THEN greatest(count(*) FILTER (WHERE state = 'queued') OVER () - $6, 0) ELSE 0 END AS cold,
+		state = 'queued' AND $6::bigint > 0 AND count(*) FILTER (WHERE state = 'queued') OVER w > $6 AS past
 	FROM (
 		SELECT *, state = 'queued' AND ($4::timestamptz IS NULL OR run_at <= $4) AS held, run_at <= $5 AS due
 		FROM tasks WHERE partition = $1 AND state IN ('queued', 'running', 'waiting')
 	) live
 	WINDOW w AS (ORDER BY held DESC, due DESC, CASE WHEN due THEN priority END DESC, run_at, created_at, id
 		ROWS UNBOUNDED PRECEDING)
-) kept`, partition, limits.PayloadBytes > 0 || limits.Horizon > 0, limits.PayloadBytes, dueBy, now, limits.QueuedTasks)
+) kept WHERE NOT past`, partition, limits.PayloadBytes > 0 || limits.Horizon > 0, limits.PayloadBytes, dueBy, now, limits.QueuedTasks)
 	if err != nil {
-		return fmt.Errorf("load live tasks of partition %d: %w", partition, err)
+		return 0, fmt.Errorf("load live tasks of partition %d: %w", partition, err)
 	}
 	defer rows.Close()
+	cold := 0
 	for rows.Next() {
-		var left, cold bool
+		var left bool
 		t, err := scanTask(rows, &left, &cold)
 		if err != nil {
-			return fmt.Errorf("load live tasks of partition %d: %w", partition, err)
+			return 0, fmt.Errorf("load live tasks of partition %d: %w", partition, err)
 		}
 		t.PayloadOut = left
-		fn(t, cold)
+		fn(t)
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("load live tasks of partition %d: %w", partition, err)
+		return 0, fmt.Errorf("load live tasks of partition %d: %w", partition, err)
 	}
-	return nil
+	return cold, nil
 }
 
-// LoadTasks reads tasks whole by id, for a partition taking its cold tasks
-// back; a task the view lacks is missing from the result.
-func LoadTasks(ctx context.Context, db store.DB, ids []uuid.UUID) ([]engine.Task, error) {
-	rows, err := db.Query(ctx, `SELECT `+taskColumns+` FROM tasks WHERE id = ANY($1::uuid[])`, ids)
-	if err != nil {
-		return nil, fmt.Errorf("read %d tasks: %w", len(ids), err)
+// LoadCold reads back a partition's cold tasks whole, for w: its next
+// queued tasks in hand-out order that the partition did not hold when w
+// began, the ready ones first (priority, due time, creation, id), then the
+// delayed ones soonest due, w.N at most.
+func LoadCold(ctx context.Context, db store.DB, partition int32, w *engine.Warming) ([]engine.Task, error) {
+	// The held tasks go in as a set Postgres hashes once: the scans read
+	// them among the first rows in hand-out order.
+	const held = `id NOT IN (SELECT unnest($2::uuid[]))`
+	queries := []string{
+		`SELECT ` + taskColumns + ` FROM tasks WHERE partition = $1 AND state = 'queued' AND run_at <= $3 AND ` + held + `
+		ORDER BY priority DESC, run_at, created_at, id LIMIT $4`,
+		`SELECT ` + taskColumns + ` FROM tasks WHERE partition = $1 AND state = 'queued' AND run_at > $3 AND ` + held + `
+		ORDER BY run_at, id LIMIT $4`,
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.Task, error) { return scanTask(r) })
-	if err != nil {
-		return nil, fmt.Errorf("read %d tasks: %w", len(ids), err)
+	var out []engine.Task
+	for _, q := range queries {
+		if len(out) == w.N {
+			break
+		}
+		rows, err := db.Query(ctx, q, partition, w.Held, w.Now, w.N-len(out))
+		if err != nil {
+			return nil, fmt.Errorf("read cold tasks of partition %d: %w", partition, err)
+		}
+		read, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.Task, error) { return scanTask(r) })
+		if err != nil {
+			return nil, fmt.Errorf("read cold tasks of partition %d: %w", partition, err)
+		}
+		out = append(out, read...)
 	}
 	return out, nil
 }
 
-// Load reads one task of a namespace whole; pg.ErrNotFound when the view
-// has none.
-func Load(ctx context.Context, db store.DB, namespace string, id uuid.UUID) (engine.Task, error) {
-	t, err := scanTask(db.QueryRow(ctx, `SELECT `+taskColumns+` FROM tasks WHERE id = $1 AND namespace = $2`, id, namespace))
+// Load reads one task of a namespace whole, and the last events offset the
+// view held when it was read (-1 before any): an owner that let the task go
+// at or before that offset knows the row is the task's last state.
+// pg.ErrNotFound when the view has none.
+func Load(ctx context.Context, db store.DB, namespace string, id uuid.UUID) (engine.Task, int64, error) {
+	var viewed int64
+	t, err := scanTask(db.QueryRow(ctx, `SELECT `+taskColumns+`,
+	coalesce((SELECT events_offset FROM view_offsets o WHERE o.partition = tasks.partition), 0) - 1
+	FROM tasks WHERE id = $1 AND namespace = $2`, id, namespace), &viewed)
 	if err != nil {
-		return engine.Task{}, fmt.Errorf("load task %s: %w", id, pg.MapError(err))
+		return engine.Task{}, 0, fmt.Errorf("load task %s: %w", id, pg.MapError(err))
 	}
-	return t, nil
+	return t, viewed, nil
 }
 
 // Existing reports which of ids the view has, in any namespace.

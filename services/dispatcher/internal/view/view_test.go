@@ -129,7 +129,7 @@ func utc(t engine.Task) engine.Task {
 
 func load(t *testing.T, pool *pgxpool.Pool, task engine.Task) engine.Task {
 	t.Helper()
-	got, err := view.Load(t.Context(), pool, task.Namespace, task.ID)
+	got, _, err := view.Load(t.Context(), pool, task.Namespace, task.ID)
 	require.NoError(t, err)
 	return utc(got)
 }
@@ -408,7 +408,7 @@ func TestLoadLiveExistingAndLoad(t *testing.T) {
 	require.NoError(t, m.Flush(ctx))
 
 	loaded, cold := loadLive(t, pool, 1, engine.Limits{}, now())
-	require.Empty(t, cold)
+	require.Zero(t, cold)
 	got := make(map[uuid.UUID]engine.Task, len(loaded))
 	for _, task := range loaded {
 		got[task.ID] = utc(task)
@@ -423,7 +423,10 @@ func TestLoadLiveExistingAndLoad(t *testing.T) {
 	// A final state has no lease, whatever the state said.
 	final.LeaseUntil = time.Time{}
 	require.Equal(t, final, load(t, pool, final))
-	_, err := view.Load(ctx, pool, "other", final.ID)
+	_, viewed, err := view.Load(ctx, pool, final.Namespace, final.ID)
+	require.NoError(t, err)
+	require.Equal(t, int64(10), viewed, "the row comes with the last offset the view held of its partition")
+	_, _, err = view.Load(ctx, pool, "other", final.ID)
 	require.ErrorIs(t, err, pg.ErrNotFound)
 
 	missing := uuid.New()
@@ -533,7 +536,7 @@ func TestLoadLiveReadsPayloadsWithinTheLimits(t *testing.T) {
 	load := func(limits engine.Limits) map[uuid.UUID]engine.Task {
 		t.Helper()
 		loaded, cold := loadLive(t, pool, 3, limits, at)
-		require.Empty(t, cold)
+		require.Zero(t, cold)
 		require.Len(t, loaded, len(all))
 		got := map[uuid.UUID]engine.Task{}
 		for _, task := range loaded {
@@ -564,8 +567,8 @@ func TestLoadLiveReadsPayloadsWithinTheLimits(t *testing.T) {
 	check(load(engine.Limits{PayloadBytes: 4 * size, Horizon: time.Hour}), first, second, third, soon)
 	check(load(engine.Limits{Horizon: time.Hour}), first, second, third, soon)
 
-	// Past a bound of queued tasks, the rest in hand-out order come cold,
-	// without their payloads.
+	// Past a bound of queued tasks, the rest in hand-out order stay in the
+	// view: only their count is read.
 	held, cold := loadLive(t, pool, 3, engine.Limits{QueuedTasks: 2}, at)
 	ids := func(tasks []engine.Task) []uuid.UUID {
 		var out []uuid.UUID
@@ -575,31 +578,39 @@ func TestLoadLiveReadsPayloadsWithinTheLimits(t *testing.T) {
 		return out
 	}
 	require.ElementsMatch(t, []uuid.UUID{first.ID, second.ID, busy.ID}, ids(held))
-	require.ElementsMatch(t, []uuid.UUID{third.ID, empty.ID, soon.ID, far.ID}, ids(cold))
-	for _, task := range cold {
-		require.Empty(t, task.Payload)
-		require.Equal(t, store.Queued, task.Status)
-	}
-	read, err := view.LoadTasks(ctx, pool, []uuid.UUID{third.ID, far.ID, uuid.New()})
+	require.Equal(t, 4, cold, "third, empty, soon and far")
+
+	// Read back, they come whole in hand-out order: the ready ones by
+	// priority, due time and creation, then the delayed ones soonest due,
+	// leaving out those the owner held when the read began.
+	w := &engine.Warming{N: 10, Held: []uuid.UUID{first.ID, second.ID, busy.ID}, Now: at}
+	read, err := view.LoadCold(ctx, pool, 3, w)
 	require.NoError(t, err)
-	require.ElementsMatch(t, []uuid.UUID{third.ID, far.ID}, ids(read))
-	for _, task := range read {
-		require.NotEmpty(t, task.Payload, "read back whole")
-	}
+	require.Equal(t, []uuid.UUID{third.ID, empty.ID, soon.ID, far.ID}, ids(read))
+	require.Equal(t, third.Payload, read[0].Payload, "read back whole")
+	require.Equal(t, far.Payload, read[3].Payload, "read back whole")
+	w.N = 3
+	read, err = view.LoadCold(ctx, pool, 3, w)
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{third.ID, empty.ID, soon.ID}, ids(read), "as many as asked")
+	w.N, w.Held = 1, append(w.Held, third.ID, empty.ID)
+	read, err = view.LoadCold(ctx, pool, 3, w)
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{soon.ID}, ids(read), "the ready ones all held: the delayed ones next")
+	read, err = view.LoadCold(ctx, pool, 4, w)
+	require.NoError(t, err)
+	require.Empty(t, read, "only the partition's own")
 	check(load(engine.Limits{PayloadBytes: 5 * size}), first, second, third, soon, far)
 	check(load(engine.Limits{PayloadBytes: 2*size - 1}), first)
 }
 
-// loadLive collects what LoadLive reads: the tasks to hold, and those to
-// keep cold.
-func loadLive(t *testing.T, db store.DB, partition int32, limits engine.Limits, now time.Time) (held, cold []engine.Task) {
+// loadLive collects what LoadLive reads: the tasks to hold, and how many
+// it left in the view cold.
+func loadLive(t *testing.T, db store.DB, partition int32, limits engine.Limits, now time.Time) (held []engine.Task, cold int) {
 	t.Helper()
-	require.NoError(t, view.LoadLive(t.Context(), db, partition, limits, now, func(task engine.Task, isCold bool) {
-		if isCold {
-			cold = append(cold, task)
-		} else {
-			held = append(held, task)
-		}
-	}))
+	cold, err := view.LoadLive(t.Context(), db, partition, limits, now, func(task engine.Task) {
+		held = append(held, task)
+	})
+	require.NoError(t, err)
 	return held, cold
 }
