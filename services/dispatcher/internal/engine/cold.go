@@ -104,8 +104,10 @@ func (p *Partition) chill(offset int64) {
 	if p.warming != nil {
 		p.warming.chilled = true
 	}
-	// The entries let go are reachable from their stale index items, and a
-	// map never gives back its room: without these the memory would stay.
+	// The entries let go are reachable from their stale index and hot
+	// payload items, and a map never gives back its room: without these the
+	// memory would stay.
+	p.compactHot()
 	for _, h := range p.ready {
 		h.compact()
 		h.shrink()

@@ -11,12 +11,13 @@ import (
 )
 
 // Tasks that go cold leave nothing behind that keeps them in memory: no
-// index item still points at their entries, the indexes give their room
-// back, and the tasks map is made anew once most of it went.
+// index or payload item still points at their entries, the indexes and
+// payload lists give their room back, and the tasks map is made anew once
+// most of it went.
 func TestGoingColdLetsTheEntriesGo(t *testing.T) {
 	t.Parallel()
 	p := New(0)
-	p.SetLimits(Limits{QueuedTasks: 100})
+	p.SetLimits(Limits{QueuedTasks: 100, PayloadBytes: 1 << 20, Horizon: 2 * time.Hour})
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	set := &store.Settings{Timeout: time.Second, MaxAttempts: 1}
 	for i := range 5000 {
@@ -43,5 +44,11 @@ func TestGoingColdLetsTheEntriesGo(t *testing.T) {
 	}
 	require.Equal(t, 90, live)
 	require.Len(t, p.tasks, 90)
+	for _, items := range [][]item{p.hot, p.recorded} {
+		for _, it := range items {
+			require.NotNil(t, p.tasks[it.e.t.ID], "a payload item of a task let go")
+		}
+		require.LessOrEqual(t, cap(items), max(64, 4*len(items)), "room given back")
+	}
 	require.Empty(t, p.delayed.items, "delayed tasks go cold first")
 }

@@ -137,10 +137,14 @@ func (h *heap) compact() {
 }
 
 // shrink gives back the room of a heap that lost most of its items.
-func (h *heap) shrink() {
-	if cap(h.items) > 64 && cap(h.items) > 4*len(h.items) {
-		h.items = append(make([]item, 0, 2*len(h.items)), h.items...)
+func (h *heap) shrink() { h.items = shrunk(h.items) }
+
+// shrunk gives items' room back once it holds a quarter of it or less.
+func shrunk(items []item) []item {
+	if cap(items) > 64 && cap(items) > 4*len(items) {
+		return append(make([]item, 0, 2*len(items)), items...)
 	}
+	return items
 }
 
 func (h *heap) up(i int) {

@@ -117,7 +117,7 @@ func (p *Partition) shed(offset int64) {
 		}
 	}
 	clear(p.recorded[:n])
-	p.recorded = p.recorded[n:]
+	p.recorded = shrunk(p.recorded[n:])
 	for p.limits.PayloadBytes > 0 && p.payloadBytes > p.limits.PayloadBytes && len(p.hot) > 0 {
 		it := p.hot[len(p.hot)-1]
 		p.hot[len(p.hot)-1] = item{}
@@ -127,6 +127,12 @@ func (p *Partition) shed(offset int64) {
 			p.letGo(it.e)
 		}
 	}
+	p.compactHot()
+}
+
+// compactHot drops the items of payloads no longer pinned hot once they are
+// most of p.hot: each keeps its entry reachable.
+func (p *Partition) compactHot() {
 	if len(p.hot) > 64 && len(p.hot) > 2*p.hotLive {
 		kept := p.hot[:0]
 		for _, it := range p.hot {
@@ -135,6 +141,6 @@ func (p *Partition) shed(offset int64) {
 			}
 		}
 		clear(p.hot[len(kept):])
-		p.hot = kept
+		p.hot = shrunk(kept)
 	}
 }
