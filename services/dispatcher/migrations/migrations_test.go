@@ -1,7 +1,9 @@
 package migrations_test
 
 import (
+	"io/fs"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -37,8 +39,14 @@ SELECT to_regclass('tasks_live_idx') IS NOT NULL, to_regclass('view_offsets') IS
 			Scan(&live, &offsets, &owners, &lease, &waiting, &partition))
 		return []bool{live, offsets, owners, lease, waiting, partition}
 	}
-	require.Equal(t, []bool{true, true, true, false, false, true}, exists())
-	_, err := pool.Exec(t.Context(), down)
+	// 0012 replaced the live index; goose takes it down first.
+	require.Equal(t, []bool{false, true, true, false, false, true}, exists())
+	src, err := fs.ReadFile(migrations.FS, "0012_task_cold_index.sql")
+	require.NoError(t, err)
+	_, later, _ := strings.Cut(string(src), "-- +goose Down")
+	_, err = pool.Exec(t.Context(), later)
+	require.NoError(t, err)
+	_, err = pool.Exec(t.Context(), down)
 	require.NoError(t, err)
 	require.Equal(t, []bool{false, false, false, true, true, false}, exists())
 	_, err = pool.Exec(t.Context(), up)
@@ -46,21 +54,23 @@ SELECT to_regclass('tasks_live_idx') IS NOT NULL, to_regclass('view_offsets') IS
 	require.Equal(t, []bool{true, true, true, false, false, true}, exists())
 }
 
-// The cold-task indexes go down and up again.
+// The cold-task indexes, which replace the live index, go down (the live
+// index back) and up again.
 func TestColdIndexesMigrationDownAndUp(t *testing.T) {
 	t.Parallel()
 	pool, up, down := harness.MigrationSections(t, migrations.FS, "dispatcher", "0012_task_cold_index.sql")
 	exists := func() []bool {
-		var ready, due bool
+		var ready, due, busy, live bool
 		require.NoError(t, pool.QueryRow(t.Context(), `
-SELECT to_regclass('tasks_cold_ready_idx') IS NOT NULL, to_regclass('tasks_cold_due_idx') IS NOT NULL`).Scan(&ready, &due))
-		return []bool{ready, due}
+SELECT to_regclass('tasks_cold_ready_idx') IS NOT NULL, to_regclass('tasks_cold_due_idx') IS NOT NULL,
+	to_regclass('tasks_busy_idx') IS NOT NULL, to_regclass('tasks_live_idx') IS NOT NULL`).Scan(&ready, &due, &busy, &live))
+		return []bool{ready, due, busy, live}
 	}
-	require.Equal(t, []bool{true, true}, exists())
+	require.Equal(t, []bool{true, true, true, false}, exists())
 	_, err := pool.Exec(t.Context(), down)
 	require.NoError(t, err)
-	require.Equal(t, []bool{false, false}, exists())
+	require.Equal(t, []bool{false, false, false, true}, exists())
 	_, err = pool.Exec(t.Context(), up)
 	require.NoError(t, err)
-	require.Equal(t, []bool{true, true}, exists())
+	require.Equal(t, []bool{true, true, true, false}, exists())
 }

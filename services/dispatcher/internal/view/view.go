@@ -116,57 +116,80 @@ func scanTask(r pgx.Row, extra ...any) (engine.Task, error) {
 	return t, err
 }
 
-// liveColumns is taskColumns for LoadLive: a payload only where kept,
-// whether one was left out, and how many queued tasks are past the bound.
-var liveColumns = taskColumnsOf(`CASE WHEN keep THEN payload ELSE '' END`) +
-	`, NOT keep AND octet_length(payload) > 0, cold`
+// liveColumns is taskColumns for LoadLive: a payload only where kept, and
+// whether one was left out.
+var liveColumns = taskColumnsOf(`CASE WHEN keep THEN payload ELSE '' END`) + `, NOT keep AND octet_length(payload) > 0`
 
 // LoadLive reads the tasks of a partition that are not final (queued,
-// running, waiting), for the partition's new owner, calls fn with each, and
-// returns how many queued tasks it left in the view: those past
-// limits.QueuedTasks in hand-out order (priority, due time, creation;
-// delayed ones by due time after those due now), which the owner counts
+// running, waiting), for the partition's new owner, in the one snapshot db
+// reads (a repeatable-read transaction), calls fn with each, and returns
+// how many queued tasks it left in the view: those past
+// limits.QueuedTasks in hand-out order (ready ones by priority, due time,
+// creation and id, then delayed ones by due time), which the owner counts
 // cold (engine.Partition.SetCold). The payloads of the others are read
 // only as far as limits let the owner hold them: those of queued tasks due
 // by now plus the horizon, in the same order, up to the bound in all. Every
 // other task with a payload comes with PayloadOut set; a claim reads it
 // from the view. With no limits every task comes whole.
 func LoadLive(ctx context.Context, db store.DB, partition int32, limits engine.Limits, now time.Time, fn func(t engine.Task)) (int, error) {
-	// Zero means no bound, as in engine.Limits.
+	// Zero means no bound, as in engine.Limits; a NULL limit is none.
 	var dueBy *time.Time
 	if limits.Horizon > 0 {
 		d := now.Add(limits.Horizon)
 		dueBy = &d
 	}
+	var bound *int
+	if limits.QueuedTasks > 0 {
+		bound = &limits.QueuedTasks
+	}
+	// The queued tasks come from the hand-out indexes, as many as the bound
+	// from each (LoadCold's order), so a backlog past it is neither read
+	// nor sorted.
 	rows, err := db.Query(ctx, `SELECT `+liveColumns+` FROM (
 	SELECT *, NOT $2 OR (held AND ($3::bigint = 0 OR sum(octet_length(payload)) FILTER (WHERE held) OVER w <= $3)) AS keep,
-		CASE WHEN $6::bigint > 0 THEN greatest(count(*) FILTER (WHERE state = 'queued') OVER () - $6, 0) ELSE 0 END AS cold,
-		state = 'queued' AND $6::bigint > 0 AND count(*) FILTER (WHERE state = 'queued') OVER w > $6 AS past
+		state = 'queued' AND $6::bigint IS NOT NULL AND count(*) FILTER (WHERE state = 'queued') OVER w > $6 AS past
 	FROM (
-		SELECT *, state = 'queued' AND ($4::timestamptz IS NULL OR run_at <= $4) AS held, run_at <= $5 AS due
-		FROM tasks WHERE partition = $1 AND state IN ('queued', 'running', 'waiting')
+		SELECT *, state = 'queued' AND ($4::timestamptz IS NULL OR run_at <= $4) AS held, run_at <= $5 AS due FROM (
+			(SELECT * FROM tasks WHERE partition = $1 AND state = 'queued' AND run_at <= $5
+				ORDER BY priority DESC, run_at, created_at, id LIMIT $6)
+			UNION ALL
+			(SELECT * FROM tasks WHERE partition = $1 AND state = 'queued' AND run_at > $5 ORDER BY run_at, id LIMIT $6)
+			UNION ALL
+			SELECT * FROM tasks WHERE partition = $1 AND state IN ('running', 'waiting')
+		) rows
 	) live
 	WINDOW w AS (ORDER BY held DESC, due DESC, CASE WHEN due THEN priority END DESC, run_at, created_at, id
 		ROWS UNBOUNDED PRECEDING)
-) kept WHERE NOT past`, partition, limits.PayloadBytes > 0 || limits.Horizon > 0, limits.PayloadBytes, dueBy, now, limits.QueuedTasks)
+) kept WHERE NOT past`, partition, limits.PayloadBytes > 0 || limits.Horizon > 0, limits.PayloadBytes, dueBy, now, bound)
 	if err != nil {
 		return 0, fmt.Errorf("load live tasks of partition %d: %w", partition, err)
 	}
-	defer rows.Close()
-	cold := 0
+	queued := 0
 	for rows.Next() {
 		var left bool
-		t, err := scanTask(rows, &left, &cold)
+		t, err := scanTask(rows, &left)
 		if err != nil {
+			rows.Close()
 			return 0, fmt.Errorf("load live tasks of partition %d: %w", partition, err)
 		}
 		t.PayloadOut = left
+		if t.Status == store.Queued {
+			queued++
+		}
 		fn(t)
 	}
+	rows.Close()
 	if err := rows.Err(); err != nil {
 		return 0, fmt.Errorf("load live tasks of partition %d: %w", partition, err)
 	}
-	return cold, nil
+	if bound == nil || queued < *bound {
+		return 0, nil
+	}
+	var all int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE partition = $1 AND state = 'queued'`, partition).Scan(&all); err != nil {
+		return 0, fmt.Errorf("count queued tasks of partition %d: %w", partition, err)
+	}
+	return all - queued, nil
 }
 
 // LoadCold reads back a partition's cold tasks whole, for w: its next
