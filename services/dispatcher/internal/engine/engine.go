@@ -180,8 +180,9 @@ func (p *Partition) Get(id uuid.UUID) (Task, bool) {
 // Len is how many tasks the partition holds.
 func (p *Partition) Len() int { return len(p.tasks) }
 
-// Load puts a task read from the view into the partition as it is (rebuild,
-// or a dead letter evicted earlier that is to be requeued). A final task
+// Load puts a task read from the view into the partition as it is (a
+// rebuild, a cold task read back, or a task evicted earlier that a requeue
+// or a completion needs). A final task
 // loaded is evicted at the next Materialized unless it changes first. A
 // task already held keeps its state: only its payload, when the partition
 // let it go, is taken from t. A t with PayloadOut set was read without its

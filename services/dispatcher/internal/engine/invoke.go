@@ -39,7 +39,8 @@ type Invocation struct {
 // change. When s is nil (the action does not exist, RejectNotFound) or reject
 // is set (RejectDisabled), it creates no task and returns a Rejected change,
 // since retrying the invocation cannot succeed. An invocation of a task
-// already held is a redelivery and changes nothing.
+// already held is a redelivery and changes nothing; the owner looks up in
+// the view the ids of those it may know only there (Cold).
 func (p *Partition) Invoke(inv Invocation, s *store.Settings, reject string, now time.Time) []Change {
 	if p.Has(inv.TaskID) {
 		return nil
