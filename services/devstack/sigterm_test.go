@@ -272,6 +272,10 @@ func startProcessPlatform(t *testing.T) *processPlatform {
 		"FLO_BOOTSTRAP_NAMESPACES=default",
 		"FLO_MAX_PAYLOAD_BYTES=65536",
 		"FLO_ADMIN_TOKEN=" + testAdminToken,
+		// A small bound of queued tasks per partition, so the failure
+		// tests' backlogs (their delayed tasks above all) go cold and are
+		// read back from the view across kills, pauses and restarts.
+		"FLO_DISPATCH_QUEUED_TASKS=20",
 	}
 	pl := &processPlatform{procs: map[string]*proc{}, brokers: broker.Addrs(), env: &env{db: openPool(t, dbURL)}, dbURL: dbURL, common: common}
 	// services lists the gateway last: it is started once the others have

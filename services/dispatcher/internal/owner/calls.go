@@ -895,9 +895,18 @@ type metrics struct {
 
 func (m *metrics) started(ctx context.Context, got []engine.Claimed) {
 	now := time.Now()
+	// A claim's tasks come from a few queues: each queue's attribute set is
+	// made once, not once per task.
+	type queue struct{ namespace, action string }
+	sets := map[queue]metric.RecordOption{}
 	for _, c := range got {
-		m.invokeToStart.Record(ctx, now.Sub(c.Task.CreatedAt).Seconds(), metric.WithAttributes(
-			attribute.String("namespace", c.Task.Namespace), attribute.String("action", c.Task.Action)))
+		q := queue{c.Task.Namespace, c.Task.Action}
+		opt, ok := sets[q]
+		if !ok {
+			opt = metric.WithAttributeSet(attribute.NewSet(attribute.String("namespace", q.namespace), attribute.String("action", q.action)))
+			sets[q] = opt
+		}
+		m.invokeToStart.Record(ctx, now.Sub(c.Task.CreatedAt).Seconds(), opt)
 	}
 }
 
