@@ -54,7 +54,7 @@ fuzz: ## run each fuzz target for FUZZTIME
 test-short: ## the quick tests only
 	$(GO) test -short -count=1 $(PKGS)
 
-bench: ## actions, streams, workflows, plans and idle workers on the embedded stack, a few minutes in all (docs/benchmarks.md)
+bench: ## actions, streams, workflows, plans, a backlog and idle workers on the embedded stack, a few minutes in all (docs/benchmarks.md)
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/flo-bench ./services/devstack/cmd/flo-bench
 	$(BIN)/flo-bench -mode actions -sustain 10s -batch 100 -invokers 8 -rate 1000
@@ -62,6 +62,7 @@ bench: ## actions, streams, workflows, plans and idle workers on the embedded st
 	$(BIN)/flo-bench -mode streams -records 100000 -batch 100
 	$(BIN)/flo-bench -mode workflows -runs 3000
 	$(BIN)/flo-bench -mode plans -runs 2000
+	$(BIN)/flo-bench -mode backlog -tasks 300000 -batch 1000 -invokers 4
 	FLO_MAX_WORKERS_PER_NAMESPACE=1000 $(BIN)/flo-bench -mode workers -workers 1000 -settle 20s -idle 20s -over-limit
 
 build: ## the service binaries and the CLI into ./bin

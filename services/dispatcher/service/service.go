@@ -78,11 +78,10 @@ type Config struct {
 	// in the view until it is claimed.
 	HotHorizon time.Duration `env:"FLO_DISPATCH_HOT_HORIZON, default=1m"`
 	// QueuedTasks bounds the queued tasks each owned partition holds whole;
-	// past it the last in hand-out order are kept only in the view, with
-	// their places in the queue (about 170 bytes each against 1.1 KB), and
-	// read back as the partition's queue drains. 20,000: a replica owning
-	// all 8 default partitions holds about 160 MB of queued tasks besides
-	// their payloads.
+	// past it the last in hand-out order are kept only in the view, nothing
+	// of them in memory, and read back as the partition's queue drains.
+	// 20,000: a replica owning all 8 default partitions holds about 185 MB
+	// of queued tasks (1.15 KB each) besides their payloads.
 	QueuedTasks int `env:"FLO_DISPATCH_QUEUED_TASKS, default=20000"`
 	Postgres    config.Postgres
 	Kafka       config.Kafka

@@ -44,11 +44,10 @@ func benchActions(ctx context.Context, p *platform, o options) error {
 		return err
 	}
 
-	db, err := pgx.Connect(ctx, p.stack.DatabaseURL())
+	db, err := p.openDB(ctx)
 	if err != nil {
-		return fmt.Errorf("connect to postgres: %w", err)
+		return err
 	}
-	defer db.Close(ctx)
 
 	inv, err := p.newInvoker(o)
 	if err != nil {
@@ -201,11 +200,17 @@ func paced(ctx context.Context, inv *invoker, rate float64, d time.Duration, inv
 // waitCompleted waits until want tasks are completed, counting them in the
 // task table.
 func waitCompleted(ctx context.Context, db *pgx.Conn, want int, start time.Time) error {
-	return waitFor(ctx, start, "completed", func() (int, int, error) {
-		var done int
-		if err := db.QueryRow(ctx, `SELECT count(*) FROM dispatcher.tasks WHERE state = 'completed'`).Scan(&done); err != nil {
-			return 0, 0, fmt.Errorf("count completed tasks: %w", err)
+	return waitState(ctx, db, "completed", want, start)
+}
+
+// waitState waits until want tasks are in state, counting them in the task
+// table.
+func waitState(ctx context.Context, db *pgx.Conn, state string, want int, start time.Time) error {
+	return waitFor(ctx, start, state, func() (int, int, error) {
+		var n int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM dispatcher.tasks WHERE state = $1`, state).Scan(&n); err != nil {
+			return 0, 0, fmt.Errorf("count %s tasks: %w", state, err)
 		}
-		return done, want, nil
+		return n, want, nil
 	})
 }

@@ -17,6 +17,10 @@
 //     start-to-complete latency.
 //   - plans: runs/s of a one-step workflow whose step is a two-executor plan,
 //     beside the same workflow with a plain action step, in one process.
+//   - backlog: -tasks tasks invoked with no worker running: the tasks held
+//     and cold (past FLO_DISPATCH_QUEUED_TASKS) and the heap they cost once
+//     the view has them, then the time a restarted dispatcher takes to start
+//     the first of them, and the rate at which workers drain them.
 //   - workers: -workers idle SDK workers (action workers, or stream workers
 //     with -stream-workers), each on its own connection, in load processes
 //     of this binary (-procs) so that file descriptors suffice: time until
@@ -41,6 +45,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 
 	flo "github.com/razorbill/flo-go"
@@ -106,7 +111,7 @@ func main() {
 		return
 	}
 	var o options
-	flag.StringVar(&o.mode, "mode", "actions", "what to measure: actions, streams, workflows, plans or workers")
+	flag.StringVar(&o.mode, "mode", "actions", "what to measure: actions, streams, workflows, plans, workers or backlog")
 	flag.StringVar(&o.token, "token", "", "the key clients and workers send (FLO_TOKEN); it is also the started stack's admin key "+
 		"unless FLO_ADMIN_TOKEN is set; empty uses the stack's own admin key")
 	flag.BoolVar(&o.fsync, "fsync", true, "run the private Postgres with fsync on, as a deployment would")
@@ -122,7 +127,7 @@ func main() {
 		"workers: idle workers, each with its own connection")
 	flag.IntVar(&o.concurrency, "concurrency", 256, "handler slots per action or stream worker")
 
-	flag.IntVar(&o.tasks, "tasks", 30000, "actions: tasks to invoke in the full-load phase")
+	flag.IntVar(&o.tasks, "tasks", 30000, "actions: tasks to invoke in the full-load phase; backlog: tasks to leave queued")
 	flag.IntVar(&o.invokers, "invokers", 128, "actions: concurrent invoking goroutines")
 	flag.DurationVar(&o.halfLoadFor, "half-load", 10*time.Second, "actions: duration of the half-load latency phase (0 skips it)")
 	flag.Float64Var(&o.rate, "rate", 0, "actions: tasks/s of the paced latency phase (0 means half the measured full-load rate); "+
@@ -158,10 +163,11 @@ func main() {
 		"workflows": benchWorkflows,
 		"plans":     benchPlans,
 		"workers":   benchWorkers,
+		"backlog":   benchBacklog,
 	}
 	bench, ok := modes[o.mode]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "flo-bench: unknown -mode %q (actions, streams, workflows, plans or workers)\n", o.mode)
+		fmt.Fprintf(os.Stderr, "flo-bench: unknown -mode %q (actions, streams, workflows, plans, workers or backlog)\n", o.mode)
 		os.Exit(2)
 	}
 	if o.dispatchers != 1 && (o.mode != "actions" || o.sustain <= 0) || o.dispatchers < 1 {
@@ -316,6 +322,16 @@ func (p *platform) serveActions(ctx context.Context, o options, handlers map[str
 		p.runWorker(w)
 	}
 	return nil
+}
+
+// openDB connects to the stack's Postgres, closed with the platform.
+func (p *platform) openDB(ctx context.Context) (*pgx.Conn, error) {
+	db, err := pgx.Connect(ctx, p.stack.DatabaseURL())
+	if err != nil {
+		return nil, fmt.Errorf("connect to postgres: %w", err)
+	}
+	p.cleanup = append(p.cleanup, func() { db.Close(context.Background()) })
+	return db, nil
 }
 
 func (p *platform) close() {

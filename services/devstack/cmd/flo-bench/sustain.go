@@ -95,10 +95,9 @@ func benchSustained(ctx context.Context, p *platform, o options) error {
 	if err != nil {
 		return err
 	}
-	if s.db, err = pgx.Connect(ctx, p.stack.DatabaseURL()); err != nil {
-		return fmt.Errorf("connect to postgres: %w", err)
+	if s.db, err = p.openDB(ctx); err != nil {
+		return err
 	}
-	defer s.db.Close(ctx)
 	if s.pgPID, err = postmaster(ctx, s.db); err != nil {
 		return err
 	}

@@ -88,11 +88,10 @@ func benchWorkers(ctx context.Context, p *platform, o options) error {
 	} else if _, err := p.client.RegisterAction(ctx, idleAction, flo.ActionOptions{Timeout: time.Minute, MaxAttempts: 3}); err != nil {
 		return fmt.Errorf("register action: %w", err)
 	}
-	db, err := pgx.Connect(ctx, p.stack.DatabaseURL())
+	db, err := p.openDB(ctx)
 	if err != nil {
-		return fmt.Errorf("connect to postgres: %w", err)
+		return err
 	}
-	defer db.Close(context.Background())
 	pgPID, err := postmaster(ctx, db)
 	if err != nil {
 		return err
