@@ -31,8 +31,8 @@ func benchBacklog(ctx context.Context, p *platform, o options) error {
 	if err := config.Load(ctx, &dcfg); err != nil {
 		return fmt.Errorf("load the dispatcher's configuration: %w", err)
 	}
-	if _, err := p.client.RegisterAction(ctx, "bench", flo.ActionOptions{Timeout: time.Minute, MaxAttempts: 3}); err != nil {
-		return fmt.Errorf("register action: %w", err)
+	if err := p.registerAction(ctx, "bench"); err != nil {
+		return err
 	}
 	db, err := p.openDB(ctx)
 	if err != nil {
@@ -75,6 +75,11 @@ func benchBacklog(ctx context.Context, p *platform, o options) error {
 		held, cold, float64(grown)/(1<<20), float64(grown)/float64(o.tasks))
 
 	// A new dispatcher rebuilds every partition from the view and the log.
+	stopProfile, err := profile(o.cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	stopped := time.Now()
 	if err := p.stack.StopDispatcher(); err != nil {
 		return fmt.Errorf("stop the dispatcher: %w", err)
@@ -82,8 +87,9 @@ func benchBacklog(ctx context.Context, p *platform, o options) error {
 	if err := p.stack.StartDispatcher(ctx); err != nil {
 		return err
 	}
+	// The workers' sessions retry until the new dispatcher answers.
 	first := make(chan time.Time, 1)
-	err = p.serveActions(ctx, o, map[string]actionHandler{
+	err = p.startWorkers(o, map[string]actionHandler{
 		"bench": func(*flo.ActionContext) ([]byte, error) {
 			select {
 			case first <- time.Now():

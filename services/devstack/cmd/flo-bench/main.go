@@ -118,7 +118,7 @@ func main() {
 	flag.StringVar(&o.memProfile, "memprofile", "", "write a heap profile to this file (workers: taken after the settle window; "+
 		"actions with -sustain: after the full-load phase, whose allocations its alloc_space holds)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase (workers: the idle window; actions with -sustain: the full-load window, and "+
-		"FILE.half and FILE.fixed for the paced phases; every service runs in this process) to this file")
+		"FILE.half and FILE.fixed for the paced phases; backlog: the restart and the drain; every service runs in this process) to this file")
 	flag.IntVar(&o.batch, "batch", 0, "actions: invoke through InvokeMany with this many tasks per call (0: one unary Invoke per task, "+
 		"which the SDK sends together with the calls that overlap it); streams: records per produce, append and stream-worker read (0: 100)")
 	flag.BoolVar(&o.rpc, "rpc", false, "actions without -batch: call the gateway's InvokeTask RPC once per task over a plain gRPC connection, "+
@@ -303,10 +303,24 @@ type actionHandler = func(*flo.ActionContext) ([]byte, error)
 // workers of o.concurrency slots that serve them.
 func (p *platform) serveActions(ctx context.Context, o options, handlers map[string]actionHandler) error {
 	for name := range handlers {
-		if _, err := p.client.RegisterAction(ctx, name, flo.ActionOptions{Timeout: time.Minute, MaxAttempts: 3}); err != nil {
-			return fmt.Errorf("register action %s: %w", name, err)
+		if err := p.registerAction(ctx, name); err != nil {
+			return err
 		}
 	}
+	return p.startWorkers(o, handlers)
+}
+
+// registerAction registers the action name as the bench's workers serve it.
+func (p *platform) registerAction(ctx context.Context, name string) error {
+	if _, err := p.client.RegisterAction(ctx, name, flo.ActionOptions{Timeout: time.Minute, MaxAttempts: 3}); err != nil {
+		return fmt.Errorf("register action %s: %w", name, err)
+	}
+	return nil
+}
+
+// startWorkers runs o.workers action workers of o.concurrency slots that
+// serve handlers' actions, registered already.
+func (p *platform) startWorkers(o options, handlers map[string]actionHandler) error {
 	for range o.workers {
 		c, err := p.connect()
 		if err != nil {
