@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc/codes"
@@ -22,14 +23,10 @@ import (
 // transaction, are enqueued.
 func TestPoisonCommands(t *testing.T) {
 	t.Parallel()
-	dbURL := harness.NewDatabase(t)
-	broker := harness.NewBroker(t)
-	r := startReplica(t, dbURL, broker.Addrs())
-	e := &env{svc: r.svc, client: r.client, producer: newProducer(t, broker.Addrs()), events: newEventLog()}
-	e.events.start(t, broker.Addrs())
+	e, _, brokers := startEnvOn(t)
 	waitDeadLetter := func(t *testing.T, match func(*kafka.DeadLetter) bool) *kafka.DeadLetter {
 		t.Helper()
-		return harness.WaitDeadLetter(t, broker.Addrs(), kafka.CommandsTopic, match)
+		return harness.WaitDeadLetter(t, brokers, kafka.CommandsTopic, match)
 	}
 
 	t.Run("garbage and impossible", func(t *testing.T) {
@@ -139,4 +136,59 @@ func invocationOf(taskID string) func(*kafka.DeadLetter) bool {
 		var cmd eventsv1.InvokeTask
 		return proto.Unmarshal(l.Value, &cmd) == nil && cmd.GetTaskId() == taskID
 	}
+}
+
+// A dead letter from before log-first dispatch (a row of partition -1, which
+// no record has changed since) is requeued from the view, even once the
+// partition's view has moved past offsets a requeue checks rows against.
+func TestDeadLetterFromBeforeLogFirstDispatchIsRequeued(t *testing.T) {
+	t.Parallel()
+	e, dbURL, _ := startEnvOn(t)
+	db, err := pgx.Connect(t.Context(), dbURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close(t.Context()) })
+	ns := e.namespace(t)
+	e.register(t, ns, "work", nil)
+
+	// Every partition's view moves on: ordinary tasks done and written.
+	ids := e.produceOrdinary(t, ns, 40)
+	for _, id := range ids {
+		e.waitTask(t, ns, id)
+	}
+	claimed := e.claim(t, ns, []string{"work"}, int32(len(ids)), waitFor, 0)
+	require.Len(t, claimed, len(ids))
+	for _, a := range claimed {
+		require.Empty(t, e.report(t, ns, completed(a, "ok", "")))
+	}
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, db.QueryRow(t.Context(), `SELECT count(*) FROM dispatcher.view_offsets WHERE events_offset > 0`).Scan(&n))
+		return n == partitions
+	}, waitFor, tick, "the view never reached every partition")
+
+	old := uuid.New()
+	_, err = db.Exec(t.Context(), `
+INSERT INTO dispatcher.tasks (id, namespace, action, state, payload, attempt, max_attempts, timeout_ms, backoff_kind,
+	backoff_initial_ms, backoff_max_ms, backoff_multiplier, created_at, run_at, finished_at, error)
+VALUES ($1, $2, 'work', 'dead_lettered', '"old"', 3, 3, 1000, 'constant', 10, 10, 1, now(), now(), now(), 'gave up')`, old, ns)
+	require.NoError(t, err)
+
+	task, err := e.client.RequeueDeadLetter(t.Context(), &flov1.GetTaskRequest{Namespace: ns, TaskId: old.String()})
+	require.NoError(t, err)
+	require.Equal(t, flov1.TaskStatus_TASK_STATUS_QUEUED, task.GetStatus())
+	got := e.claimOne(t, ns, "work", 0)
+	require.Equal(t, old.String(), got.GetTaskId())
+	require.Equal(t, `"old"`, string(got.GetPayload()))
+}
+
+// startEnvOn starts an env on a fresh database and broker, and returns the
+// database's URL and the broker's addresses too.
+func startEnvOn(t *testing.T) (e *env, dbURL string, brokers []string) {
+	t.Helper()
+	dbURL = harness.NewDatabase(t)
+	brokers = harness.NewBroker(t).Addrs()
+	r := startReplica(t, dbURL, brokers)
+	e = &env{svc: r.svc, client: r.client, producer: newProducer(t, brokers), events: newEventLog()}
+	e.events.start(t, brokers)
+	return e, dbURL, brokers
 }

@@ -1,6 +1,7 @@
 package view_test
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -36,6 +37,9 @@ VALUES ($1, 'ns', 'a', $2, '\x7b7d', 3, 1000, 'constant', 10, 10, 1, now(), now(
 	var part int32
 	require.NoError(t, db.QueryRow(ctx, `SELECT partition FROM tasks WHERE id = $1`, done).Scan(&part))
 	require.Equal(t, int32(-1), part, "final tasks are read by id, never loaded")
+	_, viewed, err := view.Load(ctx, db, "ns", done)
+	require.NoError(t, err)
+	require.Equal(t, int64(math.MaxInt64), viewed, "no record changed it: the row is its last state")
 
 	n, err = view.AssignPartitions(ctx, db, partitionOf)
 	require.NoError(t, err)

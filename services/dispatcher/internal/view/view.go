@@ -226,12 +226,15 @@ func LoadCold(ctx context.Context, db store.DB, partition int32, w *engine.Warmi
 
 // Load reads one task of a namespace whole, and the last events offset the
 // view held when it was read (-1 before any): an owner that let the task go
-// at or before that offset knows the row is the task's last state.
-// pg.ErrNotFound when the view has none.
+// at or before that offset knows the row is the task's last state. A row
+// from before log-first dispatch (partition -1) no record has changed since
+// is its task's last state whatever the offsets: its viewed offset is the
+// largest there is. pg.ErrNotFound when the view has none.
 func Load(ctx context.Context, db store.DB, namespace string, id uuid.UUID) (engine.Task, int64, error) {
 	var viewed int64
 	t, err := scanTask(db.QueryRow(ctx, `SELECT `+taskColumns+`,
-	coalesce((SELECT events_offset FROM view_offsets o WHERE o.partition = tasks.partition), 0) - 1
+	CASE WHEN partition < 0 THEN 9223372036854775807
+		ELSE coalesce((SELECT events_offset FROM view_offsets o WHERE o.partition = tasks.partition), 0) - 1 END
 	FROM tasks WHERE id = $1 AND namespace = $2`, id, namespace), &viewed)
 	if err != nil {
 		return engine.Task{}, 0, fmt.Errorf("load task %s: %w", id, pg.MapError(err))
