@@ -52,10 +52,7 @@ func TestPayloadMemoryIsBounded(t *testing.T) {
 	broker := harness.NewBroker(t)
 	cfg := boundedConfig(t, broker)
 	cfg.PayloadMemory, cfg.HotHorizon = bound, time.Minute
-	svc, _ := startService(t, cfg)
-	e := &env{svc: svc, client: dispatcherv1.NewDispatcherClient(harness.DialInternal(t, svc.GRPCAddr())), producer: newProducer(t, broker.Addrs())}
-	ns := e.namespace(t)
-	e.register(t, ns, "work", &flov1.RegisterActionRequest{MaxAttempts: 1})
+	e, ns, _ := startBounded(t, cfg, broker)
 
 	cmds := make([]*eventsv1.InvokeTask, tasks)
 	want := map[string][]byte{}
@@ -143,6 +140,17 @@ func boundedConfig(t *testing.T, broker *localbroker.Broker) service.Config {
 	}
 }
 
+// startBounded runs a dispatcher with cfg on broker and returns an env of
+// it, a namespace with the action "work" (one attempt), and stop.
+func startBounded(t *testing.T, cfg service.Config, broker *localbroker.Broker) (e *env, ns string, stop func()) {
+	t.Helper()
+	svc, stop := startService(t, cfg)
+	e = &env{svc: svc, client: dispatcherv1.NewDispatcherClient(harness.DialInternal(t, svc.GRPCAddr())), producer: newProducer(t, broker.Addrs())}
+	ns = e.namespace(t)
+	e.register(t, ns, "work", &flov1.RegisterActionRequest{MaxAttempts: 1})
+	return e, ns, stop
+}
+
 // startService runs a dispatcher until the test ends, or stop.
 func startService(t *testing.T, cfg service.Config) (svc *service.Service, stop func()) {
 	t.Helper()
@@ -194,10 +202,7 @@ func TestQueuedTasksPastTheBoundWaitInTheView(t *testing.T) {
 	broker := harness.NewBroker(t)
 	cfg := boundedConfig(t, broker)
 	cfg.QueuedTasks = bound
-	svc, stop := startService(t, cfg)
-	e := &env{svc: svc, client: dispatcherv1.NewDispatcherClient(harness.DialInternal(t, svc.GRPCAddr())), producer: newProducer(t, broker.Addrs())}
-	ns := e.namespace(t)
-	e.register(t, ns, "work", &flov1.RegisterActionRequest{MaxAttempts: 1})
+	e, ns, stop := startBounded(t, cfg, broker)
 
 	cmds := make([]*eventsv1.InvokeTask, tasks)
 	want := map[string][]byte{}
@@ -253,7 +258,7 @@ func TestQueuedTasksPastTheBoundWaitInTheView(t *testing.T) {
 
 	// A new owner reads the first in hand-out order whole, the rest cold.
 	stop()
-	svc, _ = startService(t, cfg)
+	svc, _ := startService(t, cfg)
 	e.svc, e.client = svc, dispatcherv1.NewDispatcherClient(harness.DialInternal(t, svc.GRPCAddr()))
 	bounded()
 	// Invoking tasks again, cold ones among them, changes none of them:

@@ -315,7 +315,7 @@ func (p *partition) rebuild(ctx context.Context) error {
 		}
 		cold, err := view.LoadLive(ctx, tx, p.id, p.r.cfg.Memory, time.Now(), func(t engine.Task) {
 			eng.Load(t)
-			keys[store.Key(t.Namespace, t.Action)] = [2]string{t.Namespace, t.Action}
+			knowQueue(keys, t.Namespace, t.Action)
 		})
 		eng.SetCold(cold)
 		return err
@@ -416,7 +416,7 @@ func (p *partition) replay(ctx context.Context, eng *engine.Partition, keys map[
 			}
 			eng.Apply(c)
 			eng.Recorded(c.Task.ID, rec.Offset)
-			keys[store.Key(c.Task.Namespace, c.Task.Action)] = [2]string{c.Task.Namespace, c.Task.Action}
+			knowQueue(keys, c.Task.Namespace, c.Task.Action)
 			cmdNext = max(cmdNext, cmd)
 			entries = append(entries, view.Entry{Partition: p.id, Offset: rec.Offset, CmdOffset: cmd, Task: c.Task})
 			n++
@@ -746,17 +746,23 @@ func fenced(err error) bool {
 		errors.Is(err, kerr.TransactionalIDAuthorizationFailed)
 }
 
+// knowQueue adds the queue of namespace and action to keys (a partition's
+// known queues, by store.Key) and returns its key.
+func knowQueue(keys map[string][2]string, namespace, action string) string {
+	k := store.Key(namespace, action)
+	if _, ok := keys[k]; !ok {
+		keys[k] = [2]string{namespace, action}
+	}
+	return k
+}
+
 // refreshReady recounts the claimable tasks of the queues changes touched,
 // or of every known queue when all is set (after a timer, when delayed
 // tasks may have come due), for claims to know which partitions to ask.
 func (p *partition) refreshReady(now time.Time, all bool, changes ...engine.Change) {
 	touched := map[string]bool{}
 	for _, c := range changes {
-		k := store.Key(c.Task.Namespace, c.Task.Action)
-		if _, ok := p.keys[k]; !ok {
-			p.keys[k] = [2]string{c.Task.Namespace, c.Task.Action}
-		}
-		touched[k] = true
+		touched[knowQueue(p.keys, c.Task.Namespace, c.Task.Action)] = true
 	}
 	if all {
 		for k := range p.keys {
@@ -874,7 +880,7 @@ func (o *warmOp) apply(p *partition, now time.Time, changes []engine.Change) []e
 	p.warmWait.Reset()
 	p.eng.Warmed(o.w, o.tasks)
 	for _, t := range o.tasks {
-		p.keys[store.Key(t.Namespace, t.Action)] = [2]string{t.Namespace, t.Action}
+		knowQueue(p.keys, t.Namespace, t.Action)
 	}
 	p.refreshReady(now, true)
 	return changes
