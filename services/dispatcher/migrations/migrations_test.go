@@ -74,3 +74,21 @@ SELECT to_regclass('tasks_cold_ready_idx') IS NOT NULL, to_regclass('tasks_cold_
 	require.NoError(t, err)
 	require.Equal(t, []bool{true, true, true, false}, exists())
 }
+
+// The index of each queue's cold tasks goes down and up again.
+func TestColdQueueIndexMigrationDownAndUp(t *testing.T) {
+	t.Parallel()
+	pool, up, down := harness.MigrationSections(t, migrations.FS, "dispatcher", "0013_task_cold_queue_index.sql")
+	exists := func() bool {
+		var ok bool
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT to_regclass('tasks_cold_queue_idx') IS NOT NULL`).Scan(&ok))
+		return ok
+	}
+	require.True(t, exists())
+	_, err := pool.Exec(t.Context(), down)
+	require.NoError(t, err)
+	require.False(t, exists())
+	_, err = pool.Exec(t.Context(), up)
+	require.NoError(t, err)
+	require.True(t, exists())
+}

@@ -311,3 +311,71 @@ func TestQueuedTasksPastTheBoundWaitInTheView(t *testing.T) {
 		return cold == 0
 	}, waitFor, tick, "nothing left held or cold")
 }
+
+// An action nobody works (its workers are down) may fill every partition
+// past the bound; another action's tasks are still handed out, all of them,
+// while the first action's wait in the view.
+func TestAnActionWithoutWorkersKeepsNoOtherInTheView(t *testing.T) {
+	// Not parallel: the gauge is read through the global meter provider.
+	metrics := telemetrytest.Global(t)
+	const (
+		bound = 40 // per partition
+		stuck = 1000
+		work  = 200
+	)
+	broker := harness.NewBroker(t)
+	cfg := boundedConfig(t, broker)
+	cfg.QueuedTasks = bound
+	e, ns, _ := startBounded(t, cfg, broker)
+	e.register(t, ns, "stuck", &flov1.RegisterActionRequest{MaxAttempts: 1})
+
+	// settled waits until every partition holds the bound and a tenth at
+	// most, and the view has the rest.
+	settled := func(all int) {
+		t.Helper()
+		var (
+			held map[string]float64
+			cold float64
+		)
+		require.Eventually(t, func() bool {
+			held, cold = queuedTasks(metrics)
+			sum := cold
+			for _, v := range held {
+				if v > bound+bound/10 {
+					return false
+				}
+				sum += v
+			}
+			return len(held) == partitions && cold > 0 && int(sum) == all
+		}, waitFor, tick, "held %v, cold %v", &held, &cold)
+	}
+	invoke := func(action string, n int) map[string]bool {
+		cmds := make([]*eventsv1.InvokeTask, n)
+		for i := range cmds {
+			cmds[i] = &eventsv1.InvokeTask{Namespace: ns, Action: action, Payload: fmt.Appendf(nil, `"%d"`, i)}
+		}
+		e.produce(t, "", nil, cmds...)
+		ids := map[string]bool{}
+		for _, c := range cmds {
+			ids[c.GetTaskId()] = true
+		}
+		return ids
+	}
+	invoke("stuck", stuck)
+	settled(stuck)
+	want := invoke("work", work)
+	settled(stuck + work)
+
+	for len(want) > 0 {
+		batch := e.claim(t, ns, []string{"work"}, 50, waitFor, time.Minute)
+		require.NotEmpty(t, batch, "%d tasks of work never handed out", len(want))
+		reports := make([]*dispatcherv1.Report, len(batch))
+		for i, a := range batch {
+			require.True(t, want[a.GetTaskId()], "task %s claimed twice or unknown", a.GetTaskId())
+			delete(want, a.GetTaskId())
+			reports[i] = completed(a, `{}`, "")
+		}
+		require.Empty(t, e.report(t, ns, reports...))
+	}
+	settled(stuck)
+}

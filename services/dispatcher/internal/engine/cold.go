@@ -13,24 +13,51 @@ import (
 )
 
 // A partition holds every queued task whole up to Limits.QueuedTasks. Past
-// it, the queued tasks last in hand-out order go cold: the partition lets
-// them go once the view has their state, and keeps only a count of them.
-// The view's queued rows of the partition that it does not hold are the
-// cold tasks: a cold task changes only once it is held again, so its row is
-// the whole of it. When the partition holds half the bound or less, the
-// owner reads the next ones in hand-out order back from the view (Warm,
-// Warmed). Nothing of a cold task stays in memory, so a backlog of any size
-// costs the owner the bound and no more.
+// it, queued tasks go cold: the partition lets them go once the view has
+// their state, and keeps only a count of them per queue. The view's queued
+// rows of the partition that it does not hold are the cold tasks: a cold
+// task changes only once it is held again, so its row is the whole of it.
+// The tasks that go are the last in hand-out order of the queues that hold
+// the most, so a queue nobody claims from (an action without workers) fills
+// the partition without pushing other queues' tasks out. When the partition
+// holds half the bound or less, the owner reads the next ones in hand-out
+// order back from the view; a queue that runs low on ready tasks while
+// others fill the partition reads its own back (Warm, Warmed). Nothing of a
+// cold task stays in memory, so a backlog of any size costs the owner the
+// bound and no more.
+
+// coldRetry is how long a queue whose read of its own cold tasks found
+// fewer ready ones than it asked for waits before it reads again: the rest
+// of its cold tasks, if any, are delayed ones, which come due with time.
+const coldRetry = time.Second
 
 // Cold is about how many queued tasks the partition holds only in the view:
 // never fewer. A cold task held again by another way than Warmed (a
 // requeue's or a completion's read of the view, a replayed record) is
-// counted until a read back finds the view has no more.
-func (p *Partition) Cold() int { return p.cold }
+// counted until a read back of the whole partition finds the view has no
+// more; meanwhile its queue, when it runs low, reads its own at most once
+// a second (coldRetry) and finds nothing.
+func (p *Partition) Cold() int { return p.coldSum }
 
-// SetCold tells a partition rebuilt from the view how many queued tasks the
-// view holds past the bound (view.LoadLive left them out).
-func (p *Partition) SetCold(n int) { p.cold = n }
+// SetCold tells a partition rebuilt from the view how many queued tasks of
+// the queue of namespace and action the view holds past the bound
+// (view.LoadLive left them out).
+func (p *Partition) SetCold(namespace, action string, n int) {
+	k := queueKey{namespace, action}
+	p.addCold(k, n-p.cold[k])
+}
+
+// addCold moves the cold count of queue k by n, never below zero.
+func (p *Partition) addCold(k queueKey, n int) {
+	c := max(p.cold[k]+n, 0)
+	p.coldSum += c - p.cold[k]
+	if c == 0 {
+		delete(p.cold, k)
+		delete(p.coldRetryAt, k)
+		return
+	}
+	p.cold[k] = c
+}
 
 // Queued is how many queued tasks the partition holds whole: those its
 // ready and delayed indexes hold.
@@ -42,11 +69,12 @@ func (p *Partition) Queued() int {
 	return n
 }
 
-// chill lets the queued tasks last in hand-out order go cold, once the
-// partition holds more than the bound by a tenth, down to nine tenths of it:
-// delayed ones first, the latest due first, then ready ones from the end of
-// their queues. Only tasks whose state the view has (changes up to offset)
-// go.
+// chill lets queued tasks go cold once the partition holds more than the
+// bound by a tenth, down to nine tenths of it. It takes from the queue that
+// holds the most tasks until it holds no more than the next, then from
+// both, and so on; within a queue the delayed ones go first, the latest due
+// first, then ready ones from the end. Only tasks whose state the view has
+// (changes up to offset) go.
 func (p *Partition) chill(offset int64) {
 	bound := p.limits.QueuedTasks
 	if bound <= 0 || offset == p.chilledAt {
@@ -64,11 +92,32 @@ func (p *Partition) chill(offset int64) {
 		ready bool
 		e     *entry
 	}
-	var cands []candidate
+	type queue struct {
+		k     queueKey
+		held  int
+		cands []candidate
+	}
+	var queues []*queue
+	byKey := map[queueKey]*queue{}
+	of := func(k queueKey) *queue {
+		q, ok := byKey[k]
+		if !ok {
+			q = &queue{k: k}
+			byKey[k] = q
+			queues = append(queues, q)
+		}
+		return q
+	}
 	add := func(h *heap, ready bool) {
 		for i := range h.items {
-			if it := &h.items[i]; it.live() && it.e.last <= offset {
-				cands = append(cands, candidate{ready: ready, e: it.e})
+			it := &h.items[i]
+			if !it.live() {
+				continue
+			}
+			q := of(queueKey{it.e.t.Namespace, it.e.t.Action})
+			q.held++
+			if it.e.last <= offset {
+				q.cands = append(q.cands, candidate{ready: ready, e: it.e})
 			}
 		}
 	}
@@ -76,31 +125,64 @@ func (p *Partition) chill(offset int64) {
 	for _, h := range p.ready {
 		add(h, true)
 	}
-	slices.SortFunc(cands, func(a, b candidate) int {
-		if a.ready != b.ready {
-			if a.ready {
-				return 1
+	for _, q := range queues {
+		slices.SortFunc(q.cands, func(a, b candidate) int {
+			if a.ready != b.ready {
+				if a.ready {
+					return 1
+				}
+				return -1
 			}
-			return -1
-		}
-		x, y := &a.e.t, &b.e.t
-		if !a.ready {
-			return cmp.Or(y.RunAt.Compare(x.RunAt), bytes.Compare(y.ID[:], x.ID[:]))
-		}
-		return cmp.Or(cmp.Compare(x.Priority, y.Priority), y.RunAt.Compare(x.RunAt), y.CreatedAt.Compare(x.CreatedAt),
-			bytes.Compare(y.ID[:], x.ID[:]))
-	})
-	n := min(queued-(bound-bound/10), len(cands))
-	for _, c := range cands[:n] {
-		e := c.e
-		e.in.stale(e.t.Priority)
-		e.in = nil
-		e.gen++
-		p.unpin(e)
-		p.payloadBytes -= int64(len(e.t.Payload))
-		delete(p.tasks, e.t.ID)
+			x, y := &a.e.t, &b.e.t
+			if !a.ready {
+				return cmp.Or(y.RunAt.Compare(x.RunAt), bytes.Compare(y.ID[:], x.ID[:]))
+			}
+			return cmp.Or(cmp.Compare(x.Priority, y.Priority), y.RunAt.Compare(x.RunAt), y.CreatedAt.Compare(x.CreatedAt),
+				bytes.Compare(y.ID[:], x.ID[:]))
+		})
 	}
-	p.cold += n
+	// The ties go to the queue first in key order, so a replay chills as
+	// the live partition did.
+	slices.SortFunc(queues, func(a, b *queue) int {
+		return cmp.Or(cmp.Compare(a.k.namespace, b.k.namespace), cmp.Compare(a.k.action, b.k.action))
+	})
+	n := queued - (bound - bound/10)
+	chilled := 0
+	for n > 0 {
+		var top *queue
+		next := 0
+		for _, q := range queues {
+			switch {
+			case len(q.cands) > 0 && (top == nil || q.held > top.held):
+				if top != nil {
+					next = max(next, top.held)
+				}
+				top = q
+			default:
+				next = max(next, q.held)
+			}
+		}
+		if top == nil {
+			break
+		}
+		k := min(max(top.held-next, 1), len(top.cands), n)
+		for _, c := range top.cands[:k] {
+			e := c.e
+			e.in.stale(e.t.Priority)
+			e.in = nil
+			e.gen++
+			p.unpin(e)
+			p.payloadBytes -= int64(len(e.t.Payload))
+			delete(p.tasks, e.t.ID)
+		}
+		top.cands, top.held, n, chilled = top.cands[k:], top.held-k, n-k, chilled+k
+		p.addCold(top.k, k)
+		// A task of the queue went cold: it may be ready.
+		delete(p.coldRetryAt, top.k)
+	}
+	if chilled == 0 {
+		return
+	}
 	if p.warming != nil {
 		p.warming.chilled = true
 	}
@@ -114,7 +196,7 @@ func (p *Partition) chill(offset int64) {
 	}
 	p.delayed.compact()
 	p.delayed.shrink()
-	if n > len(p.tasks) {
+	if chilled > len(p.tasks) {
 		tasks := make(map[uuid.UUID]*entry, len(p.tasks))
 		maps.Copy(tasks, p.tasks)
 		p.tasks = tasks
@@ -123,11 +205,14 @@ func (p *Partition) chill(offset int64) {
 
 // Warming is a read of cold tasks back from the view under way: the view's
 // next N queued tasks of the partition in hand-out order (ready ones by
-// priority, run_at, created_at and id, then delayed ones soonest due),
+// priority, run_at, created_at and id, then delayed ones soonest due), or,
+// when Namespace and Action are set, the next N ready ones of that queue;
 // leaving out those the partition held when the read began (Held).
 type Warming struct {
 	// N is how many tasks to read.
 	N int
+	// Namespace and Action name the one queue read, both empty for all.
+	Namespace, Action string
 	// Held are the tasks the partition held when the read began: the
 	// view's rows of those may be older than the partition's state.
 	Held []uuid.UUID
@@ -140,20 +225,43 @@ type Warming struct {
 	chilled bool
 }
 
-// Warm begins a read of cold tasks back from the view, as many as bring the
-// partition back to nine tenths of its bound; nil while the partition holds
-// more than half the bound, has no cold task, or a read is under way.
+// Warm begins a read of cold tasks back from the view; nil when there is
+// none to begin. While the partition holds half the bound or less it reads
+// the partition's next ones, as many as bring it back to nine tenths of the
+// bound. Otherwise a queue with cold tasks that holds a twentieth of the
+// bound or fewer ready tasks reads a tenth of the bound of its own next
+// ready ones, so a queue nobody claims from cannot keep another's tasks in
+// the view. One read at a time.
 func (p *Partition) Warm() *Warming {
 	bound := p.limits.QueuedTasks
-	if bound <= 0 || p.cold == 0 || p.warming != nil {
+	if bound <= 0 || p.coldSum == 0 || p.warming != nil {
 		return nil
 	}
-	queued := p.Queued()
-	if queued > bound/2 {
+	w := &Warming{Now: time.Unix(0, p.now).UTC(), gone: map[uuid.UUID]struct{}{}}
+	if queued := p.Queued(); queued <= bound/2 {
+		w.N, w.Held = bound-bound/10-queued, slices.Collect(maps.Keys(p.tasks))
+		p.warming = w
+		return w
+	}
+	low := max(bound/20, 1)
+	var want *queueKey
+	for k := range p.cold {
+		if h := p.ready[k]; h != nil && h.live > low || p.now < p.coldRetryAt[k] {
+			continue
+		}
+		if want == nil || k.namespace < want.namespace || k.namespace == want.namespace && k.action < want.action {
+			want = &k
+		}
+	}
+	if want == nil {
 		return nil
 	}
-	w := &Warming{N: bound - bound/10 - queued, Held: slices.Collect(maps.Keys(p.tasks)), Now: time.Unix(0, p.now).UTC(),
-		gone: map[uuid.UUID]struct{}{}}
+	w.N, w.Namespace, w.Action = max(bound/10, 1), want.namespace, want.action
+	for id, e := range p.tasks {
+		if e.t.Namespace == want.namespace && e.t.Action == want.action {
+			w.Held = append(w.Held, id)
+		}
+	}
 	p.warming = w
 	return w
 }
@@ -172,12 +280,20 @@ func (p *Partition) Warmed(w *Warming, tasks []Task) int {
 			continue
 		}
 		p.Load(t)
+		p.addCold(queueKey{t.Namespace, t.Action}, -1)
 		n++
 	}
-	p.cold = max(p.cold-n, 0)
 	if len(tasks) < w.N && !w.chilled {
-		// The view had no more cold tasks than these.
-		p.cold = 0
+		if w.Namespace != "" || w.Action != "" {
+			// The queue has no more ready cold tasks; delayed ones of it
+			// may come due.
+			p.coldRetryAt[queueKey{w.Namespace, w.Action}] = w.Now.Add(coldRetry).UnixNano()
+		} else {
+			// The view had no more cold tasks than these.
+			clear(p.cold)
+			clear(p.coldRetryAt)
+			p.coldSum = 0
+		}
 	}
 	return n
 }

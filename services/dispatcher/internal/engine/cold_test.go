@@ -107,7 +107,7 @@ func TestReplayedColdTaskIsHeldAgain(t *testing.T) {
 	task := engine.New(0).Invoke(inv, settings(3), "", t0)[0].Task
 	p := engine.New(0)
 	p.SetLimits(engine.Limits{QueuedTasks: 2})
-	p.SetCold(1)
+	p.SetCold(ns, "a", 1)
 	started := task
 	started.Status, started.Attempt, started.WorkerID, started.Payload = store.Running, 1, "w1", nil
 	started.LeaseUntil = at(time.Minute)
@@ -193,4 +193,115 @@ func TestReadBackTakesOnlyTasksStillCold(t *testing.T) {
 	require.Equal(t, 17, p.Cold(), "eleven more went cold")
 	require.Zero(t, p.Warmed(w, nil))
 	require.Equal(t, 17, p.Cold(), "a read that began before they went cold says nothing of them")
+}
+
+// coldQueues invokes tasks into a partition and records them, each change
+// in the view at the next offset.
+type coldQueues struct {
+	p      *engine.Partition
+	view   map[uuid.UUID]engine.Task
+	offset int64
+}
+
+func (c *coldQueues) invoke(t *testing.T, action string, n int, invoked, runAt time.Time) []uuid.UUID {
+	t.Helper()
+	var ids []uuid.UUID
+	for range n {
+		inv := invocation(action, 0)
+		inv.InvokedAt, inv.RunAt = invoked, runAt
+		invoked = invoked.Add(time.Millisecond)
+		changes := c.p.Invoke(inv, settings(3), "", invoked)
+		require.Len(t, changes, 1)
+		c.p.Recorded(inv.TaskID, c.offset)
+		c.offset++
+		c.view[inv.TaskID] = changes[0].Task
+		ids = append(ids, inv.TaskID)
+	}
+	c.p.Materialized(c.offset - 1)
+	return ids
+}
+
+// A queue nobody claims from (an action without workers) fills the
+// partition without keeping another queue's tasks in the view: past the
+// bound the queue holding the most loses its tasks first, and a queue that
+// runs low on ready tasks reads its own cold ones back while the other
+// holds the partition.
+func TestAQueueNobodyClaimsFromKeepsNoOtherInTheView(t *testing.T) {
+	t.Parallel()
+	c := &coldQueues{p: engine.New(0), view: map[uuid.UUID]engine.Task{}}
+	c.p.SetLimits(engine.Limits{QueuedTasks: 100})
+	c.invoke(t, "b", 300, at(0), time.Time{})
+	require.Equal(t, 90, c.p.Queued())
+	require.Equal(t, 210, c.p.ColdIn(ns, "b"))
+
+	// Fewer than the bound, but together past it: b, holding more, loses
+	// tasks until both hold as many.
+	a := c.invoke(t, "a", 50, at(time.Second), time.Time{})
+	require.Equal(t, 90, c.p.Queued())
+	require.Equal(t, 45, c.p.Ready(ns, "a", at(2*time.Second)))
+	require.Equal(t, 45, c.p.Ready(ns, "b", at(2*time.Second)))
+	require.Equal(t, 5, c.p.ColdIn(ns, "a"), "the last of a went")
+	require.Equal(t, 255, c.p.ColdIn(ns, "b"))
+
+	var got []uuid.UUID
+	reads := 0
+	for range 20 {
+		// Claims of a's tasks take the partition down to half the bound,
+		// and it reads b's next tasks back; then a runs low and reads its
+		// own.
+		if w := c.p.Warm(); w != nil {
+			if w.Action != "" {
+				require.Equal(t, [2]string{ns, "a"}, [2]string{w.Namespace, w.Action}, "only a runs low")
+				require.Equal(t, 10, w.N, "a tenth of the bound")
+				reads++
+			}
+			c.p.Warmed(w, readCold(c.view, w))
+		}
+		claimed, _ := c.p.Claim(ns, []string{"a"}, make([]engine.Slot, 10), at(3*time.Second))
+		for _, cl := range claimed {
+			got = append(got, cl.Task.ID)
+		}
+	}
+	require.Equal(t, a, got, "every task of a, in order, while b holds the partition")
+	require.Equal(t, 1, reads)
+	require.Zero(t, c.p.ColdIn(ns, "a"))
+	require.Equal(t, 300, c.p.Ready(ns, "b", at(3*time.Second))+c.p.ColdIn(ns, "b"), "b's tasks are held or counted")
+	require.Greater(t, c.p.Queued(), 50)
+	require.Nil(t, c.p.Warm(), "b holds more than half the bound; a has no cold task")
+}
+
+// A queue whose own read finds no ready cold task while it has delayed
+// ones reads again a second later, and its delayed tasks come back once
+// they are due.
+func TestAQueueReadsItsDelayedColdTasksOnceDue(t *testing.T) {
+	t.Parallel()
+	c := &coldQueues{p: engine.New(0), view: map[uuid.UUID]engine.Task{}}
+	c.p.SetLimits(engine.Limits{QueuedTasks: 20})
+	a := c.invoke(t, "a", 10, at(0), at(time.Minute))
+	c.invoke(t, "b", 30, at(time.Second), time.Time{})
+	require.Equal(t, 18, c.p.Queued())
+	cold := c.p.ColdIn(ns, "a")
+	require.Positive(t, cold, "a lost its latest due tasks")
+
+	w := c.p.Warm()
+	require.NotNil(t, w)
+	require.Equal(t, "a", w.Action)
+	require.Empty(t, readCold(c.view, w), "a's cold tasks are not due")
+	require.Zero(t, c.p.Warmed(w, readCold(c.view, w)))
+	require.Equal(t, cold, c.p.ColdIn(ns, "a"), "they are still counted")
+	require.Nil(t, c.p.Warm(), "a waits a second before it reads again")
+
+	var got []uuid.UUID
+	for i := range 10 {
+		now := at(time.Minute + time.Duration(i)*time.Second)
+		if w := c.p.Warm(); w != nil {
+			c.p.Warmed(w, readCold(c.view, w))
+		}
+		claimed, _ := c.p.Claim(ns, []string{"a"}, make([]engine.Slot, 10), now)
+		for _, cl := range claimed {
+			got = append(got, cl.Task.ID)
+		}
+	}
+	require.ElementsMatch(t, a, got)
+	require.Zero(t, c.p.ColdIn(ns, "a"))
 }

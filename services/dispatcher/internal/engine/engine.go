@@ -135,10 +135,14 @@ type Partition struct {
 	// counts hot's items still pinned.
 	recorded, hot []item
 	hotLive       int
-	// cold is about how many queued tasks only the view holds, and warming
-	// the read of some back under way (see cold.go).
-	cold    int
-	warming *Warming
+	// cold counts, per queue, about how many queued tasks only the view
+	// holds (coldSum in all); warming is the read of some back under way,
+	// and coldRetryAt when a queue whose own read found no more ready ones
+	// may read again (see cold.go).
+	cold        map[queueKey]int
+	coldSum     int
+	warming     *Warming
+	coldRetryAt map[queueKey]int64
 	// chilledAt is the view offset of the last look for tasks to let go
 	// cold.
 	chilledAt int64
@@ -147,14 +151,16 @@ type Partition struct {
 // New returns an empty partition.
 func New(id int32) *Partition {
 	return &Partition{
-		id:        id,
-		tasks:     map[uuid.UUID]*entry{},
-		ready:     map[queueKey]*heap{},
-		delayed:   heap{less: dueFirst},
-		leases:    heap{less: dueFirst},
-		deadlines: heap{less: dueFirst},
-		evictable: heap{less: dueFirst},
-		chilledAt: -1,
+		id:          id,
+		tasks:       map[uuid.UUID]*entry{},
+		ready:       map[queueKey]*heap{},
+		delayed:     heap{less: dueFirst},
+		leases:      heap{less: dueFirst},
+		deadlines:   heap{less: dueFirst},
+		evictable:   heap{less: dueFirst},
+		chilledAt:   -1,
+		cold:        map[queueKey]int{},
+		coldRetryAt: map[queueKey]int64{},
 	}
 }
 

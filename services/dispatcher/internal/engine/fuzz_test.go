@@ -217,6 +217,7 @@ func (s *sim) step() {
 		require.Equal(t, w == nil, wc == nil)
 		if w != nil {
 			require.Equal(t, w.N, wc.N)
+			require.Equal(t, [2]string{w.Namespace, w.Action}, [2]string{wc.Namespace, wc.Action})
 			require.ElementsMatch(t, w.Held, wc.Held)
 			s.warm, s.warmCopy, s.read = w, wc, readCold(s.view, w)
 		}
@@ -289,14 +290,20 @@ func (s *sim) check() {
 	require.Equal(t, s.live.Cold(), s.copy.Cold())
 	s.sawCold = s.sawCold || s.live.Cold() > 0
 	// No task is lost: every queued task the partition does not hold is
-	// counted cold, so that it is read back.
-	cold := 0
+	// counted cold in its queue, so that it is read back.
+	cold := map[string]int{}
 	for id, task := range s.view {
 		if task.Status == store.Queued && !s.live.Has(id) {
-			cold++
+			cold[task.Action]++
 		}
 	}
-	require.LessOrEqual(t, cold, s.live.Cold(), "queued tasks only the view has are counted cold")
+	sum := 0
+	for _, a := range actions {
+		require.LessOrEqual(t, cold[a], s.live.ColdIn(ns, a), "queued tasks of %s only the view has are counted cold", a)
+		require.Equal(t, s.live.ColdIn(ns, a), s.copy.ColdIn(ns, a))
+		sum += s.live.ColdIn(ns, a)
+	}
+	require.Equal(t, sum, s.live.Cold())
 	require.Equal(t, held, s.live.PayloadBytes(), "payload bytes counted exactly")
 	require.Equal(t, held, s.copy.PayloadBytes(), "replayed payload bytes counted exactly")
 	require.True(t, s.live.NextDue().Equal(s.copy.NextDue()), "next due %v, replayed %v", s.live.NextDue(), s.copy.NextDue())

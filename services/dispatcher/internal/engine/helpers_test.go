@@ -104,11 +104,13 @@ func normal(t engine.Task) engine.Task {
 // readCold reads cold tasks back as view.LoadCold does, from view (each
 // task's state as the view has it): the queued tasks not among w.Held, the
 // ready ones in hand-out order, then the delayed ones soonest due, w.N at
-// most.
+// most; only the ready ones of its queue for a read of one queue.
 func readCold(view map[uuid.UUID]engine.Task, w *engine.Warming) []engine.Task {
 	var ready, delayed []engine.Task
+	one := w.Namespace != "" || w.Action != ""
 	for _, t := range view {
-		if t.Status != store.Queued || slices.Contains(w.Held, t.ID) {
+		if t.Status != store.Queued || slices.Contains(w.Held, t.ID) ||
+			one && (t.Namespace != w.Namespace || t.Action != w.Action || t.RunAt.After(w.Now)) {
 			continue
 		}
 		if t.RunAt.After(w.Now) {

@@ -317,7 +317,9 @@ func (p *partition) rebuild(ctx context.Context) error {
 			eng.Load(t)
 			knowQueue(keys, t.Namespace, t.Action)
 		})
-		eng.SetCold(cold)
+		for q, n := range cold {
+			eng.SetCold(q[0], q[1], n)
+		}
 		return err
 	})
 	if err != nil {

@@ -123,15 +123,15 @@ var liveColumns = taskColumnsOf(`CASE WHEN keep THEN payload ELSE '' END`) + `, 
 // LoadLive reads the tasks of a partition that are not final (queued,
 // running, waiting), for the partition's new owner, in the one snapshot db
 // reads (a repeatable-read transaction), calls fn with each, and returns
-// how many queued tasks it left in the view: those past
-// limits.QueuedTasks in hand-out order (ready ones by priority, due time,
-// creation and id, then delayed ones by due time), which the owner counts
-// cold (engine.Partition.SetCold). The payloads of the others are read
+// how many queued tasks of each queue ({namespace, action}) it left in the
+// view: those past limits.QueuedTasks in hand-out order (ready ones by
+// priority, due time, creation and id, then delayed ones by due time),
+// which the owner counts cold (engine.Partition.SetCold). The payloads of the others are read
 // only as far as limits let the owner hold them: those of queued tasks due
 // by now plus the horizon, in the same order, up to the bound in all. Every
 // other task with a payload comes with PayloadOut set; a claim reads it
 // from the view. With no limits every task comes whole.
-func LoadLive(ctx context.Context, db store.DB, partition int32, limits engine.Limits, now time.Time, fn func(t engine.Task)) (int, error) {
+func LoadLive(ctx context.Context, db store.DB, partition int32, limits engine.Limits, now time.Time, fn func(t engine.Task)) (map[[2]string]int, error) {
 	// Zero means no bound, as in engine.Limits; a NULL limit is none.
 	var dueBy *time.Time
 	if limits.Horizon > 0 {
@@ -162,44 +162,73 @@ func LoadLive(ctx context.Context, db store.DB, partition int32, limits engine.L
 		ROWS UNBOUNDED PRECEDING)
 ) kept WHERE NOT past`, partition, limits.PayloadBytes > 0 || limits.Horizon > 0, limits.PayloadBytes, dueBy, now, bound)
 	if err != nil {
-		return 0, fmt.Errorf("load live tasks of partition %d: %w", partition, err)
+		return nil, fmt.Errorf("load live tasks of partition %d: %w", partition, err)
 	}
-	queued := 0
+	queued, held := 0, map[[2]string]int{}
 	for rows.Next() {
 		var left bool
 		t, err := scanTask(rows, &left)
 		if err != nil {
 			rows.Close()
-			return 0, fmt.Errorf("load live tasks of partition %d: %w", partition, err)
+			return nil, fmt.Errorf("load live tasks of partition %d: %w", partition, err)
 		}
 		t.PayloadOut = left
 		if t.Status == store.Queued {
 			queued++
+			held[[2]string{t.Namespace, t.Action}]++
 		}
 		fn(t)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("load live tasks of partition %d: %w", partition, err)
+		return nil, fmt.Errorf("load live tasks of partition %d: %w", partition, err)
 	}
 	if bound == nil || queued < *bound {
-		return 0, nil
+		return nil, nil
 	}
-	var all int
-	if err := db.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE partition = $1 AND state = 'queued'`, partition).Scan(&all); err != nil {
-		return 0, fmt.Errorf("count queued tasks of partition %d: %w", partition, err)
+	rows, err = db.Query(ctx, `SELECT namespace, action, count(*) FROM tasks WHERE partition = $1 AND state = 'queued'
+	GROUP BY namespace, action`, partition)
+	if err != nil {
+		return nil, fmt.Errorf("count queued tasks of partition %d: %w", partition, err)
 	}
-	return all - queued, nil
+	cold := map[[2]string]int{}
+	var (
+		q   [2]string
+		all int
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&q[0], &q[1], &all}, func() error {
+		if n := all - held[q]; n > 0 {
+			cold[q] = n
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("count queued tasks of partition %d: %w", partition, err)
+	}
+	return cold, nil
 }
 
 // LoadCold reads back a partition's cold tasks whole, for w: its next
 // queued tasks in hand-out order that the partition did not hold when w
 // began, the ready ones first (priority, due time, creation, id), then the
-// delayed ones soonest due, w.N at most.
+// delayed ones soonest due, w.N at most; for a read of one queue, that
+// queue's next ready ones.
 func LoadCold(ctx context.Context, db store.DB, partition int32, w *engine.Warming) ([]engine.Task, error) {
 	// The held tasks go in as a set Postgres hashes once: the scans read
 	// them among the first rows in hand-out order.
 	const held = `id NOT IN (SELECT unnest($2::uuid[]))`
+	if w.Namespace != "" || w.Action != "" {
+		rows, err := db.Query(ctx, `SELECT `+taskColumns+` FROM tasks WHERE partition = $1 AND namespace = $5 AND action = $6
+		AND state = 'queued' AND run_at <= $3 AND `+held+`
+		ORDER BY priority DESC, run_at, created_at, id LIMIT $4`, partition, w.Held, w.Now, w.N, w.Namespace, w.Action)
+		if err != nil {
+			return nil, fmt.Errorf("read cold tasks of %s/%s in partition %d: %w", w.Namespace, w.Action, partition, err)
+		}
+		out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.Task, error) { return scanTask(r) })
+		if err != nil {
+			return nil, fmt.Errorf("read cold tasks of %s/%s in partition %d: %w", w.Namespace, w.Action, partition, err)
+		}
+		return out, nil
+	}
 	queries := []string{
 		`SELECT ` + taskColumns + ` FROM tasks WHERE partition = $1 AND state = 'queued' AND run_at <= $3 AND ` + held + `
 		ORDER BY priority DESC, run_at, created_at, id LIMIT $4`,

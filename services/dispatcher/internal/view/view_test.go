@@ -578,7 +578,7 @@ func TestLoadLiveReadsPayloadsWithinTheLimits(t *testing.T) {
 		return out
 	}
 	require.ElementsMatch(t, []uuid.UUID{first.ID, second.ID, busy.ID}, ids(held))
-	require.Equal(t, 4, cold, "third, empty, soon and far")
+	require.Equal(t, map[[2]string]int{{"ns", "send"}: 4}, cold, "third, empty, soon and far")
 
 	// Read back, they come whole in hand-out order: the ready ones by
 	// priority, due time and creation, then the delayed ones soonest due,
@@ -605,12 +605,58 @@ func TestLoadLiveReadsPayloadsWithinTheLimits(t *testing.T) {
 }
 
 // loadLive collects what LoadLive reads: the tasks to hold, and how many
-// it left in the view cold.
-func loadLive(t *testing.T, db store.DB, partition int32, limits engine.Limits, now time.Time) (held []engine.Task, cold int) {
+// of each queue it left in the view cold.
+func loadLive(t *testing.T, db store.DB, partition int32, limits engine.Limits, now time.Time) (held []engine.Task, cold map[[2]string]int) {
 	t.Helper()
 	cold, err := view.LoadLive(t.Context(), db, partition, limits, now, func(task engine.Task) {
 		held = append(held, task)
 	})
 	require.NoError(t, err)
 	return held, cold
+}
+
+// A queue's own read back takes its next ready cold tasks in hand-out
+// order, none of another queue's, none of those held, and no delayed one;
+// a new owner counts each queue's cold tasks.
+func TestColdTasksOfOneQueue(t *testing.T) {
+	t.Parallel()
+	pool := openDB(t)
+	m, _ := newMaterializer(t, pool, nil)
+	ctx := t.Context()
+	at := now()
+	task := func(action string, priority int32, due time.Duration) engine.Task {
+		q := queued("ns")
+		q.Action, q.Priority, q.RunAt = action, priority, at.Add(due)
+		return q
+	}
+	low := task("send", 1, -time.Second)
+	high := task("send", 5, 0)
+	held := task("send", 9, 0)
+	later := task("send", 9, time.Minute)
+	other := task("mail", 9, -time.Minute)
+	for i, task := range []engine.Task{low, high, held, later, other} {
+		m.Add(view.Entry{Partition: 5, Offset: int64(i), Task: task})
+	}
+	m.Add(view.Entry{Partition: 6, Offset: 0, Task: task("send", 9, 0)})
+	require.NoError(t, m.Flush(ctx))
+
+	w := &engine.Warming{N: 10, Namespace: "ns", Action: "send", Held: []uuid.UUID{held.ID}, Now: at}
+	read, err := view.LoadCold(ctx, pool, 5, w)
+	require.NoError(t, err)
+	var got []uuid.UUID
+	for _, task := range read {
+		got = append(got, task.ID)
+		require.Equal(t, "send", task.Action)
+		require.NotEmpty(t, task.Payload, "read back whole")
+	}
+	require.Equal(t, []uuid.UUID{high.ID, low.ID}, got)
+	w.N = 1
+	read, err = view.LoadCold(ctx, pool, 5, w)
+	require.NoError(t, err)
+	require.Len(t, read, 1, "as many as asked")
+	require.Equal(t, high.ID, read[0].ID)
+
+	loaded, cold := loadLive(t, pool, 5, engine.Limits{QueuedTasks: 2}, at)
+	require.Len(t, loaded, 2)
+	require.Equal(t, map[[2]string]int{{"ns", "send"}: 3}, cold, "other and held are held; the rest of send is cold")
 }
