@@ -21,15 +21,57 @@ import (
 // the most, so a queue nobody claims from (an action without workers) fills
 // the partition without pushing other queues' tasks out. When the partition
 // holds half the bound or less, the owner reads the next ones in hand-out
-// order back from the view; a queue that runs low on ready tasks while
-// others fill the partition reads its own back (Warm, Warmed). Nothing of a
-// cold task stays in memory, so a backlog of any size costs the owner the
-// bound and no more.
+// order back from the view; a queue reads its own back when it runs low on
+// ready tasks while others fill the partition, or when the next task it
+// would hand out comes after one of its cold ones (Warm, Warmed). Nothing
+// of a cold task stays in memory, so a backlog of any size costs the owner
+// the bound and no more.
 
 // coldRetry is how long a queue whose read of its own cold tasks found
 // fewer ready ones than it asked for waits before it reads again: the rest
 // of its cold tasks, if any, are delayed ones, which come due with time.
 const coldRetry = time.Second
+
+// coldQueue is what a partition knows of one queue's cold tasks.
+type coldQueue struct {
+	// n is about how many there are: never fewer.
+	n int
+	// retryAt is when the queue may read its own again after a read found
+	// fewer ready ones than it asked for (Unix nanoseconds).
+	retryAt int64
+	// from, when set, comes before or at every cold task of the queue that
+	// was ready when it went cold (or when a read of the queue began): the
+	// queue reads those back, from there on, before it hands out a task
+	// that comes after from. Only tasks the view has go cold, and the view
+	// writes a live state late, so under a steady backlog the tasks that go
+	// cold are older than the newest held; without from those newer ones
+	// would go out first for as long as the backlog lasted. unplaced says
+	// where they begin is not known (a rebuilt partition): the queue reads
+	// from its start before it hands out anything.
+	from     *Place
+	unplaced bool
+}
+
+// Place is a queued task's place in its queue's hand-out order: priority
+// DESC, run_at, created_at, id.
+type Place struct {
+	Priority         int32
+	RunAt, CreatedAt time.Time
+	ID               uuid.UUID
+}
+
+// placeOf is t's place, its times to the microsecond as the view keeps
+// them: never after the place the view's row has, so a read from it finds
+// the row.
+func placeOf(t *Task) Place {
+	return Place{Priority: t.Priority, RunAt: t.RunAt.Truncate(time.Microsecond), CreatedAt: t.CreatedAt.Truncate(time.Microsecond), ID: t.ID}
+}
+
+// compare orders places as claims hand tasks out.
+func (a Place) compare(b Place) int {
+	return cmp.Or(cmp.Compare(b.Priority, a.Priority), a.RunAt.Compare(b.RunAt), a.CreatedAt.Compare(b.CreatedAt),
+		bytes.Compare(a.ID[:], b.ID[:]))
+}
 
 // Cold is about how many queued tasks the partition holds only in the view:
 // never fewer. A cold task held again by another way than Warmed (a
@@ -41,22 +83,35 @@ func (p *Partition) Cold() int { return p.coldSum }
 
 // SetCold tells a partition rebuilt from the view how many queued tasks of
 // the queue of namespace and action the view holds past the bound
-// (view.LoadLive left them out).
+// (view.LoadLive left them out). Where they are in the queue is not known,
+// so the queue reads its first ones back before it hands out any task.
 func (p *Partition) SetCold(namespace, action string, n int) {
 	k := queueKey{namespace, action}
-	p.addCold(k, n-p.cold[k])
+	if c := p.cold[k]; c != nil {
+		n -= c.n
+	}
+	if c := p.addCold(k, n); c != nil {
+		c.from, c.unplaced = nil, true
+	}
 }
 
-// addCold moves the cold count of queue k by n, never below zero.
-func (p *Partition) addCold(k queueKey, n int) {
-	c := max(p.cold[k]+n, 0)
-	p.coldSum += c - p.cold[k]
-	if c == 0 {
+// addCold moves the cold count of queue k by n, never below zero, and
+// returns what the partition knows of the queue's cold tasks, nil when it
+// has none.
+func (p *Partition) addCold(k queueKey, n int) *coldQueue {
+	c := p.cold[k]
+	if c == nil {
+		c = &coldQueue{}
+	}
+	was := c.n
+	c.n = max(c.n+n, 0)
+	p.coldSum += c.n - was
+	if c.n == 0 {
 		delete(p.cold, k)
-		delete(p.coldRetryAt, k)
-		return
+		return nil
 	}
 	p.cold[k] = c
+	return c
 }
 
 // Queued is how many queued tasks the partition holds whole: those its
@@ -89,13 +144,16 @@ func (p *Partition) chill(offset int64) {
 	// look over every queued task).
 	p.chilledAt = offset
 	type candidate struct {
-		ready bool
-		e     *entry
+		ready, before bool
+		e             *entry
 	}
 	type queue struct {
 		k     queueKey
 		held  int
 		cands []candidate
+		// heldAfter says a ready task after where the queue's cold ones
+		// begin stays held (the view lacks it).
+		heldAfter bool
 	}
 	var queues []*queue
 	byKey := map[queueKey]*queue{}
@@ -114,10 +172,16 @@ func (p *Partition) chill(offset int64) {
 			if !it.live() {
 				continue
 			}
-			q := of(queueKey{it.e.t.Namespace, it.e.t.Action})
+			k := queueKey{it.e.t.Namespace, it.e.t.Action}
+			q := of(k)
 			q.held++
-			if it.e.last <= offset {
-				q.cands = append(q.cands, candidate{ready: ready, e: it.e})
+			before := ready && p.beforeCold(k, &it.e.t)
+			viewed := it.e.last <= offset
+			switch {
+			case viewed:
+				q.cands = append(q.cands, candidate{ready: ready, before: before, e: it.e})
+			case ready && !before:
+				q.heldAfter = true
 			}
 		}
 	}
@@ -126,6 +190,14 @@ func (p *Partition) chill(offset int64) {
 		add(h, true)
 	}
 	for _, q := range queues {
+		// A ready task before where the queue's cold ones begin goes out
+		// before them. While a later one stays held, letting it go would
+		// turn the order round (the read back under way would bring it in
+		// again, to go again); once none does, the cold ones just begin
+		// earlier.
+		if q.heldAfter {
+			q.cands = slices.DeleteFunc(q.cands, func(c candidate) bool { return c.before })
+		}
 		slices.SortFunc(q.cands, func(a, b candidate) int {
 			if a.ready != b.ready {
 				if a.ready {
@@ -166,8 +238,16 @@ func (p *Partition) chill(offset int64) {
 			break
 		}
 		k := min(max(top.held-next, 1), len(top.cands), n)
+		cq := p.addCold(top.k, k)
+		// A task of the queue went cold: it may be ready.
+		cq.retryAt = 0
 		for _, c := range top.cands[:k] {
 			e := c.e
+			if c.ready {
+				if at := placeOf(&e.t); cq.from == nil || at.compare(*cq.from) < 0 {
+					cq.from = &at
+				}
+			}
 			e.in.stale(e.t.Priority)
 			e.in = nil
 			e.gen++
@@ -176,9 +256,6 @@ func (p *Partition) chill(offset int64) {
 			delete(p.tasks, e.t.ID)
 		}
 		top.cands, top.held, n, chilled = top.cands[k:], top.held-k, n-k, chilled+k
-		p.addCold(top.k, k)
-		// A task of the queue went cold: it may be ready.
-		delete(p.coldRetryAt, top.k)
 	}
 	if chilled == 0 {
 		return
@@ -211,9 +288,13 @@ func (p *Partition) chill(offset int64) {
 type Warming struct {
 	// N is how many tasks to read.
 	N int
-	// Namespace and Action name the one queue read, both empty for all.
+	// Namespace and Action name the one queue read, both empty for all;
+	// From, when set, is where in the queue's hand-out order the read
+	// starts (at From or after): no cold task of the queue comes before it.
 	Namespace, Action string
-	// Held are the tasks the partition held when the read began: the
+	From              *Place
+	// Held are the tasks the partition held when the read began (those of
+	// the queue for a read of one queue; none for a read from From): the
 	// view's rows of those may be older than the partition's state.
 	Held []uuid.UUID
 	// Now splits ready from delayed.
@@ -228,10 +309,11 @@ type Warming struct {
 // Warm begins a read of cold tasks back from the view; nil when there is
 // none to begin. While the partition holds half the bound or less it reads
 // the partition's next ones, as many as bring it back to nine tenths of the
-// bound. Otherwise a queue with cold tasks that holds a twentieth of the
-// bound or fewer ready tasks reads a tenth of the bound of its own next
-// ready ones, so a queue nobody claims from cannot keep another's tasks in
-// the view. One read at a time.
+// bound. Otherwise a queue with cold tasks reads a tenth of the bound of
+// its own next ready ones when it holds a twentieth of the bound or fewer
+// ready tasks (so a queue nobody claims from cannot keep another's tasks
+// in the view), or when the next task it would hand out comes after where
+// its cold ones begin. One read at a time.
 func (p *Partition) Warm() *Warming {
 	bound := p.limits.QueuedTasks
 	if bound <= 0 || p.coldSum == 0 || p.warming != nil {
@@ -244,26 +326,65 @@ func (p *Partition) Warm() *Warming {
 		return w
 	}
 	low := max(bound/20, 1)
-	var want *queueKey
-	for k := range p.cold {
-		if h := p.ready[k]; h != nil && h.live > low || p.now < p.coldRetryAt[k] {
+	var (
+		want      *queueKey
+		fromStart bool
+	)
+	for k, c := range p.cold {
+		read, start := p.due(k, c, low)
+		if !read {
 			continue
 		}
 		if want == nil || k.namespace < want.namespace || k.namespace == want.namespace && k.action < want.action {
-			want = &k
+			want, fromStart = &k, start
 		}
 	}
 	if want == nil {
 		return nil
 	}
 	w.N, w.Namespace, w.Action = max(bound/10, 1), want.namespace, want.action
-	for id, e := range p.tasks {
-		if e.t.Namespace == want.namespace && e.t.Action == want.action {
-			w.Held = append(w.Held, id)
+	if !fromStart {
+		// A read from where the queue's cold tasks begin leaves nothing
+		// out: the held tasks after it are mostly ones the view has no row
+		// of yet, and Warmed skips the rows of those it has. The list would
+		// cost more than the rows.
+		w.From = p.cold[*want].from
+	} else {
+		for id, e := range p.tasks {
+			if e.t.Namespace == want.namespace && e.t.Action == want.action {
+				w.Held = append(w.Held, id)
+			}
 		}
 	}
 	p.warming = w
 	return w
+}
+
+// due says whether queue k, whose cold tasks c tells of, reads its own
+// back, and whether from its start. It does from its start when it holds
+// low ready tasks or fewer (and no read of it found too few within
+// coldRetry), which also finds a delayed cold task come due that comes
+// before c.from (a higher priority), or when where its cold tasks begin is
+// not known; from c.from on when its next task comes after c.from.
+func (p *Partition) due(k queueKey, c *coldQueue, low int) (read, fromStart bool) {
+	h := p.ready[k]
+	switch {
+	case h == nil || h.live <= low:
+		return p.now >= c.retryAt, true
+	case c.unplaced:
+		return true, true
+	case c.from == nil:
+		return false, false
+	}
+	top := h.top()
+	return top != nil && placeOf(&top.e.t).compare(*c.from) > 0, false
+}
+
+// beforeCold says whether t, a ready task of queue k, comes before where
+// the queue's cold tasks begin.
+func (p *Partition) beforeCold(k queueKey, t *Task) bool {
+	c := p.cold[k]
+	return c != nil && c.from != nil && !c.unplaced && placeOf(t).compare(*c.from) < 0
 }
 
 // Warmed holds again the tasks the read of w found (tasks, as the view has
@@ -283,16 +404,44 @@ func (p *Partition) Warmed(w *Warming, tasks []Task) int {
 		p.addCold(queueKey{t.Namespace, t.Action}, -1)
 		n++
 	}
-	if len(tasks) < w.N && !w.chilled {
-		if w.Namespace != "" || w.Action != "" {
-			// The queue has no more ready cold tasks; delayed ones of it
-			// may come due.
-			p.coldRetryAt[queueKey{w.Namespace, w.Action}] = w.Now.Add(coldRetry).UnixNano()
-		} else {
-			// The view had no more cold tasks than these.
-			clear(p.cold)
-			clear(p.coldRetryAt)
-			p.coldSum = 0
+	if w.chilled {
+		// Tasks went cold during the read, before or among those it found:
+		// what the partition knows of them stands.
+		return n
+	}
+	one := w.Namespace != "" || w.Action != ""
+	switch {
+	case len(tasks) < w.N && !one:
+		// The view had no more cold tasks than these.
+		clear(p.cold)
+		p.coldSum = 0
+	case len(tasks) < w.N:
+		// The queue has no more ready cold tasks; delayed ones of it may
+		// come due.
+		if c := p.cold[queueKey{w.Namespace, w.Action}]; c != nil {
+			c.retryAt, c.from, c.unplaced = w.Now.Add(coldRetry).UnixNano(), nil, false
+		}
+	case one:
+		// The queue's other cold tasks that were ready come after the last
+		// one read.
+		if c := p.cold[queueKey{w.Namespace, w.Action}]; c != nil {
+			at := placeOf(&tasks[len(tasks)-1])
+			c.from, c.unplaced = &at, false
+		}
+	default:
+		// The ready ones came first: every cold task that was ready comes
+		// after the last of them, and after where its queue's began; a read
+		// that reached delayed ones read every ready one.
+		last := tasks[len(tasks)-1]
+		at := placeOf(&last)
+		for _, c := range p.cold {
+			switch {
+			case last.RunAt.After(w.Now):
+				c.from = nil
+			case c.unplaced || c.from != nil && at.compare(*c.from) > 0:
+				c.from = &at
+			}
+			c.unplaced = false
 		}
 	}
 	return n

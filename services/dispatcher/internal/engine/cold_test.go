@@ -305,3 +305,73 @@ func TestAQueueReadsItsDelayedColdTasksOnceDue(t *testing.T) {
 	require.ElementsMatch(t, a, got)
 	require.Zero(t, c.p.ColdIn(ns, "a"))
 }
+
+// Under a backlog past the bound that keeps arriving as fast as it is
+// worked, the tasks that go cold are the older ones (only tasks the view
+// has go cold, and the view writes a live state late), yet they go out
+// before the newer ones held: a queue reads its cold tasks back once the
+// next task it would hand out comes after them. Without that they waited
+// for as long as the backlog lasted.
+func TestColdTasksGoOutBeforeNewerHeldOnes(t *testing.T) {
+	t.Parallel()
+	c := &coldQueues{p: engine.New(0), view: map[uuid.UUID]engine.Task{}}
+	c.p.SetLimits(engine.Limits{QueuedTasks: 100})
+	const (
+		// step tasks go in and out per step, half of what the read of a
+		// tenth of the bound brings back in one: a read takes less time than
+		// a worker's turn (Session 17: 8,000 rows in 75-126 ms).
+		step = 5
+		lag  = 3 // steps the view trails the log by
+	)
+	now := at(0)
+	var (
+		invoked []uuid.UUID
+		pending []int64 // each step's last offset, for the lagging view
+	)
+	add := func(n int) {
+		for range n {
+			inv := invocation("a", 0)
+			inv.InvokedAt = now
+			now = now.Add(time.Millisecond)
+			changes := c.p.Invoke(inv, settings(3), "", now)
+			c.p.Recorded(inv.TaskID, c.offset)
+			c.offset++
+			c.view[inv.TaskID] = changes[0].Task
+			invoked = append(invoked, inv.TaskID)
+		}
+		pending = append(pending, c.offset-1)
+		if len(pending) > lag {
+			c.p.Materialized(pending[0])
+			pending = pending[1:]
+		}
+	}
+	claimedAt := map[uuid.UUID]int{}
+	for range 60 {
+		add(step) // a backlog of 300 builds up first
+	}
+	for s := range 600 {
+		add(step)
+		if w := c.p.Warm(); w != nil {
+			c.p.Warmed(w, readCold(c.view, w))
+		}
+		claimed, _ := c.p.Claim(ns, []string{"a"}, make([]engine.Slot, step), now)
+		for _, cl := range claimed {
+			claimedAt[cl.Task.ID] = s
+		}
+	}
+	require.Positive(t, c.p.Cold(), "the backlog is still past the bound")
+	// Every task invoked in the first half went out, in about the order it
+	// came: none waited for the backlog to end.
+	half := invoked[:len(invoked)/2]
+	late := 0
+	for i, id := range half {
+		s, ok := claimedAt[id]
+		require.True(t, ok, "task %d of %d never went out", i, len(invoked))
+		// In order, task i would go out at step i/step; allow for the bound
+		// and the view's lag.
+		if s > i/step+(100+lag*step)/step {
+			late++
+		}
+	}
+	require.Zero(t, late, "tasks handed out far behind their turn")
+}

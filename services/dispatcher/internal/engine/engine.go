@@ -135,14 +135,12 @@ type Partition struct {
 	// counts hot's items still pinned.
 	recorded, hot []item
 	hotLive       int
-	// cold counts, per queue, about how many queued tasks only the view
-	// holds (coldSum in all); warming is the read of some back under way,
-	// and coldRetryAt when a queue whose own read found no more ready ones
-	// may read again (see cold.go).
-	cold        map[queueKey]int
-	coldSum     int
-	warming     *Warming
-	coldRetryAt map[queueKey]int64
+	// cold is what the partition knows of each queue's cold tasks (the
+	// queued tasks only the view holds; coldSum counts them all), and
+	// warming the read of some back under way (see cold.go).
+	cold    map[queueKey]*coldQueue
+	coldSum int
+	warming *Warming
 	// chilledAt is the view offset of the last look for tasks to let go
 	// cold.
 	chilledAt int64
@@ -151,16 +149,15 @@ type Partition struct {
 // New returns an empty partition.
 func New(id int32) *Partition {
 	return &Partition{
-		id:          id,
-		tasks:       map[uuid.UUID]*entry{},
-		ready:       map[queueKey]*heap{},
-		delayed:     heap{less: dueFirst},
-		leases:      heap{less: dueFirst},
-		deadlines:   heap{less: dueFirst},
-		evictable:   heap{less: dueFirst},
-		chilledAt:   -1,
-		cold:        map[queueKey]int{},
-		coldRetryAt: map[queueKey]int64{},
+		id:        id,
+		tasks:     map[uuid.UUID]*entry{},
+		ready:     map[queueKey]*heap{},
+		delayed:   heap{less: dueFirst},
+		leases:    heap{less: dueFirst},
+		deadlines: heap{less: dueFirst},
+		evictable: heap{less: dueFirst},
+		chilledAt: -1,
+		cold:      map[queueKey]*coldQueue{},
 	}
 }
 

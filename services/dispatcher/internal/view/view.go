@@ -59,6 +59,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -217,17 +218,7 @@ func LoadCold(ctx context.Context, db store.DB, partition int32, w *engine.Warmi
 	// them among the first rows in hand-out order.
 	const held = `id NOT IN (SELECT unnest($2::uuid[]))`
 	if w.Namespace != "" || w.Action != "" {
-		rows, err := db.Query(ctx, `SELECT `+taskColumns+` FROM tasks WHERE partition = $1 AND namespace = $5 AND action = $6
-		AND state = 'queued' AND run_at <= $3 AND `+held+`
-		ORDER BY priority DESC, run_at, created_at, id LIMIT $4`, partition, w.Held, w.Now, w.N, w.Namespace, w.Action)
-		if err != nil {
-			return nil, fmt.Errorf("read cold tasks of %s/%s in partition %d: %w", w.Namespace, w.Action, partition, err)
-		}
-		out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.Task, error) { return scanTask(r) })
-		if err != nil {
-			return nil, fmt.Errorf("read cold tasks of %s/%s in partition %d: %w", w.Namespace, w.Action, partition, err)
-		}
-		return out, nil
+		return loadColdOf(ctx, db, partition, w, held)
 	}
 	queries := []string{
 		`SELECT ` + taskColumns + ` FROM tasks WHERE partition = $1 AND state = 'queued' AND run_at <= $3 AND ` + held + `
@@ -249,6 +240,44 @@ func LoadCold(ctx context.Context, db store.DB, partition int32, w *engine.Warmi
 			return nil, fmt.Errorf("read cold tasks of partition %d: %w", partition, err)
 		}
 		out = append(out, read...)
+	}
+	return out, nil
+}
+
+// loadColdOf is LoadCold for a read of one queue. From w.From on it reads
+// the rest of From's priority, then the lower ones: each is one range of
+// the queue index in order, where one condition over both would not be.
+func loadColdOf(ctx context.Context, db store.DB, partition int32, w *engine.Warming, held string) ([]engine.Task, error) {
+	queue := `SELECT ` + taskColumns + ` FROM tasks WHERE partition = $1 AND namespace = $5 AND action = $6
+	AND state = 'queued' AND run_at <= $3 AND `
+	type read struct {
+		sql  string
+		args []any
+	}
+	args := []any{partition, w.Held, w.Now, w.N, w.Namespace, w.Action}
+	reads := []read{{queue + held + ` ORDER BY priority DESC, run_at, created_at, id LIMIT $4`, args}}
+	if f := w.From; f != nil {
+		reads = []read{
+			{queue + held + ` AND priority = $7 AND (run_at, created_at, id) >= ($8, $9, $10)
+	ORDER BY run_at, created_at, id LIMIT $4`, slices.Concat(args, []any{f.Priority, f.RunAt, f.CreatedAt, f.ID})},
+			{queue + held + ` AND priority < $7 ORDER BY priority DESC, run_at, created_at, id LIMIT $4`, slices.Concat(args, []any{f.Priority})},
+		}
+	}
+	var out []engine.Task
+	for _, r := range reads {
+		if len(out) == w.N {
+			break
+		}
+		r.args[3] = w.N - len(out)
+		rows, err := db.Query(ctx, r.sql, r.args...)
+		if err != nil {
+			return nil, fmt.Errorf("read cold tasks of %s/%s in partition %d: %w", w.Namespace, w.Action, partition, err)
+		}
+		got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.Task, error) { return scanTask(r) })
+		if err != nil {
+			return nil, fmt.Errorf("read cold tasks of %s/%s in partition %d: %w", w.Namespace, w.Action, partition, err)
+		}
+		out = append(out, got...)
 	}
 	return out, nil
 }

@@ -656,6 +656,28 @@ func TestColdTasksOfOneQueue(t *testing.T) {
 	require.Len(t, read, 1, "as many as asked")
 	require.Equal(t, high.ID, read[0].ID)
 
+	// From a place on: the rest of its priority, then the lower ones.
+	from := func(task engine.Task) *engine.Place {
+		return &engine.Place{Priority: task.Priority, RunAt: task.RunAt, CreatedAt: task.CreatedAt, ID: task.ID}
+	}
+	w.N, w.From = 10, from(high)
+	read, err = view.LoadCold(ctx, pool, 5, w)
+	require.NoError(t, err)
+	require.Len(t, read, 2, "from high itself on")
+	require.Equal(t, []uuid.UUID{high.ID, low.ID}, []uuid.UUID{read[0].ID, read[1].ID})
+	w.From = from(low)
+	read, err = view.LoadCold(ctx, pool, 5, w)
+	require.NoError(t, err)
+	require.Len(t, read, 1)
+	require.Equal(t, low.ID, read[0].ID)
+	after := from(high)
+	after.RunAt = after.RunAt.Add(time.Microsecond)
+	w.From = after
+	read, err = view.LoadCold(ctx, pool, 5, w)
+	require.NoError(t, err)
+	require.Len(t, read, 1, "past high, in its priority")
+	require.Equal(t, low.ID, read[0].ID)
+
 	loaded, cold := loadLive(t, pool, 5, engine.Limits{QueuedTasks: 2}, at)
 	require.Len(t, loaded, 2)
 	require.Equal(t, map[[2]string]int{{"ns", "send"}: 3}, cold, "other and held are held; the rest of send is cold")
