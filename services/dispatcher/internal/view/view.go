@@ -127,11 +127,12 @@ var liveColumns = taskColumnsOf(`CASE WHEN keep THEN payload ELSE '' END`) + `, 
 // how many queued tasks of each queue ({namespace, action}) it left in the
 // view: those past limits.QueuedTasks in hand-out order (ready ones by
 // priority, due time, creation and id, then delayed ones by due time),
-// which the owner counts cold (engine.Partition.SetCold). The payloads of the others are read
-// only as far as limits let the owner hold them: those of queued tasks due
-// by now plus the horizon, in the same order, up to the bound in all. Every
-// other task with a payload comes with PayloadOut set; a claim reads it
-// from the view. With no limits every task comes whole.
+// which the owner counts cold (engine.Partition.SetCold). The payloads of
+// the others are read only as far as limits let the owner hold them: those
+// of queued tasks due by now plus the horizon, in the same order, up to
+// the bound in all. Every other task with a payload comes with PayloadOut
+// set; a claim reads it from the view. With no limits every task comes
+// whole.
 func LoadLive(ctx context.Context, db store.DB, partition int32, limits engine.Limits, now time.Time, fn func(t engine.Task)) (map[[2]string]int, error) {
 	// Zero means no bound, as in engine.Limits; a NULL limit is none.
 	var dueBy *time.Time
@@ -212,7 +213,7 @@ func LoadLive(ctx context.Context, db store.DB, partition int32, limits engine.L
 // queued tasks in hand-out order that the partition did not hold when w
 // began, the ready ones first (priority, due time, creation, id), then the
 // delayed ones soonest due, w.N at most; for a read of one queue, that
-// queue's next ready ones.
+// queue's next ready ones (from w.From on, when set).
 func LoadCold(ctx context.Context, db store.DB, partition int32, w *engine.Warming) ([]engine.Task, error) {
 	// The held tasks go in as a set Postgres hashes once: the scans read
 	// them among the first rows in hand-out order.
