@@ -3,6 +3,7 @@ package engine_test
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -369,17 +370,19 @@ func (s *sim) finish() {
 }
 
 // drain hands out, after finish, every task the view has queued that the
-// live partition does not hold: it reads its cold tasks back until none is
-// left, so no queued task stays in the view for good.
+// live partition does not hold: first those of actions[0] alone, as if
+// nobody worked the other action, then all. The partition reads its cold
+// tasks back until none is left, so no queued task stays in the view for
+// good, and an action nobody works keeps no other's there.
 func (s *sim) drain() {
 	t, p := s.t, s.live
 	if s.warm != nil {
 		p.Warmed(s.warm, s.read)
 	}
-	left := func() int {
+	left := func(of []string) int {
 		n := 0
 		for id, task := range s.view {
-			if task.Status == store.Queued && !p.Has(id) {
+			if task.Status == store.Queued && !p.Has(id) && slices.Contains(of, task.Action) {
 				n++
 			}
 		}
@@ -387,18 +390,26 @@ func (s *sim) drain() {
 	}
 	at := s.now.Add(2 * time.Hour)
 	slots := make([]engine.Slot, len(s.ids)+1)
-	for range 4*len(s.ids) + 4 {
-		if left() == 0 && p.Cold() == 0 {
-			return
+	for _, of := range [][]string{actions[:1], actions} {
+		for range 4*len(s.ids) + 4 {
+			if left(of) == 0 {
+				break
+			}
+			// A queue whose own read found too few waits a second to read
+			// again.
+			at = at.Add(2 * time.Second)
+			p.Claim(ns, of, slots, at)
+			if w := p.Warm(); w != nil {
+				p.Warmed(w, readCold(s.view, w))
+			}
 		}
-		// A queue whose own read found too few waits a second to read again.
-		at = at.Add(2 * time.Second)
-		p.Claim(ns, actions, slots, at)
+		require.Zero(t, left(of), "queued tasks of %v left in the view", of)
+	}
+	for range 4 {
 		if w := p.Warm(); w != nil {
 			p.Warmed(w, readCold(s.view, w))
 		}
 	}
-	require.Zero(t, left(), "queued tasks left in the view")
 	require.Zero(t, p.Cold(), "cold tasks counted")
 }
 
