@@ -203,6 +203,8 @@ type coldQueues struct {
 	offset int64
 }
 
+// invoke invokes n tasks of action, 1 ms apart from invoked on, due at
+// runAt (zero: at once), and lets the view have them.
 func (c *coldQueues) invoke(t *testing.T, action string, n int, invoked, runAt time.Time) []uuid.UUID {
 	t.Helper()
 	var ids []uuid.UUID
