@@ -215,9 +215,7 @@ func (p *Partition) chill(offset int64) {
 	}
 	// The ties go to the queue first in key order, so a replay chills as
 	// the live partition did.
-	slices.SortFunc(queues, func(a, b *queue) int {
-		return cmp.Or(cmp.Compare(a.k.namespace, b.k.namespace), cmp.Compare(a.k.action, b.k.action))
-	})
+	slices.SortFunc(queues, func(a, b *queue) int { return a.k.compare(b.k) })
 	n := queued - (bound - bound/10)
 	chilled := 0
 	for n > 0 {
@@ -306,6 +304,9 @@ type Warming struct {
 	chilled bool
 }
 
+// OneQueue says whether w reads the cold tasks of one queue only.
+func (w *Warming) OneQueue() bool { return w.Namespace != "" || w.Action != "" }
+
 // Warm begins a read of cold tasks back from the view; nil when there is
 // none to begin. While the partition holds half the bound or less it reads
 // the partition's next ones, as many as bring it back to nine tenths of the
@@ -335,7 +336,7 @@ func (p *Partition) Warm() *Warming {
 		if !read {
 			continue
 		}
-		if want == nil || k.namespace < want.namespace || k.namespace == want.namespace && k.action < want.action {
+		if want == nil || k.compare(*want) < 0 {
 			want, fromStart = &k, start
 		}
 	}
@@ -409,7 +410,7 @@ func (p *Partition) Warmed(w *Warming, tasks []Task) int {
 		// what the partition knows of them stands.
 		return n
 	}
-	one := w.Namespace != "" || w.Action != ""
+	one := w.OneQueue()
 	switch {
 	case len(tasks) < w.N && !one:
 		// The view had no more cold tasks than these.

@@ -10,6 +10,7 @@
 package engine
 
 import (
+	"cmp"
 	"encoding/binary"
 	"time"
 
@@ -109,6 +110,12 @@ type entry struct {
 
 // queueKey names the ready tasks of one action.
 type queueKey struct{ namespace, action string }
+
+// compare orders queue keys by namespace, then action, so that what is done
+// queue by queue is done in one order everywhere.
+func (k queueKey) compare(o queueKey) int {
+	return cmp.Or(cmp.Compare(k.namespace, o.namespace), cmp.Compare(k.action, o.action))
+}
 
 // Partition is the tasks of one partition.
 type Partition struct {

@@ -114,7 +114,7 @@ func before(t engine.Task, at engine.Place) bool {
 // queue.
 func readCold(view map[uuid.UUID]engine.Task, w *engine.Warming) []engine.Task {
 	var ready, delayed []engine.Task
-	one := w.Namespace != "" || w.Action != ""
+	one := w.OneQueue()
 	for _, t := range view {
 		if t.Status != store.Queued || slices.Contains(w.Held, t.ID) ||
 			one && (t.Namespace != w.Namespace || t.Action != w.Action || t.RunAt.After(w.Now)) ||

@@ -213,55 +213,40 @@ func LoadLive(ctx context.Context, db store.DB, partition int32, limits engine.L
 // queued tasks in hand-out order that the partition did not hold when w
 // began, the ready ones first (priority, due time, creation, id), then the
 // delayed ones soonest due, w.N at most; for a read of one queue, that
-// queue's next ready ones (from w.From on, when set).
+// queue's next ready ones (from w.From on, when set). Each query is one
+// range of an index in order; the next one reads what the last left to
+// read.
 func LoadCold(ctx context.Context, db store.DB, partition int32, w *engine.Warming) ([]engine.Task, error) {
 	// The held tasks go in as a set Postgres hashes once: the scans read
 	// them among the first rows in hand-out order.
 	const held = `id NOT IN (SELECT unnest($2::uuid[]))`
-	if w.Namespace != "" || w.Action != "" {
-		return loadColdOf(ctx, db, partition, w, held)
-	}
-	queries := []string{
-		`SELECT ` + taskColumns + ` FROM tasks WHERE partition = $1 AND state = 'queued' AND run_at <= $3 AND ` + held + `
-		ORDER BY priority DESC, run_at, created_at, id LIMIT $4`,
-		`SELECT ` + taskColumns + ` FROM tasks WHERE partition = $1 AND state = 'queued' AND run_at > $3 AND ` + held + `
-		ORDER BY run_at, id LIMIT $4`,
-	}
-	var out []engine.Task
-	for _, q := range queries {
-		if len(out) == w.N {
-			break
-		}
-		rows, err := db.Query(ctx, q, partition, w.Held, w.Now, w.N-len(out))
-		if err != nil {
-			return nil, fmt.Errorf("read cold tasks of partition %d: %w", partition, err)
-		}
-		read, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.Task, error) { return scanTask(r) })
-		if err != nil {
-			return nil, fmt.Errorf("read cold tasks of partition %d: %w", partition, err)
-		}
-		out = append(out, read...)
-	}
-	return out, nil
-}
-
-// loadColdOf is LoadCold for a read of one queue. From w.From on it reads
-// the rest of From's priority, then the lower ones: each is one range of
-// the queue index in order, where one condition over both would not be.
-func loadColdOf(ctx context.Context, db store.DB, partition int32, w *engine.Warming, held string) ([]engine.Task, error) {
-	queue := `SELECT ` + taskColumns + ` FROM tasks WHERE partition = $1 AND namespace = $5 AND action = $6
-	AND state = 'queued' AND run_at <= $3 AND `
 	type read struct {
 		sql  string
 		args []any
 	}
-	args := []any{partition, w.Held, w.Now, w.N, w.Namespace, w.Action}
-	reads := []read{{queue + held + ` ORDER BY priority DESC, run_at, created_at, id LIMIT $4`, args}}
-	if f := w.From; f != nil {
-		reads = []read{
-			{queue + held + ` AND priority = $7 AND (run_at, created_at, id) >= ($8, $9, $10)
-	ORDER BY run_at, created_at, id LIMIT $4`, slices.Concat(args, []any{f.Priority, f.RunAt, f.CreatedAt, f.ID})},
-			{queue + held + ` AND priority < $7 ORDER BY priority DESC, run_at, created_at, id LIMIT $4`, slices.Concat(args, []any{f.Priority})},
+	args := []any{partition, w.Held, w.Now, w.N}
+	reads := []read{
+		{`SELECT ` + taskColumns + ` FROM tasks WHERE partition = $1 AND state = 'queued' AND run_at <= $3 AND ` + held + `
+		ORDER BY priority DESC, run_at, created_at, id LIMIT $4`, args},
+		{`SELECT ` + taskColumns + ` FROM tasks WHERE partition = $1 AND state = 'queued' AND run_at > $3 AND ` + held + `
+		ORDER BY run_at, id LIMIT $4`, args},
+	}
+	what := fmt.Sprintf("partition %d", partition)
+	if w.OneQueue() {
+		what = fmt.Sprintf("%s/%s in partition %d", w.Namespace, w.Action, partition)
+		queue := `SELECT ` + taskColumns + ` FROM tasks WHERE partition = $1 AND namespace = $5 AND action = $6
+		AND state = 'queued' AND run_at <= $3 AND ` + held
+		args = append(args, w.Namespace, w.Action)
+		reads = []read{{queue + ` ORDER BY priority DESC, run_at, created_at, id LIMIT $4`, args}}
+		if f := w.From; f != nil {
+			// The rest of From's priority, then the lower ones: one
+			// condition over both would not be one range of the index.
+			reads = []read{
+				{queue + ` AND priority = $7 AND (run_at, created_at, id) >= ($8, $9, $10)
+		ORDER BY run_at, created_at, id LIMIT $4`, slices.Concat(args, []any{f.Priority, f.RunAt, f.CreatedAt, f.ID})},
+				{queue + ` AND priority < $7 ORDER BY priority DESC, run_at, created_at, id LIMIT $4`,
+					slices.Concat(args, []any{f.Priority})},
+			}
 		}
 	}
 	var out []engine.Task
@@ -272,11 +257,11 @@ func loadColdOf(ctx context.Context, db store.DB, partition int32, w *engine.War
 		r.args[3] = w.N - len(out)
 		rows, err := db.Query(ctx, r.sql, r.args...)
 		if err != nil {
-			return nil, fmt.Errorf("read cold tasks of %s/%s in partition %d: %w", w.Namespace, w.Action, partition, err)
+			return nil, fmt.Errorf("read cold tasks of %s: %w", what, err)
 		}
 		got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (engine.Task, error) { return scanTask(r) })
 		if err != nil {
-			return nil, fmt.Errorf("read cold tasks of %s/%s in partition %d: %w", w.Namespace, w.Action, partition, err)
+			return nil, fmt.Errorf("read cold tasks of %s: %w", what, err)
 		}
 		out = append(out, got...)
 	}
