@@ -13,6 +13,10 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 GRPC_GATEWAY_VERSION := v2.32.0
 VTPROTO_VERSION := v0.6.0
+# River's CLI, for `make bench`'s run of `river bench` beside ours: the newest
+# release of github.com/riverqueue/river/cmd/river this box's module proxy
+# serves.
+RIVER_VERSION := v0.26.0
 
 # The service binaries, each built into its own image (deploy/Dockerfile).
 SERVICES := gateway dispatcher registry streams workflow
@@ -23,7 +27,7 @@ COMPOSE_FILE := deploy/compose/docker-compose.yaml
 # The compose stack's tokens (deploy/compose/flo.env.example says what is in it).
 COMPOSE_ENV := deploy/compose/flo.env
 
-.PHONY: dev test fuzz test-short bench proto proto-check lint build tools images compose-up compose-down k8s-check
+.PHONY: dev test fuzz test-short bench river proto proto-check lint build tools images compose-up compose-down k8s-check
 
 dev: ## run the whole platform in the foreground (ctrl-C stops it)
 	@mkdir -p $(BIN)
@@ -54,16 +58,27 @@ fuzz: ## run each fuzz target for FUZZTIME
 test-short: ## the quick tests only
 	$(GO) test -short -count=1 $(PKGS)
 
-bench: ## actions, streams, workflows, plans, a backlog and idle workers on the embedded stack, a few minutes in all (docs/benchmarks.md)
-	@mkdir -p $(BIN)
+bench: $(BIN)/river ## River's own benchmark beside ours, then actions, streams, workflows, plans, a backlog and idle workers on the embedded stack, a few minutes in all (docs/benchmarks.md)
 	$(GO) build -o $(BIN)/flo-bench ./services/devstack/cmd/flo-bench
-	$(BIN)/flo-bench -mode actions -sustain 10s -batch 100 -invokers 8 -rate 1000
+	$(BIN)/flo-bench -mode river -river $(BIN)/river -sustain 30s
+	$(BIN)/flo-bench -mode actions -sustain 30s -batch 100 -invokers 8 -rate 1000
 	$(BIN)/flo-bench -mode actions -sustain 10s -rate 1000
 	$(BIN)/flo-bench -mode streams -records 100000 -batch 100
 	$(BIN)/flo-bench -mode workflows -runs 3000
 	$(BIN)/flo-bench -mode plans -runs 2000
 	$(BIN)/flo-bench -mode backlog -tasks 300000 -batch 1000 -invokers 4
 	FLO_MAX_WORKERS_PER_NAMESPACE=1000 $(BIN)/flo-bench -mode workers -workers 1000 -settle 20s -idle 20s -over-limit
+
+river: $(BIN)/river ## River's CLI into ./bin, for `make bench`
+
+# Built in a throwaway module: `go install ...@version` also asks for the
+# module's latest version, which a partial module mirror may not answer.
+$(BIN)/river:
+	@mkdir -p $(BIN)
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && cd "$$tmp" && export GOWORK=off && \
+		$(GO) mod init riverbench && \
+		$(GO) get github.com/riverqueue/river/cmd/river@$(RIVER_VERSION) && \
+		$(GO) build -o $(BIN)/river github.com/riverqueue/river/cmd/river
 
 build: ## the service binaries and the CLI into ./bin
 	@mkdir -p $(BIN)

@@ -92,6 +92,9 @@ type options struct {
 	runs     int
 	starters int
 
+	// river
+	river string
+
 	// workers
 	streamWorkers bool
 	procs         int
@@ -111,7 +114,8 @@ func main() {
 		return
 	}
 	var o options
-	flag.StringVar(&o.mode, "mode", "actions", "what to measure: actions, streams, workflows, plans, workers or backlog")
+	flag.StringVar(&o.mode, "mode", "actions", "what to measure: actions, streams, workflows, plans, workers, backlog, "+
+		"or river (River's own benchmark on a private Postgres like the platform's, for comparison)")
 	flag.StringVar(&o.token, "token", "", "the key clients and workers send (FLO_TOKEN); it is also the started stack's admin key "+
 		"unless FLO_ADMIN_TOKEN is set; empty uses the stack's own admin key")
 	flag.BoolVar(&o.fsync, "fsync", true, "run the private Postgres with fsync on, as a deployment would")
@@ -137,6 +141,7 @@ func main() {
 	flag.DurationVar(&o.warmup, "warmup", 5*time.Second, "actions with -sustain: the start of each phase, not measured")
 	flag.IntVar(&o.backlog, "backlog", 10000, "actions with -sustain: tasks kept invoked and not yet started at full load")
 	flag.IntVar(&o.dispatchers, "dispatchers", 1, "actions with -sustain: dispatcher replicas in the process, each one's CPU measured")
+	flag.StringVar(&o.river, "river", "", "river: River's CLI (`make river` builds it), whose `river bench` runs for -sustain")
 
 	flag.IntVar(&o.records, "records", 100000, "streams: records to produce, append and consume")
 	flag.IntVar(&o.payload, "payload", 100, "streams: bytes of each record's payload")
@@ -166,8 +171,8 @@ func main() {
 		"backlog":   benchBacklog,
 	}
 	bench, ok := modes[o.mode]
-	if !ok {
-		fmt.Fprintf(os.Stderr, "flo-bench: unknown -mode %q (actions, streams, workflows, plans, workers or backlog)\n", o.mode)
+	if !ok && o.mode != "river" {
+		fmt.Fprintf(os.Stderr, "flo-bench: unknown -mode %q (actions, streams, workflows, plans, workers, backlog or river)\n", o.mode)
 		os.Exit(2)
 	}
 	if o.dispatchers != 1 && (o.mode != "actions" || o.sustain <= 0) || o.dispatchers < 1 {
@@ -179,13 +184,19 @@ func main() {
 	cmdline.TuneGC(slog.New(slog.DiscardHandler))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, o, bench); err != nil {
+	run := func(ctx context.Context) error { return runPlatform(ctx, o, bench) }
+	if o.mode == "river" {
+		// River brings its own queue: only its Postgres is started.
+		run = func(ctx context.Context) error { return benchRiver(ctx, o) }
+	}
+	if err := run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "flo-bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, o options, bench func(context.Context, *platform, options) error) error {
+// runPlatform runs bench against a platform started for it.
+func runPlatform(ctx context.Context, o options, bench func(context.Context, *platform, options) error) error {
 	p, err := startPlatform(ctx, o.fsync, o.token)
 	if err != nil {
 		return err
@@ -222,16 +233,11 @@ func startPlatform(ctx context.Context, fsync bool, token string) (_ *platform, 
 			p.close()
 		}
 	}()
-	dir, err := os.MkdirTemp("", "flo-bench-")
+	dir, err := privateDir("flo-bench-")
 	if err != nil {
-		return nil, fmt.Errorf("temp dir: %w", err)
+		return nil, err
 	}
 	p.cleanup = append(p.cleanup, func() { os.RemoveAll(dir) })
-	// The private Postgres runs as an unprivileged user when we are root; it
-	// must be able to enter the directory.
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("temp dir: %w", err)
-	}
 	var cfg devstack.Config
 	if err := config.Load(ctx, &cfg); err != nil {
 		return nil, fmt.Errorf("load configuration: %w", err)
@@ -267,6 +273,21 @@ func startPlatform(ctx context.Context, fsync bool, token string) (_ *platform, 
 		return nil, err
 	}
 	return p, nil
+}
+
+// privateDir makes a temporary directory for a private Postgres's data.
+func privateDir(prefix string) (string, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", fmt.Errorf("temp dir: %w", err)
+	}
+	// The private Postgres runs as an unprivileged user when we are root; it
+	// must be able to enter the directory.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("temp dir: %w", err)
+	}
+	return dir, nil
 }
 
 // connect returns a new client of the gateway, closed with the platform: each

@@ -327,17 +327,11 @@ func (s *sustained) print(rows []phase) {
 	fmt.Println()
 	fmt.Println("| phase | tasks/s | invoke-to-start p50 / p90 / p99 ms | Postgres commits/s | Postgres CPU ms per 1k tasks | process CPU ms per 1k tasks | dispatcher CPU ms per 1k tasks | broker requests per task | broker transactions/s |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
-	perK := func(d time.Duration, worked int64) string {
-		if d < 0 || worked == 0 {
-			return "n/a"
-		}
-		return fmt.Sprintf("%.1f", float64(d.Microseconds())/1000/(float64(worked)/1000))
-	}
 	for _, r := range rows {
 		var replicas []string
 		for i := 1; i <= s.o.dispatchers; i++ {
 			id := strconv.Itoa(i)
-			replicas = append(replicas, id+": "+perK(r.replicas[id], r.worked))
+			replicas = append(replicas, id+": "+perThousand(r.replicas[id], r.worked))
 		}
 		perTask, txns := "n/a", "n/a"
 		if r.requests != nil && r.worked > 0 {
@@ -349,7 +343,7 @@ func (s *sustained) print(rows []phase) {
 			txns = fmt.Sprintf("%.0f", perSecond(int(r.requests["EndTxn"]), r.to.Sub(r.from)))
 		}
 		fmt.Printf("| %s | %.0f | %s / %s / %s | %.0f | %s | %s | %s | %s | %s |\n", r.name, r.tasks, ms(r.p50), ms(r.p90), ms(r.p99),
-			r.commits, perK(r.pgCPU, r.worked), perK(r.cpu, r.worked), strings.Join(replicas, ", "), perTask, txns)
+			r.commits, perThousand(r.pgCPU, r.worked), perThousand(r.cpu, r.worked), strings.Join(replicas, ", "), perTask, txns)
 	}
 	fmt.Println()
 	for _, r := range rows {
@@ -378,6 +372,15 @@ func requestsPerTask(requests map[string]int64, worked int64) string {
 }
 
 // ms formats d in milliseconds.
+// perThousand is d in milliseconds per 1,000 of n (tasks, jobs), "n/a"
+// when it cannot be told.
+func perThousand(d time.Duration, n int64) string {
+	if d < 0 || n == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f", float64(d.Microseconds())/1000/(float64(n)/1000))
+}
+
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000) }
 
 // stamps collects, for each handler start, when the task was invoked and
