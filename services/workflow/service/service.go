@@ -221,7 +221,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	}
 	s.httpServer = &http.Server{Handler: probe.Handler(s.ready(), o.metrics), ReadHeaderTimeout: 10 * time.Second}
 	// Last, because a consumer's client is only released by its Run.
-	if s.consumer, err = kafka.NewConsumer(cfg.Kafka, runner.ConsumerGroup, []string{kafka.TaskEventsTopic}, s.runner.HandleTaskEvents, log); err != nil {
+	if s.consumer, err = kafka.NewConsumer(cfg.Kafka, runner.ConsumerGroup, []string{kafka.TaskEventsTopic}, s.runner.HandleTaskEvents, log,
+		kgo.FetchMinBytes(runner.FetchMinBytes), kgo.FetchMaxWait(runner.FetchMaxWait)); err != nil {
 		return nil, fmt.Errorf("workflow: %w", err)
 	}
 	return s, nil
