@@ -63,7 +63,7 @@ func benchBacklog(ctx context.Context, p *platform, o options) error {
 	var held, cold int
 	if err := waitFor(ctx, start, "queued tasks let go (cold)", func() (int, int, error) {
 		var err error
-		held, cold, err = queuedTasks(ctx, p.stack.GatewayMetricsAddr())
+		held, cold, _, err = queuedTasks(ctx, p.stack.GatewayMetricsAddr())
 		return cold, o.tasks - most, err
 	}); err != nil {
 		return err
@@ -120,35 +120,37 @@ func heap() int64 {
 }
 
 // queuedTasks sums the dispatcher's flo_dispatcher_queued_tasks gauge over
-// its partitions, held and cold, as the stack's /metrics serves it.
-func queuedTasks(ctx context.Context, addr string) (held, cold int, err error) {
+// its partitions, held and cold, as the stack's /metrics serves it; most is
+// the most any one partition holds.
+func queuedTasks(ctx context.Context, addr string) (held, cold, most int, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
 	if err != nil {
-		return 0, 0, fmt.Errorf("read metrics: %w", err)
+		return 0, 0, 0, fmt.Errorf("read metrics: %w", err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, 0, fmt.Errorf("read metrics: %w", err)
+		return 0, 0, 0, fmt.Errorf("read metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return 0, 0, fmt.Errorf("read metrics: %s: %s", resp.Status, body)
+		return 0, 0, 0, fmt.Errorf("read metrics: %s: %s", resp.Status, body)
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		return 0, 0, fmt.Errorf("read metrics: %w", err)
+		return 0, 0, 0, fmt.Errorf("read metrics: %w", err)
 	}
 	for _, m := range families["flo_dispatcher_queued_tasks"].GetMetric() {
 		n := int(m.GetGauge().GetValue())
 		if label(m, "held") == "true" {
 			held += n
+			most = max(most, n)
 		} else {
 			cold += n
 		}
 	}
-	return held, cold, nil
+	return held, cold, most, nil
 }
 
 // label is the value of m's label name.

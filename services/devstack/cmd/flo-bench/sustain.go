@@ -18,6 +18,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	flo "github.com/razorbill/flo-go"
+	"github.com/razorbill/flo/libs/config"
+	dispatcher "github.com/razorbill/flo/services/dispatcher/service"
 )
 
 // sustained is the state of the sustained actions mode across its phases.
@@ -26,6 +28,8 @@ type sustained struct {
 	o   options
 	inv *invoker
 	db  *pgx.Conn
+	// bound is the dispatcher's FLO_DISPATCH_QUEUED_TASKS.
+	bound int
 	// pgPID is the private Postgres's postmaster, 0 when it is not on this
 	// machine (then its CPU is not reported).
 	pgPID int
@@ -58,6 +62,9 @@ type phase struct {
 	// requests is what the embedded broker handled in the window by kind;
 	// nil with an external broker.
 	requests map[string]int64
+	// mostHeld is the most queued tasks one partition held in memory at
+	// any of the window's samples of the dispatcher's gauge.
+	mostHeld int
 }
 
 // benchSustained runs the actions mode for a steady rate: first at full load,
@@ -68,6 +75,11 @@ type phase struct {
 // until everything it invoked is completed before the next begins.
 func benchSustained(ctx context.Context, p *platform, o options) error {
 	s := &sustained{p: p, o: o, begin: time.Now()}
+	var dcfg dispatcher.Config
+	if err := config.Load(ctx, &dcfg); err != nil {
+		return fmt.Errorf("load the dispatcher's configuration: %w", err)
+	}
+	s.bound = dcfg.QueuedTasks
 	if b := p.stack.Broker(); b != nil {
 		b.CountRequests()
 	}
@@ -220,7 +232,7 @@ func (s *sustained) measure(ctx context.Context, name string) (phase, []byte, er
 	if err != nil {
 		return phase{}, nil, err
 	}
-	err = sleep(ctx, s.o.sustain)
+	mostHeld, err := s.mostHeld(ctx, s.o.sustain)
 	prof := stop()
 	if err != nil {
 		return phase{}, nil, err
@@ -231,13 +243,14 @@ func (s *sustained) measure(ctx context.Context, name string) (phase, []byte, er
 	}
 	window := after.at.Sub(before.at)
 	row := phase{
-		name:    name,
-		from:    before.at,
-		to:      after.at,
-		worked:  after.started - before.started,
-		commits: perSecond(int(after.commits-before.commits), window),
-		pgCPU:   -1,
-		cpu:     after.cpu - before.cpu,
+		name:     name,
+		from:     before.at,
+		to:       after.at,
+		worked:   after.started - before.started,
+		commits:  perSecond(int(after.commits-before.commits), window),
+		pgCPU:    -1,
+		cpu:      after.cpu - before.cpu,
+		mostHeld: mostHeld,
 	}
 	row.tasks = perSecond(int(row.worked), window)
 	if s.pgPID != 0 {
@@ -255,6 +268,33 @@ func (s *sustained) measure(ctx context.Context, name string) (phase, []byte, er
 		return phase{}, nil, err
 	}
 	return row, prof, nil
+}
+
+// heldSample is how often mostHeld reads the dispatcher's gauge.
+const heldSample = 250 * time.Millisecond
+
+// mostHeld reads the dispatcher's queued-task gauge every heldSample for d
+// and returns the most queued tasks one partition held in memory: past
+// FLO_DISPATCH_QUEUED_TASKS by at most what arrives within the view's lag.
+func (s *sustained) mostHeld(ctx context.Context, d time.Duration) (int, error) {
+	tick := time.NewTicker(heldSample)
+	defer tick.Stop()
+	end := time.After(d)
+	most := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-end:
+			return most, nil
+		case <-tick.C:
+			_, _, n, err := queuedTasks(ctx, s.p.stack.GatewayMetricsAddr())
+			if err != nil {
+				return 0, err
+			}
+			most = max(most, n)
+		}
+	}
 }
 
 // reading is the counters at one moment.
@@ -350,6 +390,9 @@ func (s *sustained) print(rows []phase) {
 		if kinds := requestsPerTask(r.requests, r.worked); kinds != "" {
 			fmt.Printf("broker requests per task, %s: %s\n", r.name, kinds)
 		}
+	}
+	for _, r := range rows {
+		fmt.Printf("most queued tasks one partition held, %s: %d (FLO_DISPATCH_QUEUED_TASKS %d)\n", r.name, r.mostHeld, s.bound)
 	}
 }
 
