@@ -17,6 +17,7 @@ VTPROTO_VERSION := v0.6.0
 # release of github.com/riverqueue/river/cmd/river this box's module proxy
 # serves.
 RIVER_VERSION := v0.26.0
+RIVER := $(BIN)/river-$(RIVER_VERSION)
 
 # The service binaries, each built into its own image (deploy/Dockerfile).
 SERVICES := gateway dispatcher registry streams workflow
@@ -58,9 +59,9 @@ fuzz: ## run each fuzz target for FUZZTIME
 test-short: ## the quick tests only
 	$(GO) test -short -count=1 $(PKGS)
 
-bench: $(BIN)/river ## River's own benchmark beside ours, then actions, streams, workflows, plans, a backlog and idle workers on the embedded stack, a few minutes in all (docs/benchmarks.md)
+bench: $(RIVER) ## River's own benchmark beside ours, then actions, streams, workflows, plans, a backlog and idle workers on the embedded stack, a few minutes in all (docs/benchmarks.md)
 	$(GO) build -o $(BIN)/flo-bench ./services/devstack/cmd/flo-bench
-	$(BIN)/flo-bench -mode river -river $(BIN)/river -sustain 30s
+	$(BIN)/flo-bench -mode river -river $(RIVER) -sustain 30s
 	$(BIN)/flo-bench -mode actions -sustain 30s -batch 100 -invokers 8 -rate 1000
 	$(BIN)/flo-bench -mode actions -sustain 10s -rate 1000
 	$(BIN)/flo-bench -mode streams -records 100000 -batch 100
@@ -69,16 +70,16 @@ bench: $(BIN)/river ## River's own benchmark beside ours, then actions, streams,
 	$(BIN)/flo-bench -mode backlog -tasks 300000 -batch 1000 -invokers 4
 	FLO_MAX_WORKERS_PER_NAMESPACE=1000 $(BIN)/flo-bench -mode workers -workers 1000 -settle 20s -idle 20s -over-limit
 
-river: $(BIN)/river ## River's CLI into ./bin, for `make bench`
+river: $(RIVER) ## River's CLI into ./bin, for `make bench`
 
 # Built in a throwaway module: `go install ...@version` also asks for the
 # module's latest version, which a partial module mirror may not answer.
-$(BIN)/river:
+$(RIVER):
 	@mkdir -p $(BIN)
 	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && cd "$$tmp" && export GOWORK=off && \
 		$(GO) mod init riverbench && \
 		$(GO) get github.com/riverqueue/river/cmd/river@$(RIVER_VERSION) && \
-		$(GO) build -o $(BIN)/river github.com/riverqueue/river/cmd/river
+		$(GO) build -o $(RIVER) github.com/riverqueue/river/cmd/river
 
 build: ## the service binaries and the CLI into ./bin
 	@mkdir -p $(BIN)
