@@ -53,6 +53,21 @@ type gathered struct {
 func (g *invokeGatherer) invoke(ctx context.Context, req *flov1.InvokeTaskRequest) (string, error) {
 	call := &gathered{ctx: ctx, req: req, done: make(chan struct{})}
 	g.mu.Lock()
+	if g.inFlight < gatherInFlight && len(g.pending) == 0 {
+		// Nothing waits for a turn: the call goes alone on the caller's
+		// own goroutine, whose stack has already grown to what a gRPC call
+		// needs, where a new goroutine per call would grow one each time.
+		g.inFlight++
+		g.mu.Unlock()
+		id, err := g.one(call)
+		if batch, ok := g.next(); ok {
+			go g.drain(batch)
+		}
+		if err != nil && ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		return id, err
+	}
 	g.pending = append(g.pending, call)
 	start := g.inFlight < gatherInFlight
 	var batch []*gathered
@@ -97,19 +112,23 @@ func (g *invokeGatherer) take() []*gathered {
 // drain sends batch, then the batches that gathered meanwhile, until none
 // is left.
 func (g *invokeGatherer) drain(batch []*gathered) {
-	for {
+	for ok := true; ok; batch, ok = g.next() {
 		if len(batch) > 0 {
 			g.send(batch)
 		}
-		g.mu.Lock()
-		if len(g.pending) == 0 {
-			g.inFlight--
-			g.mu.Unlock()
-			return
-		}
-		batch = g.take()
-		g.mu.Unlock()
 	}
+}
+
+// next ends a send: it takes the batch that gathered while the send was
+// under way, or, when nothing did (ok false), gives up the send's turn.
+func (g *invokeGatherer) next() (batch []*gathered, ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.pending) == 0 {
+		g.inFlight--
+		return nil, false
+	}
+	return g.take(), true
 }
 
 // itemErrorCodes are the codes of an InvokeTasks answer that may concern

@@ -203,3 +203,29 @@ func TestAGatheredBatchThatFailsFailsEveryCall(t *testing.T) {
 		require.NotEqual(t, "impatient", string(item.GetPayload()))
 	}
 }
+
+// A lone call runs on its caller's goroutine. A caller that gives up while
+// it is under way gets its context's error, and its turn is given back:
+// gatherInFlight calls after it still go out alone.
+func TestALoneInvokeWhoseCallerGivesUpGivesBackItsTurn(t *testing.T) {
+	p, client := startGatherPeer(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := client.Invoke(ctx, "a", []byte("impatient"))
+		gaveUp <- err
+	}()
+	require.Equal(t, "impatient", <-p.arrived)
+	cancel()
+	require.ErrorIs(t, <-gaveUp, context.Canceled)
+
+	answers := fillAndQueue(t, p, client, func(string) context.Context { return context.Background() }, []string{"q-0"})
+	close(p.release)
+	for payload, ch := range answers {
+		got := <-ch
+		require.NoError(t, got.err, payload)
+		require.Equal(t, "id-"+payload, got.id)
+	}
+	require.Equal(t, "q-0", <-p.arrived, "the call past the turns waited for one, then went alone")
+	require.Empty(t, p.batches)
+}
