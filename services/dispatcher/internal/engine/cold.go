@@ -50,6 +50,24 @@ type coldQueue struct {
 	// from its start before it hands out anything.
 	from     *Place
 	unplaced bool
+	// due and dueLast bound when the queue's cold delayed tasks come due
+	// (Unix nanoseconds; due 0 when none is known to be waiting). A
+	// delayed task come due may belong before the queue's next held task
+	// (a higher priority, or no cold ready task before it to read from),
+	// so from due on the queue reads its ready cold tasks before its next
+	// held one, at most once a coldRetry, until dueLast has passed.
+	// Without it such a task came back only once the queue ran low, which
+	// a steady backlog never lets it do.
+	due, dueLast int64
+}
+
+// delayedCold notes a delayed task of the queue due at runAt (Unix
+// nanoseconds) that went, or may have gone, cold.
+func (c *coldQueue) delayedCold(runAt int64) {
+	if c.due == 0 || runAt < c.due {
+		c.due = runAt
+	}
+	c.dueLast = max(c.dueLast, runAt)
 }
 
 // Place is a queued task's place in its queue's hand-out order: priority
@@ -85,13 +103,20 @@ func (p *Partition) Cold() int { return p.coldSum }
 // the queue of namespace and action the view holds past the bound
 // (view.LoadLive left them out). Where they are in the queue is not known,
 // so the queue reads its first ones back before it hands out any task.
-func (p *Partition) SetCold(namespace, action string, n int) {
+//
+// Its delayed cold tasks are due from due to dueLast (zero times when it
+// has none): SetCold reads them as the view's rows say.
+func (p *Partition) SetCold(namespace, action string, n int, due, dueLast time.Time) {
 	k := queueKey{namespace, action}
 	if c := p.cold[k]; c != nil {
 		n -= c.n
 	}
 	if c := p.addCold(k, n); c != nil {
 		c.from, c.unplaced = nil, true
+		if !due.IsZero() {
+			c.delayedCold(due.UnixNano())
+			c.delayedCold(dueLast.UnixNano())
+		}
 	}
 }
 
@@ -245,6 +270,8 @@ func (p *Partition) chill(offset int64) {
 				if at := placeOf(&e.t); cq.from == nil || at.compare(*cq.from) < 0 {
 					cq.from = &at
 				}
+			} else {
+				cq.delayedCold(e.t.RunAt.UnixNano())
 			}
 			e.in.stale(e.t.Priority)
 			e.in = nil
@@ -291,8 +318,13 @@ type Warming struct {
 	// starts (at From or after): no cold task of the queue comes before it.
 	Namespace, Action string
 	From              *Place
+	// Before, when set, ends a read of one queue: it reads the queue's
+	// ready tasks before that place only, from the queue's start (the
+	// queue's next held task; a read for delayed tasks come due).
+	Before *Place
 	// Held are the tasks the partition held when the read began (those of
-	// the queue for a read of one queue; none for a read from From): the
+	// the queue for a read of one queue from its start, those of it not
+	// held ready for a read before Before, none for a read from From): the
 	// view's rows of those may be older than the partition's state.
 	Held []uuid.UUID
 	// Now splits ready from delayed.
@@ -313,8 +345,9 @@ func (w *Warming) OneQueue() bool { return w.Namespace != "" || w.Action != "" }
 // bound. Otherwise a queue with cold tasks reads a tenth of the bound of
 // its own next ready ones when it holds a twentieth of the bound or fewer
 // ready tasks (so a queue nobody claims from cannot keep another's tasks
-// in the view), or when the next task it would hand out comes after where
-// its cold ones begin. One read at a time.
+// in the view), when the next task it would hand out comes after where
+// its cold ones begin, or, while its cold delayed tasks come due, those
+// before the next task it would hand out. One read at a time.
 func (p *Partition) Warm() *Warming {
 	bound := p.limits.QueuedTasks
 	if bound <= 0 || p.coldSum == 0 || p.warming != nil {
@@ -328,57 +361,92 @@ func (p *Partition) Warm() *Warming {
 	}
 	low := max(bound/20, 1)
 	var (
-		want      *queueKey
-		fromStart bool
+		want *queueKey
+		kind queueRead
 	)
 	for k, c := range p.cold {
-		read, start := p.due(k, c, low)
-		if !read {
+		r := p.due(k, c, low)
+		if r == noRead {
 			continue
 		}
 		if want == nil || k.compare(*want) < 0 {
-			want, fromStart = &k, start
+			want, kind = &k, r
 		}
 	}
 	if want == nil {
 		return nil
 	}
 	w.N, w.Namespace, w.Action = max(bound/10, 1), want.namespace, want.action
-	if !fromStart {
+	switch kind {
+	case readFrom:
 		// A read from where the queue's cold tasks begin leaves nothing
 		// out: the held tasks after it are mostly ones the view has no row
 		// of yet, and Warmed skips the rows of those it has. The list would
 		// cost more than the rows.
 		w.From = p.cold[*want].from
-	} else {
-		for id, e := range p.tasks {
-			if e.t.Namespace == want.namespace && e.t.Action == want.action {
-				w.Held = append(w.Held, id)
-			}
-		}
+	case readDue:
+		// The tasks held ready all come at or after the next one: only
+		// the others (leased ones, whose rows the view may still have
+		// queued, and delayed ones) are left out.
+		ready := p.ready[*want]
+		at := placeOf(&ready.top().e.t)
+		w.Before, w.Held = &at, p.heldOf(*want, ready)
+	default:
+		w.Held = p.heldOf(*want, nil)
 	}
 	p.warming = w
 	return w
 }
 
-// due says whether queue k, whose cold tasks c tells of, reads its own
-// back, and whether from its start. It does from its start when it holds
-// low ready tasks or fewer (and no read of it found too few within
-// coldRetry), which also finds a delayed cold task come due that comes
-// before c.from (a higher priority), or when where its cold tasks begin is
-// not known; from c.from on when its next task comes after c.from.
-func (p *Partition) due(k queueKey, c *coldQueue, low int) (read, fromStart bool) {
+// heldOf lists the tasks of queue k the partition holds, but for those
+// indexed in except.
+func (p *Partition) heldOf(k queueKey, except *heap) []uuid.UUID {
+	var ids []uuid.UUID
+	for id, e := range p.tasks {
+		if e.t.Namespace == k.namespace && e.t.Action == k.action && (except == nil || e.in != except) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// queueRead is how a queue reads its own cold tasks back.
+type queueRead int
+
+const (
+	noRead        queueRead = iota
+	readFromStart           // its next ready ones from its start
+	readFrom                // its next ready ones from where they begin
+	readDue                 // its ready ones before its next held task
+)
+
+// due says whether and how queue k, whose cold tasks c tells of, reads
+// its own back. It does from its start when it holds low ready tasks or
+// fewer (and no read of it found too few within coldRetry), or when where
+// its cold tasks begin is not known; from c.from on when its next task
+// comes after c.from; and, while its cold delayed tasks come due, those
+// before its next task.
+func (p *Partition) due(k queueKey, c *coldQueue, low int) queueRead {
 	h := p.ready[k]
 	switch {
 	case h == nil || h.live <= low:
-		return p.now >= c.retryAt, true
+		if p.now >= c.retryAt {
+			return readFromStart
+		}
+		return noRead
 	case c.unplaced:
-		return true, true
-	case c.from == nil:
-		return false, false
+		return readFromStart
 	}
 	top := h.top()
-	return top != nil && placeOf(&top.e.t).compare(*c.from) > 0, false
+	switch {
+	case top == nil:
+		return noRead
+	case c.from != nil && placeOf(&top.e.t).compare(*c.from) > 0:
+		return readFrom
+	case c.due != 0 && p.now >= c.due:
+		return readDue
+	}
+	return noRead
 }
 
 // beforeCold says whether t, a ready task of queue k, comes before where
@@ -412,6 +480,10 @@ func (p *Partition) Warmed(w *Warming, tasks []Task) int {
 	}
 	one := w.OneQueue()
 	switch {
+	case w.Before != nil:
+		if c := p.cold[queueKey{w.Namespace, w.Action}]; c != nil {
+			c.readDue(w, tasks)
+		}
 	case len(tasks) < w.N && !one:
 		// The view had no more cold tasks than these.
 		clear(p.cold)
@@ -446,6 +518,27 @@ func (p *Partition) Warmed(w *Warming, tasks []Task) int {
 		}
 	}
 	return n
+}
+
+// readDue notes what a read of the queue's ready cold tasks before
+// w.Before found (tasks, w.N at most): every cold task ready by then that
+// comes before the last of them, or before w.Before when they were fewer,
+// is held now, so the queue's cold ready tasks begin there at the latest.
+// It reads again a coldRetry later while its delayed ones may still come
+// due.
+func (c *coldQueue) readDue(w *Warming, tasks []Task) {
+	at := *w.Before
+	if len(tasks) == w.N {
+		at = placeOf(&tasks[len(tasks)-1])
+	}
+	if c.from == nil || at.compare(*c.from) < 0 {
+		c.from = &at
+	}
+	if now := w.Now.UnixNano(); now < c.dueLast {
+		c.due = w.Now.Add(coldRetry).UnixNano()
+	} else {
+		c.due, c.dueLast = 0, 0
+	}
 }
 
 // Unwarm ends a read of w that failed; the next Warm tries again.

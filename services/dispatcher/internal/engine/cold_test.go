@@ -107,7 +107,7 @@ func TestReplayedColdTaskIsHeldAgain(t *testing.T) {
 	task := engine.New(0).Invoke(inv, settings(3), "", t0)[0].Task
 	p := engine.New(0)
 	p.SetLimits(engine.Limits{QueuedTasks: 2})
-	p.SetCold(ns, "a", 1)
+	p.SetCold(ns, "a", 1, time.Time{}, time.Time{})
 	started := task
 	started.Status, started.Attempt, started.WorkerID, started.Payload = store.Running, 1, "w1", nil
 	started.LeaseUntil = at(time.Minute)
@@ -376,4 +376,96 @@ func TestColdTasksGoOutBeforeNewerHeldOnes(t *testing.T) {
 		}
 	}
 	require.Zero(t, late, "tasks handed out far behind their turn")
+}
+
+// steadyBacklog runs a queue of action "a" whose backlog arrives as fast as
+// it is worked: each step invokes step ready tasks 1 ms apart (the view has
+// them at once), reads cold tasks back when the partition asks, and claims
+// step tasks. It records the step each task went out at, and the order.
+type steadyBacklog struct {
+	*coldQueues
+	now       time.Time
+	claimedAt map[uuid.UUID]int
+	out       []uuid.UUID
+	steps     int
+}
+
+func (b *steadyBacklog) run(t *testing.T, steps, step int) {
+	t.Helper()
+	for range steps {
+		b.invoke(t, "a", step, b.now, time.Time{})
+		b.now = b.now.Add(time.Duration(step) * time.Millisecond)
+		if w := b.p.Warm(); w != nil {
+			b.p.Warmed(w, readCold(b.view, w))
+		}
+		claimed, _ := b.p.Claim(ns, []string{"a"}, make([]engine.Slot, step), b.now)
+		for _, cl := range claimed {
+			b.claimedAt[cl.Task.ID] = b.steps
+			b.out = append(b.out, cl.Task.ID)
+		}
+		b.steps++
+	}
+}
+
+// Delayed tasks that went cold come back once due, in their turn, while a
+// steady backlog keeps their queue from running low, even when no ready
+// task of the queue is cold to read from. Before, they came back only once
+// the queue ran low, which such a backlog never lets it do.
+func TestDelayedColdTasksComeBackOnceDueUnderASteadyBacklog(t *testing.T) {
+	t.Parallel()
+	b := &steadyBacklog{coldQueues: &coldQueues{p: engine.New(0), view: map[uuid.UUID]engine.Task{}}, claimedAt: map[uuid.UUID]int{}}
+	b.p.SetLimits(engine.Limits{QueuedTasks: 100})
+	due := at(time.Second)
+	b.invoke(t, "a", 85, at(0), time.Time{})
+	delayed := b.invoke(t, "a", 30, at(100*time.Millisecond), due)
+	require.Equal(t, 25, b.p.ColdIn(ns, "a"), "only delayed ones went cold: no ready one to read from")
+	b.now = at(200 * time.Millisecond)
+
+	b.run(t, 400, 5) // 2 s at 5 tasks a step
+	for _, id := range delayed {
+		_, ok := b.claimedAt[id]
+		require.True(t, ok, "a delayed cold task never came back")
+	}
+	// In hand-out order they come after the tasks invoked before they were
+	// due and before those invoked after. A read brings a tenth of the bound
+	// back once the next task held comes after where they begin, so the
+	// claim that takes the last one read may take later ones too: at most
+	// a claim's worth of later tasks per read (three reads of ten) goes
+	// ahead of them.
+	later, last := 0, 0
+	for _, id := range b.out {
+		if slices.Contains(delayed, id) {
+			last = later
+		} else if b.view[id].RunAt.After(due) {
+			later++
+		}
+	}
+	require.LessOrEqual(t, last, 3*5, "tasks invoked after the delayed ones were due went out ahead of them")
+}
+
+// A delayed task that went cold and comes due with a higher priority than
+// where its queue's cold ready tasks begin goes out as soon as it is due,
+// under a backlog past the bound that keeps arriving as fast as it is
+// worked.
+func TestAHigherPriorityDelayedColdTaskGoesOutOnceDue(t *testing.T) {
+	t.Parallel()
+	b := &steadyBacklog{coldQueues: &coldQueues{p: engine.New(0), view: map[uuid.UUID]engine.Task{}}, claimedAt: map[uuid.UUID]int{}}
+	b.p.SetLimits(engine.Limits{QueuedTasks: 100})
+	due := at(time.Second)
+	inv := invocation("a", 5)
+	inv.InvokedAt, inv.RunAt = at(0), due
+	changes := b.p.Invoke(inv, settings(3), "", at(0))
+	b.p.Recorded(inv.TaskID, b.offset)
+	b.offset++
+	b.view[inv.TaskID] = changes[0].Task
+	b.invoke(t, "a", 300, at(time.Millisecond), time.Time{}) // a backlog past the bound
+	require.False(t, b.p.Has(inv.TaskID), "the delayed task went cold first")
+	b.now = at(400 * time.Millisecond)
+
+	b.run(t, 200, 5) // 1 s at 5 tasks a step
+	require.Positive(t, b.p.ColdIn(ns, "a"), "the backlog is still past the bound")
+	went, ok := b.claimedAt[inv.TaskID]
+	require.True(t, ok, "the delayed task never went out")
+	// Due at step 120 (400 ms on, 5 ms a step); the next claims hand it out.
+	require.LessOrEqual(t, went, 122, "it waited behind lower priorities")
 }

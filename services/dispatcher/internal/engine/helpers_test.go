@@ -110,15 +110,15 @@ func before(t engine.Task, at engine.Place) bool {
 // readCold reads cold tasks back as view.LoadCold does, from view (each
 // task's state as the view has it): the queued tasks not among w.Held, the
 // ready ones in hand-out order, then the delayed ones soonest due, w.N at
-// most; only the ready ones of its queue from w.From on for a read of one
-// queue.
+// most; only the ready ones of its queue from w.From on, or before
+// w.Before, for a read of one queue.
 func readCold(view map[uuid.UUID]engine.Task, w *engine.Warming) []engine.Task {
 	var ready, delayed []engine.Task
 	one := w.OneQueue()
 	for _, t := range view {
 		if t.Status != store.Queued || slices.Contains(w.Held, t.ID) ||
 			one && (t.Namespace != w.Namespace || t.Action != w.Action || t.RunAt.After(w.Now)) ||
-			w.From != nil && before(t, *w.From) {
+			w.From != nil && before(t, *w.From) || w.Before != nil && !before(t, *w.Before) {
 			continue
 		}
 		if t.RunAt.After(w.Now) {

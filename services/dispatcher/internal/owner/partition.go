@@ -317,8 +317,8 @@ func (p *partition) rebuild(ctx context.Context) error {
 			eng.Load(t)
 			knowQueue(keys, t.Namespace, t.Action)
 		})
-		for q, n := range cold {
-			eng.SetCold(q[0], q[1], n)
+		for q, c := range cold {
+			eng.SetCold(q[0], q[1], c.N, c.Due, c.DueLast)
 		}
 		return err
 	})

@@ -121,19 +121,29 @@ func scanTask(r pgx.Row, extra ...any) (engine.Task, error) {
 // whether one was left out.
 var liveColumns = taskColumnsOf(`CASE WHEN keep THEN payload ELSE '' END`) + `, NOT keep AND octet_length(payload) > 0`
 
+// Cold is what a new owner learns of one queue's cold tasks.
+type Cold struct {
+	// N is how many there are.
+	N int
+	// Due and DueLast are when the queue's first and last delayed queued
+	// tasks come due (zero when it has none), held ones among them: the
+	// range the cold delayed ones come due in.
+	Due, DueLast time.Time
+}
+
 // LoadLive reads the tasks of a partition that are not final (queued,
 // running, waiting), for the partition's new owner, in the one snapshot db
 // reads (a repeatable-read transaction), calls fn with each, and returns
-// how many queued tasks of each queue ({namespace, action}) it left in the
-// view: those past limits.QueuedTasks in hand-out order (ready ones by
-// priority, due time, creation and id, then delayed ones by due time),
-// which the owner counts cold (engine.Partition.SetCold). The payloads of
+// what it left in the view of each queue ({namespace, action}): the queued
+// tasks past limits.QueuedTasks in hand-out order (ready ones by priority,
+// due time, creation and id, then delayed ones by due time), which the
+// owner counts cold (engine.Partition.SetCold). The payloads of
 // the others are read only as far as limits let the owner hold them: those
 // of queued tasks due by now plus the horizon, in the same order, up to
 // the bound in all. Every other task with a payload comes with PayloadOut
 // set; a claim reads it from the view. With no limits every task comes
 // whole.
-func LoadLive(ctx context.Context, db store.DB, partition int32, limits engine.Limits, now time.Time, fn func(t engine.Task)) (map[[2]string]int, error) {
+func LoadLive(ctx context.Context, db store.DB, partition int32, limits engine.Limits, now time.Time, fn func(t engine.Task)) (map[[2]string]Cold, error) {
 	// Zero means no bound, as in engine.Limits; a NULL limit is none.
 	var dueBy *time.Time
 	if limits.Horizon > 0 {
@@ -188,19 +198,25 @@ func LoadLive(ctx context.Context, db store.DB, partition int32, limits engine.L
 	if bound == nil || queued < *bound {
 		return nil, nil
 	}
-	rows, err = db.Query(ctx, `SELECT namespace, action, count(*) FROM tasks WHERE partition = $1 AND state = 'queued'
-	GROUP BY namespace, action`, partition)
+	rows, err = db.Query(ctx, `SELECT namespace, action, count(*),
+		min(run_at) FILTER (WHERE run_at > $2), max(run_at) FILTER (WHERE run_at > $2)
+	FROM tasks WHERE partition = $1 AND state = 'queued' GROUP BY namespace, action`, partition, now)
 	if err != nil {
 		return nil, fmt.Errorf("count queued tasks of partition %d: %w", partition, err)
 	}
-	cold := map[[2]string]int{}
+	cold := map[[2]string]Cold{}
 	var (
-		q   [2]string
-		all int
+		q         [2]string
+		all       int
+		due, last *time.Time
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&q[0], &q[1], &all}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&q[0], &q[1], &all, &due, &last}, func() error {
 		if n := all - held[q]; n > 0 {
-			cold[q] = n
+			c := Cold{N: n}
+			if due != nil {
+				c.Due, c.DueLast = *due, *last
+			}
+			cold[q] = c
 		}
 		return nil
 	}); err != nil {
@@ -213,7 +229,7 @@ func LoadLive(ctx context.Context, db store.DB, partition int32, limits engine.L
 // queued tasks in hand-out order that the partition did not hold when w
 // began, the ready ones first (priority, due time, creation, id), then the
 // delayed ones soonest due, w.N at most; for a read of one queue, that
-// queue's next ready ones (from w.From on, when set). Each query is one
+// queue's next ready ones (from w.From on, or before w.Before, when set). Each query is one
 // range of an index in order; the next one reads what the last left to
 // read.
 func LoadCold(ctx context.Context, db store.DB, partition int32, w *engine.Warming) ([]engine.Task, error) {
@@ -246,6 +262,15 @@ func LoadCold(ctx context.Context, db store.DB, partition int32, w *engine.Warmi
 		ORDER BY run_at, created_at, id LIMIT $4`, slices.Concat(args, []any{f.Priority, f.RunAt, f.CreatedAt, f.ID})},
 				{queue + ` AND priority < $7 ORDER BY priority DESC, run_at, created_at, id LIMIT $4`,
 					slices.Concat(args, []any{f.Priority})},
+			}
+		}
+		if b := w.Before; b != nil {
+			// The higher priorities, then the start of Before's.
+			reads = []read{
+				{queue + ` AND priority > $7 ORDER BY priority DESC, run_at, created_at, id LIMIT $4`,
+					slices.Concat(args, []any{b.Priority})},
+				{queue + ` AND priority = $7 AND (run_at, created_at, id) < ($8, $9, $10)
+		ORDER BY run_at, created_at, id LIMIT $4`, slices.Concat(args, []any{b.Priority, b.RunAt, b.CreatedAt, b.ID})},
 			}
 		}
 	}

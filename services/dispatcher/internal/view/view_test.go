@@ -578,7 +578,11 @@ func TestLoadLiveReadsPayloadsWithinTheLimits(t *testing.T) {
 		return out
 	}
 	require.ElementsMatch(t, []uuid.UUID{first.ID, second.ID, busy.ID}, ids(held))
-	require.Equal(t, map[[2]string]int{{"ns", "send"}: 4}, cold, "third, empty, soon and far")
+	require.Len(t, cold, 1)
+	send := cold[[2]string{"ns", "send"}]
+	require.Equal(t, 4, send.N, "third, empty, soon and far")
+	require.WithinDuration(t, soon.RunAt, send.Due, time.Microsecond, "its delayed tasks come due from soon")
+	require.WithinDuration(t, far.RunAt, send.DueLast, time.Microsecond, "to far")
 
 	// Read back, they come whole in hand-out order: the ready ones by
 	// priority, due time and creation, then the delayed ones soonest due,
@@ -604,9 +608,9 @@ func TestLoadLiveReadsPayloadsWithinTheLimits(t *testing.T) {
 	check(load(engine.Limits{PayloadBytes: 2*size - 1}), first)
 }
 
-// loadLive collects what LoadLive reads: the tasks to hold, and how many
-// of each queue it left in the view cold.
-func loadLive(t *testing.T, db store.DB, partition int32, limits engine.Limits, now time.Time) (held []engine.Task, cold map[[2]string]int) {
+// loadLive collects what LoadLive reads: the tasks to hold, and what it
+// left in the view cold of each queue.
+func loadLive(t *testing.T, db store.DB, partition int32, limits engine.Limits, now time.Time) (held []engine.Task, cold map[[2]string]view.Cold) {
 	t.Helper()
 	cold, err := view.LoadLive(t.Context(), db, partition, limits, now, func(task engine.Task) {
 		held = append(held, task)
@@ -680,5 +684,31 @@ func TestColdTasksOfOneQueue(t *testing.T) {
 
 	loaded, cold := loadLive(t, pool, 5, engine.Limits{QueuedTasks: 2}, at)
 	require.Len(t, loaded, 2)
-	require.Equal(t, map[[2]string]int{{"ns", "send"}: 3}, cold, "other and held are held; the rest of send is cold")
+	require.Len(t, cold, 1, "other is held")
+	send := cold[[2]string{"ns", "send"}]
+	require.Equal(t, 3, send.N, "held is held; the rest of send is cold")
+	require.WithinDuration(t, later.RunAt, send.Due, time.Microsecond, "later is send's one delayed task")
+	require.WithinDuration(t, later.RunAt, send.DueLast, time.Microsecond)
+
+	// Before a place: the higher priorities, then the start of its own;
+	// none of another queue's, none delayed.
+	w.From, w.Held = nil, nil
+	w.N, w.Before = 10, from(held)
+	read, err = view.LoadCold(ctx, pool, 5, w)
+	require.NoError(t, err)
+	require.Empty(t, read, "nothing ready comes before held")
+	w.Before = from(low)
+	read, err = view.LoadCold(ctx, pool, 5, w)
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{held.ID, high.ID}, []uuid.UUID{read[0].ID, read[1].ID})
+	require.Len(t, read, 2, "low itself is not before low")
+	w.N = 1
+	read, err = view.LoadCold(ctx, pool, 5, w)
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{held.ID}, []uuid.UUID{read[0].ID}, "as many as asked")
+	w.N, w.Before = 10, from(high)
+	read, err = view.LoadCold(ctx, pool, 5, w)
+	require.NoError(t, err)
+	require.Len(t, read, 1, "only the higher priority: nothing of its own comes before high")
+	require.Equal(t, held.ID, read[0].ID)
 }
