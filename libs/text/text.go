@@ -10,7 +10,6 @@ package text
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 	"unicode/utf8"
 
@@ -39,40 +38,59 @@ const (
 	MaxOutcomeBytes = 256
 )
 
-// identifier is one identifier rule: the pattern and how the error
-// describes it.
+// identifier is one identifier rule: at most max bytes of ASCII letters and
+// digits and the punctuation it allows (first, as the first byte; rest,
+// after it), and how the error describes it. A byte loop, not a regular
+// expression: every task's action and namespace pass through it at intake.
 type identifier struct {
-	pattern *regexp.Regexp
-	form    string
+	max         int
+	first, rest string
+	form        string
 }
 
 func (r identifier) check(field, s string) error {
 	if s == "" {
 		return fault.Invalidf("%s is required", field)
 	}
-	if !r.pattern.MatchString(s) {
+	if !r.valid(s) {
 		return fault.Invalidf("%s %q is invalid: use %s", field, s, r.form)
 	}
 	return nil
 }
 
+func (r identifier) valid(s string) bool {
+	if len(s) > r.max {
+		return false
+	}
+	allowed := r.first
+	for i := range len(s) {
+		c := s[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte(allowed, c) >= 0 {
+			allowed = r.rest
+			continue
+		}
+		return false
+	}
+	return true
+}
+
 var (
 	// names exclude "/" so a namespace and a name joined by a slash name one
 	// thing unambiguously.
-	names = identifier{regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`),
+	names = identifier{MaxNameBytes, "", "._-",
 		"1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit"}
 	// streamNames, for streams and consumer groups, also allow a leading '_'.
-	streamNames = identifier{regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`),
+	streamNames = identifier{MaxNameBytes, "_", "._-",
 		"1 to 128 letters, digits, '.', '_' or '-', not starting with '.' or '-'"}
 	// workerIDs also exclude "/", which joins namespace and id in record
 	// keys, and allow ':' for host:pid style ids.
-	workerIDs = identifier{regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`),
+	workerIDs = identifier{MaxWorkerIDBytes, "", "._:-",
 		"1 to 128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit"}
-	versions = identifier{regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$`),
+	versions = identifier{MaxVersionBytes, "", "._+-",
 		"1 to 64 letters, digits, '.', '_', '+' or '-', starting with a letter or digit"}
-	signalTypes = identifier{regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$`),
+	signalTypes = identifier{MaxSignalTypeBytes, "_", "_.:-",
 		"1 to 128 letters, digits, '_', '.', ':' or '-', not starting with '.', ':' or '-'"}
-	errorCodes = identifier{regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,63}$`),
+	errorCodes = identifier{MaxErrorCodeBytes, "_", "_.:-",
 		"1 to 64 letters, digits, '_', '.', ':' or '-', not starting with '.', ':' or '-'"}
 )
 

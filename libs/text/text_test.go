@@ -1,6 +1,8 @@
 package text_test
 
 import (
+	"math/rand/v2"
+	"regexp"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -67,6 +69,46 @@ func TestRules(t *testing.T) {
 			require.Equal(t, fault.Invalid, kind)
 			require.Contains(t, msg, tt.message)
 		})
+	}
+}
+
+// Each identifier rule accepts exactly the strings of the pattern its
+// error message describes, over random strings of the characters that
+// matter (letters, digits, every punctuation any rule allows, '/', NUL, a
+// space, a non-ASCII letter) around each rule's length limit.
+func TestIdentifierRulesFollowTheirPatterns(t *testing.T) {
+	t.Parallel()
+	rules := []struct {
+		check   func(field, s string) error
+		pattern *regexp.Regexp
+		max     int
+	}{
+		{text.Name, regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`), text.MaxNameBytes},
+		{text.StreamName, regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`), text.MaxNameBytes},
+		{text.WorkerID, regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`), text.MaxWorkerIDBytes},
+		{text.Version, regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$`), text.MaxVersionBytes},
+		{text.SignalType, regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$`), text.MaxSignalTypeBytes},
+		{text.ErrorCode, regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,63}$`), text.MaxErrorCodeBytes},
+	}
+	alphabet := []string{"a", "Z", "0", "9", ".", "_", "-", ":", "+", "/", "\x00", " ", "é", "`", "@", "[", "{"}
+	r := rand.New(rand.NewPCG(1, 2))
+	for i, rule := range rules {
+		for range 5000 {
+			n := r.IntN(5)
+			if r.IntN(4) == 0 {
+				n = rule.max - 2 + r.IntN(5)
+			}
+			var b strings.Builder
+			for range n {
+				if r.IntN(3) == 0 {
+					b.WriteString(alphabet[r.IntN(len(alphabet))])
+				} else {
+					b.WriteByte("abcXYZ123"[r.IntN(9)])
+				}
+			}
+			s := b.String()
+			require.Equal(t, rule.pattern.MatchString(s), rule.check("f", s) == nil, "rule %d on %q", i, s)
+		}
 	}
 }
 
