@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/harness"
@@ -378,4 +379,79 @@ func TestAnActionWithoutWorkersKeepsNoOtherInTheView(t *testing.T) {
 		require.Empty(t, e.report(t, ns, reports...))
 	}
 	settled(stuck)
+}
+
+// Delayed tasks past the bound, left in the view by a new owner, go out once
+// due, while their action's backlog arrives as fast as it is worked: the
+// action never runs low and no partition drains to half the bound, which
+// were the only ways they came back before. They have the highest priority,
+// so they go out first once due; never before.
+func TestDelayedTasksPastTheBoundGoOutOnceDue(t *testing.T) {
+	// Not parallel: the gauge is read through the global meter provider.
+	metrics := telemetrytest.Global(t)
+	const (
+		bound   = 40 // per partition
+		backlog = 800
+		delayed = 12
+	)
+	broker := harness.NewBroker(t)
+	cfg := boundedConfig(t, broker)
+	cfg.QueuedTasks = bound
+	e, ns, stop := startBounded(t, cfg, broker)
+	invoke := func(n int, priority int32, runAt time.Time) []string {
+		cmds := make([]*eventsv1.InvokeTask, n)
+		ids := make([]string, n)
+		for i := range cmds {
+			cmds[i] = &eventsv1.InvokeTask{TaskId: uuid.NewString(), Namespace: ns, Action: "work", Payload: []byte(`{}`), Priority: priority}
+			if !runAt.IsZero() {
+				cmds[i].RunAt = timestamppb.New(runAt)
+			}
+			ids[i] = cmds[i].TaskId
+		}
+		e.produce(t, "", nil, cmds...)
+		return ids
+	}
+	// The delayed ones first, so each partition lets them go cold first.
+	due := time.Now().Add(5 * time.Second)
+	late := invoke(delayed, 5, due)
+	invoke(backlog, 0, time.Time{})
+	var (
+		held map[string]float64
+		cold float64
+	)
+	require.Eventually(t, func() bool {
+		held, cold = queuedTasks(metrics)
+		for _, v := range held {
+			if v > bound+bound/10 {
+				return false
+			}
+		}
+		return len(held) == partitions && cold >= delayed+backlog-partitions*(bound+bound/10)
+	}, waitFor, tick, "held %v, cold %v", &held, &cold)
+
+	// A new owner reads the first ready tasks in hand-out order and leaves
+	// the delayed ones in the view, with when they come due.
+	stop()
+	svc, _ := startService(t, cfg)
+	e.svc, e.client = svc, dispatcherv1.NewDispatcherClient(harness.DialInternal(t, svc.GRPCAddr()))
+
+	want := map[string]bool{}
+	for _, id := range late {
+		want[id] = true
+	}
+	deadline := due.Add(waitFor)
+	for len(want) > 0 {
+		require.True(t, time.Now().Before(deadline), "%d delayed tasks never went out", len(want))
+		invoke(8, 0, time.Time{})
+		batch := e.claim(t, ns, []string{"work"}, 8, waitFor, time.Minute)
+		reports := make([]*dispatcherv1.Report, len(batch))
+		for i, a := range batch {
+			if want[a.GetTaskId()] {
+				require.False(t, time.Now().Before(due), "a delayed task went out before it was due")
+				delete(want, a.GetTaskId())
+			}
+			reports[i] = completed(a, `{}`, "")
+		}
+		require.Empty(t, e.report(t, ns, reports...))
+	}
 }
