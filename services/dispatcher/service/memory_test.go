@@ -152,6 +152,17 @@ func startBounded(t *testing.T, cfg service.Config, broker *localbroker.Broker) 
 	return e, ns, stop
 }
 
+// startQueueBounded starts a dispatcher that holds bound queued tasks per
+// partition, with the config it ran with.
+func startQueueBounded(t *testing.T, bound int) (e *env, ns string, cfg service.Config, stop func()) {
+	t.Helper()
+	broker := harness.NewBroker(t)
+	cfg = boundedConfig(t, broker)
+	cfg.QueuedTasks = bound
+	e, ns, stop = startBounded(t, cfg, broker)
+	return e, ns, cfg, stop
+}
+
 // startService runs a dispatcher until the test ends, or stop.
 func startService(t *testing.T, cfg service.Config) (svc *service.Service, stop func()) {
 	t.Helper()
@@ -200,10 +211,7 @@ func TestQueuedTasksPastTheBoundWaitInTheView(t *testing.T) {
 		bound = 40 // per partition
 		tasks = 1000
 	)
-	broker := harness.NewBroker(t)
-	cfg := boundedConfig(t, broker)
-	cfg.QueuedTasks = bound
-	e, ns, stop := startBounded(t, cfg, broker)
+	e, ns, cfg, stop := startQueueBounded(t, bound)
 
 	cmds := make([]*eventsv1.InvokeTask, tasks)
 	want := map[string][]byte{}
@@ -324,10 +332,7 @@ func TestAnActionWithoutWorkersKeepsNoOtherInTheView(t *testing.T) {
 		stuck = 1000
 		work  = 200
 	)
-	broker := harness.NewBroker(t)
-	cfg := boundedConfig(t, broker)
-	cfg.QueuedTasks = bound
-	e, ns, _ := startBounded(t, cfg, broker)
+	e, ns, _, _ := startQueueBounded(t, bound)
 	e.register(t, ns, "stuck", &flov1.RegisterActionRequest{MaxAttempts: 1})
 
 	// settled waits until every partition holds the bound and a tenth at
@@ -394,10 +399,7 @@ func TestDelayedTasksPastTheBoundGoOutOnceDue(t *testing.T) {
 		backlog = 800
 		delayed = 12
 	)
-	broker := harness.NewBroker(t)
-	cfg := boundedConfig(t, broker)
-	cfg.QueuedTasks = bound
-	e, ns, stop := startBounded(t, cfg, broker)
+	e, ns, cfg, stop := startQueueBounded(t, bound)
 	invoke := func(n int, priority int32, runAt time.Time) []string {
 		cmds := make([]*eventsv1.InvokeTask, n)
 		ids := make([]string, n)
