@@ -92,11 +92,10 @@ func (a Place) compare(b Place) int {
 }
 
 // Cold is about how many queued tasks the partition holds only in the view:
-// never fewer. A cold task held again by another way than Warmed (a
-// requeue's or a completion's read of the view, a replayed record) is
-// counted until a read back of the whole partition finds the view has no
-// more; meanwhile its queue, when it runs low, reads its own at most once
-// a second (coldRetry) and finds nothing.
+// never fewer. A cold task held again comes off its queue's count, however
+// it comes back (a read back, a call that loads its row, a replayed
+// record); a read back of the whole partition that finds fewer rows than it
+// asked for sets every count to zero.
 func (p *Partition) Cold() int { return p.coldSum }
 
 // SetCold tells a partition rebuilt from the view how many queued tasks of
@@ -470,7 +469,6 @@ func (p *Partition) Warmed(w *Warming, tasks []Task) int {
 			continue
 		}
 		p.Load(t)
-		p.addCold(queueKey{t.Namespace, t.Action}, -1)
 		n++
 	}
 	if w.chilled {

@@ -100,29 +100,36 @@ func TestQueuedTasksPastTheBoundGoColdAndComeBackInOrder(t *testing.T) {
 
 // A cold task that the log says moved on (a rebuild, which left it in the
 // view, replays a later record) is held again, its payload left in the
-// view; the count of cold tasks is corrected by the next read back.
-func TestReplayedColdTaskIsHeldAgain(t *testing.T) {
+// view, and its queue counts one cold task fewer; so does one a call loads
+// from its row (a completion by token). A replayed requeue of a dead letter
+// was no cold task and counts nothing off.
+func TestAColdTaskHeldAgainLeavesItsQueuesCount(t *testing.T) {
 	t.Parallel()
-	inv := invocation("a", 0)
-	task := engine.New(0).Invoke(inv, settings(3), "", t0)[0].Task
+	task := func() engine.Task { return engine.New(0).Invoke(invocation("a", 0), settings(3), "", t0)[0].Task }
 	p := engine.New(0)
 	p.SetLimits(engine.Limits{QueuedTasks: 2})
-	p.SetCold(ns, "a", 1, time.Time{}, time.Time{})
-	started := task
+	p.SetCold(ns, "a", 3, time.Time{}, time.Time{})
+
+	started := task()
 	started.Status, started.Attempt, started.WorkerID, started.Payload = store.Running, 1, "w1", nil
 	started.LeaseUntil = at(time.Minute)
 	p.Apply(engine.Change{Type: taskevent.Started, Task: started})
-	got := get(t, p, inv.TaskID)
+	got := get(t, p, started.ID)
 	require.Equal(t, store.Running, got.Status)
 	require.True(t, got.PayloadOut, "the payload is read from the view when needed")
+	require.Equal(t, 2, p.Cold())
 
-	w := p.Warm()
-	require.NotNil(t, w)
-	// The view's row is still the queued one.
-	require.Zero(t, p.Warmed(w, readCold(map[uuid.UUID]engine.Task{task.ID: task}, w)))
-	require.Zero(t, p.Cold(), "the view has no more")
-	require.Nil(t, p.Warm())
-	require.Equal(t, store.Running, get(t, p, inv.TaskID).Status, "the queued row did not bring the task back")
+	requeued := task()
+	requeued.Payload = []byte(`{"n":1}`)
+	p.Apply(engine.Change{Type: taskevent.Requeued, Task: requeued})
+	require.Equal(t, 2, p.Cold(), "a requeued dead letter was not cold")
+
+	p.Load(task())
+	require.Equal(t, 1, p.Cold(), "a queued row loaded was cold")
+	running := task()
+	running.Status = store.Running
+	p.Load(running)
+	require.Equal(t, 1, p.Cold(), "a running row was not")
 }
 
 // A read back brings back only tasks still cold when it comes: not one the

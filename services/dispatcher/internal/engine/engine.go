@@ -196,7 +196,9 @@ func (p *Partition) Len() int { return len(p.tasks) }
 // loaded is evicted at the next Materialized unless it changes first. A
 // task already held keeps its state: only its payload, when the partition
 // let it go, is taken from t. A t with PayloadOut set was read without its
-// payload (the view has it), which stays out.
+// payload (the view has it), which stays out. A queued task the partition
+// did not hold was cold, so its queue counts one fewer (a rebuild loads
+// before it counts).
 func (p *Partition) Load(t Task) {
 	if e, ok := p.tasks[t.ID]; ok {
 		if e.t.PayloadOut && !t.PayloadOut {
@@ -205,6 +207,9 @@ func (p *Partition) Load(t Task) {
 			p.pinPayload(e)
 		}
 		return
+	}
+	if t.Status == store.Queued {
+		p.addCold(queueKey{t.Namespace, t.Action}, -1)
 	}
 	p.see(t.UpdatedAt)
 	e := p.hold(t.ID)
@@ -230,8 +235,12 @@ func (p *Partition) Apply(c Change) {
 	p.see(t.UpdatedAt)
 	// Only the records that bring a task to life carry its payload. One
 	// that finds the task not held is about a cold one (a rebuild leaves
-	// those out), whose payload is in the view.
+	// those out), whose payload is in the view, and which its queue counted
+	// unless it was final (a dead letter requeued).
 	cold := !p.Has(t.ID) && c.Type != taskevent.Created
+	if cold && c.Type != taskevent.Requeued {
+		p.addCold(queueKey{t.Namespace, t.Action}, -1)
+	}
 	e := p.hold(t.ID)
 	if len(t.Payload) == 0 {
 		t.Payload, t.PayloadOut = e.t.Payload, e.t.PayloadOut || cold
