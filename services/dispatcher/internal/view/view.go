@@ -229,9 +229,9 @@ func LoadLive(ctx context.Context, db store.DB, partition int32, limits engine.L
 // queued tasks in hand-out order that the partition did not hold when w
 // began, the ready ones first (priority, due time, creation, id), then the
 // delayed ones soonest due, w.N at most; for a read of one queue, that
-// queue's next ready ones (from w.From on, or before w.Before, when set). Each query is one
-// range of an index in order; the next one reads what the last left to
-// read.
+// queue's next ready ones (from w.From on, or before w.Before, when set).
+// Each query is one range of an index in order; the next one reads what
+// the last left to read.
 func LoadCold(ctx context.Context, db store.DB, partition int32, w *engine.Warming) ([]engine.Task, error) {
 	// The held tasks go in as a set Postgres hashes once: the scans read
 	// them among the first rows in hand-out order.
