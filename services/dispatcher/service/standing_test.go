@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/razorbill/flo/libs/harness"
 	"github.com/razorbill/flo/libs/telemetry/telemetrytest"
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
@@ -51,6 +52,48 @@ func TestAWaitingClaimGetsTheFirstTaskOfANewQueueAtOnce(t *testing.T) {
 			"created and leased in one batch")
 		require.Eventually(t, func() bool { return waitingClaims(metrics) == 0 }, waitFor, tick)
 	}
+}
+
+// So does a dead letter requeued in a partition rebuilt since it died, which
+// held nothing of its queue.
+func TestAWaitingClaimGetsARequeuedDeadLetterAtOnce(t *testing.T) {
+	// Not parallel: the gauge is read through the global meter provider.
+	metrics := telemetrytest.Global(t)
+	broker := harness.NewBroker(t)
+	cfg := boundedConfig(t, broker)
+	e, ns, stop := startBounded(t, cfg, broker)
+	e.events = newEventLog()
+	e.events.start(t, broker.Addrs())
+	e.register(t, ns, "once", &flov1.RegisterActionRequest{MaxAttempts: 1})
+	id := e.invoke(t, ns, "once", `{}`)
+	a := e.claimOne(t, ns, "once", time.Minute)
+	require.Empty(t, e.report(t, ns, failed(a, "boom", true, false)))
+	e.events.waitEvents(t, id, evCreated, evStarted, evDead)
+
+	stop()
+	svc, _ := startService(t, cfg)
+	e.svc, e.client = svc, dispatcherv1.NewDispatcherClient(harness.DialInternal(t, svc.GRPCAddr()))
+	got := make(chan []*flov1.TaskAssignment, 1)
+	go func() {
+		resp, err := e.client.Claim(t.Context(), &dispatcherv1.ClaimRequest{Namespace: ns,
+			Slots: []*dispatcherv1.ClaimSlot{{WorkerId: "w1", Count: 1}}, Actions: []string{"once"}, WaitMs: waitFor.Milliseconds()})
+		if err != nil {
+			t.Errorf("waiting claim: %v", err)
+		}
+		got <- resp.GetTasks()
+	}()
+	require.Eventually(t, func() bool { return waitingClaims(metrics) == 1 }, waitFor, tick, "the claim waits")
+	_, err := e.client.RequeueDeadLetter(t.Context(), &flov1.GetTaskRequest{Namespace: ns, TaskId: id})
+	require.NoError(t, err)
+	select {
+	case tasks := <-got:
+		require.Len(t, tasks, 1)
+		require.Equal(t, id, tasks[0].GetTaskId())
+	case <-time.After(waitFor):
+		t.Fatal("waiting claim was not served")
+	}
+	evs := e.events.waitEvents(t, id, evCreated, evStarted, evDead, evRequeued, evStarted)
+	require.Equal(t, evs[3].GetOccurredAt().AsTime(), evs[4].GetOccurredAt().AsTime(), "requeued and leased in one batch")
 }
 
 // waitingClaims reads flo.dispatcher.claims.waiting.
