@@ -56,7 +56,7 @@ func (p *Partition) ReadyLevels(ns, action string, now time.Time) []Level {
 }
 
 // Actions lists, as store.Key names, the actions with tasks claimable at now,
-// for waking the claims that wait on them.
+// for serving the claims that wait on them.
 func (p *Partition) Actions(now time.Time) []string {
 	p.advance(now)
 	var out []string

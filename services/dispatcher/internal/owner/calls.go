@@ -767,10 +767,6 @@ func (o *requeueOp) apply(p *partition, now time.Time, changes []engine.Change) 
 	}
 	var ch []engine.Change
 	o.task, ch, o.err = p.eng.Requeue(o.ns, o.id, now)
-	if o.err == nil {
-		// Known before the batch serves the waiting claims (see intake).
-		knowQueue(p.keys, o.task.Namespace, o.task.Action)
-	}
 	return append(changes, ch...)
 }
 

@@ -656,15 +656,6 @@ func (p *partition) intake(ctx context.Context, recs []*kgo.Record, now time.Tim
 	if err != nil {
 		return changes, fmt.Errorf("look up actions: %w", err)
 	}
-	// A queue this partition meets for the first time is known before the
-	// batch serves the waiting claims, which it finds by the queues it
-	// knows: otherwise the first task of each queue in each partition
-	// waited for the partition's next batch (two seconds when idle).
-	for k, a := range actions {
-		if _, ok := p.keys[k]; !ok {
-			p.keys[k] = [2]string{a.Namespace, a.Name}
-		}
-	}
 	for _, inv := range invs {
 		if existing[inv.TaskID] {
 			continue

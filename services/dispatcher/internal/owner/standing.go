@@ -3,7 +3,6 @@ package owner
 import (
 	"context"
 	"iter"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -192,9 +191,20 @@ type lease struct {
 
 // serveStanding leases ready tasks of this partition to the claims waiting
 // for them, within the batch being built, and returns the changes and
-// what to deliver once the batch's transaction is over.
+// what to deliver once the batch's transaction is over. The claims are
+// found by the queues with tasks claimable now, which the engine knows
+// from the batch's own changes: a queue the partition learns of only after
+// the batch (p.keys) would leave the first task of a new queue waiting for
+// the next batch, two seconds when idle.
 func (p *partition) serveStanding(now time.Time) ([]engine.Change, []lease) {
-	waiting := p.r.standing.waitingFor(maps.Keys(p.keys))
+	// Listed only when some claim waits.
+	waiting := p.r.standing.waitingFor(func(yield func(string) bool) {
+		for _, k := range p.eng.Actions(now) {
+			if !yield(k) {
+				return
+			}
+		}
+	})
 	var (
 		changes []engine.Change
 		leases  []lease
