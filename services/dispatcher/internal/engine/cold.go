@@ -323,7 +323,7 @@ type Warming struct {
 	Before *Place
 	// Held are the tasks the partition held when the read began (those of
 	// the queue for a read of one queue from its start, those of it not
-	// held ready for a read before Before, none for a read from From): the
+	// queued for a read before Before, none for a read from From): the
 	// view's rows of those may be older than the partition's state.
 	Held []uuid.UUID
 	// Now splits ready from delayed.
@@ -384,25 +384,25 @@ func (p *Partition) Warm() *Warming {
 		// cost more than the rows.
 		w.From = p.cold[*want].from
 	case readDue:
-		// The tasks held ready all come at or after the next one: only
+		// The tasks held queued are ready ones, which all come at or after
+		// the next one, or delayed ones, which the read leaves out: only
 		// the others (leased ones, whose rows the view may still have
-		// queued, and delayed ones) are left out.
-		ready := p.ready[*want]
-		at := placeOf(&ready.top().e.t)
-		w.Before, w.Held = &at, p.heldOf(*want, ready)
+		// queued) are left out by id.
+		at := placeOf(&p.ready[*want].top().e.t)
+		w.Before = &at
+		w.Held = p.heldOf(*want, func(e *entry) bool { return e.t.Status != store.Queued })
 	default:
-		w.Held = p.heldOf(*want, nil)
+		w.Held = p.heldOf(*want, func(*entry) bool { return true })
 	}
 	p.warming = w
 	return w
 }
 
-// heldOf lists the tasks of queue k the partition holds, but for those
-// indexed in except.
-func (p *Partition) heldOf(k queueKey, except *heap) []uuid.UUID {
+// heldOf lists the tasks of queue k the partition holds that keep says.
+func (p *Partition) heldOf(k queueKey, keep func(*entry) bool) []uuid.UUID {
 	var ids []uuid.UUID
 	for id, e := range p.tasks {
-		if e.t.Namespace == k.namespace && e.t.Action == k.action && (except == nil || e.in != except) {
+		if e.t.Namespace == k.namespace && e.t.Action == k.action && keep(e) {
 			ids = append(ids, id)
 		}
 	}
