@@ -27,26 +27,9 @@ func TestAWaitingClaimGetsTheFirstTaskOfANewQueueAtOnce(t *testing.T) {
 	for round := range 3 {
 		action := "fresh-" + string(rune('a'+round))
 		e.register(t, ns, action, nil)
-		got := make(chan []*flov1.TaskAssignment, 1)
-		go func() {
-			resp, err := e.client.Claim(t.Context(), &dispatcherv1.ClaimRequest{Namespace: ns,
-				Slots: []*dispatcherv1.ClaimSlot{{WorkerId: "w1", Count: 1}}, Actions: []string{action}, WaitMs: waitFor.Milliseconds()})
-			if err != nil {
-				t.Errorf("waiting claim: %v", err)
-			}
-			got <- resp.GetTasks()
-		}()
-		require.Eventually(t, func() bool { return waitingClaims(metrics) == 1 }, waitFor, tick, "the claim waits")
-
+		served := waitingClaim(t, e, metrics, ns, action)
 		id := e.invoke(t, ns, action, `{}`)
-		var tasks []*flov1.TaskAssignment
-		select {
-		case tasks = <-got:
-		case <-time.After(waitFor):
-			t.Fatal("waiting claim was not served")
-		}
-		require.Len(t, tasks, 1)
-		require.Equal(t, id, tasks[0].GetTaskId())
+		served(id)
 		evs := e.events.waitEvents(t, id, evCreated, evStarted)
 		require.Equal(t, evs[0].GetOccurredAt().AsTime(), evs[1].GetOccurredAt().AsTime(),
 			"created and leased in one batch")
@@ -73,27 +56,39 @@ func TestAWaitingClaimGetsARequeuedDeadLetterAtOnce(t *testing.T) {
 	stop()
 	svc, _ := startService(t, cfg)
 	e.svc, e.client = svc, dispatcherv1.NewDispatcherClient(harness.DialInternal(t, svc.GRPCAddr()))
+	served := waitingClaim(t, e, metrics, ns, "once")
+	_, err := e.client.RequeueDeadLetter(t.Context(), &flov1.GetTaskRequest{Namespace: ns, TaskId: id})
+	require.NoError(t, err)
+	served(id)
+	evs := e.events.waitEvents(t, id, evCreated, evStarted, evDead, evRequeued, evStarted)
+	require.Equal(t, evs[3].GetOccurredAt().AsTime(), evs[4].GetOccurredAt().AsTime(), "requeued and leased in one batch")
+}
+
+// waitingClaim starts a claim of one task of action that waits, and returns
+// once the replica counts it waiting. served then checks that it was
+// answered with the task id.
+func waitingClaim(t *testing.T, e *env, metrics *telemetrytest.Reader, ns, action string) (served func(id string)) {
+	t.Helper()
 	got := make(chan []*flov1.TaskAssignment, 1)
 	go func() {
 		resp, err := e.client.Claim(t.Context(), &dispatcherv1.ClaimRequest{Namespace: ns,
-			Slots: []*dispatcherv1.ClaimSlot{{WorkerId: "w1", Count: 1}}, Actions: []string{"once"}, WaitMs: waitFor.Milliseconds()})
+			Slots: []*dispatcherv1.ClaimSlot{{WorkerId: "w1", Count: 1}}, Actions: []string{action}, WaitMs: waitFor.Milliseconds()})
 		if err != nil {
 			t.Errorf("waiting claim: %v", err)
 		}
 		got <- resp.GetTasks()
 	}()
 	require.Eventually(t, func() bool { return waitingClaims(metrics) == 1 }, waitFor, tick, "the claim waits")
-	_, err := e.client.RequeueDeadLetter(t.Context(), &flov1.GetTaskRequest{Namespace: ns, TaskId: id})
-	require.NoError(t, err)
-	select {
-	case tasks := <-got:
-		require.Len(t, tasks, 1)
-		require.Equal(t, id, tasks[0].GetTaskId())
-	case <-time.After(waitFor):
-		t.Fatal("waiting claim was not served")
+	return func(id string) {
+		t.Helper()
+		select {
+		case tasks := <-got:
+			require.Len(t, tasks, 1)
+			require.Equal(t, id, tasks[0].GetTaskId())
+		case <-time.After(waitFor):
+			t.Fatal("waiting claim was not served")
+		}
 	}
-	evs := e.events.waitEvents(t, id, evCreated, evStarted, evDead, evRequeued, evStarted)
-	require.Equal(t, evs[3].GetOccurredAt().AsTime(), evs[4].GetOccurredAt().AsTime(), "requeued and leased in one batch")
 }
 
 // waitingClaims reads flo.dispatcher.claims.waiting.
