@@ -242,20 +242,18 @@ func (s *sustained) measure(ctx context.Context, name string) (phase, []byte, er
 		return phase{}, nil, err
 	}
 	window := after.at.Sub(before.at)
+	used := after.usage.sub(before.usage)
 	row := phase{
 		name:     name,
 		from:     before.at,
 		to:       after.at,
 		worked:   after.started - before.started,
-		commits:  perSecond(int(after.commits-before.commits), window),
-		pgCPU:    -1,
-		cpu:      after.cpu - before.cpu,
+		commits:  perSecond(int(used.commits), window),
+		pgCPU:    used.pgCPU,
+		cpu:      used.cpu,
 		mostHeld: mostHeld,
 	}
 	row.tasks = perSecond(int(row.worked), window)
-	if s.pgPID != 0 {
-		row.pgCPU = after.pgCPU - before.pgCPU
-	}
 	if before.requests != nil {
 		row.requests = map[string]int64{}
 		for k, n := range after.requests {
@@ -301,9 +299,7 @@ func (s *sustained) mostHeld(ctx context.Context, d time.Duration) (int, error) 
 type reading struct {
 	at      time.Time
 	started int64
-	commits int64
-	pgCPU   time.Duration
-	cpu     time.Duration
+	usage
 	// requests is the embedded broker's count by kind, nil without one.
 	requests map[string]int64
 }
@@ -314,15 +310,7 @@ func (s *sustained) read(ctx context.Context) (reading, error) {
 		r.requests = b.Requests()
 	}
 	var err error
-	if r.cpu, err = processCPU(); err != nil {
-		return reading{}, err
-	}
-	if s.pgPID != 0 {
-		if r.pgCPU, err = postgresCPU(s.pgPID); err != nil {
-			return reading{}, err
-		}
-	}
-	if r.commits, err = commits(ctx, s.db); err != nil {
+	if r.usage, err = readUsage(ctx, s.db, s.pgPID); err != nil {
 		return reading{}, err
 	}
 	return r, nil

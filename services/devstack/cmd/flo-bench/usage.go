@@ -120,6 +120,41 @@ func procStat(pid int) (stat, error) {
 	return st, nil
 }
 
+// usage is the CPU and commits counters at one moment, or between two.
+type usage struct {
+	cpu     time.Duration // this process's
+	pgCPU   time.Duration // the private Postgres's, -1 when it is not on this machine
+	commits int64
+}
+
+// readUsage reads the counters; pgPID is the Postgres postmaster, 0 when
+// Postgres is not on this machine.
+func readUsage(ctx context.Context, db *pgx.Conn, pgPID int) (usage, error) {
+	u := usage{pgCPU: -1}
+	var err error
+	if u.cpu, err = processCPU(); err != nil {
+		return usage{}, err
+	}
+	if pgPID != 0 {
+		if u.pgCPU, err = postgresCPU(pgPID); err != nil {
+			return usage{}, err
+		}
+	}
+	if u.commits, err = commits(ctx, db); err != nil {
+		return usage{}, err
+	}
+	return u, nil
+}
+
+// sub is what was used from before to u.
+func (u usage) sub(before usage) usage {
+	d := usage{cpu: u.cpu - before.cpu, pgCPU: -1, commits: u.commits - before.commits}
+	if u.pgCPU >= 0 && before.pgCPU >= 0 {
+		d.pgCPU = u.pgCPU - before.pgCPU
+	}
+	return d
+}
+
 // commits is Postgres's own count of committed transactions, all databases.
 // Backends publish their counts at most once a second, so a window's
 // difference is exact to about a second's worth at each end.
