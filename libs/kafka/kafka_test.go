@@ -78,6 +78,12 @@ type collector struct {
 	values   []string
 }
 
+// await waits until the handler got v.
+func (c *collector) await(t *testing.T, v string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return slices.Contains(c.got(), v) }, 20*time.Second, 10*time.Millisecond)
+}
+
 func (c *collector) handle(_ context.Context, rs []*kgo.Record) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -225,7 +231,7 @@ func TestTail(t *testing.T) {
 		t.Fatal("tail not ready")
 	}
 	produce(t, prod, "done", "after1", "after2")
-	require.Eventually(t, func() bool { return slices.Contains(col.got(), "after2") }, 20*time.Second, 10*time.Millisecond)
+	col.await(t, "after2")
 	got := col.got()
 	got = slices.DeleteFunc(got, func(v string) bool { return v == "before" })
 	require.Equal(t, []string{"after1", "after2"}, got)
@@ -413,7 +419,7 @@ func TestTailSkipsAbortedTransactions(t *testing.T) {
 		require.NoError(t, txn.EndTransaction(ctx, c.commit))
 	}
 	produce(t, prod, "txns", "plain")
-	require.Eventually(t, func() bool { return slices.Contains(col.got(), "plain") }, 20*time.Second, 10*time.Millisecond)
+	col.await(t, "plain")
 	require.Equal(t, []string{"committed", "plain"}, col.got())
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -24,6 +25,25 @@ type Tail struct {
 	h      *isolator
 	log    *slog.Logger
 	ready  chan struct{}
+	// demand is set by ReadOnDemand; nil for a tail that always reads.
+	demand *demand
+}
+
+// demand is the state of a tail that reads only while followed.
+type demand struct {
+	// idle is how long the tail goes on reading after its last follower
+	// stopped, so that a steady trickle of followers does not make it list
+	// offsets for each one.
+	idle time.Duration
+
+	// mu is held through a listing of offsets, so that followers arriving
+	// meanwhile wait for the same one.
+	mu        sync.Mutex
+	followers int
+	reading   map[string][]int32 // the partitions read, nil while not reading
+	// idleSince numbers each time the followers fell to none; a stop timer
+	// set then acts only if it is still the latest.
+	idleSince uint64
 }
 
 // topicWait is how often a tail asks again for the end offsets of topics
@@ -65,8 +85,9 @@ func NewTail(conn config.Kafka, topics []string, h BatchHandler, log *slog.Logge
 // Run looks up the end offset of every partition of the topics (waiting, with
 // a log line now and then, until all topics exist), closes Ready, then hands
 // every record from those offsets on to the handler, partition batch by
-// partition batch, through the handler chain (see NewTail). It returns nil when
-// ctx ends and closes the client.
+// partition batch, through the handler chain (see NewTail); a tail reading on
+// demand starts reading only when followed (Follow). It returns nil when ctx
+// ends and closes the client.
 func (t *Tail) Run(ctx context.Context) error {
 	defer t.cl.Close()
 	start, err := t.endOffsets(ctx)
@@ -76,7 +97,9 @@ func (t *Tail) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	t.cl.AddConsumePartitions(start)
+	if t.demand == nil {
+		t.cl.AddConsumePartitions(start)
+	}
 	close(t.ready)
 	for {
 		fetches := t.cl.PollRecords(ctx, maxPollRecords)
@@ -105,31 +128,83 @@ func (t *Tail) Run(ctx context.Context) error {
 // producing service), and forever if Run is never called or ends first.
 func (t *Tail) Ready() <-chan struct{} { return t.ready }
 
+// ReadOnDemand makes t read only while someone follows it (Follow) and for
+// idle after the last follower stopped; in between it fetches nothing. A
+// tail that wakes a few waiting requests need not read every record of a
+// busy topic while no request waits. Call it before Run.
+func (t *Tail) ReadOnDemand(idle time.Duration) {
+	t.demand = &demand{idle: idle}
+}
+
+// Follow makes sure t reads, and returns once it does: every record committed
+// after Follow returns reaches the handler until stop is called. A tail that
+// was not reading lists the topics' committed end offsets and reads from
+// there, which takes a round trip to the broker; Follow then fails if ctx
+// ends or the listing fails. Follow waits for Ready. On a tail that always
+// reads it returns once Ready, and stop does nothing.
+func (t *Tail) Follow(ctx context.Context) (stop func(), err error) {
+	select {
+	case <-t.ready:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("follow tail: %w", ctx.Err())
+	}
+	d := t.demand
+	if d == nil {
+		return func() {}, nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.reading == nil {
+		start, err := t.listEnds(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("follow tail: %w", err)
+		}
+		d.reading = make(map[string][]int32, len(start))
+		for topic, ps := range start {
+			for p := range ps {
+				d.reading[topic] = append(d.reading[topic], p)
+			}
+		}
+		t.cl.AddConsumePartitions(start)
+	}
+	d.followers++
+	var once sync.Once
+	return func() { once.Do(t.unfollow) }, nil
+}
+
+// unfollow counts a follower out; the last one out sets a timer that stops
+// the reading unless a follower came meanwhile.
+func (t *Tail) unfollow() {
+	d := t.demand
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.followers--
+	if d.followers > 0 {
+		return
+	}
+	d.idleSince++
+	at := d.idleSince
+	time.AfterFunc(d.idle, func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if d.followers > 0 || d.idleSince != at || d.reading == nil {
+			return
+		}
+		// Records fetched already may still reach the handler; they
+		// wake no one.
+		t.cl.RemoveConsumePartitions(d.reading)
+		d.reading = nil
+	})
+}
+
 // endOffsets lists the current end offsets, retrying until every topic
 // exists or ctx ends.
 func (t *Tail) endOffsets(ctx context.Context) (map[string]map[int32]kgo.Offset, error) {
-	adm := kadm.NewClient(t.cl)
 	var start map[string]map[int32]kgo.Offset
 	err := retry.Do(ctx, topicWait, func() error {
-		listed, err := adm.ListEndOffsets(ctx, t.topics...)
-		if err == nil {
-			err = listed.Error()
-		}
-		if err != nil {
-			return err
-		}
-		start = make(map[string]map[int32]kgo.Offset, len(t.topics))
-		for _, topic := range t.topics {
-			ps, ok := listed[topic]
-			if !ok || len(ps) == 0 {
-				return fmt.Errorf("topic %s: no partitions", topic)
-			}
-			start[topic] = make(map[int32]kgo.Offset, len(ps))
-			for p, o := range ps {
-				start[topic][p] = kgo.NewOffset().At(o.Offset)
-			}
-		}
-		return nil
+		var err error
+		start, err = t.listEnds(ctx)
+		return err
 	}, func(err error, attempt int, _ time.Duration) {
 		if attempt == 1 || attempt%10 == 0 {
 			t.log.InfoContext(ctx, "tail waiting for topics", "attempt", attempt, "error", err)
@@ -137,6 +212,32 @@ func (t *Tail) endOffsets(ctx context.Context) (map[string]map[int32]kgo.Offset,
 	})
 	if err != nil {
 		return nil, err
+	}
+	return start, nil
+}
+
+// listEnds lists the committed end offset (the last stable offset) of every
+// partition of the topics: the tail reads committed records only, and a
+// record of a transaction still open below the high watermark must not be
+// skipped once it commits.
+func (t *Tail) listEnds(ctx context.Context) (map[string]map[int32]kgo.Offset, error) {
+	listed, err := kadm.NewClient(t.cl).ListCommittedOffsets(ctx, t.topics...)
+	if err == nil {
+		err = listed.Error()
+	}
+	if err != nil {
+		return nil, err
+	}
+	start := make(map[string]map[int32]kgo.Offset, len(t.topics))
+	for _, topic := range t.topics {
+		ps, ok := listed[topic]
+		if !ok || len(ps) == 0 {
+			return nil, fmt.Errorf("topic %s: no partitions", topic)
+		}
+		start[topic] = make(map[int32]kgo.Offset, len(ps))
+		for p, o := range ps {
+			start[topic][p] = kgo.NewOffset().At(o.Offset)
+		}
 	}
 	return start, nil
 }

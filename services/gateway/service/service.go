@@ -110,6 +110,10 @@ const (
 	actionTTL = time.Second
 	// maxWaiters caps concurrent AwaitTask calls per process.
 	maxWaiters = 100_000
+	// taskEventsIdle is how long the task-events tail goes on reading
+	// after the last AwaitTask ended: a caller that awaits now and then
+	// does not make it list offsets each time.
+	taskEventsIdle = 10 * time.Second
 	// bodySlack is room above the payload limit for the fields around a
 	// payload: in a REST body, in a gRPC message.
 	bodySlack = 64 << 10
@@ -259,6 +263,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	if err != nil {
 		return nil, fmt.Errorf("tail task events: %w", err)
 	}
+	// Every replica would otherwise read every task event, waited for or
+	// not: a per-task cost on each gateway that adding gateways multiplies.
+	s.tail.ReadOnDemand(taskEventsIdle)
 	s.workerTail, err = kafka.NewTail(cfg.Kafka, []string{kafka.WorkerEventsTopic}, s.streams.WorkerEventsHandler(), log)
 	if err != nil {
 		return nil, fmt.Errorf("tail worker events: %w", err)
@@ -417,11 +424,13 @@ func (s *Service) newAPI(behind internal) httpapi.Services {
 		Namespaces: api.NewNamespaceServer(s.dispatcher, namespaces, log),
 		Actions:    api.NewActionServer(s.dispatcher, namespaces, actions, log),
 		Tasks: api.NewTaskServer(api.TaskServerDeps{
-			Dispatcher:      s.dispatcher,
-			Namespaces:      namespaces,
-			Actions:         actions,
-			Invoker:         invoke.NewProducer(s.producer),
-			Waiters:         s.waiters,
+			Dispatcher: s.dispatcher,
+			Namespaces: namespaces,
+			Actions:    actions,
+			Invoker:    invoke.NewProducer(s.producer),
+			Waiters:    s.waiters,
+			// s.tail is made last in New, before anything is served.
+			FollowEvents:    func(ctx context.Context) (func(), error) { return s.tail.Follow(ctx) },
 			MaxPayloadBytes: cfg.MaxPayloadBytes,
 			Log:             log,
 		}),

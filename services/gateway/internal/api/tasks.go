@@ -51,6 +51,7 @@ type TaskServer struct {
 	actions         *action.Cache
 	invoker         Invoker
 	waiters         *taskwait.Registry
+	followEvents    func(ctx context.Context) (stop func(), err error)
 	maxPayloadBytes int
 	maxBatchBytes   int
 	log             *slog.Logger
@@ -58,11 +59,15 @@ type TaskServer struct {
 
 // TaskServerDeps is what a TaskServer works with.
 type TaskServerDeps struct {
-	Dispatcher      dispatcherv1.DispatcherClient
-	Namespaces      *namespace.Cache
-	Actions         *action.Cache
-	Invoker         Invoker
-	Waiters         *taskwait.Registry
+	Dispatcher dispatcherv1.DispatcherClient
+	Namespaces *namespace.Cache
+	Actions    *action.Cache
+	Invoker    Invoker
+	Waiters    *taskwait.Registry
+	// FollowEvents makes sure the task events that wake Waiters are read,
+	// and returns once they are (kafka.Tail.Follow); stop says they are no
+	// longer needed for this wait. Nil when they are always read.
+	FollowEvents    func(ctx context.Context) (stop func(), err error)
 	MaxPayloadBytes int
 	// MaxBatchBytes bounds the payloads of one InvokeTasks call together;
 	// zero means DefaultMaxBatchBytes. It is raised to MaxPayloadBytes if
@@ -79,6 +84,7 @@ func NewTaskServer(deps TaskServerDeps) *TaskServer {
 		actions:         deps.Actions,
 		invoker:         deps.Invoker,
 		waiters:         deps.Waiters,
+		followEvents:    deps.FollowEvents,
 		maxPayloadBytes: deps.MaxPayloadBytes,
 		maxBatchBytes:   max(cmp.Or(deps.MaxBatchBytes, DefaultMaxBatchBytes), deps.MaxPayloadBytes),
 		log:             deps.Log,
@@ -271,9 +277,10 @@ func (s *TaskServer) GetTask(ctx context.Context, req *flov1.GetTaskRequest) (*f
 }
 
 // AwaitTask returns the task once it is final or the timeout passed. It
-// registers its waiter before reading the task, so an event finishing the
-// task after that read always wakes it; an unknown task id is waited for too,
-// since its invoke command may not have been applied yet.
+// makes sure the task events are read and registers its waiter before
+// reading the task, so an event finishing the task after that read always
+// wakes it; an unknown task id is waited for too, since its invoke command
+// may not have been applied yet.
 func (s *TaskServer) AwaitTask(ctx context.Context, req *flov1.AwaitTaskRequest) (*flov1.Task, error) {
 	if err := s.checkTask(ctx, req.GetNamespace(), req.GetTaskId()); err != nil {
 		return nil, err
@@ -281,6 +288,13 @@ func (s *TaskServer) AwaitTask(ctx context.Context, req *flov1.AwaitTaskRequest)
 	timeout, err := awaitTimeout(req.GetTimeoutMs())
 	if err != nil {
 		return nil, err
+	}
+	if s.followEvents != nil {
+		stop, err := s.followEvents(ctx)
+		if err != nil {
+			return nil, status.Errorf(codes.Unavailable, "await task: read task events: %v", err)
+		}
+		defer stop()
 	}
 	get := &flov1.GetTaskRequest{Namespace: req.GetNamespace(), TaskId: req.GetTaskId()}
 	timer := time.NewTimer(timeout)
