@@ -128,8 +128,8 @@ func resultMessage(r *flov1.Result) *flov1.WorkerMessage {
 // reports it. base supplies the values of the context Start was given, without its
 // cancellation: handlers finish even when the worker is stopping.
 func (w *ActionWorker) execute(base context.Context, task *flov1.TaskAssignment, h handlerFunc) *flov1.WorkerMessage {
-	ctx := otel.GetTextMapPropagator().Extract(base, propagation.MapCarrier(task.GetTraceContext()))
-	ctx, span := otel.Tracer(tracerName).Start(ctx, "flo.action "+task.GetAction(),
+	parent := otel.GetTextMapPropagator().Extract(base, propagation.MapCarrier(task.GetTraceContext()))
+	ctx, span := otel.Tracer(tracerName).Start(parent, "flo.action "+task.GetAction(),
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(
 			attribute.String("flo.task.id", task.GetTaskId()),
@@ -172,9 +172,15 @@ func (w *ActionWorker) execute(base context.Context, task *flov1.TaskAssignment,
 	}
 	msg := report(task, outcome, body, err, errors.Is(ctx.Err(), context.DeadlineExceeded))
 	if r := msg.GetResult(); r != nil {
-		// The server records the result under the handler's span.
-		r.TraceContext = map[string]string{}
-		otel.GetTextMapPropagator().Inject(ctx, propagation.MapCarrier(r.TraceContext))
+		// The server records the result under the handler's span. A span
+		// that was not made (nothing records spans here) is the task's own
+		// context, which the task's map already carries.
+		if !span.IsRecording() && span.SpanContext().Equal(trace.SpanContextFromContext(parent)) {
+			r.TraceContext = task.GetTraceContext()
+		} else {
+			r.TraceContext = map[string]string{}
+			otel.GetTextMapPropagator().Inject(ctx, propagation.MapCarrier(r.TraceContext))
+		}
 	}
 	return msg
 }

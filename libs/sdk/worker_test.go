@@ -493,6 +493,8 @@ func TestWorkerContinuesTraceOfTheInvocation(t *testing.T) {
 	ps.sendTasks(tk)
 	sc := <-spans
 	require.Equal(t, "4bf92f3577b34da6a3ce929d0e0e4736", sc.TraceID().String())
+	results, _ := ps.results(1)
+	require.Equal(t, tk.TraceContext, results["t-1"].GetTraceContext(), "no span was made here: the result carries the invocation's context")
 }
 
 func TestWorkerReconnectsAndDeliversResultsOfRunningTasks(t *testing.T) {
