@@ -109,19 +109,46 @@ func NewProducer(ctx context.Context, conn config.Kafka, partitions int32, maxPa
 // PartitionOf is the partition, of a topic with n partitions, that our
 // producers send a record keyed by key to: Kafka's own key hash (murmur2), as
 // franz-go's default partitioner applies it, so it agrees with every producer
-// that leaves partitioning to the client.
-func PartitionOf(key []byte, n int32) int32 {
-	if key == nil {
-		key = []byte{}
-	}
-	return int32(keyHash.Partition(&kgo.Record{Key: key}, int(n)))
+// that leaves partitioning to the client. It is computed here, on the string,
+// because franz-go takes the key inside a record, which costs an allocation
+// per call on paths that route every task.
+func PartitionOf(key string, n int32) int32 {
+	return int32(murmur2(key)&0x7fffffff) % n
 }
 
-// keyHash hashes keys as franz-go's default partitioner does (both use
-// KafkaHasher(murmur2) for keyed records). For a record with a key it keeps
-// no state, so one instance serves every caller; making one per call would
-// seed a random source each time.
-var keyHash = kgo.StickyKeyPartitioner(nil).ForTopic("")
+// murmur2 is MurmurHash2 with Kafka's seed, over the key's bytes taken four
+// at a time, little-endian.
+func murmur2(key string) uint32 {
+	const (
+		seed  uint32 = 0x9747b28c
+		m     uint32 = 0x5bd1e995
+		shift        = 24
+	)
+	h := seed ^ uint32(len(key))
+	i := 0
+	for ; len(key)-i >= 4; i += 4 {
+		k := uint32(key[i]) | uint32(key[i+1])<<8 | uint32(key[i+2])<<16 | uint32(key[i+3])<<24
+		k *= m
+		k ^= k >> shift
+		k *= m
+		h = h*m ^ k
+	}
+	switch len(key) - i {
+	case 3:
+		h ^= uint32(key[i+2]) << 16
+		fallthrough
+	case 2:
+		h ^= uint32(key[i+1]) << 8
+		fallthrough
+	case 1:
+		h ^= uint32(key[i])
+		h *= m
+	}
+	h ^= h >> 13
+	h *= m
+	h ^= h >> 15
+	return h
+}
 
 // defaultBatchBytes bounds a produced batch unless NewProducer sizes it for
 // the payload limit; it is also the smallest batch NewProducer makes, so a

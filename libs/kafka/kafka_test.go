@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -385,15 +387,31 @@ func TestPartitionOfAgreesWithProducers(t *testing.T) {
 	require.NoError(t, kafka.EnsureTopics(ctx, prod, 7, "keyed"))
 	rs := make([]*kgo.Record, 200)
 	for i := range rs {
-		rs[i] = &kgo.Record{Topic: "keyed", Key: fmt.Appendf(nil, "task-%d", i)}
+		rs[i] = &kgo.Record{Topic: "keyed", Key: fmt.Appendf(nil, "%s%d", strings.Repeat("t", i%5), i)}
 	}
 	require.NoError(t, prod.ProduceSync(ctx, rs...).FirstErr())
 	seen := map[int32]bool{}
 	for _, r := range rs {
-		require.Equal(t, r.Partition, kafka.PartitionOf(r.Key, 7), "key %s", r.Key)
+		require.Equal(t, r.Partition, kafka.PartitionOf(string(r.Key), 7), "key %s", r.Key)
 		seen[r.Partition] = true
 	}
 	require.Len(t, seen, 7, "200 keys spread over every partition")
+}
+
+// PartitionOf hashes as franz-go's default partitioner does, for keys of
+// every length (each tail of the four-byte loop) and any byte.
+func TestPartitionOfHashesAsFranzGo(t *testing.T) {
+	t.Parallel()
+	keyed := kgo.StickyKeyPartitioner(nil).ForTopic("")
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for range 20_000 {
+		key := make([]byte, rnd.IntN(70))
+		for i := range key {
+			key[i] = byte(rnd.Uint32())
+		}
+		n := 1 + rnd.Int32N(64)
+		require.Equal(t, int32(keyed.Partition(&kgo.Record{Key: key}, int(n))), kafka.PartitionOf(string(key), n), "key %x, %d partitions", key, n)
+	}
 }
 
 // A tail reads committed records only: what a transaction aborted never

@@ -322,7 +322,7 @@ func explainMissing(t *testing.T, db *pgxpool.Pool, brokers []string, ids []stri
 		if inView[id] == state {
 			continue
 		}
-		p := kafka.PartitionOf([]byte(id), platformPartitions)
+		p := kafka.PartitionOf(id, platformPartitions)
 		if missing[p] == nil {
 			missing[p] = map[string]int{}
 		}
@@ -540,7 +540,7 @@ func TestZombieOwnerIsFenced(t *testing.T) {
 	// letters.
 	zombieParts := owned(partitionOwners(t, pl.env.db), zombie.grpcAddr)
 	ofZombie := func(id string) bool {
-		return slices.Contains(zombieParts, kafka.PartitionOf([]byte(id), platformPartitions))
+		return slices.Contains(zombieParts, kafka.PartitionOf(id, platformPartitions))
 	}
 	var held, dead, allHeld []string
 	for len(held) < 2 {

@@ -92,7 +92,7 @@ func TestPoisonCommands(t *testing.T) {
 		var stray *eventsv1.InvokeTask
 		for stray == nil {
 			c := &eventsv1.InvokeTask{TaskId: uuid.NewString(), Namespace: ns, Action: "work", Payload: []byte(`"once"`)}
-			if kafka.PartitionOf([]byte("stray-"+ns), partitions) != kafka.PartitionOf([]byte(c.TaskId), partitions) {
+			if kafka.PartitionOf("stray-"+ns, partitions) != kafka.PartitionOf(c.TaskId, partitions) {
 				stray = c
 			}
 		}

@@ -64,7 +64,7 @@ func TestPayloadMemoryIsBounded(t *testing.T) {
 	e.produce(t, "", nil, cmds...)
 	for _, c := range cmds {
 		want[c.GetTaskId()] = c.GetPayload()
-		last[kafka.PartitionOf([]byte(c.GetTaskId()), partitions)] = c.GetTaskId()
+		last[kafka.PartitionOf(c.GetTaskId(), partitions)] = c.GetTaskId()
 	}
 	// The last invocation of each partition applied, all are.
 	for _, id := range last {
@@ -224,7 +224,7 @@ func TestQueuedTasksPastTheBoundWaitInTheView(t *testing.T) {
 	for _, c := range cmds {
 		want[c.GetTaskId()] = c.GetPayload()
 		prio[c.GetTaskId()] = c.GetPriority()
-		last[kafka.PartitionOf([]byte(c.GetTaskId()), partitions)] = c.GetTaskId()
+		last[kafka.PartitionOf(c.GetTaskId(), partitions)] = c.GetTaskId()
 	}
 	for _, id := range last {
 		e.waitTask(t, ns, id)
@@ -282,7 +282,7 @@ func TestQueuedTasksPastTheBoundWaitInTheView(t *testing.T) {
 	markers := map[int32]*eventsv1.InvokeTask{}
 	for len(markers) < partitions {
 		c := &eventsv1.InvokeTask{TaskId: uuid.NewString(), Namespace: ns, Action: "work", Payload: []byte(`"marker"`)}
-		markers[kafka.PartitionOf([]byte(c.TaskId), partitions)] = c
+		markers[kafka.PartitionOf(c.TaskId, partitions)] = c
 	}
 	for _, c := range markers {
 		e.produce(t, "", nil, c)

@@ -335,7 +335,7 @@ func testCommands(t *testing.T, e *env) {
 func samePartition(id string) string {
 	for {
 		other := uuid.NewString()
-		if kafka.PartitionOf([]byte(other), partitions) == kafka.PartitionOf([]byte(id), partitions) {
+		if kafka.PartitionOf(other, partitions) == kafka.PartitionOf(id, partitions) {
 			return other
 		}
 	}
@@ -858,7 +858,7 @@ func testPriorityAcrossPartitions(t *testing.T, e *env) {
 	seen := map[int32]bool{}
 	for len(high) < 3 {
 		id := uuid.NewString()
-		if p := kafka.PartitionOf([]byte(id), partitions); !seen[p] {
+		if p := kafka.PartitionOf(id, partitions); !seen[p] {
 			seen[p] = true
 			high = append(high, &eventsv1.InvokeTask{TaskId: id, Namespace: ns, Action: "p", Priority: 7})
 		}

@@ -620,9 +620,9 @@ func (p *partition) intake(ctx context.Context, recs []*kgo.Record, now time.Tim
 		}
 		next = rec.Offset + 1
 		inv, err := decodeInvocation(rec)
-		if err == nil && kafka.PartitionOf([]byte(inv.TaskID.String()), p.r.n) != p.id {
+		if err == nil && kafka.PartitionOf(inv.TaskID.String(), p.r.n) != p.id {
 			// Reads and reports find a task by its id's partition.
-			err = fmt.Errorf("task_id %s belongs to partition %d, not %d: commands must be keyed by their task id", inv.TaskID, kafka.PartitionOf([]byte(inv.TaskID.String()), p.r.n), p.id)
+			err = fmt.Errorf("task_id %s belongs to partition %d, not %d: commands must be keyed by their task id", inv.TaskID, kafka.PartitionOf(inv.TaskID.String(), p.r.n), p.id)
 		}
 		if err != nil {
 			if !p.poisoned[rec.Offset] {

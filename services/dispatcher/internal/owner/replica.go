@@ -177,7 +177,7 @@ func (r *Replica) checkTopics(ctx context.Context) error {
 }
 
 // PartitionOf is the partition of a task id.
-func (r *Replica) PartitionOf(taskID string) int32 { return kafka.PartitionOf([]byte(taskID), r.n) }
+func (r *Replica) PartitionOf(taskID string) int32 { return kafka.PartitionOf(taskID, r.n) }
 
 // Run polls commands and hands them to the owned partitions until ctx ends,
 // then stops every partition (each ends its batch), flushes the view and

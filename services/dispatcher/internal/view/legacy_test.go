@@ -27,7 +27,7 @@ INSERT INTO tasks (id, namespace, action, state, payload, max_attempts, timeout_
 VALUES ($1, 'ns', 'a', $2, '\x7b7d', 3, 1000, 'constant', 10, 10, 1, now(), now())`, id, state)
 		require.NoError(t, err)
 	}
-	partitionOf := func(id string) int32 { return kafka.PartitionOf([]byte(id), 4) }
+	partitionOf := func(id string) int32 { return kafka.PartitionOf(id, 4) }
 	n, err := view.AssignPartitions(ctx, db, partitionOf)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)

@@ -349,7 +349,7 @@ func (s *Set) owners() func(taskID string) Dispatcher {
 		if owners == nil {
 			return s.def
 		}
-		if r := owners[kafka.PartitionOf([]byte(taskID), s.partitions)]; r != nil {
+		if r := owners[kafka.PartitionOf(taskID, s.partitions)]; r != nil {
 			return r.client
 		}
 		return s.def

@@ -822,7 +822,7 @@ func idsOf(p int32, n int, suffix string) []string {
 	var out []string
 	for i := 0; len(out) < n; i++ {
 		id := fmt.Sprintf("task-%d-%s", i, suffix)
-		if kafka.PartitionOf([]byte(id), 4) == p {
+		if kafka.PartitionOf(id, 4) == p {
 			out = append(out, id)
 		}
 	}
