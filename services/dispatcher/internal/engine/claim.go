@@ -83,9 +83,11 @@ func (p *Partition) Claim(ns string, actions []string, slots []Slot, now time.Ti
 	p.advance(now)
 	var buf [maxClaimActions]*heap
 	queues := buf[:0]
+	live := 0
 	for _, a := range actions {
 		if h, ok := p.ready[queueKey{ns, a}]; ok && h.live > 0 {
 			queues = append(queues, h)
+			live += h.live
 		}
 	}
 	if len(queues) == 0 {
@@ -109,10 +111,13 @@ func (p *Partition) Claim(ns string, actions []string, slots []Slot, now time.Ti
 		}
 		if secrets == nil {
 			// One read for the whole claim: the secrets share its array.
-			secrets = make([]byte, secretBytes*len(slots))
+			// A claim offers more slots than there are ready tasks as
+			// often as not; what it can take sizes the arrays.
+			n := min(len(slots), live)
+			secrets = make([]byte, secretBytes*n)
 			_, _ = rand.Read(secrets) // crypto/rand.Read never fails
-			claimed = make([]Claimed, 0, len(slots))
-			changes = make([]Change, 0, len(slots))
+			claimed = make([]Claimed, 0, n)
+			changes = make([]Change, 0, n)
 		}
 		e := take(best)
 		t := e.t
