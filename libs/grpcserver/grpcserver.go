@@ -29,7 +29,7 @@ import (
 // ErrorInterceptor, with mapErr, turns a unary handler's error into a
 // status. Its calls come only from Flo's own services, so it decodes them
 // with codec.Fast (the gateway's public server, which takes calls from
-// outside, keeps gRPC's default codec). opts add the service's own settings.
+// outside, decodes with codec.Public). opts add the service's own settings.
 func NewInternal(auth config.Auth, log *slog.Logger, mapErr func(error) error, opts ...grpc.ServerOption) (*grpc.Server, error) {
 	authOpts, err := internalauth.ServerOptions(auth, log)
 	if err != nil {

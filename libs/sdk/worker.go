@@ -10,7 +10,6 @@ import (
 	"time"
 
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
-	"google.golang.org/protobuf/proto"
 )
 
 // DefaultActionTimeout is the default of [ActionWorkerOptions.ActionTimeout].
@@ -272,8 +271,12 @@ func (w *ActionWorker) pack(queued []*flov1.WorkerMessage) []*flov1.WorkerMessag
 	}
 	for len(batch) > 0 {
 		n, size := 0, 0
-		for n < len(batch) && (n == 0 || size+proto.Size(batch[n]) <= maxBatchBytes) {
-			size += proto.Size(batch[n])
+		for n < len(batch) {
+			item := batch[n].SizeVT()
+			if n > 0 && size+item > maxBatchBytes {
+				break
+			}
+			size += item
 			n++
 		}
 		msgs = append(msgs, &flov1.WorkerMessage{Msg: &flov1.WorkerMessage_ResultBatch{ResultBatch: &flov1.ResultBatch{Results: batch[:n]}}})

@@ -8,8 +8,8 @@
 // The generated decoder does not check that string fields hold valid UTF-8,
 // as the reflection-based one does. So Fast decodes only what Flo itself
 // encoded from input already checked: a server that takes calls from
-// outside (the gateway's public port) keeps gRPC's default codec, and a
-// record any producer may write (an invoke command) is decoded this way only
+// outside (the gateway's public port) decodes with gRPC's default codec
+// (Public), and a record any producer may write (an invoke command) is decoded this way only
 // where each string kept is checked (libs/text) after decoding.
 package codec
 
@@ -17,9 +17,31 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 )
+
+// Public is the codec of a server that takes calls from outside (the
+// gateway's public port): it decodes with gRPC's default codec, which checks
+// that strings are UTF-8, and encodes as Fast does, since what such a server
+// sends was built by Flo from input checked on the way in.
+var Public encoding.CodecV2 = public{}
+
+type public struct{}
+
+// Name is the content subtype on the wire, the same as gRPC's default codec.
+func (public) Name() string { return "proto" }
+
+// Marshal encodes v as Fast does.
+func (public) Marshal(v any) (mem.BufferSlice, error) { return fast{}.Marshal(v) }
+
+// Unmarshal decodes data with gRPC's default codec.
+func (public) Unmarshal(data mem.BufferSlice, v any) error { return checked.Unmarshal(data, v) }
+
+// checked is gRPC's default codec, registered under "proto" by gRPC's own
+// encoding/proto package.
+var checked = encoding.GetCodecV2(grpcproto.Name)
 
 // vtMessage is a message with generated marshal, unmarshal and size methods.
 type vtMessage interface {

@@ -105,3 +105,28 @@ func TestFastFallsBackAndRefuses(t *testing.T) {
 		t.Fatal("a truncated message decoded without error")
 	}
 }
+
+// Public encodes as Fast does, and decodes as gRPC's default codec does:
+// a string that is not UTF-8, which Fast would take, is refused.
+func TestPublicChecksWhatItDecodes(t *testing.T) {
+	in := event([]byte(`{"n":1}`))
+	data, err := codec.Public.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out eventsv1.TaskEvent
+	if err := codec.Public.Unmarshal(data, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(&out, in) {
+		t.Fatalf("decoded %v, want %v", &out, in)
+	}
+	// Field 3 (task_id), a string of one byte that is not UTF-8.
+	notUTF8 := []byte{0x1a, 0x01, 0xff}
+	if err := codec.Fast.Unmarshal(mem.BufferSlice{mem.SliceBuffer(notUTF8)}, &out); err != nil {
+		t.Fatalf("Fast refused it (%v): the test no longer shows the difference", err)
+	}
+	if err := codec.Public.Unmarshal(mem.BufferSlice{mem.SliceBuffer(notUTF8)}, &out); err == nil || !strings.Contains(err.Error(), "UTF-8") {
+		t.Fatalf("Public decoded a string that is not UTF-8: %v", err)
+	}
+}

@@ -41,6 +41,7 @@ import (
 	"github.com/razorbill/flo/libs/stage"
 	"github.com/razorbill/flo/libs/telemetry"
 	floproto "github.com/razorbill/flo/proto"
+	"github.com/razorbill/flo/proto/codec"
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	registryv1 "github.com/razorbill/flo/proto/gen/flo/registry/v1"
 	streamsv1 "github.com/razorbill/flo/proto/gen/flo/streams/v1"
@@ -455,6 +456,9 @@ func (s *Service) newGRPCServer(svc httpapi.Services, guard *auth.Guard) *grpc.S
 		grpc.ChainStreamInterceptor(recovery.StreamInterceptor(log), guard.StreamInterceptor(), capWorkerStreams(cfg.MaxWorkerStreams)),
 		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
 		grpcserver.StreamWorkers(),
+		// Calls from outside are decoded with their strings checked; what
+		// the gateway sends is encoded without reflection.
+		grpc.ForceServerCodecV2(codec.Public),
 		// Room for a ResultBatch, a maximal payload, or a maximal
 		// InvokeTasks batch (api.DefaultMaxBatchBytes of payloads).
 		grpc.MaxRecvMsgSize(max(minRecvMsgBytes, cfg.MaxPayloadBytes+bodySlack, api.DefaultMaxBatchBytes+batchSlack)),

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 )
 
@@ -267,7 +265,7 @@ func (s *session) taskBatches(tasks []*flov1.TaskAssignment) []outgoing {
 	}
 	start, size := 0, 0
 	for i, t := range tasks {
-		n := proto.Size(t)
+		n := t.SizeVT()
 		if i > start && size+n > limit {
 			flush(tasks[start:i])
 			start, size = i, 0
