@@ -30,12 +30,28 @@ const CmdHeader = "flo-cmd"
 // (written before partitions had owners), which cannot be replayed.
 var ErrNoState = errors.New("task event carries no task state")
 
-// Encode makes the events record of c for partition, stamped with the
-// commands offset consumed so far. The event's own fields keep their meaning
-// for every consumer (a result only on a COMPLETED event of a task with an
-// origin, free text capped at taskevent.MaxTextBytes); TaskState carries the
-// rest of the task, the payload only on the records that bring it to life.
-func Encode(c Change, partition int32, cmdOffset int64) (*kgo.Record, error) {
+// EncodeAll makes the events records of changes for partition, each stamped
+// with the commands offset consumed so far. The event's own fields keep
+// their meaning for every consumer (a result only on a COMPLETED event of a
+// task with an origin, free text capped at taskevent.MaxTextBytes);
+// TaskState carries the rest of the task, the payload only on the records
+// that bring it to life. The records share one allocation and the stamp's
+// bytes: a batch makes one per change.
+func EncodeAll(changes []Change, partition int32, cmdOffset int64) ([]*kgo.Record, error) {
+	slab := make([]kgo.Record, len(changes))
+	recs := make([]*kgo.Record, len(changes))
+	cmd := strconv.AppendInt(nil, cmdOffset, 10)
+	for i := range changes {
+		if err := encode(&slab[i], &changes[i], partition, cmd); err != nil {
+			return nil, err
+		}
+		recs[i] = &slab[i]
+	}
+	return recs, nil
+}
+
+// encode fills rec with the events record of c; cmd is the stamp's value.
+func encode(rec *kgo.Record, c *Change, partition int32, cmd []byte) error {
 	t := &c.Task
 	st := &eventsv1.TaskState{
 		IdempotencyKey:    t.IdempotencyKey,
@@ -90,12 +106,12 @@ func Encode(c Change, partition int32, cmdOffset int64) (*kgo.Record, error) {
 	}
 	state, err := st.MarshalVT()
 	if err != nil {
-		return nil, fmt.Errorf("encode %s state of task %s: %w", ev.Type, t.ID, err)
+		return fmt.Errorf("encode %s state of task %s: %w", ev.Type, t.ID, err)
 	}
 	ev.State = state
 	value, err := ev.MarshalVT()
 	if err != nil {
-		return nil, fmt.Errorf("encode %s event of task %s: %w", ev.Type, t.ID, err)
+		return fmt.Errorf("encode %s event of task %s: %w", ev.Type, t.ID, err)
 	}
 	trace := c.TraceHeaders
 	if trace == nil {
@@ -105,8 +121,9 @@ func Encode(c Change, partition int32, cmdOffset int64) (*kgo.Record, error) {
 	for k, v := range trace {
 		headers = append(headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
 	}
-	headers = append(headers, kgo.RecordHeader{Key: CmdHeader, Value: strconv.AppendInt(nil, cmdOffset, 10)})
-	return &kgo.Record{Topic: kafka.TaskEventsTopic, Partition: partition, Key: []byte(ev.TaskId), Value: value, Headers: headers}, nil
+	headers = append(headers, kgo.RecordHeader{Key: CmdHeader, Value: cmd})
+	*rec = kgo.Record{Topic: kafka.TaskEventsTopic, Partition: partition, Key: []byte(ev.TaskId), Value: value, Headers: headers}
+	return nil
 }
 
 // Decode reads a record Encode made, and the commands offset it holds (-1

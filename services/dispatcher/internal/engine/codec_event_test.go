@@ -15,8 +15,9 @@ import (
 // eventOf encodes c and reads back the TaskEvent other services see.
 func eventOf(t *testing.T, c Change) *eventsv1.TaskEvent {
 	t.Helper()
-	rec, err := Encode(c, 0, 0)
+	recs, err := EncodeAll([]Change{c}, 0, 0)
 	require.NoError(t, err)
+	rec := recs[0]
 	var ev eventsv1.TaskEvent
 	require.NoError(t, proto.Unmarshal(rec.Value, &ev))
 	return &ev

@@ -19,8 +19,9 @@ import (
 // roundTrip encodes c, decodes it, and checks what came back.
 func roundTrip(t *testing.T, c engine.Change, partition int32, cmd int64) (*kgo.Record, engine.Change) {
 	t.Helper()
-	rec, err := engine.Encode(c, partition, cmd)
+	recs, err := engine.EncodeAll([]engine.Change{c}, partition, cmd)
 	require.NoError(t, err)
+	rec := recs[0]
 	require.Equal(t, kafka.TaskEventsTopic, rec.Topic)
 	require.Equal(t, partition, rec.Partition)
 	require.Equal(t, c.Task.ID.String(), string(rec.Key))
@@ -144,8 +145,9 @@ func TestDecodeRefuses(t *testing.T) {
 	t.Parallel()
 	p := engine.New(0)
 	c := p.Invoke(invocation("send", 0), settings(3), "", t0)[0]
-	rec, err := engine.Encode(c, 0, 9)
+	recs, err := engine.EncodeAll([]engine.Change{c}, 0, 9)
 	require.NoError(t, err)
+	rec := recs[0]
 
 	ev := event(t, rec)
 	ev.State = nil
@@ -167,4 +169,28 @@ func TestDecodeRefuses(t *testing.T) {
 	_, _, err = engine.Decode(&garbage)
 	require.Error(t, err)
 	require.Equal(t, strconv.Itoa(9), headers(rec)[engine.CmdHeader])
+}
+
+// A batch's records are each their own change's, in order, and all carry
+// the batch's commands offset.
+func TestEncodeAllKeepsEachChangeItsOwnRecord(t *testing.T) {
+	t.Parallel()
+	p := engine.New(0)
+	var changes []engine.Change
+	for _, action := range []string{"a", "b", "c"} {
+		changes = append(changes, p.Invoke(invocation(action, 0), settings(3), "", t0)...)
+	}
+	recs, err := engine.EncodeAll(changes, 2, 41)
+	require.NoError(t, err)
+	require.Len(t, recs, len(changes))
+	for i, rec := range recs {
+		got, cmd, err := engine.Decode(rec)
+		require.NoError(t, err)
+		require.Equal(t, int64(41), cmd)
+		require.Equal(t, int32(2), rec.Partition)
+		require.Equal(t, changes[i].Task.ID, got.Task.ID)
+		require.Equal(t, changes[i].Task.Action, got.Task.Action)
+	}
+	recs[0].Key[0] ^= 0xff
+	require.Equal(t, changes[1].Task.ID.String(), string(recs[1].Key), "records share no key bytes")
 }

@@ -85,12 +85,14 @@ func (s *sim) pick() uuid.UUID {
 
 func (s *sim) record(changes []engine.Change) {
 	t := s.t
-	for _, c := range changes {
-		rec, err := engine.Encode(c, 1, s.offset)
+	// The stamp is the batch's: the commands consumed when it was made.
+	stamp := s.offset
+	recs, err := engine.EncodeAll(changes, 1, stamp)
+	require.NoError(t, err)
+	for i, c := range changes {
+		got, cmd, err := engine.Decode(recs[i])
 		require.NoError(t, err)
-		got, cmd, err := engine.Decode(rec)
-		require.NoError(t, err)
-		require.Equal(t, s.offset, cmd)
+		require.Equal(t, stamp, cmd)
 		s.copy.Apply(got)
 		s.live.Recorded(c.Task.ID, s.offset)
 		s.copy.Recorded(c.Task.ID, s.offset)

@@ -171,8 +171,9 @@ func TestRequeueNeedsThePayloadBack(t *testing.T) {
 	got, changes, err := p.Requeue(ns, task.ID, at(time.Second))
 	require.NoError(t, err)
 	require.Equal(t, task.Payload, got.Payload)
-	rec, err := engine.Encode(changes[0], 0, 0)
+	recs, err := engine.EncodeAll([]engine.Change{changes[0]}, 0, 0)
 	require.NoError(t, err)
+	rec := recs[0]
 	decoded, _, err := engine.Decode(rec)
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(task.Payload, decoded.Task.Payload), "the Requeued record carries the payload")
@@ -189,8 +190,9 @@ func TestReplayKeepsPayloadsOut(t *testing.T) {
 	var off int64
 	record := func(changes []engine.Change) {
 		for _, c := range changes {
-			rec, err := engine.Encode(c, 0, 0)
+			recs, err := engine.EncodeAll([]engine.Change{c}, 0, 0)
 			require.NoError(t, err)
+			rec := recs[0]
 			decoded, _, err := engine.Decode(rec)
 			require.NoError(t, err)
 			copy.Apply(decoded)

@@ -690,14 +690,9 @@ func (p *partition) advanceCommands(next int64) {
 // record writes changes as one transaction on the partition's events and
 // returns each record's offset.
 func (p *partition) record(ctx context.Context, changes []engine.Change) ([]int64, error) {
-	cmd := p.cmdNext.Load()
-	recs := make([]*kgo.Record, len(changes))
-	for i, c := range changes {
-		r, err := engine.Encode(c, p.id, cmd)
-		if err != nil {
-			return nil, err
-		}
-		recs[i] = r
+	recs, err := engine.EncodeAll(changes, p.id, p.cmdNext.Load())
+	if err != nil {
+		return nil, err
 	}
 	if err := p.txn.BeginTransaction(); err != nil {
 		return nil, fmt.Errorf("begin transaction: %w", err)
@@ -708,15 +703,16 @@ func (p *partition) record(ctx context.Context, changes []engine.Change) ([]int6
 		firstErr error
 	)
 	wg.Add(len(recs))
+	produced := func(_ *kgo.Record, err error) {
+		if err != nil {
+			mu.Lock()
+			firstErr = cmp.Or(firstErr, err)
+			mu.Unlock()
+		}
+		wg.Done()
+	}
 	for _, r := range recs {
-		p.txn.Produce(ctx, r, func(_ *kgo.Record, err error) {
-			if err != nil {
-				mu.Lock()
-				firstErr = cmp.Or(firstErr, err)
-				mu.Unlock()
-			}
-			wg.Done()
-		})
+		p.txn.Produce(ctx, r, produced)
 	}
 	if err := p.txn.Flush(ctx); err != nil {
 		firstErr = cmp.Or(firstErr, err)
