@@ -24,6 +24,7 @@ import (
 	"github.com/razorbill/flo/libs/harness"
 	"github.com/razorbill/flo/libs/internalauth"
 	"github.com/razorbill/flo/libs/kafka"
+	"github.com/razorbill/flo/libs/localbroker"
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
 	dispatcher "github.com/razorbill/flo/services/dispatcher/service"
@@ -66,6 +67,7 @@ type stack struct {
 	stopStreams  func() error
 	workflowAddr string
 	dbURL        string
+	broker       *localbroker.Broker
 	brokers      []string
 	conn         *grpc.ClientConn
 	base         string
@@ -150,7 +152,7 @@ func startStreamsStack(t *testing.T, registry bool) *stack {
 func newStack(t *testing.T, opts stackOptions) *stack {
 	t.Helper()
 	broker := harness.NewBroker(t)
-	s := &stack{dbURL: harness.NewDatabase(t), brokers: broker.Addrs(), log: testLogger(t), dispatchAddr: "127.0.0.1:0", auth: harness.InternalAuth()}
+	s := &stack{dbURL: harness.NewDatabase(t), broker: broker, brokers: broker.Addrs(), log: testLogger(t), dispatchAddr: "127.0.0.1:0", auth: harness.InternalAuth()}
 	if opts.authOff {
 		s.auth = config.Auth{Mode: "off"}
 	}

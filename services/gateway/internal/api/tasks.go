@@ -289,15 +289,24 @@ func (s *TaskServer) AwaitTask(ctx context.Context, req *flov1.AwaitTaskRequest)
 	if err != nil {
 		return nil, err
 	}
+	deadline := time.Now().Add(timeout)
 	if s.followEvents != nil {
-		stop, err := s.followEvents(ctx)
-		if err != nil {
-			return nil, status.Errorf(codes.Unavailable, "await task: read task events: %v", err)
+		fctx, cancel := context.WithDeadline(ctx, deadline)
+		stop, err := s.followEvents(fctx)
+		cancel()
+		switch {
+		case err == nil:
+			defer stop()
+		case ctx.Err() != nil:
+			return nil, status.FromContextError(ctx.Err()).Err()
+		default:
+			// Without the events (the broker is away) the wait still
+			// ends at its timeout, with the task as it is then.
+			s.log.WarnContext(ctx, "await task: task events cannot be read; waiting without them", "task_id", req.GetTaskId(), "error", err)
 		}
-		defer stop()
 	}
 	get := &flov1.GetTaskRequest{Namespace: req.GetNamespace(), TaskId: req.GetTaskId()}
-	timer := time.NewTimer(timeout)
+	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	for {
 		done, release, err := s.waiters.Register(req.GetTaskId())
