@@ -120,7 +120,8 @@ func main() {
 		"unless FLO_ADMIN_TOKEN is set; empty uses the stack's own admin key")
 	flag.BoolVar(&o.fsync, "fsync", true, "run the private Postgres with fsync on, as a deployment would")
 	flag.StringVar(&o.memProfile, "memprofile", "", "write a heap profile to this file (workers: taken after the settle window; "+
-		"actions with -sustain: after the full-load phase, whose allocations its alloc_space holds)")
+		"actions with -sustain: after the full-load phase, whose allocations its alloc_space holds, and FILE.half and FILE.fixed after "+
+		"the paced phases, cumulative: pprof -diff_base the one before for a phase's own)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phase (workers: the idle window; actions with -sustain: the full-load window, and "+
 		"FILE.half and FILE.fixed for the paced phases; backlog: the restart and the drain; every service runs in this process) to this file")
 	flag.IntVar(&o.batch, "batch", 0, "actions: invoke through InvokeMany with this many tasks per call (0: one unary Invoke per task, "+

@@ -152,6 +152,13 @@ func benchSustained(ctx context.Context, p *platform, o options) error {
 			if err != nil {
 				return err
 			}
+			if o.memProfile != "" {
+				// Cumulative: take the profile before it as -diff_base to
+				// see what this phase allocated.
+				if err := heapProfile(o.memProfile + "." + pc.file); err != nil {
+					return err
+				}
+			}
 			rows = append(rows, row)
 		}
 	}
