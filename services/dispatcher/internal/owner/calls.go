@@ -314,25 +314,26 @@ func (r *Replica) claimOnce(ctx context.Context, ns string, actions []string, sl
 	if len(asks) == 1 {
 		return r.claimFrom(ctx, asks[0].p, ns, actions, asks[0].slots)
 	}
-	var (
-		mu       sync.Mutex
-		out      []engine.Claimed
-		firstErr error
-		wg       sync.WaitGroup
-	)
-	for _, a := range asks {
+	// Each partition's answer goes in its own place, and the claim's array
+	// is made once, to size: a claimed task is a large value.
+	got := make([][]engine.Claimed, len(asks))
+	errs := make([]error, len(asks))
+	var wg sync.WaitGroup
+	for i, a := range asks {
 		wg.Go(func() {
-			got, err := r.claimFrom(ctx, a.p, ns, actions, a.slots)
-			mu.Lock()
-			defer mu.Unlock()
-			out = append(out, got...)
-			if err != nil && firstErr == nil {
-				firstErr = err
-			}
+			got[i], errs[i] = r.claimFrom(ctx, a.p, ns, actions, a.slots)
 		})
 	}
 	wg.Wait()
-	if len(out) > 0 {
+	n := 0
+	for _, g := range got {
+		n += len(g)
+	}
+	if n > 0 {
+		out := make([]engine.Claimed, 0, n)
+		for _, g := range got {
+			out = append(out, g...)
+		}
 		// Each partition hands out in priority order; the claim keeps that
 		// order across them.
 		slices.SortStableFunc(out, func(a, b engine.Claimed) int {
@@ -340,7 +341,12 @@ func (r *Replica) claimOnce(ctx context.Context, ns string, actions []string, sl
 		})
 		return out, nil
 	}
-	return nil, firstErr
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return nil, nil
 }
 
 // ask is the part of a claim one partition is asked for.
