@@ -68,7 +68,10 @@ type partition struct {
 	r   *Replica
 	id  int32
 	log *slog.Logger
-	txn *kgo.Client
+	// txn is the producer of the partition's transactions, made by newTxn
+	// before each rebuild and dropped after any failure (see dropTxn).
+	txn    *kgo.Client
+	newTxn func() (*kgo.Client, error)
 
 	ops chan op
 
@@ -134,9 +137,9 @@ type backoff interface {
 // maxKeptChanges bounds the lists a partition keeps between batches.
 const maxKeptChanges = 4096
 
-func newPartition(r *Replica, id int32, txn *kgo.Client) *partition {
+func newPartition(r *Replica, id int32, newTxn func() (*kgo.Client, error)) *partition {
 	p := &partition{
-		r: r, id: id, txn: txn, log: r.log.With("partition", id),
+		r: r, id: id, newTxn: newTxn, log: r.log.With("partition", id),
 		ops: make(chan op, opQueue), cmdSignal: make(chan struct{}, 1), matSignal: make(chan struct{}, 1),
 		intakeWait: intakeRetry.Backoff(), warmWait: intakeRetry.Backoff(), poisoned: map[int64]bool{},
 		progress: make(chan struct{}), exited: make(chan struct{}),
@@ -161,7 +164,7 @@ func (p *partition) stop() {
 
 func (p *partition) run(ctx context.Context) {
 	defer close(p.exited)
-	defer p.txn.Close()
+	defer p.dropTxn()
 	defer p.refuseQueued()
 	wait := rebuildRetry.Backoff()
 	for first := true; ; first = false {
@@ -183,7 +186,10 @@ func (p *partition) run(ctx context.Context) {
 				continue
 			}
 		}
-		err := p.rebuild(ctx)
+		err := p.makeTxn()
+		if err == nil {
+			err = p.rebuild(ctx)
+		}
 		if err == nil {
 			wait.Reset()
 			err = p.serve(ctx)
@@ -191,6 +197,7 @@ func (p *partition) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		p.dropTxn()
 		if errors.Is(err, errFenced) {
 			// Another producer took the transactional id: a new owner,
 			// whose assignment revokes the partition here within a
@@ -209,6 +216,35 @@ func (p *partition) run(ctx context.Context) {
 		if !retry.Sleep(ctx, wait.NextBackOff()) {
 			return
 		}
+	}
+}
+
+// makeTxn makes the partition's producer if it has none.
+func (p *partition) makeTxn() error {
+	if p.txn != nil {
+		return nil
+	}
+	txn, err := p.newTxn()
+	if err != nil {
+		return fmt.Errorf("make the partition's producer: %w", err)
+	}
+	p.txn = txn
+	return nil
+}
+
+// dropTxn closes the partition's producer after a failure, without another
+// call on it. franz-go answers a failed transaction by initializing the
+// producer id again on the next call (KIP-360), naming the id and the epoch
+// it had; a broker that takes a stale epoch there (kfake does; Kafka
+// refuses it) would hand a replica paused past its session (a zombie) the
+// transactional id back, before its rebuild asks the group whether it still
+// owns the partition. A new producer takes the id only after that check.
+// The broker aborts what the old one left open when the new one, or the
+// next owner's, takes the id.
+func (p *partition) dropTxn() {
+	if p.txn != nil {
+		p.txn.Close()
+		p.txn = nil
 	}
 }
 
@@ -718,12 +754,12 @@ func (p *partition) record(ctx context.Context, changes []engine.Change) ([]int6
 		firstErr = cmp.Or(firstErr, err)
 	}
 	wg.Wait()
-	commit := kgo.TryCommit
-	if firstErr != nil {
-		commit = kgo.TryAbort
-	}
-	if err := p.txn.EndTransaction(ctx, commit); err != nil {
-		firstErr = cmp.Or(firstErr, err)
+	// A failed transaction is not aborted here: the producer is dropped
+	// (dropTxn says why), and the next one to take the id aborts it.
+	if firstErr == nil {
+		if err := p.txn.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			firstErr = err
+		}
 	}
 	if firstErr != nil {
 		if fenced(firstErr) {

@@ -315,19 +315,17 @@ func (r *Replica) assigned(_ context.Context, group *kgo.Client, assigned map[st
 		if r.parts[id] != nil {
 			continue
 		}
-		txn, err := kafka.NewClient(r.cfg.Kafka,
-			kgo.TransactionalID(Group+"-p"+strconv.Itoa(int(id))),
-			// An owner that dies mid-transaction holds the partition's
-			// readers back until this passes or the next owner takes over.
-			kgo.TransactionTimeout(10*time.Second),
-			kgo.ProducerLinger(0),
-			kgo.ProducerBatchMaxBytes(int32(max(kafka.MaxRecordSize(r.cfg.MaxPayloadBytes), 1<<20))),
-		)
-		if err != nil {
-			r.log.Error("cannot make the partition's producer", "partition", id, "error", err)
-			continue
+		newTxn := func() (*kgo.Client, error) {
+			return kafka.NewClient(r.cfg.Kafka,
+				kgo.TransactionalID(Group+"-p"+strconv.Itoa(int(id))),
+				// An owner that dies mid-transaction holds the partition's
+				// readers back until this passes or the next owner takes over.
+				kgo.TransactionTimeout(10*time.Second),
+				kgo.ProducerLinger(0),
+				kgo.ProducerBatchMaxBytes(int32(max(kafka.MaxRecordSize(r.cfg.MaxPayloadBytes), 1<<20))),
+			)
 		}
-		p := newPartition(r, id, txn)
+		p := newPartition(r, id, newTxn)
 		r.parts[id] = p
 		p.start(ctx)
 	}
