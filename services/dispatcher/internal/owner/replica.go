@@ -25,6 +25,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
@@ -304,6 +306,19 @@ func (r *Replica) OwnedPartitions() []int32 {
 	return out
 }
 
+// txnVersions caps InitProducerID at version 2 for the partitions'
+// producers. From version 3 (KIP-360, KIP-588) franz-go answers a produce
+// refused for an old epoch by initializing the producer again with that
+// epoch and sending the records once more; kfake accepts the old epoch
+// there (Kafka refuses it), so a replica resumed after losing its partitions
+// would take the id back and commit. At version 2 the refusal fails the
+// batch, which fences the partition.
+var txnVersions = func() *kversion.Versions {
+	v := kversion.Stable()
+	v.SetMaxKeyVersion(kmsg.InitProducerID.Int16(), 2)
+	return v
+}()
+
 func (r *Replica) assigned(_ context.Context, group *kgo.Client, assigned map[string][]int32) {
 	ids := assigned[kafka.CommandsTopic]
 	if len(ids) == 0 {
@@ -318,6 +333,7 @@ func (r *Replica) assigned(_ context.Context, group *kgo.Client, assigned map[st
 		newTxn := func() (*kgo.Client, error) {
 			return kafka.NewClient(r.cfg.Kafka,
 				kgo.TransactionalID(Group+"-p"+strconv.Itoa(int(id))),
+				kgo.MaxVersions(txnVersions),
 				// An owner that dies mid-transaction holds the partition's
 				// readers back until this passes or the next owner takes over.
 				kgo.TransactionTimeout(10*time.Second),
