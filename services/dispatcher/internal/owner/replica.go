@@ -307,12 +307,12 @@ func (r *Replica) OwnedPartitions() []int32 {
 }
 
 // txnVersions caps InitProducerID at version 2 for the partitions'
-// producers. From version 3 (KIP-360, KIP-588) franz-go answers a produce
-// refused for an old epoch by initializing the producer again with that
-// epoch and sending the records once more; kfake accepts the old epoch
-// there (Kafka refuses it), so a replica resumed after losing its partitions
-// would take the id back and commit. At version 2 the refusal fails the
-// batch, which fences the partition.
+// producers. From version 3 (KIP-360, KIP-588) franz-go treats some
+// refusals of a producer's epoch as recoverable and initializes the
+// producer again with that epoch; kfake accepts the old epoch there (Kafka
+// refuses it), so a replica resumed after losing its partitions could take
+// the id back and commit. At version 2 the refusal is final: the batch
+// fails, which fences the partition.
 var txnVersions = func() *kversion.Versions {
 	v := kversion.Stable()
 	v.SetMaxKeyVersion(kmsg.InitProducerID.Int16(), 2)
