@@ -14,7 +14,9 @@
 //     stream workers on the same broker, in records/s, and our rate as a
 //     ratio of the raw one.
 //   - workflows: runs of a three-step workflow of trivial actions, runs/s and
-//     start-to-complete latency.
+//     start-to-complete latency. With -sustain, steady rates as in the
+//     actions mode: a backlog of runs kept topped up, then half that rate,
+//     then a fixed rate, with the start-to-last-step latency.
 //   - plans: runs/s of a one-step workflow whose step is a two-executor plan,
 //     beside the same workflow with a plain action step, in one process.
 //   - backlog: -tasks tasks invoked with no worker running: the tasks held
@@ -136,12 +138,12 @@ func main() {
 	flag.IntVar(&o.invokers, "invokers", 128, "actions: concurrent invoking goroutines")
 	flag.DurationVar(&o.halfLoadFor, "half-load", 10*time.Second, "actions: duration of the half-load latency phase (0 skips it)")
 	flag.Float64Var(&o.rate, "rate", 0, "actions: tasks/s of the paced latency phase (0 means half the measured full-load rate); "+
-		"with -sustain the fixed rate of the last phase (0: 1000)")
-	flag.DurationVar(&o.sustain, "sustain", 0, "actions: measure steady rates over windows this long (0: the burst of -tasks); "+
+		"with -sustain the fixed rate (tasks/s, workflows: runs/s) of the last phase (0: 1000)")
+	flag.DurationVar(&o.sustain, "sustain", 0, "actions, workflows: measure steady rates over windows this long (0: the burst of -tasks or -runs); "+
 		"each phase runs -warmup first, not measured, and -half-load 0 skips the paced phases")
-	flag.DurationVar(&o.warmup, "warmup", 5*time.Second, "actions with -sustain: the start of each phase, not measured")
-	flag.IntVar(&o.backlog, "backlog", 10000, "actions with -sustain: tasks kept invoked and not yet started at full load")
-	flag.IntVar(&o.dispatchers, "dispatchers", 1, "actions with -sustain: dispatcher replicas in the process, each one's CPU measured")
+	flag.DurationVar(&o.warmup, "warmup", 5*time.Second, "-sustain: the start of each phase, not measured")
+	flag.IntVar(&o.backlog, "backlog", 10000, "-sustain: tasks kept invoked and not yet started (workflows: runs started and not yet at their last step) at full load")
+	flag.IntVar(&o.dispatchers, "dispatchers", 1, "-sustain: dispatcher replicas in the process, each one's CPU measured")
 	flag.StringVar(&o.river, "river", "", "river: River's CLI (`make river` builds it), whose `river bench` runs for -sustain")
 
 	flag.IntVar(&o.records, "records", 100000, "streams: records to produce, append and consume")
@@ -151,7 +153,8 @@ func main() {
 	flag.IntVar(&o.consumers, "consumers", 3, "streams: stream workers in the consumer group")
 
 	flag.IntVar(&o.runs, "runs", 3000, "workflows, plans: runs to start (per phase for plans)")
-	flag.IntVar(&o.starters, "starters", 32, "workflows, plans: concurrent starting goroutines")
+	flag.IntVar(&o.starters, "starters", 32, "workflows, plans: concurrent starting goroutines (make bench's sustained workflows use 128, "+
+		"as many as the actions mode's invokers)")
 
 	flag.BoolVar(&o.streamWorkers, "stream-workers", false, "workers: stream workers of one stream's group instead of action workers of one action")
 	flag.IntVar(&o.procs, "procs", 0, "workers: load processes the workers run in (0: as many as hold 5,000 each)")
@@ -176,8 +179,8 @@ func main() {
 		fmt.Fprintf(os.Stderr, "flo-bench: unknown -mode %q (actions, streams, workflows, plans, workers, backlog or river)\n", o.mode)
 		os.Exit(2)
 	}
-	if o.dispatchers != 1 && (o.mode != "actions" || o.sustain <= 0) || o.dispatchers < 1 {
-		fmt.Fprintln(os.Stderr, "flo-bench: -dispatchers takes 1 or more, with -mode actions -sustain only")
+	if o.dispatchers != 1 && (o.mode != "actions" && o.mode != "workflows" || o.sustain <= 0) || o.dispatchers < 1 {
+		fmt.Fprintln(os.Stderr, "flo-bench: -dispatchers takes 1 or more, with -sustain (actions or workflows) only")
 		os.Exit(2)
 	}
 	// Every service runs in this process; tune the collector as their

@@ -22,25 +22,54 @@ import (
 	dispatcher "github.com/razorbill/flo/services/dispatcher/service"
 )
 
-// sustained is the state of the sustained actions mode across its phases.
+// sustained is the state of a sustained mode (actions or workflows) across
+// its phases.
 type sustained struct {
-	p   *platform
-	o   options
-	inv *invoker
-	db  *pgx.Conn
+	p  *platform
+	o  options
+	w  workload
+	db *pgx.Conn
 	// bound is the dispatcher's FLO_DISPATCH_QUEUED_TASKS.
 	bound int
 	// pgPID is the private Postgres's postmaster, 0 when it is not on this
 	// machine (then its CPU is not reported).
 	pgPID int
 
-	invoked atomic.Int64 // tasks invoked, every phase
-	started atomic.Int64 // handler starts, every phase
-	// ahead holds a token for each task invoked and not yet started while
-	// the full-load phase runs: invokers put them, handler starts take them.
+	invoked atomic.Int64 // units invoked (tasks) or started (runs), every phase
+	started atomic.Int64 // units that arrived at the measured handler, every phase
+	// ahead holds a token for each unit invoked and not yet arrived while
+	// the full-load phase runs: callers put them, arrivals take them.
 	ahead  atomic.Pointer[chan struct{}]
 	stamps stamps
 	begin  time.Time
+}
+
+// workload is what a sustained mode drives: tasks of the bench action, or
+// runs of the bench workflow, each counted when it arrives at the handler
+// that measures it (the action's, or the workflow's last step's).
+type workload struct {
+	// unit names what is counted: "tasks" or "runs".
+	unit string
+	// latency names what the stamps measure, from the call to the arrival.
+	latency string
+	// tasks is how many tasks each unit completes.
+	tasks int
+	// callers is how many goroutines invoke (or start).
+	callers int
+	inv     *invoker
+}
+
+// arrived counts a unit at its measured handler: invokedAt (Unix
+// nanoseconds) is when its call was made, now when the handler started.
+func (s *sustained) arrived(invokedAt int64, now time.Time) {
+	s.started.Add(1)
+	if ahead := s.ahead.Load(); ahead != nil {
+		select {
+		case <-*ahead:
+		default:
+		}
+	}
+	s.stamps.add(invokedAt, now.UnixNano())
 }
 
 // phase is one row of the sustained mode's table.
@@ -48,14 +77,14 @@ type phase struct {
 	name    string
 	from    time.Time // the window
 	to      time.Time
-	tasks   float64 // handler starts per second in the window
+	rate    float64 // arrivals per second in the window
 	p50     time.Duration
 	p90     time.Duration
 	p99     time.Duration
 	commits float64       // Postgres commits per second
 	pgCPU   time.Duration // Postgres CPU in the window, -1 when unknown
 	cpu     time.Duration // this process's CPU in the window
-	worked  int64         // tasks started in the window
+	worked  int64         // units that arrived in the window
 	// replicas is the CPU of each dispatcher replica in the window, by
 	// replica number.
 	replicas map[string]time.Duration
@@ -67,13 +96,40 @@ type phase struct {
 	mostHeld int
 }
 
-// benchSustained runs the actions mode for a steady rate: first at full load,
-// invoking for o.warmup+o.sustain while keeping o.backlog tasks invoked and
-// not yet started ahead of the workers (as `river bench` keeps its queue
-// filled), then paced at half the rate measured, then at a fixed rate (o.rate,
-// 1,000 tasks/s when 0). Each phase measures its last o.sustain only and waits
-// until everything it invoked is completed before the next begins.
+// benchSustained runs the actions mode for a steady rate (runSustained):
+// tasks of one action, each stamped when invoked and measured when its
+// handler starts.
 func benchSustained(ctx context.Context, p *platform, o options) error {
+	return runSustained(ctx, p, o, func(s *sustained) (workload, error) {
+		err := p.serveActions(ctx, o, map[string]actionHandler{
+			"bench": func(actx *flo.ActionContext) ([]byte, error) {
+				now := time.Now()
+				var pl actionPayload
+				if err := actx.Into(&pl); err != nil {
+					return nil, flo.NewNonRetryableErrorf("bad payload: %v", err)
+				}
+				s.arrived(pl.InvokedAt, now)
+				return nil, nil
+			},
+		})
+		if err != nil {
+			return workload{}, err
+		}
+		inv, err := p.newInvoker(o)
+		if err != nil {
+			return workload{}, err
+		}
+		return workload{unit: "tasks", latency: "invoke-to-start", tasks: 1, callers: o.invokers, inv: inv}, nil
+	})
+}
+
+// runSustained measures a steady rate of the workload setup returns: first
+// at full load, calling for o.warmup+o.sustain while keeping o.backlog units
+// called and not yet arrived (as `river bench` keeps its queue filled), then
+// paced at half the rate measured, then at a fixed rate (o.rate, 1,000/s
+// when 0). Each phase measures its last o.sustain only and waits until every
+// task called so far is completed before the next begins.
+func runSustained(ctx context.Context, p *platform, o options, setup func(*sustained) (workload, error)) error {
 	s := &sustained{p: p, o: o, begin: time.Now()}
 	var dcfg dispatcher.Config
 	if err := config.Load(ctx, &dcfg); err != nil {
@@ -86,25 +142,8 @@ func benchSustained(ctx context.Context, p *platform, o options) error {
 	if err := s.startDispatchers(ctx); err != nil {
 		return err
 	}
-	err := p.serveActions(ctx, o, map[string]actionHandler{
-		"bench": func(actx *flo.ActionContext) ([]byte, error) {
-			now := time.Now()
-			var pl actionPayload
-			if err := actx.Into(&pl); err != nil {
-				return nil, flo.NewNonRetryableErrorf("bad payload: %v", err)
-			}
-			s.started.Add(1)
-			if ahead := s.ahead.Load(); ahead != nil {
-				select {
-				case <-*ahead:
-				default:
-				}
-			}
-			s.stamps.add(pl.InvokedAt, now.UnixNano())
-			return nil, nil
-		},
-	})
-	if err != nil {
+	var err error
+	if s.w, err = setup(s); err != nil {
 		return err
 	}
 	if s.db, err = p.openDB(ctx); err != nil {
@@ -113,13 +152,9 @@ func benchSustained(ctx context.Context, p *platform, o options) error {
 	if s.pgPID, err = postmaster(ctx, s.db); err != nil {
 		return err
 	}
-
-	if s.inv, err = p.newInvoker(o); err != nil {
-		return err
-	}
-	fmt.Printf("sustained: %d invokers (%s), backlog %d, %d workers x %d slots, %d dispatcher replica(s), fsync=%v; "+
+	fmt.Printf("sustained: %d callers (%s), backlog %d %s, %d workers x %d slots, %d dispatcher replica(s), fsync=%v; "+
 		"each phase runs %v and measures its last %v\n",
-		o.invokers, s.inv.mode, o.backlog, o.workers, o.concurrency, o.dispatchers, o.fsync, o.warmup+o.sustain, o.sustain)
+		s.w.callers, s.w.inv.mode, o.backlog, s.w.unit, o.workers, o.concurrency, o.dispatchers, o.fsync, o.warmup+o.sustain, o.sustain)
 
 	full, err := s.phase(ctx, fmt.Sprintf("full load, backlog %d", o.backlog), o.cpuProfile, s.topUp)
 	if err != nil {
@@ -140,14 +175,14 @@ func benchSustained(ctx context.Context, p *platform, o options) error {
 			name string
 			rate float64
 			file string
-		}{{"half rate", full.tasks / 2, "half"}, {"fixed rate", fixed, "fixed"}} {
-			name := fmt.Sprintf("%s, %.0f tasks/s", pc.name, pc.rate)
+		}{{"half rate", full.rate / 2, "half"}, {"fixed rate", fixed, "fixed"}} {
+			name := fmt.Sprintf("%s, %.0f %s/s", pc.name, pc.rate, s.w.unit)
 			profile := ""
 			if o.cpuProfile != "" {
 				profile = o.cpuProfile + "." + pc.file
 			}
 			row, err := s.phase(ctx, name, profile, func(ctx context.Context, d time.Duration) (int, error) {
-				return paced(ctx, s.inv, pc.rate, d, o.invokers)
+				return paced(ctx, s.w.inv, pc.rate, d, s.w.callers)
 			})
 			if err != nil {
 				return err
@@ -214,14 +249,14 @@ func (s *sustained) phase(ctx context.Context, name, profilePath string, load fu
 	if err := g.Wait(); err != nil {
 		return phase{}, err
 	}
-	if err := waitCompleted(ctx, s.db, int(s.invoked.Load()), s.begin); err != nil {
+	if err := waitCompleted(ctx, s.db, int(s.invoked.Load())*s.w.tasks, s.begin); err != nil {
 		return phase{}, err
 	}
 	// Now that every task invoked in the window has started, the backlog's
 	// last included.
 	row.p50, row.p90, row.p99 = s.stamps.percentiles(row.from, row.to)
-	fmt.Printf("  %s: %.0f tasks/s; all %d invoked so far completed %v after the start\n",
-		name, row.tasks, s.invoked.Load(), time.Since(s.begin).Round(time.Second))
+	fmt.Printf("  %s: %.0f %s/s; all %d %s called so far completed %v after the start\n",
+		name, row.rate, s.w.unit, s.invoked.Load(), s.w.unit, time.Since(s.begin).Round(time.Second))
 	return row, nil
 }
 
@@ -260,7 +295,7 @@ func (s *sustained) measure(ctx context.Context, name string) (phase, []byte, er
 		cpu:      used.cpu,
 		mostHeld: mostHeld,
 	}
-	row.tasks = perSecond(int(row.worked), window)
+	row.rate = perSecond(int(row.worked), window)
 	if before.requests != nil {
 		row.requests = map[string]int64{}
 		for k, n := range after.requests {
@@ -323,11 +358,11 @@ func (s *sustained) read(ctx context.Context) (reading, error) {
 	return r, nil
 }
 
-// topUp invokes for d with o.invokers goroutines, each invoking again as
-// soon as fewer than o.backlog tasks are invoked and not yet started; it
-// returns how many it invoked.
+// topUp calls for d with the workload's callers, each calling again as
+// soon as fewer than o.backlog units are called and not yet arrived; it
+// returns how many it called.
 func (s *sustained) topUp(ctx context.Context, d time.Duration) (int, error) {
-	per := s.inv.per
+	per := s.w.inv.per
 	ahead := make(chan struct{}, s.o.backlog)
 	s.ahead.Store(&ahead)
 	defer s.ahead.Store(nil)
@@ -336,7 +371,7 @@ func (s *sustained) topUp(ctx context.Context, d time.Duration) (int, error) {
 	defer cancel()
 	var n atomic.Int64
 	var g errgroup.Group
-	for range s.o.invokers {
+	for range s.w.callers {
 		g.Go(func() error {
 			for {
 				for range per {
@@ -346,7 +381,7 @@ func (s *sustained) topUp(ctx context.Context, d time.Duration) (int, error) {
 						return nil
 					}
 				}
-				if err := s.inv.invoke(ctx, per); err != nil {
+				if err := s.w.inv.invoke(ctx, per); err != nil {
 					return err
 				}
 				n.Add(int64(per))
@@ -360,7 +395,9 @@ func (s *sustained) topUp(ctx context.Context, d time.Duration) (int, error) {
 // print writes the phases as a Markdown table.
 func (s *sustained) print(rows []phase) {
 	fmt.Println()
-	fmt.Println("| phase | tasks/s | invoke-to-start p50 / p90 / p99 ms | Postgres commits/s | Postgres CPU ms per 1k tasks | process CPU ms per 1k tasks | dispatcher CPU ms per 1k tasks | broker requests per task | broker transactions/s |")
+	u := strings.TrimSuffix(s.w.unit, "s")
+	fmt.Printf("| phase | %s/s | %s p50 / p90 / p99 ms | Postgres commits/s | Postgres CPU ms per 1k %s | process CPU ms per 1k %s | dispatcher CPU ms per 1k %s | broker requests per %s | broker transactions/s |\n",
+		s.w.unit, s.w.latency, s.w.unit, s.w.unit, s.w.unit, u)
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
 		var replicas []string
@@ -377,13 +414,13 @@ func (s *sustained) print(rows []phase) {
 			perTask = fmt.Sprintf("%.2f", float64(total)/float64(r.worked))
 			txns = fmt.Sprintf("%.0f", perSecond(int(r.requests["EndTxn"]), r.to.Sub(r.from)))
 		}
-		fmt.Printf("| %s | %.0f | %s / %s / %s | %.0f | %s | %s | %s | %s | %s |\n", r.name, r.tasks, ms(r.p50), ms(r.p90), ms(r.p99),
+		fmt.Printf("| %s | %.0f | %s / %s / %s | %.0f | %s | %s | %s | %s | %s |\n", r.name, r.rate, ms(r.p50), ms(r.p90), ms(r.p99),
 			r.commits, perThousand(r.pgCPU, r.worked), perThousand(r.cpu, r.worked), strings.Join(replicas, ", "), perTask, txns)
 	}
 	fmt.Println()
 	for _, r := range rows {
-		if kinds := requestsPerTask(r.requests, r.worked); kinds != "" {
-			fmt.Printf("broker requests per task, %s: %s\n", r.name, kinds)
+		if kinds := requestsPer(r.requests, r.worked); kinds != "" {
+			fmt.Printf("broker requests per %s, %s: %s\n", u, r.name, kinds)
 		}
 	}
 	for _, r := range rows {
@@ -391,9 +428,9 @@ func (s *sustained) print(rows []phase) {
 	}
 }
 
-// requestsPerTask lists the kinds of requests by how many each task cost,
-// most first, leaving out those below 0.01 per task.
-func requestsPerTask(requests map[string]int64, worked int64) string {
+// requestsPer lists the kinds of requests by how many each unit worked (a
+// task, a run) cost, most first, leaving out those below 0.01 per unit.
+func requestsPer(requests map[string]int64, worked int64) string {
 	if worked == 0 {
 		return ""
 	}
@@ -409,7 +446,6 @@ func requestsPerTask(requests map[string]int64, worked int64) string {
 	return strings.Join(out, ", ")
 }
 
-// ms formats d in milliseconds.
 // perThousand is d in milliseconds per 1,000 of n (tasks, jobs), "n/a"
 // when it cannot be told.
 func perThousand(d time.Duration, n int64) string {
@@ -419,6 +455,7 @@ func perThousand(d time.Duration, n int64) string {
 	return fmt.Sprintf("%.1f", float64(d.Microseconds())/1000/(float64(n)/1000))
 }
 
+// ms formats d in milliseconds.
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000) }
 
 // stamps collects, for each handler start, when the task was invoked and
@@ -442,7 +479,7 @@ func (s *stamps) reset() {
 	s.mu.Unlock()
 }
 
-// percentiles of invoke-to-start latency of the tasks invoked in [from, to).
+// percentiles of the latency of the units called in [from, to).
 func (s *stamps) percentiles(from, to time.Time) (p50, p90, p99 time.Duration) {
 	lo, hi := from.UnixNano(), to.UnixNano()
 	s.mu.Lock()

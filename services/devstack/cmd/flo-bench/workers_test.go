@@ -61,8 +61,8 @@ func TestWarnKindLeavesNumbersOut(t *testing.T) {
 	require.NotEqual(t, a, warnKind(`flo: heartbeat failed; retrying with the next one error=EOF failures=1`))
 }
 
-func TestRequestsPerTaskListsTheCostliestFirst(t *testing.T) {
-	got := requestsPerTask(map[string]int64{"Fetch": 3000, "Produce": 5000, "EndTxn": 3000, "Heartbeat": 5}, 1000)
+func TestRequestsPerListsTheCostliestFirst(t *testing.T) {
+	got := requestsPer(map[string]int64{"Fetch": 3000, "Produce": 5000, "EndTxn": 3000, "Heartbeat": 5}, 1000)
 	require.Equal(t, "Produce 5.00, EndTxn 3.00, Fetch 3.00", got, "ties by name, below 0.01 per task left out")
-	require.Empty(t, requestsPerTask(map[string]int64{"Fetch": 1}, 0))
+	require.Empty(t, requestsPer(map[string]int64{"Fetch": 1}, 0))
 }

@@ -10,8 +10,9 @@ import (
 )
 
 // benchWorkflow is three steps, each a trivial action. The last step is
-// given the run id, so the bench learns without asking that a run has
-// reached its last action.
+// given the run id and the time its start was called (the run input's
+// "at", Unix nanoseconds), so the bench learns without asking that a run
+// has reached its last action, and how long that took.
 const benchWorkflow = `kind: Workflow
 name: bench
 version: "1"
@@ -28,17 +29,33 @@ steps:
       failure: flo.Failed
   third:
     run: "@actions/bench-third"
-    inputMapping: '{"run": "$.flo.run_id"}'
+    inputMapping: '{"run": "$.flo.run_id", "at": "$.input.at"}'
     transitions:
       success: flo.Completed
       failure: flo.Failed
 `
 
+// runInput is what each bench run is started with; at is when its start
+// was called, in Unix nanoseconds.
+type runInput struct {
+	N  int   `json:"n"`
+	At int64 `json:"at"`
+}
+
+// lastStepInput is what benchWorkflow's last step is given.
+type lastStepInput struct {
+	Run string `json:"run"`
+	At  int64  `json:"at"`
+}
+
 // benchWorkflows starts o.runs runs of benchWorkflow from o.starters
 // goroutines, waits for all of them to complete, and prints runs/s and the
 // start-to-complete latency the runs themselves report (created_at to
-// finished_at).
+// finished_at). With o.sustain it runs benchWorkflowsSustained.
 func benchWorkflows(ctx context.Context, p *platform, o options) error {
+	if o.sustain > 0 {
+		return benchWorkflowsSustained(ctx, p, o)
+	}
 	last := newLastSteps()
 	handlers := map[string]actionHandler{
 		"bench-first":  func(*flo.ActionContext) ([]byte, error) { return []byte(`{"ok":true}`), nil },
@@ -87,9 +104,7 @@ func (l *lastSteps) expect(want int) <-chan struct{} {
 }
 
 func (l *lastSteps) handler(actx *flo.ActionContext) ([]byte, error) {
-	var in struct {
-		Run string `json:"run"`
-	}
+	var in lastStepInput
 	if err := actx.Into(&in); err != nil {
 		return nil, flo.NewNonRetryableErrorf("bad input: %v", err)
 	}
@@ -141,7 +156,7 @@ func measureRuns(ctx context.Context, p *platform, o options, workflow string, l
 	allLast := last.expect(o.runs)
 	start := time.Now()
 	err = chunks(o.starters, o.runs, 1, func(lo, _ int) error {
-		_, err := p.client.StartWorkflow(ctx, workflow, map[string]int{"n": lo}, flo.StartWorkflowOptions{})
+		_, err := p.client.StartWorkflow(ctx, workflow, runInput{N: lo, At: time.Now().UnixNano()}, flo.StartWorkflowOptions{})
 		return err
 	})
 	if err != nil {
@@ -209,4 +224,40 @@ func listRuns(ctx context.Context, client *flo.Client, workflow string, st flo.R
 		}
 		filter.PageToken = next
 	}
+}
+
+// benchWorkflowsSustained runs the workflows mode for a steady rate
+// (runSustained): runs of benchWorkflow started by o.starters goroutines,
+// each measured when its last step's handler starts, from the moment its
+// start was called. A run costs three tasks.
+func benchWorkflowsSustained(ctx context.Context, p *platform, o options) error {
+	return runSustained(ctx, p, o, func(s *sustained) (workload, error) {
+		done := func(*flo.ActionContext) ([]byte, error) { return []byte(`{"ok":true}`), nil }
+		err := p.serveActions(ctx, o, map[string]actionHandler{
+			"bench-first":  done,
+			"bench-second": done,
+			"bench-third": func(actx *flo.ActionContext) ([]byte, error) {
+				now := time.Now()
+				var in lastStepInput
+				if err := actx.Into(&in); err != nil {
+					return nil, flo.NewNonRetryableErrorf("bad input: %v", err)
+				}
+				s.arrived(in.At, now)
+				return []byte(`{"ok":true}`), nil
+			},
+		})
+		if err != nil {
+			return workload{}, err
+		}
+		if _, _, err := p.client.CreateWorkflow(ctx, benchWorkflow); err != nil {
+			return workload{}, fmt.Errorf("create workflow: %w", err)
+		}
+		inv := &invoker{mode: "StartWorkflow", per: 1, invoke: func(ctx context.Context, _ int) error {
+			if _, err := p.client.StartWorkflow(ctx, "bench", runInput{At: time.Now().UnixNano()}, flo.StartWorkflowOptions{}); err != nil {
+				return fmt.Errorf("start workflow: %w", err)
+			}
+			return nil
+		}}
+		return workload{unit: "runs", latency: "start-to-last-step", tasks: 3, callers: o.starters, inv: inv}, nil
+	})
 }
