@@ -66,6 +66,7 @@ bench: $(RIVER) ## River's own benchmark beside ours, then actions, streams, wor
 	$(BIN)/flo-bench -mode actions -sustain 10s -rate 1000
 	$(BIN)/flo-bench -mode streams -records 100000 -batch 100
 	$(BIN)/flo-bench -mode workflows -runs 3000
+	$(BIN)/flo-bench -mode workflows -sustain 20s -starters 128 -backlog 3000 -rate 100
 	$(BIN)/flo-bench -mode plans -runs 2000
 	$(BIN)/flo-bench -mode backlog -tasks 300000 -batch 1000 -invokers 4
 	FLO_MAX_WORKERS_PER_NAMESPACE=1000 $(BIN)/flo-bench -mode workers -workers 1000 -settle 20s -idle 20s -over-limit
