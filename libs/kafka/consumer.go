@@ -31,7 +31,10 @@ import (
 // is dead-lettered by a Consumer and skipped by a Tail. A handler that knows
 // which records are bad returns Poison errors for them instead. A Consumer
 // may call its handler concurrently for different partitions; calls for one
-// partition never overlap.
+// partition never overlap. The records' memory is reused once the handler
+// returns (Consumer and Tail recycle it into franz-go's fetch pool): a
+// handler copies whatever it keeps of a record's key, value or headers
+// (decoding with the generated code or proto.Unmarshal copies).
 type BatchHandler func(ctx context.Context, records []*kgo.Record) error
 
 const (
@@ -111,6 +114,7 @@ func NewConsumer(conn config.Kafka, group string, topics []string, h BatchHandle
 		// replica's partitions that long.
 		kgo.SessionTimeout(10 * time.Second),
 		kgo.HeartbeatInterval(time.Second),
+		PooledFetches(),
 	}
 	cl, err := NewClient(conn, append(groupOpts, opts...)...)
 	if err != nil {
@@ -185,6 +189,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 			})
 		})
 		wg.Wait()
+		// The handlers are done with the records: their buffers go back
+		// to the pool.
+		recycle(fetches)
 		c.commit(ctx, done, false)
 		c.cl.AllowRebalance()
 	}

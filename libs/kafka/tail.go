@@ -68,7 +68,7 @@ func NewTail(conn config.Kafka, topics []string, h BatchHandler, log *slog.Logge
 	// a dev broker as with a production one.
 	// Read committed: the dispatcher writes task events in transactions, and a
 	// record of an aborted one never happened.
-	cl, err := newClient(conn, kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	cl, err := newClient(conn, kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()), kgo.FetchIsolationLevel(kgo.ReadCommitted()), PooledFetches())
 	if err != nil {
 		return nil, fmt.Errorf("new tail: %w", err)
 	}
@@ -114,6 +114,7 @@ func (t *Tail) Run(ctx context.Context) error {
 			}
 			stopped = !t.h.handle(ctx, p.Records)
 		})
+		recycle(fetches)
 		if stopped {
 			return nil
 		}

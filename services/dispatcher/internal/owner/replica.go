@@ -201,6 +201,9 @@ func (r *Replica) Run(ctx context.Context) error {
 		// its session times out.
 		kgo.SessionTimeout(sessionTimeout),
 		kgo.HeartbeatInterval(time.Second),
+		// A partition recycles its commands once the transaction that
+		// applied them committed (partition.batch).
+		kafka.PooledFetches(),
 	)
 	if err != nil {
 		return fmt.Errorf("commands consumer: %w", err)
