@@ -328,8 +328,9 @@ func explainMissing(t *testing.T, db *pgxpool.Pool, brokers []string, ids []stri
 		}
 		missing[p][cmp.Or(inView[id], "absent")]++
 	}
+	var log taskLog
 	if len(brokers) > 0 {
-		log := readTaskLog(t, brokers)
+		log = readTaskLog(t, brokers)
 		inLog := map[string]int{}
 		for _, id := range ids {
 			if inView[id] == state {
@@ -343,6 +344,21 @@ func explainMissing(t *testing.T, db *pgxpool.Pool, brokers []string, ids []stri
 		}
 		t.Logf("their last committed task events: %v", inLog)
 	}
+	// The first few in full: what a stall of a handful of tasks needs to be
+	// told apart (delayed, by priority, who created them and when).
+	shown := 0
+	for _, id := range ids {
+		if inView[id] == state || shown == 10 {
+			continue
+		}
+		shown++
+		row := queryMap[string, string](t, db, `SELECT id::text, format('priority %s, attempt %s, run_at %s after created_at, `+
+			`created %s ago, updated %s ago, idempotency key %s', priority, attempt, run_at - created_at, now() - created_at, `+
+			`now() - updated_at, idempotency_key) FROM dispatcher.tasks WHERE id = $1`, id)
+		t.Logf("task %s (partition %d): %s; log %+v", id, kafka.PartitionOf(id, platformPartitions), cmp.Or(row[id], "not in the view"),
+			log.byTask[id])
+	}
+	t.Logf("partition owners: %v", partitionOwners(t, db))
 	t.Logf("tasks not %s, by partition and view state: %v", state, missing)
 	t.Logf("view offsets (partition: events, commands): %v", queryMap[int32, string](t, db,
 		`SELECT partition, events_offset || ', ' || commands_offset FROM dispatcher.view_offsets`))
