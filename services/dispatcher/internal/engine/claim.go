@@ -19,7 +19,11 @@ type Slot struct {
 
 // Claimed is a task a claim moved to running, and the slot it went to.
 type Claimed struct {
-	Task Task
+	// Task is the task as the claim left it: the Task of the claim's
+	// Started change, shared rather than copied again (a claim's tasks are
+	// copied from partition to caller to merged answer). The caller owns it
+	// once Claim returns.
+	Task *Task
 	Slot int
 }
 
@@ -129,8 +133,10 @@ func (p *Partition) Claim(ns string, actions []string, slots []Slot, now time.Ti
 		t.LeaseUntil, t.StartedAt, t.UpdatedAt = now.Add(lease), now, now
 		t.CompletionSecret = secrets[i*secretBytes : (i+1)*secretBytes : (i+1)*secretBytes]
 		p.put(e, t)
-		claimed = append(claimed, Claimed{Task: t, Slot: i})
+		// changes has room for every task the claim can take, so the
+		// pointer stays valid.
 		changes = append(changes, Change{Type: taskevent.Started, Task: t})
+		claimed = append(claimed, Claimed{Task: &changes[len(changes)-1].Task, Slot: i})
 	}
 	return claimed, changes
 }

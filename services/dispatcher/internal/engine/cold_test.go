@@ -163,7 +163,7 @@ func TestReadBackTakesOnlyTasksStillCold(t *testing.T) {
 	// The read sees the view as it was: the claimed tasks still queued.
 	stale := maps.Clone(view)
 	for _, c := range claimed {
-		queued := c.Task
+		queued := *c.Task
 		queued.Status = store.Queued
 		stale[c.Task.ID] = queued
 	}

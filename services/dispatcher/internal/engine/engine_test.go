@@ -107,7 +107,7 @@ func TestClaimOrder(t *testing.T) {
 	for i, c := range claimed {
 		require.Equal(t, i, c.Slot)
 		require.Equal(t, want[i], c.Task.ID)
-		require.Equal(t, c.Task, changes[i].Task)
+		require.Same(t, &changes[i].Task, c.Task, "the claimed task is its Started change's")
 		require.Equal(t, taskevent.Started, changes[i].Type)
 		require.Equal(t, store.Running, c.Task.Status)
 		require.Equal(t, int32(1), c.Task.Attempt)
@@ -115,7 +115,7 @@ func TestClaimOrder(t *testing.T) {
 		require.Equal(t, now, c.Task.StartedAt)
 		require.Len(t, c.Task.CompletionSecret, 16)
 		secrets[string(c.Task.CompletionSecret)] = true
-		require.Equal(t, c.Task, get(t, p, c.Task.ID))
+		require.Equal(t, *c.Task, get(t, p, c.Task.ID))
 	}
 	require.Len(t, secrets, 4)
 	require.Equal(t, now.Add(30*time.Second), claimed[0].Task.LeaseUntil, "the task's timeout")

@@ -57,7 +57,7 @@ func claimOne(t *testing.T, p *engine.Partition, action string, now time.Time) e
 	require.Len(t, claimed, 1)
 	require.Len(t, changes, 1)
 	require.Equal(t, taskevent.Started, changes[0].Type)
-	return claimed[0].Task
+	return *claimed[0].Task
 }
 
 // running creates a task and claims it: attempt 1, running.

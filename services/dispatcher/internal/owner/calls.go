@@ -459,8 +459,8 @@ func (r *Replica) fillPayloads(ctx context.Context, got []engine.Claimed) error 
 	if err != nil {
 		return errUnavailable(err)
 	}
-	for i := range got {
-		t := &got[i].Task
+	for _, c := range got {
+		t := c.Task
 		if !t.PayloadOut {
 			continue
 		}
@@ -477,9 +477,8 @@ func (r *Replica) fillPayloads(ctx context.Context, got []engine.Claimed) error 
 // withPayload is t with its payload read from the view if the partition
 // let it go.
 func (r *Replica) withPayload(ctx context.Context, t engine.Task) (engine.Task, error) {
-	got := []engine.Claimed{{Task: t}}
-	err := r.fillPayloads(ctx, got)
-	return got[0].Task, err
+	err := r.fillPayloads(ctx, []engine.Claimed{{Task: &t}})
+	return t, err
 }
 
 // giveBackAll abandons claimed tasks of any partitions nobody received.
