@@ -38,16 +38,20 @@ func (k *keeper) handle(_ context.Context, rs []*kgo.Record) error {
 	return nil
 }
 
-// reused waits until the handler got want and reports whether the first
-// value's memory no longer holds it: franz-go zeroes a buffer as it goes
-// back to the pool.
-func (k *keeper) reused(t *testing.T, want string) bool {
+// await waits until the handler got want.
+func (k *keeper) await(t *testing.T, want string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		k.mu.Lock()
 		defer k.mu.Unlock()
 		return len(k.values) > 0 && k.values[len(k.values)-1] == want
 	}, 20*time.Second, 10*time.Millisecond)
+}
+
+// reused reports whether the first value's memory no longer holds it:
+// franz-go zeroes a buffer as it goes back to the pool.
+func (k *keeper) reused(t *testing.T) bool {
+	t.Helper()
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	require.NotEmpty(t, k.copied)
@@ -78,10 +82,17 @@ func TestFetchedRecordsAreRecycledAfterTheHandler(t *testing.T) {
 	for i := range 20 {
 		produce(t, prod, "pooled", value(strings.Repeat("n", i)))
 	}
+	consumed.await(t, value(strings.Repeat("n", 19)))
+	tailed.await(t, value(strings.Repeat("n", 19)))
+	// Produced once both have seen the others, the last record comes in a
+	// poll of its own, which each reads only after it recycled the polls
+	// before.
 	last := value("last")
 	produce(t, prod, "pooled", last)
-	require.True(t, consumed.reused(t, last), "the consumer recycled the first poll's buffer")
-	require.True(t, tailed.reused(t, last), "the tail recycled the first poll's buffer")
+	consumed.await(t, last)
+	tailed.await(t, last)
+	require.True(t, consumed.reused(t), "the consumer recycled the first poll's buffer")
+	require.True(t, tailed.reused(t), "the tail recycled the first poll's buffer")
 
 	for _, k := range []*keeper{consumed, tailed} {
 		k.mu.Lock()
