@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"net/url"
@@ -300,7 +301,46 @@ func startProcessPlatform(t *testing.T) *processPlatform {
 		pl.procs[s].waitReady(t)
 	}
 	pl.gatewayGRPC = pl.procs["gateway"].grpcAddr
+	// Before the processes stop (cleanups run last first): a failed test
+	// shows what each dispatcher still holds, its queued tasks held and
+	// cold by partition, for a stall a handful of tasks big.
+	t.Cleanup(func() {
+		if t.Failed() {
+			pl.logQueuedTasks(t)
+		}
+	})
 	return pl
+}
+
+// logQueuedTasks logs the flo_dispatcher_queued_tasks gauges of every
+// dispatcher process still running.
+func (pl *processPlatform) logQueuedTasks(t *testing.T) {
+	for name, p := range pl.procs {
+		if p.service != "dispatcher" || p.httpAddr == "" {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.httpAddr+"/metrics", nil)
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			cancel()
+			t.Logf("%s: metrics not read: %v", name, err)
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cancel()
+		if err != nil {
+			t.Logf("%s: metrics not read: %v", name, err)
+			continue
+		}
+		for line := range strings.Lines(string(body)) {
+			if strings.HasPrefix(line, "flo_dispatcher_queued_tasks") {
+				t.Logf("%s: %s", name, strings.TrimSpace(line))
+			}
+		}
+	}
 }
 
 // withApplicationName names a service's database sessions, so a test can
