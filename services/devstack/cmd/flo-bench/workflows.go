@@ -35,6 +35,9 @@ steps:
       failure: flo.Failed
 `
 
+// answerOK is the bench workflow's steps' handler: a trivial success.
+func answerOK(*flo.ActionContext) ([]byte, error) { return []byte(`{"ok":true}`), nil }
+
 // runInput is what each bench run is started with; at is when its start
 // was called, in Unix nanoseconds.
 type runInput struct {
@@ -58,8 +61,8 @@ func benchWorkflows(ctx context.Context, p *platform, o options) error {
 	}
 	last := newLastSteps()
 	handlers := map[string]actionHandler{
-		"bench-first":  func(*flo.ActionContext) ([]byte, error) { return []byte(`{"ok":true}`), nil },
-		"bench-second": func(*flo.ActionContext) ([]byte, error) { return []byte(`{"ok":true}`), nil },
+		"bench-first":  answerOK,
+		"bench-second": answerOK,
 		"bench-third":  last.handler,
 	}
 	if err := p.serveActions(ctx, o, handlers); err != nil {
@@ -117,7 +120,7 @@ func (l *lastSteps) handler(actx *flo.ActionContext) ([]byte, error) {
 		}
 	}
 	l.mu.Unlock()
-	return []byte(`{"ok":true}`), nil
+	return answerOK(actx)
 }
 
 // runsMeasure is one phase's result.
@@ -232,10 +235,9 @@ func listRuns(ctx context.Context, client *flo.Client, workflow string, st flo.R
 // start was called. A run costs three tasks.
 func benchWorkflowsSustained(ctx context.Context, p *platform, o options) error {
 	return runSustained(ctx, p, o, func(s *sustained) (workload, error) {
-		done := func(*flo.ActionContext) ([]byte, error) { return []byte(`{"ok":true}`), nil }
 		err := p.serveActions(ctx, o, map[string]actionHandler{
-			"bench-first":  done,
-			"bench-second": done,
+			"bench-first":  answerOK,
+			"bench-second": answerOK,
 			"bench-third": func(actx *flo.ActionContext) ([]byte, error) {
 				now := time.Now()
 				var in lastStepInput
@@ -243,7 +245,7 @@ func benchWorkflowsSustained(ctx context.Context, p *platform, o options) error 
 					return nil, flo.NewNonRetryableErrorf("bad input: %v", err)
 				}
 				s.arrived(in.At, now)
-				return []byte(`{"ok":true}`), nil
+				return answerOK(actx)
 			},
 		})
 		if err != nil {
