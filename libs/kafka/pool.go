@@ -76,3 +76,12 @@ func (p *fetchPool) PutRecords(rs []kgo.Record) {
 func recycle(fs kgo.Fetches) {
 	fs.EachRecord(func(r *kgo.Record) { r.Recycle() })
 }
+
+// Recycle gives records a PooledFetches client polled back to the pool, for
+// owners that keep records past their poll (the dispatcher's commands wait
+// for the transaction that applies them). Nothing may use them afterwards.
+func Recycle(records []*kgo.Record) {
+	for _, r := range records {
+		r.Recycle()
+	}
+}

@@ -297,15 +297,6 @@ func (p *partition) putBack(recs []*kgo.Record) {
 	p.cmdMu.Unlock()
 }
 
-// recycle gives commands a batch applied (or skipped) back to the fetch pool
-// (kafka.PooledFetches): intake copied what it keeps of them, and a batch
-// whose transaction failed puts its commands back instead.
-func recycle(cmds []*kgo.Record) {
-	for _, r := range cmds {
-		r.Recycle()
-	}
-}
-
 // takeCommands returns up to maxBatchCommands queued commands.
 func (p *partition) takeCommands() []*kgo.Record {
 	p.cmdMu.Lock()
@@ -554,7 +545,9 @@ func (p *partition) batch(ctx context.Context, ops []op) error {
 	leased, leases := p.serveStanding(now)
 	changes = append(changes, leased...)
 	if len(changes) == 0 {
-		recycle(cmds)
+		// Intake copied what it keeps of the commands; a batch whose
+		// transaction fails puts them back instead.
+		kafka.Recycle(cmds)
 		for _, o := range ops {
 			o.done(nil)
 		}
@@ -584,7 +577,7 @@ func (p *partition) batch(ctx context.Context, ops []op) error {
 		}
 		return err
 	}
-	recycle(cmds)
+	kafka.Recycle(cmds)
 	for _, o := range ops {
 		o.done(nil)
 	}
