@@ -92,16 +92,19 @@ func (a Place) compare(b Place) int {
 }
 
 // Cold is about how many queued tasks the partition holds only in the view:
-// never fewer. A cold task held again comes off its queue's count, however
-// it comes back (a read back, a call that loads its row, a replayed
-// record); a read back of the whole partition that finds fewer rows than it
-// asked for sets every count to zero.
+// never fewer. A cold task held again comes off its queue's count when it
+// comes back by a read back or a call that loads its row (a replayed
+// record is the rebuild's to count, before SetCold); a read back of the
+// whole partition that finds fewer rows than it asked for sets every count
+// to zero. A count below the truth would leave tasks in the view that no
+// read ever brings back.
 func (p *Partition) Cold() int { return p.coldSum }
 
-// SetCold tells a partition rebuilt from the view how many queued tasks of
-// the queue of namespace and action the view holds past the bound
-// (view.LoadLive left them out). Where they are in the queue is not known,
-// so the queue reads its first ones back before it hands out any task.
+// SetCold tells a partition rebuilt from the view and the log how many
+// queued tasks of the queue of namespace and action only the view holds:
+// those view.LoadLive left out, less those the replay took in again. Where
+// they are in the queue is not known, so the queue reads its first ones
+// back before it hands out any task.
 //
 // Its delayed cold tasks are due from due to dueLast (zero times when it
 // has none): SetCold reads them as the view's rows say.

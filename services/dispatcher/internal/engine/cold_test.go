@@ -98,11 +98,11 @@ func TestQueuedTasksPastTheBoundGoColdAndComeBackInOrder(t *testing.T) {
 	require.Equal(t, viewed, slices.DeleteFunc(got, func(id uuid.UUID) bool { return slices.Contains(unviewed, id) }))
 }
 
-// A cold task that the log says moved on (a rebuild, which left it in the
-// view, replays a later record) is held again, its payload left in the
-// view, and its queue counts one cold task fewer; so does one a call loads
-// from its row (a completion by token). A replayed requeue of a dead letter
-// was no cold task and counts nothing off.
+// A task the view holds that the log says moved on (a rebuild, which left
+// it in the view, replays a later record) is held again, its payload left
+// in the view; the counts are the rebuild's to set after its replay (the
+// view's snapshot says which of those were cold). A cold task a call loads
+// from its row (a completion by token) comes off its queue's count.
 func TestAColdTaskHeldAgainLeavesItsQueuesCount(t *testing.T) {
 	t.Parallel()
 	task := func() engine.Task { return engine.New(0).Invoke(invocation("a", 0), settings(3), "", t0)[0].Task }
@@ -117,12 +117,14 @@ func TestAColdTaskHeldAgainLeavesItsQueuesCount(t *testing.T) {
 	got := get(t, p, started.ID)
 	require.Equal(t, store.Running, got.Status)
 	require.True(t, got.PayloadOut, "the payload is read from the view when needed")
-	require.Equal(t, 2, p.Cold())
+	require.Equal(t, 3, p.Cold(), "a replayed record may be of a task the view had final")
 
 	requeued := task()
 	requeued.Payload = []byte(`{"n":1}`)
 	p.Apply(engine.Change{Type: taskevent.Requeued, Task: requeued})
-	require.Equal(t, 2, p.Cold(), "a requeued dead letter was not cold")
+	require.Equal(t, 3, p.Cold())
+	p.SetCold(ns, "a", 2, time.Time{}, time.Time{})
+	require.Equal(t, 2, p.Cold())
 
 	p.Load(task())
 	require.Equal(t, 1, p.Cold(), "a queued row loaded was cold")

@@ -234,16 +234,14 @@ func (p *Partition) Apply(c Change) {
 	t := c.Task
 	p.see(t.UpdatedAt)
 	// Only the records that bring a task to life carry its payload. One
-	// that finds the task not held is about a cold one (a rebuild leaves
-	// those out), whose payload is in the view, and which its queue counted
-	// unless it was final (a dead letter requeued).
-	cold := !p.Has(t.ID) && c.Type != taskevent.Created
-	if cold && c.Type != taskevent.Requeued {
-		p.addCold(queueKey{t.Namespace, t.Action}, -1)
-	}
+	// that finds the task not held is about one the rebuild left in the
+	// view (cold or final there), whose payload the view has. Whether its
+	// queue counted it the view's snapshot says, not the record: the
+	// rebuild counts cold tasks after its replay (SetCold).
+	out := !p.Has(t.ID) && c.Type != taskevent.Created
 	e := p.hold(t.ID)
 	if len(t.Payload) == 0 {
-		t.Payload, t.PayloadOut = e.t.Payload, e.t.PayloadOut || cold
+		t.Payload, t.PayloadOut = e.t.Payload, e.t.PayloadOut || out
 	}
 	if len(t.Result) == 0 {
 		t.Result = e.t.Result

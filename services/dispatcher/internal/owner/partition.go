@@ -22,6 +22,7 @@ import (
 	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
 	"github.com/razorbill/flo/services/dispatcher/internal/engine"
 	"github.com/razorbill/flo/services/dispatcher/internal/store"
+	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
 	"github.com/razorbill/flo/services/dispatcher/internal/view"
 )
 
@@ -344,6 +345,10 @@ func (p *partition) rebuild(ctx context.Context) error {
 	eng.SetLimits(p.r.cfg.Memory)
 	keys := map[string][2]string{}
 	var evNext, cmdNext int64
+	replayed := 0
+	// The replay runs inside the view's snapshot: which of the tasks it
+	// takes in again were cold there only the snapshot can say (see
+	// view.QueuedAmong). A read-only transaction locks no row.
 	err := p.r.readSnapshot(ctx, func(tx pgx.Tx) error {
 		var err error
 		if evNext, cmdNext, err = view.Offsets(ctx, tx, p.id); err != nil {
@@ -353,18 +358,30 @@ func (p *partition) rebuild(ctx context.Context) error {
 			eng.Load(t)
 			knowQueue(keys, t.Namespace, t.Action)
 		})
-		for q, c := range cold {
-			eng.SetCold(q[0], q[1], c.N, c.Due, c.DueLast)
+		if err != nil {
+			return err
 		}
-		return err
+		var found []uuid.UUID
+		if replayed, cmdNext, found, err = p.replay(ctx, eng, keys, evNext, cmdNext); err != nil {
+			return fmt.Errorf("replay events: %w", err)
+		}
+		if len(cold) > 0 {
+			back, err := view.QueuedAmong(ctx, tx, p.id, found)
+			if err != nil {
+				return err
+			}
+			for q, c := range cold {
+				eng.SetCold(q[0], q[1], c.N-back[q], c.Due, c.DueLast)
+			}
+		}
+		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("read the view: %w", err)
+		return fmt.Errorf("rebuild from the view and the log: %w", err)
 	}
-	replayed, cmdNext, err := p.replay(ctx, eng, keys, evNext, cmdNext)
-	if err != nil {
-		return fmt.Errorf("replay events: %w", err)
-	}
+	// The view holds every record before the snapshot's offset: a row read
+	// before that is older than the log (current).
+	p.viewReached(evNext - 1)
 	p.eng = eng
 	p.keys = keys
 	p.readyMu.Lock()
@@ -380,22 +397,23 @@ func (p *partition) rebuild(ctx context.Context) error {
 }
 
 // replay applies the partition's committed events from offset from to the
-// log's last stable offset and returns how many it applied and the
-// commands checkpoint they carry. Each replayed state goes to the
+// log's last stable offset and returns how many it applied, the commands
+// checkpoint they carry and the tasks whose first record there found them
+// not held (the view's snapshot had them). Each replayed state goes to the
 // materializer too: the previous owner may have died before its view had
 // them.
-func (p *partition) replay(ctx context.Context, eng *engine.Partition, keys map[string][2]string, from, cmdNext int64) (int, int64, error) {
+func (p *partition) replay(ctx context.Context, eng *engine.Partition, keys map[string][2]string, from, cmdNext int64) (int, int64, []uuid.UUID, error) {
 	adm := kadm.NewClient(p.r.admin)
 	ends, err := adm.ListCommittedOffsets(ctx, kafka.TaskEventsTopic)
 	if err != nil {
-		return 0, 0, fmt.Errorf("list last stable offsets: %w", err)
+		return 0, 0, nil, fmt.Errorf("list last stable offsets: %w", err)
 	}
 	end, ok := ends.Lookup(kafka.TaskEventsTopic, p.id)
 	if !ok || end.Err != nil {
-		return 0, 0, fmt.Errorf("last stable offset of %s/%d: %v", kafka.TaskEventsTopic, p.id, end.Err)
+		return 0, 0, nil, fmt.Errorf("last stable offset of %s/%d: %v", kafka.TaskEventsTopic, p.id, end.Err)
 	}
 	if end.Offset <= from {
-		return 0, cmdNext, nil
+		return 0, cmdNext, nil, nil
 	}
 	cl, err := kafka.NewClient(p.r.cfg.Kafka,
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{kafka.TaskEventsTopic: {p.id: kgo.NewOffset().At(from)}}),
@@ -407,13 +425,14 @@ func (p *partition) replay(ctx context.Context, eng *engine.Partition, keys map[
 		kgo.FetchMaxBytes(64<<20),
 	)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	defer cl.Close()
 	var (
 		n, legacy int
 		next      = from
 		entries   []view.Entry
+		found     []uuid.UUID
 	)
 	defer func() {
 		if legacy > 0 {
@@ -427,13 +446,13 @@ func (p *partition) replay(ctx context.Context, eng *engine.Partition, keys map[
 		fetches := cl.PollFetches(pctx)
 		cancel()
 		if ctx.Err() != nil {
-			return 0, 0, ctx.Err()
+			return 0, 0, nil, ctx.Err()
 		}
 		if len(fetches.Records()) == 0 && pctx.Err() != nil {
-			return 0, 0, fmt.Errorf("replay stalled at offset %d of %d", next, end.Offset)
+			return 0, 0, nil, fmt.Errorf("replay stalled at offset %d of %d", next, end.Offset)
 		}
 		if err := fetchErr(fetches); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			return 0, 0, err
+			return 0, 0, nil, err
 		}
 		for _, rec := range fetches.Records() {
 			next = rec.Offset + 1
@@ -452,6 +471,9 @@ func (p *partition) replay(ctx context.Context, eng *engine.Partition, keys map[
 				p.log.ErrorContext(ctx, "skipping an undecodable task event", "offset", rec.Offset, "error", err)
 				continue
 			}
+			if c.Type != taskevent.Rejected && !eng.Has(c.Task.ID) {
+				found = append(found, c.Task.ID)
+			}
 			eng.Apply(c)
 			eng.Recorded(c.Task.ID, rec.Offset)
 			knowQueue(keys, c.Task.Namespace, c.Task.Action)
@@ -461,7 +483,7 @@ func (p *partition) replay(ctx context.Context, eng *engine.Partition, keys map[
 		}
 	}
 	p.r.mat.Add(entries...)
-	return n, cmdNext, nil
+	return n, cmdNext, found, nil
 }
 
 // serve applies batches until ctx ends (nil) or a transaction fails.

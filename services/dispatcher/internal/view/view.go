@@ -225,6 +225,37 @@ func LoadLive(ctx context.Context, db store.DB, partition int32, limits engine.L
 	return cold, nil
 }
 
+// QueuedAmong counts, per queue ({namespace, action}), the tasks of ids that
+// db has queued in the partition. In the snapshot LoadLive read, those it
+// left out are the ones it counted cold: a rebuild's replay that takes one
+// in again (a record of it follows the snapshot's offset) takes it off its
+// queue's count, and only those. The view writes a final state without
+// waiting while a live one holds its partition's offsets back, so a task
+// replayed may as well be one the snapshot already had final, which no
+// queue counted.
+func QueuedAmong(ctx context.Context, db store.DB, partition int32, ids []uuid.UUID) (map[[2]string]int, error) {
+	out := map[[2]string]int{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := db.Query(ctx, `SELECT namespace, action, count(*) FROM tasks
+	WHERE id = ANY($2::uuid[]) AND partition = $1 AND state = 'queued' GROUP BY namespace, action`, partition, ids)
+	if err != nil {
+		return nil, fmt.Errorf("count queued tasks among %d of partition %d: %w", len(ids), partition, err)
+	}
+	var (
+		q [2]string
+		n int
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&q[0], &q[1], &n}, func() error {
+		out[q] = n
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("count queued tasks among %d of partition %d: %w", len(ids), partition, err)
+	}
+	return out, nil
+}
+
 // LoadCold reads back a partition's cold tasks whole, for w: its next
 // queued tasks in hand-out order that the partition did not hold when w
 // began, the ready ones first (priority, due time, creation, id), then the
