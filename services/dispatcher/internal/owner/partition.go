@@ -379,8 +379,8 @@ func (p *partition) rebuild(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("rebuild from the view and the log: %w", err)
 	}
-	// The view holds every record before the snapshot's offset: a row read
-	// before that is older than the log (current).
+	// The view holds every record before the snapshot's offset; a row read
+	// when it held less may be older than the task's last state (current).
 	p.viewReached(evNext - 1)
 	p.eng = eng
 	p.keys = keys
