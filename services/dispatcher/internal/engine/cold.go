@@ -93,10 +93,10 @@ func (a Place) compare(b Place) int {
 
 // Cold is about how many queued tasks the partition holds only in the view:
 // never fewer. A cold task held again comes off its queue's count when it
-// comes back by a read back or a call that loads its row (a replayed
-// record is the rebuild's to count, before SetCold); a read back of the
-// whole partition that finds fewer rows than it asked for sets every count
-// to zero. A count below the truth would leave tasks in the view that no
+// comes back by a read back or a call that loads its row (a rebuild whose
+// replay took cold tasks in again counts them off itself, in SetCold); a
+// read back of the whole partition that finds fewer rows than it asked for
+// sets every count to zero. A count below the truth would leave tasks in the view that no
 // read ever brings back.
 func (p *Partition) Cold() int { return p.coldSum }
 
