@@ -344,40 +344,48 @@ func (p *partition) rebuild(ctx context.Context) error {
 	eng := engine.New(p.id)
 	eng.SetLimits(p.r.cfg.Memory)
 	keys := map[string][2]string{}
-	var evNext, cmdNext int64
-	replayed := 0
-	// The replay runs inside the view's snapshot: which of the tasks it
-	// takes in again were cold there only the snapshot can say (see
-	// view.QueuedAmong). A read-only transaction locks no row.
-	err := p.r.readSnapshot(ctx, func(tx pgx.Tx) error {
+	// The log is read first, from the offset the view has now: the
+	// snapshot read next is at or past it (the view's offsets only move
+	// forward) and skips the records before its own. So the snapshot stays
+	// as short as its reads, while it can still say which of the tasks the
+	// replay takes in again it had counted cold.
+	from, _, err := view.Offsets(ctx, p.r.pool, p.id)
+	if err != nil {
+		return fmt.Errorf("rebuild from the view and the log: %w", err)
+	}
+	recs, err := p.readLog(ctx, from)
+	if err != nil {
+		return fmt.Errorf("replay events: %w", err)
+	}
+	var (
+		evNext, cmdNext int64
+		cold            map[[2]string]view.Cold
+		back            map[[2]string]int
+	)
+	err = p.r.readSnapshot(ctx, func(tx pgx.Tx) error {
 		var err error
 		if evNext, cmdNext, err = view.Offsets(ctx, tx, p.id); err != nil {
 			return err
 		}
-		cold, err := view.LoadLive(ctx, tx, p.id, p.r.cfg.Memory, time.Now(), func(t engine.Task) {
+		if cold, err = view.LoadLive(ctx, tx, p.id, p.r.cfg.Memory, time.Now(), func(t engine.Task) {
 			eng.Load(t)
 			knowQueue(keys, t.Namespace, t.Action)
-		})
-		if err != nil {
+		}); err != nil {
 			return err
 		}
-		var found []uuid.UUID
-		if replayed, cmdNext, found, err = p.replay(ctx, eng, keys, evNext, cmdNext); err != nil {
-			return fmt.Errorf("replay events: %w", err)
-		}
+		first, _ := slices.BinarySearchFunc(recs, evNext, func(r logRecord, o int64) int { return cmp.Compare(r.offset, o) })
+		recs = recs[first:]
 		if len(cold) > 0 {
-			back, err := view.QueuedAmong(ctx, tx, p.id, found)
-			if err != nil {
-				return err
-			}
-			for q, c := range cold {
-				eng.SetCold(q[0], q[1], c.N-back[q], c.Due, c.DueLast)
-			}
+			back, err = view.QueuedAmong(ctx, tx, p.id, leftOut(eng, recs))
 		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("rebuild from the view and the log: %w", err)
+	}
+	cmdNext = p.replay(eng, keys, recs, cmdNext)
+	for q, c := range cold {
+		eng.SetCold(q[0], q[1], c.N-back[q], c.Due, c.DueLast)
 	}
 	// The view holds every record before the snapshot's offset; a row read
 	// when it held less may be older than the task's last state (current).
@@ -391,29 +399,33 @@ func (p *partition) rebuild(ctx context.Context) error {
 	p.refreshReady(time.Now(), true)
 	p.r.metrics.rebuilds.Add(ctx, 1)
 	p.gauge()
-	p.log.InfoContext(ctx, "partition rebuilt", "tasks", eng.Len(), "cold", eng.Cold(), "payload_bytes", eng.PayloadBytes(), "replayed", replayed,
+	p.log.InfoContext(ctx, "partition rebuilt", "tasks", eng.Len(), "cold", eng.Cold(), "payload_bytes", eng.PayloadBytes(), "replayed", len(recs),
 		"events_from", evNext, "commands_from", cmdNext, "took", time.Since(start).String())
 	return nil
 }
 
-// replay applies the partition's committed events from offset from to the
-// log's last stable offset and returns how many it applied, the commands
-// checkpoint they carry and the tasks whose first record there found them
-// not held (the view's snapshot had them). Each replayed state goes to the
-// materializer too: the previous owner may have died before its view had
-// them.
-func (p *partition) replay(ctx context.Context, eng *engine.Partition, keys map[string][2]string, from, cmdNext int64) (int, int64, []uuid.UUID, error) {
+// logRecord is a committed events record a rebuild reads again.
+type logRecord struct {
+	change engine.Change
+	// offset is the record's; cmd the commands checkpoint it carries.
+	offset, cmd int64
+}
+
+// readLog reads the partition's committed events from offset from to the
+// log's last stable offset, in offset order. Records written before
+// log-first dispatch, and any that do not decode, are skipped (logged).
+func (p *partition) readLog(ctx context.Context, from int64) ([]logRecord, error) {
 	adm := kadm.NewClient(p.r.admin)
 	ends, err := adm.ListCommittedOffsets(ctx, kafka.TaskEventsTopic)
 	if err != nil {
-		return 0, 0, nil, fmt.Errorf("list last stable offsets: %w", err)
+		return nil, fmt.Errorf("list last stable offsets: %w", err)
 	}
 	end, ok := ends.Lookup(kafka.TaskEventsTopic, p.id)
 	if !ok || end.Err != nil {
-		return 0, 0, nil, fmt.Errorf("last stable offset of %s/%d: %v", kafka.TaskEventsTopic, p.id, end.Err)
+		return nil, fmt.Errorf("last stable offset of %s/%d: %v", kafka.TaskEventsTopic, p.id, end.Err)
 	}
 	if end.Offset <= from {
-		return 0, cmdNext, nil, nil
+		return nil, nil
 	}
 	cl, err := kafka.NewClient(p.r.cfg.Kafka,
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{kafka.TaskEventsTopic: {p.id: kgo.NewOffset().At(from)}}),
@@ -425,14 +437,13 @@ func (p *partition) replay(ctx context.Context, eng *engine.Partition, keys map[
 		kgo.FetchMaxBytes(64<<20),
 	)
 	if err != nil {
-		return 0, 0, nil, err
+		return nil, err
 	}
 	defer cl.Close()
 	var (
-		n, legacy int
-		next      = from
-		entries   []view.Entry
-		found     []uuid.UUID
+		legacy int
+		next   = from
+		out    []logRecord
 	)
 	defer func() {
 		if legacy > 0 {
@@ -446,13 +457,13 @@ func (p *partition) replay(ctx context.Context, eng *engine.Partition, keys map[
 		fetches := cl.PollFetches(pctx)
 		cancel()
 		if ctx.Err() != nil {
-			return 0, 0, nil, ctx.Err()
+			return nil, ctx.Err()
 		}
 		if len(fetches.Records()) == 0 && pctx.Err() != nil {
-			return 0, 0, nil, fmt.Errorf("replay stalled at offset %d of %d", next, end.Offset)
+			return nil, fmt.Errorf("replay stalled at offset %d of %d", next, end.Offset)
 		}
 		if err := fetchErr(fetches); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			return 0, 0, nil, err
+			return nil, err
 		}
 		for _, rec := range fetches.Records() {
 			next = rec.Offset + 1
@@ -471,19 +482,43 @@ func (p *partition) replay(ctx context.Context, eng *engine.Partition, keys map[
 				p.log.ErrorContext(ctx, "skipping an undecodable task event", "offset", rec.Offset, "error", err)
 				continue
 			}
-			if c.Type != taskevent.Rejected && !eng.Has(c.Task.ID) {
-				found = append(found, c.Task.ID)
-			}
-			eng.Apply(c)
-			eng.Recorded(c.Task.ID, rec.Offset)
-			knowQueue(keys, c.Task.Namespace, c.Task.Action)
-			cmdNext = max(cmdNext, cmd)
-			entries = append(entries, view.Entry{Partition: p.id, Offset: rec.Offset, CmdOffset: cmd, Task: c.Task})
-			n++
+			out = append(out, logRecord{change: c, offset: rec.Offset, cmd: cmd})
 		}
 	}
+	return out, nil
+}
+
+// leftOut lists the tasks of recs that eng does not hold: those the
+// view's snapshot left out of the rebuild, final or cold there.
+func leftOut(eng *engine.Partition, recs []logRecord) []uuid.UUID {
+	seen := map[uuid.UUID]bool{}
+	var ids []uuid.UUID
+	for _, r := range recs {
+		id := r.change.Task.ID
+		if r.change.Type == taskevent.Rejected || seen[id] || eng.Has(id) {
+			continue
+		}
+		seen[id] = true
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// replay applies recs to eng and returns the commands checkpoint they
+// carry, cmdNext at least. Each replayed state goes to the materializer
+// too: the previous owner may have died before its view had them.
+func (p *partition) replay(eng *engine.Partition, keys map[string][2]string, recs []logRecord, cmdNext int64) int64 {
+	entries := make([]view.Entry, 0, len(recs))
+	for _, r := range recs {
+		c := r.change
+		eng.Apply(c)
+		eng.Recorded(c.Task.ID, r.offset)
+		knowQueue(keys, c.Task.Namespace, c.Task.Action)
+		cmdNext = max(cmdNext, r.cmd)
+		entries = append(entries, view.Entry{Partition: p.id, Offset: r.offset, CmdOffset: r.cmd, Task: c.Task})
+	}
 	p.r.mat.Add(entries...)
-	return n, cmdNext, found, nil
+	return cmdNext
 }
 
 // serve applies batches until ctx ends (nil) or a transaction fails.
