@@ -741,9 +741,11 @@ type viewRow struct {
 // current says whether row is the last state of a task the partition does
 // not hold. A task is let go (final, or cold) only once the view has its
 // last state, so a row read when the view held every offset the partition
-// knew it to hold is that state.
+// knew it to hold is that state: the offset its materializer last reported,
+// and at least the one its rebuild's snapshot had (a row read before the
+// partition moved here may be older).
 func (p *partition) current(row *viewRow) bool {
-	return row.viewed >= p.materialized.Load()
+	return row.viewed >= max(p.materialized.Load(), p.snapshotViewed)
 }
 
 type requeueOp struct {

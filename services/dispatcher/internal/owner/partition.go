@@ -84,6 +84,13 @@ type partition struct {
 	// materializer says.
 	materialized atomic.Int64
 	matSignal    chan struct{}
+	// snapshotViewed is the last events offset the view held in the
+	// snapshot of the last rebuild (see current). It is kept apart from
+	// materialized, which also lets tasks go cold (Materialized): set there,
+	// it had a rebuilt partition let tasks go before its first flush, under
+	// a claim shared out on the levels the rebuild had just set, and the
+	// claim took a lower priority than the replica held.
+	snapshotViewed int64
 	// payloadBytes, queuedHeld and queuedCold are the engine's PayloadBytes,
 	// Queued and Cold after the last batch or rebuild, for the
 	// flo.dispatcher.payload_bytes and flo.dispatcher.queued_tasks gauges.
@@ -147,6 +154,7 @@ func newPartition(r *Replica, id int32, newTxn func() (*kgo.Client, error)) *par
 		ready: map[string][]engine.Level{}, keys: map[string][2]string{},
 	}
 	p.materialized.Store(-1)
+	p.snapshotViewed = -1
 	return p
 }
 
@@ -353,7 +361,7 @@ func (p *partition) rebuild(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("rebuild from the view and the log: %w", err)
 	}
-	recs, err := p.readLog(ctx, from)
+	events, err := p.readLog(ctx, from)
 	if err != nil {
 		return fmt.Errorf("replay events: %w", err)
 	}
@@ -373,23 +381,20 @@ func (p *partition) rebuild(ctx context.Context) error {
 		}); err != nil {
 			return err
 		}
-		first, _ := slices.BinarySearchFunc(recs, evNext, func(r logRecord, o int64) int { return cmp.Compare(r.offset, o) })
-		recs = recs[first:]
+		events.from(evNext)
 		if len(cold) > 0 {
-			back, err = view.QueuedAmong(ctx, tx, p.id, leftOut(eng, recs))
+			back, err = view.QueuedAmong(ctx, tx, p.id, events.leftOut(eng))
 		}
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("rebuild from the view and the log: %w", err)
 	}
-	cmdNext = p.replay(eng, keys, recs, cmdNext)
+	cmdNext = p.replay(eng, keys, events, cmdNext)
 	for q, c := range cold {
 		eng.SetCold(q[0], q[1], c.N-back[q], c.Due, c.DueLast)
 	}
-	// The view holds every record before the snapshot's offset; a row read
-	// when it held less may be older than the task's last state (current).
-	p.viewReached(evNext - 1)
+	p.snapshotViewed = evNext - 1
 	p.eng = eng
 	p.keys = keys
 	p.readyMu.Lock()
@@ -399,33 +404,56 @@ func (p *partition) rebuild(ctx context.Context) error {
 	p.refreshReady(time.Now(), true)
 	p.r.metrics.rebuilds.Add(ctx, 1)
 	p.gauge()
-	p.log.InfoContext(ctx, "partition rebuilt", "tasks", eng.Len(), "cold", eng.Cold(), "payload_bytes", eng.PayloadBytes(), "replayed", len(recs),
+	p.log.InfoContext(ctx, "partition rebuilt", "tasks", eng.Len(), "cold", eng.Cold(), "payload_bytes", eng.PayloadBytes(), "replayed", len(events.entries),
 		"events_from", evNext, "commands_from", cmdNext, "took", time.Since(start).String())
 	return nil
 }
 
-// logRecord is a committed events record a rebuild reads again.
-type logRecord struct {
-	change engine.Change
-	// offset is the record's; cmd the commands checkpoint it carries.
-	offset, cmd int64
+// replayLog is the committed events records a rebuild reads again, in
+// offset order: each one's task state as the view takes it (with the
+// record's offset and commands checkpoint), and its change's type.
+type replayLog struct {
+	entries []view.Entry
+	types   []taskevent.Type
+}
+
+// from drops the records before offset.
+func (l *replayLog) from(offset int64) {
+	i, _ := slices.BinarySearchFunc(l.entries, offset, func(e view.Entry, o int64) int { return cmp.Compare(e.Offset, o) })
+	l.entries, l.types = l.entries[i:], l.types[i:]
+}
+
+// leftOut lists the tasks of the records that eng does not hold: those
+// the view's snapshot left out of the rebuild, final or cold there.
+func (l *replayLog) leftOut(eng *engine.Partition) []uuid.UUID {
+	seen := map[uuid.UUID]bool{}
+	var ids []uuid.UUID
+	for i := range l.entries {
+		id := l.entries[i].Task.ID
+		if l.types[i] == taskevent.Rejected || seen[id] || eng.Has(id) {
+			continue
+		}
+		seen[id] = true
+		ids = append(ids, id)
+	}
+	return ids
 }
 
 // readLog reads the partition's committed events from offset from to the
 // log's last stable offset, in offset order. Records written before
 // log-first dispatch, and any that do not decode, are skipped (logged).
-func (p *partition) readLog(ctx context.Context, from int64) ([]logRecord, error) {
+func (p *partition) readLog(ctx context.Context, from int64) (replayLog, error) {
 	adm := kadm.NewClient(p.r.admin)
 	ends, err := adm.ListCommittedOffsets(ctx, kafka.TaskEventsTopic)
 	if err != nil {
-		return nil, fmt.Errorf("list last stable offsets: %w", err)
+		return replayLog{}, fmt.Errorf("list last stable offsets: %w", err)
 	}
 	end, ok := ends.Lookup(kafka.TaskEventsTopic, p.id)
 	if !ok || end.Err != nil {
-		return nil, fmt.Errorf("last stable offset of %s/%d: %v", kafka.TaskEventsTopic, p.id, end.Err)
+		return replayLog{}, fmt.Errorf("last stable offset of %s/%d: %v", kafka.TaskEventsTopic, p.id, end.Err)
 	}
 	if end.Offset <= from {
-		return nil, nil
+		return replayLog{}, nil
 	}
 	cl, err := kafka.NewClient(p.r.cfg.Kafka,
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{kafka.TaskEventsTopic: {p.id: kgo.NewOffset().At(from)}}),
@@ -437,13 +465,13 @@ func (p *partition) readLog(ctx context.Context, from int64) ([]logRecord, error
 		kgo.FetchMaxBytes(64<<20),
 	)
 	if err != nil {
-		return nil, err
+		return replayLog{}, err
 	}
 	defer cl.Close()
 	var (
 		legacy int
 		next   = from
-		out    []logRecord
+		out    replayLog
 	)
 	defer func() {
 		if legacy > 0 {
@@ -457,13 +485,13 @@ func (p *partition) readLog(ctx context.Context, from int64) ([]logRecord, error
 		fetches := cl.PollFetches(pctx)
 		cancel()
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return replayLog{}, ctx.Err()
 		}
 		if len(fetches.Records()) == 0 && pctx.Err() != nil {
-			return nil, fmt.Errorf("replay stalled at offset %d of %d", next, end.Offset)
+			return replayLog{}, fmt.Errorf("replay stalled at offset %d of %d", next, end.Offset)
 		}
 		if err := fetchErr(fetches); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			return nil, err
+			return replayLog{}, err
 		}
 		for _, rec := range fetches.Records() {
 			next = rec.Offset + 1
@@ -482,42 +510,26 @@ func (p *partition) readLog(ctx context.Context, from int64) ([]logRecord, error
 				p.log.ErrorContext(ctx, "skipping an undecodable task event", "offset", rec.Offset, "error", err)
 				continue
 			}
-			out = append(out, logRecord{change: c, offset: rec.Offset, cmd: cmd})
+			out.entries = append(out.entries, view.Entry{Partition: p.id, Offset: rec.Offset, CmdOffset: cmd, Task: c.Task})
+			out.types = append(out.types, c.Type)
 		}
 	}
 	return out, nil
 }
 
-// leftOut lists the tasks of recs that eng does not hold: those the
-// view's snapshot left out of the rebuild, final or cold there.
-func leftOut(eng *engine.Partition, recs []logRecord) []uuid.UUID {
-	seen := map[uuid.UUID]bool{}
-	var ids []uuid.UUID
-	for _, r := range recs {
-		id := r.change.Task.ID
-		if r.change.Type == taskevent.Rejected || seen[id] || eng.Has(id) {
-			continue
-		}
-		seen[id] = true
-		ids = append(ids, id)
+// replay applies events to eng and returns the commands checkpoint its
+// records carry, cmdNext at least. Each replayed state goes to the
+// materializer too: the previous owner may have died before its view had
+// them.
+func (p *partition) replay(eng *engine.Partition, keys map[string][2]string, events replayLog, cmdNext int64) int64 {
+	for i := range events.entries {
+		e := &events.entries[i]
+		eng.Apply(engine.Change{Type: events.types[i], Task: e.Task})
+		eng.Recorded(e.Task.ID, e.Offset)
+		knowQueue(keys, e.Task.Namespace, e.Task.Action)
+		cmdNext = max(cmdNext, e.CmdOffset)
 	}
-	return ids
-}
-
-// replay applies recs to eng and returns the commands checkpoint they
-// carry, cmdNext at least. Each replayed state goes to the materializer
-// too: the previous owner may have died before its view had them.
-func (p *partition) replay(eng *engine.Partition, keys map[string][2]string, recs []logRecord, cmdNext int64) int64 {
-	entries := make([]view.Entry, 0, len(recs))
-	for _, r := range recs {
-		c := r.change
-		eng.Apply(c)
-		eng.Recorded(c.Task.ID, r.offset)
-		knowQueue(keys, c.Task.Namespace, c.Task.Action)
-		cmdNext = max(cmdNext, r.cmd)
-		entries = append(entries, view.Entry{Partition: p.id, Offset: r.offset, CmdOffset: r.cmd, Task: c.Task})
-	}
-	p.r.mat.Add(entries...)
+	p.r.mat.Add(events.entries...)
 	return cmdNext
 }
 
