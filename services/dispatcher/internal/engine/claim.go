@@ -59,6 +59,23 @@ func (p *Partition) ReadyLevels(ns, action string, now time.Time) []Level {
 	return out
 }
 
+// ReadyFrom is how many tasks of ns among actions are claimable at now with
+// priority floor or higher.
+func (p *Partition) ReadyFrom(ns string, actions []string, floor int32, now time.Time) int {
+	p.advance(now)
+	n := 0
+	for _, a := range actions {
+		if h, ok := p.ready[queueKey{ns, a}]; ok {
+			for prio, c := range h.levels {
+				if prio >= floor {
+					n += c
+				}
+			}
+		}
+	}
+	return n
+}
+
 // Actions lists, as store.Key names, the actions with tasks claimable at now,
 // for serving the claims that wait on them.
 func (p *Partition) Actions(now time.Time) []string {

@@ -312,7 +312,7 @@ func (r *Replica) claimOnce(ctx context.Context, ns string, actions []string, sl
 	}
 	asks := r.shareOut(parts, ns, actions, slots)
 	if len(asks) == 1 {
-		return r.claimFrom(ctx, asks[0].p, ns, actions, asks[0].slots)
+		return r.claimFrom(ctx, asks[0], ns, actions)
 	}
 	// Each partition's answer goes in its own place, and the claim's array
 	// is made once, to size: a claimed task is a large value.
@@ -321,7 +321,7 @@ func (r *Replica) claimOnce(ctx context.Context, ns string, actions []string, sl
 	var wg sync.WaitGroup
 	for i, a := range asks {
 		wg.Go(func() {
-			got[i], errs[i] = r.claimFrom(ctx, a.p, ns, actions, a.slots)
+			got[i], errs[i] = r.claimFrom(ctx, a, ns, actions)
 		})
 	}
 	wg.Wait()
@@ -349,10 +349,12 @@ func (r *Replica) claimOnce(ctx context.Context, ns string, actions []string, sl
 	return nil, nil
 }
 
-// ask is the part of a claim one partition is asked for.
+// ask is the part of a claim one partition is asked for: slots, filled
+// with tasks of priority floor or higher.
 type ask struct {
 	p     *partition
 	slots []engine.Slot
+	floor int32
 }
 
 // shareOut splits a claim's slots among the partitions with claimable
@@ -366,6 +368,7 @@ func (r *Replica) shareOut(parts []*partition, ns string, actions []string, slot
 		p          *partition
 		levels     []engine.Level
 		next, take int
+		floor      int32
 	}
 	var (
 		buf    [16]engine.Level
@@ -403,6 +406,7 @@ func (r *Replica) shareOut(parts []*partition, ns string, actions []string, slot
 			}
 			n := min(h.levels[h.next].Count, left)
 			h.take += n
+			h.floor = prio
 			left -= n
 			h.next++
 		}
@@ -410,7 +414,7 @@ func (r *Replica) shareOut(parts []*partition, ns string, actions []string, slot
 	asks := make([]ask, 0, len(haves))
 	for _, h := range haves {
 		if h.take > 0 {
-			asks = append(asks, ask{h.p, slots[:h.take:h.take]})
+			asks = append(asks, ask{h.p, slots[:h.take:h.take], h.floor})
 			slots = slots[h.take:]
 		}
 	}
@@ -425,8 +429,9 @@ func (r *Replica) FlushView(ctx context.Context) error { return r.mat.Flush(ctx)
 // claimFrom leases up to len(slots) tasks from one partition. A partition
 // that stops meanwhile gives nothing, not an error: another claim finds the
 // tasks at their new owner.
-func (r *Replica) claimFrom(ctx context.Context, p *partition, ns string, actions []string, slots []engine.Slot) ([]engine.Claimed, error) {
-	o := &claimOp{ns: ns, actions: actions, slots: slots, answer: make(chan error, 1)}
+func (r *Replica) claimFrom(ctx context.Context, a ask, ns string, actions []string) ([]engine.Claimed, error) {
+	p := a.p
+	o := &claimOp{ns: ns, actions: actions, slots: a.slots, floor: a.floor, answer: make(chan error, 1)}
 	queued, err := p.submit(ctx, o, o.answer)
 	if queued && err != nil && ctx.Err() != nil {
 		// The caller left while the claim was being recorded: give back
@@ -513,13 +518,25 @@ type claimOp struct {
 	ns      string
 	actions []string
 	slots   []engine.Slot
-	got     []engine.Claimed
-	answer  chan error
+	// floor is the lowest priority the claim's share-out asked the
+	// partition for.
+	floor  int32
+	got    []engine.Claimed
+	answer chan error
 }
 
 func (o *claimOp) apply(p *partition, now time.Time, changes []engine.Change) []engine.Change {
+	// The claim was shared out on the levels the partition last published.
+	// Tasks counted there may have gone since (to a waiting claim, or cold
+	// once the view had them), and the slots left over would take lower
+	// priorities than other partitions hold: the partition fills only as
+	// many as it has tasks of the priorities it was asked for.
+	slots := o.slots
+	if n := p.eng.ReadyFrom(o.ns, o.actions, o.floor, now); n < len(slots) {
+		slots = slots[:n]
+	}
 	var ch []engine.Change
-	o.got, ch = p.eng.Claim(o.ns, o.actions, o.slots, now)
+	o.got, ch = p.eng.Claim(o.ns, o.actions, slots, now)
 	return append(changes, ch...)
 }
 
