@@ -60,9 +60,11 @@ const (
 // on ports the system picks (it advertises the address it listens on), and
 // waits until it is ready. The gateway keeps dialing the first; it claims
 // from every replica the owners table lists.
-func (pl *processPlatform) addDispatcher(t *testing.T, name string) *proc {
+func (pl *processPlatform) addDispatcher(t *testing.T, name string, extra ...string) *proc {
 	t.Helper()
 	vars := append([]string{"FLO_DATABASE_URL=" + withApplicationName(t, pl.dbURL, name)}, pl.common...)
+	// A variable set again in extra wins (os/exec keeps the last).
+	vars = append(vars, extra...)
 	p := newReplicaProc(t, "dispatcher", name, vars)
 	p.start(t)
 	p.waitReady(t)
@@ -518,7 +520,9 @@ func TestPartitionOwnerKilledUnderLoad(t *testing.T) {
 func TestZombieOwnerIsFenced(t *testing.T) {
 	pl := startProcessPlatform(t)
 	first := pl.procs["dispatcher"]
-	zombie := pl.addDispatcher(t, "dispatcher-2")
+	// At info level its log says when it lost, regained and rebuilt
+	// partitions, which a failure below prints.
+	zombie := pl.addDispatcher(t, "dispatcher-2", "FLO_LOG_LEVEL=info")
 	waitShared(t, pl.env.db, first.grpcAddr, zombie.grpcAddr)
 	ctx := context.Background()
 	client := pl.client(t)
@@ -650,6 +654,11 @@ func TestZombieOwnerIsFenced(t *testing.T) {
 	}
 	require.NoError(t, zombie.cmd.Process.Signal(syscall.SIGCONT))
 	resumed = true
+	t.Cleanup(func() {
+		if t.Failed() {
+			logZombie(t, zombie, func(string) bool { return true })
+		}
+	})
 	calls.Wait()
 	// Every task was completed before the zombie woke: a claim, a new
 	// owner's too, finds nothing.
@@ -668,7 +677,8 @@ func TestZombieOwnerIsFenced(t *testing.T) {
 		for _, id := range held {
 			if !slices.Contains(reported.GetRejectedTaskIds(), id) {
 				require.True(t, regained(id, eventsv1.TaskEventType_TASK_EVENT_TYPE_COMPLETED),
-					"the zombie accepted the completion of %s without taking its partition anew", id)
+					"the zombie accepted the completion of %s without taking its partition anew; its records %+v, epochs before it woke %v",
+					id, woke.byTask[id], woken)
 				completedByWaker[id] = true
 			}
 		}
@@ -677,7 +687,8 @@ func TestZombieOwnerIsFenced(t *testing.T) {
 	for i, err := range requeueErrs {
 		if err == nil {
 			require.True(t, regained(dead[i], eventsv1.TaskEventType_TASK_EVENT_TYPE_REQUEUED),
-				"the zombie requeued dead letter %s without taking its partition anew", dead[i])
+				"the zombie requeued dead letter %s without taking its partition anew; its records %+v, epochs before it woke %v",
+				dead[i], woke.byTask[dead[i]], woken)
 			requeuedByWaker[dead[i]] = true
 		}
 	}
@@ -712,10 +723,22 @@ func TestZombieOwnerIsFenced(t *testing.T) {
 	requireEpochsNeverGoBack(t, log, zombieParts)
 	// What the zombie did on waking: failed or fenced transactions, or
 	// the loss of its partitions noticed first.
+	logZombie(t, zombie, func(line string) bool {
+		return strings.Contains(line, "ERROR") || strings.Contains(line, "WARN") || strings.Contains(line, "revoked")
+	})
+}
+
+// logZombie logs the lines of the zombie's log about partitions that keep
+// says.
+func logZombie(t *testing.T, zombie *proc, keep func(line string) bool) {
+	t.Helper()
 	out, err := os.ReadFile(zombie.logs.Name())
-	require.NoError(t, err)
+	if err != nil {
+		t.Logf("zombie: log not read: %v", err)
+		return
+	}
 	for _, line := range strings.Split(string(out), "\n") {
-		if strings.Contains(line, "partition") && (strings.Contains(line, "ERROR") || strings.Contains(line, "WARN") || strings.Contains(line, "revoked")) {
+		if strings.Contains(line, "partition") && keep(line) {
 			t.Logf("zombie: %s", line)
 		}
 	}
