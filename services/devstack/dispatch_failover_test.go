@@ -660,10 +660,14 @@ func TestZombieOwnerIsFenced(t *testing.T) {
 		}
 	})
 	calls.Wait()
+	woke := readTaskLog(t, pl.brokers)
 	// Every task was completed before the zombie woke: a claim, a new
 	// owner's too, finds nothing.
-	require.True(t, claimErr != nil || len(claimed.GetTasks()) == 0, "the zombie handed out %d tasks", len(claimed.GetTasks()))
-	woke := readTaskLog(t, pl.brokers)
+	if claimErr == nil && len(claimed.GetTasks()) > 0 {
+		first := claimed.GetTasks()[0].GetTaskId()
+		require.Fail(t, "the zombie handed out tasks", "%d of them; the first, %s, has the records %+v; epochs before it woke %v",
+			len(claimed.GetTasks()), first, woke.byTask[first], woken)
+	}
 	regained := func(id string, typ eventsv1.TaskEventType) bool {
 		for _, r := range woke.byTask[id] {
 			if r.typ == typ && r.epoch > woken[r.partition] {
