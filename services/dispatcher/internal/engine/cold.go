@@ -96,8 +96,8 @@ func (a Place) compare(b Place) int {
 // comes back by a read back or a call that loads its row (a rebuild whose
 // replay took cold tasks in again counts them off itself, in SetCold); a
 // read back of the whole partition that finds fewer rows than it asked for
-// sets every count to zero. A count below the truth would leave tasks in the view that no
-// read ever brings back.
+// sets every count to zero. A count below the truth would leave tasks in
+// the view that no read ever brings back.
 func (p *Partition) Cold() int { return p.coldSum }
 
 // SetCold tells a partition rebuilt from the view and the log how many
