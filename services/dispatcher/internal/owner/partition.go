@@ -71,8 +71,8 @@ type partition struct {
 	log *slog.Logger
 	// txn is the producer of the partition's transactions, made by newTxn
 	// before each rebuild and dropped after any failure (see dropTxn).
-	txn    *kgo.Client
-	newTxn func() (*kgo.Client, error)
+	txn    *producer
+	newTxn func() (*producer, error)
 
 	ops chan op
 
@@ -145,7 +145,7 @@ type backoff interface {
 // maxKeptChanges bounds the lists a partition keeps between batches.
 const maxKeptChanges = 4096
 
-func newPartition(r *Replica, id int32, newTxn func() (*kgo.Client, error)) *partition {
+func newPartition(r *Replica, id int32, newTxn func() (*producer, error)) *partition {
 	p := &partition{
 		r: r, id: id, newTxn: newTxn, log: r.log.With("partition", id),
 		ops: make(chan op, opQueue), cmdSignal: make(chan struct{}, 1), matSignal: make(chan struct{}, 1),
@@ -343,11 +343,8 @@ func (p *partition) viewReached(offset int64) {
 // final.
 func (p *partition) rebuild(ctx context.Context) error {
 	start := time.Now()
-	if _, _, err := p.txn.ProducerID(ctx); err != nil {
-		if fenced(err) {
-			return errFenced
-		}
-		return fmt.Errorf("take transactional id: %w", err)
+	if err := p.takeID(ctx); err != nil {
+		return err
 	}
 	eng := engine.New(p.id)
 	eng.SetLimits(p.r.cfg.Memory)
@@ -406,6 +403,20 @@ func (p *partition) rebuild(ctx context.Context) error {
 	p.gauge()
 	p.log.InfoContext(ctx, "partition rebuilt", "tasks", eng.Len(), "cold", eng.Cold(), "payload_bytes", eng.PayloadBytes(), "replayed", len(events.entries),
 		"events_from", evNext, "commands_from", cmdNext, "took", time.Since(start).String())
+	return nil
+}
+
+// takeID has the partition's producer take the transactional id, which
+// fences whoever held it, before the rebuild reads the log: nothing an
+// earlier owner writes after this can commit.
+func (p *partition) takeID(ctx context.Context) error {
+	if _, _, err := p.txn.ProducerID(ctx); err != nil {
+		if fenced(err) {
+			return errFenced
+		}
+		return fmt.Errorf("take transactional id: %w", err)
+	}
+	p.txn.took = p.txn.inits.n.Load()
 	return nil
 }
 
@@ -827,6 +838,15 @@ func (p *partition) record(ctx context.Context, changes []engine.Change) ([]int6
 		firstErr = cmp.Or(firstErr, err)
 	}
 	wg.Wait()
+	// A producer that initialized its id again since the partition took it
+	// may have taken it from the partition's next owner, and its records
+	// would commit: they are aborted. (An initialization inside the commit
+	// below aborts the open transaction itself, and the commit then fails.)
+	if firstErr == nil && p.txn.tookOnItsOwn() {
+		_ = p.txn.EndTransaction(ctx, kgo.TryAbort)
+		p.log.WarnContext(ctx, "the partition's producer took the transactional id again on its own; its transaction is aborted")
+		return nil, errFenced
+	}
 	// A failed transaction is not aborted here: the producer is dropped
 	// (dropTxn says why), and the next one to take the id aborts it.
 	if firstErr == nil {

@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,8 +24,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
-	"github.com/twmb/franz-go/pkg/kversion"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
@@ -309,19 +306,6 @@ func (r *Replica) OwnedPartitions() []int32 {
 	return out
 }
 
-// txnVersions caps InitProducerID at version 2 for the partitions'
-// producers. From version 3 (KIP-360, KIP-588) franz-go treats some
-// refusals of a producer's epoch as recoverable and initializes the
-// producer again with that epoch; kfake accepts the old epoch there (Kafka
-// refuses it), so a replica resumed after losing its partitions could take
-// the id back and commit. At version 2 the refusal is final: the batch
-// fails, which fences the partition.
-var txnVersions = func() *kversion.Versions {
-	v := kversion.Stable()
-	v.SetMaxKeyVersion(kmsg.InitProducerID.Int16(), 2)
-	return v
-}()
-
 func (r *Replica) assigned(_ context.Context, group *kgo.Client, assigned map[string][]int32) {
 	ids := assigned[kafka.CommandsTopic]
 	if len(ids) == 0 {
@@ -333,18 +317,7 @@ func (r *Replica) assigned(_ context.Context, group *kgo.Client, assigned map[st
 		if r.parts[id] != nil {
 			continue
 		}
-		newTxn := func() (*kgo.Client, error) {
-			return kafka.NewClient(r.cfg.Kafka,
-				kgo.TransactionalID(Group+"-p"+strconv.Itoa(int(id))),
-				kgo.MaxVersions(txnVersions),
-				// An owner that dies mid-transaction holds the partition's
-				// readers back until this passes or the next owner takes over.
-				kgo.TransactionTimeout(10*time.Second),
-				kgo.ProducerLinger(0),
-				kgo.ProducerBatchMaxBytes(int32(max(kafka.MaxRecordSize(r.cfg.MaxPayloadBytes), 1<<20))),
-			)
-		}
-		p := newPartition(r, id, newTxn)
+		p := newPartition(r, id, func() (*producer, error) { return r.newProducer(id) })
 		r.parts[id] = p
 		p.start(ctx)
 	}
