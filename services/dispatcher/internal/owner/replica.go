@@ -49,6 +49,10 @@ const stopWait = 10 * time.Second
 // giving its partitions to others.
 const sessionTimeout = 10 * time.Second
 
+// rebalanceTimeout is how long a rebalance waits for the group's members
+// to join and sync.
+const rebalanceTimeout = 2 * stopWait
+
 // ErrNotOwner answers a call for a partition this replica does not own
 // (any more); the caller asks the owner. It is ABORTED on the wire.
 var ErrNotOwner = errors.New("this dispatcher replica does not own the task's partition")
@@ -197,6 +201,10 @@ func (r *Replica) Run(ctx context.Context) error {
 		// A replica that dies without leaving holds its partitions until
 		// its session times out.
 		kgo.SessionTimeout(sessionTimeout),
+		// A member that joined a rebalance and was paused before it synced
+		// holds every partition's move until this passes (franz-go's
+		// default is a minute); a revocation's batch (stopWait) fits in it.
+		kgo.RebalanceTimeout(rebalanceTimeout),
 		kgo.HeartbeatInterval(time.Second),
 		// A partition recycles its commands once the transaction that
 		// applied them committed (partition.batch).
