@@ -7,6 +7,8 @@
 //	<service> healthcheck URL  exit 0 when GET URL answers 200
 //	<service> help             print this usage
 //
+// and the service's own commands (Service.Commands).
+//
 // migrate exists for Kubernetes Jobs and compose steps that bring a schema up
 // to date before a rollout (services also migrate at start, under an advisory
 // lock, so the two never race). healthcheck exists because the images carry
@@ -20,6 +22,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/razorbill/flo/libs/config"
@@ -46,6 +49,17 @@ type Service struct {
 	Schema string
 	// Migrations holds the service's goose migrations at its root.
 	Migrations fs.FS
+	// Commands are the service's own commands, beside the shared ones.
+	Commands []Command
+}
+
+// Command is a command of one service's binary: `<service> Name args...`.
+type Command struct {
+	// Name names the command; Args and Help describe its arguments and
+	// what it does in the usage text.
+	Name, Args, Help string
+	// Run runs it with the arguments after its name, writing to stdout.
+	Run func(ctx context.Context, args []string, stdout io.Writer) error
 }
 
 // MigrateConfig is everything migrate reads from the environment.
@@ -78,19 +92,28 @@ func Run(ctx context.Context, args []string, stdout io.Writer, svc Service) erro
 		}
 		return Healthcheck(ctx, rest[0])
 	case "help", "-h", "-help", "--help":
-		_, err := fmt.Fprint(stdout, usage(svc.Name))
+		_, err := fmt.Fprint(stdout, usage(svc))
 		return err
-	default:
-		return fmt.Errorf("%w: unknown command %q\n%s", ErrUsage, cmd, usage(svc.Name))
 	}
+	for _, c := range svc.Commands {
+		if c.Name == cmd {
+			return c.Run(ctx, rest, stdout)
+		}
+	}
+	return fmt.Errorf("%w: unknown command %q\n%s", ErrUsage, cmd, usage(svc))
 }
 
-func usage(name string) string {
-	return fmt.Sprintf(`usage:
+func usage(svc Service) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `usage:
   %[1]s                  serve (configuration from FLO_* and OTEL_* variables)
   %[1]s migrate          apply the %[1]s schema to FLO_DATABASE_URL and exit
   %[1]s healthcheck URL  exit 0 when GET URL answers 200
-`, name)
+`, svc.Name)
+	for _, c := range svc.Commands {
+		fmt.Fprintf(&b, "  %-22s %s\n", svc.Name+" "+c.Name+" "+c.Args, c.Help)
+	}
+	return b.String()
 }
 
 // migrate applies svc's migrations under pg.Migrate's advisory lock. It

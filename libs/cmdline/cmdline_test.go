@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -121,4 +122,29 @@ func TestHealthcheck(t *testing.T) {
 	closed := httptest.NewServer(http.NotFoundHandler())
 	closed.Close()
 	require.Error(t, cmdline.Run(t.Context(), []string{"healthcheck", closed.URL}, new(bytes.Buffer), svc))
+}
+
+func TestServiceCommandsRunAndShowInHelp(t *testing.T) {
+	t.Parallel()
+	var got []string
+	svc := cmdline.Service{Name: "svc", Serve: servesNothing, Commands: []cmdline.Command{{
+		Name: "grow", Args: "N", Help: "grow to N",
+		Run: func(_ context.Context, args []string, stdout io.Writer) error {
+			got = args
+			_, err := io.WriteString(stdout, "grown")
+			return err
+		},
+	}}}
+	var out bytes.Buffer
+	require.NoError(t, cmdline.Run(t.Context(), []string{"grow", "8"}, &out, svc))
+	require.Equal(t, []string{"8"}, got)
+	require.Equal(t, "grown", out.String())
+
+	out.Reset()
+	require.NoError(t, cmdline.Run(t.Context(), []string{"help"}, &out, svc))
+	require.Contains(t, out.String(), "svc grow N")
+	require.Contains(t, out.String(), "grow to N")
+
+	err := cmdline.Run(t.Context(), []string{"shrink"}, &out, svc)
+	require.ErrorIs(t, err, cmdline.ErrUsage)
 }

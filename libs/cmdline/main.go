@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -39,10 +40,10 @@ type Starter[C any] func(ctx context.Context, cfg C, log *slog.Logger, metrics h
 // failure. Serving loads C and the log level from the environment, sets up
 // logging and telemetry under name, tunes the garbage collector (TuneGC) and
 // runs what start returns.
-func Main[C any](name, schema string, migrations fs.FS, start Starter[C]) {
+func Main[C any](name, schema string, migrations fs.FS, start Starter[C], commands ...Command) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := Run(ctx, os.Args[1:], os.Stdout, Service{
-		Name: name, Schema: schema, Migrations: migrations, Serve: serve(name, start),
+		Name: name, Schema: schema, Migrations: migrations, Serve: serve(name, start), Commands: commands,
 	})
 	stop()
 	if err != nil {
@@ -51,19 +52,33 @@ func Main[C any](name, schema string, migrations fs.FS, start Starter[C]) {
 	}
 }
 
+// Setup is what a service's own command (Command) starts with: its
+// configuration C and log level loaded from the environment as serving
+// loads them, and logging to stdout under name.
+func Setup[C any](ctx context.Context, name string, stdout io.Writer) (C, *slog.Logger, error) {
+	var env struct {
+		Service C
+		Log     config.Log
+	}
+	if err := config.Load(ctx, &env); err != nil {
+		return env.Service, nil, fmt.Errorf("load config: %w", err)
+	}
+	log, err := logging.New(stdout, env.Log.Level, name)
+	if err != nil {
+		return env.Service, nil, fmt.Errorf("set up logging: %w", err)
+	}
+	return env.Service, log, nil
+}
+
 func serve[C any](name string, start Starter[C]) func(context.Context) error {
 	return func(ctx context.Context) (err error) {
-		var env struct {
-			Service C
-			Log     config.Log
-			Addr    addrConfig
-		}
-		if err := config.Load(ctx, &env); err != nil {
-			return fmt.Errorf("load config: %w", err)
-		}
-		log, err := logging.New(os.Stdout, env.Log.Level, name)
+		cfg, log, err := Setup[C](ctx, name, os.Stdout)
 		if err != nil {
-			return fmt.Errorf("set up logging: %w", err)
+			return err
+		}
+		var addr addrConfig
+		if err := config.Load(ctx, &addr); err != nil {
+			return fmt.Errorf("load config: %w", err)
 		}
 		TuneGC(log)
 		tel, err := telemetry.Setup(ctx, name)
@@ -77,12 +92,12 @@ func serve[C any](name string, start Starter[C]) func(context.Context) error {
 				err = errors.Join(err, fmt.Errorf("flush telemetry: %w", ferr))
 			}
 		}()
-		svc, err := start(ctx, env.Service, log, tel.MetricsHandler())
+		svc, err := start(ctx, cfg, log, tel.MetricsHandler())
 		if err != nil {
 			return fmt.Errorf("start %s: %w", name, err)
 		}
 		log.InfoContext(ctx, name+" listening", "grpc", svc.GRPCAddr(), "http", svc.HTTPAddr())
-		if err := writeAddrs(env.Addr.File, svc); err != nil {
+		if err := writeAddrs(addr.File, svc); err != nil {
 			return err
 		}
 		return svc.Run(ctx)

@@ -78,10 +78,23 @@ SELECT to_regclass('tasks_cold_ready_idx') IS NOT NULL, to_regclass('tasks_cold_
 // The index of each queue's cold tasks goes down and up again.
 func TestColdQueueIndexMigrationDownAndUp(t *testing.T) {
 	t.Parallel()
-	pool, up, down := harness.MigrationSections(t, migrations.FS, "dispatcher", "0013_task_cold_queue_index.sql")
+	requireDownAndUp(t, "0013_task_cold_queue_index.sql", "tasks_cold_queue_idx")
+}
+
+// The table of the view's partition count goes down and up again.
+func TestViewLayoutMigrationDownAndUp(t *testing.T) {
+	t.Parallel()
+	requireDownAndUp(t, "0014_view_layout.sql", "view_layout")
+}
+
+// requireDownAndUp checks that migration file's Up made relation and its
+// Down removes it, and Up makes it again.
+func requireDownAndUp(t *testing.T, file, relation string) {
+	t.Helper()
+	pool, up, down := harness.MigrationSections(t, migrations.FS, "dispatcher", file)
 	exists := func() bool {
 		var ok bool
-		require.NoError(t, pool.QueryRow(t.Context(), `SELECT to_regclass('tasks_cold_queue_idx') IS NOT NULL`).Scan(&ok))
+		require.NoError(t, pool.QueryRow(t.Context(), `SELECT to_regclass($1) IS NOT NULL`, relation).Scan(&ok))
 		return ok
 	}
 	require.True(t, exists())

@@ -20,7 +20,8 @@ import (
 // TestPoisonCommands produces records straight to the commands topic that
 // the intake cannot take, and checks that each lands in the dead-letter topic
 // while the records behind it, in its partition and in others sharing its
-// transaction, are enqueued.
+// transaction, are enqueued; and that a command sent to another partition
+// than its task's is moved there.
 func TestPoisonCommands(t *testing.T) {
 	t.Parallel()
 	e, _, brokers := startEnvOn(t)
@@ -88,7 +89,7 @@ func TestPoisonCommands(t *testing.T) {
 		e.register(t, ns, "work", nil)
 		// A command keyed by anything but its task id may land in a
 		// partition whose owner could never find the task again by its id:
-		// it is dead-lettered, and the others go on.
+		// that owner moves it to its task's partition, and the others go on.
 		var stray *eventsv1.InvokeTask
 		for stray == nil {
 			c := &eventsv1.InvokeTask{TaskId: uuid.NewString(), Namespace: ns, Action: "work", Payload: []byte(`"once"`)}
@@ -98,19 +99,19 @@ func TestPoisonCommands(t *testing.T) {
 		}
 		e.produce(t, "stray-"+ns, nil, stray)
 		ids := e.produceOrdinary(t, ns, 5)
-		got := waitDeadLetter(t, invocationOf(stray.GetTaskId()))
-		require.Contains(t, got.Error, "keyed by their task id")
+		task := e.waitTask(t, ns, stray.GetTaskId())
+		require.Equal(t, []byte(`"once"`), task.GetPayload())
 		for _, id := range ids {
 			e.waitTask(t, ns, id)
 		}
-		_, err := e.client.GetTask(t.Context(), &flov1.GetTaskRequest{Namespace: ns, TaskId: stray.GetTaskId()})
-		requireCode(t, codes.NotFound, err, "not found")
 
-		// The same command keyed by its id gets in.
+		// The same command keyed by its id is the same task: it is not
+		// created twice.
 		e.produce(t, "", nil, stray)
-		task := e.waitTask(t, ns, stray.GetTaskId())
-		require.Equal(t, []byte(`"once"`), task.GetPayload())
-		e.events.waitEvents(t, stray.GetTaskId(), evCreated)
+		after := &eventsv1.InvokeTask{TaskId: samePartition(stray.GetTaskId()), Namespace: ns, Action: "work"}
+		e.produce(t, "", nil, after)
+		e.events.waitEvents(t, after.GetTaskId(), evCreated)
+		require.Equal(t, []eventsv1.TaskEventType{evCreated}, types(e.events.of(stray.GetTaskId())))
 	})
 }
 

@@ -1,7 +1,8 @@
 // Command dispatcher runs Flo's dispatcher service: actions, task queues,
 // leases, retries and dead letters. Configuration comes from FLO_* and OTEL_*
 // environment variables; `dispatcher migrate` applies its schema and exits (see
-// libs/cmdline for the commands).
+// libs/cmdline for the commands), and `dispatcher repartition N` raises the
+// task topics' partition count (docs/design/dispatch.md).
 package main
 
 import (
@@ -15,7 +16,7 @@ import (
 )
 
 func main() {
-	cmdline.Main("dispatcher", service.Schema, migrations.FS, start)
+	cmdline.Main("dispatcher", service.Schema, migrations.FS, start, service.RepartitionCommand())
 }
 
 func start(ctx context.Context, cfg service.Config, log *slog.Logger, metrics http.Handler) (cmdline.Server, error) {

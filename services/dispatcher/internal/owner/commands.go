@@ -1,7 +1,9 @@
 package owner
 
 import (
+	"bytes"
 	"context"
+	"strconv"
 	"fmt"
 	"time"
 
@@ -78,6 +80,35 @@ func decodeInvocation(r *kgo.Record) (engine.Invocation, error) {
 	inv.TraceContext = kafka.TraceHeaders(ctx)
 	span.End()
 	return inv, nil
+}
+
+// movedHeader marks a command that the owner of the partition it was sent
+// to moved to its task's partition; its value is the partition it came from.
+const movedHeader = "flo-moved-from"
+
+// moveCommand returns rec, a command sent to partition from for a task of
+// partition to, as a record of partition to, keyed by the task's id and
+// marked moved. Its bytes are copies: rec's go back to the fetch pool.
+func moveCommand(rec *kgo.Record, taskID string, from, to int32) *kgo.Record {
+	headers := make([]kgo.RecordHeader, 0, len(rec.Headers)+1)
+	for _, h := range rec.Headers {
+		if h.Key != movedHeader {
+			headers = append(headers, kgo.RecordHeader{Key: h.Key, Value: bytes.Clone(h.Value)})
+		}
+	}
+	headers = append(headers, kgo.RecordHeader{Key: movedHeader, Value: strconv.AppendInt(nil, int64(from), 10)})
+	return &kgo.Record{Topic: kafka.CommandsTopic, Partition: to, Key: []byte(taskID), Value: bytes.Clone(rec.Value), Headers: headers}
+}
+
+// wasMoved reports whether rec is a command another partition's owner moved
+// here (moveCommand).
+func wasMoved(rec *kgo.Record) bool {
+	for _, h := range rec.Headers {
+		if h.Key == movedHeader {
+			return true
+		}
+	}
+	return false
 }
 
 // reportSpanNames name a report's span by its kind.

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/retry"
 	"github.com/razorbill/flo/services/dispatcher/internal/catalog"
@@ -134,6 +135,9 @@ type partition struct {
 	// allocated at full load.
 	changes []engine.Change
 	entries []view.Entry
+	// moved are the commands of the batch's intake that belong to other
+	// partitions, sent there in the batch's transaction.
+	moved []*kgo.Record
 }
 
 // backoff is a delay sequence of libs/retry (Policy.Backoff).
@@ -451,23 +455,30 @@ func (l *replayLog) leftOut(eng *engine.Partition) []uuid.UUID {
 }
 
 // readLog reads the partition's committed events from offset from to the
-// log's last stable offset, in offset order. Records written before
-// log-first dispatch, and any that do not decode, are skipped (logged).
+// log's last stable offset (readEvents).
 func (p *partition) readLog(ctx context.Context, from int64) (replayLog, error) {
-	adm := kadm.NewClient(p.r.admin)
+	return readEvents(ctx, p.r.cfg.Kafka, p.r.admin, p.id, from, p.log)
+}
+
+// readEvents reads the committed events of events partition id from offset
+// from to the log's last stable offset, in offset order. Records written
+// before log-first dispatch, and any that do not decode, are skipped
+// (logged).
+func readEvents(ctx context.Context, conn config.Kafka, admin *kgo.Client, id int32, from int64, log *slog.Logger) (replayLog, error) {
+	adm := kadm.NewClient(admin)
 	ends, err := adm.ListCommittedOffsets(ctx, kafka.TaskEventsTopic)
 	if err != nil {
 		return replayLog{}, fmt.Errorf("list last stable offsets: %w", err)
 	}
-	end, ok := ends.Lookup(kafka.TaskEventsTopic, p.id)
+	end, ok := ends.Lookup(kafka.TaskEventsTopic, id)
 	if !ok || end.Err != nil {
-		return replayLog{}, fmt.Errorf("last stable offset of %s/%d: %v", kafka.TaskEventsTopic, p.id, end.Err)
+		return replayLog{}, fmt.Errorf("last stable offset of %s/%d: %v", kafka.TaskEventsTopic, id, end.Err)
 	}
 	if end.Offset <= from {
 		return replayLog{}, nil
 	}
-	cl, err := kafka.NewClient(p.r.cfg.Kafka,
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{kafka.TaskEventsTopic: {p.id: kgo.NewOffset().At(from)}}),
+	cl, err := kafka.NewClient(conn,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{kafka.TaskEventsTopic: {id: kgo.NewOffset().At(from)}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		// Control records carry offsets too; without them a log ending in
 		// a transaction marker would never be seen to reach its end.
@@ -486,7 +497,7 @@ func (p *partition) readLog(ctx context.Context, from int64) (replayLog, error) 
 	)
 	defer func() {
 		if legacy > 0 {
-			p.log.InfoContext(ctx, "skipped task events written before log-first dispatch", "records", legacy)
+			log.InfoContext(ctx, "skipped task events written before log-first dispatch", "records", legacy)
 		}
 	}()
 	for next < end.Offset {
@@ -518,10 +529,10 @@ func (p *partition) readLog(ctx context.Context, from int64) (replayLog, error) 
 			if err != nil {
 				// Every record here was written by an owner; one that does
 				// not decode is skipped rather than blocking the partition.
-				p.log.ErrorContext(ctx, "skipping an undecodable task event", "offset", rec.Offset, "error", err)
+				log.ErrorContext(ctx, "skipping an undecodable task event", "offset", rec.Offset, "error", err)
 				continue
 			}
-			out.entries = append(out.entries, view.Entry{Partition: p.id, Offset: rec.Offset, CmdOffset: cmd, Task: c.Task})
+			out.entries = append(out.entries, view.Entry{Partition: id, Offset: rec.Offset, CmdOffset: cmd, Task: c.Task})
 			out.types = append(out.types, c.Type)
 		}
 	}
@@ -601,6 +612,7 @@ func (p *partition) batch(ctx context.Context, ops []op) error {
 	now := time.Now()
 	p.eng.Materialized(p.materialized.Load())
 	cmdBefore := p.cmdNext.Load()
+	p.moved = nil
 	changes := p.changes[:0]
 	defer func() { p.changes = keep(changes) }()
 	var cmds []*kgo.Record
@@ -624,7 +636,7 @@ func (p *partition) batch(ctx context.Context, ops []op) error {
 	changes = append(changes, p.eng.Tick(now)...)
 	leased, leases := p.serveStanding(now)
 	changes = append(changes, leased...)
-	if len(changes) == 0 {
+	if len(changes) == 0 && len(p.moved) == 0 {
 		// Intake copied what it keeps of the commands; a batch whose
 		// transaction fails puts them back instead.
 		kafka.Recycle(cmds)
@@ -642,7 +654,7 @@ func (p *partition) batch(ctx context.Context, ops []op) error {
 	p.refreshReady(now, false, changes...)
 	// A stop (revocation, SIGTERM) lets the batch in flight commit.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopWait)
-	offsets, err := p.record(rctx, changes)
+	offsets, err := p.record(rctx, changes, p.moved)
 	cancel()
 	if err != nil {
 		// The rebuilt partition applies them again from its checkpoint:
@@ -728,21 +740,32 @@ func (p *partition) waitCommands(ctx context.Context, offset int64) error {
 // intake turns commands into tasks. Commands below the checkpoint were
 // applied before (a fetch that started at an older group offset). An
 // invocation with an idempotency key or an origin may repeat an older one
-// the partition no longer holds, so those are looked up in the view. It
-// appends the changes to changes, and returns changes as it was on error.
+// the partition no longer holds, so those are looked up in the view.
+// Commands of another partition's tasks are left in p.moved for the batch
+// to send on. It appends the changes to changes, and returns changes as it
+// was on error.
 func (p *partition) intake(ctx context.Context, recs []*kgo.Record, now time.Time, changes []engine.Change) ([]engine.Change, error) {
 	next := p.cmdNext.Load()
 	invs := make([]engine.Invocation, 0, len(recs))
 	var lookup []uuid.UUID
+	var moved []*kgo.Record
 	for _, rec := range recs {
 		if rec.Offset < next {
 			continue
 		}
 		next = rec.Offset + 1
 		inv, err := decodeInvocation(rec)
-		if err == nil && kafka.PartitionOf(inv.TaskID.String(), p.r.n) != p.id {
-			// Reads and reports find a task by its id's partition.
-			err = fmt.Errorf("task_id %s belongs to partition %d, not %d: commands must be keyed by their task id", inv.TaskID, kafka.PartitionOf(inv.TaskID.String(), p.r.n), p.id)
+		if err == nil {
+			if to := kafka.PartitionOf(inv.TaskID.String(), p.r.n); to != p.id {
+				// Reads and reports find a task by its id's partition. A
+				// command lands elsewhere when it was sent under another
+				// partition count (before a repartition, or by a producer
+				// that has not seen the new count yet) or keyed by
+				// something else: it moves there, in this batch's
+				// transaction.
+				moved = append(moved, moveCommand(rec, inv.TaskID.String(), p.id, to))
+				continue
+			}
 		}
 		if err != nil {
 			if !p.poisoned[rec.Offset] {
@@ -752,12 +775,16 @@ func (p *partition) intake(ctx context.Context, recs []*kgo.Record, now time.Tim
 			continue
 		}
 		invs = append(invs, inv)
-		// While some tasks are cold, only the view knows them all.
-		if (inv.IdempotencyKey != "" || inv.Origin != "" || p.eng.Cold() > 0) && !p.eng.Has(inv.TaskID) {
+		// While some tasks are cold, only the view knows them all. A moved
+		// command may be moved again (its move is not checkpointed when
+		// its batch records no task event), after its task was done and
+		// let go.
+		if (inv.IdempotencyKey != "" || inv.Origin != "" || p.eng.Cold() > 0 || wasMoved(rec)) && !p.eng.Has(inv.TaskID) {
 			lookup = append(lookup, inv.TaskID)
 		}
 	}
 	if len(invs) == 0 {
+		p.moved = moved
 		p.advanceCommands(next)
 		return changes, nil
 	}
@@ -793,6 +820,7 @@ func (p *partition) intake(ctx context.Context, recs []*kgo.Record, now time.Tim
 			changes = append(changes, p.eng.Invoke(inv, &s, "", now)...)
 		}
 	}
+	p.moved = moved
 	p.advanceCommands(next)
 	return changes, nil
 }
@@ -807,13 +835,15 @@ func (p *partition) advanceCommands(next int64) {
 	}
 }
 
-// record writes changes as one transaction on the partition's events and
-// returns each record's offset.
-func (p *partition) record(ctx context.Context, changes []engine.Change) ([]int64, error) {
-	recs, err := engine.EncodeAll(changes, p.id, p.cmdNext.Load())
+// record writes changes as one transaction on the partition's events, with
+// the commands moved to other partitions, and returns each change's
+// record's offset.
+func (p *partition) record(ctx context.Context, changes []engine.Change, moved []*kgo.Record) ([]int64, error) {
+	events, err := engine.EncodeAll(changes, p.id, p.cmdNext.Load())
 	if err != nil {
 		return nil, err
 	}
+	recs := append(events, moved...)
 	if err := p.txn.BeginTransaction(); err != nil {
 		return nil, fmt.Errorf("begin transaction: %w", err)
 	}
@@ -860,8 +890,8 @@ func (p *partition) record(ctx context.Context, changes []engine.Change) ([]int6
 		}
 		return nil, fmt.Errorf("record %d task events: %w", len(recs), firstErr)
 	}
-	offsets := make([]int64, len(recs))
-	for i, r := range recs {
+	offsets := make([]int64, len(events))
+	for i, r := range events {
 		offsets[i] = r.Offset
 	}
 	return offsets, nil

@@ -33,6 +33,9 @@ func (r *Replica) newProducer(id int32) (*producer, error) {
 		// readers back until this passes or the next owner takes over.
 		kgo.TransactionTimeout(10*time.Second),
 		kgo.ProducerLinger(0),
+		// Events go to the partition's number, moved commands to their
+		// task's (Record.Partition), whatever the client's metadata says.
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerBatchMaxBytes(int32(max(kafka.MaxRecordSize(r.cfg.MaxPayloadBytes), 1<<20))),
 		kgo.WithHooks(&p.inits),
 	)

@@ -51,7 +51,7 @@ func TestAPartitionDoesNotCommitUnderAnIDItsProducerTookBackOnItsOwn(t *testing.
 	var first []engine.Change
 	for range 3 {
 		batch := invoke()
-		_, err = p.record(ctx, batch)
+		_, err = p.record(ctx, batch, nil)
 		require.NoError(t, err)
 		first = append(first, batch...)
 	}
@@ -73,7 +73,7 @@ func TestAPartitionDoesNotCommitUnderAnIDItsProducerTookBackOnItsOwn(t *testing.
 	require.NoError(t, p.txn.EndTransaction(ctx, kgo.TryAbort))
 	require.True(t, p.txn.tookOnItsOwn(), "the producer initialized its id again")
 
-	_, err = p.record(ctx, invoke())
+	_, err = p.record(ctx, invoke(), nil)
 	require.ErrorIs(t, err, errFenced)
 
 	// A read_committed reader sees the first batches' records, then a

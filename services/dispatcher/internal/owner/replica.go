@@ -28,6 +28,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/razorbill/flo/libs/config"
+	"github.com/razorbill/flo/libs/fault"
 	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/retry"
@@ -172,10 +173,19 @@ func (r *Replica) checkTopics(ctx context.Context) error {
 	}
 	cmds, events := len(details[kafka.CommandsTopic].Partitions), len(details[kafka.TaskEventsTopic].Partitions)
 	if cmds == 0 || cmds != events {
-		return fmt.Errorf("topics %s (%d partitions) and %s (%d partitions) must have the same partition count; see docs/design/dispatch.md on changing it",
-			kafka.CommandsTopic, cmds, kafka.TaskEventsTopic, events)
+		return fault.Preconditionf("topics %s (%d partitions) and %s (%d partitions) must have the same partition count: finish a change of it with `dispatcher repartition %d` (docs/design/dispatch.md)",
+			kafka.CommandsTopic, cmds, kafka.TaskEventsTopic, events, max(cmds, events))
 	}
 	r.n = int32(cmds)
+	// The view's rows are keyed by the count they were written with.
+	layout, err := view.AdoptLayout(ctx, r.pool, r.n)
+	if err != nil {
+		return err
+	}
+	if layout != r.n {
+		return fault.Preconditionf("the task view is keyed by %d partitions and the task topics have %d: finish the change with `dispatcher repartition %d` (docs/design/dispatch.md)",
+			layout, r.n, max(layout, r.n))
+	}
 	return nil
 }
 
