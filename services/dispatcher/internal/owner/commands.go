@@ -3,8 +3,8 @@ package owner
 import (
 	"bytes"
 	"context"
-	"strconv"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
