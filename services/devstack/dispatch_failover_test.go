@@ -238,7 +238,9 @@ type taskLog struct {
 
 // readTaskLog reads the task events topic, as read_committed consumers see
 // it, at least to the end each partition has now. Records of aborted
-// transactions were never part of the log.
+// transactions were never part of the log. A task's records are in
+// partition, then offset order: a repartition that doubles the count moves
+// a task from partition p only to p or p+n, after its records in p.
 func readTaskLog(t *testing.T, brokers []string) taskLog {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(kafka.TaskEventsTopic),
@@ -278,6 +280,11 @@ func readTaskLog(t *testing.T, brokers []string) taskLog {
 			rec := taskRecord{typ: ev.GetType(), attempt: ev.GetAttempt(), partition: r.Partition, offset: r.Offset, epoch: r.ProducerEpoch}
 			log.byTask[ev.GetTaskId()] = append(log.byTask[ev.GetTaskId()], rec)
 			log.byPartition[r.Partition] = append(log.byPartition[r.Partition], rec)
+		})
+	}
+	for _, recs := range log.byTask {
+		slices.SortStableFunc(recs, func(a, b taskRecord) int {
+			return cmp.Or(cmp.Compare(a.partition, b.partition), cmp.Compare(a.offset, b.offset))
 		})
 	}
 	return log

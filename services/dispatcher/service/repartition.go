@@ -60,8 +60,10 @@ func RepartitionCommand() cmdline.Command {
 			if err != nil {
 				return err
 			}
-			log.InfoContext(ctx, "task topics repartitioned", "from", done.From, "to", done.To, "written", done.Written, "moved", done.Moved)
-			return nil
+			// The outcome is the command's output, whatever the log level.
+			_, err = fmt.Fprintf(stdout, "task topics repartitioned: %d partitions (were %d); %d task states written to the view first, %d tasks moved\n",
+				done.To, done.From, done.Written, done.Moved)
+			return err
 		},
 	}
 }
