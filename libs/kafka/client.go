@@ -61,6 +61,10 @@ func newClient(conn config.Kafka, opts ...kgo.Opt) (*kgo.Client, error) {
 		// New topics and partitions are noticed quickly, without letting a
 		// flood of refresh triggers hammer the brokers.
 		kgo.MetadataMinAge(250 * time.Millisecond),
+		// Partitions added to a topic (a repartition of the task topics)
+		// reach producers and consumer groups within this, not franz-go's
+		// five minutes.
+		kgo.MetadataMaxAge(30 * time.Second),
 		// A fetch in flight does not include partitions assigned after it
 		// was sent; a short long-poll bounds how long those wait for their
 		// first records. Idle fetches twice a second cost nothing.

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/razorbill/flo/libs/retry"
 
@@ -25,6 +28,13 @@ type Tail struct {
 	h      *isolator
 	log    *slog.Logger
 	ready  chan struct{}
+
+	// mu guards reading and demand's counts. It is held through a listing
+	// of offsets, so that followers arriving meanwhile wait for the same
+	// one.
+	mu sync.Mutex
+	// reading holds the partitions read, by topic; nil while not reading.
+	reading map[string][]int32
 	// demand is set by ReadOnDemand; nil for a tail that always reads.
 	demand *demand
 }
@@ -34,17 +44,17 @@ type demand struct {
 	// idle is how long the tail goes on reading after its last follower
 	// stopped, so that a steady trickle of followers does not make it list
 	// offsets for each one.
-	idle time.Duration
-
-	// mu is held through a listing of offsets, so that followers arriving
-	// meanwhile wait for the same one.
-	mu        sync.Mutex
+	idle      time.Duration
 	followers int
-	reading   map[string][]int32 // the partitions read, nil while not reading
 	// idleSince numbers each time the followers fell to none; a stop timer
 	// set then acts only if it is still the latest.
 	idleSince uint64
 }
+
+// partitionsRefresh is how often a reading tail looks for partitions added
+// to its topics (a repartition of the task topics), which it then reads
+// from their start: every record in them is newer than the tail's reading.
+const partitionsRefresh = 10 * time.Second
 
 // topicWait is how often a tail asks again for the end offsets of topics
 // that do not exist yet.
@@ -98,9 +108,21 @@ func (t *Tail) Run(ctx context.Context) error {
 		return err
 	}
 	if t.demand == nil {
-		t.cl.AddConsumePartitions(start)
+		t.mu.Lock()
+		t.read(start)
+		t.mu.Unlock()
 	}
 	close(t.ready)
+	refreshCtx, stopRefresh := context.WithCancel(ctx)
+	refreshed := make(chan struct{})
+	go func() {
+		defer close(refreshed)
+		t.refreshPartitions(refreshCtx)
+	}()
+	defer func() {
+		stopRefresh()
+		<-refreshed
+	}()
 	for {
 		fetches := t.cl.PollRecords(ctx, maxPollRecords)
 		if ctx.Err() != nil || fetches.IsClientClosed() {
@@ -153,20 +175,14 @@ func (t *Tail) Follow(ctx context.Context) (stop func(), err error) {
 	if d == nil {
 		return func() {}, nil
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.reading == nil {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.reading == nil {
 		start, err := t.listEnds(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("follow tail: %w", err)
 		}
-		d.reading = make(map[string][]int32, len(start))
-		for topic, ps := range start {
-			for p := range ps {
-				d.reading[topic] = append(d.reading[topic], p)
-			}
-		}
-		t.cl.AddConsumePartitions(start)
+		t.read(start)
 	}
 	d.followers++
 	var once sync.Once
@@ -177,8 +193,8 @@ func (t *Tail) Follow(ctx context.Context) (stop func(), err error) {
 // the reading unless a follower came meanwhile.
 func (t *Tail) unfollow() {
 	d := t.demand
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	d.followers--
 	if d.followers > 0 {
 		return
@@ -186,16 +202,89 @@ func (t *Tail) unfollow() {
 	d.idleSince++
 	at := d.idleSince
 	time.AfterFunc(d.idle, func() {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		if d.followers > 0 || d.idleSince != at || d.reading == nil {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if d.followers > 0 || d.idleSince != at || t.reading == nil {
 			return
 		}
 		// Records fetched already may still reach the handler; they
 		// wake no one.
-		t.cl.RemoveConsumePartitions(d.reading)
-		d.reading = nil
+		t.cl.RemoveConsumePartitions(t.reading)
+		t.reading = nil
 	})
+}
+
+// read starts reading partitions from the offsets given and adds them to
+// t.reading. The caller holds t.mu.
+func (t *Tail) read(from map[string]map[int32]kgo.Offset) {
+	if t.reading == nil {
+		t.reading = make(map[string][]int32, len(from))
+	}
+	for topic, ps := range from {
+		for p := range ps {
+			t.reading[topic] = append(t.reading[topic], p)
+		}
+	}
+	t.cl.AddConsumePartitions(from)
+}
+
+// refreshPartitions adds, every partitionsRefresh until ctx ends, the
+// partitions of the tail's topics it does not read while it reads.
+func (t *Tail) refreshPartitions(ctx context.Context) {
+	tick := time.NewTicker(partitionsRefresh)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if err := t.addNewPartitions(ctx); err != nil && ctx.Err() == nil {
+			t.log.WarnContext(ctx, "tail could not look for new partitions", "error", err)
+		}
+	}
+}
+
+// addNewPartitions reads, from their start, the partitions of the tail's
+// topics it does not read, if it reads.
+func (t *Tail) addNewPartitions(ctx context.Context) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.reading == nil {
+		return nil
+	}
+	// A metadata request of its own: kadm answers from the client's cache,
+	// which learns of new partitions only when the client refreshes it.
+	req := kmsg.NewPtrMetadataRequest()
+	for _, topic := range t.topics {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(topic)
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, t.cl)
+	if err != nil {
+		return err
+	}
+	added := map[string]map[int32]kgo.Offset{}
+	for _, rt := range resp.Topics {
+		if err := kerr.ErrorForCode(rt.ErrorCode); err != nil || rt.Topic == nil {
+			continue
+		}
+		for _, rp := range rt.Partitions {
+			if slices.Contains(t.reading[*rt.Topic], rp.Partition) {
+				continue
+			}
+			if added[*rt.Topic] == nil {
+				added[*rt.Topic] = map[int32]kgo.Offset{}
+			}
+			added[*rt.Topic][rp.Partition] = kgo.NewOffset().AtStart()
+		}
+	}
+	if len(added) > 0 {
+		t.log.InfoContext(ctx, "tail reads partitions added to its topics", "partitions", added)
+		t.read(added)
+	}
+	return nil
 }
 
 // endOffsets lists the current end offsets, retrying until every topic

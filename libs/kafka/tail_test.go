@@ -2,10 +2,12 @@ package kafka_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/razorbill/flo/libs/harness"
@@ -114,4 +116,33 @@ func TestTailFollowWaitsForReady(t *testing.T) {
 	defer cancel()
 	_, err = tail.Follow(ctx)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+// Partitions added to a tail's topic while it reads (a repartition of the
+// task topics) are read from their start once the tail looks for them,
+// which Run does every partitionsRefresh.
+func TestTailReadsPartitionsAddedWhileItReads(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	broker := harness.NewBroker(t)
+	prod := newProducer(t, broker.Addrs())
+	require.NoError(t, kafka.EnsureTopics(ctx, prod, 1, "grows"))
+	col := &collector{}
+	tail := startDemandTail(t, broker, "grows", time.Minute, col.handle)
+	stop := follow(t, tail)
+	defer stop()
+
+	resp, err := kadm.NewClient(prod).UpdatePartitions(ctx, 2, "grows")
+	require.NoError(t, err)
+	require.NoError(t, resp.Error())
+	manual, err := kgo.NewClient(kgo.SeedBrokers(broker.Addrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer manual.Close()
+	require.NoError(t, manual.ProduceSync(ctx, &kgo.Record{Topic: "grows", Partition: 1, Value: []byte("new")}).FirstErr())
+
+	require.NoError(t, tail.AddNewPartitions(ctx))
+	// Sooner than Run's own look (partitionsRefresh) would find it.
+	require.Eventually(t, func() bool { return slices.Contains(col.got(), "new") }, 5*time.Second, 10*time.Millisecond)
+	produce(t, prod, "grows", "old")
+	col.await(t, "old")
 }
