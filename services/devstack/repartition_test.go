@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	flo "github.com/razorbill/flo-go"
 	"github.com/razorbill/flo/libs/harness"
 	"github.com/razorbill/flo/libs/kafka"
 )
@@ -30,6 +31,25 @@ func TestRepartitionUnderLoad(t *testing.T) {
 	registerMixed(t, client)
 	runs := newAttemptRuns()
 	runMixedWorkers(t, pl.gatewayGRPC, runs)
+	// Workflow runs too, whose steps' events the workflow service reads
+	// through the change.
+	ctx := context.Background()
+	_, err := client.RegisterAction(ctx, "step", flo.ActionOptions{Timeout: 3 * time.Second, MaxAttempts: 20})
+	require.NoError(t, err)
+	actionWorker(t, pl.gatewayGRPC, flo.ActionWorkerOptions{WorkerID: "stepper", Concurrency: 16}, func(w *flo.ActionWorker) {
+		w.MustRegisterAction("step", func(actx *flo.ActionContext) ([]byte, error) { return actx.Bytes("ok") })
+	})
+	_, _, err = client.CreateWorkflow(ctx, oneStepWorkflowYAML)
+	require.NoError(t, err)
+	var runIDs []string
+	startRuns := func(k int) {
+		for range k {
+			run, err := client.StartWorkflow(ctx, "one-step", map[string]int{"i": len(runIDs)}, flo.StartWorkflowOptions{})
+			require.NoError(t, err)
+			runIDs = append(runIDs, run.RunID)
+		}
+	}
+	startRuns(20)
 
 	const n = 600
 	load := startLoad(t, n, 5*time.Millisecond, invokeMixed(client, "grow"))
@@ -45,6 +65,7 @@ func TestRepartitionUnderLoad(t *testing.T) {
 	d.env = append(d.env, "FLO_KAFKA_PARTITIONS="+strconv.Itoa(grown))
 	d.start(t)
 	d.waitReady(t)
+	startRuns(40)
 
 	ids := load.wait(t)
 	log, _ := requireCompletedOnce(t, pl.env.db, pl.brokers, ids, runs)
@@ -68,4 +89,9 @@ func TestRepartitionUnderLoad(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d tasks are in another partition of %d than of %d", moved, len(ids), grown, platformPartitions)
+	for _, id := range runIDs {
+		run, err := client.AwaitRun(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, flo.RunCompleted, run.Status, "run %s: %s", id, run.Error)
+	}
 }
