@@ -1,11 +1,13 @@
 package devstack_test
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -614,6 +616,10 @@ func TestZombieOwnerIsFenced(t *testing.T) {
 			_ = zombie.cmd.Process.Signal(syscall.SIGCONT)
 		}
 	})
+	// The calls go out once every thread of the zombie has stopped: on a
+	// busy box the stop took long enough for a claim sent after the signal
+	// to be served, before the zombie lost anything.
+	waitStopped(t, zombie.cmd.Process.Pid)
 	var calls sync.WaitGroup
 	var claimed *dispatcherv1.ClaimResponse
 	var claimErr error
@@ -654,7 +660,8 @@ func TestZombieOwnerIsFenced(t *testing.T) {
 	// took anew lies above these epochs, and is a new owner's, not a
 	// zombie's. Anything a fenced producer committed would lie at or below.
 	woken := map[int32]int16{}
-	for p, recs := range readTaskLog(t, pl.brokers).byPartition {
+	before := readTaskLog(t, pl.brokers)
+	for p, recs := range before.byPartition {
 		for _, r := range recs {
 			woken[p] = max(woken[p], r.epoch)
 		}
@@ -698,8 +705,8 @@ func TestZombieOwnerIsFenced(t *testing.T) {
 	for i, err := range requeueErrs {
 		if err == nil {
 			require.True(t, regained(dead[i], eventsv1.TaskEventType_TASK_EVENT_TYPE_REQUEUED),
-				"the zombie requeued dead letter %s without taking its partition anew; its records %+v, epochs before it woke %v",
-				dead[i], woke.byTask[dead[i]], woken)
+				"the zombie requeued dead letter %s without taking its partition anew; its records %+v, before it woke %+v, epochs before it woke %v",
+				dead[i], woke.byTask[dead[i]], before.byTask[dead[i]], woken)
 			requeuedByWaker[dead[i]] = true
 		}
 	}
@@ -737,6 +744,29 @@ func TestZombieOwnerIsFenced(t *testing.T) {
 	logZombie(t, zombie, func(line string) bool {
 		return strings.Contains(line, "ERROR") || strings.Contains(line, "WARN") || strings.Contains(line, "revoked")
 	})
+}
+
+// waitStopped waits until every thread of process pid is stopped (state T
+// in /proc).
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	start := time.Now()
+	require.Eventually(t, func() bool {
+		stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		require.NoError(t, err)
+		for _, path := range stats {
+			stat, err := os.ReadFile(path)
+			if err != nil {
+				return false
+			}
+			// The state follows the command name, which is in brackets.
+			if i := bytes.LastIndexByte(stat, ')'); i < 0 || i+2 >= len(stat) || stat[i+2] != 'T' {
+				return false
+			}
+		}
+		return len(stats) > 0
+	}, 10*time.Second, time.Millisecond, "process %d never stopped", pid)
+	t.Logf("the zombie's threads all stopped %s after the signal", time.Since(start).Round(time.Microsecond))
 }
 
 // logZombie logs the lines of the zombie's log about partitions that keep

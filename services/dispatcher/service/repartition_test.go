@@ -214,3 +214,13 @@ func produceTo(t *testing.T, brokers []string, ns, action string, n int, partiti
 	require.NoError(t, manual.ProduceSync(t.Context(), recs...).FirstErr())
 	return ids
 }
+
+// Before any dispatcher created the task topics there is nothing to
+// repartition: the count to start with is FLO_KAFKA_PARTITIONS.
+func TestRepartitionNeedsTheTaskTopics(t *testing.T) {
+	t.Parallel()
+	broker := harness.NewBroker(t)
+	cfg := service.Config{Postgres: config.Postgres{URL: harness.NewDatabase(t)}, Kafka: config.Kafka{Brokers: broker.Addrs()}}
+	_, err := service.Repartition(t.Context(), cfg, nil, 8)
+	requireFault(t, fault.Precondition, err, "does not exist")
+}

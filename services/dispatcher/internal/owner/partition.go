@@ -362,7 +362,7 @@ func (p *partition) rebuild(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("rebuild from the view and the log: %w", err)
 	}
-	events, err := p.readLog(ctx, from)
+	events, err := readEvents(ctx, p.r.cfg.Kafka, p.r.admin, p.id, from, p.log)
 	if err != nil {
 		return fmt.Errorf("replay events: %w", err)
 	}
@@ -452,12 +452,6 @@ func (l *replayLog) leftOut(eng *engine.Partition) []uuid.UUID {
 		ids = append(ids, id)
 	}
 	return ids
-}
-
-// readLog reads the partition's committed events from offset from to the
-// log's last stable offset (readEvents).
-func (p *partition) readLog(ctx context.Context, from int64) (replayLog, error) {
-	return readEvents(ctx, p.r.cfg.Kafka, p.r.admin, p.id, from, p.log)
 }
 
 // readEvents reads the committed events of events partition id from offset

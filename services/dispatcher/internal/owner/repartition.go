@@ -46,7 +46,8 @@ func Repartition(ctx context.Context, conn config.Kafka, pool *pgxpool.Pool, log
 	if n < 1 {
 		return Repartitioned{}, fault.Invalidf("the partition count must be at least 1, got %d", n)
 	}
-	admin, err := kafka.NewClient(conn)
+	// A client that creates no topic: one missing is refused below.
+	admin, err := kafka.NewManagedTopicsClient(conn)
 	if err != nil {
 		return Repartitioned{}, fmt.Errorf("kafka client: %w", err)
 	}
@@ -59,6 +60,9 @@ func Repartition(ctx context.Context, conn config.Kafka, pool *pgxpool.Pool, log
 	}
 	counts := map[string]int32{}
 	for _, t := range topics {
+		if errors.Is(details[t].Err, kerr.UnknownTopicOrPartition) {
+			return Repartitioned{}, fault.Preconditionf("topic %s does not exist: a dispatcher creates the task topics with FLO_KAFKA_PARTITIONS partitions", t)
+		}
 		if details[t].Err != nil {
 			return Repartitioned{}, fmt.Errorf("describe topic %s: %w", t, details[t].Err)
 		}
