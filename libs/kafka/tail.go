@@ -96,8 +96,9 @@ func NewTail(conn config.Kafka, topics []string, h BatchHandler, log *slog.Logge
 // a log line now and then, until all topics exist), closes Ready, then hands
 // every record from those offsets on to the handler, partition batch by
 // partition batch, through the handler chain (see NewTail); a tail reading on
-// demand starts reading only when followed (Follow). It returns nil when ctx
-// ends and closes the client.
+// demand starts reading only when followed (Follow). While it reads it looks
+// for partitions added to the topics every partitionsRefresh and reads them
+// from their start. It returns nil when ctx ends and closes the client.
 func (t *Tail) Run(ctx context.Context) error {
 	defer t.cl.Close()
 	start, err := t.endOffsets(ctx)

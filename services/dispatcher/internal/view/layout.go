@@ -26,16 +26,13 @@ func Layout(ctx context.Context, db store.DB) (int32, error) {
 }
 
 // AdoptLayout records n as the view's partition count unless one is
-// recorded, and returns the one recorded.
+// recorded, and returns the one recorded. Of two replicas that start on an
+// empty view at once, the second reads the first's.
 func AdoptLayout(ctx context.Context, db store.DB, n int32) (int32, error) {
-	var got int32
-	err := db.QueryRow(ctx, `
-WITH adopted AS (INSERT INTO view_layout (partitions) VALUES ($1) ON CONFLICT (one) DO NOTHING RETURNING partitions)
-SELECT partitions FROM adopted UNION ALL SELECT partitions FROM view_layout LIMIT 1`, n).Scan(&got)
-	if err != nil {
+	if _, err := db.Exec(ctx, `INSERT INTO view_layout (partitions) VALUES ($1) ON CONFLICT (one) DO NOTHING`, n); err != nil {
 		return 0, fmt.Errorf("record the view's partition count: %w", err)
 	}
-	return got, nil
+	return Layout(ctx, db)
 }
 
 // rekeyChunk bounds the rows one statement of Rekey moves.

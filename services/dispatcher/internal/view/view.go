@@ -51,8 +51,9 @@
 // partition the replica gave up stay behind with no owner holding them, until
 // they are written.
 //
-// partition_owners, a row per partition naming the replica that owns it, lives
-// here too.
+// partition_owners, a row per partition naming the replica that owns it, and
+// view_layout, the partition count the rows are keyed by (Layout, Rekey),
+// live here too.
 package view
 
 import (
