@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"context"
 	"log/slog"
 	"slices"
 	"testing"
@@ -18,8 +19,10 @@ import (
 	"github.com/razorbill/flo/libs/fault"
 	"github.com/razorbill/flo/libs/harness"
 	"github.com/razorbill/flo/libs/kafka"
+	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
+	"github.com/razorbill/flo/services/dispatcher/internal/view"
 	"github.com/razorbill/flo/services/dispatcher/service"
 )
 
@@ -223,4 +226,52 @@ func TestRepartitionNeedsTheTaskTopics(t *testing.T) {
 	cfg := service.Config{Postgres: config.Postgres{URL: harness.NewDatabase(t)}, Kafka: config.Kafka{Brokers: broker.Addrs()}}
 	_, err := service.Repartition(t.Context(), cfg, nil, 8)
 	requireFault(t, fault.Precondition, err, "does not exist")
+}
+
+// A replica paused past its session while `dispatcher repartition` ran
+// wakes on a view keyed by another count: it writes none of its states
+// there and stops, so that its restart runs on the new count, instead of
+// retrying.
+func TestAReplicaWhoseViewWasRepartitionedStops(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	broker := harness.NewBroker(t)
+	dbURL := harness.NewDatabase(t)
+	cfg := service.Config{
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		Postgres: config.Postgres{URL: dbURL}, Kafka: config.Kafka{Brokers: broker.Addrs(), Partitions: partitions},
+		Auth: harness.InternalAuth(),
+	}
+	svc, err := service.New(ctx, cfg, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	runCtx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(runCtx) }()
+	e := &env{svc: svc, client: dispatcherv1.NewDispatcherClient(harness.DialInternal(t, svc.GRPCAddr())), producer: newProducer(t, broker.Addrs())}
+	ns := e.namespace(t)
+	e.register(t, ns, "work", nil)
+	pool, err := pgxpool.New(ctx, dbURL)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	inView := func(id string) bool {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM dispatcher.tasks WHERE id = $1`, id).Scan(&n))
+		return n == 1
+	}
+	before := e.invoke(t, ns, "work", `{}`)
+	require.Eventually(t, func() bool { return inView(before) }, waitFor, tick)
+
+	// What the repartition leaves while the replica is paused: the view
+	// keyed by another count.
+	_, err = pool.Exec(ctx, `UPDATE dispatcher.view_layout SET partitions = $1`, 2*partitions)
+	require.NoError(t, err)
+	after := e.invoke(t, ns, "work", `{}`)
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, view.ErrRekeyed)
+	case <-time.After(waitFor):
+		t.Fatal("the replica kept running on a view keyed by another count")
+	}
+	require.False(t, inView(after), "a state of the old count was written")
 }

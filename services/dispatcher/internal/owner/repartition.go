@@ -142,7 +142,7 @@ func requireNoReplica(ctx context.Context, adm *kadm.Client) error {
 // 0 to n-1 it does not have yet, so that after the rows move no replica
 // replays a record of the old count. It returns how many it wrote.
 func catchUp(ctx context.Context, conn config.Kafka, admin *kgo.Client, pool *pgxpool.Pool, log *slog.Logger, n int32) (int, error) {
-	mat, err := view.NewMaterializer(pool, log, noop.NewMeterProvider().Meter(""), nil)
+	mat, err := view.NewMaterializer(pool, n, log, noop.NewMeterProvider().Meter(""), nil)
 	if err != nil {
 		return 0, err
 	}

@@ -130,9 +130,6 @@ func New(ctx context.Context, cfg Config, pool *pgxpool.Pool, cat *catalog.Catal
 		metric.WithDescription("Bytes of task payloads a partition this replica owns holds in memory (bounded by FLO_DISPATCH_PAYLOAD_MEMORY once the view has them).")); err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
-	if r.mat, err = view.NewMaterializer(pool, log, meter, r.viewReached); err != nil {
-		return nil, err
-	}
 	// Topics, dead letters and offset lookups; the group client is made
 	// by Run, since a group client joins as soon as it exists.
 	r.admin, err = kafka.NewClient(cfg.Kafka, kgo.ProducerBatchMaxBytes(int32(max(kafka.MaxRecordSize(cfg.MaxPayloadBytes), 1<<20))))
@@ -140,6 +137,10 @@ func New(ctx context.Context, cfg Config, pool *pgxpool.Pool, cat *catalog.Catal
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
 	if err := r.checkTopics(ctx); err != nil {
+		r.admin.Close()
+		return nil, err
+	}
+	if r.mat, err = view.NewMaterializer(pool, r.n, log, meter, r.viewReached); err != nil {
 		r.admin.Close()
 		return nil, err
 	}
@@ -237,7 +238,18 @@ func (r *Replica) Run(ctx context.Context) error {
 	}
 	matCtx, stopMat := context.WithCancel(context.WithoutCancel(ctx))
 	matDone := make(chan error, 1)
-	go func() { matDone <- r.mat.Run(matCtx) }()
+	// A materializer that ends on its own found the view repartitioned
+	// under this replica (view.ErrRekeyed): it stops polling and fails, and
+	// a restart runs on the new count.
+	pollCtx, stopPoll := context.WithCancelCause(ctx)
+	defer stopPoll(nil)
+	go func() {
+		err := r.mat.Run(matCtx)
+		if err != nil {
+			stopPoll(err)
+		}
+		matDone <- err
+	}()
 	defer func() {
 		r.stopAll()
 		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopWait)
@@ -250,9 +262,12 @@ func (r *Replica) Run(ctx context.Context) error {
 		r.group.Close()
 	}()
 	for {
-		fetches := r.group.PollRecords(ctx, 2*maxBatchCommands)
+		fetches := r.group.PollRecords(pollCtx, 2*maxBatchCommands)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if pollCtx.Err() != nil {
+			return fmt.Errorf("task view: %w", context.Cause(pollCtx))
 		}
 		fetches.EachError(func(topic string, p int32, err error) {
 			r.log.WarnContext(ctx, "fetch commands failed", "topic", topic, "partition", p, "error", err)

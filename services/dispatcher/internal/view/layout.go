@@ -44,7 +44,17 @@ const rekeyChunk = 10_000
 // partition's log, and the states that follow are written at offsets of
 // its new one, which would compare as older. Rows from before log-first
 // dispatch (partition -1) stay where they are. It returns how many moved.
+//
+// The count is recorded first, so the transaction holds its row throughout:
+// a materializer's write that took it before (ErrRekeyed) has committed when
+// the rows are read, and is moved with them; one that comes after waits for
+// the commit and then refuses to write.
 func Rekey(ctx context.Context, tx pgx.Tx, n int32, partitionOf func(id string) int32) (int, error) {
+	if _, err := tx.Exec(ctx, `
+INSERT INTO view_layout (partitions) VALUES ($1)
+ON CONFLICT (one) DO UPDATE SET partitions = EXCLUDED.partitions, updated_at = now()`, n); err != nil {
+		return 0, fmt.Errorf("record the view's partition count: %w", err)
+	}
 	rows, err := tx.Query(ctx, `SELECT id, partition FROM tasks WHERE partition >= 0`)
 	if err != nil {
 		return 0, fmt.Errorf("read task partitions: %w", err)
@@ -73,11 +83,6 @@ FROM unnest($1::uuid[], $2::int[]) AS u(id, partition)
 WHERE t.id = u.id`, ids[start:end], parts[start:end]); err != nil {
 			return 0, fmt.Errorf("move tasks to their partitions: %w", err)
 		}
-	}
-	if _, err := tx.Exec(ctx, `
-INSERT INTO view_layout (partitions) VALUES ($1)
-ON CONFLICT (one) DO UPDATE SET partitions = EXCLUDED.partitions, updated_at = now()`, n); err != nil {
-		return 0, fmt.Errorf("record the view's partition count: %w", err)
 	}
 	return len(ids), nil
 }

@@ -124,13 +124,16 @@ type batch struct {
 // Materializer writes committed task states to the tasks table in batches:
 // the hot path hands it states and never waits for Postgres.
 type Materializer struct {
-	pool      *pgxpool.Pool
-	log       *slog.Logger
-	onFlushed func(partition int32, offset int64)
-	meter     metric.Meter
-	lag       metric.Int64ObservableGauge
-	written   metric.Int64Counter
-	refusals  metric.Int64Counter
+	pool *pgxpool.Pool
+	// partitions is the partition count the states it is given are keyed
+	// by (see ErrRekeyed).
+	partitions int32
+	log        *slog.Logger
+	onFlushed  func(partition int32, offset int64)
+	meter      metric.Meter
+	lag        metric.Int64ObservableGauge
+	written    metric.Int64Counter
+	refusals   metric.Int64Counter
 
 	mu sync.Mutex
 	// buf is every state not taken yet, by task: those added since the
@@ -169,14 +172,15 @@ type Materializer struct {
 	reached map[int32]mark
 }
 
-// NewMaterializer returns a materializer writing through pool. States gather
+// NewMaterializer returns a materializer writing through pool states keyed
+// by partitions partitions. States gather
 // for 100 ms, or until 10,000 tasks besides those held back are buffered,
 // before a flush; onFlushed, when not nil, is called after each commit with
 // the highest events offset up to which the view holds every state, for each
 // partition the flush wrote, short of any state Postgres refused or that is
 // held back. It is called with the flush lock held, so it must not
 // call Flush.
-func NewMaterializer(pool *pgxpool.Pool, log *slog.Logger, meter metric.Meter, onFlushed func(partition int32, offset int64)) (*Materializer, error) {
+func NewMaterializer(pool *pgxpool.Pool, partitions int32, log *slog.Logger, meter metric.Meter, onFlushed func(partition int32, offset int64)) (*Materializer, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -199,7 +203,7 @@ func NewMaterializer(pool *pgxpool.Pool, log *slog.Logger, meter metric.Meter, o
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
 	return &Materializer{
-		pool: pool, log: log, onFlushed: onFlushed, meter: meter, lag: lag, written: written, refusals: refusals,
+		pool: pool, partitions: partitions, log: log, onFlushed: onFlushed, meter: meter, lag: lag, written: written, refusals: refusals,
 		buf: make(map[uuid.UUID]*buffered), held: make(map[int32][]*buffered), full: make(chan struct{}, 1),
 		refused: make(map[uuid.UUID]*buffered), refusedBackoff: refusedRetry.Backoff(), reached: make(map[int32]mark),
 	}, nil
@@ -244,7 +248,7 @@ func (m *Materializer) Add(entries ...Entry) {
 // ends; then it returns nil (Flush writes what is left). Its flushes hold
 // back live states younger than liveHold (see take). A failed flush is
 // retried with backoff while states keep buffering; each streak of failures
-// is logged once. Refused states are tried again after 2 s, then further
+// is logged once. A view repartitioned under it ends Run with ErrRekeyed. Refused states are tried again after 2 s, then further
 // apart (up to a minute) while none of them lands.
 func (m *Materializer) Run(ctx context.Context) error {
 	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
@@ -275,6 +279,9 @@ func (m *Materializer) Run(ctx context.Context) error {
 			}
 			if err == nil {
 				break
+			}
+			if errors.Is(err, ErrRekeyed) {
+				return err
 			}
 			if failures == 0 {
 				m.log.WarnContext(ctx, "write task view failed; retrying while states buffer", "buffered", m.Lag(), "error", err)
@@ -545,7 +552,7 @@ func (m *Materializer) inTx(ctx context.Context, rows [][]any, marks []mark) (in
 	var n int64
 	err := pg.InTx(ctx, m.pool, func(tx pgx.Tx) error {
 		var err error
-		n, err = write(ctx, tx, rows, marks)
+		n, err = write(ctx, tx, m.partitions, rows, marks)
 		return err
 	})
 	return n, err
@@ -554,9 +561,10 @@ func (m *Materializer) inTx(ctx context.Context, rows [][]any, marks []mark) (in
 // transient reports whether err is Postgres (or the way to it) failing
 // rather than a row: the whole batch is tried again. That is what the log
 // consumers retry (kafka.IsTransient) and any other operator intervention
-// (class 57) or rolled back transaction (class 40).
+// (class 57) or rolled back transaction (class 40). ErrRekeyed is no row's
+// fault either, and Run ends on it.
 func (m *Materializer) transient(ctx context.Context, err error) bool {
-	if ctx.Err() != nil || errors.Is(err, context.Canceled) || kafka.IsTransient(err) {
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, ErrRekeyed) || kafka.IsTransient(err) {
 		return true
 	}
 	var pgErr *pgconn.PgError

@@ -17,7 +17,7 @@ import (
 // pass a state left behind.
 func TestTakeCutsOffsetsBeforeStatesLeftBehind(t *testing.T) {
 	t.Parallel()
-	m, err := NewMaterializer(nil, nil, noop.NewMeterProvider().Meter("test"), nil)
+	m, err := NewMaterializer(nil, 4, nil, noop.NewMeterProvider().Meter("test"), nil)
 	require.NoError(t, err)
 	task := func(id uuid.UUID) engine.Task { return engine.Task{ID: id, Status: store.Queued} }
 	for o := int64(1); o <= 3; o++ {
@@ -73,7 +73,7 @@ func marksOf(m *Materializer, b *batch) []mark {
 // older than liveHold and, for Flush, every state are taken.
 func TestTakeHoldsYoungLiveStatesBack(t *testing.T) {
 	t.Parallel()
-	m, err := NewMaterializer(nil, nil, noop.NewMeterProvider().Meter("test"), nil)
+	m, err := NewMaterializer(nil, 4, nil, noop.NewMeterProvider().Meter("test"), nil)
 	require.NoError(t, err)
 	young, old, done, other := uuid.New(), uuid.New(), uuid.New(), uuid.New()
 	m.Add(Entry{Partition: 0, Offset: 10, CmdOffset: 5, Task: engine.Task{ID: old, Status: store.Running}})
@@ -113,7 +113,7 @@ func TestTakeHoldsYoungLiveStatesBack(t *testing.T) {
 // written out of order: every task's newest state is taken last.
 func TestTakeWhileAddingLosesNoState(t *testing.T) {
 	t.Parallel()
-	m, err := NewMaterializer(nil, nil, noop.NewMeterProvider().Meter("test"), nil)
+	m, err := NewMaterializer(nil, 4, nil, noop.NewMeterProvider().Meter("test"), nil)
 	require.NoError(t, err)
 	const n = 20_000
 	ids := make([]uuid.UUID, n)
@@ -161,7 +161,7 @@ func TestTakeWhileAddingLosesNoState(t *testing.T) {
 // state still held.
 func TestTakeWritesTheOldestHeldStatesFirst(t *testing.T) {
 	t.Parallel()
-	m, err := NewMaterializer(nil, nil, noop.NewMeterProvider().Meter("test"), nil)
+	m, err := NewMaterializer(nil, 4, nil, noop.NewMeterProvider().Meter("test"), nil)
 	require.NoError(t, err)
 	queued := func() engine.Task { return engine.Task{ID: uuid.New(), Status: store.Queued} }
 	var older, newer []uuid.UUID

@@ -68,7 +68,7 @@ func newMaterializer(t *testing.T, pool *pgxpool.Pool, log *slog.Logger) (*view.
 func newMaterializerWith(t *testing.T, pool *pgxpool.Pool, log *slog.Logger, meter metric.Meter) (*view.Materializer, *flushed) {
 	t.Helper()
 	f := &flushed{last: map[int32]int64{}}
-	m, err := view.NewMaterializer(pool, log, meter, f.record)
+	m, err := view.NewMaterializer(pool, 4, log, meter, f.record)
 	require.NoError(t, err)
 	return m, f
 }

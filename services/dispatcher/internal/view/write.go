@@ -3,11 +3,13 @@ package view
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/razorbill/flo/libs/pg"
@@ -53,6 +55,17 @@ ON CONFLICT (id) DO UPDATE SET
 	finished_at = EXCLUDED.finished_at, updated_at = EXCLUDED.updated_at, lease_until = EXCLUDED.lease_until,
 	completion_secret = EXCLUDED.completion_secret, complete_by = EXCLUDED.complete_by
 WHERE t.view_offset < EXCLUDED.view_offset`
+
+// layoutSQL reads the partition count the view's rows are keyed by and
+// holds it for the transaction: a repartition (Rekey) changing it waits for
+// the write to commit and moves its rows, or the write waits for the
+// repartition and then sees the new count.
+const layoutSQL = `SELECT partitions FROM view_layout FOR SHARE`
+
+// ErrRekeyed is a write keyed by a partition count the view no longer has:
+// a replica paused through `dispatcher repartition` that woke up. Its rows
+// are not written; the writer must stop, and start again on the new count.
+var ErrRekeyed = errors.New("the task view was repartitioned")
 
 // offsetsSQL moves each partition's offsets forward only: a flush of states
 // a previous owner wrote already never takes the view back.
@@ -109,8 +122,10 @@ type mark struct {
 
 // write stages the rows, merges them into tasks and moves the partitions'
 // offsets, inside the caller's transaction, and returns how many rows it
-// changed.
-func write(ctx context.Context, tx pgx.Tx, rows [][]any, marks []mark) (int64, error) {
+// changed. The rows and marks are keyed by partitions partitions: if the
+// view's recorded count is another, it writes nothing and returns
+// ErrRekeyed.
+func write(ctx context.Context, tx pgx.Tx, partitions int32, rows [][]any, marks []mark) (int64, error) {
 	parts, events, commands := make([]int32, len(marks)), make([]int64, len(marks)), make([]int64, len(marks))
 	for i, m := range marks {
 		parts[i], events[i], commands[i] = m.partition, m.events, m.commands
@@ -126,11 +141,23 @@ func write(ctx context.Context, tx pgx.Tx, rows [][]any, marks []mark) (int64, e
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"view_batch"}, columns, pgx.CopyFromRows(rows)); err != nil {
 		return 0, fmt.Errorf("write task view: copy: %w", err)
 	}
+	// The count is checked in the same round trip as the merge: on a
+	// mismatch the caller rolls the merge back.
 	b := &pgx.Batch{}
+	b.Queue(layoutSQL)
 	b.Queue(mergeSQL)
 	b.Queue(offsetsSQL, parts, events, commands)
 	br := tx.SendBatch(ctx, b)
-	tag, err := br.Exec()
+	var recorded int32
+	err := br.QueryRow().Scan(&recorded)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// No count recorded yet: a view no replica has adopted.
+		recorded, err = partitions, nil
+	}
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = br.Exec()
+	}
 	if err == nil {
 		_, err = br.Exec()
 	}
@@ -139,6 +166,9 @@ func write(ctx context.Context, tx pgx.Tx, rows [][]any, marks []mark) (int64, e
 	}
 	if err != nil {
 		return 0, fmt.Errorf("write task view: merge: %w", err)
+	}
+	if recorded != partitions {
+		return 0, fmt.Errorf("write task view keyed by %d partitions: it is keyed by %d now: %w", partitions, recorded, ErrRekeyed)
 	}
 	return tag.RowsAffected(), nil
 }
