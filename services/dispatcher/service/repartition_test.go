@@ -275,3 +275,48 @@ func TestAReplicaWhoseViewWasRepartitionedStops(t *testing.T) {
 	}
 	require.False(t, inView(after), "a state of the old count was written")
 }
+
+// A replica paused past its session during a repartition is not in the
+// group the command checks, and may hold a transaction open. Repartition
+// takes every old partition's transactional id before it reads the log:
+// that transaction is aborted and can never commit a state the view and
+// the new count would miss.
+func TestRepartitionFencesTheOwnersOfTheOldCount(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	broker := harness.NewBroker(t)
+	dbURL := harness.NewDatabase(t)
+	startReplica(t, dbURL, broker.Addrs()).stop()
+
+	zombie, err := kgo.NewClient(kgo.SeedBrokers(broker.Addrs()...), kgo.TransactionalID("flo-dispatcher-p1"),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	t.Cleanup(zombie.Close)
+	require.NoError(t, zombie.BeginTransaction())
+	require.NoError(t, zombie.ProduceSync(ctx, &kgo.Record{Topic: kafka.TaskEventsTopic, Partition: 1, Value: []byte("late")}).FirstErr())
+
+	cfg := service.Config{Postgres: config.Postgres{URL: dbURL}, Kafka: config.Kafka{Brokers: broker.Addrs(), Partitions: partitions}}
+	_, err = service.Repartition(ctx, cfg, slog.New(slog.DiscardHandler), 2*partitions)
+	require.NoError(t, err)
+
+	require.Error(t, zombie.EndTransaction(ctx, kgo.TryCommit), "the old owner's transaction committed after the repartition")
+	// The abort marker ends the partition: control records count to reach
+	// its end.
+	reader, err := kgo.NewClient(kgo.SeedBrokers(broker.Addrs()...), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{kafka.TaskEventsTopic: {1: kgo.NewOffset().AtStart()}}))
+	require.NoError(t, err)
+	t.Cleanup(reader.Close)
+	ends, err := kadm.NewClient(reader).ListCommittedOffsets(ctx, kafka.TaskEventsTopic)
+	require.NoError(t, err)
+	end, _ := ends.Lookup(kafka.TaskEventsTopic, 1)
+	for seen := int64(0); seen < end.Offset; {
+		fetches := reader.PollFetches(ctx)
+		require.NoError(t, fetches.Err())
+		fetches.EachRecord(func(r *kgo.Record) {
+			if !r.Attrs.IsControl() {
+				require.NotEqual(t, "late", string(r.Value), "a record of the fenced transaction is readable")
+			}
+			seen = r.Offset + 1
+		})
+	}
+}

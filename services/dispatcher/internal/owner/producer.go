@@ -23,22 +23,30 @@ type producer struct {
 	took int64
 }
 
-// newProducer makes the transactional client of partition id.
-func (r *Replica) newProducer(id int32) (*producer, error) {
-	p := &producer{}
-	cl, err := kafka.NewClient(r.cfg.Kafka,
-		kgo.TransactionalID(Group+"-p"+strconv.Itoa(int(id))),
+// transactional are the options of every client that takes partition id's
+// transactional id: its owners' producers, and Repartition's fence. One id
+// per partition, so a partition's next owner fences the one before.
+func transactional(id int32) []kgo.Opt {
+	return []kgo.Opt{
+		kgo.TransactionalID(Group + "-p" + strconv.Itoa(int(id))),
 		kgo.MaxVersions(txnVersions),
 		// An owner that dies mid-transaction holds the partition's
 		// readers back until this passes or the next owner takes over.
-		kgo.TransactionTimeout(10*time.Second),
+		kgo.TransactionTimeout(10 * time.Second),
+	}
+}
+
+// newProducer makes the transactional client of partition id.
+func (r *Replica) newProducer(id int32) (*producer, error) {
+	p := &producer{}
+	cl, err := kafka.NewClient(r.cfg.Kafka, append(transactional(id),
 		kgo.ProducerLinger(0),
 		// Events go to the partition's number, moved commands to their
 		// task's (Record.Partition), whatever the client's metadata says.
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerBatchMaxBytes(int32(max(kafka.MaxRecordSize(r.cfg.MaxPayloadBytes), 1<<20))),
 		kgo.WithHooks(&p.inits),
-	)
+	)...)
 	if err != nil {
 		return nil, err
 	}

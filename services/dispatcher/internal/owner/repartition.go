@@ -88,6 +88,9 @@ func Repartition(ctx context.Context, conn config.Kafka, pool *pgxpool.Pool, log
 		return out, err
 	}
 	if layout != n {
+		if err := fenceOwners(ctx, conn, out.From); err != nil {
+			return out, err
+		}
 		if out.Written, err = catchUp(ctx, conn, admin, pool, log, out.From); err != nil {
 			return out, err
 		}
@@ -134,6 +137,26 @@ func requireNoReplica(ctx context.Context, adm *kadm.Client) error {
 			hosts[i] = m.ClientHost
 		}
 		return fault.Preconditionf("%d dispatcher replicas are running (%v): stop every one first", len(g.Members), hosts)
+	}
+	return nil
+}
+
+// fenceOwners takes the transactional id of each of the n partitions, as a
+// new owner does: a transaction that a replica of the old count left open
+// (one paused past its session, which the group no longer lists) is
+// aborted, and that replica cannot commit again. The catch-up after it so
+// reads every state that can ever be committed under the old count.
+func fenceOwners(ctx context.Context, conn config.Kafka, n int32) error {
+	for id := range n {
+		cl, err := kafka.NewClient(conn, transactional(id)...)
+		if err != nil {
+			return fmt.Errorf("kafka client: %w", err)
+		}
+		_, _, err = cl.ProducerID(ctx)
+		cl.Close()
+		if err != nil {
+			return fmt.Errorf("fence the owners of partition %d: %w", id, err)
+		}
 	}
 	return nil
 }
