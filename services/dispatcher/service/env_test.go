@@ -16,7 +16,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/razorbill/flo/libs/config"
 	"github.com/razorbill/flo/libs/harness"
 	"github.com/razorbill/flo/libs/kafka"
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
@@ -66,14 +65,9 @@ type replica struct {
 // shuts it down gracefully and checks that Run returned nil.
 func startReplica(t testing.TB, dbURL string, brokers []string, opts ...service.Option) *replica {
 	t.Helper()
-	cfg := service.Config{
-		GRPCAddr:            "127.0.0.1:0",
-		HTTPAddr:            "127.0.0.1:0",
-		BootstrapNamespaces: []string{"default", " spaced "},
-		Postgres:            config.Postgres{URL: dbURL, MaxConns: 8},
-		Kafka:               config.Kafka{Brokers: brokers, Partitions: partitions},
-		Auth:                harness.InternalAuth(),
-	}
+	cfg := replicaConfig(dbURL, brokers)
+	cfg.BootstrapNamespaces = []string{"default", " spaced "}
+	cfg.Postgres.MaxConns = 8
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithCancel(context.Background())
 	svc, err := service.New(ctx, cfg, log, opts...)

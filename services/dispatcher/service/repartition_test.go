@@ -164,11 +164,7 @@ func TestAReplicaRefusesAViewKeyedByAnotherCount(t *testing.T) {
 	_, err = pool.Exec(t.Context(), `UPDATE dispatcher.view_layout SET partitions = $1`, 2*partitions)
 	require.NoError(t, err)
 
-	cfg := service.Config{
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		Postgres: config.Postgres{URL: dbURL}, Kafka: config.Kafka{Brokers: broker.Addrs(), Partitions: partitions},
-		Auth: harness.InternalAuth(),
-	}
+	cfg := replicaConfig(dbURL, broker.Addrs())
 	_, err = service.New(t.Context(), cfg, nil)
 	requireFault(t, fault.Precondition, err, "dispatcher repartition 8")
 
@@ -176,6 +172,27 @@ func TestAReplicaRefusesAViewKeyedByAnotherCount(t *testing.T) {
 	require.NoError(t, err)
 	requireTopicPartitions(t, broker.Addrs(), 2*partitions)
 	startReplica(t, dbURL, broker.Addrs()).stop()
+}
+
+// requireRekeyed requires that the replica whose Run ends on done stops
+// on a view keyed by another count than its own.
+func requireRekeyed(t *testing.T, done <-chan error) {
+	t.Helper()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, view.ErrRekeyed)
+	case <-time.After(waitFor):
+		t.Fatal("a replica of the old count kept running after the repartition")
+	}
+}
+
+// replicaConfig is a replica's configuration on ports the system picks.
+func replicaConfig(dbURL string, brokers []string) service.Config {
+	return service.Config{
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		Postgres: config.Postgres{URL: dbURL}, Kafka: config.Kafka{Brokers: brokers, Partitions: partitions},
+		Auth: harness.InternalAuth(),
+	}
 }
 
 // requireFault checks err is a fault of kind whose message has msg.
@@ -237,11 +254,7 @@ func TestAReplicaWhoseViewWasRepartitionedStops(t *testing.T) {
 	ctx := t.Context()
 	broker := harness.NewBroker(t)
 	dbURL := harness.NewDatabase(t)
-	cfg := service.Config{
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		Postgres: config.Postgres{URL: dbURL}, Kafka: config.Kafka{Brokers: broker.Addrs(), Partitions: partitions},
-		Auth: harness.InternalAuth(),
-	}
+	cfg := replicaConfig(dbURL, broker.Addrs())
 	svc, err := service.New(ctx, cfg, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	runCtx, cancel := context.WithCancel(ctx)
@@ -267,12 +280,7 @@ func TestAReplicaWhoseViewWasRepartitionedStops(t *testing.T) {
 	_, err = pool.Exec(ctx, `UPDATE dispatcher.view_layout SET partitions = $1`, 2*partitions)
 	require.NoError(t, err)
 	after := e.invoke(t, ns, "work", `{}`)
-	select {
-	case err := <-done:
-		require.ErrorIs(t, err, view.ErrRekeyed)
-	case <-time.After(waitFor):
-		t.Fatal("the replica kept running on a view keyed by another count")
-	}
+	requireRekeyed(t, done)
 	require.False(t, inView(after), "a state of the old count was written")
 }
 
@@ -319,4 +327,26 @@ func TestRepartitionFencesTheOwnersOfTheOldCount(t *testing.T) {
 			seen = r.Offset + 1
 		})
 	}
+}
+
+// A replica paused before a repartition that wakes after it rejoins the
+// group, which gives it partitions of the new count: it stops before it
+// takes any of them.
+func TestAReplicaStartedBeforeARepartitionStopsOnItsPartitions(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	broker := harness.NewBroker(t)
+	dbURL := harness.NewDatabase(t)
+	cfg := replicaConfig(dbURL, broker.Addrs())
+	// New joins no group: the replica is as good as paused until Run.
+	svc, err := service.New(ctx, cfg, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	_, err = service.Repartition(ctx, cfg, slog.New(slog.DiscardHandler), 2*partitions)
+	require.NoError(t, err)
+
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	requireRekeyed(t, done)
+	// Every partition is left to a replica of the new count.
+	startReplica(t, dbURL, broker.Addrs()).stop()
 }

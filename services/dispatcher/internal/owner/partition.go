@@ -211,6 +211,10 @@ func (p *partition) run(ctx context.Context) {
 			return
 		}
 		p.dropTxn()
+		if errors.Is(err, view.ErrRekeyed) {
+			p.r.fail(err)
+			return
+		}
 		if errors.Is(err, errFenced) {
 			// Another producer took the transactional id: a new owner,
 			// whose assignment revokes the partition here within a
@@ -347,6 +351,16 @@ func (p *partition) viewReached(offset int64) {
 // final.
 func (p *partition) rebuild(ctx context.Context) error {
 	start := time.Now()
+	// A replica paused through a repartition may be given a partition of
+	// the new count when it wakes: it must not take the id of a partition
+	// it would key by the old one.
+	layout, err := view.Layout(ctx, p.r.pool)
+	if err != nil {
+		return fmt.Errorf("rebuild from the view and the log: %w", err)
+	}
+	if layout != 0 && layout != p.r.n {
+		return fmt.Errorf("rebuild keyed by %d partitions: the view is keyed by %d: %w", p.r.n, layout, view.ErrRekeyed)
+	}
 	if err := p.takeID(ctx); err != nil {
 		return err
 	}

@@ -105,6 +105,9 @@ type Replica struct {
 	mu    sync.RWMutex
 	parts map[int32]*partition
 	ctx   context.Context
+	// fail ends Run with its cause: the view was repartitioned under this
+	// replica (view.ErrRekeyed), and a restart runs on the new count.
+	fail context.CancelCauseFunc
 
 	standing  standingClaims
 	ends      claimEnds
@@ -198,8 +201,10 @@ func (r *Replica) PartitionOf(taskID string) int32 { return kafka.PartitionOf(ta
 // leaves the group so the partitions move at once.
 func (r *Replica) Run(ctx context.Context) error {
 	defer r.admin.Close()
+	pollCtx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
 	r.mu.Lock()
-	r.ctx = ctx
+	r.ctx, r.fail = ctx, fail
 	r.mu.Unlock()
 	group, err := kafka.NewClient(r.cfg.Kafka,
 		kgo.ConsumerGroup(Group),
@@ -238,15 +243,11 @@ func (r *Replica) Run(ctx context.Context) error {
 	}
 	matCtx, stopMat := context.WithCancel(context.WithoutCancel(ctx))
 	matDone := make(chan error, 1)
-	// A materializer that ends on its own found the view repartitioned
-	// under this replica (view.ErrRekeyed): it stops polling and fails, and
-	// a restart runs on the new count.
-	pollCtx, stopPoll := context.WithCancelCause(ctx)
-	defer stopPoll(nil)
 	go func() {
+		// It ends on its own only on view.ErrRekeyed.
 		err := r.mat.Run(matCtx)
 		if err != nil {
-			stopPoll(err)
+			fail(err)
 		}
 		matDone <- err
 	}()
