@@ -159,6 +159,17 @@ func (r *attemptRuns) waitEnded(t *testing.T, n int64) {
 		"only %d handler runs ended", r.ended.Load())
 }
 
+// mixedWorkers registers the mixed load's action, starts its workers and
+// returns a client of the platform and the workers' handler runs.
+func (pl *processPlatform) mixedWorkers(t *testing.T) (*flo.Client, *attemptRuns) {
+	t.Helper()
+	client := pl.client(t)
+	registerMixed(t, client)
+	runs := newAttemptRuns()
+	runMixedWorkers(t, pl.gatewayGRPC, runs)
+	return client, runs
+}
+
 // registerMixed registers the mixed load's action: retries back off
 // 500 ms, so some are always pending.
 func registerMixed(t *testing.T, c *flo.Client) {
@@ -487,10 +498,7 @@ func TestPartitionOwnerKilledUnderLoad(t *testing.T) {
 	first := pl.procs["dispatcher"]
 	second := pl.addDispatcher(t, "dispatcher-2")
 	waitShared(t, pl.env.db, first.grpcAddr, second.grpcAddr)
-	client := pl.client(t)
-	registerMixed(t, client)
-	runs := newAttemptRuns()
-	runMixedWorkers(t, pl.gatewayGRPC, runs)
+	client, runs := pl.mixedWorkers(t)
 
 	const n = 2000
 	load := startLoad(t, n, 0, invokeMixed(client, "kill"))
@@ -609,17 +617,10 @@ func TestZombieOwnerIsFenced(t *testing.T) {
 	callCtx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, "x-flo-forwarded", "1"), time.Minute)
 	defer cancel()
 
-	require.NoError(t, zombie.cmd.Process.Signal(syscall.SIGSTOP))
-	resumed := false
-	t.Cleanup(func() {
-		if !resumed {
-			_ = zombie.cmd.Process.Signal(syscall.SIGCONT)
-		}
-	})
 	// The calls go out once every thread of the zombie has stopped: on a
 	// busy box the stop took long enough for a claim sent after the signal
 	// to be served, before the zombie lost anything.
-	waitStopped(t, zombie.cmd.Process.Pid)
+	thaw := freeze(t, zombie)
 	var calls sync.WaitGroup
 	var claimed *dispatcherv1.ClaimResponse
 	var claimErr error
@@ -666,8 +667,7 @@ func TestZombieOwnerIsFenced(t *testing.T) {
 			woken[p] = max(woken[p], r.epoch)
 		}
 	}
-	require.NoError(t, zombie.cmd.Process.Signal(syscall.SIGCONT))
-	resumed = true
+	thaw()
 	t.Cleanup(func() {
 		if t.Failed() {
 			logZombie(t, zombie, func(string) bool { return true })
@@ -744,6 +744,25 @@ func TestZombieOwnerIsFenced(t *testing.T) {
 	logZombie(t, zombie, func(line string) bool {
 		return strings.Contains(line, "ERROR") || strings.Contains(line, "WARN") || strings.Contains(line, "revoked")
 	})
+}
+
+// freeze stops p with SIGSTOP, as a frozen VM or a long pause would, and
+// waits until every thread of it has stopped; thaw resumes it (and the
+// test's end does, if the test did not).
+func freeze(t *testing.T, p *proc) (thaw func()) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGSTOP))
+	resumed := false
+	t.Cleanup(func() {
+		if !resumed {
+			_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	})
+	waitStopped(t, p.cmd.Process.Pid)
+	return func() {
+		require.NoError(t, p.cmd.Process.Signal(syscall.SIGCONT))
+		resumed = true
+	}
 }
 
 // waitStopped waits until every thread of process pid is stopped (state T
@@ -847,10 +866,7 @@ func TestDispatcherInfraRestartUnderLoad(t *testing.T) {
 // move to it and back without losing or doubling anything.
 func TestReplicaAddedAndRemovedUnderLoad(t *testing.T) {
 	pl := startProcessPlatform(t)
-	client := pl.client(t)
-	registerMixed(t, client)
-	runs := newAttemptRuns()
-	runMixedWorkers(t, pl.gatewayGRPC, runs)
+	client, runs := pl.mixedWorkers(t)
 
 	const n = 2000
 	load := startLoad(t, n, 20*time.Millisecond, invokeMixed(client, "scale"))

@@ -27,10 +27,7 @@ import (
 // count.
 func TestRepartitionUnderLoad(t *testing.T) {
 	pl := startProcessPlatform(t)
-	client := pl.client(t)
-	registerMixed(t, client)
-	runs := newAttemptRuns()
-	runMixedWorkers(t, pl.gatewayGRPC, runs)
+	client, runs := pl.mixedWorkers(t)
 	// Workflow runs too, whose steps' events the workflow service reads
 	// through the change.
 	ctx := context.Background()
@@ -57,17 +54,37 @@ func TestRepartitionUnderLoad(t *testing.T) {
 	d := pl.procs["dispatcher"]
 	d.sigterm(t)
 	grown := 2 * platformPartitions
-	cmd := exec.Command(d.bin, "repartition", strconv.Itoa(grown))
-	cmd.Env = append(append(os.Environ(), "FLO_INTERNAL_TOKEN="+harness.InternalAuth().InternalToken), d.env...)
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "dispatcher repartition: %s", out)
-	require.Contains(t, string(out), "task topics repartitioned")
-	d.env = append(d.env, "FLO_KAFKA_PARTITIONS="+strconv.Itoa(grown))
+	repartition(t, d, grown)
 	d.start(t)
 	d.waitReady(t)
 	startRuns(40)
 
 	ids := load.wait(t)
+	requireKeyedBy(t, pl, ids, runs, grown)
+	for _, id := range runIDs {
+		run, err := client.AwaitRun(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, flo.RunCompleted, run.Status, "run %s: %s", id, run.Error)
+	}
+}
+
+// repartition runs `dispatcher repartition n` with d's environment, and
+// gives d the new count for its next start.
+func repartition(t *testing.T, d *proc, n int) {
+	t.Helper()
+	cmd := exec.Command(d.bin, "repartition", strconv.Itoa(n))
+	cmd.Env = append(append(os.Environ(), "FLO_INTERNAL_TOKEN="+harness.InternalAuth().InternalToken), d.env...)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "dispatcher repartition: %s", out)
+	require.Contains(t, string(out), "task topics repartitioned")
+	d.env = append(d.env, "FLO_KAFKA_PARTITIONS="+strconv.Itoa(n))
+}
+
+// requireKeyedBy requires that every task of ids completed once, delayed
+// ones when due, that the view caught up with the log, and that both task
+// topics and the view's rows are keyed by grown partitions.
+func requireKeyedBy(t *testing.T, pl *processPlatform, ids []string, runs *attemptRuns, grown int) {
+	t.Helper()
 	log, _ := requireCompletedOnce(t, pl.env.db, pl.brokers, ids, runs)
 	requireStartedWhenDue(t, pl.env.db, ids)
 	requireViewCaughtUp(t, pl.env.db, log)
@@ -89,9 +106,47 @@ func TestRepartitionUnderLoad(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d tasks are in another partition of %d than of %d", moved, len(ids), grown, platformPartitions)
-	for _, id := range runIDs {
-		run, err := client.AwaitRun(ctx, id)
+}
+
+// A dispatcher frozen past its session (SIGSTOP) is out of the group, so
+// `dispatcher repartition` runs with it still alive and holding
+// partitions, leases and a transaction in flight. On waking it commits
+// nothing more (the command took its transactional ids), writes nothing
+// keyed by the old count into the view, and exits with an error; started
+// again, as an orchestrator does, it runs on the new count, and every task
+// completes once.
+func TestADispatcherFrozenThroughARepartitionStops(t *testing.T) {
+	pl := startProcessPlatform(t)
+	client, runs := pl.mixedWorkers(t)
+	const n = 400
+	load := startLoad(t, n, 5*time.Millisecond, invokeMixed(client, "frozen"))
+	load.reach(t, n/3)
+
+	zombie := pl.procs["dispatcher"]
+	thaw := freeze(t, zombie)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(pl.brokers...))
+	require.NoError(t, err)
+	defer cl.Close()
+	require.Eventually(t, func() bool {
+		groups, err := kadm.NewClient(cl).DescribeGroups(context.Background(), "flo-dispatcher")
 		require.NoError(t, err)
-		require.Equal(t, flo.RunCompleted, run.Status, "run %s: %s", id, run.Error)
+		return len(groups["flo-dispatcher"].Members) == 0
+	}, time.Minute, 50*time.Millisecond, "the group never dropped the frozen dispatcher")
+	grown := 2 * platformPartitions
+	repartition(t, zombie, grown)
+
+	thaw()
+	select {
+	case <-zombie.exited:
+	case <-time.After(time.Minute):
+		t.Fatal("the dispatcher kept running on the old partition count")
 	}
+	require.NotZero(t, zombie.cmd.ProcessState.ExitCode(), "its exit status")
+	out, err := os.ReadFile(zombie.logs.Name())
+	require.NoError(t, err)
+	require.Contains(t, string(out), "the task view was repartitioned")
+	zombie.start(t)
+	zombie.waitReady(t)
+
+	requireKeyedBy(t, pl, load.wait(t), runs, grown)
 }
