@@ -173,13 +173,12 @@ type Materializer struct {
 }
 
 // NewMaterializer returns a materializer writing through pool states keyed
-// by partitions partitions. States gather
-// for 100 ms, or until 10,000 tasks besides those held back are buffered,
-// before a flush; onFlushed, when not nil, is called after each commit with
-// the highest events offset up to which the view holds every state, for each
-// partition the flush wrote, short of any state Postgres refused or that is
-// held back. It is called with the flush lock held, so it must not
-// call Flush.
+// by partitions partitions. States gather for 100 ms, or until 10,000 tasks
+// besides those held back are buffered, before a flush; onFlushed, when not
+// nil, is called after each commit with the highest events offset up to
+// which the view holds every state, for each partition the flush wrote,
+// short of any state Postgres refused or that is held back. It is called
+// with the flush lock held, so it must not call Flush.
 func NewMaterializer(pool *pgxpool.Pool, partitions int32, log *slog.Logger, meter metric.Meter, onFlushed func(partition int32, offset int64)) (*Materializer, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -248,8 +247,9 @@ func (m *Materializer) Add(entries ...Entry) {
 // ends; then it returns nil (Flush writes what is left). Its flushes hold
 // back live states younger than liveHold (see take). A failed flush is
 // retried with backoff while states keep buffering; each streak of failures
-// is logged once. A view repartitioned under it ends Run with ErrRekeyed. Refused states are tried again after 2 s, then further
-// apart (up to a minute) while none of them lands.
+// is logged once. Refused states are tried again after 2 s, then further
+// apart (up to a minute) while none of them lands. A view repartitioned
+// under it ends Run with ErrRekeyed.
 func (m *Materializer) Run(ctx context.Context) error {
 	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(m.lag, m.Lag())
