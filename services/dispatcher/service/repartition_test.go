@@ -87,6 +87,10 @@ func TestRepartitionKeepsEveryTask(t *testing.T) {
 
 	// Commands the stopped replica never applied, sent under the old count.
 	waiting := produceMany(t, e.producer, ns, "work", 20)
+	// And a run cut short after its first step: the new count recorded,
+	// nothing else done yet.
+	_, err = pool.Exec(ctx, `UPDATE dispatcher.view_layout SET partitions = $1`, grown)
+	require.NoError(t, err)
 
 	got, err := service.Repartition(ctx, cfg, log, grown)
 	require.NoError(t, err)

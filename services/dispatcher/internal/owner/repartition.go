@@ -33,9 +33,11 @@ type Repartitioned struct {
 // Repartition raises the partition count of the task topics to n, while no
 // replica runs (the dispatchers' group has no member; it refuses
 // otherwise). Task ids fall in partitions by their hash modulo the count,
-// so most move: the view is brought up to the end of every events
-// partition, its rows move to their partitions of n in one transaction
-// that records n as its count, and then both topics grow to n. Replicas
+// so most move: n is recorded as the view's count, which replicas of the
+// old count then refuse, every old partition's transactional id is taken,
+// the view is brought up to the end of every events partition, its rows
+// move to their partitions of n in one transaction, and then both topics
+// grow to n. Replicas
 // started after it rebuild from the view alone, and the commands still
 // waiting in an old partition, or sent there by a producer that has not
 // seen the new count yet, are moved to their task's partition by its
@@ -78,31 +80,36 @@ func Repartition(ctx context.Context, conn config.Kafka, pool *pgxpool.Pool, log
 	if layout > n {
 		return Repartitioned{}, fault.Preconditionf("the task view is keyed by %d partitions; a partition count can only grow", layout)
 	}
-	out := Repartitioned{From: layout, To: n}
-	if out.From == 0 {
-		// A view from before the count was recorded is keyed by the
-		// topics' count, which replicas refuse to run with unequal.
-		out.From = counts[kafka.CommandsTopic]
+	// The old count is the topics': a run cut short may have grown one of
+	// them, whose new partitions are empty.
+	out := Repartitioned{From: min(counts[kafka.CommandsTopic], counts[kafka.TaskEventsTopic]), To: n}
+	if out.From == n && layout == n {
+		return out, nil
 	}
 	if err := requireNoReplica(ctx, adm); err != nil {
 		return out, err
 	}
-	if layout != n {
-		if err := fenceOwners(ctx, conn, out.From); err != nil {
-			return out, err
-		}
-		if out.Written, err = catchUp(ctx, conn, admin, pool, log, out.From); err != nil {
-			return out, err
-		}
-		err = pg.InTx(ctx, pool, func(tx pgx.Tx) error {
-			out.Moved, err = view.Rekey(ctx, tx, n, func(id string) int32 { return kafka.PartitionOf(id, n) })
-			return err
-		})
-		if err != nil {
-			return out, fmt.Errorf("key the view by %d partitions: %w", n, err)
-		}
-		log.InfoContext(ctx, "task view keyed by the new partition count", "partitions", n, "written", out.Written, "moved", out.Moved)
+	// Recorded first: from here a replica of the old count (one paused
+	// past its session, so out of the group, that wakes now) refuses to
+	// rebuild a partition, and the view refuses its writes. One that took
+	// a partition's id before is fenced next, and cannot take it again.
+	if err := view.RecordLayout(ctx, pool, n); err != nil {
+		return out, err
 	}
+	if err := fenceOwners(ctx, conn, out.From); err != nil {
+		return out, err
+	}
+	if out.Written, err = catchUp(ctx, conn, admin, pool, log, out.From, n); err != nil {
+		return out, err
+	}
+	err = pg.InTx(ctx, pool, func(tx pgx.Tx) error {
+		out.Moved, err = view.Rekey(ctx, tx, n, func(id string) int32 { return kafka.PartitionOf(id, n) })
+		return err
+	})
+	if err != nil {
+		return out, fmt.Errorf("key the view by %d partitions: %w", n, err)
+	}
+	log.InfoContext(ctx, "task view keyed by the new partition count", "partitions", n, "written", out.Written, "moved", out.Moved)
 	for _, t := range topics {
 		if counts[t] == n {
 			continue
@@ -163,9 +170,10 @@ func fenceOwners(ctx context.Context, conn config.Kafka, n int32) error {
 
 // catchUp writes into the view every committed state of events partitions
 // 0 to n-1 it does not have yet, so that after the rows move no replica
-// replays a record of the old count. It returns how many it wrote.
-func catchUp(ctx context.Context, conn config.Kafka, admin *kgo.Client, pool *pgxpool.Pool, log *slog.Logger, n int32) (int, error) {
-	mat, err := view.NewMaterializer(pool, n, log, noop.NewMeterProvider().Meter(""), nil)
+// replays a record of the old count. The view is keyed by to already (the
+// rows move next). It returns how many it wrote.
+func catchUp(ctx context.Context, conn config.Kafka, admin *kgo.Client, pool *pgxpool.Pool, log *slog.Logger, n, to int32) (int, error) {
+	mat, err := view.NewMaterializer(pool, to, log, noop.NewMeterProvider().Meter(""), nil)
 	if err != nil {
 		return 0, err
 	}

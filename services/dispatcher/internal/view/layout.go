@@ -35,6 +35,17 @@ func AdoptLayout(ctx context.Context, db store.DB, n int32) (int32, error) {
 	return Layout(ctx, db)
 }
 
+// RecordLayout records n as the partition count the view's rows are keyed
+// by, in tx (a transaction holds the row until it ends) or on its own.
+func RecordLayout(ctx context.Context, db store.DB, n int32) error {
+	if _, err := db.Exec(ctx, `
+INSERT INTO view_layout (partitions) VALUES ($1)
+ON CONFLICT (one) DO UPDATE SET partitions = EXCLUDED.partitions, updated_at = now()`, n); err != nil {
+		return fmt.Errorf("record the view's partition count: %w", err)
+	}
+	return nil
+}
+
 // rekeyChunk bounds the rows one statement of Rekey moves.
 const rekeyChunk = 10_000
 
@@ -50,10 +61,8 @@ const rekeyChunk = 10_000
 // the rows are read, and is moved with them; one that comes after waits for
 // the commit and then refuses to write.
 func Rekey(ctx context.Context, tx pgx.Tx, n int32, partitionOf func(id string) int32) (int, error) {
-	if _, err := tx.Exec(ctx, `
-INSERT INTO view_layout (partitions) VALUES ($1)
-ON CONFLICT (one) DO UPDATE SET partitions = EXCLUDED.partitions, updated_at = now()`, n); err != nil {
-		return 0, fmt.Errorf("record the view's partition count: %w", err)
+	if err := RecordLayout(ctx, tx, n); err != nil {
+		return 0, err
 	}
 	rows, err := tx.Query(ctx, `SELECT id, partition FROM tasks WHERE partition >= 0`)
 	if err != nil {
