@@ -1,6 +1,7 @@
 package cmdline
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"runtime"
@@ -20,24 +21,29 @@ import (
 // (docs/benchmarks.md).
 const DefaultGCPercent = 400
 
-// MaxHeadroom caps how far past its live heap the collector lets a heap
-// grow when GOGC is not set. DefaultGCPercent pays off while the live heap
-// is small; a process that holds much (10,000 idle worker connections hold
-// some 300 MiB) would otherwise grow to five times that for nothing.
+// MaxHeadroom caps how far past its live heap the collector lets a service's
+// heap grow when GOGC is not set. DefaultGCPercent pays off while the live
+// heap is small; a process that holds much (10,000 idle worker connections
+// hold some 300 MiB) would otherwise grow to five times that for nothing.
 const MaxHeadroom = 256 << 20
+
+// AllServices is how many services `flo dev` and flo-bench run in their one
+// process (TuneGC).
+const AllServices = 5
 
 // minGCPercent is the lowest target the headroom cap sets: below it the
 // collector would run too often for a busy process with a large live heap.
 const minGCPercent = 50
 
 // GCPercentFor is the target that keeps the headroom of a heap with live
-// bytes under MaxHeadroom: DefaultGCPercent up to 64 MiB live, less above,
-// never under minGCPercent.
-func GCPercentFor(live uint64) int {
+// bytes, of a process running services services, under MaxHeadroom for
+// each: for one, DefaultGCPercent up to 64 MiB live, less above, never under
+// minGCPercent.
+func GCPercentFor(live uint64, services int) int {
 	if live == 0 {
 		return DefaultGCPercent
 	}
-	return int(min(DefaultGCPercent, max(minGCPercent, MaxHeadroom*100/live)))
+	return int(min(DefaultGCPercent, max(minGCPercent, uint64(services)*MaxHeadroom*100/live)))
 }
 
 // memoryLimitRatio is the share of a container's memory limit the heap is
@@ -49,13 +55,17 @@ const memoryLimitRatio = 0.9
 // GOMEMLIMIT is set, a soft memory limit of 90% of the cgroup's memory
 // limit (a container's), so the higher target cannot grow the heap into an
 // out-of-memory kill: the collector works harder as the heap nears the
-// limit. It logs what it set.
-func TuneGC(log *slog.Logger) {
+// limit. It logs what it set. services is how many services the process
+// runs: 1 for a service's binary, AllServices for `flo dev` and flo-bench,
+// whose one heap holds what five processes would, each with its own
+// headroom.
+func TuneGC(log *slog.Logger, services int) {
 	gogc := os.Getenv("GOGC")
 	capping.Store(gogc == "")
+	sharedBy.Store(int64(max(services, 1)))
 	if gogc == "" {
 		debug.SetGCPercent(DefaultGCPercent)
-		gogc = "400 (default, less past 64 MiB live)"
+		gogc = fmt.Sprintf("400 (default, less past %d MiB live)", int64(max(services, 1))*MaxHeadroom/DefaultGCPercent*100>>20)
 		startCapOnce()
 	}
 	limit, err := memlimit.SetGoMemLimitWithOpts(memlimit.WithRatio(memoryLimitRatio), memlimit.WithProvider(memlimit.FromCgroup))
@@ -74,6 +84,9 @@ func TuneGC(log *slog.Logger) {
 // it is off when GOGC is set.
 var capping atomic.Bool
 
+// sharedBy is the services argument of the last TuneGC.
+var sharedBy atomic.Int64
+
 // startCapOnce starts the headroom cap, once per process.
 var startCapOnce = sync.OnceFunc(func() {
 	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
@@ -84,7 +97,7 @@ var startCapOnce = sync.OnceFunc(func() {
 			metrics.Read(sample)
 			// Only a change of a tenth or more: setting the target stops
 			// the world for a moment.
-			if p := GCPercentFor(sample[0].Value.Uint64()); p*10 < current*9 || p*10 > current*11 {
+			if p := GCPercentFor(sample[0].Value.Uint64(), int(sharedBy.Load())); p*10 < current*9 || p*10 > current*11 {
 				current = p
 				debug.SetGCPercent(p)
 			}

@@ -80,7 +80,7 @@ func serve[C any](name string, start Starter[C]) func(context.Context) error {
 		if err := config.Load(ctx, &addr); err != nil {
 			return fmt.Errorf("load config: %w", err)
 		}
-		TuneGC(log)
+		TuneGC(log, 1)
 		tel, err := telemetry.Setup(ctx, name)
 		if err != nil {
 			return fmt.Errorf("set up telemetry: %w", err)

@@ -60,8 +60,8 @@ func runDev(ctx context.Context, out io.Writer, dataDir string, dataDirSet bool)
 		return fmt.Errorf("logger: %w", err)
 	}
 	// The whole platform runs in this process: tune the collector as the
-	// service binaries do.
-	cmdline.TuneGC(log)
+	// service binaries do, each with its own headroom.
+	cmdline.TuneGC(log, cmdline.AllServices)
 	stack, err := devstack.Start(ctx, cfg, log)
 	if err != nil {
 		return err

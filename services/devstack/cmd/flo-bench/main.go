@@ -185,7 +185,7 @@ func main() {
 	}
 	// Every service runs in this process; tune the collector as their
 	// binaries do.
-	cmdline.TuneGC(slog.New(slog.DiscardHandler))
+	cmdline.TuneGC(slog.New(slog.DiscardHandler), cmdline.AllServices)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	run := func(ctx context.Context) error { return runPlatform(ctx, o, bench) }
