@@ -62,10 +62,11 @@ const memoryLimitRatio = 0.9
 func TuneGC(log *slog.Logger, services int) {
 	gogc := os.Getenv("GOGC")
 	capping.Store(gogc == "")
-	sharedBy.Store(int64(max(services, 1)))
+	services = max(services, 1)
+	sharedBy.Store(int64(services))
 	if gogc == "" {
 		debug.SetGCPercent(DefaultGCPercent)
-		gogc = fmt.Sprintf("400 (default, less past %d MiB live)", int64(max(services, 1))*MaxHeadroom/DefaultGCPercent*100>>20)
+		gogc = fmt.Sprintf("400 (default, less past %d MiB live)", services*MaxHeadroom*100/DefaultGCPercent>>20)
 		startCapOnce()
 	}
 	limit, err := memlimit.SetGoMemLimitWithOpts(memlimit.WithRatio(memoryLimitRatio), memlimit.WithProvider(memlimit.FromCgroup))

@@ -184,7 +184,7 @@ func main() {
 		os.Exit(2)
 	}
 	// Every service runs in this process; tune the collector as their
-	// binaries do.
+	// binaries do, each with its own headroom.
 	cmdline.TuneGC(slog.New(slog.DiscardHandler), cmdline.AllServices)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
