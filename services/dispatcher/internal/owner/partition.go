@@ -354,12 +354,8 @@ func (p *partition) rebuild(ctx context.Context) error {
 	// A replica paused through a repartition may be given a partition of
 	// the new count when it wakes: it must not take the id of a partition
 	// it would key by the old one.
-	layout, err := view.Layout(ctx, p.r.pool)
-	if err != nil {
+	if err := view.RequireLayout(ctx, p.r.pool, p.r.n); err != nil {
 		return fmt.Errorf("rebuild from the view and the log: %w", err)
-	}
-	if layout != 0 && layout != p.r.n {
-		return fmt.Errorf("rebuild keyed by %d partitions: the view is keyed by %d: %w", p.r.n, layout, view.ErrRekeyed)
 	}
 	if err := p.takeID(ctx); err != nil {
 		return err

@@ -25,6 +25,27 @@ func Layout(ctx context.Context, db store.DB) (int32, error) {
 	return n, nil
 }
 
+// RequireLayout returns an error wrapping ErrRekeyed when the view is
+// keyed by another partition count than n: a replica of n must not take
+// over a partition of it.
+func RequireLayout(ctx context.Context, db store.DB, n int32) error {
+	recorded, err := Layout(ctx, db)
+	if err != nil {
+		return err
+	}
+	return keyedBy(n, recorded)
+}
+
+// keyedBy is nil when states keyed by n partitions fit a view recorded as
+// keyed by recorded (0: none recorded yet, which any count fits), and an
+// error wrapping ErrRekeyed otherwise.
+func keyedBy(n, recorded int32) error {
+	if recorded == 0 || recorded == n {
+		return nil
+	}
+	return fmt.Errorf("keyed by %d partitions, and the view by %d: %w", n, recorded, ErrRekeyed)
+}
+
 // AdoptLayout records n as the view's partition count unless one is
 // recorded, and returns the one recorded. Of two replicas that start on an
 // empty view at once, the second reads the first's.

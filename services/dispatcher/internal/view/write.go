@@ -152,7 +152,7 @@ func write(ctx context.Context, tx pgx.Tx, partitions int32, rows [][]any, marks
 	err := br.QueryRow().Scan(&recorded)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// No count recorded yet: a view no replica has adopted.
-		recorded, err = partitions, nil
+		err = nil
 	}
 	var tag pgconn.CommandTag
 	if err == nil {
@@ -167,8 +167,8 @@ func write(ctx context.Context, tx pgx.Tx, partitions int32, rows [][]any, marks
 	if err != nil {
 		return 0, fmt.Errorf("write task view: merge: %w", err)
 	}
-	if recorded != partitions {
-		return 0, fmt.Errorf("write task view keyed by %d partitions: it is keyed by %d now: %w", partitions, recorded, ErrRekeyed)
+	if err := keyedBy(partitions, recorded); err != nil {
+		return 0, fmt.Errorf("write task view: %w", err)
 	}
 	return tag.RowsAffected(), nil
 }
