@@ -91,6 +91,9 @@ type phase struct {
 	// requests is what the embedded broker handled in the window by kind;
 	// nil with an external broker.
 	requests map[string]int64
+	// allocated and collections are the process's heap bytes allocated and
+	// garbage collections in the window.
+	allocated, collections uint64
 	// mostHeld is the most queued tasks one partition held in memory at
 	// any of the window's samples of the dispatcher's gauge.
 	mostHeld int
@@ -286,14 +289,16 @@ func (s *sustained) measure(ctx context.Context, name string) (phase, []byte, er
 	window := after.at.Sub(before.at)
 	used := after.usage.sub(before.usage)
 	row := phase{
-		name:     name,
-		from:     before.at,
-		to:       after.at,
-		worked:   after.started - before.started,
-		commits:  perSecond(int(used.commits), window),
-		pgCPU:    used.pgCPU,
-		cpu:      used.cpu,
-		mostHeld: mostHeld,
+		name:        name,
+		from:        before.at,
+		to:          after.at,
+		worked:      after.started - before.started,
+		commits:     perSecond(int(used.commits), window),
+		pgCPU:       used.pgCPU,
+		cpu:         used.cpu,
+		allocated:   used.allocated,
+		collections: used.collections,
+		mostHeld:    mostHeld,
 	}
 	row.rate = perSecond(int(row.worked), window)
 	if before.requests != nil {
@@ -421,6 +426,12 @@ func (s *sustained) print(rows []phase) {
 	for _, r := range rows {
 		if kinds := requestsPer(r.requests, r.worked); kinds != "" {
 			fmt.Printf("broker requests per %s, %s: %s\n", u, r.name, kinds)
+		}
+	}
+	for _, r := range rows {
+		if r.worked > 0 {
+			fmt.Printf("heap allocated per %s, %s: %.1f KB; collections: %.1f/s\n", u, r.name,
+				float64(r.allocated)/float64(r.worked)/1000, perSecond(int(r.collections), r.to.Sub(r.from)))
 		}
 	}
 	for _, r := range rows {

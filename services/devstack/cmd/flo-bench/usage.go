@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -120,17 +121,30 @@ func procStat(pid int) (stat, error) {
 	return st, nil
 }
 
-// usage is the CPU and commits counters at one moment, or between two.
+// usage is the CPU, memory and commits counters at one moment, or between
+// two.
 type usage struct {
 	cpu     time.Duration // this process's
 	pgCPU   time.Duration // the private Postgres's, -1 when it is not on this machine
 	commits int64
+	// allocated and collections are this process's heap bytes allocated
+	// and garbage collections: what a unit costs the collector, which
+	// takes a core for tens of milliseconds each cycle on this box.
+	allocated, collections uint64
+}
+
+// heapCounters are the runtime's cumulative allocation and collection counts.
+func heapCounters() (allocated, collections uint64) {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64(), s[1].Value.Uint64()
 }
 
 // readUsage reads the counters; pgPID is the Postgres postmaster, 0 when
 // Postgres is not on this machine.
 func readUsage(ctx context.Context, db *pgx.Conn, pgPID int) (usage, error) {
 	u := usage{pgCPU: -1}
+	u.allocated, u.collections = heapCounters()
 	var err error
 	if u.cpu, err = processCPU(); err != nil {
 		return usage{}, err
@@ -148,7 +162,8 @@ func readUsage(ctx context.Context, db *pgx.Conn, pgPID int) (usage, error) {
 
 // sub is what was used from before to u.
 func (u usage) sub(before usage) usage {
-	d := usage{cpu: u.cpu - before.cpu, pgCPU: -1, commits: u.commits - before.commits}
+	d := usage{cpu: u.cpu - before.cpu, pgCPU: -1, commits: u.commits - before.commits,
+		allocated: u.allocated - before.allocated, collections: u.collections - before.collections}
 	if u.pgCPU >= 0 && before.pgCPU >= 0 {
 		d.pgCPU = u.pgCPU - before.pgCPU
 	}
