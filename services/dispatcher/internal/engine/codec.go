@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -35,14 +36,17 @@ var ErrNoState = errors.New("task event carries no task state")
 // their meaning for every consumer (a result only on a COMPLETED event of a
 // task with an origin, free text capped at taskevent.MaxTextBytes);
 // TaskState carries the rest of the task, the payload only on the records
-// that bring it to life. The records share one allocation and the stamp's
-// bytes: a batch makes one per change.
+// that bring it to life. A batch makes one record per change, so the
+// records, their headers and their bytes are carved from a few shared
+// allocations (encoder), not made one by one: the collector's cycles on a
+// busy box are what hold tasks back at the tail (docs/benchmarks.md).
 func EncodeAll(changes []Change, partition int32, cmdOffset int64) ([]*kgo.Record, error) {
 	slab := make([]kgo.Record, len(changes))
 	recs := make([]*kgo.Record, len(changes))
-	cmd := strconv.AppendInt(nil, cmdOffset, 10)
+	e := encoder{cmd: strconv.AppendInt(nil, cmdOffset, 10)}
 	for i := range changes {
-		if err := encode(&slab[i], &changes[i], partition, cmd); err != nil {
+		e.left = len(changes) - i
+		if err := e.encode(&slab[i], &changes[i], partition); err != nil {
 			return nil, err
 		}
 		recs[i] = &slab[i]
@@ -50,8 +54,36 @@ func EncodeAll(changes []Change, partition int32, cmdOffset int64) ([]*kgo.Recor
 	return recs, nil
 }
 
-// encode fills rec with the events record of c; cmd is the stamp's value.
-func encode(rec *kgo.Record, c *Change, partition int32, cmd []byte) error {
+// encoder encodes one batch's records.
+type encoder struct {
+	// cmd is the stamp's value, shared by every record.
+	cmd []byte
+	// state is scratch for a TaskState: the event copies it.
+	state []byte
+	// bytes and headers are the free ends of the chunks the records'
+	// bytes and headers are carved from; left is how many records are
+	// still to encode, the current one included. A chunk holds what the
+	// record that needs it takes, times left: a batch's records are alike,
+	// so it makes about one of each.
+	bytes   []byte
+	headers []kgo.RecordHeader
+	left    int
+}
+
+// carve returns n elements of the chunk free is the unused end of, making
+// a new chunk of n times left when it has not room. The result's capacity
+// is n, so nothing appended to it runs into its neighbour.
+func carve[T any](free *[]T, n, left int) []T {
+	if cap(*free)-len(*free) < n {
+		*free = make([]T, 0, n*left)
+	}
+	at := len(*free)
+	*free = (*free)[:at+n]
+	return (*free)[at : at+n : at+n]
+}
+
+// encode fills rec with the events record of c.
+func (e *encoder) encode(rec *kgo.Record, c *Change, partition int32) error {
 	t := &c.Task
 	st := &eventsv1.TaskState{
 		IdempotencyKey:    t.IdempotencyKey,
@@ -104,25 +136,41 @@ func encode(rec *kgo.Record, c *Change, partition int32, cmd []byte) error {
 	} else {
 		st.Result = t.Result
 	}
-	state, err := st.MarshalVT()
-	if err != nil {
+	stateSize := st.SizeVT()
+	e.state = slices.Grow(e.state[:0], stateSize)[:stateSize]
+	if _, err := st.MarshalToSizedBufferVT(e.state); err != nil {
 		return fmt.Errorf("encode %s state of task %s: %w", ev.Type, t.ID, err)
 	}
-	ev.State = state
-	value, err := ev.MarshalVT()
-	if err != nil {
-		return fmt.Errorf("encode %s event of task %s: %w", ev.Type, t.ID, err)
-	}
+	ev.State = e.state
 	trace := c.TraceHeaders
 	if trace == nil {
 		trace = t.TraceContext
 	}
-	headers := make([]kgo.RecordHeader, 0, len(trace)+1)
-	for k, v := range trace {
-		headers = append(headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+	// The value, the key and the trace headers' values, in one carving.
+	size := ev.SizeVT()
+	need := size + len(ev.TaskId)
+	for _, v := range trace {
+		need += len(v)
 	}
-	headers = append(headers, kgo.RecordHeader{Key: CmdHeader, Value: cmd})
-	*rec = kgo.Record{Topic: kafka.TaskEventsTopic, Partition: partition, Key: []byte(ev.TaskId), Value: value, Headers: headers}
+	room := carve(&e.bytes, need, e.left)
+	value := room[:size:size]
+	if _, err := ev.MarshalToSizedBufferVT(value); err != nil {
+		return fmt.Errorf("encode %s event of task %s: %w", ev.Type, t.ID, err)
+	}
+	room = room[size:]
+	cut := func(s string) []byte {
+		b := room[:len(s):len(s)]
+		copy(b, s)
+		room = room[len(s):]
+		return b
+	}
+	key := cut(ev.TaskId)
+	headers := carve(&e.headers, len(trace)+1, e.left)[:0]
+	for k, v := range trace {
+		headers = append(headers, kgo.RecordHeader{Key: k, Value: cut(v)})
+	}
+	headers = append(headers, kgo.RecordHeader{Key: CmdHeader, Value: e.cmd})
+	*rec = kgo.Record{Topic: kafka.TaskEventsTopic, Partition: partition, Key: key, Value: value, Headers: headers}
 	return nil
 }
 
