@@ -65,19 +65,19 @@ func TestCodec(t *testing.T) {
 	p := engine.New(0)
 	inv := invocation("send", 2)
 	inv.Origin = "workflow"
-	created := p.Invoke(inv, settings(3), "", t0)
+	created := p.Invoke(nil, inv, settings(3), "", t0)
 	claimed, started := p.Claim(ns, []string{"send"}, []engine.Slot{{WorkerID: "w1"}}, at(time.Second))
 	require.Len(t, claimed, 1)
-	_, failed := p.Report(ns, engine.Report{TaskID: inv.TaskID.String(), Attempt: 1, Kind: engine.Fail, Error: "boom", Retry: true, ErrorCode: "E1"}, at(2*time.Second))
+	_, failed := p.Report(nil, ns, engine.Report{TaskID: inv.TaskID.String(), Attempt: 1, Kind: engine.Fail, Error: "boom", Retry: true, ErrorCode: "E1"}, at(2*time.Second))
 	claimed, _ = p.Claim(ns, []string{"send"}, []engine.Slot{{WorkerID: "w2"}}, at(time.Minute))
 	require.Len(t, claimed, 1)
 	_, extended, err := p.Touch(ns, inv.TaskID, 2, time.Minute, at(time.Minute))
 	require.NoError(t, err)
-	_, waiting := p.Report(ns, engine.Report{TaskID: inv.TaskID.String(), Attempt: 2, Kind: engine.Pending}, at(time.Minute))
+	_, waiting := p.Report(nil, ns, engine.Report{TaskID: inv.TaskID.String(), Attempt: 2, Kind: engine.Pending}, at(time.Minute))
 	_, completed, err := p.Finish(ns, engine.Token{ID: inv.TaskID, Attempt: 2, Secret: claimed[0].Task.CompletionSecret},
 		engine.Finish{Result: []byte(`{"ok":true}`), Outcome: "sent"}, at(2*time.Minute))
 	require.NoError(t, err)
-	rejected := p.Invoke(invocation("gone", 0), nil, "", t0)
+	rejected := p.Invoke(nil, invocation("gone", 0), nil, "", t0)
 
 	for _, tt := range []struct {
 		name string
@@ -130,7 +130,7 @@ func TestCodec(t *testing.T) {
 	// token is non-retryable.
 	q := engine.New(0)
 	task := running(t, q, 3, t0)
-	_, done := q.Report(ns, engine.Report{TaskID: task.ID.String(), Attempt: 1, Kind: engine.Complete, Result: []byte("r")}, t0)
+	_, done := q.Report(nil, ns, engine.Report{TaskID: task.ID.String(), Attempt: 1, Kind: engine.Complete, Result: []byte("r")}, t0)
 	rec, _ = roundTrip(t, done[0], 0, 3)
 	require.Empty(t, event(t, rec).GetResult())
 	require.Equal(t, []byte("r"), stateOf(t, event(t, rec)).GetResult())
@@ -144,7 +144,7 @@ func TestCodec(t *testing.T) {
 func TestDecodeRefuses(t *testing.T) {
 	t.Parallel()
 	p := engine.New(0)
-	c := p.Invoke(invocation("send", 0), settings(3), "", t0)[0]
+	c := p.Invoke(nil, invocation("send", 0), settings(3), "", t0)[0]
 	recs, err := engine.EncodeAll([]engine.Change{c}, 0, 9)
 	require.NoError(t, err)
 	rec := recs[0]
@@ -180,7 +180,7 @@ func TestEncodeAllKeepsEachChangeItsOwnRecord(t *testing.T) {
 	for _, action := range []string{"a", "b", "c"} {
 		inv := invocation(action, 0)
 		inv.TraceContext = map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0" + action}
-		changes = append(changes, p.Invoke(inv, settings(3), "", t0)...)
+		changes = append(changes, p.Invoke(nil, inv, settings(3), "", t0)...)
 	}
 	recs, err := engine.EncodeAll(changes, 2, 41)
 	require.NoError(t, err)
@@ -229,7 +229,7 @@ func BenchmarkEncodeAll(b *testing.B) {
 		inv := invocation("bench", 0)
 		inv.TraceContext = map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
 		inv.Payload = []byte(`{"n":` + strconv.Itoa(i) + `}`)
-		changes = append(changes, p.Invoke(inv, settings(3), "", t0)...)
+		changes = append(changes, p.Invoke(nil, inv, settings(3), "", t0)...)
 	}
 	b.ReportAllocs()
 	for b.Loop() {

@@ -25,7 +25,7 @@ func TestGoingColdLetsTheEntriesGo(t *testing.T) {
 		if i%2 == 0 {
 			inv.RunAt = now.Add(time.Hour) // delayed
 		}
-		c := p.Invoke(inv, set, "", now)
+		c := p.Invoke(nil, inv, set, "", now)
 		p.Recorded(c[0].Task.ID, int64(i))
 	}
 	p.Materialized(5000)

@@ -29,7 +29,7 @@ func TestQueuedTasksPastTheBoundGoColdAndComeBackInOrder(t *testing.T) {
 	for i := range 30 {
 		inv := invocation("a", int32(i%3))
 		inv.InvokedAt = at(time.Duration(i) * time.Millisecond)
-		changes := p.Invoke(inv, settings(3), "", at(time.Second))
+		changes := p.Invoke(nil, inv, settings(3), "", at(time.Second))
 		require.Len(t, changes, 1)
 		p.Recorded(inv.TaskID, int64(i))
 		view[inv.TaskID] = changes[0].Task
@@ -105,7 +105,7 @@ func TestQueuedTasksPastTheBoundGoColdAndComeBackInOrder(t *testing.T) {
 // from its row (a completion by token) comes off its queue's count.
 func TestAColdTaskHeldAgainLeavesItsQueuesCount(t *testing.T) {
 	t.Parallel()
-	task := func() engine.Task { return engine.New(0).Invoke(invocation("a", 0), settings(3), "", t0)[0].Task }
+	task := func() engine.Task { return engine.New(0).Invoke(nil, invocation("a", 0), settings(3), "", t0)[0].Task }
 	p := engine.New(0)
 	p.SetLimits(engine.Limits{QueuedTasks: 2})
 	p.SetCold(ns, "a", 3, time.Time{}, time.Time{})
@@ -151,7 +151,7 @@ func TestReadBackTakesOnlyTasksStillCold(t *testing.T) {
 		}
 	}
 	for range 20 {
-		record(p.Invoke(invocation("a", 0), settings(1), "", t0))
+		record(p.Invoke(nil, invocation("a", 0), settings(1), "", t0))
 	}
 	p.Materialized(offset - 1)
 	require.Equal(t, 9, p.Queued())
@@ -196,7 +196,7 @@ func TestReadBackTakesOnlyTasksStillCold(t *testing.T) {
 	w = p.Warm()
 	require.NotNil(t, w)
 	for range 20 {
-		record(p.Invoke(invocation("a", 0), settings(1), "", at(3*time.Second)))
+		record(p.Invoke(nil, invocation("a", 0), settings(1), "", at(3*time.Second)))
 	}
 	p.Materialized(offset - 1)
 	require.Equal(t, 17, p.Cold(), "eleven more went cold")
@@ -221,7 +221,7 @@ func (c *coldQueues) invoke(t *testing.T, action string, n int, invoked, runAt t
 		inv := invocation(action, 0)
 		inv.InvokedAt, inv.RunAt = invoked, runAt
 		invoked = invoked.Add(time.Millisecond)
-		changes := c.p.Invoke(inv, settings(3), "", invoked)
+		changes := c.p.Invoke(nil, inv, settings(3), "", invoked)
 		require.Len(t, changes, 1)
 		c.p.Recorded(inv.TaskID, c.offset)
 		c.offset++
@@ -344,7 +344,7 @@ func TestColdTasksGoOutBeforeNewerHeldOnes(t *testing.T) {
 			inv := invocation("a", 0)
 			inv.InvokedAt = now
 			now = now.Add(time.Millisecond)
-			changes := c.p.Invoke(inv, settings(3), "", now)
+			changes := c.p.Invoke(nil, inv, settings(3), "", now)
 			c.p.Recorded(inv.TaskID, c.offset)
 			c.offset++
 			c.view[inv.TaskID] = changes[0].Task
@@ -463,7 +463,7 @@ func TestAHigherPriorityDelayedColdTaskGoesOutOnceDue(t *testing.T) {
 	due := at(time.Second)
 	inv := invocation("a", 5)
 	inv.InvokedAt, inv.RunAt = at(0), due
-	changes := b.p.Invoke(inv, settings(3), "", at(0))
+	changes := b.p.Invoke(nil, inv, settings(3), "", at(0))
 	b.p.Recorded(inv.TaskID, b.offset)
 	b.offset++
 	b.view[inv.TaskID] = changes[0].Task

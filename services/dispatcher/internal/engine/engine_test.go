@@ -18,7 +18,7 @@ func TestInvoke(t *testing.T) {
 	p := engine.New(3)
 	inv := invocation("send", 5)
 	inv.Origin, inv.MaxAttempts = "workflow", 1
-	changes := p.Invoke(inv, settings(3), "", t0)
+	changes := p.Invoke(nil, inv, settings(3), "", t0)
 	require.Equal(t, []taskevent.Type{taskevent.Created}, types(changes))
 	task := get(t, p, inv.TaskID)
 	require.Equal(t, changes[0].Task, task)
@@ -32,7 +32,7 @@ func TestInvoke(t *testing.T) {
 	require.Equal(t, 1, p.Len())
 
 	// A redelivered command changes nothing, whatever it says now.
-	require.Empty(t, p.Invoke(inv, nil, "", at(time.Second)))
+	require.Empty(t, p.Invoke(nil, inv, nil, "", at(time.Second)))
 	require.Equal(t, task, get(t, p, inv.TaskID))
 
 	for _, tt := range []struct {
@@ -47,7 +47,7 @@ func TestInvoke(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			q := engine.New(0)
 			inv := invocation("gone", 0)
-			changes := q.Invoke(inv, tt.settings, tt.reject, t0)
+			changes := q.Invoke(nil, inv, tt.settings, tt.reject, t0)
 			require.Equal(t, []taskevent.Type{taskevent.Rejected}, types(changes))
 			require.Equal(t, tt.outcome, changes[0].Task.Outcome)
 			require.Contains(t, changes[0].Task.Error, `"gone"`)
@@ -81,19 +81,19 @@ func TestClaimOrder(t *testing.T) {
 	for _, s := range specs {
 		inv := invocation(s.action, s.priority)
 		inv.InvokedAt = now.Add(s.created)
-		require.Len(t, p.Invoke(inv, settings(3), "", now.Add(s.invoked)), 1)
+		require.Len(t, p.Invoke(nil, inv, settings(3), "", now.Add(s.invoked)), 1)
 		require.Equal(t, now.Add(s.invoked), get(t, p, inv.TaskID).RunAt)
 		want = append(want, inv.TaskID)
 	}
 	// Later ones: delayed, and another namespace's and action's.
 	delayed := invocation("a", 99)
 	delayed.RunAt = now.Add(time.Minute)
-	p.Invoke(delayed, settings(3), "", now)
+	p.Invoke(nil, delayed, settings(3), "", now)
 	other := invocation("c", 99)
-	p.Invoke(other, settings(3), "", now)
+	p.Invoke(nil, other, settings(3), "", now)
 	elsewhere := invocation("a", 99)
 	elsewhere.Namespace = "other"
-	p.Invoke(elsewhere, settings(3), "", now)
+	p.Invoke(nil, elsewhere, settings(3), "", now)
 
 	require.Equal(t, 3, p.Ready(ns, "a", now))
 	require.Equal(t, 3, p.Ready(ns, "b", now))
@@ -239,7 +239,7 @@ func TestAsyncDeadline(t *testing.T) {
 	t.Parallel()
 	p := engine.New(0)
 	task := running(t, p, 3, t0)
-	ok, _ := p.Report(ns, engine.Report{TaskID: task.ID.String(), Attempt: 1, Kind: engine.Pending, Delay: time.Hour}, t0)
+	ok, _ := p.Report(nil, ns, engine.Report{TaskID: task.ID.String(), Attempt: 1, Kind: engine.Pending, Delay: time.Hour}, t0)
 	require.True(t, ok)
 	deadline := t0.Add(time.Hour)
 	require.Equal(t, deadline, p.NextDue(), "no lease while waiting; the deadline")
@@ -259,7 +259,7 @@ func TestRequeue(t *testing.T) {
 	t.Parallel()
 	p := engine.New(0)
 	task := running(t, p, 1, t0)
-	ok, _ := p.Report(ns, engine.Report{TaskID: task.ID.String(), Attempt: 1, Kind: engine.Fail, Error: "boom", ErrorCode: "E1", TimedOut: true}, t0)
+	ok, _ := p.Report(nil, ns, engine.Report{TaskID: task.ID.String(), Attempt: 1, Kind: engine.Fail, Error: "boom", ErrorCode: "E1", TimedOut: true}, t0)
 	require.True(t, ok)
 	require.Equal(t, store.DeadLettered, get(t, p, task.ID).Status)
 
@@ -299,12 +299,12 @@ func TestEviction(t *testing.T) {
 	t.Parallel()
 	p := engine.New(0)
 	done := running(t, p, 1, t0)
-	ok, _ := p.Report(ns, engine.Report{TaskID: done.ID.String(), Attempt: 1, Kind: engine.Complete}, t0)
+	ok, _ := p.Report(nil, ns, engine.Report{TaskID: done.ID.String(), Attempt: 1, Kind: engine.Complete}, t0)
 	require.True(t, ok)
 	done = get(t, p, done.ID)
 	live := invoke(t, p, "send", 1, t0)
 	dead := running(t, p, 1, t0)
-	ok, _ = p.Report(ns, engine.Report{TaskID: dead.ID.String(), Attempt: 1, Kind: engine.Fail}, t0)
+	ok, _ = p.Report(nil, ns, engine.Report{TaskID: dead.ID.String(), Attempt: 1, Kind: engine.Fail}, t0)
 	require.True(t, ok)
 	p.Recorded(done.ID, 5)
 	p.Recorded(live, 6)

@@ -130,7 +130,7 @@ func (s *sim) step() {
 			set = nil
 		}
 		inv.InvokedAt = s.now
-		changes := p.Invoke(inv, set, "", s.now)
+		changes := p.Invoke(nil, inv, set, "", s.now)
 		require.Len(t, changes, 1)
 		if set != nil {
 			s.ids = append(s.ids, inv.TaskID)
@@ -143,7 +143,7 @@ func (s *sim) step() {
 			return
 		}
 		before, _ := p.Get(id)
-		require.Empty(t, p.Invoke(engine.Invocation{TaskID: id, Namespace: ns, Action: "a"}, settings(3), "", s.now))
+		require.Empty(t, p.Invoke(nil, engine.Invocation{TaskID: id, Namespace: ns, Action: "a"}, settings(3), "", s.now))
 		after, _ := p.Get(id)
 		require.Equal(t, before, after)
 	case 2: // claim
@@ -164,7 +164,7 @@ func (s *sim) step() {
 			Retry: flags&8 != 0, NonRetryable: flags&16 != 0, TimedOut: flags&32 != 0,
 			Delay: time.Duration(s.next()%3) * time.Second,
 		}
-		ok, changes := p.Report(ns, r, s.now)
+		ok, changes := p.Report(nil, ns, r, s.now)
 		require.Equal(t, ok, len(changes) > 0)
 		if !ok {
 			after, _ := p.Get(id)
@@ -453,11 +453,11 @@ func FuzzPartition(f *testing.F) {
 func TestSimRejects(t *testing.T) {
 	t.Parallel()
 	s := newSim(t, nil, engine.Limits{})
-	s.record(s.live.Invoke(invocation("gone", 0), nil, "", t0))
+	s.record(s.live.Invoke(nil, invocation("gone", 0), nil, "", t0))
 	require.Equal(t, int64(1), s.offset)
 	require.Zero(t, s.copy.Len())
 	require.Equal(t, taskevent.Rejected, func() taskevent.Type {
-		c := s.live.Invoke(invocation("gone", 0), settings(1), engine.RejectDisabled, t0)
+		c := s.live.Invoke(nil, invocation("gone", 0), settings(1), engine.RejectDisabled, t0)
 		return c[0].Type
 	}())
 }

@@ -44,7 +44,7 @@ func invocation(action string, priority int32) engine.Invocation {
 func invoke(t *testing.T, p *engine.Partition, action string, maxAttempts int32, now time.Time) uuid.UUID {
 	t.Helper()
 	inv := invocation(action, 0)
-	changes := p.Invoke(inv, settings(maxAttempts), "", now)
+	changes := p.Invoke(nil, inv, settings(maxAttempts), "", now)
 	require.Len(t, changes, 1)
 	require.Equal(t, taskevent.Created, changes[0].Type)
 	return inv.TaskID

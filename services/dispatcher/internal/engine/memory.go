@@ -116,8 +116,14 @@ func (p *Partition) shed(offset int64) {
 			p.viewHas(*it)
 		}
 	}
-	clear(p.recorded[:n])
-	p.recorded = shrunk(p.recorded[n:])
+	if n > 0 {
+		// The rest moves to the front instead of being sliced off it: a
+		// slice that gives up its front has appends copy it into new
+		// arrays over and over.
+		kept := copy(p.recorded, p.recorded[n:])
+		clear(p.recorded[kept:])
+		p.recorded = shrunk(p.recorded[:kept])
+	}
 	for p.limits.PayloadBytes > 0 && p.payloadBytes > p.limits.PayloadBytes && len(p.hot) > 0 {
 		it := p.hot[len(p.hot)-1]
 		p.hot[len(p.hot)-1] = item{}

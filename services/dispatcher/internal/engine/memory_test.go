@@ -27,7 +27,7 @@ func invokeMany(t *testing.T, p *engine.Partition, n int) []uuid.UUID {
 	for i := range n {
 		inv := invocation("send", 0)
 		inv.Payload, inv.InvokedAt = payloadOf(i), at(time.Duration(i))
-		changes := p.Invoke(inv, settings(3), "", t0)
+		changes := p.Invoke(nil, inv, settings(3), "", t0)
 		require.Len(t, changes, 1)
 		p.Recorded(inv.TaskID, int64(i))
 		ids[i] = inv.TaskID
@@ -97,7 +97,7 @@ func TestPayloadsBeyondTheBoundGoOnceTheViewHasThem(t *testing.T) {
 
 	// Finished and let go, the tasks take their payloads with them.
 	for i, c := range claimed {
-		ok, changes := p.Report(ns, engine.Report{TaskID: c.Task.ID.String(), Attempt: 1, Kind: engine.Complete}, t0)
+		ok, changes := p.Report(nil, ns, engine.Report{TaskID: c.Task.ID.String(), Attempt: 1, Kind: engine.Complete}, t0)
 		require.True(t, ok)
 		p.Recorded(changes[0].Task.ID, int64(200+i))
 	}
@@ -123,7 +123,7 @@ func TestFarFuturePayloadsGo(t *testing.T) {
 	soon, later := invocation("send", 0), invocation("send", 0)
 	soon.RunAt, later.RunAt = at(30*time.Second), at(time.Hour)
 	for i, inv := range []engine.Invocation{soon, later} {
-		require.Len(t, p.Invoke(inv, settings(3), "", t0), 1)
+		require.Len(t, p.Invoke(nil, inv, settings(3), "", t0), 1)
 		p.Recorded(inv.TaskID, int64(i))
 	}
 	p.Materialized(0)
@@ -147,7 +147,7 @@ func TestRequeueNeedsThePayloadBack(t *testing.T) {
 	p.Recorded(task.ID, 0)
 	p.Materialized(0)
 	require.True(t, get(t, p, task.ID).PayloadOut, "a running task's payload goes too")
-	ok, changes := p.Report(ns, engine.Report{TaskID: task.ID.String(), Attempt: 1, Kind: engine.Fail}, t0)
+	ok, changes := p.Report(nil, ns, engine.Report{TaskID: task.ID.String(), Attempt: 1, Kind: engine.Fail}, t0)
 	require.True(t, ok)
 	require.Equal(t, taskevent.DeadLettered, changes[0].Type)
 	p.Recorded(task.ID, 1)
@@ -206,7 +206,7 @@ func TestReplayKeepsPayloadsOut(t *testing.T) {
 		inv := invocation("send", 0)
 		inv.Payload = payloadOf(i)
 		ids = append(ids, inv.TaskID)
-		record(live.Invoke(inv, settings(3), "", t0))
+		record(live.Invoke(nil, inv, settings(3), "", t0))
 	}
 	live.Materialized(off - 1)
 	copy.Materialized(off - 1)

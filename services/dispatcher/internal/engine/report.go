@@ -77,15 +77,16 @@ type Report struct {
 // A failure's TimedOut and ErrorCode go on the task; a nack clears them. A
 // report that matches no running attempt (a lease that expired, a task
 // already final, an unknown or malformed id, another namespace) returns
-// ok=false and changes nothing.
-func (p *Partition) Report(ns string, r Report, now time.Time) (ok bool, changes []Change) {
+// false and changes nothing; one that matches returns true and appends its
+// change to changes.
+func (p *Partition) Report(changes []Change, ns string, r Report, now time.Time) (bool, []Change) {
 	id, err := uuid.Parse(r.TaskID)
 	if err != nil || r.Kind < Complete || r.Kind > Pending {
-		return false, nil
+		return false, changes
 	}
 	e, held := p.tasks[id]
 	if !held || e.t.Status != store.Running || e.t.Namespace != ns || e.t.Attempt != r.Attempt {
-		return false, nil
+		return false, changes
 	}
 	p.advance(now)
 	// Free text is repaired, not refused: refusing would leave the task
@@ -100,7 +101,7 @@ func (p *Partition) Report(ns string, r Report, now time.Time) (ok bool, changes
 	if len(r.TraceContext) > 0 {
 		c.TraceHeaders = r.TraceContext
 	}
-	return true, []Change{c}
+	return true, append(changes, c)
 }
 
 // decide moves the running task t as report r says and returns the event.

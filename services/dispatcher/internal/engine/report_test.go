@@ -69,7 +69,7 @@ func TestReport(t *testing.T) {
 			p := engine.New(0)
 			task := running(t, p, tt.maxAttempts, t0)
 			if tt.failFirst {
-				ok, _ := p.Report(ns, engine.Report{TaskID: task.ID.String(), Attempt: 1, Kind: engine.Fail, Error: "first", Retry: true, TimedOut: true, ErrorCode: "E1"}, t0)
+				ok, _ := p.Report(nil, ns, engine.Report{TaskID: task.ID.String(), Attempt: 1, Kind: engine.Fail, Error: "first", Retry: true, TimedOut: true, ErrorCode: "E1"}, t0)
 				require.True(t, ok)
 				task = claimOne(t, p, "send", at(20*time.Second))
 				require.Equal(t, int32(2), task.Attempt)
@@ -78,7 +78,7 @@ func TestReport(t *testing.T) {
 			r := tt.report
 			r.TaskID, r.Attempt = task.ID.String(), task.Attempt
 			r.TraceContext = map[string]string{"traceparent": "00-report"}
-			ok, changes := p.Report(ns, r, now)
+			ok, changes := p.Report(nil, ns, r, now)
 			require.True(t, ok)
 			require.Equal(t, tt.events, types(changes))
 			got := get(t, p, task.ID)
@@ -135,11 +135,11 @@ func TestReportStaleChangesNothing(t *testing.T) {
 		{name: "malformed id", edit: func(r *engine.Report) { r.TaskID = "nope" }},
 		{name: "no kind", edit: func(r *engine.Report) { r.Kind = 0 }},
 		{name: "already final", setup: func(t *testing.T, p *engine.Partition, task engine.Task) {
-			ok, _ := p.Report(ns, engine.Report{TaskID: task.ID.String(), Attempt: 1, Kind: engine.Complete}, t0)
+			ok, _ := p.Report(nil, ns, engine.Report{TaskID: task.ID.String(), Attempt: 1, Kind: engine.Complete}, t0)
 			require.True(t, ok)
 		}},
 		{name: "waiting", setup: func(t *testing.T, p *engine.Partition, task engine.Task) {
-			ok, _ := p.Report(ns, engine.Report{TaskID: task.ID.String(), Attempt: 1, Kind: engine.Pending}, t0)
+			ok, _ := p.Report(nil, ns, engine.Report{TaskID: task.ID.String(), Attempt: 1, Kind: engine.Pending}, t0)
 			require.True(t, ok)
 		}},
 		{name: "lease expired", setup: func(t *testing.T, p *engine.Partition, task engine.Task) {
@@ -164,7 +164,7 @@ func TestReportStaleChangesNothing(t *testing.T) {
 				if tt.ns != "" {
 					reportNS = tt.ns
 				}
-				ok, changes := p.Report(reportNS, r, at(time.Minute))
+				ok, changes := p.Report(nil, reportNS, r, at(time.Minute))
 				require.False(t, ok)
 				require.Empty(t, changes)
 				require.Equal(t, before, get(t, p, task.ID))
@@ -210,7 +210,7 @@ func TestFinish(t *testing.T) {
 			p := engine.New(0)
 			task := running(t, p, 3, t0)
 			if tt.pending {
-				ok, _ := p.Report(ns, engine.Report{TaskID: task.ID.String(), Attempt: 1, Kind: engine.Pending}, t0)
+				ok, _ := p.Report(nil, ns, engine.Report{TaskID: task.ID.String(), Attempt: 1, Kind: engine.Pending}, t0)
 				require.True(t, ok)
 			}
 			if tt.final {
@@ -253,7 +253,7 @@ func TestFinish(t *testing.T) {
 				require.Equal(t, tt.finish.Outcome, got.Outcome)
 			}
 			// The handler's answer, coming after, matches nothing.
-			ok, _ := p.Report(ns, engine.Report{TaskID: task.ID.String(), Attempt: 1, Kind: engine.Complete}, now)
+			ok, _ := p.Report(nil, ns, engine.Report{TaskID: task.ID.String(), Attempt: 1, Kind: engine.Complete}, now)
 			require.False(t, ok)
 		})
 	}

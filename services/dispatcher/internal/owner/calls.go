@@ -595,9 +595,7 @@ type reportOp struct {
 func (o *reportOp) apply(p *partition, now time.Time, changes []engine.Change) []engine.Change {
 	o.ok = make([]bool, len(o.reports))
 	for i, rep := range o.reports {
-		ok, ch := p.eng.Report(o.ns, rep, now)
-		o.ok[i] = ok
-		changes = append(changes, ch...)
+		o.ok[i], changes = p.eng.Report(changes, o.ns, rep, now)
 	}
 	return changes
 }

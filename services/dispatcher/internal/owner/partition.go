@@ -814,14 +814,14 @@ func (p *partition) intake(ctx context.Context, recs []*kgo.Record, now time.Tim
 		a, ok := actions[store.Key(inv.Namespace, inv.Action)]
 		switch {
 		case !ok:
-			changes = append(changes, p.eng.Invoke(inv, nil, engine.RejectNotFound, now)...)
+			changes = p.eng.Invoke(changes, inv, nil, engine.RejectNotFound, now)
 		case !a.Enabled && inv.Origin != "":
 			// A workflow step must not wait on a disabled action; a plain
 			// invocation waits until the action is enabled again.
-			changes = append(changes, p.eng.Invoke(inv, &a.Settings, engine.RejectDisabled, now)...)
+			changes = p.eng.Invoke(changes, inv, &a.Settings, engine.RejectDisabled, now)
 		default:
 			s := a.Settings
-			changes = append(changes, p.eng.Invoke(inv, &s, "", now)...)
+			changes = p.eng.Invoke(changes, inv, &s, "", now)
 		}
 	}
 	p.moved = moved

@@ -43,7 +43,7 @@ func TestAPartitionDoesNotCommitUnderAnIDItsProducerTookBackOnItsOwn(t *testing.
 	eng := engine.New(0)
 	now := time.Now()
 	invoke := func() []engine.Change {
-		return eng.Invoke(engine.Invocation{TaskID: uuid.New(), Namespace: "ns", Action: "a", Payload: []byte(`{}`), InvokedAt: now},
+		return eng.Invoke(nil, engine.Invocation{TaskID: uuid.New(), Namespace: "ns", Action: "a", Payload: []byte(`{}`), InvokedAt: now},
 			&store.Settings{Timeout: time.Minute, MaxAttempts: 1}, "", now)
 	}
 	// Batches under the id the partition took commit, the producer's epoch

@@ -58,7 +58,7 @@ func TestAClaimTakesNoPriorityBelowWhatItWasSharedOutFor(t *testing.T) {
 	p := &partition{eng: engine.New(0)}
 	s := &store.Settings{Timeout: time.Minute, MaxAttempts: 1}
 	invoke := func(prio int32) {
-		p.eng.Invoke(engine.Invocation{TaskID: uuid.New(), Namespace: "ns", Action: "a", Payload: []byte(`{}`), Priority: prio, InvokedAt: now}, s, "", now)
+		p.eng.Invoke(nil, engine.Invocation{TaskID: uuid.New(), Namespace: "ns", Action: "a", Payload: []byte(`{}`), Priority: prio, InvokedAt: now}, s, "", now)
 	}
 	for range 4 {
 		invoke(2)
