@@ -112,9 +112,7 @@ func (b *buffered) fold(o *buffered) {
 type batch struct {
 	// states are every state taken, rejections included.
 	states []*buffered
-	// rows are the rows of the states with a status; owners[i] is the
-	// state rows[i] writes.
-	rows   [][]any
+	// owners are the states with a status: the rows the batch writes.
 	owners []*buffered
 	// stop holds, per partition, the first events offset of the states
 	// left to the batches after this one.
@@ -504,10 +502,9 @@ func stopAt(stop map[int32]int64, b *buffered) {
 // newBatch makes the batch writing states, whose partitions' events offsets
 // stop at stop's when it has one.
 func newBatch(states []*buffered, stop map[int32]int64) *batch {
-	out := &batch{states: states, rows: make([][]any, 0, len(states)), owners: make([]*buffered, 0, len(states)), stop: stop}
+	out := &batch{states: states, owners: make([]*buffered, 0, len(states)), stop: stop}
 	for _, b := range states {
 		if b.Task.Status != "" {
-			out.rows = append(out.rows, row(b.Entry))
 			out.owners = append(out.owners, b)
 		}
 	}
@@ -520,7 +517,7 @@ func newBatch(states []*buffered, stop map[int32]int64) *batch {
 // comment).
 func (m *Materializer) writeBatch(ctx context.Context, b *batch) error {
 	marks, reached := m.marks(b, nil)
-	n, err := m.inTx(ctx, b.rows, marks)
+	n, err := m.inTx(ctx, b.owners, marks)
 	var refused map[*buffered]error
 	if err != nil {
 		if m.transient(ctx, err) {
@@ -548,11 +545,11 @@ func (m *Materializer) writeBatch(ctx context.Context, b *batch) error {
 }
 
 // inTx writes rows and marks in a transaction of their own.
-func (m *Materializer) inTx(ctx context.Context, rows [][]any, marks []mark) (int64, error) {
+func (m *Materializer) inTx(ctx context.Context, states []*buffered, marks []mark) (int64, error) {
 	var n int64
 	err := pg.InTx(ctx, m.pool, func(tx pgx.Tx) error {
 		var err error
-		n, err = write(ctx, tx, m.partitions, rows, marks)
+		n, err = write(ctx, tx, m.partitions, states, marks)
 		return err
 	})
 	return n, err
@@ -591,7 +588,7 @@ func (m *Materializer) isolate(ctx context.Context, b *batch, cause error) (map[
 		}
 		mid := (lo + hi) / 2
 		for _, half := range [][2]int{{lo, mid}, {mid, hi}} {
-			w, err := m.inTx(ctx, b.rows[half[0]:half[1]], nil)
+			w, err := m.inTx(ctx, b.owners[half[0]:half[1]], nil)
 			switch {
 			case err == nil:
 				m.written.Add(ctx, w)
@@ -605,7 +602,7 @@ func (m *Materializer) isolate(ctx context.Context, b *batch, cause error) (map[
 		}
 		return nil
 	}
-	if err := split(0, len(b.rows), cause); err != nil {
+	if err := split(0, len(b.owners), cause); err != nil {
 		return nil, err
 	}
 	return refused, nil

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/metric/noop"
 
@@ -41,7 +40,7 @@ func TestTakeCutsOffsetsBeforeStatesLeftBehind(t *testing.T) {
 	require.Zero(t, len(m.buf))
 	require.Equal(t, int64(maxBatch+1), m.Lag())
 	first, second := batches[0], batches[1]
-	require.Len(t, first.rows, maxBatch)
+	require.Len(t, first.owners, maxBatch)
 	require.NotContains(t, ids(first), a)
 	require.Equal(t, []mark{
 		{partition: 0, events: 5000, commands: 4999 / 2, last: 9998},
@@ -54,9 +53,9 @@ func TestTakeCutsOffsetsBeforeStatesLeftBehind(t *testing.T) {
 
 // ids are the task ids of a batch's rows.
 func ids(b *batch) []uuid.UUID {
-	out := make([]uuid.UUID, len(b.rows))
-	for i, r := range b.rows {
-		out[i] = r[0].(pgtype.UUID).Bytes
+	out := make([]uuid.UUID, len(b.owners))
+	for i, s := range b.owners {
+		out[i] = s.Task.ID
 	}
 	return out
 }
