@@ -43,7 +43,8 @@ dev: ## run the whole platform in the foreground (ctrl-C stops it)
 FUZZ_TARGETS := FuzzParse:./services/workflow/internal/definition \
 	FuzzResolve:./services/workflow/internal/mapping \
 	FuzzAdvance:./services/workflow/internal/engine \
-	FuzzPartition:./services/dispatcher/internal/engine
+	FuzzPartition:./services/dispatcher/internal/engine \
+	FuzzPublicMatchesProtoUnmarshal:./proto/codec
 FUZZTIME ?= 50000x
 
 test: ## every test, against real Postgres and a real Kafka-protocol broker, then each fuzz target briefly

@@ -242,9 +242,9 @@ func TestNULInEveryClientTextField(t *testing.T) {
 }
 
 // TestInvalidUTF8IsRefused: invalid UTF-8 in a string field never reaches a
-// handler. gRPC's protobuf codec refuses the message (grpc-go reports every
-// decode failure as Internal, naming the cause) and grpc-gateway's JSON
-// decoder refuses the body with 400.
+// handler. The public port's codec refuses the message (grpc-go reports every
+// decode failure as Internal, naming the cause: here the field) and
+// grpc-gateway's JSON decoder refuses the body with 400.
 func TestInvalidUTF8IsRefused(t *testing.T) {
 	s := startStack(t)
 	_, err := s.actions.RegisterAction(testContext(t), &flov1.RegisterActionRequest{Namespace: "default", Name: "known"})
@@ -262,7 +262,7 @@ func TestInvalidUTF8IsRefused(t *testing.T) {
 	var out rawMessage
 	err = s.conn.Invoke(testContext(t), flov1.TaskService_InvokeTask_FullMethodName, rawMessage(raw), &out, grpc.ForceCodecV2(rawCodec{}))
 	require.Error(t, err)
-	require.Contains(t, status.Convert(err).Message(), "invalid UTF-8")
+	require.Contains(t, status.Convert(err).Message(), "flo.v1.InvokeTaskRequest.idempotency_key: string field contains invalid UTF-8")
 
 	resp := s.rest(t, http.MethodPost, "/v1/namespaces/default/actions/known/invoke", []byte("{\"idempotencyKey\": \"k\xff\"}"))
 	require.Equal(t, http.StatusBadRequest, resp.status, "%s", resp.raw)
