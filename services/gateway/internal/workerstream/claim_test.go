@@ -57,6 +57,24 @@ func TestPoolCreditIsCapped(t *testing.T) {
 	require.Len(t, p.list, 2, "a Ready that adds nothing leaves no grant")
 }
 
+// A full set looks for long-ended leases only once its earliest can have
+// ended, and an attempt adopted from another stream counts as early as any.
+func TestHeldSweepsOnceTheEarliestLeaseEnded(t *testing.T) {
+	now := time.Unix(1000, 0)
+	h := newHeld(2)
+	h.add([]*flov1.TaskAssignment{
+		{TaskId: "a", LeaseUntil: timestamppb.New(now.Add(time.Minute))},
+		{TaskId: "b", LeaseUntil: timestamppb.New(now.Add(2 * time.Minute))},
+	}, now)
+	require.Zero(t, h.room(now))
+	h.put(attemptKey("adopted", 1), now.Add(-2*leaseGrace))
+	require.Zero(t, h.room(now), "the adopted attempt's lease ended long ago")
+	require.Equal(t, 2, h.len())
+	later := now.Add(time.Minute + leaseGrace + time.Second)
+	require.Equal(t, 1, h.room(later), "a's lease ended long ago by then")
+	require.Equal(t, 1, h.len(), "b's lease is still live")
+}
+
 func TestPoolKeySeparatesActionsAndLease(t *testing.T) {
 	require.NotEqual(t, poolKey([]string{"a", "b"}, 0), poolKey([]string{"ab"}, 0))
 	require.NotEqual(t, poolKey([]string{"a"}, 0), poolKey([]string{"a"}, 1))

@@ -22,6 +22,9 @@ type untilSet struct {
 	mu sync.Mutex
 	// ids is nil until an id is added, and again after takeAll.
 	ids map[string]time.Time
+	// earliest is at or before the earliest time in ids (zero: none known),
+	// so a sweep for ended times is skipped until then.
+	earliest time.Time
 
 	// empty, once made by emptied, receives a signal whenever the set
 	// becomes empty.
@@ -45,6 +48,9 @@ func (u *untilSet) setLocked(id string, until time.Time) {
 		u.ids = make(map[string]time.Time)
 	}
 	u.ids[id] = until
+	if u.earliest.IsZero() || until.Before(u.earliest) {
+		u.earliest = until
+	}
 }
 
 // has says whether id is in the set.
@@ -81,7 +87,7 @@ func (u *untilSet) takeAll() map[string]time.Time {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	all := u.ids
-	u.ids = nil
+	u.ids, u.earliest = nil, time.Time{}
 	return all
 }
 
@@ -152,14 +158,20 @@ func (h *held) extend(key string, until time.Time) {
 
 // room returns how many more tasks the session may hand out. When full it
 // first drops tasks whose lease ended long ago, which a worker that never
-// reported would otherwise pin forever.
+// reported would otherwise pin forever; it looks through them only once the
+// earliest lease can have ended so long ago, since a busy stream is full
+// at every claim.
 func (h *held) room(now time.Time) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.ids) >= h.max {
+	if len(h.ids) >= h.max && now.After(h.earliest.Add(leaseGrace)) {
+		h.earliest = time.Time{}
 		for id, until := range h.ids {
-			if now.After(until.Add(leaseGrace)) {
+			switch {
+			case now.After(until.Add(leaseGrace)):
 				delete(h.ids, id)
+			case h.earliest.IsZero() || until.Before(h.earliest):
+				h.earliest = until
 			}
 		}
 	}
