@@ -152,7 +152,7 @@ func (p *Partition) Claim(ns string, actions []string, slots []Slot, now time.Ti
 		p.put(e, t)
 		// changes has room for every task the claim can take, so the
 		// pointer stays valid.
-		changes = append(changes, Change{Type: taskevent.Started, Task: t})
+		changes = append(changes, Change{Type: taskevent.Started, Task: t}.madeTo(e))
 		claimed = append(claimed, Claimed{Task: &changes[len(changes)-1].Task, Slot: i})
 	}
 	return claimed, changes

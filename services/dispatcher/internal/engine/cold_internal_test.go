@@ -52,3 +52,27 @@ func TestGoingColdLetsTheEntriesGo(t *testing.T) {
 	}
 	require.Empty(t, p.delayed.items, "delayed tasks go cold first")
 }
+
+// A change recorded late, after its task was done and let go, reaches the
+// entry it was made to only while that entry is unchanged: it changes
+// nothing once the entry left, as a lookup by id would find nothing.
+func TestRecordedAllSkipsAnEntryThatChangedSince(t *testing.T) {
+	t.Parallel()
+	p := New(0)
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	set := &store.Settings{Timeout: time.Minute, MaxAttempts: 1}
+	inv := Invocation{TaskID: uuid.New(), Namespace: "ns", Action: "a", Payload: []byte("{}"), InvokedAt: now}
+	created := p.Invoke(nil, inv, set, "", now)
+	_, started := p.Claim("ns", []string{"a"}, make([]Slot, 1), now)
+	ok, done := p.Report(nil, "ns", Report{TaskID: inv.TaskID.String(), Attempt: 1, Kind: Complete}, now)
+	require.True(t, ok)
+	e := p.tasks[inv.TaskID]
+	p.RecordedAll(append(started, done...), []int64{1, 2})
+	require.Equal(t, int64(2), e.last, "the entry took the offset of its last change")
+	p.Materialized(2)
+	require.False(t, p.Has(inv.TaskID), "the done task was let go")
+
+	p.RecordedAll(created, []int64{3})
+	require.Equal(t, int64(2), e.last, "the entry it was made to had changed since")
+	require.Empty(t, p.evictable.items)
+}

@@ -90,6 +90,18 @@ type Change struct {
 	// TraceHeaders, when set, are the W3C headers of the span that caused it
 	// (a worker's report); else the task's own TraceContext is used.
 	TraceHeaders map[string]string
+	// made is the entry the change was made to, and gen its generation
+	// right after: RecordedAll finds the entry through them, without a
+	// lookup, while it has not changed since. Nil on changes of no held
+	// task, and on those made elsewhere.
+	made *entry
+	gen  uint32
+}
+
+// madeTo is c marked as made to e, as it is now.
+func (c Change) madeTo(e *entry) Change {
+	c.made, c.gen = e, e.gen
+	return c
 }
 
 // entry is a held task and where it is indexed.
@@ -252,10 +264,28 @@ func (p *Partition) Apply(c Change) {
 // Recorded tells the partition that a change of task id was committed at
 // this events offset.
 func (p *Partition) Recorded(id uuid.UUID, offset int64) {
-	e, ok := p.tasks[id]
-	if !ok {
-		return
+	if e, ok := p.tasks[id]; ok {
+		p.recorded1(e, offset)
 	}
+}
+
+// RecordedAll tells the partition that each of changes, which it made, was
+// committed at the offset of the same index. A change whose entry has not
+// changed since (no later change, no eviction: each moves its generation on)
+// reaches it directly; looking each task up again was a tenth of a loaded
+// partition's CPU, most of it waiting on memory.
+func (p *Partition) RecordedAll(changes []Change, offsets []int64) {
+	for i := range changes {
+		if c := &changes[i]; c.made != nil && c.made.gen == c.gen {
+			p.recorded1(c.made, offsets[i])
+		} else {
+			p.Recorded(c.Task.ID, offsets[i])
+		}
+	}
+}
+
+// recorded1 records that e's last change was committed at offset.
+func (p *Partition) recorded1(e *entry, offset int64) {
 	e.last = offset
 	p.pinPayload(e)
 	if e.t.Final() {

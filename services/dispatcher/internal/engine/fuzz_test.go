@@ -89,12 +89,18 @@ func (s *sim) record(changes []engine.Change) {
 	stamp := s.offset
 	recs, err := engine.EncodeAll(changes, 1, stamp)
 	require.NoError(t, err)
+	// The live partition takes the batch's offsets as the owner gives them,
+	// the copy one by one as a rebuild does.
+	offsets := make([]int64, len(changes))
+	for i := range offsets {
+		offsets[i] = s.offset + int64(i)
+	}
+	s.live.RecordedAll(changes, offsets)
 	for i, c := range changes {
 		got, cmd, err := engine.Decode(recs[i])
 		require.NoError(t, err)
 		require.Equal(t, stamp, cmd)
 		s.copy.Apply(got)
-		s.live.Recorded(c.Task.ID, s.offset)
 		s.copy.Recorded(c.Task.ID, s.offset)
 		s.last[c.Task.ID] = s.offset
 		v := c.Task

@@ -65,8 +65,9 @@ func (p *Partition) Invoke(changes []Change, inv Invocation, s *store.Settings, 
 		Payload: inv.Payload, IdempotencyKey: inv.IdempotencyKey, Settings: settings, TraceContext: inv.TraceContext,
 		Origin: inv.Origin, CreatedAt: inv.InvokedAt, RunAt: runAt, UpdatedAt: now,
 	}
-	p.put(p.hold(t.ID), t)
-	return append(changes, Change{Type: taskevent.Created, Task: t})
+	e := p.hold(t.ID)
+	p.put(e, t)
+	return append(changes, Change{Type: taskevent.Created, Task: t}.madeTo(e))
 }
 
 // rejection is the task a REJECTED event reports for inv: its action is

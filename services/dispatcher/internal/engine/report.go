@@ -97,7 +97,7 @@ func (p *Partition) Report(changes []Change, ns string, r Report, now time.Time)
 	t.LeaseUntil, t.UpdatedAt = time.Time{}, now
 	typ := decide(&t, r, now)
 	p.put(e, t)
-	c := Change{Type: typ, Task: t}
+	c := Change{Type: typ, Task: t}.madeTo(e)
 	if len(r.TraceContext) > 0 {
 		c.TraceHeaders = r.TraceContext
 	}

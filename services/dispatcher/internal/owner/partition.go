@@ -682,8 +682,8 @@ func (p *partition) batch(ctx context.Context, ops []op) error {
 	}
 	entries := p.entries[:0]
 	cmd := p.cmdNext.Load()
+	p.eng.RecordedAll(changes, offsets)
 	for i, c := range changes {
-		p.eng.Recorded(c.Task.ID, offsets[i])
 		entries = append(entries, view.Entry{Partition: p.id, Offset: offsets[i], CmdOffset: cmd, Task: c.Task})
 	}
 	// Add copies the entries.
