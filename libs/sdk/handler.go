@@ -17,6 +17,11 @@ import (
 // tracerName identifies the SDK's spans among the application's.
 const tracerName = "github.com/razorbill/flo-go"
 
+// tracer makes the SDK's spans. Taken once: the global provider's tracers
+// follow the provider the application sets later, and asking the provider
+// for one per task cost as much as the rest of starting the task's span.
+var tracer = otel.Tracer(tracerName)
+
 // handlerFunc is the one shape every registered handler is adapted to.
 type handlerFunc func(*ActionContext) (outcome string, body []byte, err error)
 
@@ -129,7 +134,7 @@ func resultMessage(r *flov1.Result) *flov1.WorkerMessage {
 // cancellation: handlers finish even when the worker is stopping.
 func (w *ActionWorker) execute(base context.Context, task *flov1.TaskAssignment, h handlerFunc) *flov1.WorkerMessage {
 	parent := otel.GetTextMapPropagator().Extract(base, propagation.MapCarrier(task.GetTraceContext()))
-	ctx, span := otel.Tracer(tracerName).Start(parent, "flo.action "+task.GetAction(),
+	ctx, span := tracer.Start(parent, "flo.action "+task.GetAction(),
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(
 			attribute.String("flo.task.id", task.GetTaskId()),

@@ -254,7 +254,7 @@ func (w *StreamWorker) startRecord(ctx context.Context, rec *flov1.StreamRecord)
 // process runs the handler for rec inside its trace span and returns the ack or nack that
 // settles it; nil when the message timeout settled it first.
 func (w *StreamWorker) process(rec *flov1.StreamRecord) *flov1.WorkerMessage {
-	ctx, span := otel.Tracer(tracerName).Start(w.parent(rec.GetTraceContext()), "flo.stream "+w.opts.Stream,
+	ctx, span := tracer.Start(w.parent(rec.GetTraceContext()), "flo.stream "+w.opts.Stream,
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(w.spanAttrs...),
 		trace.WithAttributes(
