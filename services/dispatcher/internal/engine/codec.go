@@ -54,6 +54,12 @@ func EncodeAll(changes []Change, partition int32, cmdOffset int64) ([]*kgo.Recor
 	return recs, nil
 }
 
+// The most a chunk of an encoder is made for beyond one record's need.
+const (
+	chunkBytes   = 64 << 10
+	chunkHeaders = 1 << 10
+)
+
 // encoder encodes one batch's records.
 type encoder struct {
 	// cmd is the stamp's value, shared by every record.
@@ -63,19 +69,21 @@ type encoder struct {
 	// bytes and headers are the free ends of the chunks the records'
 	// bytes and headers are carved from; left is how many records are
 	// still to encode, the current one included. A chunk holds what the
-	// record that needs it takes, times left: a batch's records are alike,
-	// so it makes about one of each.
+	// record that needs it takes, times left (up to a bound): a batch's
+	// records are alike, so it makes about one of each.
 	bytes   []byte
 	headers []kgo.RecordHeader
 	left    int
 }
 
 // carve returns n elements of the chunk free is the unused end of, making
-// a new chunk of n times left when it has not room. The result's capacity
-// is n, so nothing appended to it runs into its neighbour.
-func carve[T any](free *[]T, n, left int) []T {
+// a new chunk when it has not room: of n times left, but at most most
+// unless n is more, so one large record (a big payload) does not size the
+// chunk of a thousand after it. The result's capacity is n, so nothing
+// appended to it runs into its neighbour.
+func carve[T any](free *[]T, n, left, most int) []T {
 	if cap(*free)-len(*free) < n {
-		*free = make([]T, 0, n*left)
+		*free = make([]T, 0, max(n, min(n*left, most)))
 	}
 	at := len(*free)
 	*free = (*free)[:at+n]
@@ -152,7 +160,7 @@ func (e *encoder) encode(rec *kgo.Record, c *Change, partition int32) error {
 	for _, v := range trace {
 		need += len(v)
 	}
-	room := carve(&e.bytes, need, e.left)
+	room := carve(&e.bytes, need, e.left, chunkBytes)
 	value := room[:size:size]
 	if _, err := ev.MarshalToSizedBufferVT(value); err != nil {
 		return fmt.Errorf("encode %s event of task %s: %w", ev.Type, t.ID, err)
@@ -165,7 +173,7 @@ func (e *encoder) encode(rec *kgo.Record, c *Change, partition int32) error {
 		return b
 	}
 	key := cut(ev.TaskId)
-	headers := carve(&e.headers, len(trace)+1, e.left)[:0]
+	headers := carve(&e.headers, len(trace)+1, e.left, chunkHeaders)[:0]
 	for k, v := range trace {
 		headers = append(headers, kgo.RecordHeader{Key: k, Value: cut(v)})
 	}

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -217,6 +218,27 @@ func traceValues(rec *kgo.Record) [][]byte {
 		}
 	}
 	return out
+}
+
+// A large record early in a batch does not size the chunks the records
+// after it are carved from.
+func TestEncodeAllSizesChunksByTheBatch(t *testing.T) {
+	p := engine.New(0)
+	var changes []engine.Change
+	for i := range 1000 {
+		inv := invocation("a", 0)
+		if i == 0 {
+			inv.Payload = make([]byte, 1<<20)
+		}
+		changes = p.Invoke(changes, inv, settings(3), "", t0)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	recs, err := engine.EncodeAll(changes, 0, 1)
+	runtime.ReadMemStats(&after)
+	require.NoError(t, err)
+	require.Len(t, recs, 1000)
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(8<<20), "a 1 MiB payload and 999 small tasks")
 }
 
 // BenchmarkEncodeAll encodes a batch of 100 new tasks with a trace context,
