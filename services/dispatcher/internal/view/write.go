@@ -111,8 +111,8 @@ func appendRow(dst []any, e *Entry) []any {
 }
 
 // rowsOf is the COPY source of states' rows. Each row is made as COPY takes
-// it, into one list: COPY encodes a row before it asks for the next, and
-// a list per row was a fifth of what writing the view allocated.
+// it, into one list: COPY encodes a row before it asks for the next, and a
+// list per row was more than half of what making the rows allocated.
 func rowsOf(states []*buffered) pgx.CopyFromSource {
 	row := make([]any, 0, len(columns))
 	next := 0
