@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/razorbill/flo/libs/fault"
 	"github.com/razorbill/flo/libs/kafka"
@@ -549,7 +550,10 @@ func (o *claimOp) done(err error) {
 
 // Report applies reports about tasks of partitions this replica owns and
 // returns the ids of those that matched no running attempt. Reports of
-// partitions it does not own are rejected with ErrNotOwner as a whole.
+// partitions it does not own are rejected with ErrNotOwner as a whole. Every
+// partition gets its reports before Report waits for any: a worker's slot
+// comes back when its report is recorded, and waiting for one partition's
+// commit after another made a call of eight partitions take eight commits.
 func (r *Replica) Report(ctx context.Context, ns string, reports []engine.Report) ([]string, error) {
 	if len(reports) == 0 {
 		return nil, nil
@@ -558,28 +562,52 @@ func (r *Replica) Report(ctx context.Context, ns string, reports []engine.Report
 		return nil, err
 	}
 	byPart := map[int32][]engine.Report{}
-	var rejected []string
 	for _, rep := range reports {
 		id := r.PartitionOf(rep.TaskID)
 		byPart[id] = append(byPart[id], rep)
 	}
+	type call struct {
+		p     *partition
+		o     *reportOp
+		spans []trace.Span
+	}
+	calls := make([]call, 0, len(byPart))
 	for id, reps := range byPart {
 		p := r.part(id)
 		if p == nil {
 			return nil, ErrNotOwner
 		}
-		spans := startReportSpans(ctx, reps)
-		o := &reportOp{ns: ns, reports: reps, answer: make(chan error, 1)}
-		_, err := p.submit(ctx, o, o.answer)
-		endReportSpans(spans, o.ok, err)
-		if err != nil {
-			return nil, err
+		calls = append(calls, call{p: p, o: &reportOp{ns: ns, reports: reps, answer: make(chan error, 1)}})
+	}
+	// After a partition refuses its reports (it stopped, ctx ended) no
+	// other is given any; those given some already are waited for, and
+	// the caller tries them all again.
+	var failed error
+	queued := make([]call, 0, len(calls))
+	for _, c := range calls {
+		c.spans = startReportSpans(ctx, c.o.reports)
+		if failed = c.p.enqueue(ctx, c.o); failed != nil {
+			endReportSpans(c.spans, nil, failed)
+			break
 		}
-		for i, ok := range o.ok {
+		queued = append(queued, c)
+	}
+	var rejected []string
+	for _, c := range queued {
+		err := await(ctx, c.o.answer)
+		endReportSpans(c.spans, c.o.ok, err)
+		if err != nil {
+			failed = cmp.Or(failed, err)
+			continue
+		}
+		for i, ok := range c.o.ok {
 			if !ok {
-				rejected = append(rejected, reps[i].TaskID)
+				rejected = append(rejected, c.o.reports[i].TaskID)
 			}
 		}
+	}
+	if failed != nil {
+		return nil, failed
 	}
 	r.metrics.stale.Add(ctx, int64(len(rejected)))
 	return rejected, nil

@@ -281,18 +281,31 @@ func (p *partition) refuseQueued() {
 // submit queues o and waits for its answer. queued says whether o was
 // queued: then it is answered on answered even when ctx ended first.
 func (p *partition) submit(ctx context.Context, o op, answered <-chan error) (queued bool, err error) {
+	if err := p.enqueue(ctx, o); err != nil {
+		return false, err
+	}
+	return true, await(ctx, answered)
+}
+
+// enqueue hands o to the partition's goroutine without waiting for it.
+func (p *partition) enqueue(ctx context.Context, o op) error {
 	select {
 	case p.ops <- o:
+		return nil
 	case <-p.exited:
-		return false, ErrNotOwner
+		return ErrNotOwner
 	case <-ctx.Done():
-		return false, ctx.Err()
+		return ctx.Err()
 	}
+}
+
+// await waits for the answer of an op enqueued, or for ctx to end.
+func await(ctx context.Context, answered <-chan error) error {
 	select {
 	case err := <-answered:
-		return true, err
+		return err
 	case <-ctx.Done():
-		return true, ctx.Err()
+		return ctx.Err()
 	}
 }
 
