@@ -70,15 +70,22 @@ func decodeInvocation(r *kgo.Record) (engine.Invocation, error) {
 	if cmd.GetRunAt().IsValid() {
 		inv.RunAt = cmd.GetRunAt().AsTime()
 	}
-	ctx, span := tracer.Start(kafka.ExtractTrace(context.Background(), r), "enqueue "+inv.Action,
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
-			attribute.String("flo.task_id", inv.TaskID.String()),
-			attribute.String("flo.namespace", inv.Namespace),
-			attribute.String("flo.action", inv.Action),
-		))
+	ctx := kafka.ExtractTrace(context.Background(), r)
+	// While nothing records spans, a span under a valid parent would be no
+	// span (telemetry's pass-through): its name and attributes, made for
+	// every task, are skipped, and the parent's context goes on as it would.
+	if telemetry.Recording() || !trace.SpanContextFromContext(ctx).IsValid() {
+		var span trace.Span
+		ctx, span = tracer.Start(ctx, "enqueue "+inv.Action,
+			trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(
+				attribute.String("flo.task_id", inv.TaskID.String()),
+				attribute.String("flo.namespace", inv.Namespace),
+				attribute.String("flo.action", inv.Action),
+			))
+		defer span.End()
+	}
 	inv.TraceContext = kafka.TraceHeaders(ctx)
-	span.End()
 	return inv, nil
 }
 
