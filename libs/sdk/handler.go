@@ -134,16 +134,20 @@ func resultMessage(r *flov1.Result) *flov1.WorkerMessage {
 // cancellation: handlers finish even when the worker is stopping.
 func (w *ActionWorker) execute(base context.Context, task *flov1.TaskAssignment, h handlerFunc) *flov1.WorkerMessage {
 	parent := otel.GetTextMapPropagator().Extract(base, propagation.MapCarrier(task.GetTraceContext()))
-	ctx, span := tracer.Start(parent, "flo.action "+task.GetAction(),
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
+	ctx, span := tracer.Start(parent, "flo.action "+task.GetAction(), trace.WithSpanKind(trace.SpanKindConsumer))
+	defer span.End()
+	// Set once the span records, so a worker that exports no traces does
+	// not build them for every task only to drop them. The sampler, which
+	// runs at the start, does not see them.
+	if span.IsRecording() {
+		span.SetAttributes(
 			attribute.String("flo.task.id", task.GetTaskId()),
 			attribute.String("flo.action", task.GetAction()),
 			attribute.Int("flo.task.attempt", int(task.GetAttempt())),
 			attribute.String("flo.namespace", w.client.namespace),
 			attribute.String("flo.worker.id", w.opts.WorkerID),
-		))
-	defer span.End()
+		)
+	}
 	ctx, cancel := context.WithTimeout(ctx, w.opts.ActionTimeout)
 	defer cancel()
 

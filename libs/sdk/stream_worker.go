@@ -254,14 +254,16 @@ func (w *StreamWorker) startRecord(ctx context.Context, rec *flov1.StreamRecord)
 // process runs the handler for rec inside its trace span and returns the ack or nack that
 // settles it; nil when the message timeout settled it first.
 func (w *StreamWorker) process(rec *flov1.StreamRecord) *flov1.WorkerMessage {
-	ctx, span := tracer.Start(w.parent(rec.GetTraceContext()), "flo.stream "+w.opts.Stream,
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(w.spanAttrs...),
-		trace.WithAttributes(
+	ctx, span := tracer.Start(w.parent(rec.GetTraceContext()), "flo.stream "+w.opts.Stream, trace.WithSpanKind(trace.SpanKindConsumer))
+	defer span.End()
+	// As an action's span (handler.go): built only for a span that records.
+	if span.IsRecording() {
+		span.SetAttributes(w.spanAttrs...)
+		span.SetAttributes(
 			attribute.String("flo.record.id", rec.GetId()),
 			attribute.Int("flo.record.delivery_count", int(rec.GetDeliveryCount())),
-		))
-	defer span.End()
+		)
+	}
 	ctx, cancel := context.WithTimeout(ctx, w.opts.MessageTimeout)
 	defer cancel()
 

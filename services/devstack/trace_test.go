@@ -109,8 +109,47 @@ func TestOneTraceFollowsAnInvocationToItsCompletion(t *testing.T) {
 	gateway := child(t, spans, root, "flo.v1.TaskService/InvokeTask")
 	intake := child(t, spans, gateway, "enqueue traced")
 	handler := child(t, spans, intake, "flo.action traced")
+	for _, a := range []attribute.KeyValue{attribute.String("flo.task.id", id), attribute.String("flo.action", "traced"),
+		attribute.Int("flo.task.attempt", 1), attribute.String("flo.namespace", "default")} {
+		require.Contains(t, handler.Attributes(), a)
+	}
+	require.True(t, slices.ContainsFunc(handler.Attributes(), func(a attribute.KeyValue) bool {
+		return a.Key == "flo.worker.id" && a.Value.AsString() != ""
+	}), "the handler's span names its worker: %v", handler.Attributes())
 	report := child(t, spans, handler, "report completion")
 	require.Contains(t, report.Attributes(), attribute.Bool("flo.report.accepted", true))
+}
+
+// A stream record's handler span joins the trace of the append that wrote
+// it and says which record, stream and group it handled.
+func TestAStreamRecordIsHandledInItsAppendersTrace(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	e := newEnvWith(t, nil, devstack.WithSpanProcessor(rec))
+	client := e.client(t, "default")
+	ctx := context.Background()
+	_, err := client.CreateStream(ctx, "traced-orders", flo.StreamOptions{})
+	require.NoError(t, err)
+	_, err = client.CreateGroup(ctx, "traced-orders", "billing", flo.GroupOptions{})
+	require.NoError(t, err)
+	e.streamWorker(t, flo.StreamWorkerOptions{Stream: "traced-orders", Group: "billing"}, func(*flo.StreamContext) error { return nil })
+
+	actx, span := clientSpan("client append")
+	id, err := client.Append(actx, "traced-orders", map[string]string{"k": "v"})
+	span.End()
+	require.NoError(t, err)
+
+	spans := traceOf(t, rec, span.SpanContext().TraceID(), "flo.stream traced-orders")
+	var handler sdktrace.ReadOnlySpan
+	for _, s := range spans {
+		if s.Name() == "flo.stream traced-orders" {
+			handler = s
+		}
+	}
+	for _, a := range []attribute.KeyValue{attribute.String("flo.record.id", id), attribute.Int("flo.record.delivery_count", 1),
+		attribute.String("flo.stream", "traced-orders"), attribute.String("flo.stream.group", "billing"),
+		attribute.String("flo.namespace", "default")} {
+		require.Contains(t, handler.Attributes(), a)
+	}
 }
 
 func TestOneTraceFollowsAWorkflowRunThroughItsStep(t *testing.T) {

@@ -561,23 +561,33 @@ func (r *Replica) Report(ctx context.Context, ns string, reports []engine.Report
 	if err := text.Name("namespace", ns); err != nil {
 		return nil, err
 	}
-	byPart := map[int32][]engine.Report{}
-	for _, rep := range reports {
-		id := r.PartitionOf(rep.TaskID)
-		byPart[id] = append(byPart[id], rep)
+	// The reports are grouped by partition into one list: counted per
+	// partition first, then each partition's call takes its share of it.
+	ids := make([]int32, len(reports))
+	slot := map[int32]int{} // a partition's count, then its call's index
+	for i, rep := range reports {
+		ids[i] = r.PartitionOf(rep.TaskID)
+		slot[ids[i]]++
 	}
 	type call struct {
 		p     *partition
 		o     *reportOp
 		spans []trace.Span
 	}
-	calls := make([]call, 0, len(byPart))
-	for id, reps := range byPart {
+	calls := make([]call, 0, len(slot))
+	grouped := make([]engine.Report, len(reports))
+	for id, n := range slot {
 		p := r.part(id)
 		if p == nil {
 			return nil, ErrNotOwner
 		}
-		calls = append(calls, call{p: p, o: &reportOp{ns: ns, reports: reps, answer: make(chan error, 1)}})
+		slot[id] = len(calls)
+		calls = append(calls, call{p: p, o: &reportOp{ns: ns, reports: grouped[:0:n], answer: make(chan error, 1)}})
+		grouped = grouped[n:]
+	}
+	for i, rep := range reports {
+		o := calls[slot[ids[i]]].o
+		o.reports = append(o.reports, rep)
 	}
 	// After a partition refuses its reports (it stopped, ctx ended) no
 	// other is given any; those given some already are waited for, and

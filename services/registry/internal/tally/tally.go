@@ -110,12 +110,19 @@ func (t *Tally) HandleRecords(ctx context.Context, records []*kgo.Record) error 
 	if len(records) == 0 {
 		return nil
 	}
-	events := make([]Event, 0, len(records))
+	// Two of a task's three events (created, started) count for no one:
+	// they are skipped by their type alone, without a decode, and the list
+	// is sized for the others.
+	counted := 0
+	for _, r := range records {
+		if !ignored(r) {
+			counted++
+		}
+	}
+	events := make([]Event, 0, counted)
 	var poison []error
 	for _, r := range records {
-		// Two of a task's three events (created, started) count for no
-		// one: they are skipped by their type alone, without a decode.
-		if typ, ok := protopeek.Varint(r.Value, typeNumber); ok && OutcomeOf(eventsv1.TaskEventType(typ)) == Ignored {
+		if ignored(r) {
 			continue
 		}
 		e, err := decode(r)
@@ -123,7 +130,10 @@ func (t *Tally) HandleRecords(ctx context.Context, records []*kgo.Record) error 
 			poison = append(poison, kafka.Poison(r, err))
 			continue
 		}
-		events = append(events, e)
+		// Without a worker there is no one to count for.
+		if e.Outcome != Ignored && e.Namespace != "" {
+			events = append(events, e)
+		}
 	}
 	first, last := records[0], records[len(records)-1]
 	if err := t.apply(ctx, first.Topic, first.Partition, events, last.Offset+1); err != nil {
@@ -134,6 +144,13 @@ func (t *Tally) HandleRecords(ctx context.Context, records []*kgo.Record) error 
 
 // typeNumber is the number of TaskEvent's type field.
 var typeNumber = (&eventsv1.TaskEvent{}).ProtoReflect().Descriptor().Fields().ByName("type").Number()
+
+// ignored reports whether r's event type alone says it counts for no one; a
+// record whose type cannot be read is decoded, to be counted or refused.
+func ignored(r *kgo.Record) bool {
+	typ, ok := protopeek.Varint(r.Value, typeNumber)
+	return ok && OutcomeOf(eventsv1.TaskEventType(typ)) == Ignored
+}
 
 func decode(r *kgo.Record) (Event, error) {
 	var ev eventsv1.TaskEvent
@@ -156,19 +173,12 @@ func decode(r *kgo.Record) (Event, error) {
 	return e, nil
 }
 
-// apply counts, in one transaction, the events of a partition that are about
-// a worker's attempt and at or past the partition's stored next offset, and
-// moves that offset forward to next. The offset row is locked first, so a
-// batch another replica is applying (a rebalance overlap) or applied (a
+// apply counts, in one transaction, the events of a partition (each about a
+// worker's attempt) at or past the partition's stored next offset, and moves
+// that offset forward to next. The offset row is locked first, so a batch
+// another replica is applying (a rebalance overlap) or applied (a
 // redelivery) is counted once.
-func (t *Tally) apply(ctx context.Context, topic string, partition int32, events []Event, next int64) error {
-	relevant := events[:0:0]
-	for _, e := range events {
-		// Without a worker there is no one to count for.
-		if e.Outcome != Ignored && e.WorkerID != "" && e.Namespace != "" {
-			relevant = append(relevant, e)
-		}
-	}
+func (t *Tally) apply(ctx context.Context, topic string, partition int32, relevant []Event, next int64) error {
 	if len(relevant) == 0 {
 		// Nothing to count, so nothing a redelivery could count twice: the
 		// offset moves with the next batch that counts something.
