@@ -1,15 +1,19 @@
 package engine
 
 import (
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -113,10 +117,10 @@ func (e *encoder) encode(rec *kgo.Record, c *Change, partition int32) error {
 	if c.Type == taskevent.Created || c.Type == taskevent.Requeued {
 		st.Payload = t.Payload
 	}
+	// The event id and the task id are not set here: ids writes them
+	// ahead of the rest, with no string made for either.
 	ev := &eventsv1.TaskEvent{
-		EventId:    uuid.NewString(),
 		Type:       c.Type.Proto(),
-		TaskId:     t.ID.String(),
 		Namespace:  t.Namespace,
 		Action:     t.Action,
 		Status:     taskevent.Status(t.Status),
@@ -154,15 +158,16 @@ func (e *encoder) encode(rec *kgo.Record, c *Change, partition int32) error {
 	if trace == nil {
 		trace = t.TraceContext
 	}
-	// The value, the key and the trace headers' values, in one carving.
-	size := ev.SizeVT()
-	need := size + len(ev.TaskId)
+	// The value and the trace headers' values, in one carving.
+	size := idsSize + ev.SizeVT()
+	need := size
 	for _, v := range trace {
 		need += len(v)
 	}
 	room := carve(&e.bytes, need, e.left, chunkBytes)
 	value := room[:size:size]
-	if _, err := ev.MarshalToSizedBufferVT(value); err != nil {
+	key := putIDs(value, newEventID(), t.ID)
+	if _, err := ev.MarshalToSizedBufferVT(value[idsSize:]); err != nil {
 		return fmt.Errorf("encode %s event of task %s: %w", ev.Type, t.ID, err)
 	}
 	room = room[size:]
@@ -172,7 +177,6 @@ func (e *encoder) encode(rec *kgo.Record, c *Change, partition int32) error {
 		room = room[len(s):]
 		return b
 	}
-	key := cut(ev.TaskId)
 	headers := carve(&e.headers, len(trace)+1, e.left, chunkHeaders)[:0]
 	for k, v := range trace {
 		headers = append(headers, kgo.RecordHeader{Key: k, Value: cut(v)})
@@ -180,6 +184,57 @@ func (e *encoder) encode(rec *kgo.Record, c *Change, partition int32) error {
 	headers = append(headers, kgo.RecordHeader{Key: CmdHeader, Value: e.cmd})
 	*rec = kgo.Record{Topic: kafka.TaskEventsTopic, Partition: partition, Key: key, Value: value, Headers: headers}
 	return nil
+}
+
+// The numbers of TaskEvent's event_id and task_id fields, and the bytes
+// putIDs writes for the two: each a tag, a length and a UUID's 36 characters.
+var (
+	eventIDField = protowire.Number((&eventsv1.TaskEvent{}).ProtoReflect().Descriptor().Fields().ByName("event_id").Number())
+	taskIDField  = protowire.Number((&eventsv1.TaskEvent{}).ProtoReflect().Descriptor().Fields().ByName("task_id").Number())
+	idsSize      = protowire.SizeTag(eventIDField) + protowire.SizeBytes(uuidLen) + protowire.SizeTag(taskIDField) + protowire.SizeBytes(uuidLen)
+)
+
+// uuidLen is the length of a UUID's text form.
+const uuidLen = 36
+
+// putIDs writes the event_id and task_id fields of a TaskEvent at the start
+// of dst, ahead of the other fields (a decoder takes fields in any order),
+// and returns the task id's text there, which is the record's key. Made as
+// strings and marshalled, the two were a fifth of what encoding an event
+// allocated.
+func putIDs(dst []byte, event, task uuid.UUID) (key []byte) {
+	b := protowire.AppendTag(dst[:0], eventIDField, protowire.BytesType)
+	b = protowire.AppendVarint(b, uuidLen)
+	b = appendUUID(b, event)
+	b = protowire.AppendTag(b, taskIDField, protowire.BytesType)
+	b = protowire.AppendVarint(b, uuidLen)
+	at := len(b)
+	b = appendUUID(b, task)
+	return b[at:len(b):len(b)]
+}
+
+// appendUUID appends u's text form (8-4-4-4-12 hex digits), as u.String()
+// makes it.
+func appendUUID(dst []byte, u uuid.UUID) []byte {
+	for i, group := range [...][2]int{{0, 4}, {4, 6}, {6, 8}, {8, 10}, {10, 16}} {
+		if i > 0 {
+			dst = append(dst, '-')
+		}
+		dst = hex.AppendEncode(dst, u[group[0]:group[1]])
+	}
+	return dst
+}
+
+// newEventID is a version 4 UUID from math/rand/v2's per-thread generator:
+// an event id has to be unique, not secret, and crypto/rand's read for each
+// event was most of the cost of making one.
+func newEventID() uuid.UUID {
+	var u uuid.UUID
+	binary.LittleEndian.PutUint64(u[:8], rand.Uint64())
+	binary.LittleEndian.PutUint64(u[8:], rand.Uint64())
+	u[6] = u[6]&0x0f | 0x40 // version 4
+	u[8] = u[8]&0x3f | 0x80 // RFC 4122 variant
+	return u
 }
 
 // Decode reads a record Encode made, and the commands offset it holds (-1

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
@@ -207,6 +208,35 @@ func TestEncodeAllKeepsEachChangeItsOwnRecord(t *testing.T) {
 	require.NoError(t, err, "records share no value or header bytes")
 	require.Equal(t, changes[1].Task.ID, got.Task.ID)
 	require.Equal(t, changes[1].Task.TraceContext, got.Task.TraceContext)
+}
+
+// Every event of a batch has an id of its own, a version 4 UUID, and names
+// its task as a consumer that decodes it with the reflection-based decoder
+// reads it; the record's key is the same task id.
+func TestEncodeAllGivesEachEventItsOwnID(t *testing.T) {
+	t.Parallel()
+	p := engine.New(0)
+	var changes []engine.Change
+	for range 50 {
+		changes = p.Invoke(changes, invocation("a", 0), settings(3), "", t0)
+	}
+	recs, err := engine.EncodeAll(changes, 0, 1)
+	require.NoError(t, err)
+	seen := map[string]bool{}
+	for i, rec := range recs {
+		var ev eventsv1.TaskEvent
+		require.NoError(t, proto.Unmarshal(rec.Value, &ev))
+		require.Equal(t, changes[i].Task.ID.String(), ev.GetTaskId())
+		require.Equal(t, ev.GetTaskId(), string(rec.Key))
+		require.Equal(t, "a", ev.GetAction())
+		id, err := uuid.Parse(ev.GetEventId())
+		require.NoError(t, err)
+		require.Equal(t, id.String(), ev.GetEventId(), "the id is in the canonical text form")
+		require.Equal(t, uuid.Version(4), id.Version())
+		require.Equal(t, uuid.RFC4122, id.Variant())
+		require.False(t, seen[ev.GetEventId()], "event id %s given twice", ev.GetEventId())
+		seen[ev.GetEventId()] = true
+	}
 }
 
 // traceValues are the values of rec's headers but the stamp.
