@@ -2,19 +2,25 @@ package kafka
 
 // The platform's topics: the one table of their names. Each service names
 // the topics it writes and reads through these, so a rename is one change
-// here. Every record of the first two is keyed by its task id, and both
-// have the same partition count (FLO_KAFKA_PARTITIONS), so a task's
-// commands and events fall in partitions of the same number
+// here. Every record of the first three is keyed by its task id, and the
+// three have the same partition count (FLO_KAFKA_PARTITIONS), so a task's
+// commands, events and outcomes fall in partitions of the same number
 // (docs/design/dispatch.md).
 const (
 	// CommandsTopic carries InvokeTask commands: written by the gateway
 	// and the workflow runner, applied by the dispatcher replica that owns
 	// the partition.
 	CommandsTopic = "flo.actions.commands"
-	// TaskEventsTopic carries every change of a task's state, written by
-	// the partition's owner in transactions: read by the gateway (task
-	// waits), the workflow runner and the registry's counters.
+	// TaskEventsTopic carries every change of a task's state, with the
+	// whole task, written by the partition's owner in transactions: the
+	// partition's changelog, which a new owner replays.
 	TaskEventsTopic = "flo.tasks.events"
+	// TaskOutcomesTopic carries a copy, without the task's state, of the
+	// events that end an attempt or a task (taskevent.Type.Outcome), in
+	// the same transactions: read by the gateway (task waits), the
+	// workflow runner and the registry's counters, which need nothing
+	// else.
+	TaskOutcomesTopic = "flo.tasks.outcomes"
 	// WorkerEventsTopic carries the registry's worker events, keyed by
 	// namespace/worker; every gateway replica tails it to learn that a
 	// worker it serves is draining.

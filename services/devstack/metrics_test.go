@@ -238,7 +238,7 @@ func TestMetricsCountTheWorkload(t *testing.T) {
 		{"flo_outbox_backlog", []string{"schema", "registry"}, 0},
 		{"flo_outbox_backlog", []string{"schema", "workflow"}, 0},
 		{"flo_consumer_lag", []string{"topic", kafka.CommandsTopic, "group", "flo-dispatcher"}, 0},
-		{"flo_consumer_lag", []string{"topic", kafka.TaskEventsTopic, "group", "flo-registry"}, 0},
+		{"flo_consumer_lag", []string{"topic", kafka.TaskOutcomesTopic, "group", "flo-registry"}, 0},
 		{"flo_streams_group_lag", group("audit"), 0},
 		{"flo_streams_group_pending", group("audit"), 4},
 		{"flo_streams_group_lag", group("billing"), 14},

@@ -92,9 +92,10 @@ func requireKeyedBy(t *testing.T, pl *processPlatform, ids []string, runs *attem
 	cl, err := kgo.NewClient(kgo.SeedBrokers(pl.brokers...))
 	require.NoError(t, err)
 	defer cl.Close()
-	topics, err := kadm.NewClient(cl).ListTopics(context.Background(), kafka.CommandsTopic, kafka.TaskEventsTopic)
+	names := []string{kafka.CommandsTopic, kafka.TaskEventsTopic, kafka.TaskOutcomesTopic}
+	topics, err := kadm.NewClient(cl).ListTopics(context.Background(), names...)
 	require.NoError(t, err)
-	for _, topic := range []string{kafka.CommandsTopic, kafka.TaskEventsTopic} {
+	for _, topic := range names {
 		require.Len(t, topics[topic].Partitions, grown, topic)
 	}
 	parts := queryMap[string, int32](t, pl.env.db, `SELECT id::text, partition FROM dispatcher.tasks WHERE id = ANY($1)`, ids)

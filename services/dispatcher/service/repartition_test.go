@@ -178,6 +178,53 @@ func TestAReplicaRefusesAViewKeyedByAnotherCount(t *testing.T) {
 	startReplica(t, dbURL, broker.Addrs()).stop()
 }
 
+// The outcomes topic came after the other task topics: a replica makes it
+// with their partition count, whatever FLO_KAFKA_PARTITIONS says, refuses
+// one of another count until a repartition grows it, and a repartition
+// makes it when no replica did.
+func TestTheOutcomesTopicTakesTheTaskTopicsCount(t *testing.T) {
+	t.Parallel()
+	broker := harness.NewBroker(t)
+	dbURL := harness.NewDatabase(t)
+	cfg := replicaConfig(dbURL, broker.Addrs())
+	startReplica(t, dbURL, broker.Addrs()).stop()
+	_, err := service.Repartition(t.Context(), cfg, nil, 2*partitions)
+	require.NoError(t, err)
+	requireTopicPartitions(t, broker.Addrs(), 2*partitions)
+
+	admin, err := kgo.NewClient(kgo.SeedBrokers(broker.Addrs()...))
+	require.NoError(t, err)
+	defer admin.Close()
+	recreate := func(n int32) {
+		t.Helper()
+		resp, err := kadm.NewClient(admin).DeleteTopic(t.Context(), kafka.TaskOutcomesTopic)
+		require.NoError(t, err)
+		require.NoError(t, resp.Err)
+		if n > 0 {
+			require.NoError(t, kafka.EnsureTopics(t.Context(), admin, n, kafka.TaskOutcomesTopic))
+		}
+	}
+
+	// An upgraded deployment whose topics were grown past the setting.
+	recreate(0)
+	startReplica(t, dbURL, broker.Addrs()).stop()
+	requireTopicPartitions(t, broker.Addrs(), 2*partitions)
+
+	// Made by another service with the setting's count.
+	recreate(partitions)
+	_, err = service.New(t.Context(), cfg, nil)
+	requireFault(t, fault.Precondition, err, "dispatcher repartition 8")
+	_, err = service.Repartition(t.Context(), cfg, nil, 2*partitions)
+	require.NoError(t, err)
+	requireTopicPartitions(t, broker.Addrs(), 2*partitions)
+
+	recreate(0)
+	_, err = service.Repartition(t.Context(), cfg, nil, 2*partitions)
+	require.NoError(t, err)
+	requireTopicPartitions(t, broker.Addrs(), 2*partitions)
+	startReplica(t, dbURL, broker.Addrs()).stop()
+}
+
 // requireRekeyed requires that the replica whose Run ends on done stops
 // on a view keyed by another count than its own.
 func requireRekeyed(t *testing.T, done <-chan error) {
@@ -207,15 +254,16 @@ func requireFault(t *testing.T, kind fault.Kind, err error, msg string) {
 	require.ErrorContains(t, err, msg)
 }
 
-// requireTopicPartitions checks both task topics have n partitions.
+// requireTopicPartitions checks the three task topics have n partitions.
 func requireTopicPartitions(t *testing.T, brokers []string, n int) {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	require.NoError(t, err)
 	defer cl.Close()
-	details, err := kadm.NewClient(cl).ListTopics(t.Context(), kafka.CommandsTopic, kafka.TaskEventsTopic)
+	topics := []string{kafka.CommandsTopic, kafka.TaskEventsTopic, kafka.TaskOutcomesTopic}
+	details, err := kadm.NewClient(cl).ListTopics(t.Context(), topics...)
 	require.NoError(t, err)
-	for _, topic := range []string{kafka.CommandsTopic, kafka.TaskEventsTopic} {
+	for _, topic := range topics {
 		require.Len(t, details[topic].Partitions, n, topic)
 	}
 }

@@ -1,7 +1,7 @@
 // Package service wires the gateway: the public gRPC API and worker streams
 // and the REST facade with health, readiness and OpenAPI, every call checked
 // by the auth guard, on TLS when configured; metrics on a port of their own;
-// the producer of invoke commands, the task-events tail that wakes waiting
+// the producer of invoke commands, the task-outcomes tail that wakes waiting
 // requests, the worker-events tail that drains worker streams, and the
 // connections to the dispatcher, the registry, the streams service and the
 // workflow service. cmd/gateway and the dev stack run it.
@@ -111,10 +111,10 @@ const (
 	actionTTL = time.Second
 	// maxWaiters caps concurrent AwaitTask calls per process.
 	maxWaiters = 100_000
-	// taskEventsIdle is how long the task-events tail goes on reading
+	// outcomesIdle is how long the task-outcomes tail goes on reading
 	// after the last AwaitTask ended: a caller that awaits now and then
 	// does not make it list offsets each time.
-	taskEventsIdle = 10 * time.Second
+	outcomesIdle = 10 * time.Second
 	// bodySlack is room above the payload limit for the fields around a
 	// payload: in a REST body, in a gRPC message.
 	bodySlack = 64 << 10
@@ -242,7 +242,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	}
 	tctx, cancel := context.WithTimeout(ctx, setupTimeout)
 	s.producer, err = kafka.NewProducer(tctx, cfg.Kafka, cfg.Kafka.Partitions, cfg.MaxPayloadBytes,
-		[]string{kafka.CommandsTopic, kafka.TaskEventsTopic, kafka.WorkerEventsTopic})
+		[]string{kafka.CommandsTopic, kafka.TaskOutcomesTopic, kafka.WorkerEventsTopic})
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("gateway: producer: %w", err)
@@ -260,13 +260,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	s.metricsServer = &http.Server{Handler: probe.Handler(s.readyz, o.metrics), ReadHeaderTimeout: 10 * time.Second}
 
 	// Last, because only Run releases the tails' clients.
-	s.tail, err = kafka.NewTail(cfg.Kafka, []string{kafka.TaskEventsTopic}, s.waiters.Handler(), log)
+	s.tail, err = kafka.NewTail(cfg.Kafka, []string{kafka.TaskOutcomesTopic}, s.waiters.Handler(), log)
 	if err != nil {
-		return nil, fmt.Errorf("tail task events: %w", err)
+		return nil, fmt.Errorf("tail task outcomes: %w", err)
 	}
 	// Every replica would otherwise read every task event, waited for or
 	// not: a per-task cost on each gateway that adding gateways multiplies.
-	s.tail.ReadOnDemand(taskEventsIdle)
+	s.tail.ReadOnDemand(outcomesIdle)
 	s.workerTail, err = kafka.NewTail(cfg.Kafka, []string{kafka.WorkerEventsTopic}, s.streams.WorkerEventsHandler(), log)
 	if err != nil {
 		return nil, fmt.Errorf("tail worker events: %w", err)
@@ -575,12 +575,12 @@ func (s *Service) Ready() bool { return s.readyz(context.Background()) == nil }
 // they start. The registry, the streams and the workflow service are
 // deliberately not asked: they are not on the task path, and worker streams
 // run without them. (The worker-events tail needs only the broker, like the
-// task-events tail.)
+// task-outcomes tail.)
 func (s *Service) readyz(ctx context.Context) error {
 	return probe.All(
 		probe.Unset(&s.stopping, "stopping"),
 		probe.Set(&s.answered, "dispatcher has not answered"),
-		func(context.Context) error { return tailStarted("task-events tail", s.tail) },
+		func(context.Context) error { return tailStarted("task-outcomes tail", s.tail) },
 		func(context.Context) error { return tailStarted("worker-events tail", s.workerTail) },
 		func(context.Context) error {
 			if s.conn.GetState() == connectivity.TransientFailure {
@@ -610,7 +610,7 @@ func tailStarted(name string, t *kafka.Tail) error {
 func (s *Service) Run(ctx context.Context) error {
 	stages := []*stage.Stage{
 		stage.New("tails").
-			Go("task-events tail", tailRun(s.tail)).
+			Go("task-outcomes tail", tailRun(s.tail)).
 			Go("worker-events tail", tailRun(s.workerTail)),
 		// Worker sessions claim through the replicas until the gRPC
 		// server has stopped; then their connections close.

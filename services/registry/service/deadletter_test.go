@@ -24,7 +24,7 @@ func TestPoisonTaskEvents(t *testing.T) {
 	const completed = eventsv1.TaskEventType_TASK_EVENT_TYPE_COMPLETED
 
 	garbage := []byte("not protobuf \xff")
-	require.NoError(t, e.producer.ProduceSync(t.Context(), &kgo.Record{Topic: kafka.TaskEventsTopic, Key: []byte("k"), Value: garbage}).FirstErr())
+	require.NoError(t, e.producer.ProduceSync(t.Context(), &kgo.Record{Topic: kafka.TaskOutcomesTopic, Key: []byte("k"), Value: garbage}).FirstErr())
 	impossible := taskEvent(ns, "w1\u0000", "send", completed)
 	e.produceTaskEvents(t, "k", impossible)
 	for _, key := range []string{"k", "k2"} {
@@ -34,11 +34,11 @@ func TestPoisonTaskEvents(t *testing.T) {
 	}
 
 	brokers := e.cfg.Kafka.Brokers
-	got := harness.WaitDeadLetter(t, brokers, kafka.TaskEventsTopic, func(l *kafka.DeadLetter) bool { return string(l.Value) == string(garbage) })
+	got := harness.WaitDeadLetter(t, brokers, kafka.TaskOutcomesTopic, func(l *kafka.DeadLetter) bool { return string(l.Value) == string(garbage) })
 	require.Equal(t, "flo-registry", got.Group)
-	require.Equal(t, kafka.TaskEventsTopic, got.SourceTopic)
+	require.Equal(t, kafka.TaskOutcomesTopic, got.SourceTopic)
 	require.Contains(t, got.Error, "decode TaskEvent")
-	got = harness.WaitDeadLetter(t, brokers, kafka.TaskEventsTopic, func(l *kafka.DeadLetter) bool {
+	got = harness.WaitDeadLetter(t, brokers, kafka.TaskOutcomesTopic, func(l *kafka.DeadLetter) bool {
 		var ev eventsv1.TaskEvent
 		return proto.Unmarshal(l.Value, &ev) == nil && ev.GetEventId() == impossible.GetEventId()
 	})

@@ -128,7 +128,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		return nil, fmt.Errorf("registry: %w", err)
 	}
 	if s.producer, err = kafka.NewProducer(ctx, cfg.Kafka, cfg.Kafka.Partitions, cmp.Or(cfg.MaxPayloadBytes, config.DefaultMaxPayloadBytes),
-		[]string{kafka.WorkerEventsTopic, kafka.TaskEventsTopic}); err != nil {
+		[]string{kafka.WorkerEventsTopic, kafka.TaskOutcomesTopic}); err != nil {
 		return nil, fmt.Errorf("registry: producer: %w", err)
 	}
 	s.relay = outbox.NewRelay(s.pool, s.producer, log)
@@ -155,7 +155,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	}
 	s.httpServer = &http.Server{Handler: probe.Handler(s.ready(), o.metrics), ReadHeaderTimeout: 10 * time.Second}
 	// Last, because a consumer's client is only released by its Run.
-	if s.consumer, err = kafka.NewConsumer(cfg.Kafka, tally.ConsumerGroup, []string{kafka.TaskEventsTopic}, s.tally.HandleRecords, log,
+	if s.consumer, err = kafka.NewConsumer(cfg.Kafka, tally.ConsumerGroup, []string{kafka.TaskOutcomesTopic}, s.tally.HandleRecords, log,
 		// Counters need no haste: under load, fewer and larger batches
 		// make fewer fetches and fewer transactions for the same events.
 		kgo.FetchMinBytes(tally.FetchMinBytes), kgo.FetchMaxWait(tally.FetchMaxWait)); err != nil {
@@ -233,7 +233,7 @@ func (s *Service) closeResources() {
 }
 
 // ready reports whether the registry can do its work: not stopping, the
-// database answering and the task-events consumer running.
+// database answering and the task-outcomes consumer running.
 func (s *Service) ready() func(context.Context) error {
 	return probe.All(probe.Unset(&s.stopping, "stopping"), probe.Set(&s.consuming, "task events consumer not running"), probe.Ping("database", s.pool, readyPingTimeout))
 }

@@ -298,7 +298,7 @@ func (e *env) produceTaskEvents(t *testing.T, key string, evs ...*eventsv1.TaskE
 	for i, ev := range evs {
 		value, err := proto.Marshal(ev)
 		require.NoError(t, err)
-		recs[i] = &kgo.Record{Topic: kafka.TaskEventsTopic, Key: []byte(key), Value: value}
+		recs[i] = &kgo.Record{Topic: kafka.TaskOutcomesTopic, Key: []byte(key), Value: value}
 	}
 	require.NoError(t, e.producer.ProduceSync(t.Context(), recs...).FirstErr())
 }

@@ -52,8 +52,8 @@ steps:
 	value, err := proto.Marshal(impossible)
 	require.NoError(t, err)
 	require.NoError(t, producer.ProduceSync(t.Context(),
-		&kgo.Record{Topic: kafka.TaskEventsTopic, Key: []byte("k"), Value: garbage},
-		&kgo.Record{Topic: kafka.TaskEventsTopic, Key: []byte("k"), Value: value}).FirstErr())
+		&kgo.Record{Topic: kafka.TaskOutcomesTopic, Key: []byte("k"), Value: garbage},
+		&kgo.Record{Topic: kafka.TaskOutcomesTopic, Key: []byte("k"), Value: value}).FirstErr())
 
 	runs := make([]string, 10)
 	for i := range runs {
@@ -62,10 +62,10 @@ steps:
 	for _, id := range runs {
 		e.waitRun(t, ns, id, stCompleted)
 	}
-	got := harness.WaitDeadLetter(t, e.brokers, kafka.TaskEventsTopic, func(l *kafka.DeadLetter) bool { return string(l.Value) == string(garbage) })
+	got := harness.WaitDeadLetter(t, e.brokers, kafka.TaskOutcomesTopic, func(l *kafka.DeadLetter) bool { return string(l.Value) == string(garbage) })
 	require.Equal(t, runner.ConsumerGroup, got.Group)
 	require.Contains(t, got.Error, "decode TaskEvent")
-	got = harness.WaitDeadLetter(t, e.brokers, kafka.TaskEventsTopic, func(l *kafka.DeadLetter) bool { return string(l.Value) == string(value) })
+	got = harness.WaitDeadLetter(t, e.brokers, kafka.TaskOutcomesTopic, func(l *kafka.DeadLetter) bool { return string(l.Value) == string(value) })
 	require.Equal(t, runner.ConsumerGroup, got.Group)
 	require.Contains(t, got.Error, "names no run")
 }

@@ -172,7 +172,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		return nil, fmt.Errorf("workflow: %w", err)
 	}
 	if s.producer, err = kafka.NewProducer(ctx, cfg.Kafka, cfg.Kafka.Partitions, cfg.MaxPayloadBytes,
-		[]string{kafka.CommandsTopic, kafka.TaskEventsTopic, kafka.RunEventsTopic}); err != nil {
+		[]string{kafka.CommandsTopic, kafka.TaskOutcomesTopic, kafka.RunEventsTopic}); err != nil {
 		return nil, fmt.Errorf("workflow: producer: %w", err)
 	}
 	s.relay = outbox.NewRelay(s.pool, s.producer, log)
@@ -221,7 +221,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 	}
 	s.httpServer = &http.Server{Handler: probe.Handler(s.ready(), o.metrics), ReadHeaderTimeout: 10 * time.Second}
 	// Last, because a consumer's client is only released by its Run.
-	if s.consumer, err = kafka.NewConsumer(cfg.Kafka, runner.ConsumerGroup, []string{kafka.TaskEventsTopic}, s.runner.HandleTaskEvents, log,
+	if s.consumer, err = kafka.NewConsumer(cfg.Kafka, runner.ConsumerGroup, []string{kafka.TaskOutcomesTopic}, s.runner.HandleTaskEvents, log,
 		kgo.FetchMinBytes(runner.FetchMinBytes), kgo.FetchMaxWait(runner.FetchMaxWait)); err != nil {
 		return nil, fmt.Errorf("workflow: %w", err)
 	}
@@ -338,7 +338,7 @@ func dialStreams(addr string, auth config.Auth, log *slog.Logger) (*grpc.ClientC
 }
 
 // ready reports whether the service can do its work: not stopping, the
-// database answering and the task-events consumer running.
+// database answering and the task-outcomes consumer running.
 func (s *Service) ready() func(context.Context) error {
 	return probe.All(probe.Unset(&s.stopping, "stopping"), probe.Set(&s.consuming, "task events consumer not running"), probe.Ping("database", s.pool, readyPingTimeout))
 }

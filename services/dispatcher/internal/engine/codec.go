@@ -36,26 +36,41 @@ const CmdHeader = "flo-cmd"
 var ErrNoState = errors.New("task event carries no task state")
 
 // EncodeAll makes the events records of changes for partition, each stamped
-// with the commands offset consumed so far. The event's own fields keep
-// their meaning for every consumer (a result only on a COMPLETED event of a
-// task with an origin, free text capped at taskevent.MaxTextBytes);
-// TaskState carries the rest of the task, the payload only on the records
-// that bring it to life. A batch makes one record per change, so the
-// records, their headers and their bytes are carved from a few shared
-// allocations (encoder), not made one by one: the collector's cycles on a
-// busy box are what hold tasks back at the tail (docs/benchmarks.md).
-func EncodeAll(changes []Change, partition int32, cmdOffset int64) ([]*kgo.Record, error) {
-	slab := make([]kgo.Record, len(changes))
-	recs := make([]*kgo.Record, len(changes))
+// with the commands offset consumed so far, and the outcome records of
+// those whose type is an outcome (taskevent.Type.Outcome). The event's own
+// fields keep their meaning for every consumer (a result only on a
+// COMPLETED event of a task with an origin, free text capped at
+// taskevent.MaxTextBytes); TaskState carries the rest of the task, the
+// payload only on the records that bring it to life. An outcome record is
+// the same event (the same event id) without the TaskState and the stamp.
+// A batch makes one record per change and outcome, so the records, their
+// headers and their bytes are carved from a few shared allocations
+// (encoder), not made one by one: the collector's cycles on a busy box are
+// what hold tasks back at the tail (docs/benchmarks.md).
+func EncodeAll(changes []Change, partition int32, cmdOffset int64) (events, outcomes []*kgo.Record, err error) {
+	n := 0
+	for i := range changes {
+		if changes[i].Type.Outcome() {
+			n++
+		}
+	}
+	slab := make([]kgo.Record, len(changes)+n)
+	events = make([]*kgo.Record, len(changes))
+	outcomes = make([]*kgo.Record, 0, n)
 	e := encoder{cmd: strconv.AppendInt(nil, cmdOffset, 10)}
 	for i := range changes {
 		e.left = len(changes) - i
-		if err := e.encode(&slab[i], &changes[i], partition); err != nil {
-			return nil, err
+		var out *kgo.Record
+		if changes[i].Type.Outcome() {
+			out = &slab[len(changes)+len(outcomes)]
+			outcomes = append(outcomes, out)
 		}
-		recs[i] = &slab[i]
+		if err := e.encode(&slab[i], out, &changes[i], partition); err != nil {
+			return nil, nil, err
+		}
+		events[i] = &slab[i]
 	}
-	return recs, nil
+	return events, outcomes, nil
 }
 
 // The most a chunk of an encoder is made for beyond one record's need.
@@ -94,8 +109,9 @@ func carve[T any](free *[]T, n, left, most int) []T {
 	return (*free)[at : at+n : at+n]
 }
 
-// encode fills rec with the events record of c.
-func (e *encoder) encode(rec *kgo.Record, c *Change, partition int32) error {
+// encode fills rec with the events record of c, and out, when not nil,
+// with its outcome record.
+func (e *encoder) encode(rec, out *kgo.Record, c *Change, partition int32) error {
 	t := &c.Task
 	st := &eventsv1.TaskState{
 		IdempotencyKey:    t.IdempotencyKey,
@@ -153,24 +169,40 @@ func (e *encoder) encode(rec *kgo.Record, c *Change, partition int32) error {
 	if _, err := st.MarshalToSizedBufferVT(e.state); err != nil {
 		return fmt.Errorf("encode %s state of task %s: %w", ev.Type, t.ID, err)
 	}
-	ev.State = e.state
 	trace := c.TraceHeaders
 	if trace == nil {
 		trace = t.TraceContext
 	}
-	// The value and the trace headers' values, in one carving.
+	// The values of the record and the outcome and the trace headers'
+	// values, in one carving.
+	outSize := 0
+	if out != nil {
+		outSize = idsSize + ev.SizeVT()
+	}
+	ev.State = e.state
 	size := idsSize + ev.SizeVT()
-	need := size
+	need := size + outSize
 	for _, v := range trace {
 		need += len(v)
 	}
 	room := carve(&e.bytes, need, e.left, chunkBytes)
 	value := room[:size:size]
-	key := putIDs(value, newEventID(), t.ID)
+	id := newEventID()
+	key := putIDs(value, id, t.ID)
 	if _, err := ev.MarshalToSizedBufferVT(value[idsSize:]); err != nil {
 		return fmt.Errorf("encode %s event of task %s: %w", ev.Type, t.ID, err)
 	}
 	room = room[size:]
+	var outValue []byte
+	if out != nil {
+		outValue = room[:outSize:outSize]
+		putIDs(outValue, id, t.ID)
+		ev.State = nil
+		if _, err := ev.MarshalToSizedBufferVT(outValue[idsSize:]); err != nil {
+			return fmt.Errorf("encode %s outcome of task %s: %w", ev.Type, t.ID, err)
+		}
+		room = room[outSize:]
+	}
 	cut := func(s string) []byte {
 		b := room[:len(s):len(s)]
 		copy(b, s)
@@ -181,8 +213,14 @@ func (e *encoder) encode(rec *kgo.Record, c *Change, partition int32) error {
 	for k, v := range trace {
 		headers = append(headers, kgo.RecordHeader{Key: k, Value: cut(v)})
 	}
+	traced := headers[:len(headers):len(headers)]
 	headers = append(headers, kgo.RecordHeader{Key: CmdHeader, Value: e.cmd})
 	*rec = kgo.Record{Topic: kafka.TaskEventsTopic, Partition: partition, Key: key, Value: value, Headers: headers}
+	if out != nil {
+		// The two records share the key and the trace headers: nothing
+		// writes a record's bytes once it is made.
+		*out = kgo.Record{Topic: kafka.TaskOutcomesTopic, Partition: partition, Key: key, Value: outValue, Headers: traced}
+	}
 	return nil
 }
 

@@ -15,7 +15,7 @@ import (
 // eventOf encodes c and reads back the TaskEvent other services see.
 func eventOf(t *testing.T, c Change) *eventsv1.TaskEvent {
 	t.Helper()
-	recs, err := EncodeAll([]Change{c}, 0, 0)
+	recs, _, err := EncodeAll([]Change{c}, 0, 0)
 	require.NoError(t, err)
 	rec := recs[0]
 	var ev eventsv1.TaskEvent

@@ -18,12 +18,14 @@ import (
 	"github.com/razorbill/flo/services/dispatcher/internal/taskevent"
 )
 
-// roundTrip encodes c, decodes it, and checks what came back.
+// roundTrip encodes c, decodes it, and checks what came back, and the
+// outcome record when c's type has one.
 func roundTrip(t *testing.T, c engine.Change, partition int32, cmd int64) (*kgo.Record, engine.Change) {
 	t.Helper()
-	recs, err := engine.EncodeAll([]engine.Change{c}, partition, cmd)
+	recs, outcomes, err := engine.EncodeAll([]engine.Change{c}, partition, cmd)
 	require.NoError(t, err)
 	rec := recs[0]
+	checkOutcome(t, c, rec, outcomes)
 	require.Equal(t, kafka.TaskEventsTopic, rec.Topic)
 	require.Equal(t, partition, rec.Partition)
 	require.Equal(t, c.Task.ID.String(), string(rec.Key))
@@ -52,6 +54,31 @@ func stateOf(t *testing.T, ev *eventsv1.TaskEvent) *eventsv1.TaskState {
 	var st eventsv1.TaskState
 	require.NoError(t, proto.Unmarshal(ev.GetState(), &st))
 	return &st
+}
+
+// checkOutcome checks that outcomes holds the outcome record of c, whose
+// events record is rec, when c's type is an outcome, and nothing otherwise:
+// rec's event, with the same id, without the task's state, and rec's
+// headers but the commands stamp.
+func checkOutcome(t *testing.T, c engine.Change, rec *kgo.Record, outcomes []*kgo.Record) {
+	t.Helper()
+	if !c.Type.Outcome() {
+		require.Empty(t, outcomes, "a %v event has no outcome record", c.Type.Proto())
+		return
+	}
+	require.Len(t, outcomes, 1)
+	out := outcomes[0]
+	require.Equal(t, kafka.TaskOutcomesTopic, out.Topic)
+	require.Equal(t, rec.Partition, out.Partition)
+	require.Equal(t, c.Task.ID.String(), string(out.Key))
+	want := event(t, rec)
+	require.NotEmpty(t, want.GetState())
+	want.State = nil
+	got := event(t, out)
+	require.True(t, proto.Equal(want, got), "the outcome is the event without its state:\n%v\n%v", want, got)
+	wantHeaders := headers(rec)
+	delete(wantHeaders, engine.CmdHeader)
+	require.Equal(t, wantHeaders, headers(out))
 }
 
 func headers(rec *kgo.Record) map[string]string {
@@ -147,7 +174,7 @@ func TestDecodeRefuses(t *testing.T) {
 	t.Parallel()
 	p := engine.New(0)
 	c := p.Invoke(nil, invocation("send", 0), settings(3), "", t0)[0]
-	recs, err := engine.EncodeAll([]engine.Change{c}, 0, 9)
+	recs, _, err := engine.EncodeAll([]engine.Change{c}, 0, 9)
 	require.NoError(t, err)
 	rec := recs[0]
 
@@ -184,7 +211,7 @@ func TestEncodeAllKeepsEachChangeItsOwnRecord(t *testing.T) {
 		inv.TraceContext = map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-0" + action}
 		changes = append(changes, p.Invoke(nil, inv, settings(3), "", t0)...)
 	}
-	recs, err := engine.EncodeAll(changes, 2, 41)
+	recs, _, err := engine.EncodeAll(changes, 2, 41)
 	require.NoError(t, err)
 	require.Len(t, recs, len(changes))
 	for i, rec := range recs {
@@ -215,12 +242,8 @@ func TestEncodeAllKeepsEachChangeItsOwnRecord(t *testing.T) {
 // reads it; the record's key is the same task id.
 func TestEncodeAllGivesEachEventItsOwnID(t *testing.T) {
 	t.Parallel()
-	p := engine.New(0)
-	var changes []engine.Change
-	for range 50 {
-		changes = p.Invoke(changes, invocation("a", 0), settings(3), "", t0)
-	}
-	recs, err := engine.EncodeAll(changes, 0, 1)
+	_, changes := invokeN(50, "a")
+	recs, _, err := engine.EncodeAll(changes, 0, 1)
 	require.NoError(t, err)
 	seen := map[string]bool{}
 	for i, rec := range recs {
@@ -237,6 +260,42 @@ func TestEncodeAllGivesEachEventItsOwnID(t *testing.T) {
 		require.False(t, seen[ev.GetEventId()], "event id %s given twice", ev.GetEventId())
 		seen[ev.GetEventId()] = true
 	}
+}
+
+// In a batch of mixed changes, each outcome record follows its event's
+// change, in the batch's order, and no other change makes one.
+func TestEncodeAllMakesTheOutcomesOfABatch(t *testing.T) {
+	t.Parallel()
+	p, changes := invokeN(3, "send")
+	claimed, started := p.Claim(ns, []string{"send"}, make([]engine.Slot, 3), t0)
+	require.Len(t, claimed, 3)
+	changes = append(changes, started...)
+	_, changes = p.Report(changes, ns, engine.Report{TaskID: claimed[0].Task.ID.String(), Attempt: 1, Kind: engine.Complete}, t0)
+	_, changes = p.Report(changes, ns, engine.Report{TaskID: claimed[2].Task.ID.String(), Attempt: 1, Kind: engine.Fail, Retry: true}, t0)
+	require.Equal(t, []taskevent.Type{taskevent.Created, taskevent.Created, taskevent.Created, taskevent.Started, taskevent.Started,
+		taskevent.Started, taskevent.Completed, taskevent.RetryScheduled}, types(changes))
+
+	events, outcomes, err := engine.EncodeAll(changes, 3, 9)
+	require.NoError(t, err)
+	require.Len(t, events, len(changes))
+	require.Len(t, outcomes, 2)
+	for i, out := range outcomes {
+		ev := events[6+i]
+		require.Equal(t, event(t, ev).GetEventId(), event(t, out).GetEventId())
+		require.Equal(t, changes[6+i].Type.Proto(), event(t, out).GetType())
+		require.Equal(t, string(ev.Key), string(out.Key))
+	}
+}
+
+// invokeN invokes n tasks of action on a new partition and returns it
+// with their changes.
+func invokeN(n int, action string) (*engine.Partition, []engine.Change) {
+	p := engine.New(0)
+	var changes []engine.Change
+	for range n {
+		changes = p.Invoke(changes, invocation(action, 0), settings(3), "", t0)
+	}
+	return p, changes
 }
 
 // traceValues are the values of rec's headers but the stamp.
@@ -264,7 +323,7 @@ func TestEncodeAllSizesChunksByTheBatch(t *testing.T) {
 	}
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	recs, err := engine.EncodeAll(changes, 0, 1)
+	recs, _, err := engine.EncodeAll(changes, 0, 1)
 	runtime.ReadMemStats(&after)
 	require.NoError(t, err)
 	require.Len(t, recs, 1000)
@@ -285,7 +344,7 @@ func BenchmarkEncodeAll(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := engine.EncodeAll(changes, 0, 7); err != nil {
+		if _, _, err := engine.EncodeAll(changes, 0, 7); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -87,7 +87,7 @@ func (s *sim) record(changes []engine.Change) {
 	t := s.t
 	// The stamp is the batch's: the commands consumed when it was made.
 	stamp := s.offset
-	recs, err := engine.EncodeAll(changes, 1, stamp)
+	recs, _, err := engine.EncodeAll(changes, 1, stamp)
 	require.NoError(t, err)
 	// The live partition takes the batch's offsets as the owner gives them,
 	// the copy one by one as a rebuild does.

@@ -171,7 +171,7 @@ func TestRequeueNeedsThePayloadBack(t *testing.T) {
 	got, changes, err := p.Requeue(ns, task.ID, at(time.Second))
 	require.NoError(t, err)
 	require.Equal(t, task.Payload, got.Payload)
-	recs, err := engine.EncodeAll([]engine.Change{changes[0]}, 0, 0)
+	recs, _, err := engine.EncodeAll([]engine.Change{changes[0]}, 0, 0)
 	require.NoError(t, err)
 	rec := recs[0]
 	decoded, _, err := engine.Decode(rec)
@@ -190,7 +190,7 @@ func TestReplayKeepsPayloadsOut(t *testing.T) {
 	var off int64
 	record := func(changes []engine.Change) {
 		for _, c := range changes {
-			recs, err := engine.EncodeAll([]engine.Change{c}, 0, 0)
+			recs, _, err := engine.EncodeAll([]engine.Change{c}, 0, 0)
 			require.NoError(t, err)
 			rec := recs[0]
 			decoded, _, err := engine.Decode(rec)

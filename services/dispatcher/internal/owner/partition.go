@@ -852,15 +852,15 @@ func (p *partition) advanceCommands(next int64) {
 	}
 }
 
-// record writes changes as one transaction on the partition's events, with
-// the commands moved to other partitions, and returns each change's
-// record's offset.
+// record writes changes as one transaction on the partition's events and
+// outcomes, with the commands moved to other partitions, and returns each
+// change's events record's offset.
 func (p *partition) record(ctx context.Context, changes []engine.Change, moved []*kgo.Record) ([]int64, error) {
-	events, err := engine.EncodeAll(changes, p.id, p.cmdNext.Load())
+	events, outcomes, err := engine.EncodeAll(changes, p.id, p.cmdNext.Load())
 	if err != nil {
 		return nil, err
 	}
-	recs := append(events, moved...)
+	recs := slices.Concat(events, outcomes, moved)
 	if err := p.txn.BeginTransaction(); err != nil {
 		return nil, fmt.Errorf("begin transaction: %w", err)
 	}

@@ -36,8 +36,9 @@ type Repartitioned struct {
 // so most move: n is recorded as the view's count, which replicas of the
 // old count then refuse, every old partition's transactional id is taken,
 // the view is brought up to the end of every events partition, its rows
-// move to their partitions of n in one transaction, and then both topics
-// grow to n. Replicas
+// move to their partitions of n in one transaction, and then the three
+// topics grow to n (the outcomes topic is made with n if no dispatcher made
+// it yet). Replicas
 // started after it rebuild from the view alone, and the commands still
 // waiting in an old partition, or sent there by a producer that has not
 // seen the new count yet, are moved to their task's partition by its
@@ -55,7 +56,7 @@ func Repartition(ctx context.Context, conn config.Kafka, pool *pgxpool.Pool, log
 	}
 	defer admin.Close()
 	adm := kadm.NewClient(admin)
-	topics := []string{kafka.CommandsTopic, kafka.TaskEventsTopic}
+	topics := []string{kafka.CommandsTopic, kafka.TaskEventsTopic, kafka.TaskOutcomesTopic}
 	details, err := adm.ListTopics(ctx, topics...)
 	if err != nil {
 		return Repartitioned{}, fmt.Errorf("describe task topics: %w", err)
@@ -63,6 +64,11 @@ func Repartition(ctx context.Context, conn config.Kafka, pool *pgxpool.Pool, log
 	counts := map[string]int32{}
 	for _, t := range topics {
 		if errors.Is(details[t].Err, kerr.UnknownTopicOrPartition) {
+			if t == kafka.TaskOutcomesTopic {
+				// Made by dispatchers since the outcomes came: one
+				// that never ran here is made below, with n.
+				continue
+			}
 			return Repartitioned{}, fault.Preconditionf("topic %s does not exist: a dispatcher creates the task topics with FLO_KAFKA_PARTITIONS partitions", t)
 		}
 		if details[t].Err != nil {
@@ -83,7 +89,7 @@ func Repartition(ctx context.Context, conn config.Kafka, pool *pgxpool.Pool, log
 	// The old count is the topics': a run cut short may have grown one of
 	// them, whose new partitions are empty.
 	out := Repartitioned{From: min(counts[kafka.CommandsTopic], counts[kafka.TaskEventsTopic]), To: n}
-	if out.From == n && layout == n {
+	if out.From == n && layout == n && counts[kafka.TaskOutcomesTopic] == n {
 		return out, nil
 	}
 	if err := requireNoReplica(ctx, adm); err != nil {
@@ -112,6 +118,12 @@ func Repartition(ctx context.Context, conn config.Kafka, pool *pgxpool.Pool, log
 	log.InfoContext(ctx, "task view keyed by the new partition count", "partitions", n, "written", out.Written, "moved", out.Moved)
 	for _, t := range topics {
 		if counts[t] == n {
+			continue
+		}
+		if counts[t] == 0 {
+			if err := kafka.EnsureTopics(ctx, admin, n, t); err != nil {
+				return out, err
+			}
 			continue
 		}
 		resp, err := adm.UpdatePartitions(ctx, int(n), t)

@@ -164,23 +164,32 @@ func New(ctx context.Context, cfg Config, pool *pgxpool.Pool, cat *catalog.Catal
 	return r, nil
 }
 
-// checkTopics creates the commands and events topics when missing and
-// refuses topics whose partition counts differ: the events partition of a
-// task must be its commands partition's number.
+// checkTopics creates the task topics when missing and refuses topics whose
+// partition counts differ: a task's events and outcomes partitions must be
+// its commands partition's number. The outcomes topic, which came later, is
+// created with the count the other two have, whatever the setting says.
 func (r *Replica) checkTopics(ctx context.Context) error {
 	if err := kafka.EnsureTopics(ctx, r.admin, r.cfg.Partitions, kafka.CommandsTopic, kafka.TaskEventsTopic); err != nil {
 		return err
 	}
-	details, err := kadm.NewClient(r.admin).ListTopics(ctx, kafka.CommandsTopic, kafka.TaskEventsTopic)
+	counts, err := partitionCounts(ctx, r.admin, kafka.CommandsTopic, kafka.TaskEventsTopic)
 	if err != nil {
-		return fmt.Errorf("describe task topics: %w", err)
+		return err
 	}
-	cmds, events := len(details[kafka.CommandsTopic].Partitions), len(details[kafka.TaskEventsTopic].Partitions)
-	if cmds == 0 || cmds != events {
-		return fault.Preconditionf("topics %s (%d partitions) and %s (%d partitions) must have the same partition count: finish a change of it with `dispatcher repartition %d` (docs/design/dispatch.md)",
-			kafka.CommandsTopic, cmds, kafka.TaskEventsTopic, events, max(cmds, events))
+	if err := kafka.EnsureTopics(ctx, r.admin, counts[0], kafka.TaskOutcomesTopic); err != nil {
+		return err
 	}
-	r.n = int32(cmds)
+	outcomes, err := partitionCounts(ctx, r.admin, kafka.TaskOutcomesTopic)
+	if err != nil {
+		return err
+	}
+	topics := []string{kafka.CommandsTopic, kafka.TaskEventsTopic, kafka.TaskOutcomesTopic}
+	counts = append(counts, outcomes...)
+	if slices.Min(counts) == 0 || slices.Min(counts) != slices.Max(counts) {
+		return fault.Preconditionf("topics %v have %v partitions and must have the same count: finish a change of it with `dispatcher repartition %d` (docs/design/dispatch.md)",
+			topics, counts, slices.Max(counts))
+	}
+	r.n = counts[0]
 	// The view's rows are keyed by the count they were written with.
 	layout, err := view.AdoptLayout(ctx, r.pool, r.n)
 	if err != nil {
@@ -191,6 +200,20 @@ func (r *Replica) checkTopics(ctx context.Context) error {
 			layout, r.n, max(layout, r.n))
 	}
 	return nil
+}
+
+// partitionCounts is how many partitions each topic has, in order; zero
+// for one that does not exist.
+func partitionCounts(ctx context.Context, admin *kgo.Client, topics ...string) ([]int32, error) {
+	details, err := kadm.NewClient(admin).ListTopics(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("describe task topics: %w", err)
+	}
+	counts := make([]int32, len(topics))
+	for i, t := range topics {
+		counts[i] = int32(len(details[t].Partitions))
+	}
+	return counts, nil
 }
 
 // PartitionOf is the partition of a task id.

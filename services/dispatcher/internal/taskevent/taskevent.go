@@ -1,5 +1,6 @@
 // Package taskevent names the task events on flo.tasks.events (their types
-// and the statuses they report) and counts them; engine encodes them.
+// and the statuses they report), says which of them go to flo.tasks.outcomes
+// as well, and counts them; engine encodes them.
 package taskevent
 
 import (
@@ -48,6 +49,20 @@ var protoTypes = map[Type]eventsv1.TaskEventType{
 
 // Proto is the wire type of t.
 func (t Type) Proto() eventsv1.TaskEventType { return protoTypes[t] }
+
+// Outcome reports whether an event of type t is also an outcome record: it
+// ends an attempt (completed, failed, retry scheduled, dead-lettered),
+// refuses an invocation (rejected) or says the attempt's result comes later
+// (waiting). Those are what the services outside the dispatcher act on (the
+// registry's counters, the workflow runner, task waits), so they read the
+// outcomes topic, one small record a task, and not the changelog.
+func (t Type) Outcome() bool {
+	switch t {
+	case Completed, Failed, RetryScheduled, DeadLettered, Rejected, Waiting:
+		return true
+	}
+	return false
+}
 
 // TypeOf is the Type of a wire type; ok=false for one it does not know.
 func TypeOf(p eventsv1.TaskEventType) (Type, bool) {

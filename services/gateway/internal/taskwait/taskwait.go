@@ -1,5 +1,5 @@
 // Package taskwait lets a request wait for a task to reach a final state
-// without polling. Every gateway replica tails the task-events topic from its
+// without polling. Every gateway replica tails the task-outcomes topic from its
 // end; an event that finishes a task wakes the requests waiting on that task
 // id in this process. Waiters exist only while a request waits, so memory
 // follows the number of concurrent waits, which is capped.
@@ -120,7 +120,7 @@ func (r *Registry) Len() int {
 	return r.count
 }
 
-// Handler returns the batch handler of the task-events tail. Records of tasks
+// Handler returns the batch handler of the task-outcomes tail. Records of tasks
 // nobody here waits for are skipped without decoding, which keeps the tail
 // cheap under load; a record that does not decode is returned as
 // kafka.Poison, which the tail logs, counts and skips.

@@ -1,5 +1,5 @@
 // Package tally counts what workers did from the task events on
-// flo.tasks.events: completions and failures per worker and per process. One
+// flo.tasks.outcomes: completions and failures per worker and per process. One
 // transaction per polled batch of a partition locks the partition's next
 // offset (table tally_offsets), applies only the records at or past it,
 // aggregated into one statement for workers and one for processes, and moves
@@ -36,7 +36,7 @@ const (
 	FetchMaxWait  = 200 * time.Millisecond
 )
 
-// ConsumerGroup is the registry's consumer group on kafka.TaskEventsTopic.
+// ConsumerGroup is the registry's consumer group on kafka.TaskOutcomesTopic.
 const ConsumerGroup = "flo-registry"
 
 // txTimeout bounds a batch's transaction, statements and idle time between
@@ -110,7 +110,7 @@ func (t *Tally) HandleRecords(ctx context.Context, records []*kgo.Record) error 
 	if len(records) == 0 {
 		return nil
 	}
-	// Two of a task's three events (created, started) count for no one:
+	// Outcomes that end no attempt (waiting, rejected) count for no one:
 	// they are skipped by their type alone, without a decode, and the list
 	// is sized for the others.
 	counted := 0

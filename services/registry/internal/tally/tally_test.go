@@ -93,7 +93,7 @@ func records(t *testing.T, partition int32, from, to int64) []*kgo.Record {
 		}
 		v, err := proto.Marshal(&eventsv1.TaskEvent{Type: typ, Namespace: "ns", WorkerId: "w", Action: "send", OccurredAt: timestamppb.Now()})
 		require.NoError(t, err)
-		out = append(out, &kgo.Record{Topic: kafka.TaskEventsTopic, Partition: partition, Offset: o, Value: v})
+		out = append(out, &kgo.Record{Topic: kafka.TaskOutcomesTopic, Partition: partition, Offset: o, Value: v})
 	}
 	return out
 }
@@ -123,7 +123,7 @@ func (f *fixture) nextOffset(t *testing.T, partition int32) int64 {
 	t.Helper()
 	var next int64
 	require.NoError(t, f.pool.QueryRow(t.Context(), `SELECT next_offset FROM tally_offsets WHERE topic = $1 AND partition = $2`,
-		kafka.TaskEventsTopic, partition).Scan(&next))
+		kafka.TaskOutcomesTopic, partition).Scan(&next))
 	return next
 }
 

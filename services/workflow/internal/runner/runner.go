@@ -31,7 +31,7 @@ import (
 	"github.com/razorbill/flo/services/workflow/internal/store"
 )
 
-// ConsumerGroup is the workflow service's group on kafka.TaskEventsTopic.
+// ConsumerGroup is the workflow service's group on kafka.TaskOutcomesTopic.
 const ConsumerGroup = "flo-workflow"
 
 // The runner's fetches of task events wait up to FetchMaxWait (franz-go's

@@ -45,7 +45,7 @@ type taskEvent struct {
 	outcome string
 }
 
-// HandleTaskEvents is the kafka.BatchHandler for kafka.TaskEventsTopic. It keeps
+// HandleTaskEvents is the kafka.BatchHandler for kafka.TaskOutcomesTopic. It keeps
 // the events that end tasks runs invoked (COMPLETED, FAILED, DEAD_LETTERED,
 // REJECTED with a workflow origin) or say their result is pending (WAITING),
 // and applies them in one transaction with
