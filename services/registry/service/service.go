@@ -204,7 +204,9 @@ func (s *Service) Run(ctx context.Context) error {
 		stage.New("work").
 			Go("registration and heartbeat batches", s.roster.Run).
 			Go("health check", func(ctx context.Context) error { return s.checker.Run(ctx, s.cfg.HealthCheckInterval) }).
-			Go("worker gauges", s.gauges.Run),
+			Go("worker gauges", s.gauges.Run).
+			// Stopped after the consumer, whose last batches it applies.
+			Go("task event counts", s.tally.Run),
 		stage.New("consumer").Go("task events consumer", func(ctx context.Context) error {
 			defer s.consuming.Store(false)
 			return s.consumer.Run(ctx)

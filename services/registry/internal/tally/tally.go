@@ -1,10 +1,10 @@
 // Package tally counts what workers did from the task events on
 // flo.tasks.outcomes: completions and failures per worker and per process. One
-// transaction per polled batch of a partition locks the partition's next
-// offset (table tally_offsets), applies only the records at or past it,
-// aggregated into one statement for workers and one for processes, and moves
-// the offset past the batch, so a redelivered record changes nothing and no
-// row is written per event.
+// transaction takes the batches of a poll's partitions together: it locks
+// each partition's next offset (table tally_offsets), applies only the
+// records at or past it, aggregated into one statement for workers and one
+// for processes, and moves the offset past the batch, so a redelivered
+// record changes nothing and no row is written per event.
 package tally
 
 import (
@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/razorbill/flo/libs/coalesce"
 	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/libs/pg"
 	"github.com/razorbill/flo/libs/protopeek"
@@ -90,16 +91,40 @@ type Event struct {
 type Tally struct {
 	pool    *pgxpool.Pool
 	applied metric.Int64Counter
+	// batches gathers the partitions' batches of a poll, which the consumer
+	// hands over at once, into one transaction.
+	batches *coalesce.Batcher[batch, struct{}]
 }
 
-// New returns a Tally.
+// batch is the events of a partition's polled records to count, and the
+// offset after the last record.
+type batch struct {
+	topic     string
+	partition int32
+	events    []Event
+	next      int64
+}
+
+// The most batches one transaction takes, and how many more may wait.
+const (
+	maxBatches    = 64
+	queuedBatches = 256
+)
+
+// New returns a Tally. Run applies what HandleRecords hands it.
 func New(pool *pgxpool.Pool, meter metric.Meter) (*Tally, error) {
 	applied, err := meter.Int64Counter("flo.registry.task_events.applied", metric.WithUnit("{event}"), metric.WithDescription("Task events counted for a worker."))
 	if err != nil {
 		return nil, fmt.Errorf("create metric: %w", err)
 	}
-	return &Tally{pool: pool, applied: applied}, nil
+	t := &Tally{pool: pool, applied: applied}
+	t.batches = coalesce.New(queuedBatches, maxBatches, t.execBatches)
+	return t, nil
 }
+
+// Run applies the batches HandleRecords hands over until ctx ends; run it
+// while the consumer runs, and stop it after.
+func (t *Tally) Run(ctx context.Context) error { return t.batches.Run(ctx) }
 
 // HandleRecords is the kafka.BatchHandler for Topic: records of one
 // partition in offset order. A record that does not decode, or names a worker
@@ -107,8 +132,30 @@ func New(pool *pgxpool.Pool, meter metric.Meter) (*Tally, error) {
 // others are counted (the consumer dead-letters it); the stored offset passes
 // it like any other.
 func (t *Tally) HandleRecords(ctx context.Context, records []*kgo.Record) error {
+	b, poison := batchOf(records)
+	// Nothing to count is nothing a redelivery could count twice: the
+	// offset moves with the next batch that counts something.
+	if len(b.events) > 0 {
+		var err error
+		if kafka.Isolated(ctx) {
+			// On its own, so that another partition's failure cannot
+			// fail it again (see the workflow runner's HandleTaskEvents).
+			err = t.apply(ctx, []batch{b})
+		} else {
+			_, err = t.batches.Do(ctx, b)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return errors.Join(poison...)
+}
+
+// batchOf is the batch of a partition's records, and the kafka.Poison of
+// each that cannot be counted.
+func batchOf(records []*kgo.Record) (batch, []error) {
 	if len(records) == 0 {
-		return nil
+		return batch{}, nil
 	}
 	// Outcomes that end no attempt (waiting, rejected) count for no one:
 	// they are skipped by their type alone, without a decode, and the list
@@ -119,7 +166,8 @@ func (t *Tally) HandleRecords(ctx context.Context, records []*kgo.Record) error 
 			counted++
 		}
 	}
-	events := make([]Event, 0, counted)
+	first, last := records[0], records[len(records)-1]
+	b := batch{topic: first.Topic, partition: first.Partition, events: make([]Event, 0, counted), next: last.Offset + 1}
 	var poison []error
 	for _, r := range records {
 		if ignored(r) {
@@ -131,15 +179,19 @@ func (t *Tally) HandleRecords(ctx context.Context, records []*kgo.Record) error 
 			continue
 		}
 		// Without a worker there is no one to count for.
-		if e.Outcome != Ignored && e.Namespace != "" {
-			events = append(events, e)
+		if e.Outcome != Ignored && e.WorkerID != "" && e.Namespace != "" {
+			b.events = append(b.events, e)
 		}
 	}
-	first, last := records[0], records[len(records)-1]
-	if err := t.apply(ctx, first.Topic, first.Partition, events, last.Offset+1); err != nil {
-		return err
+	return b, poison
+}
+
+func (t *Tally) execBatches(ctx context.Context, calls []*coalesce.Call[batch, struct{}]) error {
+	batches := make([]batch, len(calls))
+	for i, c := range calls {
+		batches[i] = c.Req
 	}
-	return errors.Join(poison...)
+	return t.apply(ctx, batches)
 }
 
 // typeNumber is the number of TaskEvent's type field.
@@ -173,46 +225,55 @@ func decode(r *kgo.Record) (Event, error) {
 	return e, nil
 }
 
-// apply counts, in one transaction, the events of a partition (each about a
-// worker's attempt) at or past the partition's stored next offset, and moves
-// that offset forward to next. The offset row is locked first, so a batch
-// another replica is applying (a rebalance overlap) or applied (a
-// redelivery) is counted once.
-func (t *Tally) apply(ctx context.Context, topic string, partition int32, relevant []Event, next int64) error {
-	if len(relevant) == 0 {
-		// Nothing to count, so nothing a redelivery could count twice: the
-		// offset moves with the next batch that counts something.
-		return nil
+// apply counts, in one transaction, the events of batches (each about a
+// worker's attempt) at or past their partitions' stored next offsets, and
+// moves each offset forward to its batch's next. The offset rows are locked
+// first, in one order, so batches another replica is applying (a rebalance
+// overlap) or applied (a redelivery) are counted once and two replicas do
+// not deadlock.
+func (t *Tally) apply(ctx context.Context, batches []batch) error {
+	slices.SortStableFunc(batches, func(a, b batch) int {
+		return cmp.Or(cmp.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
+	})
+	total := 0
+	for _, b := range batches {
+		total += len(b.events)
 	}
-	var applied int
+	counted := make([]Event, 0, total)
+	applied := 0
 	err := pg.InTx(ctx, t.pool, func(tx pgx.Tx) error {
+		counted, applied = counted[:0], 0
 		if err := pg.BoundTx(ctx, tx, txTimeout); err != nil {
 			return err
 		}
-		from, err := store.LockTallyOffset(ctx, tx, topic, partition)
-		if err != nil {
-			return err
+		for _, b := range batches {
+			from, err := store.LockTallyOffset(ctx, tx, b.topic, b.partition)
+			if err != nil {
+				return err
+			}
+			if b.next <= from {
+				continue // applied before, all of it
+			}
+			// Records come in offset order: those applied before are a
+			// prefix.
+			skip := 0
+			for skip < len(b.events) && b.events[skip].Offset < from {
+				skip++
+			}
+			counted = append(counted, b.events[skip:]...)
+			if err := store.SetTallyOffset(ctx, tx, b.topic, b.partition, b.next); err != nil {
+				return err
+			}
 		}
-		if next <= from {
-			return nil // applied before, all of it
-		}
-		// Records come in offset order: those applied before are a prefix.
-		skip := 0
-		for skip < len(relevant) && relevant[skip].Offset < from {
-			skip++
-		}
-		applied = len(relevant) - skip
-		workers, processes := Aggregate(relevant[skip:])
+		applied = len(counted)
+		workers, processes := Aggregate(counted)
 		if err := store.AddWorkerCounts(ctx, tx, workers); err != nil {
 			return err
 		}
-		if err := store.AddProcessCounts(ctx, tx, processes); err != nil {
-			return err
-		}
-		return store.SetTallyOffset(ctx, tx, topic, partition, next)
+		return store.AddProcessCounts(ctx, tx, processes)
 	})
 	if err != nil {
-		return fmt.Errorf("count %d task events of %s/%d: %w", len(relevant), topic, partition, err)
+		return fmt.Errorf("count the task events of %d partition batches: %w", len(batches), err)
 	}
 	t.applied.Add(ctx, int64(applied))
 	return nil

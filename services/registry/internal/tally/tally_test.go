@@ -1,6 +1,7 @@
 package tally_test
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"os"
@@ -75,9 +76,22 @@ func newFixture(t *testing.T) *fixture {
 	t.Cleanup(pool.Close)
 	_, err = pool.Exec(t.Context(), `INSERT INTO workers (namespace, worker_id, worker_type, status, max_concurrency) VALUES ('ns', 'w', 'action', 'active', 1)`)
 	require.NoError(t, err)
+	return &fixture{pool: pool, tally: runTally(t, pool)}
+}
+
+// runTally returns a tally on pool that runs until the test ends.
+func runTally(t *testing.T, pool *pgxpool.Pool) *tally.Tally {
+	t.Helper()
 	tl, err := tally.New(pool, noop.NewMeterProvider().Meter("test"))
 	require.NoError(t, err)
-	return &fixture{pool: pool, tally: tl}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tl.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	return tl
 }
 
 // records returns records from..to-1 of a partition of the task events
@@ -219,6 +233,46 @@ func TestEventsThatCountForNoOneArePassed(t *testing.T) {
 	require.Equal(t, int64(6), f.nextOffset(t, 0))
 }
 
+// TestOnePollsPartitionsCountInOneTransaction: the batches of several
+// partitions (one of them delivered twice, with a prefix counted before) are
+// counted in one transaction, each record once, and every partition's
+// offset moves with it.
+func TestOnePollsPartitionsCountInOneTransaction(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.handle(t, 0, 0, 4)
+	require.NoError(t, f.tally.HandleTogether(t.Context(),
+		records(t, 0, 2, 7), records(t, 1, 0, 3), records(t, 2, 0, 5), records(t, 0, 2, 7)))
+	require.Equal(t, counts{completed: 4 + 2 + 3, failed: 3 + 1 + 2, runs: 4 + 2 + 3, fails: 3 + 1 + 2}, f.counts(t))
+	for partition, next := range map[int32]int64{0: 7, 1: 3, 2: 5} {
+		require.Equal(t, next, f.nextOffset(t, partition))
+	}
+	var txns int
+	require.NoError(t, f.pool.QueryRow(t.Context(), `SELECT count(DISTINCT xmin::text) FROM tally_offsets WHERE partition IN (1, 2)`).Scan(&txns))
+	require.Equal(t, 1, txns, "partitions 1 and 2 were counted in one transaction")
+}
+
+// TestEventsWithoutAWorkerCountForNoOne: an outcome no worker had (a task
+// that was never started) is passed without a transaction.
+func TestEventsWithoutAWorkerCountForNoOne(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	recs := records(t, 3, 0, 2)
+	for _, r := range recs {
+		var ev eventsv1.TaskEvent
+		require.NoError(t, proto.Unmarshal(r.Value, &ev))
+		ev.WorkerId = ""
+		v, err := proto.Marshal(&ev)
+		require.NoError(t, err)
+		r.Value = v
+	}
+	require.NoError(t, f.tally.HandleRecords(t.Context(), recs))
+	require.Equal(t, counts{}, f.counts(t))
+	var rows int
+	require.NoError(t, f.pool.QueryRow(t.Context(), `SELECT count(*) FROM tally_offsets`).Scan(&rows))
+	require.Zero(t, rows, "nothing was written")
+}
+
 // TestConcurrentReplicasCountOnce runs the same records through two tallies
 // at once, as two registry replicas overlap during a rebalance, each in
 // batches of its own size: the partition's offset row serialises them and
@@ -226,8 +280,7 @@ func TestEventsThatCountForNoOneArePassed(t *testing.T) {
 func TestConcurrentReplicasCountOnce(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	other, err := tally.New(f.pool, noop.NewMeterProvider().Meter("test"))
-	require.NoError(t, err)
+	other := runTally(t, f.pool)
 	const n = 300
 	recs := records(t, 0, 0, n)
 	start := make(chan struct{})
