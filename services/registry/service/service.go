@@ -207,7 +207,7 @@ func (s *Service) Run(ctx context.Context) error {
 			Go("worker gauges", s.gauges.Run).
 			// Stopped after the consumer, whose last batches it applies.
 			Go("task event counts", s.tally.Run),
-		stage.New("consumer").Go("task events consumer", func(ctx context.Context) error {
+		stage.New("consumer").Go("task outcomes consumer", func(ctx context.Context) error {
 			defer s.consuming.Store(false)
 			return s.consumer.Run(ctx)
 		}),
@@ -237,5 +237,5 @@ func (s *Service) closeResources() {
 // ready reports whether the registry can do its work: not stopping, the
 // database answering and the task-outcomes consumer running.
 func (s *Service) ready() func(context.Context) error {
-	return probe.All(probe.Unset(&s.stopping, "stopping"), probe.Set(&s.consuming, "task events consumer not running"), probe.Ping("database", s.pool, readyPingTimeout))
+	return probe.All(probe.Unset(&s.stopping, "stopping"), probe.Set(&s.consuming, "task outcomes consumer not running"), probe.Ping("database", s.pool, readyPingTimeout))
 }

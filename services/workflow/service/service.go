@@ -282,7 +282,7 @@ func (s *Service) Run(ctx context.Context) error {
 				return sweep.Every(ctx, planSweepInterval, s.log, "sweep expired plan cache entries and rate windows", s.runner.SweepPlans)
 			}),
 		triggers,
-		stage.New("consumer").Go("task events consumer", func(ctx context.Context) error {
+		stage.New("consumer").Go("task outcomes consumer", func(ctx context.Context) error {
 			defer s.consuming.Store(false)
 			return s.consumer.Run(ctx)
 		}),
@@ -340,5 +340,5 @@ func dialStreams(addr string, auth config.Auth, log *slog.Logger) (*grpc.ClientC
 // ready reports whether the service can do its work: not stopping, the
 // database answering and the task-outcomes consumer running.
 func (s *Service) ready() func(context.Context) error {
-	return probe.All(probe.Unset(&s.stopping, "stopping"), probe.Set(&s.consuming, "task events consumer not running"), probe.Ping("database", s.pool, readyPingTimeout))
+	return probe.All(probe.Unset(&s.stopping, "stopping"), probe.Set(&s.consuming, "task outcomes consumer not running"), probe.Ping("database", s.pool, readyPingTimeout))
 }
