@@ -133,7 +133,7 @@ func (e *encoder) encode(rec, out *kgo.Record, c *Change, partition int32) error
 	if c.Type == taskevent.Created || c.Type == taskevent.Requeued {
 		st.Payload = t.Payload
 	}
-	// The event id and the task id are not set here: ids writes them
+	// The event id and the task id are not set here: putIDs writes them
 	// ahead of the rest, with no string made for either.
 	ev := &eventsv1.TaskEvent{
 		Type:       c.Type.Proto(),

@@ -176,8 +176,10 @@ func (r *Replica) checkTopics(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := kafka.EnsureTopics(ctx, r.admin, counts[0], kafka.TaskOutcomesTopic); err != nil {
-		return err
+	if counts[0] > 0 {
+		if err := kafka.EnsureTopics(ctx, r.admin, counts[0], kafka.TaskOutcomesTopic); err != nil {
+			return err
+		}
 	}
 	outcomes, err := partitionCounts(ctx, r.admin, kafka.TaskOutcomesTopic)
 	if err != nil {

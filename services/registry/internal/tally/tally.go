@@ -186,6 +186,7 @@ func batchOf(records []*kgo.Record) (batch, []error) {
 	return b, poison
 }
 
+// execBatches applies the batches of the calls the Batcher gathered.
 func (t *Tally) execBatches(ctx context.Context, calls []*coalesce.Call[batch, struct{}]) error {
 	batches := make([]batch, len(calls))
 	for i, c := range calls {
@@ -240,9 +241,8 @@ func (t *Tally) apply(ctx context.Context, batches []batch) error {
 		total += len(b.events)
 	}
 	counted := make([]Event, 0, total)
-	applied := 0
 	err := pg.InTx(ctx, t.pool, func(tx pgx.Tx) error {
-		counted, applied = counted[:0], 0
+		counted = counted[:0]
 		if err := pg.BoundTx(ctx, tx, txTimeout); err != nil {
 			return err
 		}
@@ -265,7 +265,6 @@ func (t *Tally) apply(ctx context.Context, batches []batch) error {
 				return err
 			}
 		}
-		applied = len(counted)
 		workers, processes := Aggregate(counted)
 		if err := store.AddWorkerCounts(ctx, tx, workers); err != nil {
 			return err
@@ -275,7 +274,7 @@ func (t *Tally) apply(ctx context.Context, batches []batch) error {
 	if err != nil {
 		return fmt.Errorf("count the task events of %d partition batches: %w", len(batches), err)
 	}
-	t.applied.Add(ctx, int64(applied))
+	t.applied.Add(ctx, int64(len(counted)))
 	return nil
 }
 
