@@ -120,6 +120,42 @@ func TestOneTraceFollowsAnInvocationToItsCompletion(t *testing.T) {
 	require.Contains(t, report.Attributes(), attribute.Bool("flo.report.accepted", true))
 }
 
+// The tasks of one InvokeMany call each run in the caller's trace: the
+// gateway gives every command of the call its trace headers.
+func TestABatchOfInvocationsRunsInItsCallersTrace(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	e := newEnvWith(t, nil, devstack.WithSpanProcessor(rec))
+	client := e.client(t, "default")
+	_, err := client.RegisterAction(context.Background(), "batched", flo.ActionOptions{})
+	require.NoError(t, err)
+	var ran sync.Map // payload -> the handler's trace id
+	e.worker(t, "default", flo.ActionWorkerOptions{}, func(w *flo.ActionWorker) {
+		w.MustRegisterAction("batched", func(actx *flo.ActionContext) ([]byte, error) {
+			ran.Store(string(actx.Payload()), trace.SpanContextFromContext(actx).TraceID())
+			return nil, nil
+		})
+	})
+
+	ctx, span := clientSpan("client invoke many")
+	payloads := make([]any, 5)
+	for i := range payloads {
+		payloads[i] = json.RawMessage(fmt.Sprintf(`"%d"`, i))
+	}
+	ids, err := client.InvokeMany(ctx, "batched", payloads)
+	span.End()
+	require.NoError(t, err)
+	for _, id := range ids {
+		task, err := client.AwaitTask(context.Background(), id, 30*time.Second)
+		require.NoError(t, err)
+		require.Equal(t, flo.TaskCompleted, task.Status)
+	}
+	for _, p := range payloads {
+		got, ok := ran.Load(string(p.(json.RawMessage)))
+		require.True(t, ok, "the handler ran %s", p)
+		require.Equal(t, span.SpanContext().TraceID(), got, "the task of %s ran in its caller's trace", p)
+	}
+}
+
 // A stream record's handler span joins the trace of the append that wrote
 // it and says which record, stream and group it handled.
 func TestAStreamRecordIsHandledInItsAppendersTrace(t *testing.T) {

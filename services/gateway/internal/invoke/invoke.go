@@ -7,6 +7,7 @@ package invoke
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -74,10 +75,25 @@ func (p *Producer) InvokeMany(ctx context.Context, cmds []Command) ([]string, er
 	ids := make([]string, len(cmds))
 	records := make([]*kgo.Record, len(cmds))
 	now := p.now()
+	// The call's trace headers, made once and shared (read-only) by every
+	// command that carries no trace context of its own.
+	var (
+		callTrace []kgo.RecordHeader
+		traced    bool
+	)
 	for i, cmd := range cmds {
-		rec, taskID, err := newRecord(ctx, cmd, now)
+		rec, taskID, err := newRecord(cmd, now)
 		if err != nil {
 			return nil, err
+		}
+		switch {
+		case len(cmd.TraceContext) > 0:
+			kafka.InjectTrace(kafka.ContextFromHeaders(ctx, cmd.TraceContext), rec)
+		case !traced:
+			kafka.InjectTrace(ctx, rec)
+			callTrace, traced = slices.Clip(rec.Headers), true
+		default:
+			rec.Headers = callTrace
 		}
 		ids[i], records[i] = taskID, rec
 	}
@@ -92,9 +108,9 @@ func (p *Producer) InvokeMany(ctx context.Context, cmds []Command) ([]string, er
 	return ids, nil
 }
 
-// newRecord encodes one command as its log record and returns it with the
-// task id.
-func newRecord(ctx context.Context, cmd Command, now time.Time) (*kgo.Record, string, error) {
+// newRecord encodes one command as its log record, without trace headers,
+// and returns it with the task id.
+func newRecord(cmd Command, now time.Time) (*kgo.Record, string, error) {
 	taskID, err := NewTaskID(cmd.Namespace, cmd.Action, cmd.IdempotencyKey)
 	if err != nil {
 		return nil, "", err
@@ -117,12 +133,7 @@ func newRecord(ctx context.Context, cmd Command, now time.Time) (*kgo.Record, st
 	if err != nil {
 		return nil, "", fmt.Errorf("encode invoke command: %w", err)
 	}
-	rec := &kgo.Record{Topic: kafka.CommandsTopic, Key: []byte(taskID), Value: value}
-	if len(cmd.TraceContext) > 0 {
-		ctx = kafka.ContextFromHeaders(ctx, cmd.TraceContext)
-	}
-	kafka.InjectTrace(ctx, rec)
-	return rec, taskID, nil
+	return &kgo.Record{Topic: kafka.CommandsTopic, Key: []byte(taskID), Value: value}, taskID, nil
 }
 
 // NewTaskID returns the id of a new task: derived from the idempotency key
