@@ -120,22 +120,30 @@ func TestOneTraceFollowsAnInvocationToItsCompletion(t *testing.T) {
 	require.Contains(t, report.Attributes(), attribute.Bool("flo.report.accepted", true))
 }
 
-// The tasks of one InvokeMany call each run in the caller's trace: the
-// gateway gives every command of the call its trace headers.
-func TestABatchOfInvocationsRunsInItsCallersTrace(t *testing.T) {
+// newTraceIDEnv starts a platform whose spans go to the returned recorder,
+// with a worker of action that keeps, by payload, the trace id each task
+// ran in, and connects a client.
+func newTraceIDEnv(t *testing.T, action string) (*flo.Client, *tracetest.SpanRecorder, *sync.Map) {
+	t.Helper()
 	rec := tracetest.NewSpanRecorder()
 	e := newEnvWith(t, nil, devstack.WithSpanProcessor(rec))
 	client := e.client(t, "default")
-	_, err := client.RegisterAction(context.Background(), "batched", flo.ActionOptions{})
+	_, err := client.RegisterAction(context.Background(), action, flo.ActionOptions{})
 	require.NoError(t, err)
-	var ran sync.Map // payload -> the handler's trace id
+	ran := &sync.Map{} // payload -> the handler's trace id
 	e.worker(t, "default", flo.ActionWorkerOptions{}, func(w *flo.ActionWorker) {
-		w.MustRegisterAction("batched", func(actx *flo.ActionContext) ([]byte, error) {
+		w.MustRegisterAction(action, func(actx *flo.ActionContext) ([]byte, error) {
 			ran.Store(string(actx.Payload()), trace.SpanContextFromContext(actx).TraceID())
 			return nil, nil
 		})
 	})
+	return client, rec, ran
+}
 
+// The tasks of one InvokeMany call each run in the caller's trace: the
+// gateway gives every command of the call its trace headers.
+func TestABatchOfInvocationsRunsInItsCallersTrace(t *testing.T) {
+	client, _, ran := newTraceIDEnv(t, "batched")
 	ctx, span := clientSpan("client invoke many")
 	payloads := make([]any, 5)
 	for i := range payloads {
@@ -242,18 +250,7 @@ func spanOf(t *testing.T, spans []sdktrace.ReadOnlySpan, s trace.Span) sdktrace.
 // caller's trace; when the gateway refuses a gathered call for one item,
 // only that item's caller gets the error.
 func TestOverlappingInvokesGoTogetherAndKeepTheirCallersTraces(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	e := newEnvWith(t, nil, devstack.WithSpanProcessor(rec))
-	client := e.client(t, "default")
-	_, err := client.RegisterAction(context.Background(), "each", flo.ActionOptions{})
-	require.NoError(t, err)
-	var ran sync.Map // payload -> the handler's trace id
-	e.worker(t, "default", flo.ActionWorkerOptions{}, func(w *flo.ActionWorker) {
-		w.MustRegisterAction("each", func(actx *flo.ActionContext) ([]byte, error) {
-			ran.Store(string(actx.Payload()), trace.SpanContextFromContext(actx).TraceID())
-			return nil, nil
-		})
-	})
+	client, rec, ran := newTraceIDEnv(t, "each")
 
 	// gathered reports whether the gateway answered an InvokeTasks call
 	// with code (otelgrpc names codes as the gRPC specification does).
