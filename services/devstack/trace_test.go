@@ -76,14 +76,18 @@ func describe(spans []sdktrace.ReadOnlySpan) string {
 // returned recorder, with a worker completing action, and connects a client.
 func newTracedEnv(t *testing.T, action string) (*flo.Client, *tracetest.SpanRecorder) {
 	t.Helper()
+	return newTracedEnvWith(t, action, func(actx *flo.ActionContext) ([]byte, error) { return actx.Bytes("done") })
+}
+
+// newTracedEnvWith is newTracedEnv with handler running action.
+func newTracedEnvWith(t *testing.T, action string, handler func(*flo.ActionContext) ([]byte, error)) (*flo.Client, *tracetest.SpanRecorder) {
+	t.Helper()
 	rec := tracetest.NewSpanRecorder()
 	e := newEnvWith(t, nil, devstack.WithSpanProcessor(rec))
 	client := e.client(t, "default")
 	_, err := client.RegisterAction(context.Background(), action, flo.ActionOptions{})
 	require.NoError(t, err)
-	e.worker(t, "default", flo.ActionWorkerOptions{}, func(w *flo.ActionWorker) {
-		w.MustRegisterAction(action, func(actx *flo.ActionContext) ([]byte, error) { return actx.Bytes("done") })
-	})
+	e.worker(t, "default", flo.ActionWorkerOptions{}, func(w *flo.ActionWorker) { w.MustRegisterAction(action, handler) })
 	return client, rec
 }
 
@@ -125,17 +129,10 @@ func TestOneTraceFollowsAnInvocationToItsCompletion(t *testing.T) {
 // ran in, and connects a client.
 func newTraceIDEnv(t *testing.T, action string) (*flo.Client, *tracetest.SpanRecorder, *sync.Map) {
 	t.Helper()
-	rec := tracetest.NewSpanRecorder()
-	e := newEnvWith(t, nil, devstack.WithSpanProcessor(rec))
-	client := e.client(t, "default")
-	_, err := client.RegisterAction(context.Background(), action, flo.ActionOptions{})
-	require.NoError(t, err)
 	ran := &sync.Map{} // payload -> the handler's trace id
-	e.worker(t, "default", flo.ActionWorkerOptions{}, func(w *flo.ActionWorker) {
-		w.MustRegisterAction(action, func(actx *flo.ActionContext) ([]byte, error) {
-			ran.Store(string(actx.Payload()), trace.SpanContextFromContext(actx).TraceID())
-			return nil, nil
-		})
+	client, rec := newTracedEnvWith(t, action, func(actx *flo.ActionContext) ([]byte, error) {
+		ran.Store(string(actx.Payload()), trace.SpanContextFromContext(actx).TraceID())
+		return nil, nil
 	})
 	return client, rec, ran
 }
