@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -53,10 +54,17 @@ const (
 // Consumer is a consumer-group member that commits a partition's offsets only
 // after its handler returned nil for the records before them.
 type Consumer struct {
-	cl    *kgo.Client
-	group string
-	h     *isolator
-	log   *slog.Logger
+	cl     *kgo.Client
+	conn   config.Kafka
+	group  string
+	topics []string
+	h      *isolator
+	log    *slog.Logger
+
+	// takeOver is set by TakeOverTaskOutcomes; handover says what Run
+	// waits for before its group joins, nil once it joined.
+	takeOver bool
+	handover atomic.Pointer[string]
 
 	mu sync.Mutex
 	// pending holds handled offsets not committed yet: waiting for the
@@ -72,8 +80,9 @@ type Consumer struct {
 	lag map[string]map[int32]int64
 }
 
-// NewConsumer joins group (once Run polls) consuming topics from their start
-// when the group has no committed offsets. Polls are handled partition by
+// NewConsumer returns a member of group, which joins once Run starts,
+// consuming topics from their start when the group has no committed offsets
+// there. Polls are handled partition by
 // partition through h, partitions in parallel; the poll's offsets are
 // committed after every handled partition succeeded, at most every
 // commitEvery (those of the polls between ride the next commit), and the
@@ -94,12 +103,13 @@ func NewConsumer(conn config.Kafka, group string, topics []string, h BatchHandle
 		log = slog.New(slog.DiscardHandler)
 	}
 	c := &Consumer{
-		group: group, log: log.With("group", group),
+		conn: conn, group: group, topics: slices.Clone(topics), log: log.With("group", group),
 		pending: map[string]map[int32]kgo.EpochOffset{}, lag: map[string]map[int32]int64{},
 	}
 	groupOpts := []kgo.Opt{
+		// The topics are added by Run: franz-go joins the group as soon
+		// as it knows them.
 		kgo.ConsumerGroup(group),
-		kgo.ConsumeTopics(topics...),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsRevoked(c.revoked),
@@ -130,8 +140,9 @@ func NewConsumer(conn config.Kafka, group string, topics []string, h BatchHandle
 	return c, nil
 }
 
-// Run polls and handles records until ctx ends, then commits what was handled
-// and closes the client (leaving the group). It returns nil on shutdown.
+// Run joins the group, then polls and handles records until ctx ends, commits
+// what was handled and closes the client (leaving the group). It returns nil
+// on shutdown.
 // Handled offsets are committed at most every commitEvery, and no later
 // than that once polls stop bringing records.
 // While it runs, the lag of the partitions this member owns is reported
@@ -143,6 +154,15 @@ func (c *Consumer) Run(ctx context.Context) error {
 	} else {
 		defer func() { _ = reg.Unregister() }()
 	}
+	if c.takeOver {
+		if err := c.takeOverTaskOutcomes(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("consumer %s: %w", c.group, err)
+		}
+	}
+	c.cl.AddConsumeTopics(c.topics...)
 	for {
 		pollCtx, cancel := ctx, context.CancelFunc(func() {})
 		if due, ok := c.commitDue(); ok {

@@ -13,7 +13,6 @@ import (
 	"github.com/razorbill/flo/libs/kafka"
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
-	"github.com/razorbill/flo/services/dispatcher/internal/owner"
 )
 
 // Another producer takes a partition's transactional id, as the next owner
@@ -36,7 +35,7 @@ func TestAFencedPartitionDoesNotTakeItsIDBack(t *testing.T) {
 
 	part := kafka.PartitionOf(id, partitions)
 	usurper, err := kgo.NewClient(kgo.SeedBrokers(broker.Addrs()...),
-		kgo.TransactionalID(owner.Group+"-p"+strconv.Itoa(int(part))), kgo.ProducerLinger(0))
+		kgo.TransactionalID(kafka.DispatcherGroup+"-p"+strconv.Itoa(int(part))), kgo.ProducerLinger(0))
 	require.NoError(t, err)
 	t.Cleanup(usurper.Close)
 	_, _, err = usurper.ProducerID(t.Context())

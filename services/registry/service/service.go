@@ -161,6 +161,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		kgo.FetchMinBytes(tally.FetchMinBytes), kgo.FetchMaxWait(tally.FetchMaxWait)); err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
+	// Dispatchers of earlier versions wrote outcomes only into the task
+	// events, which this service's earlier versions read.
+	s.consumer.TakeOverTaskOutcomes()
 	return s, nil
 }
 
@@ -237,5 +240,5 @@ func (s *Service) closeResources() {
 // ready reports whether the registry can do its work: not stopping, the
 // database answering and the task-outcomes consumer running.
 func (s *Service) ready() func(context.Context) error {
-	return probe.All(probe.Unset(&s.stopping, "stopping"), probe.Set(&s.consuming, "task outcomes consumer not running"), probe.Ping("database", s.pool, readyPingTimeout))
+	return probe.All(probe.Unset(&s.stopping, "stopping"), probe.Set(&s.consuming, "task outcomes consumer not running"), func(ctx context.Context) error { return s.consumer.HandedOver(ctx) }, probe.Ping("database", s.pool, readyPingTimeout))
 }

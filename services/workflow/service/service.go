@@ -225,6 +225,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, opts ...Option) (_ *
 		kgo.FetchMinBytes(runner.FetchMinBytes), kgo.FetchMaxWait(runner.FetchMaxWait)); err != nil {
 		return nil, fmt.Errorf("workflow: %w", err)
 	}
+	// Dispatchers of earlier versions wrote outcomes only into the task
+	// events, which this service's earlier versions read.
+	s.consumer.TakeOverTaskOutcomes()
 	return s, nil
 }
 
@@ -340,5 +343,5 @@ func dialStreams(addr string, auth config.Auth, log *slog.Logger) (*grpc.ClientC
 // ready reports whether the service can do its work: not stopping, the
 // database answering and the task-outcomes consumer running.
 func (s *Service) ready() func(context.Context) error {
-	return probe.All(probe.Unset(&s.stopping, "stopping"), probe.Set(&s.consuming, "task outcomes consumer not running"), probe.Ping("database", s.pool, readyPingTimeout))
+	return probe.All(probe.Unset(&s.stopping, "stopping"), probe.Set(&s.consuming, "task outcomes consumer not running"), func(ctx context.Context) error { return s.consumer.HandedOver(ctx) }, probe.Ping("database", s.pool, readyPingTimeout))
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/razorbill/flo/libs/kafka"
 	"github.com/razorbill/flo/services/dispatcher/internal/view"
 )
 
@@ -118,7 +119,7 @@ func refused(ctx context.Context, addr string) bool {
 // was there (a replica that stopped gracefully left by itself).
 func (r *Replica) evict(ctx context.Context, member string) (bool, error) {
 	req := kmsg.NewPtrLeaveGroupRequest()
-	req.Group = Group
+	req.Group = kafka.DispatcherGroup
 	// Versions before 3 name one member here, later ones in Members.
 	req.MemberID = member
 	m := kmsg.NewLeaveGroupRequestMember()

@@ -26,7 +26,7 @@ func member(t *testing.T, conn kafkaConn) (*Replica, func() []int32) {
 		mu    sync.Mutex
 		owned []int32
 	)
-	group, err := kafka.NewClient(conn.cfg, kgo.ConsumerGroup(Group), kgo.ConsumeTopics(kafka.CommandsTopic),
+	group, err := kafka.NewClient(conn.cfg, kgo.ConsumerGroup(kafka.DispatcherGroup), kgo.ConsumeTopics(kafka.CommandsTopic),
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, a map[string][]int32) {
 			mu.Lock()
 			owned = append(owned, a[kafka.CommandsTopic]...)

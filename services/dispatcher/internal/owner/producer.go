@@ -28,7 +28,7 @@ type producer struct {
 // per partition, so a partition's next owner fences the one before.
 func transactional(id int32) []kgo.Opt {
 	return []kgo.Opt{
-		kgo.TransactionalID(Group + "-p" + strconv.Itoa(int(id))),
+		kgo.TransactionalID(kafka.DispatcherGroup + "-p" + strconv.Itoa(int(id))),
 		kgo.MaxVersions(txnVersions),
 		// An owner that dies mid-transaction holds the partition's
 		// readers back until this passes or the next owner takes over.

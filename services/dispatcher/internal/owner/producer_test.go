@@ -65,7 +65,7 @@ func TestAPartitionDoesNotCommitUnderAnIDItsProducerTookBackOnItsOwn(t *testing.
 	require.Error(t, p.txn.EndTransaction(gone, kgo.TryCommit))
 
 	// The next owner takes the id; the old producer's abort takes it back.
-	next, err := kgo.NewClient(kgo.SeedBrokers(broker.Addrs()...), kgo.TransactionalID(Group+"-p"+strconv.Itoa(0)))
+	next, err := kgo.NewClient(kgo.SeedBrokers(broker.Addrs()...), kgo.TransactionalID(kafka.DispatcherGroup+"-p"+strconv.Itoa(0)))
 	require.NoError(t, err)
 	t.Cleanup(next.Close)
 	_, _, err = next.ProducerID(ctx)

@@ -142,20 +142,16 @@ func Repartition(ctx context.Context, conn config.Kafka, pool *pgxpool.Pool, log
 // replica running on the old count would own, and write, partitions whose
 // tasks are moving.
 func requireNoReplica(ctx context.Context, adm *kadm.Client) error {
-	groups, err := adm.DescribeGroups(ctx, Group)
+	members, err := kafka.DispatcherMembers(ctx, adm)
 	if err != nil {
-		return fmt.Errorf("describe group %s: %w", Group, err)
+		return err
 	}
-	g := groups[Group]
-	if g.Err != nil && !errors.Is(g.Err, kerr.GroupIDNotFound) {
-		return fmt.Errorf("describe group %s: %w", Group, g.Err)
-	}
-	if len(g.Members) > 0 {
-		hosts := make([]string, len(g.Members))
-		for i, m := range g.Members {
+	if len(members) > 0 {
+		hosts := make([]string, len(members))
+		for i, m := range members {
 			hosts[i] = m.ClientHost
 		}
-		return fault.Preconditionf("%d dispatcher replicas are running (%v): stop every one first", len(g.Members), hosts)
+		return fault.Preconditionf("%d dispatcher replicas are running (%v): stop every one first", len(members), hosts)
 	}
 	return nil
 }

@@ -37,9 +37,6 @@ import (
 	"github.com/razorbill/flo/services/dispatcher/internal/view"
 )
 
-// Group is the dispatcher replicas' consumer group on kafka.CommandsTopic.
-const Group = "flo-dispatcher"
-
 // ownersRetry paces writing the owners table while Postgres is away.
 var ownersRetry = retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 
@@ -147,7 +144,7 @@ func New(ctx context.Context, cfg Config, pool *pgxpool.Pool, cat *catalog.Catal
 		r.admin.Close()
 		return nil, err
 	}
-	if r.dlq, err = kafka.NewDeadLetterer(r.admin, Group, log); err != nil {
+	if r.dlq, err = kafka.NewDeadLetterer(r.admin, kafka.DispatcherGroup, log); err != nil {
 		r.admin.Close()
 		return nil, err
 	}
@@ -232,7 +229,10 @@ func (r *Replica) Run(ctx context.Context) error {
 	r.ctx, r.fail = ctx, fail
 	r.mu.Unlock()
 	group, err := kafka.NewClient(r.cfg.Kafka,
-		kgo.ConsumerGroup(Group),
+		kgo.ConsumerGroup(kafka.DispatcherGroup),
+		// Says to the readers of the task outcomes that this replica
+		// writes them (kafka.TakeOverTaskOutcomes).
+		kgo.ClientID(kafka.DispatcherClientID),
 		kgo.ConsumeTopics(kafka.CommandsTopic),
 		kgo.DisableAutoCommit(),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
@@ -256,7 +256,7 @@ func (r *Replica) Run(ctx context.Context) error {
 	}
 	r.group = group
 	go r.watchPeers(ctx)
-	if reg, err := kafka.RegisterLag(Group, r.lag); err != nil {
+	if reg, err := kafka.RegisterLag(kafka.DispatcherGroup, r.lag); err != nil {
 		r.log.WarnContext(ctx, "commands lag not reported", "error", err)
 	} else {
 		defer func() { _ = reg.Unregister() }()
@@ -440,13 +440,13 @@ func (r *Replica) publishOwners(ctx context.Context, member string) {
 // that it lost the partition before its own heartbeat tells it.
 func (r *Replica) stillOwns(ctx context.Context, id int32) (bool, error) {
 	member, _ := r.group.GroupMetadata()
-	groups, err := kadm.NewClient(r.admin).DescribeGroups(ctx, Group)
+	groups, err := kadm.NewClient(r.admin).DescribeGroups(ctx, kafka.DispatcherGroup)
 	if err != nil {
-		return false, fmt.Errorf("describe group %s: %w", Group, err)
+		return false, fmt.Errorf("describe group %s: %w", kafka.DispatcherGroup, err)
 	}
-	g, ok := groups[Group]
+	g, ok := groups[kafka.DispatcherGroup]
 	if !ok || g.Err != nil {
-		return false, fmt.Errorf("describe group %s: %v", Group, g.Err)
+		return false, fmt.Errorf("describe group %s: %v", kafka.DispatcherGroup, g.Err)
 	}
 	for _, m := range g.Members {
 		if m.MemberID != member {
