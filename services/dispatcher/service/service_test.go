@@ -2,7 +2,6 @@ package service_test
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/razorbill/flo/libs/harness"
 	"github.com/razorbill/flo/libs/kafka"
 	dispatcherv1 "github.com/razorbill/flo/proto/gen/flo/dispatcher/v1"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
@@ -890,14 +890,7 @@ func testDisabled(t *testing.T, e *env) {
 }
 
 func testHTTP(t *testing.T, e *env) {
-	get := func(path string) (int, string) {
-		resp, err := http.Get("http://" + e.svc.HTTPAddr() + path)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp.StatusCode, string(b)
-	}
+	get := func(path string) (int, string) { return harness.HTTPGet(t, "http://"+e.svc.HTTPAddr()+path) }
 	code, _ := get("/healthz")
 	require.Equal(t, http.StatusOK, code)
 	require.Eventually(t, func() bool { c, _ := get("/readyz"); return c == http.StatusOK }, waitFor, tick)

@@ -1,7 +1,6 @@
 package service_test
 
 import (
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/razorbill/flo/libs/harness"
 	"github.com/razorbill/flo/libs/kafka"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
@@ -58,14 +58,7 @@ func TestUpgradeCountsWhatEarlierDispatchersLeftInTheTaskEvents(t *testing.T) {
 			return err == nil && len(members) == 1
 		}, waitFor, tick)
 	})
-	readyz := func() (int, string) {
-		resp, err := http.Get("http://" + e.svc.HTTPAddr() + "/readyz")
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp.StatusCode, string(b)
-	}
+	readyz := func() (int, string) { return harness.HTTPGet(t, "http://"+e.svc.HTTPAddr()+"/readyz") }
 	require.Eventually(t, func() bool {
 		code, body := readyz()
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "waiting for 1 dispatchers of an earlier version") && strings.Contains(body, kafka.DispatcherGroup)

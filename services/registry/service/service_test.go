@@ -2,7 +2,6 @@ package service_test
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"regexp"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/razorbill/flo/libs/harness"
 	"github.com/razorbill/flo/libs/kafka"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
@@ -381,14 +381,7 @@ func testCounters(t *testing.T, e *env) {
 }
 
 func testHTTP(t *testing.T, e *env) {
-	get := func(path string) (int, string) {
-		resp, err := http.Get("http://" + e.svc.HTTPAddr() + path)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp.StatusCode, string(b)
-	}
+	get := func(path string) (int, string) { return harness.HTTPGet(t, "http://"+e.svc.HTTPAddr()+path) }
 	code, _ := get("/healthz")
 	require.Equal(t, http.StatusOK, code)
 	require.Eventually(t, func() bool { code, _ := get("/readyz"); return code == http.StatusOK }, waitFor, tick)

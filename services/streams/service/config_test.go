@@ -1,7 +1,6 @@
 package service_test
 
 import (
-	"io"
 	"net/http"
 	"testing"
 
@@ -76,14 +75,7 @@ func TestProbes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	r := e.start(t, e.config())
-	get := func(path string) (int, string) {
-		resp, err := http.Get("http://" + r.svc.HTTPAddr() + path)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp.StatusCode, string(body)
-	}
+	get := func(path string) (int, string) { return harness.HTTPGet(t, "http://"+r.svc.HTTPAddr()+path) }
 	code, _ := get("/healthz")
 	require.Equal(t, http.StatusOK, code)
 	code, body := get("/readyz")
