@@ -67,7 +67,7 @@ func (c *Consumer) takeOverTaskOutcomes(ctx context.Context) error {
 	if err := c.awaitOutcomeWriters(ctx, adm); err != nil {
 		return err
 	}
-	var left map[int32][2]int64
+	var left map[int32]offsets
 	err := retry.Do(ctx, leftOverRetry, func() (err error) {
 		left, err = c.leftOver(ctx, adm)
 		return err
@@ -106,7 +106,7 @@ func (c *Consumer) awaitOutcomeWriters(ctx context.Context, adm *kadm.Client) er
 			return nil
 		case err == nil && strings.Join(earlier, ", ") != waited:
 			waited = strings.Join(earlier, ", ")
-			why := fmt.Sprintf("waiting for %d dispatchers of an earlier version (%s), which write no task outcomes, to leave group %s: upgrade them",
+			why := fmt.Sprintf("waiting for the dispatchers of an earlier version (%d: %s), which write no task outcomes, to leave group %s: upgrade them",
 				len(earlier), waited, DispatcherGroup)
 			c.handover.Store(&why)
 			c.log.WarnContext(ctx, why, "group", DispatcherGroup)
@@ -150,11 +150,14 @@ func DispatcherMembers(ctx context.Context, adm *kadm.Client) ([]kadm.DescribedG
 	return g.Members, nil
 }
 
+// offsets is a range of a partition's offsets, end excluded.
+type offsets struct{ from, end int64 }
+
 // leftOver returns, by partition, the range of TaskEventsTopic the group
 // has not handled: from its committed offset to the topic's end. It is
 // empty once the group committed an offset of its own topics (an earlier
 // start handed over already) or never read TaskEventsTopic.
-func (c *Consumer) leftOver(ctx context.Context, adm *kadm.Client) (map[int32][2]int64, error) {
+func (c *Consumer) leftOver(ctx context.Context, adm *kadm.Client) (map[int32]offsets, error) {
 	committed, err := adm.FetchOffsets(ctx, c.group)
 	if err == nil {
 		err = committed.Error()
@@ -181,11 +184,11 @@ func (c *Consumer) leftOver(ctx context.Context, adm *kadm.Client) (map[int32][2
 	if err := ends.Error(); err != nil {
 		return nil, fmt.Errorf("list end offsets of %s: %w", TaskEventsTopic, err)
 	}
-	left := map[int32][2]int64{}
+	left := map[int32]offsets{}
 	for p, o := range committed[TaskEventsTopic] {
 		end, ok := ends.Lookup(TaskEventsTopic, p)
 		if ok && o.At >= 0 && o.At < end.Offset {
-			left[p] = [2]int64{o.At, end.Offset}
+			left[p] = offsets{from: o.At, end: end.Offset}
 		}
 	}
 	return left, nil
@@ -193,10 +196,10 @@ func (c *Consumer) leftOver(ctx context.Context, adm *kadm.Client) (map[int32][2
 
 // handleLeftOver hands the handler the records of each partition's range,
 // reading committed transactions only, as the group did.
-func (c *Consumer) handleLeftOver(ctx context.Context, left map[int32][2]int64) error {
+func (c *Consumer) handleLeftOver(ctx context.Context, left map[int32]offsets) error {
 	starts := make(map[int32]kgo.Offset, len(left))
 	for p, r := range left {
-		starts[p] = kgo.NewOffset().At(r[0])
+		starts[p] = kgo.NewOffset().At(r.from)
 	}
 	cl, err := NewClient(c.conn,
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{TaskEventsTopic: starts}),
@@ -223,14 +226,14 @@ func (c *Consumer) handleLeftOver(ctx context.Context, left map[int32][2]int64) 
 			// Past the range's end are records of dispatchers of this
 			// version, which the outcomes topic brings.
 			in := p.Records
-			if i := slices.IndexFunc(in, func(rec *kgo.Record) bool { return rec.Offset >= r[1] }); i >= 0 {
+			if i := slices.IndexFunc(in, func(rec *kgo.Record) bool { return rec.Offset >= r.end }); i >= 0 {
 				in = in[:i]
 			}
 			if data := withoutControl(in); len(data) > 0 && !c.h.handle(ctx, data) {
 				failed = true
 				return
 			}
-			if p.Records[len(p.Records)-1].Offset+1 >= r[1] {
+			if p.Records[len(p.Records)-1].Offset+1 >= r.end {
 				delete(left, p.Partition)
 				cl.PauseFetchPartitions(map[string][]int32{TaskEventsTopic: {p.Partition}})
 			}

@@ -50,7 +50,7 @@ func TestTakeOverWaitsForEarlierDispatchersThenHandlesWhatIsLeft(t *testing.T) {
 	produce(t, prod, kafka.TaskOutcomesTopic, "o0")
 	require.Eventually(t, func() bool {
 		err := c.HandedOver(ctx)
-		return err != nil && strings.Contains(err.Error(), "waiting for 1 dispatchers of an earlier version")
+		return err != nil && strings.Contains(err.Error(), "waiting for the dispatchers of an earlier version (1: ")
 	}, waitFor, 10*time.Millisecond)
 	// It saw the earlier dispatcher: it handled nothing and left its group
 	// to the group's earlier version.

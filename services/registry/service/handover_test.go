@@ -61,7 +61,7 @@ func TestUpgradeCountsWhatEarlierDispatchersLeftInTheTaskEvents(t *testing.T) {
 	readyz := func() (int, string) { return harness.HTTPGet(t, "http://"+e.svc.HTTPAddr()+"/readyz") }
 	require.Eventually(t, func() bool {
 		code, body := readyz()
-		return code == http.StatusServiceUnavailable && strings.Contains(body, "waiting for 1 dispatchers of an earlier version") && strings.Contains(body, kafka.DispatcherGroup)
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "waiting for the dispatchers of an earlier version (1: ") && strings.Contains(body, kafka.DispatcherGroup)
 	}, waitFor, tick)
 
 	// While it waits, the earlier dispatcher ends two more attempts of w1's

@@ -42,7 +42,7 @@ func TestNoRunAdvancesBesideAnEarlierDispatcher(t *testing.T) {
 	readyz := func() (int, string) { return harness.HTTPGet(t, "http://"+e.wf.svc.HTTPAddr()+"/readyz") }
 	require.Eventually(t, func() bool {
 		code, body := readyz()
-		return code == http.StatusServiceUnavailable && strings.Contains(body, "waiting for 1 dispatchers of an earlier version")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "waiting for the dispatchers of an earlier version (1: ")
 	}, waitFor, tick)
 
 	ns := e.namespace(t)
