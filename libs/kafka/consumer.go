@@ -82,13 +82,12 @@ type Consumer struct {
 
 // NewConsumer returns a member of group, which joins once Run starts,
 // consuming topics from their start when the group has no committed offsets
-// there. Polls are handled partition by
-// partition through h, partitions in parallel; the poll's offsets are
-// committed after every handled partition succeeded, at most every
-// commitEvery (those of the polls between ride the next commit), and the
-// group cannot rebalance during a poll's handling (BlockRebalanceOnPoll);
-// a revocation commits what was handled, so a partition moves to another
-// member only with its progress committed. A
+// there. Polls are handled partition by partition through h, partitions in
+// parallel; the poll's offsets are committed after every handled partition
+// succeeded, at most every commitEvery (those of the polls between ride the
+// next commit), and the group cannot rebalance during a poll's handling
+// (BlockRebalanceOnPoll); a revocation commits what was handled, so a
+// partition moves to another member only with its progress committed. A
 // record h cannot handle even alone goes to its topic's dead-letter topic
 // (DeadLetterTopic, created with one partition before its first record) with
 // headers saying why and where it came from, and is counted as
