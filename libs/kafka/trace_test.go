@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"reflect"
 	"strconv"
 	"testing"
 
@@ -67,4 +68,30 @@ func TestBatchSpansNameTheirRecordsTraces(t *testing.T) {
 		}
 		return true
 	}, waitFor, tick, "producers named by a batch span: %v", producers)
+}
+
+// A TraceMemo gives records with the same trace headers one trace context, and
+// a record with other headers, or none, its own.
+func TestTraceMemoSharesOneBatchsContext(t *testing.T) {
+	const first = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	const second = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	traced := func(headers ...string) *kgo.Record {
+		r := &kgo.Record{}
+		for i := 0; i < len(headers); i += 2 {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: headers[i], Value: []byte(headers[i+1])})
+		}
+		return r
+	}
+	var m kafka.TraceMemo
+	a := m.Valid(traced("traceparent", first, "flo-moved-from", "3"))
+	require.Equal(t, map[string]string{"traceparent": first}, a)
+	b := m.Valid(traced("traceparent", first))
+	require.Equal(t, reflect.ValueOf(a).UnsafePointer(), reflect.ValueOf(b).UnsafePointer(), "the same headers share the map")
+
+	require.Equal(t, map[string]string{"traceparent": second}, m.Valid(traced("traceparent", second)))
+	require.Equal(t, map[string]string{"traceparent": second, "tracestate": "k=v"}, m.Valid(traced("traceparent", second, "tracestate", "k=v")))
+	require.Equal(t, map[string]string{"traceparent": second}, m.Valid(traced("traceparent", second)), "a tracestate dropped is another context")
+	require.Nil(t, m.Valid(traced()), "no headers: no context")
+	require.Nil(t, m.Valid(traced("traceparent", "00-zz")), "an invalid traceparent: no context")
+	require.Equal(t, map[string]string{"traceparent": first}, m.Valid(traced("traceparent", first)))
 }

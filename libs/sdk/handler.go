@@ -130,10 +130,10 @@ func resultMessage(r *flov1.Result) *flov1.WorkerMessage {
 }
 
 // execute runs one attempt of task with h inside its trace span and returns the message that
-// reports it. base supplies the values of the context Start was given, without its
-// cancellation: handlers finish even when the worker is stopping.
-func (w *ActionWorker) execute(base context.Context, task *flov1.TaskAssignment, h handlerFunc) *flov1.WorkerMessage {
-	parent := otel.GetTextMapPropagator().Extract(base, propagation.MapCarrier(task.GetTraceContext()))
+// reports it. The handler's context has the values of the context Start was given, without
+// its cancellation: handlers finish even when the worker is stopping.
+func (w *ActionWorker) execute(task *flov1.TaskAssignment, h handlerFunc) *flov1.WorkerMessage {
+	parent := w.parent(task.GetTraceContext())
 	ctx, span := tracer.Start(parent, "flo.action "+task.GetAction(), trace.WithSpanKind(trace.SpanKindConsumer))
 	defer span.End()
 	// Set once the span records, so a worker that exports no traces does

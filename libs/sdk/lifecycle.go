@@ -8,12 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -133,9 +136,13 @@ type lifecycle struct {
 	started bool
 	closed  bool
 	// base gives handlers the values of Start's context without its cancellation.
-	base   context.Context
-	cancel context.CancelFunc
-	done   chan struct{}
+	base context.Context
+	// lastParent is the trace context last extracted from a task or record. The tasks of
+	// one InvokeMany, and the records of one append, carry the same one, so most reuse it
+	// instead of parsing it again.
+	lastParent atomic.Pointer[parentTrace]
+	cancel     context.CancelFunc
+	done       chan struct{}
 	// prepared says kind.prepare succeeded; only Start's goroutine touches it.
 	prepared bool
 
@@ -450,4 +457,24 @@ func poke(c chan struct{}) {
 	case c <- struct{}{}:
 	default:
 	}
+}
+
+// parentTrace is a task's or record's trace context as it arrived and as extracted.
+type parentTrace struct {
+	carrier map[string]string
+	ctx     context.Context
+}
+
+// parent returns the worker's base context carrying the trace context a task or record
+// arrived with.
+func (l *lifecycle) parent(carrier map[string]string) context.Context {
+	if len(carrier) == 0 {
+		return l.base
+	}
+	if last := l.lastParent.Load(); last != nil && maps.Equal(last.carrier, carrier) {
+		return last.ctx
+	}
+	ctx := otel.GetTextMapPropagator().Extract(l.base, propagation.MapCarrier(carrier))
+	l.lastParent.Store(&parentTrace{carrier: carrier, ctx: ctx})
+	return ctx
 }

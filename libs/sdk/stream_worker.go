@@ -5,16 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"runtime/debug"
 	"sync/atomic"
 	"time"
 
 	flov1 "github.com/razorbill/flo/proto/gen/flo/v1"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -90,15 +87,6 @@ type StreamWorker struct {
 	handler func(*StreamContext) error
 	// spanAttrs are the attributes every record's span shares.
 	spanAttrs []attribute.KeyValue
-	// lastParent is the trace context last extracted from a record. The records of one
-	// append carry the same one, so most records reuse it instead of parsing it again.
-	lastParent atomic.Pointer[parentTrace]
-}
-
-// parentTrace is a record's trace context as it arrived and as extracted.
-type parentTrace struct {
-	carrier map[string]string
-	ctx     context.Context
 }
 
 // NewStreamWorker returns a worker that consumes opts.Stream through this client's connection
@@ -304,19 +292,6 @@ func (w *StreamWorker) process(rec *flov1.StreamRecord) *flov1.WorkerMessage {
 		delay = max(nack.Delay, 0)
 	}
 	return w.nack(rec.GetId(), delay, wireText(err.Error()))
-}
-
-// parent returns the worker's base context carrying the trace context a record arrived with.
-func (w *StreamWorker) parent(carrier map[string]string) context.Context {
-	if len(carrier) == 0 {
-		return w.base
-	}
-	if last := w.lastParent.Load(); last != nil && maps.Equal(last.carrier, carrier) {
-		return last.ctx
-	}
-	ctx := otel.GetTextMapPropagator().Extract(w.base, propagation.MapCarrier(carrier))
-	w.lastParent.Store(&parentTrace{carrier: carrier, ctx: ctx})
-	return ctx
 }
 
 // callStreamHandler runs h, turning a panic into an error so one bad record cannot take the

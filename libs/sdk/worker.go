@@ -242,7 +242,7 @@ func (w *ActionWorker) startTask(ctx context.Context, task *flov1.TaskAssignment
 			return "", nil, fmt.Errorf("worker %s has no handler for action %s", w.opts.WorkerID, task.GetAction())
 		}
 	}
-	w.dispatch(func() *flov1.WorkerMessage { return w.execute(w.base, task, h) })
+	w.dispatch(func() *flov1.WorkerMessage { return w.execute(task, h) })
 	return nil
 }
 

@@ -478,9 +478,10 @@ func TestWorkerContinuesTraceOfTheInvocation(t *testing.T) {
 	p, client := startPeer(t)
 	w, err := client.NewActionWorker(flo.ActionWorkerOptions{Logger: quietLogger()})
 	require.NoError(t, err)
-	spans := make(chan trace.SpanContext, 1)
+	type seen struct{ id, trace string }
+	spans := make(chan seen, 3)
 	w.MustRegisterAction("a", func(actx *flo.ActionContext) ([]byte, error) {
-		spans <- trace.SpanContextFromContext(actx)
+		spans <- seen{actx.TaskID(), trace.SpanContextFromContext(actx).TraceID().String()}
 		return nil, nil
 	})
 	runWorker(t, w)
@@ -488,13 +489,26 @@ func TestWorkerContinuesTraceOfTheInvocation(t *testing.T) {
 	ps := p.accept(t)
 	ps.handshake()
 	ps.nextReady()
-	tk := task("t-1", "a", "")
-	tk.TraceContext = map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
-	ps.sendTasks(tk)
-	sc := <-spans
-	require.Equal(t, "4bf92f3577b34da6a3ce929d0e0e4736", sc.TraceID().String())
-	results, _ := ps.results(1)
-	require.Equal(t, tk.TraceContext, results["t-1"].GetTraceContext(), "no span was made here: the result carries the invocation's context")
+	// The tasks of one InvokeMany share its trace context; each task continues the trace
+	// it carries.
+	const first, second = "4bf92f3577b34da6a3ce929d0e0e4736", "0af7651916cd43dd8448eb211c80319c"
+	var tasks []*flov1.TaskAssignment
+	for i, traceID := range []string{first, first, second} {
+		tk := task(fmt.Sprintf("t-%d", i), "a", "")
+		tk.TraceContext = map[string]string{"traceparent": "00-" + traceID + "-00f067aa0ba902b7-01"}
+		tasks = append(tasks, tk)
+	}
+	ps.sendTasks(tasks...)
+	got := map[string]string{}
+	for range tasks {
+		sc := <-spans
+		got[sc.id] = sc.trace
+	}
+	require.Equal(t, map[string]string{"t-0": first, "t-1": first, "t-2": second}, got)
+	results, _ := ps.results(len(tasks))
+	for _, tk := range tasks {
+		require.Equal(t, tk.TraceContext, results[tk.GetTaskId()].GetTraceContext(), "no span was made here: the result carries the invocation's context")
+	}
 }
 
 func TestWorkerReconnectsAndDeliversResultsOfRunningTasks(t *testing.T) {

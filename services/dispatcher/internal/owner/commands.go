@@ -25,9 +25,10 @@ var tracer = otel.Tracer("github.com/razorbill/flo/services/dispatcher/internal/
 
 // decodeInvocation reads one InvokeTask command. Its span continues the
 // invoker's trace, and that span's context goes on the task, so the worker's
-// handler span joins the same trace. A command that does not decode, or
-// whose ids and names are impossible, is an error: the caller dead-letters it.
-func decodeInvocation(r *kgo.Record) (engine.Invocation, error) {
+// handler span joins the same trace; traces makes that context. A command
+// that does not decode, or whose ids and names are impossible, is an error:
+// the caller dead-letters it.
+func decodeInvocation(r *kgo.Record, traces *kafka.TraceMemo) (engine.Invocation, error) {
 	var cmd eventsv1.InvokeTask
 	// The generated decoder checks no UTF-8 (proto/codec); every string
 	// kept is checked below.
@@ -70,21 +71,22 @@ func decodeInvocation(r *kgo.Record) (engine.Invocation, error) {
 	if cmd.GetRunAt().IsValid() {
 		inv.RunAt = cmd.GetRunAt().AsTime()
 	}
-	ctx := kafka.ExtractTrace(context.Background(), r)
 	// While nothing records spans, a span under a valid parent would be no
 	// span (telemetry's pass-through): its name and attributes, made for
 	// every task, are skipped, and the parent's context goes on as it would.
-	if telemetry.Recording() || !trace.SpanContextFromContext(ctx).IsValid() {
-		var span trace.Span
-		ctx, span = tracer.Start(ctx, "enqueue "+inv.Action,
-			trace.WithSpanKind(trace.SpanKindConsumer),
-			trace.WithAttributes(
-				attribute.String("flo.task_id", inv.TaskID.String()),
-				attribute.String("flo.namespace", inv.Namespace),
-				attribute.String("flo.action", inv.Action),
-			))
-		defer span.End()
+	if !telemetry.Recording() {
+		if inv.TraceContext = traces.Valid(r); inv.TraceContext != nil {
+			return inv, nil
+		}
 	}
+	ctx, span := tracer.Start(kafka.ExtractTrace(context.Background(), r), "enqueue "+inv.Action,
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String("flo.task_id", inv.TaskID.String()),
+			attribute.String("flo.namespace", inv.Namespace),
+			attribute.String("flo.action", inv.Action),
+		))
+	defer span.End()
 	inv.TraceContext = kafka.TraceHeaders(ctx)
 	return inv, nil
 }

@@ -126,8 +126,10 @@ type partition struct {
 	// poisoned are the commands dead-lettered and not yet passed by the
 	// checkpoint, so a command tried again is not dead-lettered twice.
 	poisoned map[int64]bool
-	cancel   context.CancelFunc
-	exited   chan struct{}
+	// traces makes the trace contexts of the commands intake reads.
+	traces kafka.TraceMemo
+	cancel context.CancelFunc
+	exited chan struct{}
 
 	// changes and entries are batch's lists, kept for the next batch while
 	// they hold at most maxKeptChanges: a task's state is large, and
@@ -771,7 +773,7 @@ func (p *partition) intake(ctx context.Context, recs []*kgo.Record, now time.Tim
 			continue
 		}
 		next = rec.Offset + 1
-		inv, err := decodeInvocation(rec)
+		inv, err := decodeInvocation(rec, &p.traces)
 		if err == nil {
 			if to := kafka.PartitionOf(inv.TaskID.String(), p.r.n); to != p.id {
 				// Reads and reports find a task by its id's partition. A

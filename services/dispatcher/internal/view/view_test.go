@@ -134,6 +134,30 @@ func load(t *testing.T, pool *pgxpool.Pool, task engine.Task) engine.Task {
 	return utc(got)
 }
 
+// A task's trace context comes back from the view as it went in: W3C
+// headers, and any other text a caller sent.
+func TestTraceContextsRoundTrip(t *testing.T) {
+	t.Parallel()
+	pool := openDB(t)
+	m, _ := newMaterializer(t, pool, nil)
+	contexts := []map[string]string{
+		{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"},
+		{"baggage": "user=ünïcode", "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+		{"x": `a "quoted" \ back`, "tab\t": "line\nbreak", "": "\x7f"},
+	}
+	var tasks []engine.Task
+	for _, tc := range contexts {
+		task := queued("ns")
+		task.TraceContext = tc
+		tasks = append(tasks, task)
+		m.Add(view.Entry{Partition: 1, Offset: int64(len(tasks)), Task: task})
+	}
+	require.NoError(t, m.Flush(t.Context()))
+	for i, task := range tasks {
+		require.Equal(t, contexts[i], load(t, pool, task).TraceContext)
+	}
+}
+
 func TestRowsMoveForwardAndKeepPayloadAndResult(t *testing.T) {
 	t.Parallel()
 	pool := openDB(t)

@@ -82,8 +82,7 @@ func appendRow(dst []any, e *Entry) []any {
 	t := &e.Task
 	var trace []byte
 	if len(t.TraceContext) > 0 {
-		// A map of strings always encodes.
-		trace, _ = json.Marshal(t.TraceContext)
+		trace = traceJSON(t.TraceContext)
 	}
 	payload := t.Payload
 	if payload == nil {
@@ -108,6 +107,44 @@ func appendRow(dst []any, e *Entry) []any {
 		string(s.Backoff.Kind), s.Backoff.Initial.Milliseconds(), s.Backoff.Max.Milliseconds(), s.Backoff.Multiplier,
 		t.WorkerID, trace, t.Origin, t.CreatedAt, t.RunAt, nullTime(t.StartedAt), nullTime(t.FinishedAt), updated,
 		nullTime(lease), t.CompletionSecret, nullTime(completeBy))
+}
+
+// traceJSON is a trace context as a JSON object. W3C trace headers are
+// printable ASCII, which JSON takes as it is: they are written without
+// encoding/json's reflection over the map (a per cent of a loaded process),
+// in the map's order, which jsonb does not keep anyway. Any other text goes
+// through encoding/json.
+func traceJSON(tc map[string]string) []byte {
+	size := 1
+	for k, v := range tc {
+		if !plainJSON(k) || !plainJSON(v) {
+			// A map of strings always encodes.
+			b, _ := json.Marshal(tc)
+			return b
+		}
+		size += len(k) + len(v) + 6
+	}
+	b := make([]byte, 0, size)
+	for k, v := range tc {
+		if len(b) == 0 {
+			b = append(b, '{')
+		} else {
+			b = append(b, ',')
+		}
+		b = append(append(append(append(append(b, '"'), k...), `":"`...), v...), '"')
+	}
+	return append(b, '}')
+}
+
+// plainJSON reports whether s is a JSON string's content as it is: printable
+// ASCII without quotes or backslashes.
+func plainJSON(s string) bool {
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 // rowsOf is the COPY source of states' rows. Each row is made as COPY takes
