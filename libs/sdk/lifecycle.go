@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -459,10 +458,24 @@ func poke(c chan struct{}) {
 	}
 }
 
-// parentTrace is a task's or record's trace context as it arrived and as extracted.
+// parentTrace is a task's or record's trace context as it arrived, as pairs (comparing
+// with them costs less than iterating a map), and as extracted.
 type parentTrace struct {
-	carrier map[string]string
+	carrier [][2]string
 	ctx     context.Context
+}
+
+// carries reports whether carrier holds exactly what p arrived with.
+func (p *parentTrace) carries(carrier map[string]string) bool {
+	if len(carrier) != len(p.carrier) {
+		return false
+	}
+	for _, kv := range p.carrier {
+		if v, ok := carrier[kv[0]]; !ok || v != kv[1] {
+			return false
+		}
+	}
+	return true
 }
 
 // parent returns the worker's base context carrying the trace context a task or record
@@ -471,10 +484,14 @@ func (l *lifecycle) parent(carrier map[string]string) context.Context {
 	if len(carrier) == 0 {
 		return l.base
 	}
-	if last := l.lastParent.Load(); last != nil && maps.Equal(last.carrier, carrier) {
+	if last := l.lastParent.Load(); last != nil && last.carries(carrier) {
 		return last.ctx
 	}
-	ctx := otel.GetTextMapPropagator().Extract(l.base, propagation.MapCarrier(carrier))
-	l.lastParent.Store(&parentTrace{carrier: carrier, ctx: ctx})
-	return ctx
+	p := &parentTrace{carrier: make([][2]string, 0, len(carrier))}
+	for k, v := range carrier {
+		p.carrier = append(p.carrier, [2]string{k, v})
+	}
+	p.ctx = otel.GetTextMapPropagator().Extract(l.base, propagation.MapCarrier(carrier))
+	l.lastParent.Store(p)
+	return p.ctx
 }
