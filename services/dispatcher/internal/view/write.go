@@ -10,10 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/razorbill/flo/libs/pg"
-	"github.com/razorbill/flo/services/dispatcher/internal/store"
 )
 
 // writeBound bounds a view transaction's statements and its idle time
@@ -77,60 +75,26 @@ ON CONFLICT (partition) DO UPDATE SET
 	commands_offset = GREATEST(v.commands_offset, EXCLUDED.commands_offset),
 	updated_at = now()`
 
-// appendRow appends one entry's task state to dst in the order of columns.
-func appendRow(dst []any, e *Entry) []any {
-	t := &e.Task
-	var trace []byte
-	if len(t.TraceContext) > 0 {
-		trace = traceJSON(t.TraceContext)
-	}
-	payload := t.Payload
-	if payload == nil {
-		payload = []byte{}
-	}
-	updated := t.UpdatedAt
-	if updated.IsZero() {
-		updated = time.Now()
-	}
-	var lease, completeBy time.Time
-	switch t.Status {
-	case store.Running:
-		lease = t.LeaseUntil
-	case store.Waiting:
-		completeBy = t.CompleteBy
-	}
-	s := t.Settings
-	// pgtype.UUID encodes as binary directly; uuid.UUID would go through
-	// its driver.Valuer as text.
-	return append(dst, pgtype.UUID{Bytes: t.ID, Valid: true}, e.Partition, e.Offset, t.Namespace, t.Action, string(t.Status), t.Priority, payload, t.Result,
-		t.Outcome, t.Error, t.TimedOut, t.ErrorCode, t.IdempotencyKey, t.Attempt, s.MaxAttempts, s.Timeout.Milliseconds(),
-		string(s.Backoff.Kind), s.Backoff.Initial.Milliseconds(), s.Backoff.Max.Milliseconds(), s.Backoff.Multiplier,
-		t.WorkerID, trace, t.Origin, t.CreatedAt, t.RunAt, nullTime(t.StartedAt), nullTime(t.FinishedAt), updated,
-		nullTime(lease), t.CompletionSecret, nullTime(completeBy))
-}
-
-// traceJSON is a trace context as a JSON object. W3C trace headers are
-// printable ASCII, which JSON takes as it is: they are written without
-// encoding/json's reflection over the map (a per cent of a loaded process),
-// in the map's order, which jsonb does not keep anyway. Any other text goes
-// through encoding/json.
-func traceJSON(tc map[string]string) []byte {
-	size := 1
+// appendTraceJSON appends a trace context as a JSON object. W3C trace
+// headers are printable ASCII, which JSON takes as it is: they are written
+// without encoding/json's reflection over the map (a per cent of a loaded
+// process), in the map's order, which jsonb does not keep anyway. Any other
+// text goes through encoding/json.
+func appendTraceJSON(b []byte, tc map[string]string) []byte {
 	for k, v := range tc {
 		if !plainJSON(k) || !plainJSON(v) {
 			// A map of strings always encodes.
-			b, _ := json.Marshal(tc)
-			return b
+			j, _ := json.Marshal(tc)
+			return append(b, j...)
 		}
-		size += len(k) + len(v) + 6
 	}
-	b := make([]byte, 0, size)
+	b = append(b, '{')
+	first := true
 	for k, v := range tc {
-		if len(b) == 0 {
-			b = append(b, '{')
-		} else {
+		if !first {
 			b = append(b, ',')
 		}
+		first = false
 		b = append(append(append(append(append(b, '"'), k...), `":"`...), v...), '"')
 	}
 	return append(b, '}')
@@ -145,22 +109,6 @@ func plainJSON(s string) bool {
 		}
 	}
 	return true
-}
-
-// rowsOf is the COPY source of states' rows. Each row is made as COPY takes
-// it, into one list: COPY encodes a row before it asks for the next, and a
-// list per row was more than half of what making the rows allocated.
-func rowsOf(states []*buffered) pgx.CopyFromSource {
-	row := make([]any, 0, len(columns))
-	next := 0
-	return pgx.CopyFromFunc(func() ([]any, error) {
-		if next == len(states) {
-			return nil, nil
-		}
-		row = appendRow(row[:0], &states[next].Entry)
-		next++
-		return row, nil
-	})
 }
 
 // mark is how far a batch takes one partition.
@@ -191,7 +139,7 @@ func write(ctx context.Context, tx pgx.Tx, partitions int32, states []*buffered,
 	if _, err := tx.Exec(ctx, stagingSQL); err != nil {
 		return 0, fmt.Errorf("write task view: stage: %w", err)
 	}
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"view_batch"}, columns, rowsOf(states)); err != nil {
+	if _, err := tx.Conn().PgConn().CopyFrom(ctx, &copyReader{states: states}, copySQL); err != nil {
 		return 0, fmt.Errorf("write task view: copy: %w", err)
 	}
 	// The count is checked in the same round trip as the merge: on a
@@ -224,9 +172,4 @@ func write(ctx context.Context, tx pgx.Tx, partitions int32, states []*buffered,
 		return 0, fmt.Errorf("write task view: %w", err)
 	}
 	return tag.RowsAffected(), nil
-}
-
-// nullTime is NULL for the zero time.
-func nullTime(t time.Time) pgtype.Timestamptz {
-	return pgtype.Timestamptz{Time: t, Valid: !t.IsZero()}
 }
