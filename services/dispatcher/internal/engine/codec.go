@@ -1,12 +1,10 @@
 package engine
 
 import (
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"time"
@@ -187,7 +185,7 @@ func (e *encoder) encode(rec, out *kgo.Record, c *Change, partition int32) error
 	}
 	room := carve(&e.bytes, need, e.left, chunkBytes)
 	value := room[:size:size]
-	id := newEventID()
+	id := kafka.NewEventID()
 	key := putIDs(value, id, t.ID)
 	if _, err := ev.MarshalToSizedBufferVT(value[idsSize:]); err != nil {
 		return fmt.Errorf("encode %s event of task %s: %w", ev.Type, t.ID, err)
@@ -215,11 +213,13 @@ func (e *encoder) encode(rec, out *kgo.Record, c *Change, partition int32) error
 	}
 	traced := headers[:len(headers):len(headers)]
 	headers = append(headers, kgo.RecordHeader{Key: CmdHeader, Value: e.cmd})
-	*rec = kgo.Record{Topic: kafka.TaskEventsTopic, Partition: partition, Key: key, Value: value, Headers: headers}
+	// A record's time is its event's (franz-go would read the clock for
+	// each record: a per cent of a loaded process).
+	*rec = kgo.Record{Topic: kafka.TaskEventsTopic, Partition: partition, Key: key, Value: value, Headers: headers, Timestamp: t.UpdatedAt}
 	if out != nil {
 		// The two records share the key and the trace headers: nothing
 		// writes a record's bytes once it is made.
-		*out = kgo.Record{Topic: kafka.TaskOutcomesTopic, Partition: partition, Key: key, Value: outValue, Headers: traced}
+		*out = kgo.Record{Topic: kafka.TaskOutcomesTopic, Partition: partition, Key: key, Value: outValue, Headers: traced, Timestamp: t.UpdatedAt}
 	}
 	return nil
 }
@@ -261,18 +261,6 @@ func appendUUID(dst []byte, u uuid.UUID) []byte {
 		dst = hex.AppendEncode(dst, u[group[0]:group[1]])
 	}
 	return dst
-}
-
-// newEventID is a version 4 UUID from math/rand/v2's per-thread generator:
-// an event id has to be unique, not secret, and crypto/rand's read for each
-// event was most of the cost of making one.
-func newEventID() uuid.UUID {
-	var u uuid.UUID
-	binary.LittleEndian.PutUint64(u[:8], rand.Uint64())
-	binary.LittleEndian.PutUint64(u[8:], rand.Uint64())
-	u[6] = u[6]&0x0f | 0x40 // version 4
-	u[8] = u[8]&0x3f | 0x80 // RFC 4122 variant
-	return u
 }
 
 // Decode reads a record Encode made, and the commands offset it holds (-1

@@ -115,12 +115,8 @@ func newRecord(cmd Command, now time.Time) (*kgo.Record, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	eventID, err := uuid.NewV7()
-	if err != nil {
-		return nil, "", fmt.Errorf("new event id: %w", err)
-	}
 	value, err := (&eventsv1.InvokeTask{
-		EventId:        eventID.String(),
+		EventId:        kafka.NewEventID().String(),
 		TaskId:         taskID,
 		Namespace:      cmd.Namespace,
 		Action:         cmd.Action,
@@ -133,7 +129,8 @@ func newRecord(cmd Command, now time.Time) (*kgo.Record, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("encode invoke command: %w", err)
 	}
-	return &kgo.Record{Topic: kafka.CommandsTopic, Key: []byte(taskID), Value: value}, taskID, nil
+	// Stamped with the call's time, which franz-go would read again per record.
+	return &kgo.Record{Topic: kafka.CommandsTopic, Key: []byte(taskID), Value: value, Timestamp: now}, taskID, nil
 }
 
 // NewTaskID returns the id of a new task: derived from the idempotency key
