@@ -2,6 +2,7 @@ package view
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"io"
 	"math"
 	"strings"
@@ -189,4 +190,40 @@ func appendJSONB(b []byte, tc map[string]string) []byte {
 	b = appendTraceJSON(b, tc)
 	binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
 	return b
+}
+
+// appendTraceJSON appends a trace context as a JSON object. W3C trace
+// headers are printable ASCII, which JSON takes as it is: they are written
+// without encoding/json's reflection over the map (a per cent of a loaded
+// process), in the map's order, which jsonb does not keep anyway. Any other
+// text goes through encoding/json.
+func appendTraceJSON(b []byte, tc map[string]string) []byte {
+	for k, v := range tc {
+		if !plainJSON(k) || !plainJSON(v) {
+			// A map of strings always encodes.
+			j, _ := json.Marshal(tc)
+			return append(b, j...)
+		}
+	}
+	b = append(b, '{')
+	first := true
+	for k, v := range tc {
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = append(append(append(append(append(b, '"'), k...), `":"`...), v...), '"')
+	}
+	return append(b, '}')
+}
+
+// plainJSON reports whether s is a JSON string's content as it is: printable
+// ASCII without quotes or backslashes.
+func plainJSON(s string) bool {
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
