@@ -74,12 +74,16 @@ func decodeInvocation(r *kgo.Record, traces *kafka.TraceMemo) (engine.Invocation
 	// While nothing records spans, a span under a valid parent would be no
 	// span (telemetry's pass-through): its name and attributes, made for
 	// every task, are skipped, and the parent's context goes on as it would.
+	ctx := context.Background()
 	if !telemetry.Recording() {
 		if inv.TraceContext = traces.Valid(r); inv.TraceContext != nil {
 			return inv, nil
 		}
+		// No valid context: the span starts a trace.
+	} else {
+		ctx = kafka.ExtractTrace(ctx, r)
 	}
-	ctx, span := tracer.Start(kafka.ExtractTrace(context.Background(), r), "enqueue "+inv.Action,
+	ctx, span := tracer.Start(ctx, "enqueue "+inv.Action,
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(
 			attribute.String("flo.task_id", inv.TaskID.String()),

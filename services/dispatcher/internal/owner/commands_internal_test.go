@@ -1,6 +1,7 @@
 package owner
 
 import (
+	"context"
 	"testing"
 
 	"github.com/google/uuid"
@@ -8,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/razorbill/flo/libs/kafka"
+	"github.com/razorbill/flo/libs/telemetry"
 	eventsv1 "github.com/razorbill/flo/proto/gen/flo/events/v1"
 )
 
@@ -22,4 +24,27 @@ func TestAnInvocationKeepsItsInvokersTraceContext(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, id, inv.TaskID)
 	require.Equal(t, parent, inv.TraceContext["traceparent"])
+}
+
+// A command without a trace context starts a trace of its own, so the
+// worker's handler and the task's records still share one.
+// Not parallel: it installs the process's tracer provider.
+func TestAnInvocationWithoutTraceContextStartsOne(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	tel, err := telemetry.Setup(t.Context(), "test")
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tel.Shutdown(context.Background())) }()
+	traces := &kafka.TraceMemo{}
+	seen := map[string]bool{}
+	for range 2 {
+		value, err := (&eventsv1.InvokeTask{TaskId: uuid.NewString(), Namespace: "ns", Action: "a"}).MarshalVT()
+		require.NoError(t, err)
+		inv, err := decodeInvocation(&kgo.Record{Value: value}, traces)
+		require.NoError(t, err)
+		parent := inv.TraceContext["traceparent"]
+		require.Regexp(t, `^00-[0-9a-f]{32}-[0-9a-f]{16}-0[0-3]$`, parent)
+		require.False(t, seen[parent], "each command starts its own trace")
+		seen[parent] = true
+	}
 }
