@@ -67,7 +67,7 @@ func (r *copyReader) fill() bool {
 		r.ended = true
 		r.buf = binary.BigEndian.AppendUint16(r.buf, 0xffff)
 	default:
-		return len(r.buf) > 0
+		return false
 	}
 	return true
 }
