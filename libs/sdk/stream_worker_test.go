@@ -286,7 +286,16 @@ func TestStreamWorkerKeepsOneReadOutstanding(t *testing.T) {
 
 	require.NoError(t, stop())
 	rest := ps.closedSettlement()
-	require.LessOrEqual(t, len(s.reads)+len(rest.reads), 1, "one read at a time: the last one is still unanswered")
+	// The reads still unanswered never promise more records than there are slots. Which reads
+	// went out depends on how many handlers were still busy when the batch's last record took
+	// a slot: one read, or a small one and then a whole batch beside it.
+	unanswered := append(s.reads, rest.reads...)
+	require.LessOrEqual(t, len(unanswered), 2, "at most two reads outstanding")
+	var promised int32
+	for _, r := range unanswered {
+		promised += r.GetCount()
+	}
+	require.LessOrEqual(t, promised, int32(4), "the unanswered reads fit the four slots")
 }
 
 func TestStreamWorkerPipelinesReads(t *testing.T) {
